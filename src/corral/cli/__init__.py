@@ -1,0 +1,378 @@
+"""The `corral` command. Every command reads the configuration, talks to the store (and pokes a
+running engine through its local socket), prints tables for people or `--json` for scripts, and
+turns every CorralError into one line on stderr with a distinct exit code."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import anyio
+import typer
+
+from corral import __version__
+from corral.config import Config, load
+from corral.core.ports import JobQuery, Store
+from corral.domain.errors import CorralError, InvalidRequest
+from corral.domain.models import JobSpec, Limits
+from corral.domain.states import DedupMode, JobState
+from corral.runtime.control import poke
+from corral.runtime.engine import Engine, build_store, submissions
+
+from . import views
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="corral", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+    help="Corral keeps AI agents bounded: it queues jobs, grants each attempt a permit, "
+         "stops, retries and records them.")
+dlq_app = typer.Typer(no_args_is_help=True, help="The dead-letter queue: jobs whose retries ran "
+                                                 "out. Inspect, requeue with a fresh budget, "
+                                                 "or purge.")
+app.add_typer(dlq_app, name="dlq")
+
+DataDir = Annotated[Path | None, typer.Option(
+    "--data-dir", envvar="CORRAL_DATA_DIR", help="Where the engine keeps its database, logs and "
+    "socket (default: ~/.local/share/corral).", show_default=False)]
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", envvar="CORRAL_CONFIG", help="corral.yaml to read (default: ./corral.yaml, "
+    "then <data dir>/corral.yaml, then built-in defaults).", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+# How `submit --wait` reports a job's end (documented in docs/reference/cli.md).
+WAIT_EXIT = {JobState.TIMED_OUT: 124, JobState.CANCELLED: 130, JobState.KILLED: 137,
+             JobState.DENIED: 77}
+
+
+def fail(err: CorralError) -> NoReturn:
+    typer.echo(f"corral: error: {err}", err=True)
+    raise typer.Exit(err.exit_code)
+
+
+def _config(data_dir: Path | None, config: Path | None) -> Config:
+    return load(data_dir=data_dir, config_path=config)
+
+
+def with_store(cfg: Config, fn: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the store, run one coroutine against it, close it; errors become one line."""
+
+    async def main() -> T:
+        store = build_store(cfg)
+        await store.open()
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    try:
+        return anyio.run(main)
+    except CorralError as err:
+        fail(err)
+
+
+def _emit(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise InvalidRequest(f"--setenv wants NAME=VALUE, got {pair!r}")
+        env[name] = value
+    return env
+
+
+@app.command()
+def version() -> None:
+    """Print Corral's version."""
+    typer.echo(__version__)
+
+
+@app.command()
+def serve(data_dir: DataDir = None, config: ConfigOpt = None,
+          drain: Annotated[bool, typer.Option(
+              "--drain", help="Exit once nothing is queued, waiting or running.")] = False,
+          verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
+    """Run the engine on this data directory until SIGTERM/SIGINT.
+
+    Attempts run in their own sessions: stopping (or crashing) the engine leaves them running,
+    and the next engine on the same data directory re-adopts them and collects their results.
+    """
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = _config(data_dir, config)
+        engine = Engine(cfg)
+
+        def ready(e: Engine) -> None:
+            typer.echo(f"corral engine {e.id} serving {cfg.data_dir} (pid {_pid()})", err=True)
+
+        anyio.run(lambda: engine.run(drain=drain, on_ready=ready))
+    except CorralError as err:
+        fail(err)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def submit(
+    command: Annotated[list[str] | None, typer.Argument(
+        help="The program and its arguments, after `--`.", show_default=False)] = None,
+    role: Annotated[str | None, typer.Option("--role", "-r", help="Role from corral.yaml.")]
+    = None,
+    priority: Annotated[int, typer.Option("--priority", "-p",
+                                          help="0 critical … 4 backlog.")] = 2,
+    key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
+    dedup: Annotated[DedupMode, typer.Option("--dedup", help="What a held key does.")]
+    = DedupMode.COALESCE,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", help="Seconds per attempt (max_duration_s).")] = None,
+    grace: Annotated[float | None, typer.Option(
+        "--grace", help="Seconds between SIGTERM and SIGKILL.")] = None,
+    max_attempts: Annotated[int | None, typer.Option(
+        "--max-attempts", help="Total tries, first included.")] = None,
+    env_name: Annotated[str | None, typer.Option("--env", help="Environment to run in.")] = None,
+    after: Annotated[list[str] | None, typer.Option(
+        "--after", help="Run only after this job succeeded (repeatable).")] = None,
+    cwd: Annotated[Path | None, typer.Option("--cwd", help="Working directory.")] = None,
+    setenv: Annotated[list[str] | None, typer.Option(
+        "--setenv", "-e", help="NAME=VALUE for the job's environment (repeatable).")] = None,
+    tenant: Annotated[str, typer.Option("--tenant")] = "default",
+    wait: Annotated[bool, typer.Option(
+        "--wait", help="Follow the job and exit with its exit code.")] = False,
+    as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+) -> None:
+    """Queue a job and print its id. Example: corral submit --role default -- make test"""
+    cfg = _config_or_fail(data_dir, config)
+    argv = tuple(command or ())
+    try:
+        s = cfg.settings
+        role_name = role or s.default_role
+        role_spec = s.roles.get(role_name)
+        base = role_spec.limits if role_spec else Limits()
+        limits = Limits(
+            max_attempts=max_attempts if max_attempts is not None else base.max_attempts,
+            timeout_s=timeout if timeout is not None else base.timeout_s,
+            grace_s=grace if grace is not None else base.grace_s)
+        spec = JobSpec(command=argv, role=role_name, env_name=env_name or s.default_env,
+                       priority=priority, tenant=tenant, key=key, dedup=dedup, limits=limits,
+                       after=tuple(after or ()),
+                       cwd=str(cwd.expanduser().resolve()) if cwd else str(Path.cwd()),
+                       env=_parse_env(setenv or []))
+    except CorralError as err:
+        fail(err)
+    result = with_store(cfg, lambda st: submissions(st, cfg).submit(spec))
+    poke(cfg.data_dir)
+    if as_json:
+        _emit({"id": result.job.id, "created": result.created,
+               "superseded": result.superseded, "state": result.job.state.value})
+    else:
+        typer.echo(result.job.id)
+        if not result.created:
+            typer.echo(f"corral: coalesced into existing job {result.job.id} (key {key!r})",
+                       err=True)
+    if wait:
+        raise typer.Exit(_follow(cfg, result.job.id))
+
+
+def _config_or_fail(data_dir: Path | None, config: Path | None) -> Config:
+    try:
+        return _config(data_dir, config)
+    except CorralError as err:
+        fail(err)
+
+
+def _follow(cfg: Config, job_id: str) -> int:
+    """Wait for the job to end; its exit code (see WAIT_EXIT for ends without one)."""
+
+    async def watch(store: Store) -> int:
+        delay = 0.02
+        while True:
+            job = await store.get_job(job_id)
+            if job.state.terminal:
+                if job.state is JobState.SUCCEEDED:
+                    return 0
+                if job.state in WAIT_EXIT:
+                    return WAIT_EXIT[job.state]
+                return job.exit_code if job.exit_code not in (None, 0) else 1
+            await anyio.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+
+    return with_store(cfg, watch)
+
+
+@app.command()
+def jobs(
+    state: Annotated[JobState | None, typer.Option("--state", "-s", case_sensitive=False)]
+    = None,
+    role: Annotated[str | None, typer.Option("--role", "-r")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
+    as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+) -> None:
+    """List jobs, newest first."""
+    cfg = _config_or_fail(data_dir, config)
+    found = with_store(cfg, lambda st: st.list_jobs(JobQuery(state=state, role=role,
+                                                             limit=limit)))
+    if as_json:
+        _emit([views.job_json(j) for j in found])
+    else:
+        views.print_jobs(found)
+
+
+@app.command()
+def show(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+         as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+    """A job: its fields, its attempts and its timeline."""
+    cfg = _config_or_fail(data_dir, config)
+
+    async def fetch(st: Store) -> tuple[Any, Any, Any]:
+        j = await st.get_job(job)
+        return j, await st.attempts(j.id), await st.events(j.id)
+
+    j, attempts, events = with_store(cfg, fetch)
+    if as_json:
+        data = views.job_json(j, detail=True)
+        data["attempts"] = [views.attempt_json(a) for a in attempts]
+        data["timeline"] = [views.event_json(e) for _, e in events]
+        _emit(data)
+    else:
+        views.print_job(j, attempts, [e for _, e in events])
+
+
+@app.command()
+def logs(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+         follow: Annotated[bool, typer.Option("--follow", "-f",
+                                              help="Keep printing until the job ends.")] = False,
+         attempt: Annotated[int | None, typer.Option(
+             "--attempt", help="Only this attempt (default: all).")] = None,
+         data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+    """Print a job's stdout (to stdout) and stderr (to stderr), attempt by attempt."""
+    from corral.cli.logs import stream_logs
+
+    cfg = _config_or_fail(data_dir, config)
+    try:
+        anyio.run(lambda: stream_logs(build_store(cfg), job, follow=follow, only=attempt))
+    except CorralError as err:
+        fail(err)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+           reason: Annotated[str, typer.Option("--reason", help="Recorded on the job.")]
+           = "cancelled by operator",
+           as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+    """Cancel a queued or running job. The request is stored first, then the engine stops the
+    attempt's whole process tree (SIGTERM, grace, SIGKILL)."""
+    cfg = _config_or_fail(data_dir, config)
+    j = with_store(cfg, lambda st: submissions(st, cfg).cancel(job, reason))
+    answered = poke(cfg.data_dir) is not None
+    if as_json:
+        _emit({"id": j.id, "state": j.state.value, "cancel_requested": j.cancel_requested})
+        return
+    if j.state.terminal:
+        typer.echo(f"{j.id} {j.state.value}")
+    else:
+        typer.echo(f"{j.id} cancel requested; " + (
+            "the engine is stopping it" if answered
+            else "no engine is running: it will be stopped when one starts"))
+
+
+@dlq_app.command("list")
+def dlq_list(limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
+             as_json: JsonOpt = False, data_dir: DataDir = None,
+             config: ConfigOpt = None) -> None:
+    """Dead-lettered jobs not yet requeued or purged."""
+    cfg = _config_or_fail(data_dir, config)
+    found = with_store(cfg, lambda st: st.list_jobs(JobQuery(dead_lettered_unresolved=True,
+                                                             limit=limit)))
+    if as_json:
+        _emit([views.job_json(j) for j in found])
+    else:
+        views.print_jobs(found, title="dead-letter queue")
+
+
+@dlq_app.command("show")
+def dlq_show(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
+             config: ConfigOpt = None) -> None:
+    """A dead-lettered job with its attempts and last error."""
+    show(job, as_json=as_json, data_dir=data_dir, config=config)
+
+
+@dlq_app.command("requeue")
+def dlq_requeue(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
+                config: ConfigOpt = None) -> None:
+    """Submit a fresh copy of a dead-lettered job with a fresh attempt budget (recorded on both)."""
+    cfg = _config_or_fail(data_dir, config)
+    new = with_store(cfg, lambda st: submissions(st, cfg).dlq_requeue(job))
+    poke(cfg.data_dir)
+    if as_json:
+        _emit({"id": new.id, "requeued_from": new.requeued_from, "state": new.state.value})
+    else:
+        typer.echo(new.id)
+
+
+@dlq_app.command("purge")
+def dlq_purge(jobs_: Annotated[list[str] | None, typer.Argument(
+                  metavar="JOB...", help="Jobs to purge.", show_default=False)] = None,
+              all_: Annotated[bool, typer.Option("--all", help="Purge every listed job.")]
+              = False,
+              as_json: JsonOpt = False, data_dir: DataDir = None,
+              config: ConfigOpt = None) -> None:
+    """Drop jobs from the dead-letter queue. Their records, attempts and logs stay."""
+    cfg = _config_or_fail(data_dir, config)
+    if not jobs_ and not all_:
+        fail(InvalidRequest("name the jobs to purge, or pass --all"))
+
+    async def purge(st: Store) -> list[str]:
+        refs = list(jobs_ or [])
+        if all_:
+            refs += [j.id for j in await st.list_jobs(
+                JobQuery(dead_lettered_unresolved=True, limit=1_000_000))]
+        svc = submissions(st, cfg)
+        return [(await svc.dlq_purge(r)).id for r in dict.fromkeys(refs)]
+
+    done = with_store(cfg, purge)
+    if as_json:
+        _emit({"purged": done})
+    else:
+        typer.echo(f"purged {len(done)} job(s)")
+
+
+@app.command()
+def demo(data_dir: Annotated[Path | None, typer.Option(
+             "--data-dir", help="Where the demo engine keeps its state (default: a fresh "
+             "temporary directory, kept afterwards for inspection).")] = None) -> None:
+    """Start an engine and govern a small demo fleet live: retries into the dead-letter queue,
+    a timeout, a cancel, a deduplicated submission, a dependency chain."""
+    from corral.cli.demo import run_demo
+
+    try:
+        raise typer.Exit(run_demo(data_dir))
+    except CorralError as err:
+        fail(err)
+
+
+def main() -> None:
+    """Entry point of the `corral` command."""
+    try:
+        app()
+    except CorralError as err:  # anything a command did not catch itself
+        typer.echo(f"corral: error: {err}", err=True)
+        sys.exit(err.exit_code)
+
+

@@ -1,0 +1,181 @@
+"""`corral demo`: a real engine process governing a small fleet, shown live to a summary."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from corral.config import load
+from corral.core.ports import Store
+from corral.domain.errors import CorralError, WorkerError
+from corral.domain.models import Job, JobSpec, Limits
+from corral.domain.states import JobState
+from corral.runtime.control import poke
+from corral.runtime.engine import build_store, submissions
+
+from .views import styled
+
+DEMO_CONFIG = """\
+# Written by `corral demo`: short backoffs so retries are visible within seconds.
+scheduler:
+  poll_interval_s: 0.5
+roles:
+  default:
+    concurrency: 4
+    retry: {base_s: 0.3, cap_s: 2}
+  build:
+    description: compile and test steps
+    concurrency: 2
+environments:
+  local:
+    max_inflight: 4
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    name: str
+    spec: JobSpec
+    expect: JobState
+    story: str
+
+
+def fleet(workdir: str) -> list[Entry]:
+    def spec(*argv: str, **kw: object) -> JobSpec:
+        return JobSpec(command=argv, cwd=workdir, **kw)  # type: ignore[arg-type]
+
+    return [
+        Entry("hello", spec("echo", "hello from corral"), JobState.SUCCEEDED, "runs and succeeds"),
+        Entry("compile", spec("sh", "-c", "sleep 1; echo compiled", role="build"),
+              JobState.SUCCEEDED, "a build step"),
+        Entry("test", spec("sh", "-c", "echo tests pass", role="build"), JobState.SUCCEEDED,
+              "--after compile: waits for it"),
+        Entry("flaky", spec("sh", "-c", "echo 'upstream 503' >&2; exit 3",
+                            limits=Limits(max_attempts=3, timeout_s=60)),
+              JobState.DEAD_LETTERED, "fails, retried with backoff, dead-lettered"),
+        Entry("hang", spec("sleep", "600", limits=Limits(timeout_s=1.5, grace_s=1)),
+              JobState.TIMED_OUT, "outlives its deadline: tree stopped"),
+        Entry("cancel-me", spec("sleep", "600"), JobState.CANCELLED, "cancelled by the operator"),
+        Entry("report", spec("sh", "-c", "sleep 1.5; echo report", key="nightly-report"),
+              JobState.SUCCEEDED, "holds idempotency key nightly-report"),
+        Entry("report again", spec("sh", "-c", "sleep 1.5; echo report", key="nightly-report"),
+              JobState.SUCCEEDED, "same key: coalesced into the first"),
+        Entry("leaves a child", spec("sh", "-c", "setsid sleep 300 & echo forked; exit 0"),
+              JobState.SUCCEEDED, "its setsid child is killed with it"),
+    ]
+
+
+def _start_engine(data_dir: Path, config: Path) -> subprocess.Popen[bytes]:
+    log = (data_dir / "engine.log").open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve", "--data-dir", str(data_dir),
+         "--config", str(config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while poke(data_dir, "ping") is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            tail = (data_dir / "engine.log").read_text(errors="replace")[-2000:]
+            raise WorkerError(f"the demo engine did not start:\n{tail}")
+        time.sleep(0.05)
+    return proc
+
+
+def _table(entries: list[Entry], jobs: dict[str, Job], elapsed: float) -> Table:
+    table = Table(title=f"corral demo — {elapsed:4.1f}s", show_edge=False)
+    for col in ("job", "id", "state", "tries", "what happens", "last error"):
+        table.add_column(col)
+    for e in entries:
+        j = jobs.get(e.name)
+        if j is None:
+            table.add_row(e.name, "-", "-", "-", e.story, "")
+            continue
+        table.add_row(e.name, j.id[-8:], styled(j.state),
+                      f"{j.attempts}/{j.limits.max_attempts}", e.story, j.last_error or "")
+    return table
+
+
+async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Console) -> bool:
+    cfg = load(data_dir=cfg_dir, config_path=cfg_dir / "corral.yaml")
+    svc = submissions(store, cfg)
+    ids: dict[str, str] = {}
+    for e in entries:
+        after = (ids["compile"],) if e.name == "test" else ()
+        spec = JobSpec(**{**_asdict(e.spec), "after": after})
+        ids[e.name] = (await svc.submit(spec)).job.id
+        poke(cfg_dir)
+    start = time.monotonic()
+    cancelled = False
+    with Live(console=console, refresh_per_second=8, transient=False) as live:
+        while True:
+            jobs = {name: await store.get_job(i) for name, i in ids.items()}
+            live.update(_table(entries, jobs, time.monotonic() - start))
+            if not cancelled and time.monotonic() - start > 1.0:
+                await svc.cancel(ids["cancel-me"], "cancelled by the demo operator")
+                poke(cfg_dir)
+                cancelled = True
+            if all(j.state.terminal for j in jobs.values()):
+                break
+            await anyio.sleep(0.15)
+    ok = all(jobs[e.name].state is e.expect for e in entries)
+    coalesced = ids["report"] == ids["report again"]
+    console.print()
+    console.print(f"  {len(entries)} submissions, {len(set(ids.values()))} jobs "
+                  f"(the duplicate was {'coalesced' if coalesced else 'NOT coalesced'}).")
+    for e in entries:
+        got = jobs[e.name].state
+        mark = "[green]✓[/green]" if got is e.expect else "[red]✗[/red]"
+        console.print(f"  {mark} {e.name:<16} {styled(got)}  (expected {e.expect.value})")
+    console.print(f"\n  inspect: corral jobs --data-dir {cfg_dir}   |   "
+                  f"corral show {ids['flaky']} --data-dir {cfg_dir}")
+    return ok and coalesced
+
+
+def _asdict(spec: JobSpec) -> dict[str, object]:
+    return {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+
+
+def run_demo(data_dir: Path | None) -> int:
+    console = Console(highlight=False)
+    ddir = (data_dir or Path(tempfile.mkdtemp(prefix="corral-demo-"))).resolve()
+    ddir.mkdir(parents=True, exist_ok=True)
+    (ddir / "corral.yaml").write_text(DEMO_CONFIG)
+    work = ddir / "work"
+    work.mkdir(exist_ok=True)
+    console.print(f"[bold]corral demo[/bold]: engine on {ddir} (SQLite, embedded default)")
+    engine = _start_engine(ddir, ddir / "corral.yaml")
+    ok = False
+    try:
+        cfg = load(data_dir=ddir, config_path=ddir / "corral.yaml")
+        store = build_store(cfg)
+
+        async def main() -> bool:
+            await store.open()
+            try:
+                return await _drive(store, ddir, fleet(str(work)), console)
+            finally:
+                await store.close()
+
+        ok = anyio.run(main)
+    except CorralError:
+        raise
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        try:
+            engine.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            engine.kill()
+    console.print("[green]demo finished: every job ended as governed[/green]" if ok
+                  else f"[red]demo: some jobs did not end as expected; see {ddir}[/red]")
+    return 0 if ok else 1
+
+

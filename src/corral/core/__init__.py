@@ -1,0 +1,1 @@
+"""Mechanism: permits and budgets, worker delegation and cancellation. Invariants no policy can break."""

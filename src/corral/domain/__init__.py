@@ -1,0 +1,1 @@
+"""Pure values of Corral: jobs, attempts, permits, states and errors. Imports nothing of Corral."""

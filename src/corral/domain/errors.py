@@ -1,0 +1,76 @@
+"""One root exception with a tree of subclasses; every user-facing failure is one of these."""
+
+from __future__ import annotations
+
+
+class CorralError(Exception):
+    """Root of every error Corral raises on purpose. `str(err)` is a one-line message for people."""
+
+    exit_code: int = 1
+
+
+class ConfigError(CorralError):
+    """The configuration is malformed or names something that does not exist."""
+
+    exit_code = 2
+
+
+class InvalidRequest(CorralError):
+    """A request (submission, cancel, requeue …) is not acceptable as given."""
+
+    exit_code = 2
+
+
+class NotFound(CorralError):
+    """The named job, attempt or key does not exist."""
+
+    exit_code = 4
+
+
+class Conflict(CorralError):
+    """The request contradicts the current state (cancelling a terminal job, a duplicate key …)."""
+
+    exit_code = 5
+
+
+class DuplicateJob(Conflict):
+    """A `reject` idempotency key is held by another job."""
+
+    def __init__(self, key: str, job_id: str) -> None:
+        super().__init__(f"idempotency key {key!r} is held by job {job_id}")
+        self.key = key
+        self.job_id = job_id
+
+
+class Backpressure(CorralError):
+    """The engine refuses more work for now; try again after `retry_after_s` seconds."""
+
+    exit_code = 75  # EX_TEMPFAIL
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class StoreError(CorralError):
+    """The store cannot be reached or used (unreachable database, locked file, full disk)."""
+
+    exit_code = 3
+
+
+class StaleState(CorralError):
+    """A compare-and-set lost: the row was not in the expected state."""
+
+
+class PermitError(CorralError):
+    """A worker was asked to start without a valid, live permit."""
+
+
+class WorkerError(CorralError):
+    """A worker could not be started or supervised."""
+
+
+class EngineRunning(CorralError):
+    """Another engine already serves this data directory."""
+
+    exit_code = 6

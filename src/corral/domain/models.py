@@ -1,0 +1,183 @@
+"""Frozen values that flow between the rooms: jobs, attempts, permits, results and events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+
+PRIORITY_CRITICAL = 0
+PRIORITY_BACKLOG = 4
+DEFAULT_PRIORITY = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Per-job bounds. `max_attempts` counts every try (seed 000: 3 retries ⇒ 4 attempts)."""
+
+    max_attempts: int = 4
+    timeout_s: float = 3600.0
+    grace_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What a caller asks for. Validated against the configuration before it becomes a Job."""
+
+    command: tuple[str, ...] = ()
+    prompt: str | None = None
+    role: str = "default"
+    worker: str | None = None  # None: the role's worker kind
+    env_name: str = "local"
+    priority: int = DEFAULT_PRIORITY
+    tenant: str = "default"
+    key: str | None = None
+    dedup: DedupMode = DedupMode.COALESCE
+    limits: Limits | None = None  # None: the role's defaults
+    after: tuple[str, ...] = ()
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    workspace: str | None = None
+    parent_id: str | None = None
+    depth: int = 0
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A request to run an agent, as the store holds it."""
+
+    id: str
+    state: JobState
+    role: str
+    worker: str
+    env_name: str
+    priority: int
+    tenant: str
+    command: tuple[str, ...]
+    prompt: str | None
+    cwd: str | None
+    env: Mapping[str, str]
+    options: Mapping[str, Any]
+    limits: Limits
+    key: str | None
+    dedup: DedupMode
+    workspace: str | None
+    parent_id: str | None
+    depth: int
+    created_at: float
+    updated_at: float
+    sort_at: float  # queue order: enqueue time + priority × aging window (scheduler.queue)
+    retry_at: float | None = None
+    attempts: int = 0
+    deps_pending: int = 0
+    after: tuple[str, ...] = ()
+    last_error: str | None = None
+    exit_code: int | None = None
+    limit_hit: str | None = None
+    cancel_requested: str | None = None  # reason, set when a cancel is persisted
+    stop_kind: str | None = None  # "cancel" | "kill": what the stop request means
+    requeued_from: str | None = None
+    dlq_resolution: str | None = None  # "requeued:<id>" | "purged" once handled
+
+    def with_(self, **changes: Any) -> Job:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Permit:
+    """The core's authorisation for one attempt (seed 004 §4.2). Only the core's gate seals one."""
+
+    id: str
+    job_id: str
+    attempt_index: int
+    issued_at: float
+    deadline_at: float
+    grace_s: float
+    granted: Mapping[str, str]  # the slots it holds: role, environment, worker kind, tenant
+    breaker: str  # breaker state of the worker kind at issue
+    seal: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    """One execution of a job under one permit."""
+
+    id: str
+    job_id: str
+    index: int
+    state: AttemptState
+    permit_id: str
+    deadline_at: float
+    created_at: float
+    dir: str
+    engine_id: str
+    pid: int | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    outcome: Outcome | None = None
+    error: str | None = None
+    limit_hit: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptResult:
+    """What the worker layer reports when an attempt ends."""
+
+    outcome: Outcome
+    exit_code: int | None = None
+    signal: int | None = None
+    error: str | None = None
+    limit_hit: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome is Outcome.EXITED and self.exit_code == 0
+
+    def describe(self) -> str:
+        """One line for people: what happened to the process."""
+        if self.error:
+            return self.error
+        if self.outcome is Outcome.EXITED:
+            if self.signal is not None:
+                return f"killed by signal {self.signal}"
+            return f"exited with code {self.exit_code}"
+        return self.outcome.value.replace("_", " ")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobEvent:
+    """One line of a job's timeline."""
+
+    job_id: str
+    at: float
+    kind: str
+    message: str = ""
+    from_state: str | None = None
+    to_state: str | None = None
+    attempt: int | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitResult:
+    """The job a submission resolved to, and whether it was created or coalesced."""
+
+    job: Job
+    created: bool
+    superseded: str | None = None  # latest-wins: the job this one replaced
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claimed:
+    """A job the dispatcher took from the queue, with its new attempt and the permit it holds."""
+
+    job: Job
+    attempt: Attempt
+    permit: Permit

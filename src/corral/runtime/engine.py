@@ -1,0 +1,171 @@
+"""`corral serve`: one engine per data directory, wired from the configuration."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+
+from corral.config import Config
+from corral.core.gateway import Core
+from corral.core.permits import PermitGate
+from corral.core.ports import Store
+from corral.domain.errors import EngineRunning, StoreError
+from corral.domain.ids import new_id
+from corral.domain.models import Attempt
+from corral.runtime.control import serve_control
+from corral.scheduler.dispatcher import DispatchOptions, Dispatcher
+from corral.scheduler.service import Submissions
+from corral.workers.command import CommandWorker
+
+log = logging.getLogger("corral.engine")
+
+HEARTBEAT_S = 5.0
+STALE_ENGINE_S = 3 * HEARTBEAT_S
+
+
+def build_store(config: Config) -> Store:
+    """The store named by the configuration: PostgreSQL for a postgresql:// URL, else SQLite."""
+    url = config.store_url
+    if url and url.startswith(("postgresql://", "postgres://")):
+        from corral.store.postgres import PostgresStore
+
+        return PostgresStore(url)
+    if url and not url.startswith("sqlite:"):
+        raise StoreError(f"unsupported store URL {url!r}: use postgresql://… or sqlite:///path")
+    from corral.store.sqlite import SqliteStore
+
+    path = Path(url.removeprefix("sqlite://")) if url else config.db_path
+    return SqliteStore(path, synchronous=config.sqlite_synchronous)
+
+
+def build_core(config: Config) -> Core:
+    gate = PermitGate(config.settings)
+    return Core(gate, {"command": CommandWorker(gate.validate)})
+
+
+def worker_kinds() -> frozenset[str]:
+    """The worker kinds this build can run (submissions naming others are refused)."""
+    return frozenset({"command"})
+
+
+def submissions(store: Store, config: Config) -> Submissions:
+    return Submissions(store, config.settings, time.time, worker_kinds())
+
+
+class ServeLock:
+    """At most one engine per data directory (an flock held for the engine's life)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "engine.lock"
+        self._file: IO[str] | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = self.path.open("a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            f.close()
+            raise EngineRunning(f"another engine (pid {holder}) is already serving "
+                                f"{self.path.parent}") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self._file = f
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class Engine:
+    """The running engine: store, core, dispatcher and control socket in one task group."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.id = new_id()
+        self.lock = ServeLock(config.data_dir)
+        self.store: Store = build_store(config)
+        self.core = build_core(config)
+        self._stale: set[str] = set()
+        self.dispatcher = Dispatcher(
+            store=self.store, core=self.core, settings=config.settings,
+            options=DispatchOptions(engine_id=self.id,
+                                    attempts_root=config.data_dir / "attempts",
+                                    owns=self._owns))
+
+    def _owns(self, attempt: Attempt) -> bool:
+        # SQLite: we hold the data dir, so every attempt in flight is ours to recover.
+        # PostgreSQL: only attempts of engines that stopped heart-beating.
+        return self.config.store_url is None or attempt.engine_id in self._stale
+
+    def _control(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "wake":
+            self.dispatcher.wake(stops=True)
+            return {"ok": True}
+        if op == "ping":
+            return {"ok": True, "engine": self.id, "pid": os.getpid(),
+                    "inflight": self.dispatcher.inflight}
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+    async def run(self, *, drain: bool = False,
+                  on_ready: Callable[[Engine], None] | None = None) -> None:
+        self.lock.acquire()
+        try:
+            await self.store.open()
+            try:
+                await self._run(drain, on_ready)
+            finally:
+                await self.store.close()
+        finally:
+            self.lock.release()
+
+    async def _run(self, drain: bool, on_ready: Callable[[Engine], None] | None) -> None:
+        now = time.time()
+        await self.store.register_engine(self.id, pid=os.getpid(), host=socket.gethostname(),
+                                         now=now)
+        self._stale = await self._stale_engines(now)
+        ready = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_control, self.config.data_dir, self._control)
+            tg.start_soon(self._heartbeat)
+            tg.start_soon(self._signals, tg.cancel_scope)
+            if on_ready is not None:
+                tg.start_soon(_when_ready, ready, lambda: on_ready(self))
+            await self.dispatcher.run(drain=drain, ready=ready)
+            tg.cancel_scope.cancel()
+
+    async def _stale_engines(self, now: float) -> set[str]:
+        return set(await self.store.stale_engines(before=now - STALE_ENGINE_S, exclude=self.id))
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(HEARTBEAT_S)
+            await self.store.heartbeat_engine(self.id, now=time.time())
+
+    async def _signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s: stopping; running attempts keep running and are "
+                         "re-adopted by the next engine", signal.Signals(signum).name)
+                scope.cancel()
+                return
+
+
+async def _when_ready(ready: anyio.Event, callback: Callable[[], None]) -> None:
+    await ready.wait()
+    callback()

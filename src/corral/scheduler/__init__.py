@@ -1,0 +1,1 @@
+"""Policy: queue order and fairness, retries and the dead-letter queue, dedup, submission rules."""

@@ -1,0 +1,314 @@
+"""The dispatch loop: queue → permit → attempt → result → retry, dead-letter or done.
+
+Every background loop lives in one task group; each attempt is supervised by its own task. The
+store is written in small batches (one transaction per batch of starts and one per batch of
+results) so that many short attempts do not pay one commit each (bench/ W1).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskGroup
+
+from corral.core.gateway import Core
+from corral.core.permits import Rejected
+from corral.core.ports import AttemptHandle, Finish, QueueFilter, Store
+from corral.domain.errors import CorralError
+from corral.domain.ids import new_id
+from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobEvent
+from corral.domain.settings import Settings
+from corral.domain.states import AttemptState, Outcome
+from corral.scheduler.retry import RetryInput, decide
+
+log = logging.getLogger("corral.dispatch")
+
+BATCH = 64  # jobs reserved per dispatch round
+# An attempt the shim should have ended long ago is killed by the engine too (defence in depth).
+DEADLINE_SLACK_S = 5.0
+
+
+@dataclass(slots=True)
+class _Live:
+    claimed: Claimed
+    handle: AttemptHandle | None = None
+    stop_sent: str | None = None
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Writes waiting for the next flush; each waiter is released once its write committed."""
+
+    started: list[tuple[Attempt, int]] = field(default_factory=list)
+    finished: list[Finish] = field(default_factory=list)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DispatchOptions:
+    engine_id: str
+    attempts_root: Path
+    owns: Callable[[Attempt], bool] = lambda a: True  # which in-flight attempts to recover
+
+
+class Dispatcher:
+    """Runs the queue against the core until cancelled (or, in drain mode, until idle)."""
+
+    def __init__(self, *, store: Store, core: Core, settings: Settings, options: DispatchOptions,
+                 clock: Callable[[], float] = time.time,
+                 jitter: Callable[[], float] = random.random) -> None:
+        self.store = store
+        self.core = core
+        self.settings = settings
+        self.opts = options
+        self.clock = clock
+        self.jitter = jitter
+        self._live: dict[str, _Live] = {}
+        self._pending_stop: dict[str, str] = {}
+        self._wake = anyio.Event()
+        self._check_stops = True
+        self._batch = _Batch()
+        self._flush_wanted = anyio.Event()
+        self._tg: TaskGroup | None = None
+        self._retry_due: float | None = None
+        self.started = 0
+        self.finished = 0
+
+    # ---- public --------------------------------------------------------------------------
+
+    def wake(self, *, stops: bool = False) -> None:
+        """Something changed (a submission, a cancel, a freed slot): look at the queue now."""
+        self._check_stops = self._check_stops or stops
+        self._wake.set()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._live)
+
+    async def run(self, *, drain: bool = False, ready: anyio.Event | None = None) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._writer)
+            await self.recover()
+            self._retry_due = await self.store.next_retry_at()
+            if ready is not None:
+                ready.set()
+            while True:
+                self._wake = anyio.Event()
+                runnable = await self._tick()
+                if drain and not runnable and not self._live and await self._nothing_pending():
+                    break
+                if runnable:
+                    continue
+                woken = False
+                with anyio.move_on_after(self._idle_timeout()):
+                    await self._wake.wait()
+                    woken = True
+                if not woken:  # the periodic look: other writers (CLI, other engines) may
+                    self._check_stops = True  # have changed things without telling us
+                    self._retry_due = await self.store.next_retry_at()
+            await self._flush_now()
+            tg.cancel_scope.cancel()
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    async def _tick(self) -> bool:
+        """One round; True when a full batch was dispatched and more may be waiting."""
+        now = self.clock()
+        if self._retry_due is not None and now >= self._retry_due:
+            await self.store.promote_retries(now=now, aging_s=self.settings.scheduler.aging_s)
+            self._retry_due = await self.store.next_retry_at()
+        if self._check_stops:
+            self._check_stops = False
+            await self._apply_stops()
+        return await self._dispatch(now)
+
+    async def _nothing_pending(self) -> bool:
+        counts = await self.store.counts()
+        return not any(counts.get(s, 0) for s in ("QUEUED", "RETRY_WAIT", "STARTING", "RUNNING"))
+
+    def _idle_timeout(self) -> float:
+        timeout = self.settings.scheduler.poll_interval_s
+        if self._retry_due is not None:
+            timeout = min(timeout, max(0.0, self._retry_due - self.clock()))
+        return timeout
+
+    async def _dispatch(self, now: float) -> bool:
+        roles_full, envs_full = self.core.gate.full()
+        where = QueueFilter(exclude_roles=roles_full, exclude_envs=envs_full)
+        jobs = await self.store.reserve(engine_id=self.opts.engine_id, now=now, limit=BATCH,
+                                        where=where)
+        claims = [c for c in (self._claim(job, now) for job in jobs) if c is not None]
+        if not claims:
+            return False
+        won = await self.store.start_attempts(claims, now=now)
+        won_ids = {c.attempt.id for c in won}
+        for c in claims:
+            if c.attempt.id not in won_ids:
+                self.core.release(c.permit)  # another engine (or a cancel) got there first
+        assert self._tg is not None
+        for c in won:
+            self._live[c.job.id] = _Live(claimed=c)
+            self._tg.start_soon(self._supervise, c, None)
+        return len(jobs) == BATCH and bool(won)
+
+    def _claim(self, job: Job, now: float) -> Claimed | None:
+        index = job.attempts + 1
+        permit = self.core.request_permit(job, index, now)
+        if isinstance(permit, Rejected):
+            return None  # at a cap: the job waits for a slot, it never fails for lack of one
+        attempt = Attempt(
+            id=new_id(), job_id=job.id, index=index, state=AttemptState.STARTING,
+            permit_id=permit.id, deadline_at=permit.deadline_at, created_at=now,
+            dir=str(self.opts.attempts_root / job.id / str(index)), engine_id=self.opts.engine_id)
+        return Claimed(job=job, attempt=attempt, permit=permit)
+
+    async def _apply_stops(self) -> None:
+        for job, _attempt in await self.store.inflight():
+            if not job.cancel_requested:
+                continue
+            live = self._live.get(job.id)
+            kind = job.stop_kind or "cancel"
+            if live is None or live.handle is None:
+                self._pending_stop[job.id] = kind  # not started yet: stopped right after spawn
+            elif live.stop_sent is None:
+                live.stop_sent = kind
+                live.handle.stop()
+
+    # ---- one attempt ---------------------------------------------------------------------
+
+    async def _supervise(self, c: Claimed, adopted: AttemptHandle | None) -> None:
+        live = self._live.setdefault(c.job.id, _Live(claimed=c))
+        if adopted is None:
+            try:
+                handle = self.core.launch(c)
+            except CorralError as err:
+                await self._complete(c, AttemptResult(outcome=Outcome.SPAWN_ERROR,
+                                                      error=str(err)))
+                return
+            self.started += 1
+        else:
+            handle = adopted
+        live.handle = handle
+        if c.attempt.state is AttemptState.STARTING:
+            await self._write(started=(c.attempt, handle.pid))
+        kind = self._pending_stop.pop(c.job.id, None)
+        if kind and live.stop_sent is None:
+            live.stop_sent = kind
+            handle.stop()
+        budget = c.permit.deadline_at + c.permit.grace_s + DEADLINE_SLACK_S - self.clock()
+        result: AttemptResult | None = None
+        with anyio.move_on_after(max(0.0, budget)):
+            result = await handle.wait()
+        if result is None:
+            log.warning("attempt %s outlived its deadline; killing its tree", c.attempt.id)
+            handle.stop(now_kill=True)
+            result = await handle.wait()
+        await self._complete(c, result)
+
+    async def _complete(self, c: Claimed, result: AttemptResult) -> None:
+        live = self._live.get(c.job.id)
+        stop_kind = (live.stop_sent if live else None) or self._pending_stop.pop(c.job.id, None)
+        if stop_kind is None and result.outcome is Outcome.CANCELLED:
+            # The shim was told to stop by somebody else (an operator's kill, a previous engine
+            # that died mid-cancel): trust the persisted request.
+            stop_kind = c.job.stop_kind or "cancel"
+        role = self.settings.roles.get(c.job.role)
+        policy = role.retry if role else self.settings.roles[self.settings.default_role].retry
+        now = self.clock()
+        job = c.job.with_(attempts=c.attempt.index)
+        d = decide(RetryInput(job=job, result=result, policy=policy, stop_kind=stop_kind,
+                              jitter=self.jitter()), now)
+        if stop_kind == "kill" and result.outcome is Outcome.CANCELLED:
+            result = AttemptResult(**{**_fields(result), "outcome": Outcome.KILLED})
+        if d.limit_hit and not result.limit_hit:
+            result = AttemptResult(**{**_fields(result), "limit_hit": d.limit_hit})
+        events = [JobEvent(job_id=c.job.id, at=now, kind="attempt_ended", attempt=c.attempt.index,
+                           message=result.describe(),
+                           data={"outcome": result.outcome.value, "exit_code": result.exit_code,
+                                 "signal": result.signal})]
+        await self._write(finished=Finish(attempt=c.attempt, result=result, job_state=d.state,
+                                          retry_at=d.retry_at, error=d.error, events=events))
+        if d.retry_at is not None:
+            self._retry_due = min(d.retry_at, self._retry_due or d.retry_at)
+        self._live.pop(c.job.id, None)
+        self.core.release(c.permit)
+        self.finished += 1
+        self.wake()
+
+    # ---- recovery ------------------------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Re-adopt attempts left in flight by a previous engine; collect those that ended."""
+        count = 0
+        for job, attempt in await self.store.inflight():
+            if job.id in self._live or not self.opts.owns(attempt):
+                continue
+            now = self.clock()
+            try:
+                permit, found = self.core.adopt(job, attempt, now)
+            except CorralError as err:
+                log.error("cannot recover attempt %s: %s", attempt.id, err)
+                continue
+            c = Claimed(job=job, attempt=attempt, permit=permit)
+            await self.store.append_events([JobEvent(
+                job_id=job.id, at=now, kind="recovered", attempt=attempt.index,
+                message="re-adopted running process" if not isinstance(found, AttemptResult)
+                else f"ended while the engine was down: {found.describe()}")])
+            self._live[job.id] = _Live(claimed=c)
+            count += 1
+            if isinstance(found, AttemptResult):
+                await self._complete(c, found)
+            else:
+                assert self._tg is not None
+                self._tg.start_soon(self._supervise, c, found)
+        return count
+
+    # ---- batched writes ------------------------------------------------------------------
+
+    async def _write(self, *, started: tuple[Attempt, int] | None = None,
+                     finished: Finish | None = None) -> None:
+        batch = self._batch
+        if started is not None:
+            batch.started.append(started)
+        if finished is not None:
+            batch.finished.append(finished)
+        self._flush_wanted.set()
+        await batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+
+    async def _writer(self) -> None:
+        while True:
+            await self._flush_wanted.wait()
+            await self._flush_now()
+
+    async def _flush_now(self) -> None:
+        batch, self._batch = self._batch, _Batch()
+        self._flush_wanted = anyio.Event()
+        if not (batch.started or batch.finished):
+            batch.done.set()
+            return
+        try:
+            now = self.clock()
+            with anyio.CancelScope(shield=True):  # a result, once decided, is always written
+                if batch.started:
+                    await self.store.mark_running(batch.started, now=now)
+                if batch.finished:
+                    await self.store.finish(batch.finished, now=now)
+        except Exception as err:  # the store is down: every waiter sees the error
+            log.error("store write failed: %s", err)
+            batch.error = err
+        finally:
+            batch.done.set()
+
+
+def _fields(r: AttemptResult) -> dict[str, object]:
+    return {f: getattr(r, f) for f in r.__dataclass_fields__}

@@ -1,0 +1,441 @@
+"""The store port in pure Python: dicts of frozen values with the semantics of `SqlStore`.
+
+Unit tests use it; tests/contract/test_store_contract.py runs one suite against it, SQLite and
+PostgreSQL, so any difference from `corral.store.sql` is a bug here or there.
+
+Atomicity without a lock: no operation awaits between its first read and its last write, so on
+one event loop an operation runs to completion without interleaving (no `asyncio.Lock` needed).
+An operation that raises part-way is rolled back from an undo journal, as a SQL transaction is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from corral.core.ports import Finish, JobQuery, QueueFilter
+from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound, StaleState
+from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
+from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+from corral.store.sql import ATTEMPT_STATE_FOR
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _json_copy(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep, JSON-shaped copy: what a SQL store would give back after a round trip."""
+    out: dict[str, Any] = json.loads(json.dumps(dict(value), sort_keys=True))
+    return out
+
+
+def _out(job: Job) -> Job:
+    """A copy callers may not use to change the stored job (Job is frozen; its maps are not)."""
+    return job.with_(env=_json_copy(job.env), options=_json_copy(job.options))
+
+
+def _normalise(job: Job) -> Job:
+    return job.with_(command=tuple(job.command), after=tuple(job.after), env=_json_copy(job.env),
+                     options=_json_copy(job.options), created_at=float(job.created_at),
+                     updated_at=float(job.updated_at), sort_at=float(job.sort_at))
+
+
+def _attempt_state(outcome: Outcome, exit_code: int | None) -> AttemptState:
+    if outcome is Outcome.EXITED:
+        return AttemptState.SUCCEEDED if exit_code == 0 else AttemptState.FAILED
+    return ATTEMPT_STATE_FOR[outcome]
+
+
+def _event(job: Job, kind: str, now: float, message: str = "", *, to: JobState | None = None,
+           attempt: int | None = None, data: Mapping[str, Any] | None = None) -> JobEvent:
+    return JobEvent(job_id=job.id, at=now, kind=kind, message=message,
+                    from_state=job.state.value, to_state=to.value if to else None,
+                    attempt=attempt, data=dict(data or {}))
+
+
+class MemoryStore:
+    """The store port in memory. Every state change is a compare-and-set, as in SqlStore."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._attempts: dict[str, Attempt] = {}  # attempt id → attempt
+        self._job_attempts: dict[str, tuple[str, ...]] = {}  # job id → attempt ids, by index
+        self._permits: dict[str, str] = {}  # permit id → attempt id (a permit is used once)
+        self._dependents: dict[str, tuple[str, ...]] = {}  # dependency id → waiting job ids
+        self._keys: dict[str, str] = {}  # idempotency key → holder job id
+        self._events: dict[str, list[tuple[int, JobEvent]]] = {}
+        self._event_seq = 0
+        self._engines: dict[str, tuple[str, int, float, float]] = {}
+        self._undo: list[Callable[[], object]] | None = None
+
+    async def open(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    # ---- the transaction discipline ------------------------------------------------------
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        """Undo every write of the operation if it raises (a rolled-back transaction)."""
+        self._undo = []
+        try:
+            yield
+        except BaseException:
+            for undo in reversed(self._undo):
+                undo()
+            raise
+        finally:
+            self._undo = None
+
+    def _set(self, table: dict[K, V], key: K, value: V) -> None:
+        if self._undo is not None:
+            if key in table:
+                old = table[key]
+                self._undo.append(lambda: table.__setitem__(key, old))
+            else:
+                self._undo.append(lambda: table.pop(key, None))
+        table[key] = value
+
+    def _unset(self, table: dict[K, V], key: K) -> None:
+        if key in table:
+            old = table.pop(key)
+            if self._undo is not None:
+                self._undo.append(lambda: table.__setitem__(key, old))
+
+    def _emit(self, events: Sequence[JobEvent]) -> None:
+        for e in events:
+            self._event_seq += 1
+            log = self._events.setdefault(e.job_id, [])
+            log.append((self._event_seq, replace(e, at=float(e.at), data=_json_copy(e.data))))
+            if self._undo is not None:
+                self._undo.append(log.pop)
+
+    # ---- helpers (as in SqlStore) ----------------------------------------------------------
+
+    def _move(self, job: Job, to: JobState, now: float, **cols: Any) -> Job:
+        """Compare-and-set a job from its current state to `to`, setting extra fields."""
+        current = self._jobs.get(job.id)
+        if current is None or current.state is not job.state:
+            raise StaleState(f"job {job.id} is no longer {job.state.value}")
+        moved = current.with_(state=to, updated_at=now, **cols)
+        self._set(self._jobs, job.id, moved)
+        return moved
+
+    def _release_key(self, job: Job) -> None:
+        if job.key and self._keys.get(job.key) == job.id:
+            self._unset(self._keys, job.key)
+
+    def _settle_dependents(self, job: Job, ended: JobState, now: float) -> None:
+        """A dependency ended: count it off its dependents, or fail them if it did not succeed."""
+        for dep_id in self._dependents.get(job.id, ()):
+            dep = self._jobs.get(dep_id)
+            if dep is None or dep.state is not JobState.QUEUED:
+                continue  # e.g. an earlier sibling's cascade already failed it
+            if ended is JobState.SUCCEEDED:
+                if dep.deps_pending > 0:
+                    self._set(self._jobs, dep.id,
+                              dep.with_(deps_pending=dep.deps_pending - 1, updated_at=now))
+                continue
+            why = f"dependency {job.id} ended {ended.value}"
+            self._move(dep, JobState.FAILED, now, last_error=why)
+            self._emit([_event(dep, "dependency_failed", now, why, to=JobState.FAILED)])
+            self._release_key(dep)
+            self._settle_dependents(dep, JobState.FAILED, now)
+
+    def _end(self, job: Job, to: JobState, now: float, message: str, kind: str,
+             **cols: Any) -> Job:
+        """Move a job into a terminal state and do what every terminal path must do."""
+        ended = self._move(job, to, now, **cols)
+        self._emit([_event(job, kind, now, message, to=to)])
+        self._release_key(job)
+        self._settle_dependents(job, to, now)
+        return ended
+
+    def _stop(self, job: Job, reason: str, kind: str, now: float) -> Job:
+        if job.state.terminal:
+            raise Conflict(f"job {job.id} is already {job.state.value}; nothing to cancel")
+        stopped = JobState.KILLED if kind == "kill" else JobState.CANCELLED
+        if not job.state.in_flight:
+            return self._end(job, stopped, now, reason, kind,
+                             cancel_requested=reason, stop_kind=kind, last_error=reason)
+        if job.cancel_requested is not None:
+            return job
+        flagged = job.with_(cancel_requested=reason, stop_kind=kind, updated_at=now)
+        self._set(self._jobs, job.id, flagged)
+        self._emit([_event(job, f"{kind}_requested", now, reason)])
+        return flagged
+
+    # ---- submission ----------------------------------------------------------------------
+
+    async def submit(self, job: Job, *, now: float, aging_s: float) -> SubmitResult:
+        with self._tx():
+            return self._submit(_normalise(job), now)
+
+    def _submit(self, job: Job, now: float) -> SubmitResult:
+        superseded: str | None = None
+        if job.key:
+            holder_id = self._keys.get(job.key)
+            holder = self._jobs.get(holder_id) if holder_id else None
+            if holder is not None and not holder.state.terminal:
+                if job.dedup is DedupMode.COALESCE:
+                    return SubmitResult(job=_out(holder), created=False)
+                if job.dedup is DedupMode.REJECT:
+                    raise DuplicateJob(job.key, holder.id)
+                if holder.id in job.after:
+                    raise InvalidRequest(
+                        f"job cannot run --after {holder.id}: it supersedes that job "
+                        "(latest-wins on the same key would close a cycle)")
+                self._stop(holder, f"superseded by {job.id} (latest-wins)", "cancel", now)
+                superseded = holder.id
+        job, failed_dep = self._resolve_deps(job)
+        if job.id in self._jobs:
+            raise Conflict(f"job {job.id} already exists")
+        self._set(self._jobs, job.id, job)
+        events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
+                           message=("supersedes " + superseded) if superseded else "",
+                           data={"priority": job.priority, "role": job.role})]
+        if failed_dep:
+            events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
+                                   message=failed_dep, to_state=JobState.FAILED.value))
+        self._emit(events)
+        if job.key and not job.state.terminal:
+            self._take_key(job, job.key, steal=superseded is not None)
+        return SubmitResult(job=_out(job), created=True, superseded=superseded)
+
+    def _take_key(self, job: Job, key: str, *, steal: bool) -> None:
+        holder = self._jobs.get(self._keys.get(key, ""))
+        if not steal and holder is not None and not holder.state.terminal:
+            raise StaleState(f"key {key!r} taken concurrently")
+        self._set(self._keys, key, job.id)
+
+    def _resolve_deps(self, job: Job) -> tuple[Job, str | None]:
+        pending: list[str] = []
+        failed: str | None = None
+        for dep_id in dict.fromkeys(job.after):  # a repeated --after counts once
+            if dep_id == job.id:
+                raise InvalidRequest(f"job {job.id} cannot depend on itself")
+            dep = self._jobs.get(dep_id)
+            if dep is None:
+                raise NotFound(f"--after names no job: {dep_id}")
+            if dep.state is JobState.SUCCEEDED:
+                continue
+            if dep.state.terminal:
+                failed = failed or f"dependency {dep.id} ended {dep.state.value}"
+            else:
+                pending.append(dep.id)
+        for dep_id in pending:
+            self._set(self._dependents, dep_id, (*self._dependents.get(dep_id, ()), job.id))
+        if failed:
+            return job.with_(state=JobState.FAILED, last_error=failed), failed
+        return job.with_(deps_pending=len(pending)), None
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    async def reserve(self, *, engine_id: str, now: float, limit: int,
+                      where: QueueFilter) -> list[Job]:
+        runnable = [
+            j for j in self._jobs.values()
+            if j.state is JobState.QUEUED and j.deps_pending == 0
+            and j.role not in where.exclude_roles and j.env_name not in where.exclude_envs
+            and j.worker not in where.exclude_workers
+        ]
+        runnable.sort(key=lambda j: (j.sort_at, j.id))
+        return [_out(j) for j in runnable[:max(limit, 0)]]
+
+    async def start_attempts(self, claims: Sequence[Claimed], *, now: float) -> list[Claimed]:
+        won: list[Claimed] = []
+        with self._tx():
+            for c in claims:
+                index = c.attempt.index
+                current = self._jobs.get(c.job.id)
+                if (current is None or current.state is not JobState.QUEUED
+                        or current.deps_pending != 0 or current.attempts != index - 1):
+                    continue
+                if c.attempt.id in self._attempts or c.attempt.permit_id in self._permits:
+                    raise Conflict(f"attempt {c.attempt.id} or its permit was already used")
+                self._set(self._jobs, current.id, current.with_(
+                    state=JobState.STARTING, attempts=index, updated_at=now))
+                self._set(self._attempts, c.attempt.id, c.attempt)
+                self._set(self._permits, c.attempt.permit_id, c.attempt.id)
+                self._set(self._job_attempts, current.id,
+                          (*self._job_attempts.get(current.id, ()), c.attempt.id))
+                self._emit([_event(c.job, "permit_granted", now, f"attempt {index}",
+                                   to=JobState.STARTING, attempt=index,
+                                   data={"permit": c.permit.id,
+                                         "deadline_at": c.permit.deadline_at})])
+                won.append(Claimed(job=c.job.with_(state=JobState.STARTING, attempts=index,
+                                                   updated_at=now),
+                                   attempt=c.attempt, permit=c.permit))
+        return won
+
+    async def mark_running(self, started: Sequence[tuple[Attempt, int]], *, now: float) -> int:
+        count = 0
+        with self._tx():
+            for attempt, pid in started:
+                row = self._attempts.get(attempt.id)
+                n = row is not None and row.state is AttemptState.STARTING
+                if row is not None and n:
+                    self._set(self._attempts, row.id,
+                              replace(row, state=AttemptState.RUNNING, pid=pid, started_at=now))
+                job = self._jobs.get(attempt.job_id)
+                m = job is not None and job.state is JobState.STARTING
+                if job is not None and m:
+                    self._set(self._jobs, job.id,
+                              job.with_(state=JobState.RUNNING, updated_at=now))
+                if n and m:
+                    count += 1
+                    self._emit([JobEvent(
+                        job_id=attempt.job_id, at=now, kind="running", from_state="STARTING",
+                        to_state="RUNNING", attempt=attempt.index, message=f"pid {pid}")])
+        return count
+
+    async def finish(self, finishes: Sequence[Finish], *, now: float) -> list[Job]:
+        with self._tx():
+            done = [self._finish_one(f, now) for f in finishes]
+        return [_out(j) for j in done if j is not None]
+
+    def _finish_one(self, f: Finish, now: float) -> Job | None:
+        r, a = f.result, f.attempt
+        row = self._attempts.get(a.id)
+        closed = row is not None and not row.state.terminal
+        if row is not None and closed:
+            self._set(self._attempts, row.id, replace(
+                row, state=_attempt_state(r.outcome, r.exit_code), ended_at=r.ended_at or now,
+                exit_code=r.exit_code, signal=r.signal, outcome=r.outcome, error=r.error,
+                limit_hit=r.limit_hit,
+                started_at=row.started_at if row.started_at is not None else r.started_at))
+        job = self._jobs.get(a.job_id)
+        if not closed or job is None or not job.state.in_flight or job.attempts != a.index:
+            return None  # already finished by another path (recovery, a second engine)
+        cols: dict[str, Any] = {"exit_code": r.exit_code, "limit_hit": r.limit_hit,
+                                "last_error": f.error, "retry_at": f.retry_at}
+        self._emit(f.events)
+        if f.job_state.terminal:
+            return self._end(job, f.job_state, now, f.error or "", "ended", **cols)
+        moved = self._move(job, f.job_state, now, **cols)
+        self._emit([_event(job, "retry_scheduled", now, f.error or "", to=f.job_state,
+                           attempt=a.index, data={"retry_at": f.retry_at})])
+        return moved
+
+    async def request_cancel(self, job_id: str, *, reason: str, kind: str, now: float) -> Job:
+        with self._tx():
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise NotFound(f"no job {job_id}")
+            return _out(self._stop(job, reason, kind, now))
+
+    async def promote_retries(self, *, now: float, aging_s: float) -> int:
+        due = sorted((j for j in self._jobs.values() if j.state is JobState.RETRY_WAIT
+                      and j.retry_at is not None and j.retry_at <= now), key=lambda j: j.id)
+        with self._tx():
+            for job in due:
+                self._move(job, JobState.QUEUED, now, sort_at=now + job.priority * aging_s,
+                           retry_at=None)
+                self._emit([JobEvent(
+                    job_id=job.id, at=now, kind="requeued", from_state="RETRY_WAIT",
+                    to_state="QUEUED", message=f"attempt {job.attempts + 1} queued")])
+        return len(due)
+
+    async def next_retry_at(self) -> float | None:
+        waits = [j.retry_at for j in self._jobs.values()
+                 if j.state is JobState.RETRY_WAIT and j.retry_at is not None]
+        return float(min(waits)) if waits else None
+
+    async def inflight(self) -> list[tuple[Job, Attempt]]:
+        out = []
+        for job in sorted(self._jobs.values(), key=lambda j: j.id):
+            if job.state.in_flight:
+                current = self._current_attempt(job)
+                if current is not None:
+                    out.append((_out(job), current))
+        return out
+
+    def _current_attempt(self, job: Job) -> Attempt | None:
+        for attempt_id in self._job_attempts.get(job.id, ()):
+            attempt = self._attempts[attempt_id]
+            if attempt.index == job.attempts:
+                return attempt
+        return None
+
+    # ---- reads ---------------------------------------------------------------------------
+
+    async def get_job(self, ref: str) -> Job:
+        job = self._jobs.get(ref)
+        if job is None and ref and len(ref) >= 4:
+            matches = [j for j in self._jobs.values() if j.id.startswith(ref)]
+            if len(matches) > 1:
+                raise InvalidRequest(f"job id prefix {ref!r} is ambiguous")
+            job = matches[0] if matches else None
+        if job is None:
+            raise NotFound(f"no job {ref}")
+        return _out(job)
+
+    async def list_jobs(self, query: JobQuery) -> list[Job]:
+        def wanted(j: Job) -> bool:
+            if query.state and j.state is not query.state:
+                return False
+            if query.role and j.role != query.role:
+                return False
+            return not query.dead_lettered_unresolved or (
+                j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None)
+
+        found = sorted((j for j in self._jobs.values() if wanted(j)), key=lambda j: j.id,
+                       reverse=True)
+        return [_out(j) for j in found[:max(query.limit, 0)]]
+
+    async def attempts(self, job_id: str) -> list[Attempt]:
+        found = [self._attempts[a] for a in self._job_attempts.get(job_id, ())]
+        return sorted(found, key=lambda a: a.index)
+
+    async def events(self, job_id: str, *, after_id: int = 0) -> list[tuple[int, JobEvent]]:
+        return [(i, replace(e, data=_json_copy(e.data)))
+                for i, e in self._events.get(job_id, ()) if i > after_id]
+
+    async def append_events(self, events: Sequence[JobEvent]) -> None:
+        with self._tx():
+            self._emit(events)
+
+    async def counts(self) -> dict[str, int]:
+        return dict(Counter(j.state.value for j in self._jobs.values()))
+
+    # ---- dead-letter queue ---------------------------------------------------------------
+
+    def _resolve_dlq(self, job_id: str, resolution: str, now: float) -> Job:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id}")
+        if job.state is not JobState.DEAD_LETTERED:
+            raise Conflict(f"job {job_id} is {job.state.value}, not in the dead-letter queue")
+        if job.dlq_resolution is not None:
+            raise Conflict(f"job {job_id} was already resolved: {job.dlq_resolution}")
+        resolved = job.with_(dlq_resolution=resolution, updated_at=now)
+        self._set(self._jobs, job_id, resolved)
+        self._emit([_event(job, "dlq_" + resolution.split(":")[0], now, resolution)])
+        return resolved
+
+    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float) -> Job:
+        with self._tx():
+            self._resolve_dlq(job_id, f"requeued:{new_job.id}", now)
+            return self._submit(_normalise(new_job), now).job
+
+    async def dlq_purge(self, job_id: str, *, now: float) -> Job:
+        with self._tx():
+            return _out(self._resolve_dlq(job_id, "purged", now))
+
+    # ---- engines -------------------------------------------------------------------------
+
+    async def register_engine(self, engine_id: str, *, pid: int, host: str, now: float) -> None:
+        if engine_id in self._engines:  # the SQL stores hit the primary key here
+            raise Conflict(f"engine {engine_id} is already registered")
+        self._engines[engine_id] = (host, pid, now, now)
+
+    async def heartbeat_engine(self, engine_id: str, *, now: float) -> None:
+        if engine_id in self._engines:
+            host, pid, started_at, _ = self._engines[engine_id]
+            self._engines[engine_id] = (host, pid, started_at, now)

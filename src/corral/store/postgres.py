@@ -1,0 +1,93 @@
+"""PostgreSQL: several engines may share one database (SKIP LOCKED leases, CAS claims)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from corral.domain.errors import StoreError
+from corral.store.migrate import migrate
+from corral.store.sql import Row, SqlStore
+
+_PLACEHOLDER = re.compile(r"\?")
+
+
+def _pg(sql: str, cache: dict[str, str] = {}) -> str:  # noqa: B006 - deliberate memo
+    out = cache.get(sql)
+    if out is None:
+        out = cache[sql] = _PLACEHOLDER.sub("%s", sql)
+    return out
+
+
+class _Tx:
+    def __init__(self, cur: psycopg.AsyncCursor[dict[str, Any]]) -> None:
+        self.cur = cur
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        await self.cur.execute(_pg(sql), params)
+        return int(self.cur.rowcount)
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        await self.cur.execute(_pg(sql), params)
+        return await self.cur.fetchone()
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        await self.cur.execute(_pg(sql), params)
+        return list(await self.cur.fetchall())
+
+
+def _redact(dsn: str) -> str:
+    return re.sub(r"(password=)\S+|(://[^:/@]+:)[^@]+@", lambda m: (m.group(1) or m.group(2))
+                  + "***" + ("@" if m.group(2) else ""), dsn)
+
+
+class PostgresDriver:
+    dialect = "postgres"
+
+    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4) -> None:
+        self.dsn = dsn
+        self._pool = AsyncConnectionPool(dsn, min_size=min_size, max_size=max_size, open=False,
+                                         kwargs={"autocommit": True})
+
+    async def open(self) -> None:
+        try:
+            await self._pool.open(wait=True, timeout=5.0)
+        except Exception as err:  # psycopg_pool.PoolTimeout, OperationalError …
+            await self._pool.close()
+            raise StoreError(f"cannot reach PostgreSQL at {_redact(self.dsn)}: {err}") from err
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[_Tx]:
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    yield _Tx(cur)
+        except psycopg.OperationalError as err:
+            raise StoreError(f"PostgreSQL error: {err}") from err
+
+    def write(self) -> Any:
+        return self._tx()
+
+    def read(self) -> Any:
+        return self._tx()
+
+
+class PostgresStore(SqlStore):
+    """The store on a PostgreSQL database."""
+
+    def __init__(self, dsn: str) -> None:
+        self.pg = PostgresDriver(dsn)
+        super().__init__(self.pg)
+
+    async def open(self) -> None:
+        await self.pg.open()
+        await migrate(self.pg)

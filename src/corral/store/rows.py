@@ -1,0 +1,92 @@
+"""Conversions between store rows and domain values (shared by the SQL stores)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from corral.domain.models import Attempt, Job, JobEvent, Limits
+from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+
+JOB_COLUMNS = (
+    "id", "state", "role", "worker", "env_name", "priority", "tenant", "command", "prompt", "cwd",
+    "env", "options", "max_attempts", "timeout_s", "grace_s", "idem_key", "dedup", "workspace",
+    "parent_id", "depth", "created_at", "updated_at", "sort_at", "retry_at", "attempts",
+    "deps_pending", "after_ids", "last_error", "exit_code", "limit_hit", "cancel_requested",
+    "stop_kind", "requeued_from", "dlq_resolution",
+)
+ATTEMPT_COLUMNS = (
+    "id", "job_id", "idx", "state", "permit_id", "permit", "deadline_at", "created_at", "dir",
+    "engine_id", "pid", "started_at", "ended_at", "exit_code", "signal", "outcome", "error",
+    "limit_hit",
+)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def job_params(job: Job) -> tuple[Any, ...]:
+    """Column values of a job, in JOB_COLUMNS order."""
+    return (
+        job.id, job.state.value, job.role, job.worker, job.env_name, job.priority, job.tenant,
+        dumps(list(job.command)), job.prompt, job.cwd, dumps(dict(job.env)),
+        dumps(dict(job.options)), job.limits.max_attempts, job.limits.timeout_s,
+        job.limits.grace_s, job.key, job.dedup.value, job.workspace, job.parent_id, job.depth,
+        job.created_at, job.updated_at, job.sort_at, job.retry_at, job.attempts,
+        job.deps_pending, dumps(list(job.after)), job.last_error, job.exit_code, job.limit_hit,
+        job.cancel_requested, job.stop_kind, job.requeued_from, job.dlq_resolution,
+    )
+
+
+def job_from_row(r: Mapping[str, Any]) -> Job:
+    return Job(
+        id=r["id"], state=JobState(r["state"]), role=r["role"], worker=r["worker"],
+        env_name=r["env_name"], priority=int(r["priority"]), tenant=r["tenant"],
+        command=tuple(json.loads(r["command"])), prompt=r["prompt"], cwd=r["cwd"],
+        env=json.loads(r["env"]), options=json.loads(r["options"]),
+        limits=Limits(max_attempts=int(r["max_attempts"]), timeout_s=float(r["timeout_s"]),
+                      grace_s=float(r["grace_s"])),
+        key=r["idem_key"], dedup=DedupMode(r["dedup"]), workspace=r["workspace"],
+        parent_id=r["parent_id"], depth=int(r["depth"]), created_at=float(r["created_at"]),
+        updated_at=float(r["updated_at"]), sort_at=float(r["sort_at"]), retry_at=r["retry_at"],
+        attempts=int(r["attempts"]), deps_pending=int(r["deps_pending"]),
+        after=tuple(json.loads(r["after_ids"])), last_error=r["last_error"],
+        exit_code=r["exit_code"], limit_hit=r["limit_hit"],
+        cancel_requested=r["cancel_requested"], stop_kind=r["stop_kind"],
+        requeued_from=r["requeued_from"], dlq_resolution=r["dlq_resolution"],
+    )
+
+
+def attempt_params(a: Attempt, permit_json: str) -> tuple[Any, ...]:
+    return (
+        a.id, a.job_id, a.index, a.state.value, a.permit_id, permit_json, a.deadline_at,
+        a.created_at, a.dir, a.engine_id, a.pid, a.started_at, a.ended_at, a.exit_code,
+        a.signal, a.outcome.value if a.outcome else None, a.error, a.limit_hit,
+    )
+
+
+def attempt_from_row(r: Mapping[str, Any]) -> Attempt:
+    return Attempt(
+        id=r["id"], job_id=r["job_id"], index=int(r["idx"]), state=AttemptState(r["state"]),
+        permit_id=r["permit_id"], deadline_at=float(r["deadline_at"]),
+        created_at=float(r["created_at"]), dir=r["dir"], engine_id=r["engine_id"],
+        pid=r["pid"], started_at=r["started_at"], ended_at=r["ended_at"],
+        exit_code=r["exit_code"], signal=r["signal"],
+        outcome=Outcome(r["outcome"]) if r["outcome"] else None, error=r["error"],
+        limit_hit=r["limit_hit"],
+    )
+
+
+def event_params(e: JobEvent) -> tuple[Any, ...]:
+    return (e.job_id, e.at, e.kind, e.from_state, e.to_state, e.attempt, e.message,
+            dumps(dict(e.data)))
+
+
+def event_from_row(r: Mapping[str, Any]) -> JobEvent:
+    return JobEvent(
+        job_id=r["job_id"], at=float(r["at"]), kind=r["kind"], from_state=r["from_state"],
+        to_state=r["to_state"], attempt=r["attempt"], message=r["message"],
+        data=json.loads(r["data"]),
+    )

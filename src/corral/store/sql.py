@@ -1,0 +1,509 @@
+"""The store port over SQL: one implementation of every operation for SQLite and PostgreSQL.
+
+Each operation is one transaction. State changes are compare-and-set (`… WHERE id = ? AND state
+= ?`, row count checked); the drivers differ only in how they open a write transaction and in
+PostgreSQL's `FOR UPDATE SKIP LOCKED` lease when several engines share a database.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+from corral.core.ports import Finish, JobQuery, QueueFilter
+from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound, StaleState
+from corral.domain.models import (
+    Attempt,
+    Claimed,
+    Job,
+    JobEvent,
+    SubmitResult,
+)
+from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+from corral.store.rows import (
+    ATTEMPT_COLUMNS,
+    JOB_COLUMNS,
+    attempt_from_row,
+    attempt_params,
+    event_from_row,
+    event_params,
+    job_from_row,
+    job_params,
+)
+
+Row = Mapping[str, Any]
+_JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
+_JOB_INSERT = (
+    f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
+)
+_ATTEMPT_SELECT = "SELECT " + ", ".join(ATTEMPT_COLUMNS) + " FROM attempts"
+_ATTEMPT_INSERT = (
+    f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
+)
+_EVENT_INSERT = (
+    "INSERT INTO job_events (job_id, at, kind, from_state, to_state, attempt, message, data) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_LIVE = ("STARTING", "RUNNING")
+# How long a PostgreSQL reservation keeps other engines off a queued job (seconds).
+LEASE_S = 5.0
+
+ATTEMPT_STATE_FOR = {
+    Outcome.TIMED_OUT: AttemptState.TIMED_OUT,
+    Outcome.CANCELLED: AttemptState.CANCELLED,
+    Outcome.KILLED: AttemptState.KILLED,
+    Outcome.LOST: AttemptState.LOST,
+    Outcome.SPAWN_ERROR: AttemptState.FAILED,
+}
+
+
+class Tx(Protocol):
+    """One open transaction; SQL uses `?` placeholders whatever the driver."""
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+
+class Driver(Protocol):
+    dialect: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def write(self) -> AbstractAsyncContextManager[Tx]:
+        """A serialised read-write transaction, retried by the caller on a lost race."""
+
+    def read(self) -> AbstractAsyncContextManager[Tx]: ...
+
+
+def _attempt_state(result_outcome: Outcome, exit_code: int | None) -> AttemptState:
+    if result_outcome is Outcome.EXITED:
+        return AttemptState.SUCCEEDED if exit_code == 0 else AttemptState.FAILED
+    return ATTEMPT_STATE_FOR[result_outcome]
+
+
+def _event(job: Job, kind: str, now: float, message: str = "", *, to: JobState | None = None,
+           attempt: int | None = None, data: Mapping[str, Any] | None = None) -> JobEvent:
+    return JobEvent(job_id=job.id, at=now, kind=kind, message=message,
+                    from_state=job.state.value, to_state=to.value if to else None,
+                    attempt=attempt, data=dict(data or {}))
+
+
+class SqlStore:
+    """The store port implemented once in portable SQL over a driver."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    async def open(self) -> None:
+        await self.driver.open()
+
+    async def close(self) -> None:
+        await self.driver.close()
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    async def _job(self, tx: Tx, job_id: str) -> Job | None:
+        row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (job_id,))
+        return job_from_row(row) if row else None
+
+    async def _insert_events(self, tx: Tx, events: Sequence[JobEvent]) -> None:
+        for e in events:
+            await tx.execute(_EVENT_INSERT, event_params(e))
+
+    async def _move(self, tx: Tx, job: Job, to: JobState, now: float, **cols: Any) -> None:
+        """Compare-and-set a job from its current state to `to`, setting extra columns."""
+        sets = ", ".join(["state = ?", "updated_at = ?", *(f"{c} = ?" for c in cols)])
+        n = await tx.execute(
+            f"UPDATE jobs SET {sets} WHERE id = ? AND state = ?",
+            (to.value, now, *cols.values(), job.id, job.state.value),
+        )
+        if n != 1:
+            raise StaleState(f"job {job.id} is no longer {job.state.value}")
+
+    async def _release_key(self, tx: Tx, job: Job) -> None:
+        if job.key:
+            await tx.execute("DELETE FROM idem_keys WHERE idem_key = ? AND job_id = ?",
+                             (job.key, job.id))
+
+    async def _settle_dependents(self, tx: Tx, job: Job, ended: JobState, now: float) -> None:
+        """A dependency ended: count it off its dependents, or fail them if it did not succeed."""
+        dependents = await tx.fetchall(
+            _JOB_SELECT + " WHERE id IN (SELECT job_id FROM job_deps WHERE dep_id = ?)"
+            " AND state = 'QUEUED'", (job.id,))
+        for row in dependents:
+            dep = job_from_row(row)
+            if ended is JobState.SUCCEEDED:
+                await tx.execute(
+                    "UPDATE jobs SET deps_pending = deps_pending - 1, updated_at = ?"
+                    " WHERE id = ? AND state = 'QUEUED' AND deps_pending > 0", (now, dep.id))
+                continue
+            why = f"dependency {job.id} ended {ended.value}"
+            await self._move(tx, dep, JobState.FAILED, now, last_error=why)
+            await self._insert_events(tx, [_event(dep, "dependency_failed", now, why,
+                                                  to=JobState.FAILED)])
+            await self._release_key(tx, dep)
+            await self._settle_dependents(tx, dep, JobState.FAILED, now)
+
+    async def _end(self, tx: Tx, job: Job, to: JobState, now: float, message: str,
+                   kind: str, **cols: Any) -> Job:
+        """Move a job into a terminal state and do what every terminal path must do."""
+        await self._move(tx, job, to, now, **cols)
+        await self._insert_events(tx, [_event(job, kind, now, message, to=to)])
+        await self._release_key(tx, job)
+        await self._settle_dependents(tx, job, to, now)
+        return job.with_(state=to, updated_at=now)
+
+    async def _stop(self, tx: Tx, job: Job, reason: str, kind: str, now: float) -> Job:
+        if job.state.terminal:
+            raise Conflict(f"job {job.id} is already {job.state.value}; nothing to cancel")
+        stopped = JobState.KILLED if kind == "kill" else JobState.CANCELLED
+        if not job.state.in_flight:
+            return await self._end(tx, job, stopped, now, reason, kind,
+                                   cancel_requested=reason, stop_kind=kind, last_error=reason)
+        if job.cancel_requested is None:
+            n = await tx.execute(
+                "UPDATE jobs SET cancel_requested = ?, stop_kind = ?, updated_at = ?"
+                " WHERE id = ? AND state IN ('STARTING', 'RUNNING')",
+                (reason, kind, now, job.id))
+            if n != 1:
+                raise StaleState(f"job {job.id} left {job.state.value} meanwhile")
+            await self._insert_events(tx, [_event(job, f"{kind}_requested", now, reason)])
+        return job.with_(cancel_requested=job.cancel_requested or reason, stop_kind=kind)
+
+    # ---- submission ----------------------------------------------------------------------
+
+    async def submit(self, job: Job, *, now: float, aging_s: float) -> SubmitResult:
+        for _ in range(5):
+            try:
+                async with self.driver.write() as tx:
+                    return await self._submit(tx, job, now)
+            except StaleState:
+                continue  # a concurrent submission took the key first: look again
+        raise Conflict(f"could not settle idempotency key {job.key!r}: too much contention")
+
+    async def _submit(self, tx: Tx, job: Job, now: float) -> SubmitResult:
+        superseded: str | None = None
+        if job.key:
+            row = await tx.fetchone("SELECT job_id FROM idem_keys WHERE idem_key = ?", (job.key,))
+            holder = await self._job(tx, row["job_id"]) if row else None
+            if holder is not None and not holder.state.terminal:
+                if job.dedup is DedupMode.COALESCE:
+                    return SubmitResult(job=holder, created=False)
+                if job.dedup is DedupMode.REJECT:
+                    raise DuplicateJob(job.key, holder.id)
+                if holder.id in job.after:
+                    raise InvalidRequest(
+                        f"job cannot run --after {holder.id}: it supersedes that job "
+                        "(latest-wins on the same key would close a cycle)")
+                await self._stop(tx, holder, f"superseded by {job.id} (latest-wins)",
+                                 "cancel", now)
+                superseded = holder.id
+        job, failed_dep = await self._resolve_deps(tx, job, now)
+        await tx.execute(_JOB_INSERT, job_params(job))
+        events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
+                           message=("supersedes " + superseded) if superseded else "",
+                           data={"priority": job.priority, "role": job.role})]
+        if failed_dep:
+            events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
+                                   message=failed_dep, to_state=JobState.FAILED.value))
+        await self._insert_events(tx, events)
+        if job.key and not job.state.terminal:
+            await self._take_key(tx, job, now, steal=superseded is not None)
+        return SubmitResult(job=job, created=True, superseded=superseded)
+
+    async def _take_key(self, tx: Tx, job: Job, now: float, *, steal: bool) -> None:
+        if steal:
+            await tx.execute("UPDATE idem_keys SET job_id = ?, acquired_at = ? WHERE idem_key = ?",
+                             (job.id, now, job.key))
+            return
+        # A stale row (its holder ended without releasing, e.g. an old bug) is replaced; a live
+        # concurrent holder makes the insert conflict and the submission is retried.
+        await tx.execute(
+            "DELETE FROM idem_keys WHERE idem_key = ? AND job_id IN"
+            " (SELECT id FROM jobs WHERE state IN ('SUCCEEDED','FAILED','DEAD_LETTERED',"
+            "'TIMED_OUT','CANCELLED','KILLED','DENIED'))", (job.key,))
+        n = await tx.execute(
+            "INSERT INTO idem_keys (idem_key, job_id, acquired_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (idem_key) DO NOTHING", (job.key, job.id, now))
+        if n != 1:
+            raise StaleState(f"key {job.key!r} taken concurrently")
+
+    async def _resolve_deps(self, tx: Tx, job: Job, now: float) -> tuple[Job, str | None]:
+        pending: list[str] = []
+        failed: str | None = None
+        for dep_id in job.after:
+            if dep_id == job.id:
+                raise InvalidRequest(f"job {job.id} cannot depend on itself")
+            dep = await self._job(tx, dep_id)
+            if dep is None:
+                raise NotFound(f"--after names no job: {dep_id}")
+            if dep.state is JobState.SUCCEEDED:
+                continue
+            if dep.state.terminal:
+                failed = failed or f"dependency {dep.id} ended {dep.state.value}"
+            else:
+                pending.append(dep.id)
+        for dep_id in pending:
+            await tx.execute("INSERT INTO job_deps (job_id, dep_id) VALUES (?, ?)",
+                             (job.id, dep_id))
+        if failed:
+            return job.with_(state=JobState.FAILED, last_error=failed), failed
+        return job.with_(deps_pending=len(pending)), None
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    async def reserve(self, *, engine_id: str, now: float, limit: int,
+                      where: QueueFilter) -> list[Job]:
+        clauses = ["state = 'QUEUED'", "deps_pending = 0"]
+        params: list[Any] = []
+        for col, values in (("role", where.exclude_roles), ("env_name", where.exclude_envs),
+                            ("worker", where.exclude_workers)):
+            if values:
+                clauses.append(f"{col} NOT IN ({', '.join('?' * len(values))})")
+                params.extend(sorted(values))
+        if self.driver.dialect == "postgres":
+            return await self._reserve_leased(engine_id, now, limit, clauses, params)
+        sql = f"{_JOB_SELECT} WHERE {' AND '.join(clauses)} ORDER BY sort_at, id LIMIT ?"
+        async with self.driver.read() as tx:
+            return [job_from_row(r) for r in await tx.fetchall(sql, (*params, limit))]
+
+    async def _reserve_leased(self, engine_id: str, now: float, limit: int,
+                              clauses: list[str], params: list[Any]) -> list[Job]:
+        """Several engines on one database: lease candidates with SKIP LOCKED (an accelerator;
+        the QUEUED → STARTING compare-and-set is what guarantees a single claim)."""
+        clauses = [*clauses, "(lease_until IS NULL OR lease_until < ? OR lease_owner = ?)"]
+        inner = (f"SELECT id FROM jobs WHERE {' AND '.join(clauses)} ORDER BY sort_at, id"
+                 " LIMIT ? FOR UPDATE SKIP LOCKED")
+        sql = (f"UPDATE jobs SET lease_owner = ?, lease_until = ? WHERE id IN ({inner})"
+               f" RETURNING {', '.join(JOB_COLUMNS)}")
+        async with self.driver.write() as tx:
+            rows = await tx.fetchall(sql, (engine_id, now + LEASE_S, *params, now, engine_id,
+                                           limit))
+        return sorted((job_from_row(r) for r in rows), key=lambda j: (j.sort_at, j.id))
+
+    async def start_attempts(self, claims: Sequence[Claimed], *, now: float) -> list[Claimed]:
+        won: list[Claimed] = []
+        async with self.driver.write() as tx:
+            for c in claims:
+                n = await tx.execute(
+                    "UPDATE jobs SET state = 'STARTING', attempts = ?, updated_at = ?,"
+                    " lease_owner = NULL, lease_until = NULL"
+                    " WHERE id = ? AND state = 'QUEUED' AND deps_pending = 0 AND attempts = ?",
+                    (c.attempt.index, now, c.job.id, c.attempt.index - 1))
+                if n != 1:
+                    continue
+                await tx.execute(_ATTEMPT_INSERT, attempt_params(c.attempt, _permit_json(c)))
+                await self._insert_events(tx, [_event(
+                    c.job, "permit_granted", now, f"attempt {c.attempt.index}",
+                    to=JobState.STARTING, attempt=c.attempt.index,
+                    data={"permit": c.permit.id, "deadline_at": c.permit.deadline_at})])
+                won.append(Claimed(job=c.job.with_(state=JobState.STARTING,
+                                                   attempts=c.attempt.index, updated_at=now),
+                                   attempt=c.attempt, permit=c.permit))
+        return won
+
+    async def mark_running(self, started: Sequence[tuple[Attempt, int]], *, now: float) -> int:
+        count = 0
+        async with self.driver.write() as tx:
+            for attempt, pid in started:
+                n = await tx.execute(
+                    "UPDATE attempts SET state = 'RUNNING', pid = ?, started_at = ?"
+                    " WHERE id = ? AND state = 'STARTING'", (pid, now, attempt.id))
+                m = await tx.execute(
+                    "UPDATE jobs SET state = 'RUNNING', updated_at = ?"
+                    " WHERE id = ? AND state = 'STARTING'", (now, attempt.job_id))
+                if n and m:
+                    count += 1
+                    await tx.execute(_EVENT_INSERT, event_params(JobEvent(
+                        job_id=attempt.job_id, at=now, kind="running", from_state="STARTING",
+                        to_state="RUNNING", attempt=attempt.index, message=f"pid {pid}")))
+        return count
+
+    async def finish(self, finishes: Sequence[Finish], *, now: float) -> list[Job]:
+        done: list[Job] = []
+        async with self.driver.write() as tx:
+            for f in finishes:
+                job = await self._finish_one(tx, f, now)
+                if job is not None:
+                    done.append(job)
+        return done
+
+    async def _finish_one(self, tx: Tx, f: Finish, now: float) -> Job | None:
+        r, a = f.result, f.attempt
+        n = await tx.execute(
+            "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?,"
+            " outcome = ?, error = ?, limit_hit = ?, started_at = COALESCE(started_at, ?)"
+            " WHERE id = ? AND state IN ('STARTING', 'RUNNING')",
+            (_attempt_state(r.outcome, r.exit_code).value, r.ended_at or now, r.exit_code,
+             r.signal, r.outcome.value, r.error, r.limit_hit, r.started_at, a.id))
+        job = await self._job(tx, a.job_id)
+        if n != 1 or job is None or not job.state.in_flight or job.attempts != a.index:
+            return None  # already finished by another path (recovery, a second engine)
+        cols: dict[str, Any] = {"exit_code": r.exit_code, "limit_hit": r.limit_hit,
+                                "last_error": f.error, "retry_at": f.retry_at}
+        await self._insert_events(tx, f.events)
+        if f.job_state.terminal:
+            return await self._end(tx, job, f.job_state, now, f.error or "", "ended", **cols)
+        await self._move(tx, job, f.job_state, now, **cols)
+        await self._insert_events(tx, [_event(job, "retry_scheduled", now, f.error or "",
+                                              to=f.job_state, attempt=a.index,
+                                              data={"retry_at": f.retry_at})])
+        return job.with_(state=f.job_state, retry_at=f.retry_at, last_error=f.error)
+
+    async def request_cancel(self, job_id: str, *, reason: str, kind: str, now: float) -> Job:
+        for _ in range(5):
+            try:
+                async with self.driver.write() as tx:
+                    job = await self._job(tx, job_id)
+                    if job is None:
+                        raise NotFound(f"no job {job_id}")
+                    return await self._stop(tx, job, reason, kind, now)
+            except StaleState:
+                continue  # it moved while we looked (e.g. it just started): look again
+        raise Conflict(f"job {job_id} keeps changing state; try again")
+
+    async def promote_retries(self, *, now: float, aging_s: float) -> int:
+        async with self.driver.write() as tx:
+            rows = await tx.fetchall(
+                "UPDATE jobs SET state = 'QUEUED', sort_at = ? + priority * ?, retry_at = NULL,"
+                " updated_at = ? WHERE state = 'RETRY_WAIT' AND retry_at <= ?"
+                " RETURNING id, attempts", (now, aging_s, now, now))
+            for row in rows:
+                await tx.execute(_EVENT_INSERT, event_params(JobEvent(
+                    job_id=row["id"], at=now, kind="requeued", from_state="RETRY_WAIT",
+                    to_state="QUEUED", message=f"attempt {int(row['attempts']) + 1} queued")))
+        return len(rows)
+
+    async def next_retry_at(self) -> float | None:
+        async with self.driver.read() as tx:
+            row = await tx.fetchone(
+                "SELECT MIN(retry_at) AS t FROM jobs WHERE state = 'RETRY_WAIT'")
+        return float(row["t"]) if row and row["t"] is not None else None
+
+    async def inflight(self) -> list[tuple[Job, Attempt]]:
+        cols = ", ".join(f"a.{c} AS a_{c}" for c in ATTEMPT_COLUMNS)
+        jcols = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                f"SELECT {jcols}, {cols} FROM jobs j JOIN attempts a"
+                " ON a.job_id = j.id AND a.idx = j.attempts"
+                " WHERE j.state IN ('STARTING', 'RUNNING') ORDER BY j.id")
+        out = []
+        for r in rows:
+            arow = {c: r[f"a_{c}"] for c in ATTEMPT_COLUMNS}
+            out.append((job_from_row(r), attempt_from_row(arow)))
+        return out
+
+    # ---- reads ---------------------------------------------------------------------------
+
+    async def get_job(self, ref: str) -> Job:
+        async with self.driver.read() as tx:
+            row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (ref,))
+            if row is None and ref and len(ref) >= 4:
+                rows = await tx.fetchall(_JOB_SELECT + " WHERE id LIKE ? LIMIT 2", (ref + "%",))
+                if len(rows) > 1:
+                    raise InvalidRequest(f"job id prefix {ref!r} is ambiguous")
+                row = rows[0] if rows else None
+        if row is None:
+            raise NotFound(f"no job {ref}")
+        return job_from_row(row)
+
+    async def list_jobs(self, query: JobQuery) -> list[Job]:
+        clauses, params = [], []
+        if query.state:
+            clauses.append("state = ?")
+            params.append(query.state.value)
+        if query.role:
+            clauses.append("role = ?")
+            params.append(query.role)
+        if query.dead_lettered_unresolved:
+            clauses.append("state = 'DEAD_LETTERED' AND dlq_resolution IS NULL")
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(f"{_JOB_SELECT}{where} ORDER BY id DESC LIMIT ?",
+                                     (*params, query.limit))
+        return [job_from_row(r) for r in rows]
+
+    async def attempts(self, job_id: str) -> list[Attempt]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(_ATTEMPT_SELECT + " WHERE job_id = ? ORDER BY idx",
+                                     (job_id,))
+        return [attempt_from_row(r) for r in rows]
+
+    async def events(self, job_id: str, *, after_id: int = 0) -> list[tuple[int, JobEvent]]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                "SELECT id, job_id, at, kind, from_state, to_state, attempt, message, data"
+                " FROM job_events WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id))
+        return [(int(r["id"]), event_from_row(r)) for r in rows]
+
+    async def append_events(self, events: Sequence[JobEvent]) -> None:
+        async with self.driver.write() as tx:
+            await self._insert_events(tx, events)
+
+    async def counts(self) -> dict[str, int]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+        return {r["state"]: int(r["n"]) for r in rows}
+
+    # ---- dead-letter queue ---------------------------------------------------------------
+
+    async def _resolve_dlq(self, tx: Tx, job_id: str, resolution: str, now: float) -> Job:
+        job = await self._job(tx, job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id}")
+        if job.state is not JobState.DEAD_LETTERED:
+            raise Conflict(f"job {job_id} is {job.state.value}, not in the dead-letter queue")
+        n = await tx.execute(
+            "UPDATE jobs SET dlq_resolution = ?, updated_at = ?"
+            " WHERE id = ? AND state = 'DEAD_LETTERED' AND dlq_resolution IS NULL",
+            (resolution, now, job_id))
+        if n != 1:
+            raise Conflict(f"job {job_id} was already resolved: {job.dlq_resolution}")
+        await self._insert_events(tx, [_event(job, "dlq_" + resolution.split(":")[0], now,
+                                              resolution)])
+        return job.with_(dlq_resolution=resolution)
+
+    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float) -> Job:
+        async with self.driver.write() as tx:
+            await self._resolve_dlq(tx, job_id, f"requeued:{new_job.id}", now)
+            result = await self._submit(tx, new_job, now)
+        return result.job
+
+    async def dlq_purge(self, job_id: str, *, now: float) -> Job:
+        async with self.driver.write() as tx:
+            return await self._resolve_dlq(tx, job_id, "purged", now)
+
+    # ---- engines -------------------------------------------------------------------------
+
+    async def register_engine(self, engine_id: str, *, pid: int, host: str, now: float) -> None:
+        async with self.driver.write() as tx:
+            await tx.execute(
+                "INSERT INTO engines (id, host, pid, started_at, heartbeat_at)"
+                " VALUES (?, ?, ?, ?, ?)", (engine_id, host, pid, now, now))
+
+    async def heartbeat_engine(self, engine_id: str, *, now: float) -> None:
+        async with self.driver.write() as tx:
+            await tx.execute("UPDATE engines SET heartbeat_at = ? WHERE id = ?", (now, engine_id))
+
+    async def stale_engines(self, *, before: float, exclude: str) -> list[str]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                "SELECT id FROM engines WHERE heartbeat_at < ? AND id <> ?", (before, exclude))
+        return [r["id"] for r in rows]
+
+
+def _permit_json(c: Claimed) -> str:
+    p = c.permit
+    return json.dumps({"id": p.id, "issued_at": p.issued_at, "deadline_at": p.deadline_at,
+                       "grace_s": p.grace_s, "granted": dict(p.granted), "breaker": p.breaker},
+                      sort_keys=True)
+

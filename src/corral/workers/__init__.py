@@ -1,0 +1,1 @@
+"""Worker adapters: the corral-shim supervisor and the code that spawns and probes it."""

@@ -1,0 +1,471 @@
+"""Start, find, signal and read the result of `corral-shim`, the C supervisor of one job attempt.
+
+Each attempt owns a directory.  The engine holds an `flock` on `<dir>/lock` while it spawns the
+shim, which inherits the lock as fd 3 and keeps it until it exits: *lock held ⇔ shim alive*.  The
+shim writes `shim.pid`, `child.pid` and finally `result.json` (atomically), so an engine that
+restarts after a crash can tell from the directory alone whether an attempt is still running,
+finished (and how), or was lost with its shim (`probe`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import anyio
+
+from corral.domain.errors import WorkerError
+
+__all__ = [
+    "ProbeResult",
+    "ProbeState",
+    "ShimProcess",
+    "ShimReason",
+    "ShimResult",
+    "descendants",
+    "probe",
+    "read_result",
+    "shim_path",
+    "spawn",
+]
+
+ShimReason = Literal["exited", "terminated", "deadline", "spawn_error", "lost"]
+_REASONS: frozenset[str] = frozenset(("exited", "terminated", "deadline", "spawn_error", "lost"))
+
+LOCK = "lock"
+SHIM_PID = "shim.pid"
+CHILD_PID = "child.pid"
+RESULT = "result.json"
+STDOUT = "stdout.log"
+STDERR = "stderr.log"
+
+_WAIT_FALLBACK_S = 0.02  # polling period when pidfds are unavailable
+_PROBE_PID_WAIT_S = 1.0  # how long a held lock may go without shim.pid before we give up
+# Blocked from the very first instruction of the shim, so an early stop request is queued for its
+# signalfd instead of killing it by default action.
+_SHIM_SIGMASK = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+_shim_lock = threading.Lock()
+_shim_cached: Path | None = None
+
+
+# --------------------------------------------------------------------------- building the shim
+
+
+def shim_path() -> Path:
+    """Return the shim binary, compiling `shim.c` once per source version (cached per process).
+
+    The binary lives in `$CORRAL_SHIM_DIR` (default `~/.cache/corral/`) as
+    `corral-shim-<sha256(source)[:12]>`; a build goes to a temporary name and is renamed into
+    place, so concurrent builders never see (or run) a half-written file.
+    """
+    global _shim_cached
+    with _shim_lock:
+        if _shim_cached is None:
+            _shim_cached = _build_shim()
+        return _shim_cached
+
+
+def _build_shim() -> Path:
+    source = Path(__file__).with_name("shim.c").read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:12]
+    cache = Path(os.environ.get("CORRAL_SHIM_DIR") or Path.home() / ".cache" / "corral")
+    target = cache / f"corral-shim-{digest}"
+    if os.access(target, os.X_OK):
+        return target
+    compiler = _find_compiler()
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    # Compile the exact bytes we hashed (from stdin), not a file that might change meanwhile.
+    cmd = [*compiler, "-O2", "-Wall", "-Wextra", "-x", "c", "-o", str(tmp), "-"]
+    try:
+        proc = subprocess.run(cmd, input=source, capture_output=True, check=False)
+        if proc.returncode != 0:
+            lines = proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
+            raise WorkerError(f"building corral-shim failed: {lines[0]}")
+        tmp.chmod(0o755)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise WorkerError(f"building corral-shim failed: {exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def _find_compiler() -> list[str]:
+    words = shlex.split(os.environ.get("CC", ""))
+    if words and shutil.which(words[0]):
+        return words
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    raise WorkerError("no C compiler found to build corral-shim: install gcc (or set CC)")
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShimResult:
+    """What `result.json` says about one attempt (`reason="lost"` if the shim left none)."""
+
+    exit_code: int | None
+    signal: int | None
+    reason: ShimReason
+    started_at_ms: int
+    ended_at_ms: int
+    child_pid: int
+    descendants_killed: int
+    error: str | None
+
+
+_LOST = ShimResult(
+    exit_code=None,
+    signal=None,
+    reason="lost",
+    started_at_ms=0,
+    ended_at_ms=0,
+    child_pid=0,
+    descendants_killed=0,
+    error="shim vanished without a result",
+)
+
+
+def read_result(attempt_dir: Path) -> ShimResult | None:
+    """Parse `<attempt_dir>/result.json`; None if the shim has not written it."""
+    try:
+        raw = (attempt_dir / RESULT).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(raw)
+        return _result_from(data)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise WorkerError(f"malformed {attempt_dir / RESULT}: {exc}") from exc
+
+
+def _result_from(data: Any) -> ShimResult:
+    if not isinstance(data, dict):
+        raise TypeError("not an object")
+
+    def integer(key: str, *, nullable: bool = False) -> int | None:
+        value = data[key]
+        if value is None and nullable:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{key} is not an integer")
+        return value
+
+    reason, error = data["reason"], data["error"]
+    if reason not in _REASONS:
+        raise ValueError(f"unknown reason {reason!r}")
+    if error is not None and not isinstance(error, str):
+        raise TypeError("error is not a string")
+    return ShimResult(
+        exit_code=integer("exit_code", nullable=True),
+        signal=integer("signal", nullable=True),
+        reason=cast(ShimReason, reason),
+        started_at_ms=cast(int, integer("started_at_ms")),
+        ended_at_ms=cast(int, integer("ended_at_ms")),
+        child_pid=cast(int, integer("child_pid")),
+        descendants_killed=cast(int, integer("descendants_killed")),
+        error=error,
+    )
+
+
+# --------------------------------------------------------------------------- the process handle
+
+
+class ShimProcess:
+    """A running (or finished) shim: spawned by us (`is_child`) or adopted after a restart."""
+
+    __slots__ = ("_result", "attempt_dir", "is_child", "pid", "pidfd")
+
+    def __init__(self, *, pid: int, attempt_dir: Path, pidfd: int | None, is_child: bool) -> None:
+        self.pid = pid
+        self.attempt_dir = attempt_dir
+        self.pidfd = pidfd
+        self.is_child = is_child  # ours to reap with waitpid, or it stays a zombie
+        self._result: ShimResult | None = None
+
+    def __repr__(self) -> str:
+        return f"<ShimProcess pid={self.pid} dir={str(self.attempt_dir)!r} child={self.is_child}>"
+
+    def fileno(self) -> int:
+        """The pidfd; it becomes readable when the shim exits (`anyio.wait_readable(proc)`)."""
+        if self.pidfd is None:
+            raise WorkerError(f"shim {self.pid} has no pidfd")
+        return self.pidfd
+
+    def poll(self) -> ShimResult | None:
+        """The result if the shim has exited, else None.  Never blocks."""
+        if self._result is not None:
+            return self._result
+        if self.is_child:
+            try:
+                pid, _status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere (e.g. SIGCHLD set to SIG_IGN)
+                pid = self.pid
+            if pid == 0:
+                return None
+        elif _lock_held(self.attempt_dir / LOCK):
+            return None
+        # The shim renames result.json into place before it exits (and releases the lock).
+        self._result = read_result(self.attempt_dir) or _LOST
+        return self._result
+
+    async def wait(self) -> ShimResult:
+        """Wait (without a thread) until the shim exits and return its result."""
+        while True:
+            result = self.poll()
+            if result is not None:
+                return result
+            if self.pidfd is None:
+                await anyio.sleep(_WAIT_FALLBACK_S)
+                continue
+            await anyio.wait_readable(self.pidfd)
+            result = self.poll()
+            if result is not None:
+                return result
+            # Readable but not yet finished by our criteria (cannot happen by the kernel's exit
+            # order, but never spin on a level-triggered fd).
+            await anyio.sleep(_WAIT_FALLBACK_S)
+
+    def terminate(self) -> None:
+        """Ask the shim to stop the job: term signal now, SIGKILL after the grace."""
+        self._signal(signal.SIGTERM)
+
+    def kill_now(self) -> None:
+        """Ask the shim to SIGKILL the job and everything it started, skipping the grace."""
+        self._signal(signal.SIGQUIT)
+
+    def _signal(self, sig: int) -> None:
+        if self._result is not None:  # reaped: the pid may belong to someone else by now
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, sig)
+            else:
+                os.kill(self.pid, sig)
+
+    def close(self) -> None:
+        """Release the pidfd (the shim keeps running)."""
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _pidfd_open(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        raise
+    except (AttributeError, OSError):  # Python/kernel without pidfds: wait() polls instead
+        return None
+
+
+def _open_high(path: Path, flags: int, mode: int = 0o644) -> int:
+    """Open O_CLOEXEC at fd >= 4, so the dup2s onto 0-3 in file_actions can never collide."""
+    fd = os.open(path, flags | os.O_CLOEXEC, mode)
+    if fd >= 4:
+        return fd
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 4)
+    finally:
+        os.close(fd)
+
+
+def spawn(
+    *,
+    attempt_dir: Path,
+    argv: Sequence[str],
+    cwd: str | None,
+    env: Mapping[str, str],
+    grace_s: float,
+    deadline_epoch_s: float | None,
+    term_signal: int = signal.SIGTERM,
+) -> ShimProcess:
+    """Start `argv` under a new shim for `attempt_dir` and return its handle.
+
+    The shim runs in its own session with stdin=/dev/null, stdout/stderr appended to the
+    attempt's log files and the attempt lock at fd 3.  `deadline_epoch_s` (wall clock) is
+    enforced by the shim itself, so it holds even if the engine dies.
+    """
+    if not argv:
+        raise WorkerError("cannot spawn an empty command")
+    exe = str(shim_path())
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    args = [exe, "--grace-ms", str(max(0, round(grace_s * 1000))), "--term-signal"]
+    args.append(str(int(term_signal)))
+    if cwd is not None:
+        args += ["--cwd", cwd]
+    if deadline_epoch_s is not None:
+        args += ["--deadline-ms", str(max(1, round(deadline_epoch_s * 1000)))]
+    args += [str(attempt_dir), "--", *argv]
+
+    fds: list[int] = []
+    try:
+        lock_fd = _open_high(attempt_dir / LOCK, os.O_RDWR | os.O_CREAT)
+        fds.append(lock_fd)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise WorkerError(f"attempt dir already in use: {attempt_dir}") from None
+        # No shim lives here (we hold the lock), so files left by an earlier one are stale; drop
+        # them so that result.json and shim.pid always belong to the shim we start now.
+        for name in (RESULT, SHIM_PID, CHILD_PID):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(attempt_dir / name)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        out_fd = _open_high(attempt_dir / STDOUT, flags)
+        fds.append(out_fd)
+        err_fd = _open_high(attempt_dir / STDERR, flags)
+        fds.append(err_fd)
+        # Every parent fd is O_CLOEXEC; dup2 clears the flag on the targets, so exactly 0-3 leak.
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_fd, 1),
+            (os.POSIX_SPAWN_DUP2, err_fd, 2),
+            (os.POSIX_SPAWN_DUP2, lock_fd, 3),
+        ]
+        pid = os.posix_spawn(
+            exe, args, env, file_actions=actions, setsid=True, setsigmask=_SHIM_SIGMASK
+        )
+    except OSError as exc:
+        raise WorkerError(f"cannot start corral-shim for {attempt_dir}: {exc}") from exc
+    finally:
+        for fd in fds:  # the shim holds its own copies (and the lock) now
+            os.close(fd)
+    # Our child: its pid cannot be reused before we reap it, so this cannot race.
+    return ShimProcess(pid=pid, attempt_dir=attempt_dir, pidfd=_pidfd_open(pid), is_child=True)
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+class ProbeState(StrEnum):
+    RUNNING = "running"  # lock held: the shim is alive (`process` is an adopted handle)
+    FINISHED = "finished"  # lock free and result.json present (`result`)
+    VANISHED = "vanished"  # lock free, shim.pid present, no result: the shim was killed
+    NOT_STARTED = "not_started"  # nothing was ever started for this attempt
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeResult:
+    state: ProbeState
+    process: ShimProcess | None = None
+    result: ShimResult | None = None
+
+
+def _lock_held(lock_path: Path) -> bool:
+    """Whether someone holds the flock, tested on a fresh open file description."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing also releases the lock if we got it
+    return False
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise WorkerError(f"malformed {path}: {text!r}") from exc
+
+
+def _adopt(attempt_dir: Path, pid: int) -> ShimProcess | None:
+    """A handle on shim `pid` if it is alive and still holds the attempt lock, else None."""
+    try:
+        pidfd = _pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    # Lock still held after pidfd_open ⇒ the pidfd is the live shim's, not a reused pid's.
+    if _lock_held(attempt_dir / LOCK):
+        return ShimProcess(pid=pid, attempt_dir=attempt_dir, pidfd=pidfd, is_child=False)
+    if pidfd is not None:
+        os.close(pidfd)
+    return None
+
+
+def probe(attempt_dir: Path) -> ProbeResult:
+    """Find out, from the directory alone, what became of an attempt's shim (after a restart)."""
+    lock_path = attempt_dir / LOCK
+    give_up = time.monotonic() + _PROBE_PID_WAIT_S
+    while True:
+        if not lock_path.exists():
+            return ProbeResult(state=ProbeState.NOT_STARTED)
+        if not _lock_held(lock_path):
+            result = read_result(attempt_dir)
+            if result is not None:
+                return ProbeResult(state=ProbeState.FINISHED, result=result)
+            if (attempt_dir / SHIM_PID).exists():
+                return ProbeResult(state=ProbeState.VANISHED)
+            return ProbeResult(state=ProbeState.NOT_STARTED)
+        pid = _read_pid(attempt_dir / SHIM_PID)
+        if pid is not None and (proc := _adopt(attempt_dir, pid)) is not None:
+            return ProbeResult(state=ProbeState.RUNNING, process=proc)
+        # Held, but the shim has not written shim.pid yet, or it exited just now: look again.
+        if time.monotonic() >= give_up:
+            raise WorkerError(f"{lock_path} is held but no live shim wrote {SHIM_PID}")
+        time.sleep(0.01)
+
+
+# --------------------------------------------------------------------------- process tree
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(ppid, state) of a process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+        # comm (field 2) may hold spaces and parentheses: the fields we want follow the LAST ')'.
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        return int(fields[1]), fields[0].decode()
+    except (OSError, ValueError, IndexError):  # gone (or hidden) meanwhile
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Live (non-zombie) processes whose parent chain leads to `pid`, by a walk of /proc."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        info = _stat(int(name))
+        if info is not None and info[1] not in ("Z", "X"):
+            parent[int(name)] = info[0]
+    children: dict[int, list[int]] = {}
+    for child, ppid in parent.items():
+        children.setdefault(ppid, []).append(child)
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return sorted(found)

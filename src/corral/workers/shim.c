@@ -1,0 +1,498 @@
+/*
+ * corral-shim: a tiny supervisor that sits between Corral's engine and one job process.
+ *
+ *   corral-shim [--cwd DIR] [--grace-ms N] [--deadline-ms EPOCH_MS] [--term-signal N]
+ *               <attempt_dir> -- <argv...>
+ *
+ * Why it exists: the engine must survive its own crash without losing running jobs or their
+ * exit codes, and nothing a job starts may outlive it -- not even grandchildren that setsid().
+ * The shim is a child subreaper, so every orphan below it is reparented to it and can be killed.
+ *
+ * Contract with the engine: we are started in a new session with stdin=/dev/null, stdout and
+ * stderr on the attempt's log files, and fd 3 an flock()ed handle on <attempt_dir>/lock.  We keep
+ * fd 3 open until we exit, so "lock held" <=> "shim alive".  We write shim.pid, child.pid and, last
+ * of all, result.json -- each atomically (tmp, fsync, rename) so a reader never sees half a file.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum reason { R_EXITED, R_TERMINATED, R_DEADLINE, R_SPAWN_ERROR };
+static const char *const reason_names[] = {"exited", "terminated", "deadline", "spawn_error"};
+
+struct proc { pid_t pid, ppid, pgid; char state, mine; };
+
+/* One job per shim, so plain globals keep the helpers short. */
+static pid_t self_pid, child_pid;
+static int child_done, child_status;
+static int childless; /* waitpid said ECHILD: no descendants can exist (we fork only once) */
+static long long ended_at_ms;
+static int sfd = -1;      /* signalfd: SIGCHLD/SIGTERM/SIGINT/SIGQUIT, all blocked */
+static int dir_fd = -1;   /* the attempt dir; every file is written relative to it */
+static struct proc *procs;                  /* scratch for the /proc walk, reused */
+static size_t procs_cap;
+static pid_t *killed;                       /* distinct descendants (not the job) we signalled */
+static size_t nkilled, killed_cap;
+
+static long long clock_ms(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "corral-shim: %s: %s\n", what, strerror(errno));
+    exit(2);
+}
+
+/* tmp -> fsync -> rename (-> fsync dir): readers see the old state or the whole new file. */
+static int write_atomic(const char *name, const char *data, size_t len, int sync_dir)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".%s.tmp", name);
+    int fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    for (size_t off = 0; off < len;) {
+        ssize_t n = write(fd, data + off, len - off);
+        if (n < 0 && errno != EINTR) {
+            close(fd);
+            return -1;
+        }
+        off += n > 0 ? (size_t)n : 0;
+    }
+    if (fsync(fd) < 0) {
+        close(fd);
+        return -1;
+    }
+    if (close(fd) < 0 || renameat(dir_fd, tmp, dir_fd, name) < 0)
+        return -1;
+    return sync_dir ? fsync(dir_fd) : 0;
+}
+
+static void write_pid_file(const char *name, pid_t pid)
+{
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%d\n", (int)pid);
+    if (write_atomic(name, buf, (size_t)n, 0) < 0)
+        die(name);
+}
+
+/* Reap every child that has exited: the job, and orphans the kernel handed to us. */
+static void reap(void)
+{
+    int st;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) != 0) {
+        if (p < 0) {
+            if (errno == EINTR)
+                continue;
+            childless = errno == ECHILD;
+            break;
+        }
+        if (p == child_pid && !child_done) {
+            child_done = 1;
+            child_status = st;
+            ended_at_ms = clock_ms(CLOCK_REALTIME);
+        }
+    }
+}
+
+/* Drain the signalfd.  Reaps on SIGCHLD; returns a bitmask of the stop signals seen. */
+#define SEEN_STOP 1 /* SIGTERM or SIGINT: stop politely */
+#define SEEN_QUIT 2 /* SIGQUIT: kill now */
+static int drain_signals(void)
+{
+    struct signalfd_siginfo si;
+    int seen = 0;
+    for (;;) {
+        ssize_t n = read(sfd, &si, sizeof si);
+        if (n != (ssize_t)sizeof si) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            return seen; /* EAGAIN: nothing more pending */
+        }
+        if (si.ssi_signo == SIGCHLD)
+            reap();
+        else if (si.ssi_signo == SIGQUIT)
+            seen |= SEEN_QUIT;
+        else
+            seen |= SEEN_STOP;
+    }
+}
+
+/* Sleep until a signal is pending or timeout_ms passes (-1: no timeout). */
+static void wait_signals(long long timeout_ms)
+{
+    struct pollfd p = {.fd = sfd, .events = POLLIN};
+    int t = timeout_ms < 0 ? -1 : timeout_ms > 1000000000 ? 1000000000 : (int)timeout_ms;
+    if (poll(&p, 1, t) < 0 && errno != EINTR)
+        die("poll");
+}
+
+/* Fields 3-5 of /proc/<pid>/stat.  comm (field 2) may hold spaces and ')' so parse after the
+ * LAST ')'.  Returns -1 if the process vanished meanwhile. */
+static int read_stat(pid_t pid, struct proc *p)
+{
+    char path[48], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    int ppid, pgid;
+    if (!rp || sscanf(rp + 1, " %c %d %d", &p->state, &ppid, &pgid) != 3)
+        return -1;
+    p->pid = pid, p->ppid = ppid, p->pgid = pgid, p->mine = 0;
+    return 0;
+}
+
+static int by_pid(const void *a, const void *b)
+{
+    pid_t x = ((const struct proc *)a)->pid, y = ((const struct proc *)b)->pid;
+    return (x > y) - (x < y);
+}
+
+/* Walk /proc and leave our live (non-zombie) descendants in procs[0..n).  Anything whose parent
+ * chain reaches us counts, whatever session or process group it moved to. */
+static size_t scan_descendants(void)
+{
+    /* Every live descendant hangs, through live ancestors, off one of our children (orphans are
+     * reparented to us), so no children means no descendants: skip walking the whole host. */
+    reap();
+    if (childless)
+        return 0;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0)
+            continue;
+        if (n == procs_cap) {
+            size_t cap = procs_cap ? procs_cap * 2 : 256;
+            struct proc *np = realloc(procs, cap * sizeof *np);
+            if (!np)
+                break; /* partial walk; the kill loop will come back */
+            procs = np, procs_cap = cap;
+        }
+        if (read_stat((pid_t)pid, &procs[n]) == 0)
+            n++;
+    }
+    closedir(d);
+    qsort(procs, n, sizeof *procs, by_pid);
+    /* Mark until stable: a process is ours if its parent is us or already marked. */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (procs[i].mine)
+                continue;
+            struct proc key = {.pid = procs[i].ppid};
+            struct proc *parent = bsearch(&key, procs, n, sizeof *procs, by_pid);
+            if (procs[i].ppid == self_pid || (parent && parent->mine))
+                procs[i].mine = 1, changed = 1;
+        }
+    }
+    size_t live = 0;
+    for (size_t i = 0; i < n; i++)
+        if (procs[i].mine && procs[i].state != 'Z' && procs[i].state != 'X')
+            procs[live++] = procs[i];
+    return live;
+}
+
+static void note_killed(pid_t pid)
+{
+    if (pid == child_pid)
+        return;
+    for (size_t i = 0; i < nkilled; i++)
+        if (killed[i] == pid)
+            return;
+    if (nkilled == killed_cap) {
+        size_t cap = killed_cap ? killed_cap * 2 : 64;
+        pid_t *nk = realloc(killed, cap * sizeof *nk);
+        if (!nk)
+            return; /* only the count suffers */
+        killed = nk, killed_cap = cap;
+    }
+    killed[nkilled++] = pid;
+}
+
+/* Send sig to the job's process group and to every descendant outside it (other groups or
+ * sessions, which a group kill misses).  Returns how many live descendants there were. */
+static size_t signal_tree(int sig)
+{
+    size_t n = scan_descendants();
+    /* Once the job is reaped its pid may be reused, so only signal processes we just saw. */
+    pid_t pgid = child_done ? 0 : child_pid;
+    if (pgid)
+        kill(-pgid, sig);
+    for (size_t i = 0; i < n; i++) {
+        note_killed(procs[i].pid);
+        if (procs[i].pgid != pgid)
+            kill(procs[i].pid, sig);
+    }
+    return n;
+}
+
+/* SIGKILL everything below us until nothing is left: a dying parent hands us new orphans and a
+ * process may fork between our walk and our kill.  Bounded, so a process stuck in the kernel
+ * (D state) cannot hang us forever; its SIGKILL stays pending and it dies when it wakes. */
+static void kill_tree(void)
+{
+    long long give_up = clock_ms(CLOCK_MONOTONIC) + 10000;
+    for (;;) {
+        reap();
+        if (signal_tree(SIGKILL) == 0 && child_done)
+            break;
+        if (clock_ms(CLOCK_MONOTONIC) >= give_up)
+            break;
+        wait_signals(10);
+        drain_signals(); /* stop requests are moot now: we are already killing */
+    }
+    reap();
+}
+
+/* Descriptors we inherited beyond 0-3 (say, a pipe the engine's own parent reads until EOF) must
+ * neither be pinned open for the job's whole life nor reach the job. */
+static void close_stray_fds(void)
+{
+#ifdef SYS_close_range
+    if (syscall(SYS_close_range, 4U, ~0U, 0U) == 0)
+        return;
+#endif
+    long max = sysconf(_SC_OPEN_MAX);
+    for (long fd = 4; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+        close((int)fd); /* old kernels only */
+}
+
+/* The job side of fork(): a clean slate, its own process group, then exec.  A failure is
+ * reported through the CLOEXEC pipe (which closes silently on a successful exec). */
+static void exec_child(char **argv, const char *cwd, int errpipe)
+{
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    for (int s = 1; s < NSIG; s++)
+        sigaction(s, &dfl, NULL); /* fails harmlessly for KILL, STOP and libc-reserved ones */
+    sigset_t empty;
+    sigemptyset(&empty);
+    sigprocmask(SIG_SETMASK, &empty, NULL);
+    setpgid(0, 0);
+    int report[2] = {1, 0};
+    if (cwd && chdir(cwd) < 0) {
+        report[1] = errno;
+    } else {
+        execvp(argv[0], argv);
+        report[0] = 2, report[1] = errno;
+    }
+    if (write(errpipe, report, sizeof report) < 0) {
+        /* nothing we can do; the parent sees exit 127 without a reason */
+    }
+    _exit(127);
+}
+
+static void json_escape(char *out, size_t cap, const char *s)
+{
+    size_t o = 0;
+    for (; *s && o + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            o += (size_t)snprintf(out + o, cap - o, "\\%c", c);
+        else if (c < 0x20)
+            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+        else
+            out[o++] = (char)c;
+    }
+    out[o] = '\0';
+}
+
+static void write_result(enum reason reason, long long started_at_ms, const char *error)
+{
+    char exit_s[16] = "null", sig_s[16] = "null", err_s[300] = "null", esc[256];
+    if (child_done && WIFEXITED(child_status))
+        snprintf(exit_s, sizeof exit_s, "%d", WEXITSTATUS(child_status));
+    else if (child_done && WIFSIGNALED(child_status))
+        snprintf(sig_s, sizeof sig_s, "%d", WTERMSIG(child_status));
+    if (error) {
+        json_escape(esc, sizeof esc, error);
+        snprintf(err_s, sizeof err_s, "\"%s\"", esc);
+    }
+    char buf[768];
+    int n = snprintf(buf, sizeof buf,
+                     "{\"exit_code\": %s, \"signal\": %s, \"reason\": \"%s\", "
+                     "\"started_at_ms\": %lld, \"ended_at_ms\": %lld, \"child_pid\": %d, "
+                     "\"descendants_killed\": %zu, \"error\": %s}\n",
+                     exit_s, sig_s, reason_names[reason], started_at_ms, ended_at_ms,
+                     (int)child_pid, nkilled, err_s);
+    if (write_atomic("result.json", buf, (size_t)n, 1) < 0)
+        die("result.json");
+}
+
+static long long parse_num(const char *s, const char *what)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < 0 || v > (1LL << 50)) {
+        fprintf(stderr, "corral-shim: bad %s: %s\n", what, s);
+        exit(2);
+    }
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    const char *cwd = NULL;
+    long long grace_ms = 10000, deadline_ms = 0, term_sig = SIGTERM;
+    int i = 1;
+    for (; i + 1 < argc && strncmp(argv[i], "--", 2) == 0 && argv[i][2]; i += 2) {
+        if (!strcmp(argv[i], "--cwd"))
+            cwd = argv[i + 1];
+        else if (!strcmp(argv[i], "--grace-ms"))
+            grace_ms = parse_num(argv[i + 1], "grace");
+        else if (!strcmp(argv[i], "--deadline-ms"))
+            deadline_ms = parse_num(argv[i + 1], "deadline");
+        else if (!strcmp(argv[i], "--term-signal"))
+            term_sig = parse_num(argv[i + 1], "signal");
+        else
+            break;
+    }
+    if (i + 2 >= argc || strcmp(argv[i + 1], "--") != 0 || term_sig < 1 || term_sig >= NSIG) {
+        fprintf(stderr, "usage: corral-shim [--cwd DIR] [--grace-ms N] [--deadline-ms EPOCH_MS]"
+                        " [--term-signal N] <attempt_dir> -- <argv...>\n");
+        return 2;
+    }
+    char **job_argv = &argv[i + 2];
+    self_pid = getpid();
+
+    close_stray_fds();
+    /* fd 3 holds the attempt lock for our whole life; the job must not inherit it, or a stray
+     * grandchild would make a dead shim look alive. */
+    int fl = fcntl(3, F_GETFD);
+    if (fl >= 0)
+        fcntl(3, F_SETFD, fl | FD_CLOEXEC);
+    /* Signals arrive through a signalfd only; no async handlers.  The engine may already have
+     * blocked them at spawn time so that an early SIGTERM is queued rather than fatal.  SIGCHLD
+     * must not be SIG_IGN (inherited through exec) or the kernel would reap for us. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    int handled[] = {SIGCHLD, SIGTERM, SIGINT, SIGQUIT};
+    for (size_t k = 0; k < sizeof handled / sizeof *handled; k++)
+        sigaddset(&mask, handled[k]);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    for (size_t k = 0; k < sizeof handled / sizeof *handled; k++)
+        signal(handled[k], SIG_DFL);
+    signal(SIGHUP, SIG_IGN);  /* the engine's session may go away; we must not */
+    signal(SIGPIPE, SIG_IGN); /* a closed log reader must not kill the supervisor */
+    if ((sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+        die("signalfd");
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+        die("prctl(PR_SET_CHILD_SUBREAPER)");
+    if ((dir_fd = open(argv[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        die(argv[i]);
+    write_pid_file("shim.pid", self_pid);
+
+    int errpipe[2];
+    if (pipe2(errpipe, O_CLOEXEC) < 0)
+        die("pipe2");
+    enum reason reason = R_EXITED;
+    char error[160] = "";
+    long long started_at_ms = clock_ms(CLOCK_REALTIME);
+    child_pid = fork();
+    if (child_pid == 0)
+        exec_child(job_argv, cwd, errpipe[1]);
+    close(errpipe[1]);
+    if (child_pid < 0) {
+        snprintf(error, sizeof error, "fork: %s", strerror(errno));
+        child_pid = 0;
+        ended_at_ms = clock_ms(CLOCK_REALTIME);
+        write_result(R_SPAWN_ERROR, started_at_ms, error);
+        return 0;
+    }
+    setpgid(child_pid, child_pid); /* also here: we may signal -child_pid before the child runs */
+    write_pid_file("child.pid", child_pid);
+
+    int report[2];
+    ssize_t got;
+    while ((got = read(errpipe[0], report, sizeof report)) < 0 && errno == EINTR)
+        ;
+    close(errpipe[0]);
+    if (got == (ssize_t)sizeof report) {
+        reason = R_SPAWN_ERROR;
+        snprintf(error, sizeof error, "%s: %s", report[0] == 1 ? "chdir" : "exec",
+                 strerror(report[1]));
+        /* The child is already in _exit(127); SIGCHLD is blocked, so no EINTR either. */
+        while (waitpid(child_pid, &child_status, 0) < 0 && errno == EINTR)
+            ;
+        child_done = 1;
+        ended_at_ms = clock_ms(CLOCK_REALTIME);
+    }
+
+    /* Main loop: wait for the job, honouring stop requests, the grace timer and the deadline. */
+    int stopping = 0;
+    long long kill_at = 0; /* CLOCK_MONOTONIC ms at which the grace ends */
+    while (!child_done) {
+        long long now = clock_ms(CLOCK_MONOTONIC), timeout = -1; /* -1: only signals matter */
+        if (stopping) {
+            timeout = kill_at > now ? kill_at - now : 0;
+        } else if (deadline_ms) { /* the wall clock may jump: re-check at least every 10 s */
+            long long left = deadline_ms - clock_ms(CLOCK_REALTIME);
+            timeout = left < 0 ? 0 : left < 10000 ? left : 10000;
+        }
+        wait_signals(timeout);
+        int seen = drain_signals();
+        if (child_done)
+            break;
+        now = clock_ms(CLOCK_MONOTONIC);
+        int deadline_hit = deadline_ms && clock_ms(CLOCK_REALTIME) >= deadline_ms;
+        if (!stopping && (seen || deadline_hit)) {
+            stopping = 1;
+            reason = seen ? R_TERMINATED : R_DEADLINE;
+            kill_at = now + grace_ms;
+            if (!(seen & SEEN_QUIT))
+                signal_tree((int)term_sig);
+        }
+        if (seen & SEEN_QUIT) /* a second SIGTERM/SIGINT is ignored: the grace keeps running */
+            kill_at = now;
+        if (stopping && now >= kill_at)
+            kill_tree();
+    }
+
+    /* The job is gone; whatever it left behind must not outlive us.  A job that ended on its own
+     * gets its leftovers a short polite SIGTERM first; a stopped job's leftovers die at once. */
+    if (reason == R_EXITED && signal_tree(SIGTERM) > 0) {
+        long long until = clock_ms(CLOCK_MONOTONIC) + (grace_ms < 2000 ? grace_ms : 2000);
+        for (long long now; (now = clock_ms(CLOCK_MONOTONIC)) < until;) {
+            wait_signals(until - now < 50 ? until - now : 50); /* grandchildren send us no SIGCHLD */
+            if (drain_signals() || scan_descendants() == 0)
+                break;
+        }
+    }
+    kill_tree();
+    if (!child_done) /* stuck in the kernel past kill_tree's patience: report what we know */
+        ended_at_ms = clock_ms(CLOCK_REALTIME);
+    write_result(reason, started_at_ms, error[0] ? error : NULL);
+    free(procs);
+    free(killed);
+    return 0;
+}

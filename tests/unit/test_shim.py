@@ -1,0 +1,359 @@
+"""corral-shim and its Python side, exercised with real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+
+from corral.domain.errors import WorkerError
+from corral.workers import process
+from corral.workers.process import (
+    ProbeState,
+    ShimProcess,
+    ShimResult,
+    descendants,
+    probe,
+    read_result,
+    spawn,
+)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+T = TypeVar("T")
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
+Start = Callable[..., ShimProcess]
+
+
+def eventually(check: Callable[[], T | None], timeout: float = 5.0, what: str = "condition") -> T:
+    """Poll `check` until it returns something truthy, failing after `timeout` seconds."""
+    give_up = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > give_up:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def wait(proc: ShimProcess, timeout: float = 10.0) -> ShimResult:
+    async def main() -> ShimResult:
+        with anyio.fail_after(timeout):
+            return await proc.wait()
+
+    return anyio.run(main)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def comm(pid: int) -> str:
+    return read(Path(f"/proc/{pid}/comm")).strip()
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Start]:
+    """spawn() with test defaults; whatever is still running at teardown is killed and reaped."""
+    procs: list[ShimProcess] = []
+    counter = iter(range(1000))
+
+    def _start(*argv: str, **kw: Any) -> ShimProcess:
+        kw.setdefault("attempt_dir", tmp_path / f"attempt-{next(counter)}")
+        kw.setdefault("cwd", None)
+        kw.setdefault("env", ENV)
+        kw.setdefault("grace_s", 5.0)
+        kw.setdefault("deadline_epoch_s", None)
+        proc = spawn(argv=argv, **kw)
+        procs.append(proc)
+        return proc
+
+    yield _start
+    for proc in procs:
+        proc.kill_now()
+        if proc.is_child:
+            wait(proc)
+        proc.close()
+
+
+# --------------------------------------------------------------------------- plain runs
+
+
+def test_true_exits_zero_and_writes_every_file(start: Start) -> None:
+    proc = start("true")
+    result = wait(proc)
+    assert result.reason == "exited"
+    assert (result.exit_code, result.signal, result.error) == (0, None, None)
+    assert result.started_at_ms <= result.ended_at_ms
+    d = proc.attempt_dir
+    assert int(read(d / "shim.pid")) == proc.pid
+    assert int(read(d / "child.pid")) == result.child_pid != proc.pid
+    assert set(json.loads(read(d / "result.json"))) == {
+        "exit_code", "signal", "reason", "started_at_ms", "ended_at_ms", "child_pid",
+        "descendants_killed", "error",
+    }  # fmt: skip
+    assert not any(p.name.endswith(".tmp") for p in d.iterdir())
+    assert read_result(d) == result
+    assert proc.poll() is result  # the result is kept once the shim is reaped
+
+
+def test_exit_code_is_reported(start: Start) -> None:
+    result = wait(start("sh", "-c", "exit 3"))
+    assert (result.reason, result.exit_code, result.signal) == ("exited", 3, None)
+
+
+def test_missing_binary_is_a_spawn_error(start: Start) -> None:
+    result = wait(start("corral-test-no-such-binary"))
+    assert (result.reason, result.exit_code) == ("spawn_error", 127)
+    assert result.error == "exec: No such file or directory"
+
+
+def test_missing_cwd_is_a_spawn_error(start: Start, tmp_path: Path) -> None:
+    result = wait(start("true", cwd=str(tmp_path / "nope")))
+    assert (result.reason, result.exit_code) == ("spawn_error", 127)
+    assert result.error == "chdir: No such file or directory"
+
+
+def test_cwd_env_stdout_and_stderr(start: Start, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = 'pwd; echo "$FOO"; echo oops >&2'
+    proc = start("sh", "-c", script, cwd=str(work), env=ENV | {"FOO": "x y"})
+    assert wait(proc).exit_code == 0
+    assert read(proc.attempt_dir / "stdout.log") == f"{work}\nx y\n"
+    assert read(proc.attempt_dir / "stderr.log") == "oops\n"
+
+
+def test_large_output_without_newlines_is_complete(start: Start) -> None:
+    code = "import sys; sys.stdout.write('x' * 5_000_000)"
+    proc = start(sys.executable, "-c", code)
+    assert wait(proc).exit_code == 0
+    assert (proc.attempt_dir / "stdout.log").stat().st_size == 5_000_000
+
+
+def test_job_sees_only_stdio_and_no_supervisor_fds(start: Start) -> None:
+    code = "import os; print(sorted(os.listdir('/proc/self/fd')), os.getpgid(0) == os.getpid())"
+    proc = start(sys.executable, "-c", code)
+    assert wait(proc).exit_code == 0
+    # fd 3 here is listdir's own directory handle.  The lock, the shim's signalfd and pipe, and
+    # fds the test process itself inherited (pytest under a shell) must not reach the job.
+    assert read(proc.attempt_dir / "stdout.log") == "['0', '1', '2', '3'] True\n"
+
+
+def test_lock_is_held_exactly_while_the_shim_lives(start: Start) -> None:
+    proc = start("sleep", "30")
+    eventually(lambda: (proc.attempt_dir / "shim.pid").exists(), what="shim.pid")
+    assert process._lock_held(proc.attempt_dir / "lock")
+    with pytest.raises(WorkerError, match="already in use"):
+        start("true", attempt_dir=proc.attempt_dir)
+    proc.kill_now()
+    wait(proc)
+    assert not process._lock_held(proc.attempt_dir / "lock")
+
+
+# --------------------------------------------------------------------------- stopping
+
+
+def test_terminate_stops_a_cooperative_job(start: Start) -> None:
+    proc = start("sleep", "30")
+    t0 = time.monotonic()
+    proc.terminate()  # even before the job has exec'd: the early signal is queued, not lost
+    result = wait(proc)
+    assert (result.reason, result.signal, result.exit_code) == ("terminated", 15, None)
+    assert time.monotonic() - t0 < 3
+
+
+def test_job_ignoring_sigterm_is_killed_after_the_grace(start: Start) -> None:
+    proc = start("sh", "-c", 'trap "" TERM; echo ready; sleep 30', grace_s=0.3)
+    eventually(lambda: read(proc.attempt_dir / "stdout.log"), what="trap set")
+    asked_ms = time.time() * 1000
+    proc.terminate()
+    proc.terminate()  # a second request does not restart or cut the grace
+    result = wait(proc)
+    assert (result.reason, result.signal) == ("terminated", 9)
+    assert 300 <= result.ended_at_ms - result.started_at_ms < 5000
+    assert 250 <= result.ended_at_ms - asked_ms < 5000
+
+
+@pytest.mark.parametrize("terminate_first", [True, False])
+def test_kill_now_skips_the_grace(start: Start, terminate_first: bool) -> None:
+    proc = start("sh", "-c", 'trap "" TERM; echo ready; sleep 30', grace_s=30)
+    eventually(lambda: read(proc.attempt_dir / "stdout.log"), what="trap set")
+    t0 = time.monotonic()
+    if terminate_first:
+        proc.terminate()
+    proc.kill_now()
+    result = wait(proc)
+    assert (result.reason, result.signal) == ("terminated", 9)
+    assert time.monotonic() - t0 < 5
+
+
+def test_deadline_is_enforced_by_the_shim_alone(start: Start) -> None:
+    deadline = time.time() + 0.5
+    result = wait(start("sleep", "30", deadline_epoch_s=deadline))
+    assert (result.reason, result.signal) == ("deadline", 15)
+    assert deadline * 1000 - 1 <= result.ended_at_ms < deadline * 1000 + 5000
+
+
+# --------------------------------------------------------------------------- nothing survives
+
+
+DOUBLE_FORK = (
+    "import os, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        time.sleep(60)\n"
+    "    os._exit(0)\n"
+)
+
+
+def at_least(n: int, pids: list[int]) -> list[int] | None:
+    return pids if len(pids) >= n else None
+
+
+def sid(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat[stat.rindex(b")") + 2 :].split()[3])
+
+
+def test_terminate_kills_every_descendant_even_in_other_sessions(
+    start: Start, tmp_path: Path
+) -> None:
+    oddly = tmp_path / "x) (y z"  # comm with spaces and parentheses, to exercise the stat parsing
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", oddly)
+    script = (
+        f"setsid '{oddly}' 60 & sleep 60 & {sys.executable} -c '{DOUBLE_FORK}'; echo started; wait"
+    )
+    proc = start("sh", "-c", script)
+    eventually(lambda: read(proc.attempt_dir / "stdout.log"), what="job started")
+    # sh, `sleep`, the renamed sleep and the double-forked python orphan (now the shim's child)
+    tree = eventually(lambda: at_least(4, descendants(proc.pid)), what="the whole tree")
+    child_pid = int(read(proc.attempt_dir / "child.pid"))
+    assert {comm(p) for p in tree} >= {"sh", "sleep", "x) (y z"}
+    assert sum(sid(p) != sid(child_pid) for p in tree) >= 2  # out of reach of a group kill
+    assert any(int(read(Path(f"/proc/{p}/stat")).rsplit(")", 1)[1].split()[1]) == proc.pid
+               for p in tree if p != child_pid)  # fmt: skip  # an orphan reparented to the shim
+
+    proc.terminate()
+    result = wait(proc)
+    assert result.reason == "terminated"
+    assert result.descendants_killed >= 3
+    assert [p for p in tree if alive(p)] == []
+
+
+def test_leftovers_of_a_job_that_exited_are_killed(start: Start) -> None:
+    # the leftover ignores SIGTERM, so the shim has to escalate after min(grace, 2 s)
+    script = """setsid sh -c 'trap "" TERM; sleep 60' & echo $!"""
+    t0 = time.monotonic()
+    proc = start("sh", "-c", script, grace_s=0.3)
+    result = wait(proc)
+    assert (result.reason, result.exit_code) == ("exited", 0)
+    assert result.descendants_killed >= 1
+    assert time.monotonic() - t0 < 5
+    leftover = int(read(proc.attempt_dir / "stdout.log"))
+    assert not alive(leftover)
+    assert descendants(proc.pid) == []
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def test_probe_adopts_a_running_shim_and_sees_it_finish(start: Start, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    proc = start("sh", "-c", f"while [ ! -e '{go}' ]; do sleep 0.02; done; exit 7")
+    found = probe(proc.attempt_dir)
+    assert found.state is ProbeState.RUNNING
+    adopted = found.process
+    assert adopted is not None
+    assert (adopted.pid, adopted.is_child) == (proc.pid, False)
+    assert adopted.poll() is None
+    go.touch()
+    result = wait(adopted)  # pidfd + lock, no waitpid: as after an engine restart
+    adopted.close()
+    assert (result.reason, result.exit_code) == ("exited", 7)
+    assert wait(proc) == result  # the original parent still reaps its zombie
+
+    found = probe(proc.attempt_dir)
+    assert found.state is ProbeState.FINISHED
+    assert found.result == result
+
+
+def test_probe_reports_a_killed_shim_as_vanished(start: Start) -> None:
+    proc = start("sleep", "30")
+    child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        lost = wait(proc)
+        assert alive(child)  # orphaned to init, yet it does not hold the attempt lock
+        assert probe(proc.attempt_dir).state is ProbeState.VANISHED
+    finally:
+        os.kill(child, signal.SIGKILL)
+    assert (lost.reason, lost.exit_code, lost.signal) == ("lost", None, None)
+    assert lost.error == "shim vanished without a result"
+    assert probe(proc.attempt_dir).state is ProbeState.VANISHED
+
+
+def test_probe_of_an_attempt_never_started(tmp_path: Path) -> None:
+    assert probe(tmp_path / "missing").state is ProbeState.NOT_STARTED
+    assert probe(tmp_path).state is ProbeState.NOT_STARTED
+    (tmp_path / "lock").touch()
+    assert probe(tmp_path).state is ProbeState.NOT_STARTED
+    assert read_result(tmp_path) is None
+
+
+# --------------------------------------------------------------------------- building
+
+
+def test_shim_is_built_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_SHIM_DIR", str(tmp_path))
+    built = process._build_shim()
+    assert built.parent == tmp_path and built.name.startswith("corral-shim-")
+    assert os.access(built, os.X_OK)
+    assert [p.name for p in tmp_path.iterdir()] == [built.name]  # no temp file left behind
+    assert process._build_shim() == built
+    assert process.shim_path() is process.shim_path()
+
+
+def test_missing_compiler_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_SHIM_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", "corral-test-no-such-cc")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(WorkerError, match="no C compiler found to build corral-shim"):
+        process._build_shim()
+
+
+def test_a_reused_attempt_dir_never_reports_a_stale_result(start: Start, tmp_path: Path) -> None:
+    attempt = tmp_path / "reused"
+    assert wait(start("true", attempt_dir=attempt)).reason == "exited"
+    proc = start("sleep", "30", attempt_dir=attempt)
+    child = int(eventually(lambda: read(attempt / "child.pid"), what="child.pid"))
+    os.kill(proc.pid, signal.SIGKILL)
+    os.kill(child, signal.SIGKILL)
+    assert wait(proc).reason == "lost"  # not the first run's "exited"
+    assert probe(attempt).state is ProbeState.VANISHED
+
+
+def test_wait_without_a_pidfd_falls_back_to_polling(start: Start) -> None:
+    proc = start("sh", "-c", "exit 4")
+    proc.close()  # as on a kernel without pidfd_open
+    assert proc.pidfd is None
+    assert wait(proc).exit_code == 4
