@@ -18,7 +18,7 @@ from corral import __version__
 from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
 from corral.domain.errors import CorralError, InvalidRequest
-from corral.domain.models import JobSpec, Limits
+from corral.domain.models import Job, JobSpec, Limits
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.control import poke
 from corral.runtime.engine import Engine, build_store, submissions
@@ -195,23 +195,49 @@ def _config_or_fail(data_dir: Path | None, config: Path | None) -> Config:
         fail(err)
 
 
-def _follow(cfg: Config, job_id: str) -> int:
-    """Wait for the job to end; its exit code (see WAIT_EXIT for ends without one)."""
+def exit_code_of(job: Job) -> int:
+    """The exit code `submit --wait` and `wait` report for a job that ended."""
+    if job.state is JobState.SUCCEEDED:
+        return 0
+    if job.state in WAIT_EXIT:
+        return WAIT_EXIT[job.state]
+    return job.exit_code if job.exit_code not in (None, 0) else 1
+
+
+def _follow(cfg: Config, job_id: str, *, until: str = "end", timeout: float | None = None) -> int:
+    """Wait for the job to end (or to run); its exit code (see WAIT_EXIT for ends without one)."""
 
     async def watch(store: Store) -> int:
         delay = 0.02
+        deadline = None if timeout is None else anyio.current_time() + timeout
         while True:
             job = await store.get_job(job_id)
             if job.state.terminal:
-                if job.state is JobState.SUCCEEDED:
-                    return 0
-                if job.state in WAIT_EXIT:
-                    return WAIT_EXIT[job.state]
-                return job.exit_code if job.exit_code not in (None, 0) else 1
+                return exit_code_of(job)
+            if until == "running" and job.state is JobState.RUNNING:
+                return 0
+            if deadline is not None and anyio.current_time() >= deadline:
+                typer.echo(f"corral: {job.id} is still {job.state.value} after {timeout}s",
+                           err=True)
+                return 124
             await anyio.sleep(delay)
             delay = min(delay * 1.5, 0.25)
 
     return with_store(cfg, watch)
+
+
+@app.command("wait")
+def wait_cmd(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+             until: Annotated[str, typer.Option(
+                 "--for", help="`end` (default) or `running`.")] = "end",
+             timeout: Annotated[float | None, typer.Option(
+                 "--timeout", help="Give up after this many seconds (exit 124).")] = None,
+             data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+    """Block until a job ends (exit with its exit code, as `submit --wait`) or starts running."""
+    if until not in ("end", "running"):
+        fail(InvalidRequest(f"--for must be `end` or `running`, got {until!r}"))
+    cfg = _config_or_fail(data_dir, config)
+    raise typer.Exit(_follow(cfg, job, until=until, timeout=timeout))
 
 
 @app.command()

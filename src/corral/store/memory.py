@@ -6,6 +6,7 @@ PostgreSQL, so any difference from `corral.store.sql` is a bug here or there.
 Atomicity without a lock: no operation awaits between its first read and its last write, so on
 one event loop an operation runs to completion without interleaving (no `asyncio.Lock` needed).
 An operation that raises part-way is rolled back from an undo journal, as a SQL transaction is.
+There are no reservation leases (PostgreSQL's accelerator for several engines): one process.
 """
 
 from __future__ import annotations
@@ -70,20 +71,20 @@ class MemoryStore:
         self._events: dict[str, list[tuple[int, JobEvent]]] = {}
         self._event_seq = 0
         self._engines: dict[str, tuple[str, int, float, float]] = {}
-        self._undo: list[Callable[[], object]] | None = None
+        self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:
-        pass
+        """Nothing to connect to or migrate."""
 
     async def close(self) -> None:
-        pass
+        """Nothing to release."""
 
     # ---- the transaction discipline ------------------------------------------------------
 
     @contextmanager
     def _tx(self) -> Iterator[None]:
         """Undo every write of the operation if it raises (a rolled-back transaction)."""
-        self._undo = []
+        self._undo.clear()
         try:
             yield
         except BaseException:
@@ -91,30 +92,27 @@ class MemoryStore:
                 undo()
             raise
         finally:
-            self._undo = None
+            self._undo.clear()
 
     def _set(self, table: dict[K, V], key: K, value: V) -> None:
-        if self._undo is not None:
-            if key in table:
-                old = table[key]
-                self._undo.append(lambda: table.__setitem__(key, old))
-            else:
-                self._undo.append(lambda: table.pop(key, None))
+        if key in table:
+            old = table[key]
+            self._undo.append(lambda: table.__setitem__(key, old))
+        else:
+            self._undo.append(lambda: table.pop(key, None))
         table[key] = value
 
     def _unset(self, table: dict[K, V], key: K) -> None:
         if key in table:
             old = table.pop(key)
-            if self._undo is not None:
-                self._undo.append(lambda: table.__setitem__(key, old))
+            self._undo.append(lambda: table.__setitem__(key, old))
 
     def _emit(self, events: Sequence[JobEvent]) -> None:
         for e in events:
             self._event_seq += 1
             log = self._events.setdefault(e.job_id, [])
             log.append((self._event_seq, replace(e, at=float(e.at), data=_json_copy(e.data))))
-            if self._undo is not None:
-                self._undo.append(log.pop)
+            self._undo.append(log.pop)
 
     # ---- helpers (as in SqlStore) ----------------------------------------------------------
 

@@ -68,9 +68,9 @@ class PostgresDriver:
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[_Tx]:
         try:
-            async with self._pool.connection() as conn, conn.transaction():
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    yield _Tx(cur)
+            async with (self._pool.connection() as conn, conn.transaction(),
+                        conn.cursor(row_factory=dict_row) as cur):
+                yield _Tx(cur)
         except psycopg.OperationalError as err:
             raise StoreError(f"PostgreSQL error: {err}") from err
 

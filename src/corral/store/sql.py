@@ -145,6 +145,11 @@ class SqlStore:
                     "UPDATE jobs SET deps_pending = deps_pending - 1, updated_at = ?"
                     " WHERE id = ? AND state = 'QUEUED' AND deps_pending > 0", (now, dep.id))
                 continue
+            # Re-read: an earlier sibling's cascade may have failed it already (a diamond).
+            current = await self._job(tx, dep.id)
+            if current is None or current.state is not JobState.QUEUED:
+                continue
+            dep = current
             why = f"dependency {job.id} ended {ended.value}"
             await self._move(tx, dep, JobState.FAILED, now, last_error=why)
             await self._insert_events(tx, [_event(dep, "dependency_failed", now, why,
@@ -159,7 +164,7 @@ class SqlStore:
         await self._insert_events(tx, [_event(job, kind, now, message, to=to)])
         await self._release_key(tx, job)
         await self._settle_dependents(tx, job, to, now)
-        return job.with_(state=to, updated_at=now)
+        return job.with_(state=to, updated_at=now, **cols)
 
     async def _stop(self, tx: Tx, job: Job, reason: str, kind: str, now: float) -> Job:
         if job.state.terminal:
@@ -176,7 +181,8 @@ class SqlStore:
             if n != 1:
                 raise StaleState(f"job {job.id} left {job.state.value} meanwhile")
             await self._insert_events(tx, [_event(job, f"{kind}_requested", now, reason)])
-        return job.with_(cancel_requested=job.cancel_requested or reason, stop_kind=kind)
+            return job.with_(cancel_requested=reason, stop_kind=kind, updated_at=now)
+        return job  # the first stop request stands
 
     # ---- submission ----------------------------------------------------------------------
 
@@ -221,8 +227,11 @@ class SqlStore:
 
     async def _take_key(self, tx: Tx, job: Job, now: float, *, steal: bool) -> None:
         if steal:
-            await tx.execute("UPDATE idem_keys SET job_id = ?, acquired_at = ? WHERE idem_key = ?",
-                             (job.id, now, job.key))
+            # Upsert: stopping a queued holder already released (deleted) its row.
+            await tx.execute(
+                "INSERT INTO idem_keys (idem_key, job_id, acquired_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (idem_key) DO UPDATE SET job_id = excluded.job_id,"
+                " acquired_at = excluded.acquired_at", (job.key, job.id, now))
             return
         # A stale row (its holder ended without releasing, e.g. an old bug) is replaced; a live
         # concurrent holder makes the insert conflict and the submission is retried.
@@ -239,7 +248,7 @@ class SqlStore:
     async def _resolve_deps(self, tx: Tx, job: Job, now: float) -> tuple[Job, str | None]:
         pending: list[str] = []
         failed: str | None = None
-        for dep_id in job.after:
+        for dep_id in dict.fromkeys(job.after):  # a repeated --after counts once
             if dep_id == job.id:
                 raise InvalidRequest(f"job {job.id} cannot depend on itself")
             dep = await self._job(tx, dep_id)
@@ -356,7 +365,7 @@ class SqlStore:
         await self._insert_events(tx, [_event(job, "retry_scheduled", now, f.error or "",
                                               to=f.job_state, attempt=a.index,
                                               data={"retry_at": f.retry_at})])
-        return job.with_(state=f.job_state, retry_at=f.retry_at, last_error=f.error)
+        return job.with_(state=f.job_state, updated_at=now, **cols)
 
     async def request_cancel(self, job_id: str, *, reason: str, kind: str, now: float) -> Job:
         for _ in range(5):
@@ -408,7 +417,10 @@ class SqlStore:
         async with self.driver.read() as tx:
             row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (ref,))
             if row is None and ref and len(ref) >= 4:
-                rows = await tx.fetchall(_JOB_SELECT + " WHERE id LIKE ? LIMIT 2", (ref + "%",))
+                # Not LIKE: `%`/`_` in user input are no wildcards, and case sensitivity would
+                # differ between SQLite and PostgreSQL.
+                rows = await tx.fetchall(_JOB_SELECT + " WHERE substr(id, 1, ?) = ? LIMIT 2",
+                                         (len(ref), ref))
                 if len(rows) > 1:
                     raise InvalidRequest(f"job id prefix {ref!r} is ambiguous")
                 row = rows[0] if rows else None
@@ -470,7 +482,7 @@ class SqlStore:
             raise Conflict(f"job {job_id} was already resolved: {job.dlq_resolution}")
         await self._insert_events(tx, [_event(job, "dlq_" + resolution.split(":")[0], now,
                                               resolution)])
-        return job.with_(dlq_resolution=resolution)
+        return job.with_(dlq_resolution=resolution, updated_at=now)
 
     async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float) -> Job:
         async with self.driver.write() as tx:

@@ -1,0 +1,593 @@
+"""Corral against a bare asyncio + SQLite loop doing the same work.
+
+    .venv/bin/python bench/run.py [--quick] [--only W1,W2,W3] [--out bench/results/latest.json]
+
+Each workload runs twice in this session: once through the bare loop (insert a QUEUED row, spawn
+the process under a semaphore, wait, write the exit code) and once through Corral (submissions
+through the CLI's code path, an engine in its own process by default). It prints a table with
+the ratios and writes a JSON summary. bench/README.md describes the method and its caveats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import datetime as dt
+import json
+import os
+import platform
+import pstats
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from corral import __version__
+from corral.config import Config, load
+from corral.core.ports import JobQuery, Store
+from corral.domain.models import Job, JobSpec
+from corral.domain.states import JobState
+from corral.runtime.control import poke
+from corral.runtime.engine import Engine, build_store, submissions
+from corral.workers.command import BASE_ENV_KEYS
+from corral.workers.process import shim_path
+
+BENCH_DIR = Path(__file__).resolve().parent
+DEFAULT_OUT = BENCH_DIR / "results" / "latest.json"
+POKE_EVERY_S = 0.05  # "coalesced" pokes: at most one per this interval while submitting
+POLL_S = 0.02  # how often the benchmark looks at the store for the last durable result
+READY_TIMEOUT_S = 30.0
+RUN_TIMEOUT_S = 600.0
+W1_TARGET = 0.8
+MODES = ("live", "drain", "inprocess")
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    jobs: int
+    concurrency: int
+    what: str
+    argv: Callable[[Path], tuple[str, ...]]  # the command, given the run's work directory
+    crash: bool = False
+    kill_after_s: float = 1.0
+
+
+def _record_argv(work: Path) -> tuple[str, ...]:
+    runs = work / "runs.txt"
+    return ("sh", "-c", f'sleep 0.2; echo "$CORRAL_JOB_ID" >> {runs}')
+
+
+def workloads(quick: bool) -> list[Workload]:
+    scale = 10 if quick else 1
+    return [
+        Workload("W1", 2000 // scale, 8, "/bin/true", lambda _: ("/bin/true",)),
+        Workload("W2", 200 // scale, 16, "sleep 0.05", lambda _: ("sleep", "0.05")),
+        Workload("W3", 200 // scale, 8, "sleep 0.2 + record, engine SIGKILLed",
+                 _record_argv, crash=True, kill_after_s=0.3 if quick else 1.0),
+    ]
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(slots=True)
+class RunStats:
+    """One system's run of one workload."""
+
+    jobs: int
+    elapsed_s: float
+    latencies_s: list[float]
+    failed: int = 0  # jobs that did not end SUCCEEDED (or with exit code 0, for the bare loop)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def jobs_per_s(self) -> float:
+        return self.jobs / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (q in [0, 100])."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def job_env(job_id: str) -> dict[str, str]:
+    """What Corral gives a job: a few variables of ours plus CORRAL_JOB_ID."""
+    env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
+    env["CORRAL_JOB_ID"] = job_id
+    env["CORRAL_ATTEMPT"] = "1"
+    return env
+
+
+# --------------------------------------------------------------------------- the bare loop
+
+
+async def _bare(n: int, concurrency: int, argv: tuple[str, ...], work: Path) -> RunStats:
+    db = sqlite3.connect(work / "bare.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.execute("CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, command TEXT NOT NULL,"
+               " created_at REAL NOT NULL, updated_at REAL NOT NULL, exit_code INTEGER)")
+    sem = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+    failed = 0
+    command = json.dumps(list(argv))
+
+    async def one(i: int) -> None:
+        nonlocal failed
+        job_id, created = f"bare-{i:06d}", time.time()
+        db.execute("INSERT INTO jobs (id, state, command, created_at, updated_at)"
+                   " VALUES (?, 'QUEUED', ?, ?, ?)", (job_id, command, created, created))
+        async with sem:
+            jdir = work / "jobs" / job_id
+            jdir.mkdir(parents=True)
+            with open(jdir / "stdout.log", "ab") as out, open(jdir / "stderr.log", "ab") as err:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=work,
+                    env=job_env(job_id))
+            code = await proc.wait()
+            state = "SUCCEEDED" if code == 0 else "FAILED"
+            db.execute("UPDATE jobs SET state = ?, exit_code = ?, updated_at = ? WHERE id = ?",
+                       (state, code, time.time(), job_id))
+            failed += code != 0
+            latencies.append(time.time() - created)
+
+    t0 = time.time()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    elapsed = time.time() - t0
+    db.close()
+    return RunStats(jobs=n, elapsed_s=elapsed, latencies_s=latencies, failed=failed)
+
+
+def run_bare(wl: Workload, work: Path) -> RunStats:
+    work.mkdir(parents=True)
+    return asyncio.run(_bare(wl.jobs, wl.concurrency, wl.argv(work), work))
+
+
+# --------------------------------------------------------------------------- Corral
+
+
+def write_config(data: Path, concurrency: int) -> Config:
+    data.mkdir(parents=True)
+    path = data / "corral.yaml"
+    path.write_text(
+        "roles:\n"
+        "  default:\n"
+        f"    concurrency: {concurrency}\n"
+        "    retry:\n"
+        "      base_s: 0.05\n"
+        "environments:\n"
+        "  local:\n"
+        f"    max_inflight: {concurrency}\n")
+    return load(data_dir=data, config_path=path)
+
+
+class EngineProcess:
+    """`python -m corral serve` on the benchmark's data directory, in its own process."""
+
+    def __init__(self, cfg: Config, *, drain: bool, tag: str) -> None:
+        assert cfg.source is not None
+        self.cfg = cfg
+        self.log = cfg.data_dir / f"engine-{tag}.log"
+        argv = [sys.executable, "-m", "corral", "serve", "--data-dir", str(cfg.data_dir),
+                "--config", str(cfg.source)]
+        if drain:
+            argv.append("--drain")
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         env=_engine_env())
+        self.started_at = time.time()
+
+    def tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def wait_ready(self) -> float:
+        """Block until the engine answers on its control socket; seconds it took."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"engine exited early ({self.proc.returncode}):\n{self.tail()}")
+            answer = poke(self.cfg.data_dir, "ping")
+            if answer and answer.get("ok"):
+                return time.time() - self.started_at
+            time.sleep(0.01)
+        raise RuntimeError(f"engine not ready after {READY_TIMEOUT_S}s:\n{self.tail()}")
+
+    def wait(self, timeout: float = RUN_TIMEOUT_S) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RuntimeError(f"engine did not exit within {timeout}s:\n{self.tail()}") from None
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait(30.0)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _engine_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("CORRAL_STORE_URL", "CORRAL_CONFIG", "CORRAL_DATA_DIR"):
+        env.pop(name, None)
+    return env
+
+
+@dataclass(slots=True)
+class Submitter:
+    """Submits through the CLI's code path (`submissions(store, cfg).submit` + `poke`)."""
+
+    cfg: Config
+    store: Store
+    poke_mode: str  # "each" (what `corral submit` does per job), "coalesced" or "none"
+    _last_poke: float = 0.0
+
+    async def submit_all(self, specs: Sequence[JobSpec]) -> list[str]:
+        svc = submissions(self.store, self.cfg)
+        ids: list[str] = []
+        for spec in specs:
+            ids.append((await svc.submit(spec)).job.id)
+            self._maybe_poke(final=False)
+        self._maybe_poke(final=True)
+        return ids
+
+    def _maybe_poke(self, *, final: bool) -> None:
+        if self.poke_mode == "none":
+            return
+        now = time.monotonic()
+        if final or self.poke_mode == "each" or now - self._last_poke >= POKE_EVERY_S:
+            poke(self.cfg.data_dir)
+            self._last_poke = now
+
+
+async def _wait_terminal(store: Store, n: int, timeout: float) -> bool:
+    terminal = {s.value for s in JobState if s.terminal}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        counts = await store.counts()
+        if sum(v for k, v in counts.items() if k in terminal) >= n:
+            return True
+        await anyio.sleep(POLL_S)
+    return False
+
+
+async def _final_jobs(cfg: Config, n: int) -> list[Job]:
+    store = build_store(cfg)
+    await store.open()
+    try:
+        return await store.list_jobs(JobQuery(limit=n + 1000))
+    finally:
+        await store.close()
+
+
+def _stats(jobs: list[Job], n: int, t0: float) -> RunStats:
+    ok = [j for j in jobs if j.state is JobState.SUCCEEDED]
+    end = max((j.updated_at for j in jobs if j.state.terminal), default=time.time())
+    states = Counter(j.state.value for j in jobs)
+    return RunStats(
+        jobs=n, elapsed_s=end - t0, latencies_s=[j.updated_at - j.created_at for j in ok],
+        failed=n - len(ok),
+        extra={"states": dict(states), "retried": sum(1 for j in jobs if j.attempts > 1),
+               "end_at": end})
+
+
+def _specs(wl: Workload, work: Path) -> list[JobSpec]:
+    argv = wl.argv(work)
+    return [JobSpec(command=argv, cwd=str(work)) for _ in range(wl.jobs)]
+
+
+def run_corral_live(wl: Workload, work: Path, poke_mode: str) -> RunStats:
+    """Engine already serving (startup not timed); jobs submitted while it runs."""
+    cfg = write_config(work / "data", wl.concurrency)
+    specs = _specs(wl, work)
+    engine = EngineProcess(cfg, drain=False, tag="live")
+    try:
+        ready_s = engine.wait_ready()
+
+        async def main() -> float:
+            store = build_store(cfg)
+            await store.open()
+            try:
+                t0 = time.time()
+                await Submitter(cfg, store, poke_mode).submit_all(specs)
+                if not await _wait_terminal(store, wl.jobs, RUN_TIMEOUT_S):
+                    print(f"  {wl.name}: timed out waiting for the jobs", file=sys.stderr)
+                return t0
+            finally:
+                await store.close()
+
+        t0 = anyio.run(main)
+        rc = engine.stop()
+    finally:
+        engine.kill()
+    stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
+    stats.extra.update(engine_ready_s=round(ready_s, 3), engine_rc=rc)
+    return stats
+
+
+async def _submit_only(cfg: Config, specs: Sequence[JobSpec]) -> float:
+    store = build_store(cfg)
+    await store.open()
+    try:
+        t0 = time.time()
+        await Submitter(cfg, store, "none").submit_all(specs)
+        return t0
+    finally:
+        await store.close()
+
+
+def run_corral_drain(wl: Workload, work: Path) -> RunStats:
+    """Submit everything, then `corral serve --drain` (engine startup is inside the timing)."""
+    cfg = write_config(work / "data", wl.concurrency)
+    t0 = anyio.run(_submit_only, cfg, _specs(wl, work))
+    engine = EngineProcess(cfg, drain=True, tag="drain")
+    try:
+        rc = engine.wait()
+    finally:
+        engine.kill()
+    stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
+    stats.extra.update(engine_rc=rc)
+    return stats
+
+
+def run_corral_inprocess(wl: Workload, work: Path, profile: Path | None) -> RunStats:
+    """Submit everything, then `Engine(cfg).run(drain=True)` in this process (for profiling)."""
+    cfg = write_config(work / "data", wl.concurrency)
+    t0 = anyio.run(_submit_only, cfg, _specs(wl, work))
+    engine = Engine(cfg)
+    prof = cProfile.Profile() if profile else None
+    t_engine = time.time()
+    if prof is not None:
+        prof.enable()
+    anyio.run(lambda: engine.run(drain=True))
+    if prof is not None and profile is not None:
+        prof.disable()
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        prof.dump_stats(str(profile))
+    stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
+    stats.extra.update(engine_only_s=round(stats.extra["end_at"] - t_engine, 3))
+    return stats
+
+
+def run_corral_crash(wl: Workload, work: Path, poke_mode: str) -> RunStats:
+    """W3: serve, submit, SIGKILL the engine after kill_after_s, then `serve --drain`."""
+    cfg = write_config(work / "data", wl.concurrency)
+    specs = _specs(wl, work)
+    first = EngineProcess(cfg, drain=False, tag="first")
+    try:
+        first.wait_ready()
+
+        async def main() -> float:
+            store = build_store(cfg)
+            await store.open()
+            try:
+                t0 = time.time()
+                await Submitter(cfg, store, poke_mode).submit_all(specs)
+                return t0
+            finally:
+                await store.close()
+
+        t0 = anyio.run(main)
+        time.sleep(max(0.0, t0 + wl.kill_after_s - time.time()))
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    finally:
+        first.kill()
+    before = Counter(j.state.value for j in anyio.run(_final_jobs, cfg, wl.jobs))
+    restart_at = time.time()
+    second = EngineProcess(cfg, drain=True, tag="restart")
+    try:
+        rc = second.wait()
+    finally:
+        second.kill()
+    jobs = anyio.run(_final_jobs, cfg, wl.jobs)
+    stats = _stats(jobs, wl.jobs, t0)
+    runs = Counter((work / "runs.txt").read_text().split()) if (work / "runs.txt").exists() \
+        else Counter()
+    ok_ids = {j.id for j in jobs if j.state is JobState.SUCCEEDED}
+    stats.extra.update(
+        lost=stats.failed,
+        duplicated=sum(1 for c in runs.values() if c > 1),
+        succeeded_without_run=len(ok_ids - set(runs)),
+        recovery_s=round(stats.extra["end_at"] - restart_at, 3),
+        at_kill=dict(before), restart_rc=rc,
+        recovered_events=_count_events(cfg.db_path, "recovered"))
+    return stats
+
+
+def _count_events(db: Path, kind: str) -> int:
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT COUNT(*) FROM job_events WHERE kind = ?", (kind,)).fetchone()
+    return int(row[0])
+
+
+def run_corral(wl: Workload, work: Path, args: argparse.Namespace) -> RunStats:
+    work.mkdir(parents=True)
+    if wl.crash:
+        return run_corral_crash(wl, work, args.poke)
+    if args.mode == "drain":
+        return run_corral_drain(wl, work)
+    if args.mode == "inprocess":
+        profile = Path(args.profile) / f"{wl.name}.pstats" if args.profile else None
+        return run_corral_inprocess(wl, work, profile)
+    return run_corral_live(wl, work, args.poke)
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "corral": __version__,
+        "commit": _git_head(),
+    }
+
+
+def _git_head() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCH_DIR,
+                             capture_output=True, text=True, check=False, timeout=5)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
+    ratio = corral.jobs_per_s / bare.jobs_per_s if bare.jobs_per_s else 0.0
+    row: dict[str, Any] = {
+        "jobs": wl.jobs, "concurrency": wl.concurrency, "command": wl.what,
+        "jobs_per_s": round(corral.jobs_per_s, 1),
+        "baseline_jobs_per_s": round(bare.jobs_per_s, 1),
+        "ratio": round(ratio, 3),
+        "p50_ms": round(percentile(corral.latencies_s, 50) * 1000, 1),
+        "p99_ms": round(percentile(corral.latencies_s, 99) * 1000, 1),
+        "baseline_p50_ms": round(percentile(bare.latencies_s, 50) * 1000, 1),
+        "baseline_p99_ms": round(percentile(bare.latencies_s, 99) * 1000, 1),
+        "elapsed_s": round(corral.elapsed_s, 3),
+        "baseline_elapsed_s": round(bare.elapsed_s, 3),
+        "not_succeeded": corral.failed,
+        "baseline_failed": bare.failed,
+        "retried": corral.extra.get("retried", 0),
+        "states": corral.extra.get("states", {}),
+    }
+    for key in ("lost", "duplicated", "recovery_s", "succeeded_without_run", "at_kill",
+                "recovered_events", "engine_ready_s", "engine_only_s"):
+        if key in corral.extra:
+            row[key] = corral.extra[key]
+    if wl.name == "W1":
+        row["target_ratio"] = W1_TARGET
+        row["meets_target"] = ratio >= W1_TARGET
+    return row
+
+
+def print_table(rows: dict[str, dict[str, Any]]) -> None:
+    head = (f"{'wl':<3} {'jobs':>5} {'C':>3} {'corral/s':>9} {'bare/s':>8} {'ratio':>6} "
+            f"{'p50 ms':>15} {'p99 ms':>15}  notes")
+    print(head)
+    print("-" * len(head))
+    for name, r in rows.items():
+        notes = [f"{r['retried']} retried"] if r["retried"] else []
+        if "lost" in r:
+            notes += [f"lost {r['lost']}", f"duplicated {r['duplicated']}",
+                      f"recovery {r['recovery_s']:.2f}s"]
+        elif r["not_succeeded"]:
+            notes.append(f"NOT SUCCEEDED {r['not_succeeded']} {r['states']}")
+        if "meets_target" in r:
+            notes.append(("meets" if r["meets_target"] else "BELOW") + f" {W1_TARGET}x target")
+        p50 = f"{r['p50_ms']:.0f}/{r['baseline_p50_ms']:.0f}"
+        p99 = f"{r['p99_ms']:.0f}/{r['baseline_p99_ms']:.0f}"
+        print(f"{name:<3} {r['jobs']:>5} {r['concurrency']:>3} {r['jobs_per_s']:>9.1f} "
+              f"{r['baseline_jobs_per_s']:>8.1f} {r['ratio']:>6.2f} {p50:>15} {p99:>15}  "
+              + ", ".join(notes))
+    print("(p50/p99: corral/bare, submit → durable result)")
+
+
+def print_hotspots(profile_dir: Path, names: Sequence[str], top: int = 25) -> None:
+    for name in names:
+        path = profile_dir / f"{name}.pstats"
+        if path.exists():
+            print(f"\n== cProfile of the in-process engine, {name} (by own time) ==")
+            pstats.Stats(str(path)).sort_stats("tottime").print_stats(top)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Corral vs a bare asyncio + SQLite loop.")
+    p.add_argument("--quick", action="store_true", help="~10x fewer jobs (a smoke run)")
+    p.add_argument("--only", default="W1,W2,W3", help="comma-separated workloads (W1,W2,W3)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON summary to write")
+    p.add_argument("--mode", choices=MODES, default="live",
+                   help="how Corral runs W1/W2: live = engine process already serving while "
+                        "jobs are submitted (default); drain = submit all, then `serve --drain`; "
+                        "inprocess = submit all, then Engine.run(drain=True) in this process")
+    p.add_argument("--poke", choices=("coalesced", "each", "none"), default="coalesced",
+                   help="pokes while submitting: one per 50 ms (default) or one per job as "
+                        "`corral submit` does")
+    p.add_argument("--profile", metavar="DIR",
+                   help="with --mode inprocess: cProfile the engine, write DIR/<W>.pstats")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directories")
+    args = p.parse_args(argv)
+    known = {w.name for w in workloads(False)}
+    args.only = [w.strip().upper() for w in args.only.split(",") if w.strip()]
+    unknown = set(args.only) - known
+    if unknown:
+        p.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
+    if args.profile and args.mode != "inprocess":
+        p.error("--profile needs --mode inprocess")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    for name in ("CORRAL_STORE_URL", "CORRAL_CONFIG", "CORRAL_DATA_DIR"):
+        os.environ.pop(name, None)
+    env = environment()
+    print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    shim_path()  # build the shim once, outside any timing
+    root = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        for wl in workloads(args.quick):
+            if wl.name not in args.only:
+                continue
+            print(f"{wl.name}: {wl.jobs} x {wl.what}, concurrency {wl.concurrency} ...",
+                  flush=True)
+            bare = run_bare(wl, root / wl.name / "bare")
+            corral = run_corral(wl, root / wl.name / "corral", args)
+            rows[wl.name] = summarize(wl, corral, bare)
+            print(f"  corral {corral.jobs_per_s:.1f} jobs/s, bare {bare.jobs_per_s:.1f} jobs/s",
+                  flush=True)
+    finally:
+        if args.keep:
+            print(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print()
+    print_table(rows)
+    mode = "crash/restart" if set(args.only) == {"W3"} else args.mode
+    summary = {"environment": env, "quick": args.quick, "corral_mode": mode,
+               "poke": args.poke, "workloads": rows}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    print(f"\nwrote {out}")
+    if args.profile:
+        print_hotspots(Path(args.profile), [n for n in args.only if n != "W3"])
+    bad = [n for n, r in rows.items() if r["not_succeeded"] or r.get("duplicated")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

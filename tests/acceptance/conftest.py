@@ -1,0 +1,118 @@
+"""Acceptance tests drive the real `corral` command and real processes (SIGKILL included)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CORRAL = str(Path(sys.executable).with_name("corral"))
+
+CONFIG = """\
+scheduler:
+  poll_interval_s: 0.2
+roles:
+  default:
+    concurrency: 4
+    retry: {base_s: 0.05, cap_s: 0.2}
+  serial:
+    concurrency: 1
+    retry: {base_s: 0.05, cap_s: 0.2}
+environments:
+  local:
+    max_inflight: 8
+"""
+
+
+class Corral:
+    """One data directory and the `corral` command pointed at it."""
+
+    def __init__(self, root: Path, config: str = CONFIG) -> None:
+        self.data = root / "data"
+        self.data.mkdir()
+        self.work = root / "work"
+        self.work.mkdir()
+        self.config = root / "corral.yaml"
+        self.config.write_text(config)
+        self.engines: list[subprocess.Popen[bytes]] = []
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["CORRAL_DATA_DIR"] = str(self.data)
+        env["CORRAL_CONFIG"] = str(self.config)
+        env.pop("CORRAL_STORE_URL", None)
+        return env
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([CORRAL, *args], env=self.env(), capture_output=True, text=True,
+                              timeout=timeout, cwd=self.work, stdin=subprocess.DEVNULL)
+
+    def ok(self, *args: str) -> str:
+        r = self.run(*args)
+        assert r.returncode == 0, f"corral {' '.join(args)} → {r.returncode}\n{r.stderr}"
+        return r.stdout
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.ok(*args, "--json"))
+
+    def submit(self, *command: str, opts: tuple[str, ...] = ()) -> str:
+        return self.ok("submit", *opts, "--", *command).strip()
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        data: dict[str, Any] = self.json("show", job_id)
+        return data
+
+    def serve(self, *extra: str) -> subprocess.Popen[bytes]:
+        log = (self.data / "engine-test.log").open("ab")
+        proc = subprocess.Popen([CORRAL, "serve", *extra], env=self.env(), stdout=log,
+                                stderr=log, stdin=subprocess.DEVNULL, cwd=self.work)
+        self.engines.append(proc)
+        return proc
+
+    def wait(self, job_id: str, *, until: str = "end", timeout: float = 30) -> int:
+        return self.run("wait", job_id, "--for", until, "--timeout", str(timeout),
+                        timeout=timeout + 30).returncode
+
+    def drain(self, timeout: float = 60) -> None:
+        """Run an engine until nothing is left to do."""
+        proc = self.serve("--drain")
+        assert proc.wait(timeout=timeout) == 0, self.engine_log()
+
+    def engine_log(self) -> str:
+        path = self.data / "engine-test.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop_all(self) -> None:
+        for proc in self.engines:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+@pytest.fixture
+def corral(tmp_path: Path) -> Iterator[Corral]:
+    c = Corral(tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop_all()
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False

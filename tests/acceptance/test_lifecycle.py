@@ -1,0 +1,156 @@
+"""A job's life through the real `corral` command: success, retries into the DLQ, timeouts,
+cancellation of whole process trees, idempotency keys, dependencies and priorities."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.acceptance.conftest import Corral, alive
+from tests.helpers import eventually
+
+
+def test_submit_wait_runs_a_job_and_records_it(corral: Corral) -> None:
+    corral.serve()
+    r = corral.run("submit", "--wait", "--", "sh", "-c", "echo out; echo err >&2; exit 0")
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    job = corral.job(job_id)
+    assert job["state"] == "SUCCEEDED"
+    assert [a["state"] for a in job["attempts"]] == ["SUCCEEDED"]
+    assert job["attempts"][0]["exit_code"] == 0
+    assert job["attempts"][0]["started"] and job["attempts"][0]["ended"]
+    kinds = [e["kind"] for e in job["timeline"]]
+    assert kinds[0] == "submitted" and kinds[-1] == "ended" and "permit_granted" in kinds
+    logs = corral.run("logs", job_id)
+    assert logs.stdout == "out\n" and logs.stderr == "err\n"
+    listed = corral.json("jobs")
+    assert {"id", "state", "role", "priority", "attempts"} <= set(listed[0])
+    assert listed[0]["id"] == job_id and listed[0]["attempts"] == 1
+
+
+def test_failures_retry_with_backoff_into_the_dlq_and_requeue_is_recorded(corral: Corral) -> None:
+    corral.serve()
+    r = corral.run("submit", "--wait", "--max-attempts", "3", "--", "sh", "-c", "exit 3")
+    assert r.returncode == 3
+    job_id = r.stdout.strip()
+    job = corral.job(job_id)
+    assert job["state"] == "DEAD_LETTERED"
+    assert [a["exit_code"] for a in job["attempts"]] == [3, 3, 3]
+    assert "retries exhausted" in job["last_error"]
+    kinds = [e["kind"] for e in job["timeline"]]
+    assert kinds.count("retry_scheduled") == 2 and kinds.count("requeued") == 2
+    assert [j["id"] for j in corral.json("dlq", "list")] == [job_id]
+
+    new_id = corral.json("dlq", "requeue", job_id)["id"]
+    assert corral.run("wait", new_id).returncode == 3
+    assert corral.job(new_id)["requeued_from"] == job_id
+    assert corral.job(job_id)["dlq_resolution"] == f"requeued:{new_id}"
+    again = corral.run("dlq", "requeue", job_id)
+    assert again.returncode == 5 and "already resolved" in again.stderr
+    assert corral.ok("dlq", "purge", new_id).strip() == "purged 1 job(s)"
+    assert corral.json("dlq", "list") == []
+
+
+def test_a_non_retryable_failure_is_never_retried(corral: Corral) -> None:
+    corral.serve()
+    r = corral.run("submit", "--wait", "--", "/no/such/program")
+    assert r.returncode == 127  # as a shell reports a missing program
+    job = corral.job(r.stdout.strip())
+    assert job["state"] == "FAILED" and len(job["attempts"]) == 1
+    assert "No such file" in job["attempts"][0]["error"]
+
+
+def test_deadline_stops_the_whole_tree_and_times_out(corral: Corral, tmp_path: Path) -> None:
+    corral.serve()
+    pids = tmp_path / "pids"
+    script = f"sleep 60 & echo $! >> {pids}; setsid sleep 60 & echo $! >> {pids}; wait"
+    r = corral.run("submit", "--wait", "--timeout", "1", "--grace", "0.5", "--", "sh", "-c",
+                   script)
+    assert r.returncode == 124
+    job = corral.job(r.stdout.strip())
+    assert job["state"] == "TIMED_OUT" and job["limit_hit"] == "max_duration_s"
+    assert len(job["attempts"]) == 1  # timeouts are not retried by default
+    children = [int(p) for p in pids.read_text().split()]
+    assert len(children) == 2 and not any(alive(p) for p in children)
+
+
+def test_sigterm_ignoring_job_is_killed_after_the_grace(corral: Corral) -> None:
+    corral.serve()
+    r = corral.run("submit", "--wait", "--timeout", "0.5", "--grace", "1", "--", "sh", "-c",
+                   "trap '' TERM; sleep 30")
+    assert r.returncode == 124
+    attempt = corral.job(r.stdout.strip())["attempts"][0]
+    assert attempt["signal"] == 9 and attempt["state"] == "TIMED_OUT"
+
+
+def test_cancel_running_job_kills_children_and_setsid_grandchildren(
+        corral: Corral, tmp_path: Path) -> None:
+    corral.serve()
+    pids = tmp_path / "pids"
+    script = (f"setsid sh -c 'sleep 60 & echo $! >> {pids}; wait' & "
+              f"sleep 60 & echo $! >> {pids}; wait")
+    job_id = corral.submit("sh", "-c", script)
+    eventually(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="two children")
+    children = [int(p) for p in pids.read_text().split()]
+    assert all(alive(p) for p in children)
+    out = corral.ok("cancel", job_id, "--reason", "operator changed their mind")
+    assert "cancel requested" in out
+    assert corral.wait(job_id) == 130
+    job = corral.job(job_id)
+    assert job["state"] == "CANCELLED" and job["cancel_requested"] == "operator changed their mind"
+    assert job["attempts"][0]["state"] == "CANCELLED"
+    assert not any(alive(p) for p in children)
+    again = corral.run("cancel", job_id)
+    assert again.returncode == 5 and "already CANCELLED" in again.stderr
+
+
+def test_cancel_queued_job_without_an_engine(corral: Corral) -> None:
+    job_id = corral.submit("true")
+    out = corral.ok("cancel", job_id)
+    assert out.strip() == f"{job_id} CANCELLED"
+    assert corral.job(job_id)["attempts"] == []
+
+
+def test_idempotency_keys_coalesce_reject_and_latest_wins(corral: Corral) -> None:
+    first = corral.submit("sleep", "30", opts=("--key", "k1"))
+    r = corral.run("submit", "--key", "k1", "--", "sleep", "30")
+    assert r.stdout.strip() == first and "coalesced" in r.stderr
+    rej = corral.run("submit", "--key", "k1", "--dedup", "reject", "--", "true")
+    assert rej.returncode == 5 and first in rej.stderr
+    corral.serve()
+    assert corral.wait(first, until="running") == 0
+    newer = corral.submit("true", opts=("--key", "k1", "--dedup", "latest-wins"))
+    assert newer != first
+    assert corral.wait(first) == 130
+    assert "superseded by" in corral.job(first)["cancel_requested"]
+    assert corral.wait(newer) == 0
+    # released on success: the key now makes a new job
+    assert corral.submit("true", opts=("--key", "k1")) not in (first, newer)
+
+
+def test_dependencies_run_in_order_and_failures_propagate(corral: Corral) -> None:
+    a = corral.submit("sh", "-c", "sleep 0.3")
+    b = corral.submit("true", opts=("--after", a))
+    bad = corral.submit("sh", "-c", "exit 2", opts=("--max-attempts", "1"))
+    c = corral.submit("true", opts=("--after", bad))
+    d = corral.submit("true", opts=("--after", c))
+    missing = corral.run("submit", "--after", "01nosuchjob0000000000000000", "--", "true")
+    assert missing.returncode == 4 and "names no job" in missing.stderr
+    corral.drain()
+    ja, jb = corral.job(a), corral.job(b)
+    assert jb["state"] == "SUCCEEDED"
+    assert jb["attempts"][0]["started"] >= ja["attempts"][0]["ended"]
+    assert corral.job(bad)["state"] == "DEAD_LETTERED"  # retryable, but its one try is spent
+    for dependent, cause, how in ((c, bad, "DEAD_LETTERED"), (d, c, "FAILED")):
+        job = corral.job(dependent)
+        assert job["state"] == "FAILED" and job["attempts"] == []
+        assert job["last_error"] == f"dependency {cause} ended {how}"
+
+
+def test_priority_order_and_fifo_within_a_priority(corral: Corral) -> None:
+    ids = {}
+    for name, prio in (("low", "4"), ("mid1", "2"), ("crit", "0"), ("mid2", "2")):
+        ids[name] = corral.submit("true", opts=("--role", "serial", "--priority", prio))
+    corral.drain()
+    started = sorted(ids, key=lambda n: corral.job(ids[n])["attempts"][0]["started"])
+    assert started == ["crit", "mid1", "mid2", "low"]

@@ -1,0 +1,132 @@
+"""Migrations are append-only: applying every one of them to an empty database must give exactly
+the schema a fresh database gets from the current schema file (STYLE.md rule 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from corral.store.migrate import migrate, migrations
+from corral.store.postgres import PostgresDriver
+from corral.store.sql import Driver
+from corral.store.sqlite import SqliteDriver
+
+if TYPE_CHECKING:
+    from conftest import PgSchemas  # tests/contract/conftest.py
+
+Catalog = list[tuple[Any, ...]]
+
+
+def _sql(text: str | None) -> str | None:
+    return None if text is None else re.sub(r"\s+", " ", text).strip()
+
+
+async def _sqlite_catalog(driver: Driver) -> Catalog:
+    async with driver.read() as tx:
+        objects = await tx.fetchall(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+        out: Catalog = [("object", r["type"], r["name"], r["tbl_name"], _sql(r["sql"]))
+                        for r in objects]
+        for table in [r["name"] for r in objects if r["type"] == "table"]:
+            for c in await tx.fetchall(f'PRAGMA table_info("{table}")'):
+                out.append(("column", table, c["cid"], c["name"], c["type"], c["notnull"],
+                            c["dflt_value"], c["pk"]))
+    return out
+
+
+async def _postgres_catalog(driver: Driver) -> Catalog:
+    async with driver.read() as tx:
+        schema_row = await tx.fetchone("SELECT current_schema() AS s")
+        assert schema_row is not None
+        schema = str(schema_row["s"])
+        columns = await tx.fetchall(
+            "SELECT table_name, column_name, ordinal_position, data_type, is_nullable,"
+            " column_default FROM information_schema.columns WHERE table_schema = ?"
+            " ORDER BY table_name, ordinal_position", (schema,))
+        indexes = await tx.fetchall(
+            "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = ?"
+            " ORDER BY tablename, indexname", (schema,))
+        constraints = await tx.fetchall(
+            "SELECT table_name, constraint_name, constraint_type"
+            " FROM information_schema.table_constraints WHERE constraint_schema = ?"
+            " AND constraint_type <> 'CHECK' ORDER BY table_name, constraint_name", (schema,))
+
+    def strip(text: str | None) -> str | None:
+        # the schemas differ by name only: drop it from sequence defaults and index definitions
+        return None if text is None else text.replace(f'"{schema}".', "").replace(
+            f"{schema}.", "")
+
+    out: Catalog = [("column", c["table_name"], c["column_name"], c["ordinal_position"],
+                     c["data_type"], c["is_nullable"], strip(c["column_default"]))
+                    for c in columns]
+    out += [("index", i["tablename"], i["indexname"], strip(i["indexdef"])) for i in indexes]
+    out += [("constraint", c["table_name"], c["constraint_name"], c["constraint_type"])
+            for c in constraints]
+    return out
+
+
+async def _catalog(driver: Driver) -> Catalog:
+    if driver.dialect == "sqlite":
+        return await _sqlite_catalog(driver)
+    return await _postgres_catalog(driver)
+
+
+async def _build(driver: Driver, *, fresh_from_schema: bool) -> tuple[Catalog, int]:
+    """Migrate an empty database one way; its catalog, after checking a re-run changes nothing."""
+    await driver.open()
+    try:
+        version = await migrate(driver, fresh_from_schema=fresh_from_schema)
+        catalog = await _catalog(driver)
+        async with driver.read() as tx:
+            applied = [int(r["version"]) for r in await tx.fetchall(
+                "SELECT version FROM schema_migrations ORDER BY version")]
+        assert applied == [v for v, _, _ in migrations(driver.dialect)]
+        assert await migrate(driver, fresh_from_schema=fresh_from_schema) == version
+        assert await migrate(driver, fresh_from_schema=not fresh_from_schema) == version
+        assert await _catalog(driver) == catalog, "a second migrate changed the schema"
+        async with driver.read() as tx:
+            row = await tx.fetchone("SELECT COUNT(*) AS n FROM schema_migrations")
+        assert row is not None and int(row["n"]) == len(applied)
+        return catalog, version
+    finally:
+        await driver.close()
+
+
+def _assert_same(migrated: Catalog, fresh: Catalog, dialect: str) -> None:
+    assert migrations(dialect), f"no migrations found for {dialect}"
+    names = {entry[1] for entry in fresh} | {entry[2] for entry in fresh}
+    assert {"jobs", "attempts", "job_events", "idem_keys", "job_deps", "engines",
+            "schema_migrations"} <= names
+    only_migrated = [e for e in migrated if e not in fresh]
+    only_fresh = [e for e in fresh if e not in migrated]
+    assert (only_migrated, only_fresh) == ([], []), (
+        "migrations and the current schema file disagree")
+    assert migrated == fresh
+
+
+def test_sqlite_migrations_equal_the_schema_file(tmp_path: Path) -> None:
+    async def main() -> None:
+        migrated, v1 = await _build(SqliteDriver(tmp_path / "migrated.db"),
+                                    fresh_from_schema=False)
+        fresh, v2 = await _build(SqliteDriver(tmp_path / "fresh.db"), fresh_from_schema=True)
+        assert v1 == v2 == migrations("sqlite")[-1][0]
+        _assert_same(migrated, fresh, "sqlite")
+
+    asyncio.run(main())
+
+
+@pytest.mark.postgres
+def test_postgres_migrations_equal_the_schema_file(pg_schemas: PgSchemas) -> None:
+    migrated_dsn, fresh_dsn = pg_schemas.new(), pg_schemas.new()
+
+    async def main() -> None:
+        migrated, v1 = await _build(PostgresDriver(migrated_dsn), fresh_from_schema=False)
+        fresh, v2 = await _build(PostgresDriver(fresh_dsn), fresh_from_schema=True)
+        assert v1 == v2 == migrations("postgres")[-1][0]
+        _assert_same(migrated, fresh, "postgres")
+
+    asyncio.run(main())

@@ -1,0 +1,772 @@
+"""The store contract: one suite, run against the memory, SQLite and PostgreSQL stores.
+
+Every test hands an async body to `use_store` (conftest.py). Time is a fixed fake clock (`NOW`);
+nothing sleeps. Jobs are built with `make_job` and claims with `claim` (a permit is just data here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from corral.core.ports import Finish, JobQuery, QueueFilter, Store
+from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound
+from corral.domain.ids import new_id
+from corral.domain.models import (
+    DEFAULT_PRIORITY,
+    Attempt,
+    AttemptResult,
+    Claimed,
+    Job,
+    JobEvent,
+    Limits,
+    Permit,
+)
+from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+
+UseStore = Callable[[Callable[[Store], Awaitable[None]]], None]  # the conftest fixture
+NOW = 1_700_000_000.0
+AGING = 60.0
+_clock = itertools.count(1)
+
+
+def make_job(**overrides: Any) -> Job:
+    """A QUEUED job; each call is one fake second later than the last (ids and FIFO order)."""
+    at = overrides.pop("at", NOW + next(_clock))
+    priority = overrides.get("priority", DEFAULT_PRIORITY)
+    fields: dict[str, Any] = {
+        "id": new_id(int(at * 1000)), "state": JobState.QUEUED, "role": "default",
+        "worker": "process", "env_name": "local", "priority": priority, "tenant": "default",
+        "command": ("echo", "hi"), "prompt": None, "cwd": None, "env": {}, "options": {},
+        "limits": Limits(), "key": None, "dedup": DedupMode.COALESCE, "workspace": None,
+        "parent_id": None, "depth": 0, "created_at": at, "updated_at": at,
+        "sort_at": at + priority * AGING,
+    }
+    fields.update(overrides)
+    return Job(**fields)
+
+
+def claim(job: Job, *, index: int | None = None, engine: str = "engine-1",
+          now: float = NOW) -> Claimed:
+    """A claim for the job's next attempt (or `index`), with a permit that is only data."""
+    idx = job.attempts + 1 if index is None else index
+    permit_id = new_id()
+    attempt = Attempt(id=new_id(), job_id=job.id, index=idx, state=AttemptState.STARTING,
+                      permit_id=permit_id, deadline_at=now + 3600, created_at=now,
+                      dir=f"/tmp/corral/{job.id}/{idx}", engine_id=engine)
+    permit = Permit(id=permit_id, job_id=job.id, attempt_index=idx, issued_at=now,
+                    deadline_at=now + 3600, grace_s=10.0, granted={"role": job.role},
+                    breaker="closed", seal="not-a-real-seal")
+    return Claimed(job=job, attempt=attempt, permit=permit)
+
+
+def ending(attempt: Attempt, state: JobState, *, exit_code: int | None = 0,
+           outcome: Outcome = Outcome.EXITED, retry_at: float | None = None,
+           error: str | None = None, events: tuple[JobEvent, ...] = ()) -> Finish:
+    result = AttemptResult(outcome=outcome, exit_code=exit_code, started_at=NOW + 1,
+                           ended_at=NOW + 2)
+    return Finish(attempt=attempt, result=result, job_state=state, retry_at=retry_at,
+                  error=error, events=events)
+
+
+async def submit(store: Store, **overrides: Any) -> Job:
+    return (await store.submit(make_job(**overrides), now=NOW, aging_s=AGING)).job
+
+
+async def start(store: Store, job: Job, *, pid: int | None = 4242) -> Claimed:
+    """Claim the job's next attempt (and mark it RUNNING when `pid` is given)."""
+    current = await store.get_job(job.id)
+    won = await store.start_attempts([claim(current)], now=NOW)
+    assert len(won) == 1, f"claim of {job.id} lost"
+    if pid is not None:
+        assert await store.mark_running([(won[0].attempt, pid)], now=NOW) == 1
+    return won[0]
+
+
+async def end(store: Store, job: Job, state: JobState, **kw: Any) -> Job:
+    """Run the job's next attempt and finish it into `state`."""
+    c = await start(store, job)
+    moved = await store.finish([ending(c.attempt, state, **kw)], now=NOW + 3)
+    assert [j.id for j in moved] == [job.id]
+    return await store.get_job(job.id)
+
+
+async def kinds(store: Store, job_id: str) -> list[str]:
+    return [e.kind for _, e in await store.events(job_id)]
+
+
+async def reservable(store: Store, where: QueueFilter | None = None) -> list[str]:
+    jobs = await store.reserve(engine_id="engine-1", now=NOW, limit=100,
+                               where=where or QueueFilter())
+    return [j.id for j in jobs]
+
+
+# ---- submission and reads ------------------------------------------------------------------
+
+
+def test_submit_get_list_and_counts(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        job = make_job(role="coder", env={"A": "1"}, options={"model": "x", "n": [1, 2]},
+                       prompt="fix it", cwd="/src", limits=Limits(max_attempts=2, timeout_s=5))
+        result = await store.submit(job, now=NOW, aging_s=AGING)
+        assert result.created and result.superseded is None
+        assert result.job == job
+        assert await store.get_job(job.id) == job
+        other = await submit(store, role="reviewer")
+        third = await submit(store, role="coder")
+        assert [j.id for j in await store.list_jobs(JobQuery())] == [third.id, other.id, job.id]
+        assert [j.id for j in await store.list_jobs(JobQuery(role="coder"))] == [
+            third.id, job.id]
+        assert [j.id for j in await store.list_jobs(JobQuery(limit=1))] == [third.id]
+        await store.request_cancel(other.id, reason="no", kind="cancel", now=NOW)
+        assert [j.id for j in await store.list_jobs(JobQuery(state=JobState.CANCELLED))] == [
+            other.id]
+        assert await store.counts() == {"QUEUED": 2, "CANCELLED": 1}
+        assert await kinds(store, job.id) == ["submitted"]
+
+    use_store(body)
+
+
+def test_get_job_by_unique_prefix(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        a = await submit(store)
+        b = await submit(store)
+        assert (await store.get_job(a.id[:-1])).id == a.id
+        assert (await store.get_job(b.id[:-1])).id == b.id
+        common = next(i for i, (x, y) in enumerate(zip(a.id, b.id, strict=True)) if x != y)
+        assert common >= 4
+        with pytest.raises(InvalidRequest, match="ambiguous"):
+            await store.get_job(a.id[:common])
+        with pytest.raises(NotFound):
+            await store.get_job(a.id[:3])  # too short to be a prefix
+        with pytest.raises(NotFound):
+            await store.get_job("zzzzzzzz")
+        for wildcard in ("%%%%", "____", a.id[:6] + "%"):  # user input is not a pattern
+            with pytest.raises(NotFound):
+                await store.get_job(wildcard)
+
+    use_store(body)
+
+
+def test_queue_order_is_fifo_within_priority_and_by_priority(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        normal1 = await submit(store, priority=2)
+        normal2 = await submit(store, priority=2)
+        critical1 = await submit(store, priority=0)
+        backlog = await submit(store, priority=4)
+        critical2 = await submit(store, priority=0)
+        expected = [critical1.id, critical2.id, normal1.id, normal2.id, backlog.id]
+        assert await reservable(store) == expected
+        top = await store.reserve(engine_id="engine-1", now=NOW, limit=2, where=QueueFilter())
+        assert [j.id for j in top] == expected[:2]
+        # aging: an old backlog job sorts before a new critical one once its sort_at is earlier
+        late = await submit(store, priority=0, at=NOW + 10_000)
+        assert (await reservable(store))[-1] == late.id
+
+    use_store(body)
+
+
+def test_queue_filter_exclusions(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        coder = await submit(store, role="coder")
+        remote = await submit(store, env_name="remote")
+        ray = await submit(store, worker="ray")
+        plain = await submit(store)
+        everything = [coder.id, remote.id, ray.id, plain.id]
+        assert await reservable(store) == everything
+        assert await reservable(store, QueueFilter(exclude_roles=frozenset({"coder"}))) == [
+            remote.id, ray.id, plain.id]
+        assert await reservable(store, QueueFilter(exclude_envs=frozenset({"remote"}))) == [
+            coder.id, ray.id, plain.id]
+        assert await reservable(store, QueueFilter(exclude_workers=frozenset({"ray"}))) == [
+            coder.id, remote.id, plain.id]
+        assert await reservable(store, QueueFilter(
+            exclude_roles=frozenset({"coder", "x"}), exclude_envs=frozenset({"remote"}),
+            exclude_workers=frozenset({"ray"}))) == [plain.id]
+        await start(store, plain)  # not QUEUED any more
+        waiting = await submit(store, after=(coder.id,))  # deps pending
+        assert waiting.deps_pending == 1
+        assert await reservable(store) == [coder.id, remote.id, ray.id]
+
+    use_store(body)
+
+
+# ---- the lifecycle -------------------------------------------------------------------------
+
+
+def test_happy_path(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        await store.register_engine("engine-1", pid=1, host="here", now=NOW)
+        await store.heartbeat_engine("engine-1", now=NOW + 1)
+        job = await submit(store)
+        [reserved] = await store.reserve(engine_id="engine-1", now=NOW, limit=10,
+                                         where=QueueFilter())
+        assert reserved == job
+        c = claim(reserved)
+        [won] = await store.start_attempts([c], now=NOW + 1)
+        assert won.job.state is JobState.STARTING and won.job.attempts == 1
+        assert won.attempt == c.attempt and won.permit == c.permit
+        assert (await store.get_job(job.id)).state is JobState.STARTING
+        assert await store.mark_running([(c.attempt, 777)], now=NOW + 2) == 1
+        [(running, live)] = await store.inflight()
+        assert running.state is JobState.RUNNING and live.pid == 777
+        assert live.state is AttemptState.RUNNING and live.started_at == NOW + 2
+        note = JobEvent(job_id=job.id, at=NOW + 3, kind="report", message="wrote report",
+                        data={"path": "/r.json"})
+        [moved] = await store.finish([ending(c.attempt, JobState.SUCCEEDED, events=(note,))],
+                                     now=NOW + 4)
+        assert moved.state is JobState.SUCCEEDED and moved.exit_code == 0
+        stored = await store.get_job(job.id)
+        assert moved == stored
+        assert stored.attempts == 1 and stored.exit_code == 0 and stored.updated_at == NOW + 4
+        [attempt] = await store.attempts(job.id)
+        assert attempt.state is AttemptState.SUCCEEDED and attempt.exit_code == 0
+        assert attempt.outcome is Outcome.EXITED and attempt.pid == 777
+        assert attempt.started_at == NOW + 2 and attempt.ended_at == NOW + 2
+        assert attempt.permit_id == c.permit.id and attempt.index == 1
+        assert await store.inflight() == []
+        events = [e for _, e in await store.events(job.id)]
+        assert [e.kind for e in events] == [
+            "submitted", "permit_granted", "running", "report", "ended"]
+        assert [(e.from_state, e.to_state) for e in events] == [
+            (None, "QUEUED"), ("QUEUED", "STARTING"), ("STARTING", "RUNNING"),
+            (None, None), ("RUNNING", "SUCCEEDED")]
+        assert events[1].attempt == 1 and events[1].data["permit"] == c.permit.id
+        assert events[3].data == {"path": "/r.json"}
+        assert await store.counts() == {"SUCCEEDED": 1}
+
+    use_store(body)
+
+
+def test_start_attempts_is_compare_and_set(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        job = await submit(store)
+        first, second = claim(job), claim(job)
+        won = await store.start_attempts([first, second], now=NOW)
+        assert [w.attempt.id for w in won] == [first.attempt.id]
+        assert await store.start_attempts([claim(job)], now=NOW) == []
+        assert [a.id for a in await store.attempts(job.id)] == [first.attempt.id]
+        # a stale attempt index loses, the right one wins
+        other = await submit(store)
+        assert await store.start_attempts([claim(other, index=2)], now=NOW) == []
+        assert await store.start_attempts([claim(other, index=0)], now=NOW) == []
+        assert len(await store.start_attempts([claim(other, index=1)], now=NOW)) == 1
+        assert (await store.get_job(other.id)).attempts == 1
+        # mark_running only moves a STARTING attempt once
+        assert await store.mark_running([(first.attempt, 1)], now=NOW) == 1
+        assert await store.mark_running([(first.attempt, 2)], now=NOW) == 0
+        assert (await store.attempts(job.id))[0].pid == 1
+        assert (await kinds(store, job.id)).count("running") == 1
+
+    use_store(body)
+
+
+def test_finish_twice_closes_once(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        job = await submit(store)
+        c = await start(store, job)
+        assert len(await store.finish([ending(c.attempt, JobState.SUCCEEDED)], now=NOW)) == 1
+        again = ending(c.attempt, JobState.FAILED, exit_code=3, error="late")
+        assert await store.finish([again], now=NOW + 9) == []
+        stored = await store.get_job(job.id)
+        assert stored.state is JobState.SUCCEEDED and stored.exit_code == 0
+        [attempt] = await store.attempts(job.id)
+        assert attempt.state is AttemptState.SUCCEEDED and attempt.exit_code == 0
+        assert (await kinds(store, job.id)).count("ended") == 1
+        # both in one batch: the first closes it, the second is skipped
+        other = await submit(store)
+        c2 = await start(store, other)
+        batch = [ending(c2.attempt, JobState.SUCCEEDED),
+                 ending(c2.attempt, JobState.FAILED, exit_code=1)]
+        assert [j.state for j in await store.finish(batch, now=NOW)] == [JobState.SUCCEEDED]
+
+    use_store(body)
+
+
+def test_no_path_moves_a_terminal_job(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        job = await submit(store)
+        c = await start(store, job)
+        done = await end_attempt(store, c, JobState.FAILED, exit_code=1, error="boom")
+        assert done.state is JobState.FAILED and done.last_error == "boom"
+        for kind in ("cancel", "kill"):
+            with pytest.raises(Conflict, match="already FAILED"):
+                await store.request_cancel(job.id, reason="late", kind=kind, now=NOW)
+        assert await store.start_attempts([claim(done)], now=NOW) == []
+        assert await store.mark_running([(c.attempt, 9)], now=NOW) == 0
+        assert await store.finish([ending(c.attempt, JobState.SUCCEEDED)], now=NOW) == []
+        assert await store.promote_retries(now=NOW + 10**6, aging_s=AGING) == 0
+        assert await store.get_job(job.id) == done
+
+    use_store(body)
+
+
+async def end_attempt(store: Store, c: Claimed, state: JobState, **kw: Any) -> Job:
+    moved = await store.finish([ending(c.attempt, state, **kw)], now=NOW + 3)
+    assert len(moved) == 1
+    assert moved[0] == await store.get_job(c.job.id)
+    return moved[0]
+
+
+def test_retry_wait_then_promote_then_second_attempt(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        job = await submit(store, priority=1)
+        first = await start(store, job)
+        waiting = await end_attempt(store, first, JobState.RETRY_WAIT, exit_code=1,
+                                    retry_at=NOW + 30, error="exited with code 1")
+        assert waiting.state is JobState.RETRY_WAIT and waiting.retry_at == NOW + 30
+        assert waiting.exit_code == 1 and waiting.last_error == "exited with code 1"
+        assert await store.next_retry_at() == NOW + 30
+        assert await reservable(store) == []
+        assert await store.start_attempts([claim(waiting)], now=NOW) == []
+        assert await store.promote_retries(now=NOW + 29, aging_s=AGING) == 0
+        assert await store.promote_retries(now=NOW + 30, aging_s=AGING) == 1
+        queued = await store.get_job(job.id)
+        assert queued.state is JobState.QUEUED and queued.retry_at is None
+        assert queued.sort_at == NOW + 30 + 1 * AGING and queued.attempts == 1
+        assert await store.next_retry_at() is None
+        assert await reservable(store) == [job.id]
+        assert await store.start_attempts([claim(queued, index=1)], now=NOW) == []
+        second = await start(store, queued)
+        assert second.attempt.index == 2
+        await end_attempt(store, second, JobState.SUCCEEDED)
+        attempts = await store.attempts(job.id)
+        assert [(a.index, a.state) for a in attempts] == [
+            (1, AttemptState.FAILED), (2, AttemptState.SUCCEEDED)]
+        assert (await store.get_job(job.id)).attempts == 2
+        assert await kinds(store, job.id) == [
+            "submitted", "permit_granted", "running", "retry_scheduled", "requeued",
+            "permit_granted", "running", "ended"]
+
+    use_store(body)
+
+
+# ---- idempotency keys ----------------------------------------------------------------------
+
+
+def test_coalesce_returns_the_holder(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        first = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
+        second = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
+        assert first.created and not second.created
+        assert second.job.id == first.job.id
+        assert await store.counts() == {"QUEUED": 1}
+
+    use_store(body)
+
+
+def test_reject_names_the_holder(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        holder = await submit(store, key="k", dedup=DedupMode.REJECT)
+        with pytest.raises(DuplicateJob) as err:
+            await submit(store, key="k", dedup=DedupMode.REJECT)
+        assert err.value.job_id == holder.id and holder.id in str(err.value)
+        assert await store.counts() == {"QUEUED": 1}
+
+    use_store(body)
+
+
+def test_latest_wins_cancels_a_queued_holder_and_takes_the_key(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        old = await submit(store, key="k", dedup=DedupMode.LATEST_WINS)
+        result = await store.submit(make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW,
+                                    aging_s=AGING)
+        assert result.created and result.superseded == old.id
+        cancelled = await store.get_job(old.id)
+        assert cancelled.state is JobState.CANCELLED
+        assert cancelled.cancel_requested == f"superseded by {result.job.id} (latest-wins)"
+        assert await reservable(store) == [result.job.id]
+        # the key now belongs to the new job
+        again = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
+        assert not again.created and again.job.id == result.job.id
+        newest = await store.submit(make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW,
+                                    aging_s=AGING)
+        assert newest.superseded == result.job.id
+        assert (await store.get_job(result.job.id)).state is JobState.CANCELLED
+
+    use_store(body)
+
+
+def test_latest_wins_flags_a_running_holder_and_moves_the_key(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        old = await submit(store, key="k", dedup=DedupMode.LATEST_WINS)
+        c = await start(store, old)
+        result = await store.submit(make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW,
+                                    aging_s=AGING)
+        assert result.superseded == old.id
+        flagged = await store.get_job(old.id)
+        assert flagged.state is JobState.RUNNING and flagged.stop_kind == "cancel"
+        assert flagged.cancel_requested == f"superseded by {result.job.id} (latest-wins)"
+        [(live, _)] = await store.inflight()
+        assert live.cancel_requested == flagged.cancel_requested
+        assert "cancel_requested" in await kinds(store, old.id)
+        coalesced = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
+        assert coalesced.job.id == result.job.id
+        # the old job ending does not release the key it no longer holds
+        await end_attempt(store, c, JobState.CANCELLED, exit_code=None,
+                          outcome=Outcome.CANCELLED)
+        coalesced = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
+        assert coalesced.job.id == result.job.id and not coalesced.created
+
+    use_store(body)
+
+
+def test_key_held_in_retry_wait_and_released_when_terminal(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        for final in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
+                      JobState.DEAD_LETTERED, JobState.TIMED_OUT):
+            key = f"key-{final.value}"
+            job = await submit(store, key=key)
+            c = await start(store, job)
+            await end_attempt(store, c, JobState.RETRY_WAIT, exit_code=1, retry_at=NOW)
+            held = await store.submit(make_job(key=key), now=NOW, aging_s=AGING)
+            assert not held.created and held.job.id == job.id  # held during RETRY_WAIT
+            if final is JobState.CANCELLED:
+                await store.request_cancel(job.id, reason="stop", kind="cancel", now=NOW)
+            else:
+                await store.promote_retries(now=NOW, aging_s=AGING)
+                await end(store, job, final, exit_code=0 if final is JobState.SUCCEEDED else 1)
+            assert (await store.get_job(job.id)).state is final
+            fresh = await store.submit(make_job(key=key), now=NOW, aging_s=AGING)
+            assert fresh.created and fresh.job.id != job.id, final
+            reject = make_job(key=key, dedup=DedupMode.REJECT)
+            with pytest.raises(DuplicateJob):
+                await store.submit(reject, now=NOW, aging_s=AGING)
+
+    use_store(body)
+
+
+def test_failed_submission_changes_nothing(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        holder = await submit(store, key="k", dedup=DedupMode.LATEST_WINS)
+        with pytest.raises(NotFound, match="--after"):
+            await submit(store, key="k", dedup=DedupMode.LATEST_WINS, after=("nope",))
+        with pytest.raises(InvalidRequest, match="supersedes"):
+            await submit(store, key="k", dedup=DedupMode.LATEST_WINS, after=(holder.id,))
+        assert (await store.get_job(holder.id)).state is JobState.QUEUED
+        assert await store.counts() == {"QUEUED": 1}
+        assert await kinds(store, holder.id) == ["submitted"]
+        again = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
+        assert again.job.id == holder.id
+
+    use_store(body)
+
+
+# ---- dependencies --------------------------------------------------------------------------
+
+
+def test_dependent_waits_for_success(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        dep = await submit(store)
+        child = await submit(store, after=(dep.id,))
+        assert child.state is JobState.QUEUED and child.deps_pending == 1
+        assert await reservable(store) == [dep.id]
+        assert await store.start_attempts([claim(child)], now=NOW) == []
+        await end(store, dep, JobState.RETRY_WAIT, exit_code=1, retry_at=NOW)
+        assert (await store.get_job(child.id)).deps_pending == 1  # not settled yet
+        await store.promote_retries(now=NOW, aging_s=AGING)
+        await end(store, dep, JobState.SUCCEEDED)
+        assert (await store.get_job(child.id)).deps_pending == 0
+        assert await reservable(store) == [child.id]
+        # --after an already succeeded job: nothing to wait for; a repeated id counts once
+        late = await submit(store, after=(dep.id,))
+        assert late.deps_pending == 0
+        twice = await submit(store, after=(child.id, child.id))
+        assert twice.deps_pending == 1
+        await end(store, child, JobState.SUCCEEDED)
+        assert (await store.get_job(twice.id)).deps_pending == 0
+
+    use_store(body)
+
+
+def test_failed_dependency_fails_dependents_transitively(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        root = await submit(store)
+        child = await submit(store, after=(root.id,), key="child-key")
+        grandchild = await submit(store, after=(child.id,))
+        bystander = await submit(store)
+        await end(store, root, JobState.FAILED, exit_code=2)
+        failed_child = await store.get_job(child.id)
+        assert failed_child.state is JobState.FAILED
+        assert failed_child.last_error == f"dependency {root.id} ended FAILED"
+        failed_grandchild = await store.get_job(grandchild.id)
+        assert failed_grandchild.state is JobState.FAILED
+        assert failed_grandchild.last_error == f"dependency {child.id} ended FAILED"
+        assert await kinds(store, grandchild.id) == ["submitted", "dependency_failed"]
+        assert (await store.get_job(bystander.id)).state is JobState.QUEUED
+        assert (await store.submit(make_job(key="child-key"), now=NOW, aging_s=AGING)).created
+
+    use_store(body)
+
+
+def test_diamond_dependencies_fail_once_each(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        root = await submit(store)
+        left = await submit(store, after=(root.id,))
+        join = await submit(store, after=(root.id, left.id))
+        tail = await submit(store, after=(join.id,))
+        cancelled = await store.request_cancel(root.id, reason="stop", kind="cancel", now=NOW)
+        assert cancelled.state is JobState.CANCELLED
+        for job in (left, join, tail):
+            stored = await store.get_job(job.id)
+            assert stored.state is JobState.FAILED, job.id
+            assert (await kinds(store, job.id)).count("dependency_failed") == 1
+        assert (await store.get_job(left.id)).last_error == (
+            f"dependency {root.id} ended CANCELLED")
+
+    use_store(body)
+
+
+def test_after_a_finished_failure_or_unknown_job(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        gone = await submit(store)
+        await store.request_cancel(gone.id, reason="x", kind="kill", now=NOW)
+        result = await store.submit(make_job(after=(gone.id,), key="kk"), now=NOW,
+                                    aging_s=AGING)
+        assert result.created and result.job.state is JobState.FAILED
+        assert result.job.last_error == f"dependency {gone.id} ended KILLED"
+        assert await store.get_job(result.job.id) == result.job
+        assert await kinds(store, result.job.id) == ["submitted", "dependency_failed"]
+        assert await reservable(store) == []
+        assert (await store.submit(make_job(key="kk"), now=NOW, aging_s=AGING)).created
+        with pytest.raises(NotFound):
+            await submit(store, after=("01hzzzzzzzzzzzzzzzzzzzzzzz",))
+        selfish = make_job()
+        with pytest.raises(InvalidRequest):
+            await store.submit(selfish.with_(after=(selfish.id,)), now=NOW, aging_s=AGING)
+        assert await store.counts() == {"KILLED": 1, "FAILED": 1, "QUEUED": 1}
+
+    use_store(body)
+
+
+# ---- cancellation --------------------------------------------------------------------------
+
+
+def test_cancel_queued_and_retry_wait_jobs_at_once(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        for kind, state in (("cancel", JobState.CANCELLED), ("kill", JobState.KILLED)):
+            job = await submit(store)
+            stopped = await store.request_cancel(job.id, reason="operator", kind=kind,
+                                                 now=NOW + 5)
+            assert stopped.state is state and stopped.stop_kind == kind
+            assert stopped.cancel_requested == "operator" and stopped.last_error == "operator"
+            assert stopped == await store.get_job(job.id)
+            assert (await kinds(store, job.id))[-1] == kind
+        waiting = await submit(store)
+        await end(store, waiting, JobState.RETRY_WAIT, exit_code=1, retry_at=NOW + 100)
+        stopped = await store.request_cancel(waiting.id, reason="enough", kind="cancel", now=NOW)
+        assert stopped.state is JobState.CANCELLED
+        assert await store.promote_retries(now=NOW + 100, aging_s=AGING) == 0
+        with pytest.raises(NotFound):
+            await store.request_cancel("no-such-job", reason="x", kind="cancel", now=NOW)
+
+    use_store(body)
+
+
+def test_cancel_running_job_is_persisted_and_visible(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        job = await submit(store)
+        c = await start(store, job)
+        flagged = await store.request_cancel(job.id, reason="operator", kind="cancel",
+                                             now=NOW + 1)
+        assert flagged.state is JobState.RUNNING and flagged.cancel_requested == "operator"
+        assert flagged == await store.get_job(job.id)
+        [(live, attempt)] = await store.inflight()
+        assert live.cancel_requested == "operator" and live.stop_kind == "cancel"
+        assert attempt.id == c.attempt.id
+        # a second request keeps the first; only one event
+        again = await store.request_cancel(job.id, reason="again", kind="cancel", now=NOW + 2)
+        assert again == await store.get_job(job.id)
+        assert again.cancel_requested == "operator"
+        assert (await kinds(store, job.id)).count("cancel_requested") == 1
+        done = await end_attempt(store, c, JobState.CANCELLED, exit_code=None,
+                                 outcome=Outcome.CANCELLED, error="operator")
+        assert done.state is JobState.CANCELLED
+        assert (await store.attempts(job.id))[0].state is AttemptState.CANCELLED
+        # a starting job can be flagged too
+        starting = await submit(store)
+        await start(store, starting, pid=None)
+        killed = await store.request_cancel(starting.id, reason="kill switch", kind="kill",
+                                            now=NOW)
+        assert killed.state is JobState.STARTING and killed.stop_kind == "kill"
+        assert "kill_requested" in await kinds(store, starting.id)
+
+    use_store(body)
+
+
+# ---- dead-letter queue ---------------------------------------------------------------------
+
+
+def test_dead_letter_queue_requeue_and_purge(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        dead = await submit(store, limits=Limits(max_attempts=1))
+        dead = await end(store, dead, JobState.DEAD_LETTERED, exit_code=1, error="exhausted")
+        dlq = JobQuery(dead_lettered_unresolved=True)
+        assert [j.id for j in await store.list_jobs(dlq)] == [dead.id]
+        fresh = make_job(requeued_from=dead.id, command=dead.command)
+        requeued = await store.dlq_requeue(dead.id, fresh, now=NOW + 10)
+        assert requeued.id == fresh.id and requeued.state is JobState.QUEUED
+        assert requeued.attempts == 0 and requeued.requeued_from == dead.id
+        resolved = await store.get_job(dead.id)
+        assert resolved.dlq_resolution == f"requeued:{fresh.id}"
+        assert resolved.state is JobState.DEAD_LETTERED
+        assert await store.list_jobs(dlq) == []
+        assert (await kinds(store, dead.id))[-1] == "dlq_requeued"
+        with pytest.raises(Conflict, match="already resolved"):
+            await store.dlq_requeue(dead.id, make_job(), now=NOW)
+        with pytest.raises(Conflict, match="not in the dead-letter queue"):
+            await store.dlq_requeue(requeued.id, make_job(), now=NOW)
+        with pytest.raises(NotFound):
+            await store.dlq_requeue("no-such-job", make_job(), now=NOW)
+        other = await end(store, await submit(store), JobState.DEAD_LETTERED, exit_code=1)
+        purged = await store.dlq_purge(other.id, now=NOW)
+        assert purged.dlq_resolution == "purged"
+        assert (await store.get_job(other.id)).dlq_resolution == "purged"
+        assert (await kinds(store, other.id))[-1] == "dlq_purged"
+        with pytest.raises(Conflict):
+            await store.dlq_purge(other.id, now=NOW)
+        assert await store.list_jobs(dlq) == []
+        assert await store.counts() == {"DEAD_LETTERED": 2, "QUEUED": 1}
+
+    use_store(body)
+
+
+def test_dlq_requeue_is_atomic(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        dead = await end(store, await submit(store), JobState.DEAD_LETTERED, exit_code=1)
+        with pytest.raises(NotFound):
+            await store.dlq_requeue(dead.id, make_job(after=("missing",)), now=NOW)
+        assert (await store.get_job(dead.id)).dlq_resolution is None
+        assert [j.id for j in await store.list_jobs(JobQuery(dead_lettered_unresolved=True))] \
+            == [dead.id]
+
+    use_store(body)
+
+
+# ---- recovery views and events -------------------------------------------------------------
+
+
+def test_inflight_pairs_jobs_with_their_current_attempt(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        running = await submit(store)
+        retried = await submit(store)
+        starting = await submit(store)
+        queued = await submit(store)
+        await start(store, running)
+        await end(store, retried, JobState.RETRY_WAIT, exit_code=1, retry_at=NOW)
+        await store.promote_retries(now=NOW, aging_s=AGING)
+        second = await start(store, retried)
+        await start(store, starting, pid=None)
+        pairs = await store.inflight()
+        assert [j.id for j, _ in pairs] == [running.id, retried.id, starting.id]
+        assert [j.state for j, _ in pairs] == [
+            JobState.RUNNING, JobState.RUNNING, JobState.STARTING]
+        for job, attempt in pairs:
+            assert attempt.job_id == job.id and attempt.index == job.attempts
+        assert pairs[1][1].id == second.attempt.id
+        assert queued.id not in {j.id for j, _ in pairs}
+
+    use_store(body)
+
+
+def test_events_paginate_by_increasing_id(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        job = await submit(store)
+        noise = await submit(store)
+        await store.append_events([
+            JobEvent(job_id=job.id, at=NOW + i, kind=f"note{i}", data={"i": i, "xs": [i]})
+            for i in range(5)])
+        await store.append_events([JobEvent(job_id=noise.id, at=NOW, kind="other")])
+        page = await store.events(job.id)
+        ids = [i for i, _ in page]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids) == 6
+        assert [e.kind for _, e in page] == ["submitted", *(f"note{i}" for i in range(5))]
+        rest = await store.events(job.id, after_id=ids[2])
+        assert [i for i, _ in rest] == ids[3:]
+        assert rest[0][1] == JobEvent(job_id=job.id, at=NOW + 2, kind="note2",
+                                      data={"i": 2, "xs": [2]})
+        assert await store.events(job.id, after_id=ids[-1]) == []
+        assert [e.kind for _, e in await store.events(noise.id)] == ["submitted", "other"]
+        assert await store.events("no-such-job") == []
+
+    use_store(body)
+
+
+# ---- two engines on one PostgreSQL database ------------------------------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_kind", ["postgres"], indirect=True)
+def test_two_engines_claim_each_job_exactly_once(
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
+    total = 500
+
+    async def engine(store: Store, name: str, finished: list[str]) -> None:
+        tick = 0
+        while True:
+            tick += 1
+            now = NOW + tick * 0.001
+            jobs = await store.reserve(engine_id=name, now=now, limit=10, where=QueueFilter())
+            if not jobs:
+                return
+            won = await store.start_attempts([claim(j, engine=name) for j in jobs], now=now)
+            moved = await store.finish(
+                [ending(c.attempt, JobState.SUCCEEDED) for c in won], now=now)
+            finished.extend(j.id for j in moved)
+
+    async def main() -> None:
+        setup = new_store()
+        await setup.open()
+        jobs = [make_job() for _ in range(total)]
+        for job in jobs:
+            await setup.submit(job, now=NOW, aging_s=AGING)
+        one, two = new_store(), new_store()
+        await one.open()
+        await two.open()
+        try:
+            got1: list[str] = []
+            got2: list[str] = []
+            await asyncio.gather(engine(one, "engine-1", got1), engine(two, "engine-2", got2))
+            assert not set(got1) & set(got2)
+            assert len(got1) + len(got2) == total
+            assert set(got1) | set(got2) == {j.id for j in jobs}
+            assert got1 and got2, "both engines should have taken work"
+            assert await setup.counts() == {"SUCCEEDED": total}
+            for job in jobs:
+                [attempt] = await setup.attempts(job.id)
+                assert attempt.state is AttemptState.SUCCEEDED
+                assert (await kinds(setup, job.id)).count("ended") == 1
+        finally:
+            await one.close()
+            await two.close()
+            await setup.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_kind", ["postgres"], indirect=True)
+def test_two_engines_submitting_one_key_create_one_job(
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
+    async def main() -> None:
+        one, two = new_store(), new_store()
+        await one.open()
+        await two.open()
+        try:
+            results = await asyncio.gather(*(
+                store.submit(make_job(key="shared"), now=NOW, aging_s=AGING)
+                for _ in range(10) for store in (one, two)))
+            assert sum(r.created for r in results) == 1
+            assert len({r.job.id for r in results}) == 1
+            assert await one.counts() == {"QUEUED": 1}
+        finally:
+            await one.close()
+            await two.close()
+
+    asyncio.run(main())
