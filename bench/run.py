@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import pstats
+import resource
 import shutil
 import signal
 import sqlite3
@@ -152,11 +153,19 @@ async def _bare(n: int, concurrency: int, argv: tuple[str, ...], work: Path) -> 
             failed += code != 0
             latencies.append(time.time() - created)
 
-    t0 = time.time()
+    t0, cpu0, kids0 = time.time(), time.process_time(), _children_cpu()
     await asyncio.gather(*(one(i) for i in range(n)))
     elapsed = time.time() - t0
     db.close()
-    return RunStats(jobs=n, elapsed_s=elapsed, latencies_s=latencies, failed=failed)
+    cpu = {"loop": round(time.process_time() - cpu0, 2),
+           "jobs": round(_children_cpu() - kids0, 2)}
+    return RunStats(jobs=n, elapsed_s=elapsed, latencies_s=latencies, failed=failed,
+                    extra={"cpu_s": cpu})
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def run_bare(wl: Workload, work: Path) -> RunStats:
@@ -219,6 +228,17 @@ class EngineProcess:
         except subprocess.TimeoutExpired:
             self.kill()
             raise RuntimeError(f"engine did not exit within {timeout}s:\n{self.tail()}") from None
+
+    def cpu_s(self) -> tuple[float, float]:
+        """(engine CPU, CPU of the children it reaped: shims) in seconds, from /proc."""
+        try:
+            raw = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return float("nan"), float("nan")
+        fields = raw[raw.rindex(")") + 2:].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        utime, stime, cutime, cstime = (int(x) / tick for x in fields[11:15])
+        return utime + stime, cutime + cstime
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -321,12 +341,17 @@ def run_corral_live(wl: Workload, work: Path, poke_mode: str) -> RunStats:
             finally:
                 await store.close()
 
+        cpu0 = time.process_time()
         t0 = anyio.run(main)
+        bench_cpu = time.process_time() - cpu0
+        engine_cpu, shims_cpu = engine.cpu_s()
         rc = engine.stop()
     finally:
         engine.kill()
     stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
-    stats.extra.update(engine_ready_s=round(ready_s, 3), engine_rc=rc)
+    stats.extra.update(engine_ready_s=round(ready_s, 3), engine_rc=rc,
+                       cpu_s={"engine": round(engine_cpu, 2), "shims_and_jobs": round(shims_cpu, 2),
+                              "submitter": round(bench_cpu, 2)})
     return stats
 
 
@@ -450,6 +475,7 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "corral": __version__,
         "commit": _git_head(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -480,6 +506,8 @@ def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
         "retried": corral.extra.get("retried", 0),
         "states": corral.extra.get("states", {}),
     }
+    row["cpu_s"] = corral.extra.get("cpu_s")
+    row["baseline_cpu_s"] = bare.extra.get("cpu_s")
     for key in ("lost", "duplicated", "recovery_s", "succeeded_without_run", "at_kill",
                 "recovered_events", "engine_ready_s", "engine_only_s"):
         if key in corral.extra:
@@ -577,6 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print_table(rows)
     mode = "crash/restart" if set(args.only) == {"W3"} else args.mode
+    env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     summary = {"environment": env, "quick": args.quick, "corral_mode": mode,
                "poke": args.poke, "workloads": rows}
     out = Path(args.out)

@@ -65,6 +65,7 @@ class SchedulerModel(_Strict):
 class StoreModel(_Strict):
     url: str | None = None  # None: SQLite file in the data dir; or postgresql://…
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
+    sqlite_busy_timeout_ms: int = Field(5000, ge=0)
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
@@ -90,6 +91,7 @@ class Config:
     store_url: str | None
     sqlite_synchronous: str
     source: Path | None
+    sqlite_busy_timeout_ms: int = 5000
 
     @property
     def db_path(self) -> Path:
@@ -190,4 +192,5 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
         model, source = parse(text, str(path)), str(path)
     url = os.environ.get("CORRAL_STORE_URL") or model.store.url
     return Config(settings=resolve(model, source), data_dir=ddir, store_url=url,
-                  sqlite_synchronous=model.store.sqlite_synchronous, source=path)
+                  sqlite_synchronous=model.store.sqlite_synchronous, source=path,
+                  sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms)

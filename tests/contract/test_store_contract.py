@@ -643,6 +643,10 @@ def test_dlq_requeue_is_atomic(use_store: UseStore) -> None:
         assert (await store.get_job(dead.id)).dlq_resolution is None
         assert [j.id for j in await store.list_jobs(JobQuery(dead_lettered_unresolved=True))] \
             == [dead.id]
+        holder = await submit(store, key="k")  # a live job now holds the dead job's key
+        with pytest.raises(Conflict, match="held by job " + holder.id):
+            await store.dlq_requeue(dead.id, make_job(key="k"), now=NOW)
+        assert (await store.get_job(dead.id)).dlq_resolution is None
 
     use_store(body)
 
@@ -770,3 +774,14 @@ def test_two_engines_submitting_one_key_create_one_job(
             await two.close()
 
     asyncio.run(main())
+
+
+def test_stale_engines_are_those_that_stopped_heart_beating(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        await store.register_engine("e-old", pid=1, host="h", now=100.0)
+        await store.register_engine("e-new", pid=2, host="h", now=100.0)
+        await store.heartbeat_engine("e-new", now=200.0)
+        assert await store.stale_engines(before=150.0, exclude="e-me") == ["e-old"]
+        assert await store.stale_engines(before=150.0, exclude="e-old") == []
+
+    use_store(body)

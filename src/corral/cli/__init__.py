@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ T = TypeVar("T")
 
 app = typer.Typer(
     name="corral", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     help="Corral keeps AI agents bounded: it queues jobs, grants each attempt a permit, "
          "stops, retries and records them.")
 dlq_app = typer.Typer(no_args_is_help=True, help="The dead-letter queue: jobs whose retries ran "
@@ -122,8 +124,6 @@ def serve(data_dir: DataDir = None, config: ConfigOpt = None,
 
 
 def _pid() -> int:
-    import os
-
     return os.getpid()
 
 
@@ -400,5 +400,11 @@ def main() -> None:
     except CorralError as err:  # anything a command did not catch itself
         typer.echo(f"corral: error: {err}", err=True)
         sys.exit(err.exit_code)
+    except Exception as err:  # a bug: still one line, the traceback on request
+        if os.environ.get("CORRAL_DEBUG"):
+            raise
+        typer.echo(f"corral: internal error: {type(err).__name__}: {err} "
+                   "(set CORRAL_DEBUG=1 for the traceback)", err=True)
+        sys.exit(70)
 
 

@@ -44,7 +44,8 @@ def build_store(config: Config) -> Store:
     from corral.store.sqlite import SqliteStore
 
     path = Path(url.removeprefix("sqlite://")) if url else config.db_path
-    return SqliteStore(path, synchronous=config.sqlite_synchronous)
+    return SqliteStore(path, synchronous=config.sqlite_synchronous,
+                       busy_timeout_ms=config.sqlite_busy_timeout_ms)
 
 
 def build_core(config: Config) -> Core:

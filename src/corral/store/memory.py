@@ -420,7 +420,11 @@ class MemoryStore:
     async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float) -> Job:
         with self._tx():
             self._resolve_dlq(job_id, f"requeued:{new_job.id}", now)
-            return self._submit(_normalise(new_job), now).job
+            result = self._submit(_normalise(new_job), now)
+            if not result.created:  # the journal undoes the resolution
+                raise Conflict(f"cannot requeue {job_id}: its key {new_job.key!r} is held by "
+                               f"job {result.job.id}; requeue once that job has ended")
+            return result.job
 
     async def dlq_purge(self, job_id: str, *, now: float) -> Job:
         with self._tx():
@@ -437,3 +441,7 @@ class MemoryStore:
         if engine_id in self._engines:
             host, pid, started_at, _ = self._engines[engine_id]
             self._engines[engine_id] = (host, pid, started_at, now)
+
+    async def stale_engines(self, *, before: float, exclude: str) -> list[str]:
+        return [eid for eid, (_, _, _, beat) in self._engines.items()
+                if beat < before and eid != exclude]

@@ -56,9 +56,17 @@ class PostgresDriver:
                                          kwargs={"autocommit": True})
 
     async def open(self) -> None:
+        # One direct connection first: it fails at once with the server's own reason, where the
+        # pool would retry quietly until its timeout.
         try:
-            await self._pool.open(wait=True, timeout=5.0)
-        except Exception as err:  # psycopg_pool.PoolTimeout, OperationalError …
+            probe = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=5)
+            await probe.close()
+        except psycopg.Error as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise StoreError(f"cannot reach PostgreSQL at {_redact(self.dsn)}: {reason}") from err
+        try:
+            await self._pool.open(wait=True, timeout=10.0)
+        except Exception as err:  # psycopg_pool.PoolTimeout and friends
             await self._pool.close()
             raise StoreError(f"cannot reach PostgreSQL at {_redact(self.dsn)}: {err}") from err
 

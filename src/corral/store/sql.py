@@ -488,6 +488,9 @@ class SqlStore:
         async with self.driver.write() as tx:
             await self._resolve_dlq(tx, job_id, f"requeued:{new_job.id}", now)
             result = await self._submit(tx, new_job, now)
+            if not result.created:  # rolls the resolution back with it
+                raise Conflict(f"cannot requeue {job_id}: its key {new_job.key!r} is held by "
+                               f"job {result.job.id}; requeue once that job has ended")
         return result.job
 
     async def dlq_purge(self, job_id: str, *, now: float) -> Job:

@@ -87,14 +87,14 @@ class SqliteDriver:
                 raise _explain(self.path, err) from err
             try:
                 yield _Tx(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            try:
                 conn.execute("COMMIT")
-            except sqlite3.Error as err:
-                conn.execute("ROLLBACK")
-                raise _explain(self.path, err) from err
+            except BaseException as err:
+                # SQLite may already have rolled back on its own (e.g. SQLITE_FULL).
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(err, sqlite3.Error):
+                    raise _explain(self.path, err) from err
+                raise
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[_Tx]:
@@ -108,8 +108,9 @@ class SqliteDriver:
 class SqliteStore(SqlStore):
     """The store on a SQLite file (WAL)."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL") -> None:
-        self.sqlite = SqliteDriver(path, synchronous=synchronous)
+    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL",
+                 busy_timeout_ms: int = 5000) -> None:
+        self.sqlite = SqliteDriver(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
         super().__init__(self.sqlite)
 
     async def open(self) -> None:
