@@ -565,6 +565,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "`corral submit` does")
     p.add_argument("--profile", metavar="DIR",
                    help="with --mode inprocess: cProfile the engine, write DIR/<W>.pstats")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run each workload N times per system; report the median run")
     p.add_argument("--keep", action="store_true", help="keep the temporary directories")
     args = p.parse_args(argv)
     known = {w.name for w in workloads(False)}
@@ -572,9 +574,41 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     unknown = set(args.only) - known
     if unknown:
         p.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     if args.profile and args.mode != "inprocess":
         p.error("--profile needs --mode inprocess")
     return args
+
+
+def _median_run(runs: list[RunStats]) -> RunStats:
+    return sorted(runs, key=lambda r: r.jobs_per_s)[(len(runs) - 1) // 2]
+
+
+def measure(wl: Workload, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Run the bare loop and Corral `--repeat` times (alternating which goes first)."""
+    bares: list[RunStats] = []
+    corrals: list[RunStats] = []
+    for r in range(args.repeat):
+        work = root / wl.name / f"round{r}"
+        for system in ("bare", "corral") if r % 2 == 0 else ("corral", "bare"):
+            if system == "bare":
+                bares.append(run_bare(wl, work / "bare"))
+            else:
+                corrals.append(run_corral(wl, work / "corral", args))
+        print(f"  round {r + 1}/{args.repeat}: corral {corrals[-1].jobs_per_s:.1f} jobs/s, "
+              f"bare {bares[-1].jobs_per_s:.1f} jobs/s", flush=True)
+    row = summarize(wl, _median_run(corrals), _median_run(bares))
+    if args.repeat > 1:
+        row["repeats"] = args.repeat
+        row["rounds"] = [{"jobs_per_s": round(c.jobs_per_s, 1),
+                          "baseline_jobs_per_s": round(b.jobs_per_s, 1)}
+                         for c, b in zip(corrals, bares, strict=True)]
+        row["not_succeeded"] = sum(c.failed for c in corrals)
+        for key in ("lost", "duplicated", "succeeded_without_run"):
+            if key in row:
+                row[key] = sum(int(c.extra[key]) for c in corrals)
+    return row
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -588,15 +622,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: dict[str, dict[str, Any]] = {}
     try:
         for wl in workloads(args.quick):
-            if wl.name not in args.only:
-                continue
-            print(f"{wl.name}: {wl.jobs} x {wl.what}, concurrency {wl.concurrency} ...",
-                  flush=True)
-            bare = run_bare(wl, root / wl.name / "bare")
-            corral = run_corral(wl, root / wl.name / "corral", args)
-            rows[wl.name] = summarize(wl, corral, bare)
-            print(f"  corral {corral.jobs_per_s:.1f} jobs/s, bare {bare.jobs_per_s:.1f} jobs/s",
-                  flush=True)
+            if wl.name in args.only:
+                print(f"{wl.name}: {wl.jobs} x {wl.what}, concurrency {wl.concurrency}",
+                      flush=True)
+                rows[wl.name] = measure(wl, root, args)
     finally:
         if args.keep:
             print(f"kept {root}")
@@ -604,10 +633,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     print()
     print_table(rows)
-    mode = "crash/restart" if set(args.only) == {"W3"} else args.mode
     env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    summary = {"environment": env, "quick": args.quick, "corral_mode": mode,
-               "poke": args.poke, "workloads": rows}
+    summary = {"environment": env, "quick": args.quick, "repeat": args.repeat,
+               "corral_mode": args.mode, "poke": args.poke, "workloads": rows}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

@@ -36,7 +36,7 @@ class Corral:
 
     def __init__(self, root: Path, config: str = CONFIG) -> None:
         self.data = root / "data"
-        self.data.mkdir()
+        self.data.mkdir(parents=True)
         self.work = root / "work"
         self.work.mkdir()
         self.config = root / "corral.yaml"

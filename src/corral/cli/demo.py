@@ -7,7 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
@@ -110,7 +110,7 @@ async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Con
     ids: dict[str, str] = {}
     for e in entries:
         after = (ids["compile"],) if e.name == "test" else ()
-        spec = JobSpec(**{**_asdict(e.spec), "after": after})
+        spec = replace(e.spec, after=after)
         ids[e.name] = (await svc.submit(spec)).job.id
         poke(cfg_dir)
     start = time.monotonic()
@@ -139,9 +139,6 @@ async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Con
                   f"corral show {ids['flaky']} --data-dir {cfg_dir}")
     return ok and coalesced
 
-
-def _asdict(spec: JobSpec) -> dict[str, object]:
-    return {f: getattr(spec, f) for f in spec.__dataclass_fields__}
 
 
 def run_demo(data_dir: Path | None) -> int:

@@ -1,1 +1,1 @@
-"""Mechanism: permits and budgets, worker delegation and cancellation. Invariants no policy can break."""
+"""Mechanism: permits, budgets, worker delegation, cancellation: what no policy can break."""

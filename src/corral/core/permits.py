@@ -12,7 +12,7 @@ import hmac
 import os
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from corral.domain.errors import PermitError
 from corral.domain.ids import new_id
@@ -103,7 +103,7 @@ class PermitGate:
         unsealed = Permit(id=permit_id, job_id=job.id, attempt_index=attempt_index,
                           issued_at=now, deadline_at=deadline_at, grace_s=job.limits.grace_s,
                           granted=granted, breaker="CLOSED", seal="")
-        permit = Permit(**{**_fields(unsealed), "seal": self._seal(unsealed)})
+        permit = replace(unsealed, seal=self._seal(unsealed))
         self._live[permit.id] = permit
         self._by_job[job.id] = permit.id
         for slot, _ in self._caps(job):
@@ -126,7 +126,3 @@ class PermitGate:
             self._held[key] -= 1
             if self._held[key] <= 0:
                 del self._held[key]
-
-
-def _fields(p: Permit) -> dict[str, object]:
-    return {f: getattr(p, f) for f in p.__dataclass_fields__}

@@ -20,7 +20,7 @@ from corral.domain.states import JobState
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueFilter:
-    """Which queued jobs a dispatcher may take now (roles/environments at their cap are skipped)."""
+    """Which queued jobs a dispatcher may take now (roles/environments at a cap are skipped)."""
 
     exclude_roles: frozenset[str] = frozenset()
     exclude_envs: frozenset[str] = frozenset()
@@ -29,7 +29,7 @@ class QueueFilter:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finish:
-    """How to close an attempt and move its job (decided by scheduler policy, applied atomically)."""
+    """How to close an attempt and move its job (decided by policy, applied atomically)."""
 
     attempt: Attempt
     result: AttemptResult

@@ -1,4 +1,4 @@
-"""Time-ordered identifiers (ULID layout: 48-bit milliseconds + 80 random bits, Crockford base32)."""
+"""Time-ordered ids (ULID layout: 48-bit milliseconds + 80 random bits, Crockford base32)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Resolved configuration as frozen values: what the inner rooms are allowed to know of corral.yaml."""
+"""Resolved configuration as frozen values: what the inner rooms may know of corral.yaml."""
 
 from __future__ import annotations
 

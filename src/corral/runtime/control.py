@@ -6,6 +6,7 @@ engine listens, the poke is a no-op and the engine finds the change on its next 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import socket
@@ -82,7 +83,5 @@ async def _answer(stream: SocketStream, handle: Handler) -> None:
             reply = handle(request)
         except ValueError as err:
             reply = {"ok": False, "error": f"malformed request: {err}"}
-        try:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await stream.send(json.dumps(reply).encode() + b"\n")
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass

@@ -22,7 +22,7 @@ from corral.domain.errors import EngineRunning, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt
 from corral.runtime.control import serve_control
-from corral.scheduler.dispatcher import DispatchOptions, Dispatcher
+from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.service import Submissions
 from corral.workers.command import CommandWorker
 

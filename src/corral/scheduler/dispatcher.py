@@ -11,7 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio
@@ -227,9 +227,9 @@ class Dispatcher:
         d = decide(RetryInput(job=job, result=result, policy=policy, stop_kind=stop_kind,
                               jitter=self.jitter()), now)
         if stop_kind == "kill" and result.outcome is Outcome.CANCELLED:
-            result = AttemptResult(**{**_fields(result), "outcome": Outcome.KILLED})
+            result = replace(result, outcome=Outcome.KILLED)
         if d.limit_hit and not result.limit_hit:
-            result = AttemptResult(**{**_fields(result), "limit_hit": d.limit_hit})
+            result = replace(result, limit_hit=d.limit_hit)
         events = [JobEvent(job_id=c.job.id, at=now, kind="attempt_ended", attempt=c.attempt.index,
                            message=result.describe(),
                            data={"outcome": result.outcome.value, "exit_code": result.exit_code,
@@ -308,7 +308,3 @@ class Dispatcher:
             batch.error = err
         finally:
             batch.done.set()
-
-
-def _fields(r: AttemptResult) -> dict[str, object]:
-    return {f: getattr(r, f) for f in r.__dataclass_fields__}

@@ -29,7 +29,7 @@ class RetryDecision:
 
 def backoff_s(policy: RetryPolicy, attempt: int, jitter: float) -> float:
     """Full jitter: uniform in [0, min(cap, base · 2^(attempt−1)))."""
-    return jitter * min(policy.cap_s, policy.base_s * 2 ** max(0, attempt - 1))
+    return float(jitter * min(policy.cap_s, policy.base_s * 2.0 ** max(0, attempt - 1)))
 
 
 def retryable(result: AttemptResult, policy: RetryPolicy) -> bool:

@@ -42,13 +42,17 @@ class Submissions:
         s = self.settings
         role = s.roles.get(spec.role)
         if role is None:
-            raise InvalidRequest(f"unknown role {spec.role!r} (configured: {_names(dict(s.roles))})")
+            raise InvalidRequest(f"unknown role {spec.role!r} (configured: {_names(s.roles)})")
         env = s.environments.get(spec.env_name)
         if env is None:
             raise InvalidRequest(f"unknown environment {spec.env_name!r} "
-                                 f"(configured: {_names(dict(s.environments))})")
+                                 f"(configured: {_names(s.environments)})")
+        if env.kind != "local":
+            raise InvalidRequest(f"environment {env.name!r} is a {env.kind} cluster; this build "
+                                 "runs attempts on `local` environments only")
         if not PRIORITY_CRITICAL <= spec.priority <= PRIORITY_BACKLOG:
-            raise InvalidRequest(f"priority must be 0 (critical) … 4 (backlog), got {spec.priority}")
+            raise InvalidRequest(
+                f"priority must be 0 (critical) … 4 (backlog), got {spec.priority}")
         worker = spec.worker or ("command" if spec.command else role.worker)
         if worker not in self.workers:
             raise InvalidRequest(f"worker kind {worker!r} is not available "

@@ -1,0 +1,56 @@
+"""corral.yaml: defaults, the shipped example, and errors that name the key and the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from corral.config import load, parse, resolve
+from corral.domain.errors import ConfigError
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "corral.yaml"
+SEED_ROLES = {"notebook", "cluster", "wandb", "lakehouse", "twin", "policy"}
+
+
+def test_missing_config_means_sane_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            ) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CORRAL_CONFIG", raising=False)
+    cfg = load(data_dir=tmp_path / "d")
+    assert cfg.source is None and cfg.store_url is None
+    assert set(cfg.settings.roles) == {"default"} and set(cfg.settings.environments) == {"local"}
+    assert cfg.settings.environments["local"].max_inflight == 4
+    role = cfg.settings.roles["default"]
+    assert role.limits.max_attempts == 4 and role.limits.timeout_s == 3600
+    assert role.limits.grace_s == 10
+
+
+def test_the_example_ships_the_seed_roles_and_environments() -> None:
+    settings = resolve(parse(EXAMPLE.read_text(), str(EXAMPLE)), str(EXAMPLE))
+    assert set(settings.roles) >= SEED_ROLES
+    assert settings.roles["notebook"].concurrency == 2
+    assert "Bash(kubectl *)" in settings.roles["notebook"].tools
+    assert all(settings.roles[r].system_prompt for r in SEED_ROLES)
+    assert settings.environments["torch-dev-gpu"].kind == "ray"
+    assert settings.environments["local"].max_inflight == 4
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("scheduler: {aging_s: 0}", "scheduler.aging_s: Input should be greater than 0"),
+    ("roles: {a: {retry: {exit_codes: nope}}}", "roles.a.retry.exit_codes"),
+    ("store: {sqlite_synchronous: sometimes}", "store.sqlite_synchronous"),
+    ("roles: {a: {limits: {max_attempts: 0}}}", "roles.a.limits.max_attempts"),
+])
+def test_errors_name_the_key(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        parse(text, "c.yaml")
+
+
+def test_env_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_DATA_DIR", str(tmp_path / "dd"))
+    monkeypatch.setenv("CORRAL_STORE_URL", "postgresql://x@127.0.0.1/db")
+    monkeypatch.setenv("CORRAL_CONFIG", str(EXAMPLE))
+    cfg = load()
+    assert cfg.data_dir == (tmp_path / "dd").resolve()
+    assert cfg.store_url == "postgresql://x@127.0.0.1/db" and cfg.source == EXAMPLE
