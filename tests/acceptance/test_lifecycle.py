@@ -154,3 +154,15 @@ def test_priority_order_and_fifo_within_a_priority(corral: Corral) -> None:
     corral.drain()
     started = sorted(ids, key=lambda n: corral.job(ids[n])["attempts"][0]["started"])
     assert started == ["crit", "mid1", "mid2", "low"]
+
+
+def test_100_mb_of_output_without_newlines_lands_whole_in_the_log(corral: Corral) -> None:
+    corral.serve()
+    r = corral.run("submit", "--wait", "--", "head", "-c", "104857600", "/dev/zero")
+    assert r.returncode == 0, r.stderr
+    attempt = corral.job(r.stdout.strip())["attempts"][0]
+    assert (Path(attempt["log_dir"]) / "stdout.log").stat().st_size == 104857600
+    engine_rss_kb = int(next(line.split()[1] for line in
+                             Path(f"/proc/{corral.engines[0].pid}/status").read_text().splitlines()
+                             if line.startswith("VmRSS:")))
+    assert engine_rss_kb < 200_000  # the output went to a file, never through the engine

@@ -43,4 +43,9 @@ class Core:
         return permit, worker.adopt(job, attempt)
 
     def release(self, permit: Permit) -> None:
+        """Give back a permit whose attempt never started (a lost claim)."""
+        self.gate.release(permit)
+
+    def complete(self, permit: Permit, job: Job, result: AttemptResult) -> None:
+        """An attempt ended: release its permit (every terminal path comes through here)."""
         self.gate.release(permit)

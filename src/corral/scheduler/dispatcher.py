@@ -239,7 +239,7 @@ class Dispatcher:
         if d.retry_at is not None:
             self._retry_due = min(d.retry_at, self._retry_due or d.retry_at)
         self._live.pop(c.job.id, None)
-        self.core.release(c.permit)
+        self.core.complete(c.permit, c.job, result)
         self.finished += 1
         self.wake()
 
