@@ -2,16 +2,17 @@
 
     .venv/bin/python bench/run.py [--quick] [--only W1,W2,W3] [--out bench/results/latest.json]
 
-Each workload runs twice in this session: once through the bare loop (insert a QUEUED row, spawn
-the process under a semaphore, wait, write the exit code) and once through Corral (submissions
-through the CLI's code path, an engine in its own process by default). It prints a table with
-the ratios and writes a JSON summary. bench/README.md describes the method and its caveats.
+Each workload runs in this session through the bare loop (insert a QUEUED row, spawn the process
+under a semaphore, wait, write the exit code) and through Corral (jobs submitted through the
+CLI's code path to an engine in its own process, by default). It prints a table with the ratios
+and writes a JSON summary. bench/README.md describes the method and its caveats.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import datetime as dt
 import json
@@ -34,6 +35,7 @@ from typing import Any
 
 import anyio
 
+import corral
 from corral import __version__
 from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
@@ -41,8 +43,6 @@ from corral.domain.models import Job, JobSpec
 from corral.domain.states import JobState
 from corral.runtime.control import poke
 from corral.runtime.engine import Engine, build_store, submissions
-from corral.workers.command import BASE_ENV_KEYS
-from corral.workers.process import shim_path
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "latest.json"
@@ -50,8 +50,16 @@ POKE_EVERY_S = 0.05  # "coalesced" pokes: at most one per this interval while su
 POLL_S = 0.02  # how often the benchmark looks at the store for the last durable result
 READY_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 600.0
+STALL_S = 30.0  # give up on a run when no job ended for this long
+QUICK_STALL_S = 5.0
 W1_TARGET = 0.8
 MODES = ("live", "drain", "inprocess")
+CORES = ("default", "process", "inline")
+# The variables a Corral job starts with (corral.workers.command.BASE_ENV_KEYS); the bare loop
+# gives its processes the same ones.
+JOB_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR",
+                "TERM")
+UNSET = ("CORRAL_STORE_URL", "CORRAL_CONFIG", "CORRAL_DATA_DIR")
 
 
 # --------------------------------------------------------------------------- workloads
@@ -68,19 +76,36 @@ class Workload:
     kill_after_s: float = 1.0
 
 
-def _record_argv(work: Path) -> tuple[str, ...]:
-    runs = work / "runs.txt"
-    return ("sh", "-c", f'sleep 0.2; echo "$CORRAL_JOB_ID" >> {runs}')
+def _true(_: Path) -> tuple[str, ...]:
+    return ("/bin/true",)
+
+
+def _sleep(_: Path) -> tuple[str, ...]:
+    return ("sleep", "0.05")
+
+
+def _record(work: Path) -> tuple[str, ...]:
+    """Sleep, then append the job's id to runs.txt: a second complete run shows up twice."""
+    return ("sh", "-c", f'sleep 0.2; echo "$CORRAL_JOB_ID" >> {work / "runs.txt"}')
 
 
 def workloads(quick: bool) -> list[Workload]:
     scale = 10 if quick else 1
     return [
-        Workload("W1", 2000 // scale, 8, "/bin/true", lambda _: ("/bin/true",)),
-        Workload("W2", 200 // scale, 16, "sleep 0.05", lambda _: ("sleep", "0.05")),
-        Workload("W3", 200 // scale, 8, "sleep 0.2 + record, engine SIGKILLed",
-                 _record_argv, crash=True, kill_after_s=0.3 if quick else 1.0),
+        Workload("W1", 2000 // scale, 8, "/bin/true", _true),
+        Workload("W2", 200 // scale, 16, "sleep 0.05", _sleep),
+        Workload("W3", 200 // scale, 8, "sleep 0.2; echo id >> runs.txt; engine SIGKILLed",
+                 _record, crash=True, kill_after_s=0.3 if quick else 1.0),
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    mode: str = "live"  # how Corral runs W1/W2 (see --mode)
+    poke: str = "coalesced"
+    core: str = "default"
+    profile: Path | None = None
+    stall_s: float = STALL_S
 
 
 # --------------------------------------------------------------------------- results
@@ -98,7 +123,8 @@ class RunStats:
 
     @property
     def jobs_per_s(self) -> float:
-        return self.jobs / self.elapsed_s if self.elapsed_s > 0 else 0.0
+        """Jobs that succeeded per second (a run that left jobs behind scores only the rest)."""
+        return (self.jobs - self.failed) / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -112,19 +138,88 @@ def percentile(values: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def job_env(job_id: str) -> dict[str, str]:
-    """What Corral gives a job: a few variables of ours plus CORRAL_JOB_ID."""
-    env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
-    env["CORRAL_JOB_ID"] = job_id
-    env["CORRAL_ATTEMPT"] = "1"
-    return env
+# --------------------------------------------------------------------------- processes
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat fields after the command name (field 3 onwards), or None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (st := _stat(int(name))) is not None:
+            children.setdefault(int(st[1]), []).append(int(name))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def tree_cpu(root: int) -> dict[str, float]:
+    """CPU seconds of a live process tree: the root's own, its live descendants' own (a core
+    child), and everything reaped inside the tree (shims and jobs)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"engine": 0.0, "core": 0.0, "shims_and_jobs": 0.0}
+    for pid in [root, *descendants(root)]:
+        st = _stat(pid)
+        if st is None:
+            continue
+        utime, stime, cutime, cstime = (int(x) / tick for x in st[11:15])
+        out["engine" if pid == root else "core"] += utime + stime
+        out["shims_and_jobs"] += cutime + cstime
+    return {k: round(v, 2) for k, v in out.items()}
+
+
+def strays(marker: str) -> list[int]:
+    """Processes still alive whose command line names `marker` (our work directory)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and (_stat(int(name)) or ["Z"])[0] != "Z":
+            found.append(int(name))
+    return found
+
+
+def reap_strays(marker: str) -> list[int]:
+    """Report and end (by pid) processes this run left behind."""
+    found = strays(marker)
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return found
 
 
 # --------------------------------------------------------------------------- the bare loop
 
 
+def job_env(job_id: str) -> dict[str, str]:
+    """What Corral gives a job: a few of our variables plus CORRAL_JOB_ID."""
+    env = {k: os.environ[k] for k in JOB_ENV_KEYS if k in os.environ}
+    env["CORRAL_JOB_ID"] = job_id
+    env["CORRAL_ATTEMPT"] = "1"
+    return env
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 async def _bare(n: int, concurrency: int, argv: tuple[str, ...], work: Path) -> RunStats:
-    db = sqlite3.connect(work / "bare.db", isolation_level=None)
+    db = sqlite3.connect(work / "bare.db", isolation_level=None)  # autocommit: one commit each
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
     db.execute("CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, command TEXT NOT NULL,"
@@ -147,9 +242,8 @@ async def _bare(n: int, concurrency: int, argv: tuple[str, ...], work: Path) -> 
                     *argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=work,
                     env=job_env(job_id))
             code = await proc.wait()
-            state = "SUCCEEDED" if code == 0 else "FAILED"
             db.execute("UPDATE jobs SET state = ?, exit_code = ?, updated_at = ? WHERE id = ?",
-                       (state, code, time.time(), job_id))
+                       ("SUCCEEDED" if code == 0 else "FAILED", code, time.time(), job_id))
             failed += code != 0
             latencies.append(time.time() - created)
 
@@ -163,11 +257,6 @@ async def _bare(n: int, concurrency: int, argv: tuple[str, ...], work: Path) -> 
                     extra={"cpu_s": cpu})
 
 
-def _children_cpu() -> float:
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
-
-
 def run_bare(wl: Workload, work: Path) -> RunStats:
     work.mkdir(parents=True)
     return asyncio.run(_bare(wl.jobs, wl.concurrency, wl.argv(work), work))
@@ -176,35 +265,39 @@ def run_bare(wl: Workload, work: Path) -> RunStats:
 # --------------------------------------------------------------------------- Corral
 
 
-def write_config(data: Path, concurrency: int) -> Config:
+def write_config(data: Path, concurrency: int, core: str) -> Config:
     data.mkdir(parents=True)
     path = data / "corral.yaml"
-    path.write_text(
-        "roles:\n"
-        "  default:\n"
-        f"    concurrency: {concurrency}\n"
-        "    retry:\n"
-        "      base_s: 0.05\n"
-        "environments:\n"
-        "  local:\n"
-        f"    max_inflight: {concurrency}\n")
+    text = ("roles:\n"
+            "  default:\n"
+            f"    concurrency: {concurrency}\n"
+            "    retry:\n"
+            "      base_s: 0.05\n"
+            "environments:\n"
+            "  local:\n"
+            f"    max_inflight: {concurrency}\n")
+    if core != "default":
+        text += f"core:\n  mode: {core}\n"
+    path.write_text(text)
     return load(data_dir=data, config_path=path)
 
 
 class EngineProcess:
     """`python -m corral serve` on the benchmark's data directory, in its own process."""
 
-    def __init__(self, cfg: Config, *, drain: bool, tag: str) -> None:
+    def __init__(self, cfg: Config, *, drain: bool, tag: str, stall_s: float = STALL_S) -> None:
         assert cfg.source is not None
         self.cfg = cfg
+        self.stall_s = stall_s
         self.log = cfg.data_dir / f"engine-{tag}.log"
         argv = [sys.executable, "-m", "corral", "serve", "--data-dir", str(cfg.data_dir),
                 "--config", str(cfg.source)]
         if drain:
             argv.append("--drain")
+        env = {k: v for k, v in os.environ.items() if k not in UNSET}
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=_engine_env())
+                                         env=env)
         self.started_at = time.time()
 
     def tail(self, lines: int = 20) -> str:
@@ -222,23 +315,29 @@ class EngineProcess:
             time.sleep(0.01)
         raise RuntimeError(f"engine not ready after {READY_TIMEOUT_S}s:\n{self.tail()}")
 
-    def wait(self, timeout: float = RUN_TIMEOUT_S) -> int:
+    def wait(self, timeout: float = 30.0) -> int:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise RuntimeError(f"engine did not exit within {timeout}s:\n{self.tail()}") from None
 
-    def cpu_s(self) -> tuple[float, float]:
-        """(engine CPU, CPU of the children it reaped: shims) in seconds, from /proc."""
-        try:
-            raw = Path(f"/proc/{self.proc.pid}/stat").read_text()
-        except OSError:
-            return float("nan"), float("nan")
-        fields = raw[raw.rindex(")") + 2:].split()
-        tick = os.sysconf("SC_CLK_TCK")
-        utime, stime, cutime, cstime = (int(x) / tick for x in fields[11:15])
-        return utime + stime, cutime + cstime
+    def wait_drained(self) -> int:
+        """Wait for a `--drain` engine to exit; kill it (exit code -9) when no job ended for
+        stall_s seconds."""
+        last, progress_at = -1, time.monotonic()
+        while (rc := self.proc.poll()) is None:
+            ended = _ended(self.cfg.db_path)
+            now = time.monotonic()
+            if ended != last:
+                last, progress_at = ended, now
+            elif now - progress_at > self.stall_s:
+                print(f"  drain engine stalled ({ended} jobs ended); killing it\n{self.tail()}",
+                      file=sys.stderr)
+                self.kill()
+                return -9
+            time.sleep(0.1)
+        return rc
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -249,13 +348,6 @@ class EngineProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-
-
-def _engine_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("CORRAL_STORE_URL", "CORRAL_CONFIG", "CORRAL_DATA_DIR"):
-        env.pop(name, None)
-    return env
 
 
 @dataclass(slots=True)
@@ -285,15 +377,50 @@ class Submitter:
             self._last_poke = now
 
 
-async def _wait_terminal(store: Store, n: int, timeout: float) -> bool:
+async def _submit(cfg: Config, specs: Sequence[JobSpec], poke_mode: str,
+                  engine: EngineProcess | None = None) -> float:
+    """Open one store, submit every spec and, given a serving engine, wait until every job
+    ended (or the engine stalls or exits). Returns the time of the first submission."""
+    store = build_store(cfg)
+    await store.open()
+    try:
+        t0 = time.time()
+        await Submitter(cfg, store, poke_mode).submit_all(specs)
+        if engine is not None:
+            why = await _wait_terminal(store, len(specs), engine)
+            if why:
+                print(f"  gave up waiting: {why}\n{engine.tail()}", file=sys.stderr)
+        return t0
+    finally:
+        await store.close()
+
+
+async def _wait_terminal(store: Store, n: int, engine: EngineProcess) -> str | None:
+    """None once n jobs ended; else why we stopped waiting (no progress, engine gone)."""
     terminal = {s.value for s in JobState if s.terminal}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    last, progress_at = -1, time.monotonic()
+    while True:
         counts = await store.counts()
-        if sum(v for k, v in counts.items() if k in terminal) >= n:
-            return True
+        ended = sum(v for k, v in counts.items() if k in terminal)
+        if ended >= n:
+            return None
+        now = time.monotonic()
+        if ended != last:
+            last, progress_at = ended, now
+        elif now - progress_at > engine.stall_s:
+            return f"no job ended for {engine.stall_s:.0f}s ({ended}/{n} ended, states {counts})"
+        if engine.proc.poll() is not None:
+            return f"the engine exited with {engine.proc.returncode} ({ended}/{n} ended)"
         await anyio.sleep(POLL_S)
-    return False
+
+
+def _ended(db: Path) -> int:
+    terminal = sorted(s.value for s in JobState if s.terminal)
+    marks = ", ".join("?" * len(terminal))
+    with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
+        row = conn.execute(f"SELECT COUNT(*) FROM jobs WHERE state IN ({marks})",
+                           terminal).fetchone()
+    return int(row[0])
 
 
 async def _final_jobs(cfg: Config, n: int) -> list[Job]:
@@ -308,12 +435,11 @@ async def _final_jobs(cfg: Config, n: int) -> list[Job]:
 def _stats(jobs: list[Job], n: int, t0: float) -> RunStats:
     ok = [j for j in jobs if j.state is JobState.SUCCEEDED]
     end = max((j.updated_at for j in jobs if j.state.terminal), default=time.time())
-    states = Counter(j.state.value for j in jobs)
     return RunStats(
         jobs=n, elapsed_s=end - t0, latencies_s=[j.updated_at - j.created_at for j in ok],
         failed=n - len(ok),
-        extra={"states": dict(states), "retried": sum(1 for j in jobs if j.attempts > 1),
-               "end_at": end})
+        extra={"states": dict(Counter(j.state.value for j in jobs)),
+               "retried": sum(1 for j in jobs if j.attempts > 1), "end_at": end})
 
 
 def _specs(wl: Workload, work: Path) -> list[JobSpec]:
@@ -321,58 +447,33 @@ def _specs(wl: Workload, work: Path) -> list[JobSpec]:
     return [JobSpec(command=argv, cwd=str(work)) for _ in range(wl.jobs)]
 
 
-def run_corral_live(wl: Workload, work: Path, poke_mode: str) -> RunStats:
-    """Engine already serving (startup not timed); jobs submitted while it runs."""
-    cfg = write_config(work / "data", wl.concurrency)
+def run_corral_live(wl: Workload, work: Path, opts: Options) -> RunStats:
+    """Engine already serving (its start is not timed); jobs submitted while it runs."""
+    cfg = write_config(work / "data", wl.concurrency, opts.core)
     specs = _specs(wl, work)
-    engine = EngineProcess(cfg, drain=False, tag="live")
+    engine = EngineProcess(cfg, drain=False, tag="live", stall_s=opts.stall_s)
     try:
         ready_s = engine.wait_ready()
-
-        async def main() -> float:
-            store = build_store(cfg)
-            await store.open()
-            try:
-                t0 = time.time()
-                await Submitter(cfg, store, poke_mode).submit_all(specs)
-                if not await _wait_terminal(store, wl.jobs, RUN_TIMEOUT_S):
-                    print(f"  {wl.name}: timed out waiting for the jobs", file=sys.stderr)
-                return t0
-            finally:
-                await store.close()
-
         cpu0 = time.process_time()
-        t0 = anyio.run(main)
-        bench_cpu = time.process_time() - cpu0
-        engine_cpu, shims_cpu = engine.cpu_s()
+        t0 = anyio.run(_submit, cfg, specs, opts.poke, engine)
+        submitter_cpu = time.process_time() - cpu0
+        cpu = tree_cpu(engine.proc.pid)
         rc = engine.stop()
     finally:
         engine.kill()
     stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
     stats.extra.update(engine_ready_s=round(ready_s, 3), engine_rc=rc,
-                       cpu_s={"engine": round(engine_cpu, 2), "shims_and_jobs": round(shims_cpu, 2),
-                              "submitter": round(bench_cpu, 2)})
+                       cpu_s={**cpu, "submitter": round(submitter_cpu, 2)})
     return stats
 
 
-async def _submit_only(cfg: Config, specs: Sequence[JobSpec]) -> float:
-    store = build_store(cfg)
-    await store.open()
-    try:
-        t0 = time.time()
-        await Submitter(cfg, store, "none").submit_all(specs)
-        return t0
-    finally:
-        await store.close()
-
-
-def run_corral_drain(wl: Workload, work: Path) -> RunStats:
+def run_corral_drain(wl: Workload, work: Path, opts: Options) -> RunStats:
     """Submit everything, then `corral serve --drain` (engine startup is inside the timing)."""
-    cfg = write_config(work / "data", wl.concurrency)
-    t0 = anyio.run(_submit_only, cfg, _specs(wl, work))
-    engine = EngineProcess(cfg, drain=True, tag="drain")
+    cfg = write_config(work / "data", wl.concurrency, opts.core)
+    t0 = anyio.run(_submit, cfg, _specs(wl, work), "none")
+    engine = EngineProcess(cfg, drain=True, tag="drain", stall_s=opts.stall_s)
     try:
-        rc = engine.wait()
+        rc = engine.wait_drained()
     finally:
         engine.kill()
     stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
@@ -380,93 +481,95 @@ def run_corral_drain(wl: Workload, work: Path) -> RunStats:
     return stats
 
 
-def run_corral_inprocess(wl: Workload, work: Path, profile: Path | None) -> RunStats:
+def run_corral_inprocess(wl: Workload, work: Path, opts: Options) -> RunStats:
     """Submit everything, then `Engine(cfg).run(drain=True)` in this process (for profiling)."""
-    cfg = write_config(work / "data", wl.concurrency)
-    t0 = anyio.run(_submit_only, cfg, _specs(wl, work))
+    cfg = write_config(work / "data", wl.concurrency, opts.core)
+    t0 = anyio.run(_submit, cfg, _specs(wl, work), "none")
     engine = Engine(cfg)
-    prof = cProfile.Profile() if profile else None
+    prof = cProfile.Profile() if opts.profile else None
     t_engine = time.time()
     if prof is not None:
         prof.enable()
     anyio.run(lambda: engine.run(drain=True))
-    if prof is not None and profile is not None:
+    if prof is not None and opts.profile is not None:
         prof.disable()
-        profile.parent.mkdir(parents=True, exist_ok=True)
-        prof.dump_stats(str(profile))
+        out = opts.profile / f"{wl.name}.pstats"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        prof.dump_stats(str(out))
     stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
     stats.extra.update(engine_only_s=round(stats.extra["end_at"] - t_engine, 3))
     return stats
 
 
-def run_corral_crash(wl: Workload, work: Path, poke_mode: str) -> RunStats:
-    """W3: serve, submit, SIGKILL the engine after kill_after_s, then `serve --drain`."""
-    cfg = write_config(work / "data", wl.concurrency)
-    specs = _specs(wl, work)
-    first = EngineProcess(cfg, drain=False, tag="first")
+def run_corral_crash(wl: Workload, work: Path, opts: Options) -> RunStats:
+    """W3: serve, submit, SIGKILL the engine kill_after_s after the first submission, then
+    `serve --drain` on the same data directory until it exits."""
+    cfg = write_config(work / "data", wl.concurrency, opts.core)
+    first = EngineProcess(cfg, drain=False, tag="first", stall_s=opts.stall_s)
     try:
         first.wait_ready()
-
-        async def main() -> float:
-            store = build_store(cfg)
-            await store.open()
-            try:
-                t0 = time.time()
-                await Submitter(cfg, store, poke_mode).submit_all(specs)
-                return t0
-            finally:
-                await store.close()
-
-        t0 = anyio.run(main)
+        t0 = anyio.run(_submit, cfg, _specs(wl, work), opts.poke)
         time.sleep(max(0.0, t0 + wl.kill_after_s - time.time()))
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait()
     finally:
         first.kill()
-    before = Counter(j.state.value for j in anyio.run(_final_jobs, cfg, wl.jobs))
+    at_kill = Counter(j.state.value for j in anyio.run(_final_jobs, cfg, wl.jobs))
     restart_at = time.time()
-    second = EngineProcess(cfg, drain=True, tag="restart")
+    second = EngineProcess(cfg, drain=True, tag="restart", stall_s=opts.stall_s)
     try:
-        rc = second.wait()
+        rc = second.wait_drained()
     finally:
         second.kill()
     jobs = anyio.run(_final_jobs, cfg, wl.jobs)
     stats = _stats(jobs, wl.jobs, t0)
-    runs = Counter((work / "runs.txt").read_text().split()) if (work / "runs.txt").exists() \
-        else Counter()
+    runs_file = work / "runs.txt"
+    runs = Counter(runs_file.read_text().split()) if runs_file.exists() else Counter()
     ok_ids = {j.id for j in jobs if j.state is JobState.SUCCEEDED}
     stats.extra.update(
         lost=stats.failed,
         duplicated=sum(1 for c in runs.values() if c > 1),
         succeeded_without_run=len(ok_ids - set(runs)),
         recovery_s=round(stats.extra["end_at"] - restart_at, 3),
-        at_kill=dict(before), restart_rc=rc,
+        at_kill=dict(at_kill), restart_rc=rc,
         recovered_events=_count_events(cfg.db_path, "recovered"))
+    if rc != 0:
+        stats.extra["restart_log"] = second.tail()
     return stats
 
 
 def _count_events(db: Path, kind: str) -> int:
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
         row = conn.execute("SELECT COUNT(*) FROM job_events WHERE kind = ?", (kind,)).fetchone()
     return int(row[0])
 
 
-def run_corral(wl: Workload, work: Path, args: argparse.Namespace) -> RunStats:
+def run_corral(wl: Workload, work: Path, opts: Options) -> RunStats:
     work.mkdir(parents=True)
-    if wl.crash:
-        return run_corral_crash(wl, work, args.poke)
-    if args.mode == "drain":
-        return run_corral_drain(wl, work)
-    if args.mode == "inprocess":
-        profile = Path(args.profile) / f"{wl.name}.pstats" if args.profile else None
-        return run_corral_inprocess(wl, work, profile)
-    return run_corral_live(wl, work, args.poke)
+    runner = {"drain": run_corral_drain, "inprocess": run_corral_inprocess,
+              "live": run_corral_live}[opts.mode]
+    stats = (run_corral_crash if wl.crash else runner)(wl, work, opts)
+    left = reap_strays(str(work))
+    if left:
+        stats.extra["stray_processes"] = len(left)
+    return stats
 
 
 # --------------------------------------------------------------------------- reporting
 
 
+def _git(*args: str) -> str | None:
+    """Read-only git queries about the checkout the benchmark ran from."""
+    try:
+        out = subprocess.run(["git", *args], cwd=BENCH_DIR.parent, capture_output=True, text=True,
+                             check=False, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 def environment() -> dict[str, Any]:
+    dirty = _git("status", "--porcelain", "--", "src")
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
@@ -474,23 +577,18 @@ def environment() -> dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         "platform": platform.platform(),
         "corral": __version__,
-        "commit": _git_head(),
+        "corral_src": str(Path(corral.__file__).resolve().parent),  # what was measured
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "src_modified": bool(dirty) if dirty is not None else None,  # of the checkout
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
-def _git_head() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCH_DIR,
-                             capture_output=True, text=True, check=False, timeout=5)
-    except OSError:
-        return None
-    return out.stdout.strip() or None
-
-
 def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
     ratio = corral.jobs_per_s / bare.jobs_per_s if bare.jobs_per_s else 0.0
+    valid = corral.failed == 0 and bare.failed == 0
     row: dict[str, Any] = {
+        "valid": valid,  # every job of both runs succeeded: the ratio compares like with like
         "jobs": wl.jobs, "concurrency": wl.concurrency, "command": wl.what,
         "jobs_per_s": round(corral.jobs_per_s, 1),
         "baseline_jobs_per_s": round(bare.jobs_per_s, 1),
@@ -505,39 +603,47 @@ def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
         "baseline_failed": bare.failed,
         "retried": corral.extra.get("retried", 0),
         "states": corral.extra.get("states", {}),
+        "baseline_cpu_s": bare.extra.get("cpu_s"),
     }
-    row["cpu_s"] = corral.extra.get("cpu_s")
-    row["baseline_cpu_s"] = bare.extra.get("cpu_s")
-    for key in ("lost", "duplicated", "recovery_s", "succeeded_without_run", "at_kill",
-                "recovered_events", "engine_ready_s", "engine_only_s"):
+    for key in ("cpu_s", "lost", "duplicated", "recovery_s", "succeeded_without_run", "at_kill",
+                "recovered_events", "restart_rc", "restart_log", "engine_ready_s",
+                "engine_only_s", "stray_processes"):
         if key in corral.extra:
             row[key] = corral.extra[key]
     if wl.name == "W1":
         row["target_ratio"] = W1_TARGET
-        row["meets_target"] = ratio >= W1_TARGET
+        row["meets_target"] = valid and ratio >= W1_TARGET
     return row
+
+
+def _notes(r: dict[str, Any]) -> str:
+    notes = [f"{r['retried']} retried"] if r["retried"] else []
+    if "lost" in r:
+        notes += [f"lost {r['lost']}", f"duplicated {r['duplicated']}",
+                  f"recovery {r['recovery_s']:.2f}s"]
+    elif r["not_succeeded"]:
+        notes.append(f"NOT SUCCEEDED {r['not_succeeded']} {r['states']}")
+    if r.get("stray_processes"):
+        notes.append(f"{r['stray_processes']} stray processes")
+    if "meets_target" in r:
+        notes.append(("meets" if r["meets_target"] else "BELOW") + f" {W1_TARGET}x target")
+    return ", ".join(notes)
 
 
 def print_table(rows: dict[str, dict[str, Any]]) -> None:
     head = (f"{'wl':<3} {'jobs':>5} {'C':>3} {'corral/s':>9} {'bare/s':>8} {'ratio':>6} "
-            f"{'p50 ms':>15} {'p99 ms':>15}  notes")
+            f"{'p50 ms':>13} {'p99 ms':>13}  notes")
     print(head)
     print("-" * len(head))
     for name, r in rows.items():
-        notes = [f"{r['retried']} retried"] if r["retried"] else []
-        if "lost" in r:
-            notes += [f"lost {r['lost']}", f"duplicated {r['duplicated']}",
-                      f"recovery {r['recovery_s']:.2f}s"]
-        elif r["not_succeeded"]:
-            notes.append(f"NOT SUCCEEDED {r['not_succeeded']} {r['states']}")
-        if "meets_target" in r:
-            notes.append(("meets" if r["meets_target"] else "BELOW") + f" {W1_TARGET}x target")
         p50 = f"{r['p50_ms']:.0f}/{r['baseline_p50_ms']:.0f}"
         p99 = f"{r['p99_ms']:.0f}/{r['baseline_p99_ms']:.0f}"
+        ratio = f"{r['ratio']:.2f}" + ("" if r["valid"] else "!")
         print(f"{name:<3} {r['jobs']:>5} {r['concurrency']:>3} {r['jobs_per_s']:>9.1f} "
-              f"{r['baseline_jobs_per_s']:>8.1f} {r['ratio']:>6.2f} {p50:>15} {p99:>15}  "
-              + ", ".join(notes))
-    print("(p50/p99: corral/bare, submit → durable result)")
+              f"{r['baseline_jobs_per_s']:>8.1f} {ratio:>6} {p50:>13} {p99:>13}  "
+              + _notes(r))
+    print("(jobs/s count succeeded jobs; ! = some jobs did not succeed, the ratio is not "
+          "comparable)\n(p50/p99 ms: corral/bare, per job from submission to durable result)")
 
 
 def print_hotspots(profile_dir: Path, names: Sequence[str], top: int = 25) -> None:
@@ -556,23 +662,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="~10x fewer jobs (a smoke run)")
     p.add_argument("--only", default="W1,W2,W3", help="comma-separated workloads (W1,W2,W3)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON summary to write")
-    p.add_argument("--mode", choices=MODES, default="live",
-                   help="how Corral runs W1/W2: live = engine process already serving while "
-                        "jobs are submitted (default); drain = submit all, then `serve --drain`; "
-                        "inprocess = submit all, then Engine.run(drain=True) in this process")
-    p.add_argument("--poke", choices=("coalesced", "each", "none"), default="coalesced",
-                   help="pokes while submitting: one per 50 ms (default) or one per job as "
-                        "`corral submit` does")
-    p.add_argument("--profile", metavar="DIR",
-                   help="with --mode inprocess: cProfile the engine, write DIR/<W>.pstats")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run each workload N times per system; report the median run")
+    p.add_argument("--mode", choices=MODES, default="live",
+                   help="how Corral runs W1/W2: live = engine process already serving while "
+                        "jobs are submitted (default); drain = submit all, then `serve --drain` "
+                        "(engine start timed); inprocess = submit all, then "
+                        "Engine.run(drain=True) in this process. W3 always uses processes.")
+    p.add_argument("--poke", choices=("coalesced", "each", "none"), default="coalesced",
+                   help="pokes while submitting: at most one per 50 ms (default), or one per "
+                        "job as `corral submit` does")
+    p.add_argument("--core", choices=CORES, default="default",
+                   help="write core.mode into corral.yaml (default: leave the engine's default)")
+    p.add_argument("--profile", metavar="DIR",
+                   help="with --mode inprocess: cProfile the engine, write DIR/<W>.pstats")
     p.add_argument("--keep", action="store_true", help="keep the temporary directories")
     args = p.parse_args(argv)
     known = {w.name for w in workloads(False)}
     args.only = [w.strip().upper() for w in args.only.split(",") if w.strip()]
-    unknown = set(args.only) - known
-    if unknown:
+    if unknown := set(args.only) - known:
         p.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
     if args.repeat < 1:
         p.error("--repeat must be at least 1")
@@ -585,39 +693,52 @@ def _median_run(runs: list[RunStats]) -> RunStats:
     return sorted(runs, key=lambda r: r.jobs_per_s)[(len(runs) - 1) // 2]
 
 
-def measure(wl: Workload, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Run the bare loop and Corral `--repeat` times (alternating which goes first)."""
+def measure(wl: Workload, root: Path, repeat: int, opts: Options) -> dict[str, Any]:
+    """Run the bare loop and Corral `repeat` times (alternating which goes first)."""
     bares: list[RunStats] = []
     corrals: list[RunStats] = []
-    for r in range(args.repeat):
+    for r in range(repeat):
         work = root / wl.name / f"round{r}"
         for system in ("bare", "corral") if r % 2 == 0 else ("corral", "bare"):
             if system == "bare":
                 bares.append(run_bare(wl, work / "bare"))
             else:
-                corrals.append(run_corral(wl, work / "corral", args))
-        print(f"  round {r + 1}/{args.repeat}: corral {corrals[-1].jobs_per_s:.1f} jobs/s, "
+                corrals.append(run_corral(wl, work / "corral", opts))
+        print(f"  round {r + 1}/{repeat}: corral {corrals[-1].jobs_per_s:.1f} jobs/s, "
               f"bare {bares[-1].jobs_per_s:.1f} jobs/s", flush=True)
     row = summarize(wl, _median_run(corrals), _median_run(bares))
-    if args.repeat > 1:
-        row["repeats"] = args.repeat
+    if repeat > 1:
+        row["repeats"] = repeat
         row["rounds"] = [{"jobs_per_s": round(c.jobs_per_s, 1),
                           "baseline_jobs_per_s": round(b.jobs_per_s, 1)}
                          for c, b in zip(corrals, bares, strict=True)]
-        row["not_succeeded"] = sum(c.failed for c in corrals)
-        for key in ("lost", "duplicated", "succeeded_without_run"):
-            if key in row:
-                row[key] = sum(int(c.extra[key]) for c in corrals)
+        row["not_succeeded"] = sum(c.failed for c in corrals)  # over all rounds
+        row["valid"] = all(c.failed == 0 for c in corrals) and all(b.failed == 0 for b in bares)
+        for key in ("lost", "duplicated", "succeeded_without_run", "stray_processes"):
+            if any(key in c.extra for c in corrals):
+                row[key] = sum(int(c.extra.get(key, 0)) for c in corrals)
     return row
+
+
+def _prebuild_shim() -> None:
+    """Compile the shim once, outside any timing (the engine would build it on first use)."""
+    try:
+        from corral.workers.process import shim_path
+    except ImportError:
+        return
+    shim_path()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    for name in ("CORRAL_STORE_URL", "CORRAL_CONFIG", "CORRAL_DATA_DIR"):
+    opts = Options(mode=args.mode, poke=args.poke, core=args.core,
+                   profile=Path(args.profile) if args.profile else None,
+                   stall_s=QUICK_STALL_S if args.quick else STALL_S)
+    for name in UNSET:
         os.environ.pop(name, None)
     env = environment()
     print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
-    shim_path()  # build the shim once, outside any timing
+    _prebuild_shim()
     root = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     rows: dict[str, dict[str, Any]] = {}
     try:
@@ -625,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if wl.name in args.only:
                 print(f"{wl.name}: {wl.jobs} x {wl.what}, concurrency {wl.concurrency}",
                       flush=True)
-                rows[wl.name] = measure(wl, root, args)
+                rows[wl.name] = measure(wl, root, args.repeat, opts)
     finally:
         if args.keep:
             print(f"kept {root}")
@@ -635,14 +756,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(rows)
     env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     summary = {"environment": env, "quick": args.quick, "repeat": args.repeat,
-               "corral_mode": args.mode, "poke": args.poke, "workloads": rows}
+               "corral_mode": opts.mode, "poke": opts.poke, "core": opts.core,
+               "workloads": rows}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     print(f"\nwrote {out}")
-    if args.profile:
-        print_hotspots(Path(args.profile), [n for n in args.only if n != "W3"])
-    bad = [n for n, r in rows.items() if r["not_succeeded"] or r.get("duplicated")]
+    if opts.profile is not None:
+        print_hotspots(opts.profile, [n for n in args.only if n != "W3"])
+    bad = [n for n, r in rows.items()
+           if r["not_succeeded"] or r.get("duplicated") or r.get("stray_processes")]
     return 1 if bad else 0
 
 

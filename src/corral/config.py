@@ -7,16 +7,33 @@ Where the file comes from: `--config`, else `$CORRAL_CONFIG`, else `./corral.yam
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from corral.core.watchdog import GAUGES
 from corral.domain.errors import ConfigError
 from corral.domain.models import Limits
-from corral.domain.settings import EnvSpec, RetryPolicy, RoleSpec, SchedulerSpec, Settings
+from corral.domain.settings import (
+    BreakerSpec,
+    CostPeriod,
+    EnvSpec,
+    EscalationSpec,
+    ProviderSpec,
+    RateSpec,
+    RetryPolicy,
+    RoleSpec,
+    SchedulerSpec,
+    Settings,
+    TenantSpec,
+    Thresholds,
+    WatchdogSpec,
+    WorkerSpec,
+    WorkspacePolicy,
+)
 
 CONFIG_NAME = "corral.yaml"
 
@@ -41,6 +58,11 @@ class RetryModel(_Strict):
     lost: bool = True
 
 
+class RateModel(_Strict):
+    per_s: float = Field(gt=0)  # tokens refilled per second
+    burst: int = Field(1, ge=1)  # tokens held at most (a full bucket at start)
+
+
 class RoleModel(_Strict):
     description: str = ""
     worker: str = "command"
@@ -49,17 +71,23 @@ class RoleModel(_Strict):
     retry: RetryModel = RetryModel()
     tools: list[str] = []
     system_prompt: str = ""
+    fallback_workers: list[str] = []  # kinds to use while `worker`'s breaker is open
+    rate: RateModel | None = None
+    workspace_policy: Literal["reject", "coalesce", "serialize"] = "serialize"
 
 
 class EnvModel(_Strict):
     kind: Literal["local", "ray"] = "local"
     address: str | None = None
     max_inflight: int = Field(4, ge=1, le=10_000)
+    max_queued: int | None = Field(None, ge=1)  # None: only scheduler.max_queued applies
 
 
 class SchedulerModel(_Strict):
     aging_s: float = Field(60.0, gt=0)
     poll_interval_s: float = Field(1.0, gt=0, le=60)
+    max_queued: int = Field(10_000, ge=1)
+    backpressure_retry_after_s: float = Field(5.0, gt=0, le=3600)
 
 
 class StoreModel(_Strict):
@@ -73,13 +101,82 @@ class StoreModel(_Strict):
         return v.upper() if isinstance(v, str) else v
 
 
+class CoreModel(_Strict):
+    mode: Literal["process", "inline"] = "process"  # inline: same process (tests, benchmarks)
+    heartbeat_s: float = Field(1.0, gt=0)
+    heartbeat_timeout_s: float = Field(5.0, gt=0)
+    max_restarts: int = Field(5, ge=0)
+    restart_window_s: float = Field(60.0, gt=0)
+
+
+class WorkerModel(_Strict):
+    max_inflight: int | None = Field(None, ge=1, le=10_000)
+    rate: RateModel | None = None
+
+
+class ProviderModel(_Strict):
+    rate: RateModel | None = None
+
+
+class TenantModel(_Strict):
+    max_inflight: int | None = Field(None, ge=1, le=10_000)
+    cost_allowance_usd: float | None = Field(None, ge=0)
+    period: Literal["daily", "monthly", "rolling_30d"] = "monthly"
+
+
+class BreakersModel(_Strict):
+    window_s: float = Field(60.0, gt=0)
+    min_calls: int = Field(5, ge=1)
+    failure_rate: float = Field(0.5, gt=0, le=1)
+    consecutive_failures: int = Field(5, ge=1)
+    open_s: float = Field(30.0, gt=0)
+
+
+class ThresholdsModel(_Strict):
+    shed: float | None = None
+    throttle: float | None = None
+    open: float | None = None
+    escalate: float | None = None
+
+
+class WatchdogModel(_Strict):
+    window_s: float = Field(60.0, gt=0)
+    min_samples: int = Field(5, ge=1)
+    sample_s: float = Field(5.0, gt=0)
+    stall_s: float = Field(600.0, gt=0)
+    recover_s: float = Field(10.0, ge=0)
+    shed_min_priority: int = Field(3, ge=0, le=4)
+    throttle_factor: float = Field(0.5, gt=0, le=1)
+    worker_inflight_count: ThresholdsModel | None = None
+    worker_queue_lag_ms: ThresholdsModel | None = None
+    worker_timeout_rate: ThresholdsModel | None = None
+    worker_cancel_latency_ms: ThresholdsModel | None = None
+    workspace_lock_wait_ms: ThresholdsModel | None = None
+    stalled_attempts: ThresholdsModel | None = None
+
+
+class EscalationModel(_Strict):
+    crash_loop_per_min: int = Field(5, ge=1)
+    superseded_max: int = Field(5, ge=1)
+    superseded_window_s: float = Field(60.0, gt=0)
+    safe_stop: Literal["finish", "cancel"] = "finish"
+    safe_stop_queued: Literal["wait", "fail"] = "wait"
+
+
 class ConfigModel(_Strict):
+    core: CoreModel = field(default_factory=CoreModel)
     store: StoreModel = StoreModel()
     scheduler: SchedulerModel = SchedulerModel()
     default_role: str = "default"
     default_environment: str = "local"
     roles: dict[str, RoleModel] = {}
     environments: dict[str, EnvModel] = {}
+    workers: dict[str, WorkerModel] = {}
+    providers: dict[str, ProviderModel] = {}
+    tenants: dict[str, TenantModel] = {}
+    breakers: BreakersModel = BreakersModel()
+    watchdog: WatchdogModel = WatchdogModel()
+    escalation: EscalationModel = EscalationModel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +189,7 @@ class Config:
     sqlite_synchronous: str
     source: Path | None
     sqlite_busy_timeout_ms: int = 5000
+    core: CoreModel = field(default_factory=CoreModel)
 
     @property
     def db_path(self) -> Path:
@@ -153,6 +251,8 @@ def _role(name: str, m: RoleModel) -> RoleSpec:
     return RoleSpec(
         name=name, worker=m.worker, concurrency=m.concurrency, tools=tuple(m.tools),
         system_prompt=m.system_prompt, description=m.description,
+        fallback_workers=tuple(m.fallback_workers), rate=_rate(m.rate),
+        workspace_policy=WorkspacePolicy(m.workspace_policy),
         limits=Limits(max_attempts=m.limits.max_attempts, timeout_s=m.limits.timeout_s,
                       grace_s=m.limits.grace_s),
         retry=RetryPolicy(
@@ -166,7 +266,8 @@ def resolve(model: ConfigModel, source: str) -> Settings:
     roles = {name: _role(name, m) for name, m in model.roles.items()}
     roles.setdefault(model.default_role, RoleSpec(name=model.default_role))
     envs = {name: EnvSpec(name=name, kind=m.kind, address=m.address,
-                          max_inflight=m.max_inflight) for name, m in model.environments.items()}
+                          max_inflight=m.max_inflight, max_queued=m.max_queued)
+            for name, m in model.environments.items()}
     envs.setdefault(model.default_environment, EnvSpec(name=model.default_environment))
     for name, env in envs.items():
         if env.kind == "ray" and not env.address:
@@ -174,8 +275,51 @@ def resolve(model: ConfigModel, source: str) -> Settings:
                               "the cluster address")
     return Settings(roles=roles, environments=envs,
                     scheduler=SchedulerSpec(aging_s=model.scheduler.aging_s,
-                                            poll_interval_s=model.scheduler.poll_interval_s),
-                    default_role=model.default_role, default_env=model.default_environment)
+                                            poll_interval_s=model.scheduler.poll_interval_s,
+                                            max_queued=model.scheduler.max_queued,
+                                            backpressure_retry_after_s=(
+                                                model.scheduler.backpressure_retry_after_s)),
+                    default_role=model.default_role, default_env=model.default_environment,
+                    **_mechanism(model))
+
+
+class _Mechanism(TypedDict):
+    workers: dict[str, WorkerSpec]
+    providers: dict[str, ProviderSpec]
+    tenants: dict[str, TenantSpec]
+    breakers: BreakerSpec
+    watchdog: WatchdogSpec
+    escalation: EscalationSpec
+
+
+def _rate(m: RateModel | None) -> RateSpec | None:
+    return None if m is None else RateSpec(per_s=m.per_s, burst=m.burst)
+
+
+def _mechanism(model: ConfigModel) -> _Mechanism:
+    """The core's mechanism settings: budgets, breakers, watchdog, escalation."""
+    w, b, e = model.watchdog, model.breakers, model.escalation
+    gauges = {name: Thresholds(**t.model_dump()) for name in GAUGES
+              if (t := getattr(w, name)) is not None}
+    return _Mechanism(
+        workers={n: WorkerSpec(name=n, max_inflight=m.max_inflight, rate=_rate(m.rate))
+                 for n, m in model.workers.items()},
+        providers={n: ProviderSpec(name=n, rate=_rate(m.rate))
+                   for n, m in model.providers.items()},
+        tenants={n: TenantSpec(name=n, max_inflight=m.max_inflight,
+                               cost_allowance_usd=m.cost_allowance_usd,
+                               period=CostPeriod(m.period)) for n, m in model.tenants.items()},
+        breakers=BreakerSpec(window_s=b.window_s, min_calls=b.min_calls,
+                             failure_rate=b.failure_rate,
+                             consecutive_failures=b.consecutive_failures, open_s=b.open_s),
+        watchdog=WatchdogSpec(gauges=gauges, window_s=w.window_s, min_samples=w.min_samples,
+                              sample_s=w.sample_s, stall_s=w.stall_s, recover_s=w.recover_s,
+                              shed_min_priority=w.shed_min_priority,
+                              throttle_factor=w.throttle_factor),
+        escalation=EscalationSpec(crash_loop_per_min=e.crash_loop_per_min,
+                                  superseded_max=e.superseded_max,
+                                  superseded_window_s=e.superseded_window_s,
+                                  safe_stop=e.safe_stop, safe_stop_queued=e.safe_stop_queued))
 
 
 def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Config:
@@ -193,4 +337,4 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
     url = os.environ.get("CORRAL_STORE_URL") or model.store.url
     return Config(settings=resolve(model, source), data_dir=ddir, store_url=url,
                   sqlite_synchronous=model.store.sqlite_synchronous, source=path,
-                  sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms)
+                  sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core)

@@ -80,13 +80,13 @@ def test_locked_sqlite(corral: Corral) -> None:
 def test_full_disk(tmp_path: Path) -> None:
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)]).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)]).returncode:
         pytest.fail("this test needs to mount a small tmpfs (run as root)")
     try:
         c = Corral(mnt)
         first = c.submit("true")  # schema and one job fit
-        big = "x" * 120_000  # one submission that cannot fit
-        r = c.run("submit", "--setenv", f"BIG={big}", "--", "true")
+        big = "x" * 120_000  # one submission that cannot fit: 6 × 120 KB of environment
+        r = c.run("submit", *(f"--setenv=BIG{i}={big}" for i in range(6)), "--", "true")
         _one_line_error(r, 3, "disk full")
         assert [j["id"] for j in c.json("jobs")] == [first]  # nothing half-written
     finally:

@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from corral.store.migrate import migrate, migrations
+from corral.domain.states import JobState
+from corral.store.migrate import migrate, migrations, statements
 from corral.store.postgres import PostgresDriver
+from corral.store.rows import JOB_COLUMNS, job_params
 from corral.store.sql import Driver
 from corral.store.sqlite import SqliteDriver
+from tests.contract.test_store_contract import make_job
 
 if TYPE_CHECKING:
     from conftest import PgSchemas  # tests/contract/conftest.py
@@ -100,7 +103,7 @@ def _assert_same(migrated: Catalog, fresh: Catalog, dialect: str) -> None:
     assert migrations(dialect), f"no migrations found for {dialect}"
     names = {entry[1] for entry in fresh} | {entry[2] for entry in fresh}
     assert {"jobs", "attempts", "job_events", "idem_keys", "job_deps", "engines",
-            "schema_migrations"} <= names
+            "workspace_locks", "workspace_waits", "schema_migrations"} <= names
     only_migrated = [e for e in migrated if e not in fresh]
     only_fresh = [e for e in fresh if e not in migrated]
     assert (only_migrated, only_fresh) == ([], []), (
@@ -130,3 +133,38 @@ def test_postgres_migrations_equal_the_schema_file(pg_schemas: PgSchemas) -> Non
         _assert_same(migrated, fresh, "postgres")
 
     asyncio.run(main())
+
+
+async def _upgrade_from_v1(driver: Driver) -> list[tuple[str, str]]:
+    """A v1 database with a job running on a workspace, migrated to the latest version."""
+    await driver.open()
+    try:
+        v1, name, sql = migrations(driver.dialect)[0]
+        running = make_job(workspace="/repos/a").with_(state=JobState.RUNNING)
+        queued = make_job(workspace="/repos/a")
+        async with driver.write() as tx:
+            await tx.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                             " name TEXT NOT NULL, applied_at REAL NOT NULL)")
+            for stmt in statements(sql):
+                await tx.execute(stmt)
+            await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v1, name, 0.0))
+            for job in (running, queued):
+                await tx.execute(
+                    f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)})"
+                    f" VALUES ({', '.join('?' * len(JOB_COLUMNS))})", job_params(job))
+        await migrate(driver)
+        async with driver.read() as tx:
+            rows = await tx.fetchall("SELECT workspace, job_id FROM workspace_locks")
+        assert [r["job_id"] for r in rows] == [running.id]
+        return [(r["workspace"], r["job_id"]) for r in rows]
+    finally:
+        await driver.close()
+
+
+def test_sqlite_upgrade_gives_running_jobs_their_workspace(tmp_path: Path) -> None:
+    assert asyncio.run(_upgrade_from_v1(SqliteDriver(tmp_path / "old.db")))
+
+
+@pytest.mark.postgres
+def test_postgres_upgrade_gives_running_jobs_their_workspace(pg_schemas: PgSchemas) -> None:
+    assert asyncio.run(_upgrade_from_v1(PostgresDriver(pg_schemas.new())))

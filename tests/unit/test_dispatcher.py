@@ -6,12 +6,15 @@ loop runs in drain mode and returns when nothing is left to do.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import anyio.abc
 
 from corral.core.gateway import Core
+from corral.core.link import CoreLink, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Finish
 from corral.domain.ids import new_id
@@ -92,23 +95,40 @@ SETTINGS = Settings(
     scheduler=SchedulerSpec(poll_interval_s=0.05))
 
 
+class Rig:
+    """A dispatcher wired to an in-process core through the real protocol messages."""
+
+    def __init__(self, script: Script = ok, hold: bool = False,
+                 settings: Settings = SETTINGS) -> None:
+        self.store = MemoryStore()
+        self.gate = PermitGate(settings)
+        self.worker = FakeWorker(self.gate.validate, script, hold)
+        self.core = Core(self.gate, {"command": self.worker})
+        self.link = CoreLink()
+        self.d = Dispatcher(store=self.store, core=self.link, settings=settings,
+                            jitter=lambda: 0.0,
+                            options=DispatchOptions(engine_id="e1",
+                                                    attempts_root=Path("/nonexistent")))
+        self.svc = Submissions(self.store, settings, lambda: 1000.0, frozenset({"command"}))
+
+    async def drain(self, tg: anyio.abc.TaskGroup | None = None) -> None:
+        async with anyio.create_task_group() as own:
+            connect_local(self.link, self.core, tg or own, time.time)
+            await self.d.run(drain=True)
+            own.cancel_scope.cancel()
+
+
 def build(script: Script = ok, hold: bool = False, settings: Settings = SETTINGS,
-          ) -> tuple[MemoryStore, Dispatcher, FakeWorker, Submissions]:
-    store = MemoryStore()
-    gate = PermitGate(settings)
-    worker = FakeWorker(gate.validate, script, hold)
-    core = Core(gate, {"command": worker})
-    d = Dispatcher(store=store, core=core, settings=settings, jitter=lambda: 0.0,
-                   options=DispatchOptions(engine_id="e1", attempts_root=Path("/nonexistent")))
-    return store, d, worker, Submissions(store, settings, lambda: 1000.0,
-                                         frozenset({"command"}))
+          ) -> tuple[MemoryStore, Rig, FakeWorker, Submissions]:
+    rig = Rig(script, hold, settings)
+    return rig.store, rig, rig.worker, rig.svc
 
 
 def test_role_cap_is_never_exceeded_and_every_job_runs_once() -> None:
     async def main() -> None:
         store, d, worker, svc = build()
         ids = [(await svc.submit(JobSpec(command=("x",)))).job.id for _ in range(20)]
-        await d.run(drain=True)
+        await d.drain()
         assert worker.max_live <= 3
         assert len(worker.handles) == 20
         for i in ids:
@@ -124,7 +144,7 @@ def test_failures_are_retried_within_the_bound_then_dead_lettered() -> None:
     async def main() -> None:
         store, d, worker, svc = build(fail)
         j = (await svc.submit(JobSpec(command=("x",), limits=Limits(max_attempts=3)))).job
-        await d.run(drain=True)
+        await d.drain()
         done = await store.get_job(j.id)
         assert done.state is JobState.DEAD_LETTERED and done.attempts == 3
         assert [a.state for a in await store.attempts(j.id)] == [AttemptState.FAILED] * 3
@@ -138,18 +158,18 @@ def test_a_cancel_reaches_the_running_attempt() -> None:
         store, d, worker, svc = build(hold=True)
         j = (await svc.submit(JobSpec(command=("x",)))).job
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: d.run(drain=True))
+            tg.start_soon(d.drain)
             while not worker.handles:
                 await anyio.wait_all_tasks_blocked()
             await svc.cancel(j.id, "stop it")
-            d.wake(stops=True)
+            d.d.wake(stops=True)
         assert (await store.get_job(j.id)).state is JobState.CANCELLED
         assert [h.stopped for h in worker.handles.values()] == [[False]]
 
     anyio.run(main)
 
 
-async def _mid_flight(store: MemoryStore, d: Dispatcher, svc: Submissions,
+async def _mid_flight(store: MemoryStore, d: Rig, svc: Submissions,
                       state: AttemptState) -> tuple[Job, Attempt]:
     """Put a row in flight as a crashed engine would have left it (STYLE rule 9)."""
     job = (await svc.submit(JobSpec(command=("x",)))).job
@@ -169,7 +189,7 @@ def test_recovery_collects_a_result_left_on_disk() -> None:
         store, d, worker, svc = build()
         job, attempt = await _mid_flight(store, d, svc, AttemptState.RUNNING)
         worker.adoptable[attempt.id] = AttemptResult(outcome=Outcome.EXITED, exit_code=0)
-        await d.run(drain=True)
+        await d.drain()
         assert (await store.get_job(job.id)).state is JobState.SUCCEEDED
         assert worker.handles == {}  # nothing started a second time
 
@@ -182,11 +202,11 @@ def test_recovery_re_adopts_a_live_attempt_and_waits_for_it() -> None:
         job, attempt = await _mid_flight(store, d, svc, AttemptState.STARTING)
         handle = FakeHandle(AttemptResult(outcome=Outcome.EXITED, exit_code=0), 99, hold=False)
         worker.adoptable[attempt.id] = handle
-        await d.run(drain=True)
+        await d.drain()
         attempts = await store.attempts(job.id)
         assert [a.state for a in attempts] == [AttemptState.SUCCEEDED]
         assert attempts[0].pid == 99
-        assert d.core.gate.live == 0  # the adopted permit was released
+        assert d.gate.live == 0  # the adopted permit was released
 
     anyio.run(main)
 
@@ -196,7 +216,7 @@ def test_recovery_of_a_vanished_attempt_retries_it() -> None:
         store, d, worker, svc = build()
         job, attempt = await _mid_flight(store, d, svc, AttemptState.RUNNING)
         worker.adoptable[attempt.id] = AttemptResult(outcome=Outcome.LOST, error="vanished")
-        await d.run(drain=True)
+        await d.drain()
         attempts = await store.attempts(job.id)
         assert [a.state for a in attempts] == [AttemptState.LOST, AttemptState.SUCCEEDED]
 

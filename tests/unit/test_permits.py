@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from corral.core.gateway import Core
-from corral.core.permits import BUDGET_EXHAUSTED, DUPLICATE_PERMIT, PermitGate, Rejected
+from corral.core.events import CoreEvent
+from corral.core.gateway import Core, CoreOptions
+from corral.core.permits import (
+    BUDGET_EXHAUSTED,
+    DUPLICATE_PERMIT,
+    REASONS,
+    PermitGate,
+    Rejected,
+)
 from corral.domain.errors import PermitError
-from corral.domain.models import Attempt, Claimed, Permit
-from corral.domain.settings import EnvSpec, RoleSpec, Settings
-from corral.domain.states import AttemptState
+from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
+from corral.domain.settings import EnvSpec, RoleSpec, Settings, TenantSpec, WorkerSpec
+from corral.domain.states import AttemptState, Outcome
 from corral.workers.command import CommandWorker
 from tests.unit.test_retry import job
 
@@ -89,3 +99,174 @@ def test_permit_carries_deadline_attempt_and_budget() -> None:
     assert p.attempt_index == 3 and p.deadline_at == 100.0 + j.limits.timeout_s
     assert dict(p.granted) == {"role": "r", "env": "local", "worker": "command", "tenant": "t"}
     assert p.breaker == "CLOSED" and p.grace_s == j.limits.grace_s
+
+
+# ---- the Core around the gate: shared fixtures for the mechanism's tests ---------------------
+
+NOW = 1000.0
+
+
+class FakeHandle:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    async def wait(self) -> AttemptResult:  # pragma: no cover - never awaited here
+        raise AssertionError("not used")
+
+    def stop(self, *, now_kill: bool = False) -> None:  # pragma: no cover
+        raise AssertionError("not used")
+
+
+class FakeAdapter:
+    """A worker adapter that starts nothing: it checks the permit and records the start."""
+
+    def __init__(self, kind: str, validate: Callable[[Permit], None]) -> None:
+        self.kind = kind
+        self.validate = validate
+        self.started: list[tuple[str, str]] = []  # (job id, job.worker as the adapter saw it)
+
+    def start(self, permit: Permit, job: Job, attempt: Attempt) -> FakeHandle:
+        self.validate(permit)
+        self.started.append((job.id, job.worker))
+        return FakeHandle(4000 + len(self.started))
+
+    def adopt(self, job: Job, attempt: Attempt) -> FakeHandle | AttemptResult:
+        return FakeHandle(99)
+
+
+def settings(**changes: Any) -> Settings:
+    """Roles `r` (concurrency 10) and `solo` (1), one roomy environment; override anything."""
+    base: dict[str, Any] = dict(
+        roles={"r": RoleSpec(name="r", concurrency=10),
+               "solo": RoleSpec(name="solo", concurrency=1)},
+        environments={"local": EnvSpec(name="local", max_inflight=100)})
+    base.update(changes)
+    return Settings(**base)
+
+
+def make_core(s: Settings | None = None, kinds: Sequence[str] = ("command",),
+              options: CoreOptions | None = None,
+              ) -> tuple[Core, list[CoreEvent], dict[str, FakeAdapter]]:
+    gate = PermitGate(s or settings())
+    adapters = {k: FakeAdapter(k, gate.validate) for k in kinds}
+    events: list[CoreEvent] = []
+    return Core(gate, adapters, options, on_event=events.append), events, adapters
+
+
+def ok() -> AttemptResult:
+    return AttemptResult(outcome=Outcome.EXITED, exit_code=0)
+
+
+def failed(outcome: Outcome = Outcome.EXITED, code: int | None = 1,
+           sig: int | None = None, cost: float | None = None) -> AttemptResult:
+    return AttemptResult(outcome=outcome, exit_code=code, signal=sig, cost_usd=cost)
+
+
+def granted(core: Core, j: Job, now: float = NOW, attempt: int = 1) -> Permit:
+    p = core.request_permit(j, attempt, now)
+    assert isinstance(p, Permit), p
+    return p
+
+
+def refused(core: Core, j: Job, now: float = NOW) -> Rejected:
+    r = core.request_permit(j, 1, now)
+    assert isinstance(r, Rejected), r
+    return r
+
+
+def run(core: Core, j: Job, result: AttemptResult, now: float = NOW) -> Permit:
+    """One whole attempt through the core: permit, then its result."""
+    p = granted(core, j, now)
+    core.complete(p, j, result, now)
+    return p
+
+
+def of(events: list[CoreEvent], kind: str) -> list[CoreEvent]:
+    return [e for e in events if e.kind == kind]
+
+
+def test_a_rejection_waits_by_default_and_is_an_event() -> None:
+    core, events, _ = make_core()
+    granted(core, job(id="j1"))
+    dup = refused(core, job(id="j1"))
+    assert dup.reason == DUPLICATE_PERMIT and dup.retry_after_s is None and dup.final is False
+    [e] = of(events, "rejection")
+    assert (e.name, e.reason, e.state, e.data["job_id"]) == ("j1", DUPLICATE_PERMIT, "rejected",
+                                                             "j1")
+    assert set(REASONS) == {"QUEUE_STALL", "CIRCUIT_OPEN", "RATE_LIMIT", "GLOBAL_SHED",
+                            "FATAL_MODE", "DUPLICATE_PERMIT", "BUDGET_EXHAUSTED"}
+
+
+def test_core_permit_records_what_it_granted() -> None:
+    core, _, _ = make_core()
+    p = granted(core, job(id="j1", role="r"))
+    assert p.granted["worker"] == "command" and p.granted["tenant"] == "t"
+    assert p.granted["slots"] == "role:r=1/10,env:local=1/100,worker:command=1/-,tenant:t=1/-"
+    assert p.granted["breakers"] == "worker:command=CLOSED" and p.breaker == "CLOSED"
+    assert "requested_worker" not in p.granted and "allowance_usd" not in p.granted
+
+
+def test_complete_releases_once_and_a_second_complete_changes_nothing() -> None:
+    core, _, _ = make_core()
+    j = job(id="j1", role="solo")
+    p = run(core, j, failed())
+    core.complete(p, j, failed(), NOW)  # a duplicate report must not count twice
+    assert core.gate.live == 0
+    assert core.breakers.get("worker:command").figures(NOW)["calls"] == 1
+    assert isinstance(core.request_permit(job(id="j2", role="solo"), 1, NOW), Permit)
+
+
+def test_release_of_an_unstarted_permit_frees_its_slot_and_feeds_nothing() -> None:
+    core, _, _ = make_core()
+    p = granted(core, job(id="j1", role="solo"))
+    refused(core, job(id="j2", role="solo"))
+    core.release(p)
+    assert core.breakers.get("worker:command").figures(NOW)["calls"] == 0
+    assert core.watchdog.values(NOW)["worker_inflight_count"] == 0
+    granted(core, job(id="j2", role="solo"))
+
+
+@pytest.mark.parametrize(("scope", "spec_changes", "cap"), [
+    ("worker", {"workers": {"command": WorkerSpec(name="command", max_inflight=2)}}, 2),
+    ("tenant", {"tenants": {"t": TenantSpec(name="t", max_inflight=3)}}, 3),
+])
+def test_worker_kind_and_tenant_concurrency(scope: str, spec_changes: dict[str, Any],
+                                            cap: int) -> None:
+    core, _, _ = make_core(settings(**spec_changes))
+    permits = [granted(core, job(id=f"j{i}", role="r")) for i in range(cap)]
+    r = refused(core, job(id="late", role="r"))
+    assert r.reason == BUDGET_EXHAUSTED and scope in r.message and r.retry_after_s is None
+    assert core.gate.held(scope, "command" if scope == "worker" else "t") == cap
+    core.complete(permits[0], job(id="j0", role="r"), ok(), NOW)
+    granted(core, job(id="late", role="r"))
+
+
+def test_queue_filter_names_what_is_full() -> None:
+    s = settings(workers={"command": WorkerSpec(name="command", max_inflight=1)})
+    core, _, _ = make_core(s)
+    granted(core, job(id="j1", role="solo"))
+    f = core.queue_filter()
+    assert (f.exclude_roles, f.exclude_workers) == (frozenset({"solo"}), frozenset({"command"}))
+
+
+def test_adopt_counts_the_kind_the_attempt_ran_as(tmp_path: Path) -> None:
+    core, _, _ = make_core(kinds=("command", "codex"))
+    j = job(id="j1", role="r")
+    attempt = Attempt(id="a", job_id="j1", index=1, state=AttemptState.RUNNING,
+                      permit_id="p-old", deadline_at=NOW + 60, created_at=NOW,
+                      dir=str(tmp_path), engine_id="e")
+    permit, found = core.adopt(j, attempt, NOW, worker="codex")
+    assert permit.granted["worker"] == "codex" and not isinstance(found, AttemptResult)
+    assert core.gate.held("worker", "codex") == 1
+    core.complete(permit, j, failed(Outcome.LOST, None), NOW)
+    assert core.breakers.get("worker:codex").figures(NOW)["calls"] == 1
+
+
+def test_snapshot_is_json() -> None:
+    core, _, _ = make_core()
+    run(core, job(id="j1"), failed(cost=0.5))
+    core.tick(NOW + 1)
+    snap = json.loads(json.dumps(core.snapshot()))
+    assert snap["breakers"][0]["name"] == "worker:command"
+    assert snap["watchdog"]["stage_name"] == "normal"
+    assert snap["budgets"]["costs"]["t"]["spent_usd"] == 0.5

@@ -123,6 +123,19 @@ def serve(data_dir: DataDir = None, config: ConfigOpt = None,
         raise typer.Exit(130) from None
 
 
+@app.command("core")
+def core_cmd(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+    """Run the core alone, speaking JSON Lines on stdin/stdout (docs/reference/core-protocol.md).
+
+    `corral serve` starts and supervises one of these; another scheduler may drive one too.
+    """
+    from corral.runtime.coreproc import main as core_main
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    core_main(_config_or_fail(data_dir, config))
+
+
 def _pid() -> int:
     return os.getpid()
 

@@ -12,7 +12,7 @@ import hmac
 import os
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from corral.domain.errors import PermitError
 from corral.domain.ids import new_id
@@ -22,22 +22,51 @@ from corral.domain.settings import Settings
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rejected:
-    """A permit request refused, with a machine reason (seed 004 §5.2) and a line for people."""
+    """A permit request refused, with a machine reason (seed 004 §5.2) and a line for people.
+
+    `retry_after_s`: when asking again makes sense (None: when a slot frees up). `final`: the
+    job should fail instead of waiting (only a global safe stop configured to fail queued work).
+    """
 
     reason: str
     message: str
+    retry_after_s: float | None = None
+    final: bool = False
 
 
-# Machine reasons a permit request can be refused with.
-BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
-DUPLICATE_PERMIT = "DUPLICATE_PERMIT"
+# Machine reasons a permit request can be refused with (seed 004 §5.2, plus the core's own).
+QUEUE_STALL = "QUEUE_STALL"  # the watchdog sees stalled attempts and sheds/throttles for them
+CIRCUIT_OPEN = "CIRCUIT_OPEN"  # the worker kind's (or provider's, model's) breaker is open
+RATE_LIMIT = "RATE_LIMIT"  # a token bucket (role, worker kind, provider) is empty
+GLOBAL_SHED = "GLOBAL_SHED"  # the watchdog sheds low-priority work
+FATAL_MODE = "FATAL_MODE"  # an escalation isolates the kind, locks the workspace or stops all
+DUPLICATE_PERMIT = "DUPLICATE_PERMIT"  # the job already holds a live permit
+BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"  # a concurrency cap (maybe throttled) or cost allowance
+REASONS = (QUEUE_STALL, CIRCUIT_OPEN, RATE_LIMIT, GLOBAL_SHED, FATAL_MODE, DUPLICATE_PERMIT,
+           BUDGET_EXHAUSTED)
+
+SLOT_SCOPES = ("role", "env", "worker", "tenant")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """What a permit is issued for beyond its job: the worker kind (a fallback may differ from
+    the job's), the breaker state at issue, and extra budget figures for `Permit.granted`."""
+
+    worker: str
+    breaker: str = "CLOSED"
+    extra: Mapping[str, str] = field(default_factory=dict)
 
 
 class PermitGate:
-    """Issues, validates and releases permits; counts the concurrency slots they hold."""
+    """Issues, validates and releases permits; counts the concurrency slots they hold.
+
+    Slots are counted per role, environment, worker kind and tenant. `cap_factor` scales every
+    cap (never below 1) while the watchdog throttles."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.cap_factor = 1.0
         self._key = os.urandom(32)
         self._live: dict[str, Permit] = {}
         self._by_job: dict[str, str] = {}
@@ -45,32 +74,44 @@ class PermitGate:
 
     # ---- accounting ----------------------------------------------------------------------
 
-    def _caps(self, job: Job) -> list[tuple[tuple[str, str], int]]:
-        role = self.settings.roles.get(job.role)
-        env = self.settings.environments.get(job.env_name)
-        return [(("role", job.role), role.concurrency if role else 1),
-                (("env", job.env_name), env.max_inflight if env else 1)]
-
     def held(self, scope: str, name: str) -> int:
         return self._held[(scope, name)]
 
+    def base_cap(self, scope: str, name: str) -> int | None:
+        """The configured cap of one slot (None: unlimited). Unknown roles/envs get 1."""
+        s = self.settings
+        if scope == "role":
+            role = s.roles.get(name)
+            return role.concurrency if role else 1
+        if scope == "env":
+            env = s.environments.get(name)
+            return env.max_inflight if env else 1
+        spec = s.workers.get(name) if scope == "worker" else s.tenants.get(name)
+        return spec.max_inflight if spec else None
+
+    def cap(self, scope: str, name: str, factor: float | None = None) -> int | None:
+        base = self.base_cap(scope, name)
+        f = self.cap_factor if factor is None else factor
+        return None if base is None else max(1, int(base * f))
+
+    def _at_cap(self, scope: str) -> frozenset[str]:
+        return frozenset(n for (s, n), c in self._held.items()
+                         if s == scope and (cap := self.cap(s, n)) is not None and c >= cap)
+
     def full(self) -> tuple[frozenset[str], frozenset[str]]:
         """Roles and environments with no free slot, so the dispatcher can skip their jobs."""
-        roles = {n for (s, n), c in self._held.items()
-                 if s == "role" and c >= self._cap("role", n)}
-        envs = {n for (s, n), c in self._held.items() if s == "env" and c >= self._cap("env", n)}
-        return frozenset(roles), frozenset(envs)
+        return self._at_cap("role"), self._at_cap("env")
 
-    def _cap(self, scope: str, name: str) -> int:
-        if scope == "role":
-            role = self.settings.roles.get(name)
-            return role.concurrency if role else 1
-        env = self.settings.environments.get(name)
-        return env.max_inflight if env else 1
+    def full_workers(self) -> frozenset[str]:
+        """Worker kinds with no free slot."""
+        return self._at_cap("worker")
 
     @property
     def live(self) -> int:
         return len(self._live)
+
+    def live_permits(self) -> list[Permit]:
+        return list(self._live.values())
 
     # ---- issuing -------------------------------------------------------------------------
 
@@ -78,35 +119,64 @@ class PermitGate:
         msg = f"{p.id}|{p.job_id}|{p.attempt_index}|{p.deadline_at!r}".encode()
         return hmac.new(self._key, msg, hashlib.sha256).hexdigest()
 
-    def request(self, job: Job, attempt_index: int, now: float) -> Permit | Rejected:
-        """Grant a permit for the job's next attempt, or say why not."""
+    def holder(self, job_id: str) -> str | None:
+        """The live permit id a job holds, if any."""
+        return self._by_job.get(job_id)
+
+    def check(self, job: Job, worker: str | None = None,
+              factor: float | None = None) -> Rejected | None:
+        """Why the job cannot have a permit now (a duplicate or a full slot), or None."""
         if job.id in self._by_job:
             return Rejected(reason=DUPLICATE_PERMIT,
                             message=f"job {job.id} already holds permit {self._by_job[job.id]}")
-        for slot, cap in self._caps(job):
-            if self._held[slot] >= cap:
+        for scope, name in _slots(job, worker or job.worker):
+            cap = self.cap(scope, name, factor)
+            if cap is not None and self._held[(scope, name)] >= cap:
                 return Rejected(reason=BUDGET_EXHAUSTED,
-                                message=f"{slot[0]} {slot[1]} is at its concurrency cap {cap}")
-        return self._issue(job, attempt_index, now, now + job.limits.timeout_s, new_id())
+                                message=f"{scope} {name} is at its concurrency cap {cap}")
+        return None
+
+    def usage(self, job: Job, worker: str) -> str:
+        """Slots a permit for this job would hold, as `scope:name=held/cap` after issue."""
+        parts = []
+        for scope, name in _slots(job, worker):
+            cap = self.cap(scope, name)
+            parts.append(f"{scope}:{name}={self._held[(scope, name)] + 1}/"
+                         f"{'-' if cap is None else cap}")
+        return ",".join(parts)
+
+    def request(self, job: Job, attempt_index: int, now: float) -> Permit | Rejected:
+        """Grant a permit for the job's next attempt, or say why not (slots only: the Core
+        adds breakers, rates, costs and the watchdog on top)."""
+        refused = self.check(job)
+        if refused is not None:
+            return refused
+        return self.issue(job, attempt_index, now, Grant(worker=job.worker))
+
+    def issue(self, job: Job, attempt_index: int, now: float, grant: Grant) -> Permit:
+        """Seal and register a permit (the caller checked first) and take its slots."""
+        return self._issue(job, attempt_index, now, now + job.limits.timeout_s, new_id(), grant)
 
     def adopt(self, job: Job, attempt_index: int, permit_id: str, deadline_at: float,
-              now: float) -> Permit:
+              now: float, *, worker: str | None = None) -> Permit:
         """Re-register the permit of an attempt that survived an engine restart.
 
         Its slots are counted even past a cap: the process already exists."""
-        return self._issue(job, attempt_index, now, deadline_at, permit_id)
+        return self._issue(job, attempt_index, now, deadline_at, permit_id,
+                           Grant(worker=worker or job.worker))
 
     def _issue(self, job: Job, attempt_index: int, now: float, deadline_at: float,
-               permit_id: str) -> Permit:
-        granted: Mapping[str, str] = {"role": job.role, "env": job.env_name,
-                                      "worker": job.worker, "tenant": job.tenant}
+               permit_id: str, grant: Grant) -> Permit:
+        granted: dict[str, str] = {"role": job.role, "env": job.env_name,
+                                   "worker": grant.worker, "tenant": job.tenant}
+        granted.update(grant.extra)
         unsealed = Permit(id=permit_id, job_id=job.id, attempt_index=attempt_index,
                           issued_at=now, deadline_at=deadline_at, grace_s=job.limits.grace_s,
-                          granted=granted, breaker="CLOSED", seal="")
+                          granted=granted, breaker=grant.breaker, seal="")
         permit = replace(unsealed, seal=self._seal(unsealed))
         self._live[permit.id] = permit
         self._by_job[job.id] = permit.id
-        for slot, _ in self._caps(job):
+        for slot in _slots(job, grant.worker):
             self._held[slot] += 1
         return permit
 
@@ -117,12 +187,20 @@ class PermitGate:
         if self._live.get(permit.id) != permit:
             raise PermitError(f"permit {permit.id} is not live (released or never issued)")
 
-    def release(self, permit: Permit) -> None:
-        """Give the permit's slots back; releasing twice is harmless."""
-        if self._live.pop(permit.id, None) is None:
-            return
-        self._by_job.pop(permit.job_id, None)
-        for key in (("role", permit.granted["role"]), ("env", permit.granted["env"])):
+    def release(self, permit: Permit) -> bool:
+        """Give the permit's slots back; False (and harmless) when it was not live."""
+        live = self._live.pop(permit.id, None)
+        if live is None:
+            return False
+        self._by_job.pop(live.job_id, None)
+        for scope in SLOT_SCOPES:
+            key = (scope, live.granted.get(scope, ""))
             self._held[key] -= 1
             if self._held[key] <= 0:
                 del self._held[key]
+        return True
+
+
+def _slots(job: Job, worker: str) -> list[tuple[str, str]]:
+    return [("role", job.role), ("env", job.env_name), ("worker", worker),
+            ("tenant", job.tenant)]

@@ -15,6 +15,7 @@ from corral.domain.models import (
     Permit,
     SubmitResult,
 )
+from corral.domain.settings import WorkspacePolicy
 from corral.domain.states import JobState
 
 
@@ -47,6 +48,24 @@ class JobQuery:
     dead_lettered_unresolved: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Admission:
+    """What a submission must pass besides its idempotency key, checked atomically with the insert.
+
+    Queue bounds count the jobs waiting to run: QUEUED or RETRY_WAIT (seed 000 backpressure).
+    The workspace policy applies when another active job already holds the job's workspace.
+    """
+
+    max_queued: int | None = None  # over all environments (None: unbounded)
+    env_max_queued: int | None = None  # in the job's environment
+    workspace_policy: WorkspacePolicy = WorkspacePolicy.SERIALIZE
+    retry_after_s: float = 5.0  # a refusal's retry-after when nothing started lately
+    rate_window_s: float = 60.0  # how far back the start rate behind that estimate looks
+
+
+UNBOUNDED = Admission()
+
+
 class Store(Protocol):
     """Domain operations on durable state. Every state change is a compare-and-set."""
 
@@ -55,16 +74,24 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
-    async def submit(self, job: Job, *, now: float, aging_s: float) -> SubmitResult:
-        """Persist a new job, applying its idempotency key and dependencies atomically."""
+    async def submit(self, job: Job, *, now: float, aging_s: float,
+                     admission: Admission = UNBOUNDED) -> SubmitResult:
+        """Persist a new job, applying its idempotency key, workspace policy, queue bounds and
+        dependencies atomically; Backpressure past a bound, Conflict for a rejected workspace."""
 
     async def reserve(
         self, *, engine_id: str, now: float, limit: int, where: QueueFilter
     ) -> list[Job]:
-        """Queued, runnable jobs in queue order, leased to this engine for a few seconds."""
+        """Queued, runnable jobs in queue order, leased to this engine for a few seconds.
+
+        A job whose workspace is held by another job, or that is not the first runnable job on
+        its free workspace, is not runnable (serialize: one at a time, in queue order)."""
 
     async def start_attempts(self, claims: Sequence[Claimed], *, now: float) -> list[Claimed]:
-        """QUEUED → STARTING with a new attempt row, per claim; returns the ones that won."""
+        """QUEUED → STARTING with a new attempt row, per claim; returns the ones that won.
+
+        A job with a workspace takes its lock here (or holds it already); a claim whose workspace
+        another job holds loses."""
 
     async def mark_running(self, started: Sequence[tuple[Attempt, int]], *, now: float) -> int:
         """STARTING → RUNNING for each (attempt, pid) whose process now exists."""
@@ -101,11 +128,19 @@ class Store(Protocol):
     async def counts(self) -> dict[str, int]:
         """Jobs per state."""
 
-    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float) -> Job:
+    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
+                          admission: Admission = UNBOUNDED) -> Job:
         """Resolve a dead-lettered job by submitting a fresh copy with a fresh attempt budget."""
 
     async def dlq_purge(self, job_id: str, *, now: float) -> Job:
         """Resolve a dead-lettered job by dropping it from the queue view (the record stays)."""
+
+    async def workspaces(self) -> list[tuple[str, str, float]]:
+        """Held workspaces: (workspace, holder job id, acquired at), by workspace."""
+
+    async def workspace_lock_waits(self, since: float) -> list[float]:
+        """Milliseconds each job waited for its workspace, of the locks taken since `since`
+        (only jobs that found their workspace held; oldest first)."""
 
     async def register_engine(self, engine_id: str, *, pid: int, host: str, now: float) -> None: ...
 

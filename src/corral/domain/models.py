@@ -135,6 +135,7 @@ class AttemptResult:
     limit_hit: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    cost_usd: float | None = None  # what the attempt cost, when the worker knows (seed 004 §4.4)
 
     @property
     def succeeded(self) -> bool:
@@ -172,6 +173,7 @@ class SubmitResult:
     job: Job
     created: bool
     superseded: str | None = None  # latest-wins: the job this one replaced
+    coalesced_on: str | None = None  # "key" | "workspace": why an existing job was returned
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from corral.domain.models import Limits
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateSpec:
+    """A token bucket: `per_s` tokens refill every second, at most `burst` held (starts full)."""
+
+    per_s: float
+    burst: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,6 +31,14 @@ class RetryPolicy:
     retry_lost: bool = True  # the process vanished while the control plane was down
 
 
+class WorkspacePolicy(StrEnum):
+    """What a job does when another active job already holds its workspace (seed 004 §14 #4)."""
+
+    REJECT = "reject"  # the submission is refused (Conflict naming the holder)
+    COALESCE = "coalesce"  # the submission returns the holder, as an idempotency key would
+    SERIALIZE = "serialize"  # queued; runs once the workspace is free, in queue order
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoleSpec:
     name: str
@@ -32,6 +49,11 @@ class RoleSpec:
     tools: tuple[str, ...] = ()
     system_prompt: str = ""
     description: str = ""
+    # Worker kinds to use, in order, while this role's worker kind has an open breaker (seed 004
+    # §9.2); the core grants the permit for the first one whose breaker is closed.
+    fallback_workers: tuple[str, ...] = ()
+    rate: RateSpec | None = None  # permits per second for this role (None: unlimited)
+    workspace_policy: WorkspacePolicy = WorkspacePolicy.SERIALIZE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +62,7 @@ class EnvSpec:
     kind: str = "local"  # "local" | "ray"
     address: str | None = None
     max_inflight: int = 4  # seed 000: 4 concurrent attempts per environment
+    max_queued: int | None = None  # jobs waiting in this environment (None: only the global bound)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +71,89 @@ class SchedulerSpec:
     # so priority orders the queue yet no job waits behind newer work for more than 4 × aging_s.
     aging_s: float = 60.0
     poll_interval_s: float = 1.0
+    # Backpressure: at most this many jobs wait (QUEUED or RETRY_WAIT) over all environments;
+    # a refusal says to retry after an estimate, or after this when nothing started lately.
+    max_queued: int = 10_000
+    backpressure_retry_after_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSpec:
+    """Budgets of one worker kind, whichever role uses it."""
+
+    name: str
+    max_inflight: int | None = None  # None: no cap of its own
+    rate: RateSpec | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderSpec:
+    """Budgets of one provider (`job.options["provider"]`, else the worker kind)."""
+
+    name: str
+    rate: RateSpec | None = None
+
+
+class CostPeriod(StrEnum):
+    """The period a tenant's cost allowance covers (calendar periods are UTC)."""
+
+    DAILY = "daily"
+    MONTHLY = "monthly"
+    ROLLING_30D = "rolling_30d"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantSpec:
+    name: str
+    max_inflight: int | None = None
+    cost_allowance_usd: float | None = None  # None: no allowance enforced
+    period: CostPeriod = CostPeriod.MONTHLY
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BreakerSpec:
+    """When a circuit breaker opens and how long it stays open (seed 004 §9)."""
+
+    window_s: float = 60.0
+    min_calls: int = 5  # results in the window before the failure rate counts
+    failure_rate: float = 0.5
+    consecutive_failures: int = 5
+    open_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thresholds:
+    """Per watchdog gauge: the value at or above which each defense stage starts (None: never)."""
+
+    shed: float | None = None
+    throttle: float | None = None
+    open: float | None = None
+    escalate: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchdogSpec:
+    """Gauges' thresholds and the staged defense (seed 004 §10)."""
+
+    gauges: Mapping[str, Thresholds] = field(default_factory=dict)
+    window_s: float = 60.0  # results window of worker_timeout_rate
+    min_samples: int = 5  # results in the window before worker_timeout_rate counts
+    sample_s: float = 5.0  # how long a point sample (lag, cancel latency, lock wait) counts
+    stall_s: float = 600.0
+    recover_s: float = 10.0
+    shed_min_priority: int = 3
+    throttle_factor: float = 0.5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EscalationSpec:
+    """FATAL conditions and what a global escalation does (seed 004 §11)."""
+
+    crash_loop_per_min: int = 5
+    superseded_max: int = 5
+    superseded_window_s: float = 60.0
+    safe_stop: str = "finish"  # "finish": running attempts finish; "cancel": they are stopped
+    safe_stop_queued: str = "wait"  # "wait": queued jobs wait; "fail": their permits are final
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,3 +163,9 @@ class Settings:
     scheduler: SchedulerSpec = field(default_factory=SchedulerSpec)
     default_role: str = "default"
     default_env: str = "local"
+    workers: Mapping[str, WorkerSpec] = field(default_factory=dict)
+    providers: Mapping[str, ProviderSpec] = field(default_factory=dict)
+    tenants: Mapping[str, TenantSpec] = field(default_factory=dict)
+    breakers: BreakerSpec = field(default_factory=BreakerSpec)
+    watchdog: WatchdogSpec = field(default_factory=WatchdogSpec)
+    escalation: EscalationSpec = field(default_factory=EscalationSpec)

@@ -7,21 +7,25 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from corral.config import Config
 from corral.core.gateway import Core
+from corral.core.link import CoreLink, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Store
 from corral.domain.errors import EngineRunning, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt
 from corral.runtime.control import serve_control
+from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.service import Submissions
 from corral.workers.command import CommandWorker
@@ -100,10 +104,11 @@ class Engine:
         self.id = new_id()
         self.lock = ServeLock(config.data_dir)
         self.store: Store = build_store(config)
-        self.core = build_core(config)
+        self.link = CoreLink()
+        self.supervisor: CoreSupervisor | None = None
         self._stale: set[str] = set()
         self.dispatcher = Dispatcher(
-            store=self.store, core=self.core, settings=config.settings,
+            store=self.store, core=self.link, settings=config.settings,
             options=DispatchOptions(engine_id=self.id,
                                     attempts_root=config.data_dir / "attempts",
                                     owns=self._owns))
@@ -119,8 +124,12 @@ class Engine:
             self.dispatcher.wake(stops=True)
             return {"ok": True}
         if op == "ping":
+            sup = self.supervisor
             return {"ok": True, "engine": self.id, "pid": os.getpid(),
-                    "inflight": self.dispatcher.inflight}
+                    "inflight": self.dispatcher.inflight,
+                    "core_pid": sup.pid if sup else os.getpid(),
+                    "core_restarts": (sup.generation - 1) if sup else 0,
+                    "core_given_up": sup.given_up if sup else False}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     async def run(self, *, drain: bool = False,
@@ -142,6 +151,7 @@ class Engine:
         self._stale = await self._stale_engines(now)
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
+            await self._start_core(tg)
             tg.start_soon(serve_control, self.config.data_dir, self._control)
             tg.start_soon(self._heartbeat)
             tg.start_soon(self._signals, tg.cancel_scope)
@@ -149,6 +159,28 @@ class Engine:
                 tg.start_soon(_when_ready, ready, lambda: on_ready(self))
             await self.dispatcher.run(drain=drain, ready=ready)
             tg.cancel_scope.cancel()
+
+    async def _start_core(self, tg: TaskGroup) -> None:
+        """The core in a supervised child (the default), or in this process."""
+        cfg = self.config.core
+        if cfg.mode == "inline":
+            connect_local(self.link, build_core(self.config), tg, time.time)
+            return
+        argv = [sys.executable, "-m", "corral", "core", "--data-dir", str(self.config.data_dir)]
+        if self.config.source is not None:
+            argv += ["--config", str(self.config.source)]
+        self.supervisor = CoreSupervisor(
+            self.link, argv,
+            SupervisorOptions(heartbeat_s=cfg.heartbeat_s,
+                              heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+                              max_restarts=cfg.max_restarts, window_s=cfg.restart_window_s),
+            on_restart=self.dispatcher.core_restarted, on_escalation=self._escalate)
+        tg.start_soon(self.supervisor.run)
+        with anyio.fail_after(30):
+            await self.supervisor.wait_connected()
+
+    async def _escalate(self, reason: str, message: str) -> None:
+        log.error("escalation %s: %s", reason, message)
 
     async def _stale_engines(self, now: float) -> set[str]:
         return set(await self.store.stale_engines(before=now - STALE_ENGINE_S, exclude=self.id))

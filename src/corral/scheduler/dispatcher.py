@@ -7,6 +7,7 @@ results) so that many short attempts do not pay one commit each (bench/ W1).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -17,12 +18,12 @@ from pathlib import Path
 import anyio
 from anyio.abc import TaskGroup
 
-from corral.core.gateway import Core
+from corral.core.link import CoreLink, CoreUnavailable
 from corral.core.permits import Rejected
-from corral.core.ports import AttemptHandle, Finish, QueueFilter, Store
+from corral.core.ports import Finish, QueueFilter, Store
 from corral.domain.errors import CorralError
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobEvent
+from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobEvent, Permit
 from corral.domain.settings import Settings
 from corral.domain.states import AttemptState, Outcome
 from corral.scheduler.retry import RetryInput, decide
@@ -37,7 +38,7 @@ DEADLINE_SLACK_S = 5.0
 @dataclass(slots=True)
 class _Live:
     claimed: Claimed
-    handle: AttemptHandle | None = None
+    started: bool = False  # the core reported the process running
     stop_sent: str | None = None
 
 
@@ -61,11 +62,12 @@ class DispatchOptions:
 class Dispatcher:
     """Runs the queue against the core until cancelled (or, in drain mode, until idle)."""
 
-    def __init__(self, *, store: Store, core: Core, settings: Settings, options: DispatchOptions,
+    def __init__(self, *, store: Store, core: CoreLink, settings: Settings,
+                 options: DispatchOptions,
                  clock: Callable[[], float] = time.time,
                  jitter: Callable[[], float] = random.random) -> None:
         self.store = store
-        self.core = core
+        self.core = core  # a link: the core may live in this process or in a supervised child
         self.settings = settings
         self.opts = options
         self.clock = clock
@@ -141,27 +143,31 @@ class Dispatcher:
         return timeout
 
     async def _dispatch(self, now: float) -> bool:
-        roles_full, envs_full = self.core.gate.full()
+        roles_full, envs_full = self.core.saturated
         where = QueueFilter(exclude_roles=roles_full, exclude_envs=envs_full)
         jobs = await self.store.reserve(engine_id=self.opts.engine_id, now=now, limit=BATCH,
                                         where=where)
-        claims = [c for c in (self._claim(job, now) for job in jobs) if c is not None]
+        try:
+            claims = [c for c in [await self._claim(job, now) for job in jobs] if c is not None]
+        except CoreUnavailable:
+            return False  # the supervisor restarts the core and wakes us
         if not claims:
             return False
         won = await self.store.start_attempts(claims, now=now)
         won_ids = {c.attempt.id for c in won}
         for c in claims:
-            if c.attempt.id not in won_ids:
-                self.core.release(c.permit)  # another engine (or a cancel) got there first
+            if c.attempt.id not in won_ids:  # another engine (or a cancel) got there first
+                with contextlib.suppress(CoreUnavailable):
+                    await self.core.release(c.permit)
         assert self._tg is not None
         for c in won:
             self._live[c.job.id] = _Live(claimed=c)
-            self._tg.start_soon(self._supervise, c, None)
+            self._tg.start_soon(self._supervise, c, False)
         return len(jobs) == BATCH and bool(won)
 
-    def _claim(self, job: Job, now: float) -> Claimed | None:
+    async def _claim(self, job: Job, now: float) -> Claimed | None:
         index = job.attempts + 1
-        permit = self.core.request_permit(job, index, now)
+        permit = await self.core.request_permit(job, index)
         if isinstance(permit, Rejected):
             return None  # at a cap: the job waits for a slot, it never fails for lack of one
         attempt = Attempt(
@@ -176,46 +182,57 @@ class Dispatcher:
                 continue
             live = self._live.get(job.id)
             kind = job.stop_kind or "cancel"
-            if live is None or live.handle is None:
+            if live is None or not live.started:
                 self._pending_stop[job.id] = kind  # not started yet: stopped right after spawn
             elif live.stop_sent is None:
-                live.stop_sent = kind
-                live.handle.stop()
+                await self._stop(job.id, kind)
+
+    async def _stop(self, job_id: str, kind: str, *, now: bool = False) -> None:
+        live = self._live.get(job_id)
+        if live is not None and live.stop_sent is None:
+            live.stop_sent = kind
+        try:
+            await self.core.cancel(job_id, now=now)
+        except CoreUnavailable:
+            if live is not None and not now:
+                live.stop_sent = None  # try again once the core is back
+            self._check_stops = True
 
     # ---- one attempt ---------------------------------------------------------------------
 
-    async def _supervise(self, c: Claimed, adopted: AttemptHandle | None) -> None:
+    async def _supervise(self, c: Claimed, adopt: bool) -> None:
         live = self._live.setdefault(c.job.id, _Live(claimed=c))
-        if adopted is None:
-            try:
-                handle = self.core.launch(c)
-            except CorralError as err:
-                await self._complete(c, AttemptResult(outcome=Outcome.SPAWN_ERROR,
-                                                      error=str(err)))
-                return
-            self.started += 1
-        else:
-            handle = adopted
-        live.handle = handle
-        if c.attempt.state is AttemptState.STARTING:
-            await self._write(started=(c.attempt, handle.pid))
+        try:
+            started = await (self.core.adopt(c.job, c.attempt) if adopt
+                             else self.core.submit(c))
+        except CoreUnavailable:
+            started = None  # in limbo: the restarted core is told (readopt) and reports its end
+        if isinstance(started, AttemptResult):
+            await self._complete(c, started)
+            return
+        if started is not None:
+            live.started = True
+            self.started += 0 if adopt else 1
+            if c.attempt.state is AttemptState.STARTING:
+                await self._write(started=(c.attempt, started))
         kind = self._pending_stop.pop(c.job.id, None)
         if kind and live.stop_sent is None:
-            live.stop_sent = kind
-            handle.stop()
+            await self._stop(c.job.id, kind)
         budget = c.permit.deadline_at + c.permit.grace_s + DEADLINE_SLACK_S - self.clock()
         result: AttemptResult | None = None
         with anyio.move_on_after(max(0.0, budget)):
-            result = await handle.wait()
+            result = await self.core.result(c.job.id)
         if result is None:
             log.warning("attempt %s outlived its deadline; killing its tree", c.attempt.id)
-            handle.stop(now_kill=True)
-            result = await handle.wait()
+            await self._stop(c.job.id, live.stop_sent or "timeout", now=True)
+            result = await self.core.result(c.job.id)
         await self._complete(c, result)
 
     async def _complete(self, c: Claimed, result: AttemptResult) -> None:
         live = self._live.get(c.job.id)
         stop_kind = (live.stop_sent if live else None) or self._pending_stop.pop(c.job.id, None)
+        if stop_kind == "timeout":  # the engine's own deadline backstop, not an operator
+            stop_kind = None
         if stop_kind is None and result.outcome is Outcome.CANCELLED:
             # The shim was told to stop by somebody else (an operator's kill, a previous engine
             # that died mid-cancel): trust the persisted request.
@@ -239,7 +256,6 @@ class Dispatcher:
         if d.retry_at is not None:
             self._retry_due = min(d.retry_at, self._retry_due or d.retry_at)
         self._live.pop(c.job.id, None)
-        self.core.complete(c.permit, c.job, result)
         self.finished += 1
         self.wake()
 
@@ -248,28 +264,29 @@ class Dispatcher:
     async def recover(self) -> int:
         """Re-adopt attempts left in flight by a previous engine; collect those that ended."""
         count = 0
+        assert self._tg is not None
         for job, attempt in await self.store.inflight():
             if job.id in self._live or not self.opts.owns(attempt):
                 continue
-            now = self.clock()
-            try:
-                permit, found = self.core.adopt(job, attempt, now)
-            except CorralError as err:
-                log.error("cannot recover attempt %s: %s", attempt.id, err)
-                continue
-            c = Claimed(job=job, attempt=attempt, permit=permit)
+            c = Claimed(job=job, attempt=attempt, permit=_adopted_permit(job, attempt))
             await self.store.append_events([JobEvent(
-                job_id=job.id, at=now, kind="recovered", attempt=attempt.index,
-                message="re-adopted running process" if not isinstance(found, AttemptResult)
-                else f"ended while the engine was down: {found.describe()}")])
+                job_id=job.id, at=self.clock(), kind="recovered", attempt=attempt.index,
+                message="handed back to the core after an engine restart")])
             self._live[job.id] = _Live(claimed=c)
+            self._tg.start_soon(self._supervise, c, True)
             count += 1
-            if isinstance(found, AttemptResult):
-                await self._complete(c, found)
-            else:
-                assert self._tg is not None
-                self._tg.start_soon(self._supervise, c, found)
         return count
+
+    async def core_restarted(self) -> None:
+        """A new core process: tell it about every attempt we still wait on."""
+        for live in list(self._live.values()):
+            c = live.claimed
+            with contextlib.suppress(CoreUnavailable, CorralError):
+                await self.core.readopt(c.job, c.attempt, c.permit.granted.get("worker"))
+            if live.stop_sent:
+                live.stop_sent = None
+                self._pending_stop[c.job.id] = c.job.stop_kind or "cancel"
+        self.wake(stops=True)
 
     # ---- batched writes ------------------------------------------------------------------
 
@@ -308,3 +325,11 @@ class Dispatcher:
             batch.error = err
         finally:
             batch.done.set()
+
+
+def _adopted_permit(job: Job, attempt: Attempt) -> Permit:
+    """The scheduler's view of a recovered attempt's permit (the core re-registers the real one;
+    this copy only carries the deadline and grace the dispatcher's backstop uses)."""
+    return Permit(id=attempt.permit_id, job_id=job.id, attempt_index=attempt.index,
+                  issued_at=attempt.created_at, deadline_at=attempt.deadline_at,
+                  grace_s=job.limits.grace_s, granted={}, breaker="", seal="")

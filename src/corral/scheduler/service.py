@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 
-from corral.core.ports import Store
-from corral.domain.errors import InvalidRequest
+from corral.core.ports import Admission, Store
+from corral.domain.errors import Backpressure, Conflict, InvalidRequest
 from corral.domain.ids import new_id
 from corral.domain.models import (
     PRIORITY_BACKLOG,
@@ -16,11 +18,68 @@ from corral.domain.models import (
     Limits,
     SubmitResult,
 )
-from corral.domain.settings import Settings
+from corral.domain.settings import Settings, WorkspacePolicy
 from corral.domain.states import JobState
 from corral.scheduler.queue import sort_key
 
 MAX_ATTEMPTS_CEILING = 100
+RETRY_AFTER_CEILING_S = 3600.0
+
+
+def retry_after_s(*, started: int, window_s: float, fallback_s: float) -> float:
+    """Seconds until a full queue has room again, estimated from how fast it drained lately.
+
+    A queue at its bound has room once one waiting job starts; `started` jobs started in the
+    bound's scope in the last `window_s` seconds, so that takes about window_s / started
+    (whole seconds, as HTTP's Retry-After; at least 1). Nothing started lately (no engine, a
+    stalled one, or every slot held by long jobs) gives no estimate: the configured fallback.
+    """
+    if started <= 0 or window_s <= 0:
+        return fallback_s
+    return float(min(max(math.ceil(window_s / started), 1), RETRY_AFTER_CEILING_S))
+
+
+class Seat(StrEnum):
+    """Where a new job stands on its workspace (see `workspace_seat`)."""
+
+    TAKE = "take"  # it takes the workspace's lock at submission
+    QUEUE = "queue"  # queued; it takes the lock when it starts, in queue order
+    WAIT = "wait"  # queued behind the holder: its lock wait starts now
+    JOIN = "join"  # coalesced: the submission returns the occupant
+
+
+def workspace_seat(job: Job, policy: WorkspacePolicy, occupant: Job | None,
+                   held: bool) -> Seat:
+    """A workspace policy decision (seed 004 §13: policy in the scheduler, enforcement below).
+
+    `occupant` is the job the workspace belongs to now: its lock holder (`held`), else the first
+    active job naming it. `reject` and `coalesce` take the lock at submission, so that "is anybody
+    on this workspace?" is answered atomically with the insert (the lock table's primary key);
+    `serialize` takes it when the job starts, so that jobs on one workspace run in queue order.
+    """
+    if occupant is None:
+        return Seat.QUEUE if policy is WorkspacePolicy.SERIALIZE else Seat.TAKE
+    if occupant.cancel_requested is not None:
+        # It is stopping (e.g. superseded by this very job, latest-wins): neither refuse nor
+        # coalesce into a job that is going away; queue behind it until it has let go.
+        return Seat.WAIT if held else Seat.QUEUE
+    if policy is WorkspacePolicy.REJECT:
+        raise Conflict(f"workspace {job.workspace} is held by job {occupant.id} "
+                       f"({occupant.state.value}); role {job.role} has workspace_policy reject")
+    if policy is WorkspacePolicy.COALESCE:
+        return Seat.JOIN
+    return Seat.WAIT if held else Seat.QUEUE
+
+
+def queue_full(*, queued: int, bound: int, env: str | None, started: int,
+               admission: Admission) -> Backpressure:
+    """The refusal of a submission past a queue bound: one line naming the bound and its key."""
+    after = retry_after_s(started=started, window_s=admission.rate_window_s,
+                          fallback_s=admission.retry_after_s)
+    where, key = ((f" in environment {env}", f"environments.{env}.max_queued") if env
+                  else ("", "scheduler.max_queued"))
+    return Backpressure(f"queue full: {queued} jobs queued{where} (max {bound}, {key}); "
+                        f"retry after {after:g} s", after)
 
 
 def _names(names: Iterable[str]) -> str:
@@ -63,16 +122,42 @@ class Submissions:
         self._check_limits(limits)
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
             raise InvalidRequest(f"working directory does not exist: {spec.cwd}")
+        workspace = self._workspace(spec.workspace)
         return Job(
             id=new_id(int(now * 1000)), state=JobState.QUEUED, role=role.name, worker=worker,
             env_name=env.name, priority=spec.priority, tenant=spec.tenant,
             command=tuple(spec.command), prompt=spec.prompt, cwd=spec.cwd, env=dict(spec.env),
             options=dict(spec.options), limits=limits, key=spec.key or None, dedup=spec.dedup,
-            workspace=spec.workspace, parent_id=spec.parent_id, depth=spec.depth,
+            workspace=workspace, parent_id=spec.parent_id, depth=spec.depth,
             created_at=now, updated_at=now,
             sort_at=sort_key(now, spec.priority, s.scheduler.aging_s),
             after=tuple(dict.fromkeys(spec.after)),
         )
+
+    @staticmethod
+    def _workspace(name: str | None) -> str | None:
+        """A workspace is an exact name: by convention the absolute path of a repository root.
+
+        Lock granularity is the whole name (seed 004 §15.2): /repo and /repo/sub are different
+        workspaces. Absolute paths are normalised (no trailing slash, no `..`) so that one
+        directory written two ways is still one workspace.
+        """
+        if name is None:
+            return None
+        if not name.strip():
+            raise InvalidRequest("workspace must not be empty")
+        return os.path.normpath(name) if os.path.isabs(name) else name
+
+    def admission(self, job: Job) -> Admission:
+        """The bounds and workspace policy the store applies to this job's submission."""
+        s = self.settings
+        env = s.environments.get(job.env_name)
+        role = s.roles.get(job.role)
+        return Admission(
+            max_queued=s.scheduler.max_queued,
+            env_max_queued=env.max_queued if env else None,
+            workspace_policy=role.workspace_policy if role else WorkspacePolicy.SERIALIZE,
+            retry_after_s=s.scheduler.backpressure_retry_after_s)
 
     @staticmethod
     def _check_limits(limits: Limits) -> None:
@@ -85,9 +170,11 @@ class Submissions:
             raise InvalidRequest(f"grace must not be negative, got {limits.grace_s}")
 
     async def submit(self, spec: JobSpec) -> SubmitResult:
+        """Persist a job; Backpressure past a queue bound, Conflict on a rejected workspace."""
         now = self.clock()
         job = self.build(spec, now)
-        return await self.store.submit(job, now=now, aging_s=self.settings.scheduler.aging_s)
+        return await self.store.submit(job, now=now, aging_s=self.settings.scheduler.aging_s,
+                                       admission=self.admission(job))
 
     async def cancel(self, ref: str, reason: str, *, kind: str = "cancel") -> Job:
         job = await self.store.get_job(ref)
@@ -103,7 +190,8 @@ class Submissions:
             attempts=0, deps_pending=0, after=(), last_error=None, exit_code=None,
             limit_hit=None, cancel_requested=None, stop_kind=None, requeued_from=old.id,
             dlq_resolution=None)
-        return await self.store.dlq_requeue(old.id, fresh, now=now)
+        return await self.store.dlq_requeue(old.id, fresh, now=now,
+                                            admission=self.admission(fresh))
 
     async def dlq_purge(self, ref: str) -> Job:
         old = await self.store.get_job(ref)

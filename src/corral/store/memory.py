@@ -18,11 +18,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from corral.core.ports import Finish, JobQuery, QueueFilter
+from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
 from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound, StaleState
 from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
 from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
-from corral.store.sql import ATTEMPT_STATE_FOR
+from corral.scheduler.service import Seat, queue_full, workspace_seat
+from corral.store.admission import acquired_event
+from corral.store.sql import ATTEMPT_STATE_FOR, requeue_blocked
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -68,6 +70,9 @@ class MemoryStore:
         self._permits: dict[str, str] = {}  # permit id → attempt id (a permit is used once)
         self._dependents: dict[str, tuple[str, ...]] = {}  # dependency id → waiting job ids
         self._keys: dict[str, str] = {}  # idempotency key → holder job id
+        self._ws_locks: dict[str, tuple[str, float]] = {}  # workspace → (holder id, acquired at)
+        # job id → (workspace, waiting since, acquired at): the workspace_waits table
+        self._ws_waits: dict[str, tuple[str, float, float | None]] = {}
         self._events: dict[str, list[tuple[int, JobEvent]]] = {}
         self._event_seq = 0
         self._engines: dict[str, tuple[str, int, float, float]] = {}
@@ -125,9 +130,16 @@ class MemoryStore:
         self._set(self._jobs, job.id, moved)
         return moved
 
-    def _release_key(self, job: Job) -> None:
+    def _release(self, job: Job) -> None:
+        """What a job holds until it ends: its idempotency key and its workspace."""
         if job.key and self._keys.get(job.key) == job.id:
             self._unset(self._keys, job.key)
+        if job.workspace:
+            if self._ws_locks.get(job.workspace, ("", 0.0))[0] == job.id:
+                self._unset(self._ws_locks, job.workspace)
+            wait = self._ws_waits.get(job.id)
+            if wait is not None and wait[2] is None:
+                self._unset(self._ws_waits, job.id)
 
     def _settle_dependents(self, job: Job, ended: JobState, now: float) -> None:
         """A dependency ended: count it off its dependents, or fail them if it did not succeed."""
@@ -143,7 +155,7 @@ class MemoryStore:
             why = f"dependency {job.id} ended {ended.value}"
             self._move(dep, JobState.FAILED, now, last_error=why)
             self._emit([_event(dep, "dependency_failed", now, why, to=JobState.FAILED)])
-            self._release_key(dep)
+            self._release(dep)
             self._settle_dependents(dep, JobState.FAILED, now)
 
     def _end(self, job: Job, to: JobState, now: float, message: str, kind: str,
@@ -151,7 +163,7 @@ class MemoryStore:
         """Move a job into a terminal state and do what every terminal path must do."""
         ended = self._move(job, to, now, **cols)
         self._emit([_event(job, kind, now, message, to=to)])
-        self._release_key(job)
+        self._release(job)
         self._settle_dependents(job, to, now)
         return ended
 
@@ -171,29 +183,43 @@ class MemoryStore:
 
     # ---- submission ----------------------------------------------------------------------
 
-    async def submit(self, job: Job, *, now: float, aging_s: float) -> SubmitResult:
+    async def submit(self, job: Job, *, now: float, aging_s: float,
+                     admission: Admission = UNBOUNDED) -> SubmitResult:
         with self._tx():
-            return self._submit(_normalise(job), now)
+            return self._submit(_normalise(job), now, admission)
 
-    def _submit(self, job: Job, now: float) -> SubmitResult:
-        superseded: str | None = None
-        if job.key:
-            holder_id = self._keys.get(job.key)
-            holder = self._jobs.get(holder_id) if holder_id else None
-            if holder is not None and not holder.state.terminal:
-                if job.dedup is DedupMode.COALESCE:
-                    return SubmitResult(job=_out(holder), created=False)
-                if job.dedup is DedupMode.REJECT:
-                    raise DuplicateJob(job.key, holder.id)
-                if holder.id in job.after:
-                    raise InvalidRequest(
-                        f"job cannot run --after {holder.id}: it supersedes that job "
-                        "(latest-wins on the same key would close a cycle)")
-                self._stop(holder, f"superseded by {job.id} (latest-wins)", "cancel", now)
-                superseded = holder.id
+    def _dedup(self, job: Job, now: float) -> tuple[Job | None, str | None]:
+        """Apply the job's idempotency key: (the holder to coalesce into, the superseded job)."""
+        holder = self._jobs.get(self._keys.get(job.key, "")) if job.key else None
+        if job.key is None or holder is None or holder.state.terminal:
+            return None, None
+        if job.dedup is DedupMode.COALESCE:
+            return holder, None
+        if job.dedup is DedupMode.REJECT:
+            raise DuplicateJob(job.key, holder.id)
+        if holder.id in job.after:
+            raise InvalidRequest(
+                f"job cannot run --after {holder.id}: it supersedes that job "
+                "(latest-wins on the same key would close a cycle)")
+        self._stop(holder, f"superseded by {job.id} (latest-wins)", "cancel", now)
+        return None, holder.id
+
+    def _submit(self, job: Job, now: float, admission: Admission) -> SubmitResult:
+        # The order of SqlStore._submit: coalescing first, refusals before anything is kept.
+        holder, superseded = self._dedup(job, now)
+        if holder is not None:
+            return SubmitResult(job=_out(holder), created=False, coalesced_on="key")
+        seat = Seat.QUEUE
+        if job.workspace:
+            found = self._occupant(job.workspace)
+            seat = workspace_seat(job, admission.workspace_policy, *(found or (None, False)))
+            if seat is Seat.JOIN and found is not None:
+                return SubmitResult(job=_out(found[0]), created=False, coalesced_on="workspace")
         job, failed_dep = self._resolve_deps(job)
         if job.id in self._jobs:
             raise Conflict(f"job {job.id} already exists")
+        if not job.state.terminal:
+            self._check_bounds(job, admission, now)
         self._set(self._jobs, job.id, job)
         events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
                            message=("supersedes " + superseded) if superseded else "",
@@ -201,10 +227,97 @@ class MemoryStore:
         if failed_dep:
             events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
                                    message=failed_dep, to_state=JobState.FAILED.value))
+        if job.workspace and not job.state.terminal:
+            if seat is Seat.TAKE:
+                self._set(self._ws_locks, job.workspace, (job.id, now))
+                events.append(acquired_event(job, now, 0.0))
+            elif seat is Seat.WAIT:
+                self._note_wait(job, now)
         self._emit(events)
         if job.key and not job.state.terminal:
             self._take_key(job, job.key, steal=superseded is not None)
         return SubmitResult(job=_out(job), created=True, superseded=superseded)
+
+    # ---- queue bounds and workspaces (as corral.store.admission) -------------------------
+
+    def _check_bounds(self, job: Job, admission: Admission, now: float) -> None:
+        for bound, env in ((admission.env_max_queued, job.env_name),
+                           (admission.max_queued, None)):
+            if bound is None:
+                continue
+            queued = sum(1 for j in self._jobs.values()
+                         if j.state in (JobState.QUEUED, JobState.RETRY_WAIT)
+                         and (env is None or j.env_name == env))
+            if queued >= bound:
+                since = now - admission.rate_window_s
+                started = sum(1 for a in self._attempts.values() if a.created_at >= since
+                              and (env is None or self._jobs[a.job_id].env_name == env))
+                raise queue_full(queued=queued, bound=bound, env=env,
+                                 started=started, admission=admission)
+
+    def _holder(self, workspace: str) -> Job | None:
+        """The workspace's lock holder, if it is still active (a stale lock holds nothing)."""
+        holder_id, _ = self._ws_locks.get(workspace, ("", 0.0))
+        holder = self._jobs.get(holder_id)
+        return holder if holder is not None and not holder.state.terminal else None
+
+    def _occupant(self, workspace: str) -> tuple[Job, bool] | None:
+        holder = self._holder(workspace)
+        if holder is not None:
+            return holder, True
+        active = sorted((j for j in self._jobs.values()
+                         if j.workspace == workspace and not j.state.terminal),
+                        key=lambda j: (j.sort_at, j.id))
+        return (active[0], False) if active else None
+
+    def _note_wait(self, job: Job, now: float) -> None:
+        current = self._jobs.get(job.id)
+        if (current is not None and current.state is JobState.QUEUED and current.workspace
+                and job.id not in self._ws_waits):
+            self._set(self._ws_waits, job.id, (current.workspace, now, None))
+
+    def _runnable_on_workspace(self, job: Job) -> bool:
+        if job.workspace is None:
+            return True
+        if self._ws_locks.get(job.workspace, ("", 0.0))[0] == job.id:
+            return True
+        if self._holder(job.workspace) is not None:
+            return False
+        return not any(o.workspace == job.workspace and o.state is JobState.QUEUED
+                       and o.deps_pending == 0 and (o.sort_at, o.id) < (job.sort_at, job.id)
+                       for o in self._jobs.values())
+
+    def _acquire_for_start(self, job: Job, now: float) -> bool | None:
+        """As admission.acquire_for_start: True taken now, False held already, None lost."""
+        assert job.workspace is not None
+        holder_id = self._ws_locks.get(job.workspace, ("", 0.0))[0]
+        if holder_id == job.id:
+            return False
+        if self._holder(job.workspace) is not None:
+            self._note_wait(job, now)
+            return None
+        self._set(self._ws_locks, job.workspace, (job.id, now))
+        return True
+
+    def _after_acquire(self, job: Job, now: float) -> JobEvent:
+        wait = self._ws_waits.get(job.id)
+        wait_ms = 0.0
+        if wait is not None:
+            wait_ms = max(0.0, (now - wait[1]) * 1000.0)
+            self._set(self._ws_waits, job.id, (wait[0], wait[1], now))
+        for other in sorted(self._jobs.values(), key=lambda j: j.id):
+            if other.workspace == job.workspace and other.id != job.id:
+                self._note_wait(other, now)
+        return acquired_event(job, now, wait_ms)
+
+    async def workspaces(self) -> list[tuple[str, str, float]]:
+        return [(ws, holder, at) for ws, (holder, at) in sorted(self._ws_locks.items())]
+
+    async def workspace_lock_waits(self, since: float) -> list[float]:
+        done = sorted((acquired, job_id, since_at) for job_id, (_, since_at, acquired)
+                      in self._ws_waits.items() if acquired is not None and acquired >= since)
+        return [round(max(0.0, acquired - since_at) * 1000.0, 3)
+                for acquired, _, since_at in done]
 
     def _take_key(self, job: Job, key: str, *, steal: bool) -> None:
         holder = self._jobs.get(self._keys.get(key, ""))
@@ -241,7 +354,7 @@ class MemoryStore:
             j for j in self._jobs.values()
             if j.state is JobState.QUEUED and j.deps_pending == 0
             and j.role not in where.exclude_roles and j.env_name not in where.exclude_envs
-            and j.worker not in where.exclude_workers
+            and j.worker not in where.exclude_workers and self._runnable_on_workspace(j)
         ]
         runnable.sort(key=lambda j: (j.sort_at, j.id))
         return [_out(j) for j in runnable[:max(limit, 0)]]
@@ -257,8 +370,13 @@ class MemoryStore:
                     continue
                 if c.attempt.id in self._attempts or c.attempt.permit_id in self._permits:
                     raise Conflict(f"attempt {c.attempt.id} or its permit was already used")
+                took = self._acquire_for_start(current, now) if current.workspace else False
+                if took is None:
+                    continue  # another job holds the workspace: this claim loses
                 self._set(self._jobs, current.id, current.with_(
                     state=JobState.STARTING, attempts=index, updated_at=now))
+                if took:
+                    self._emit([self._after_acquire(current, now)])
                 self._set(self._attempts, c.attempt.id, c.attempt)
                 self._set(self._permits, c.attempt.permit_id, c.attempt.id)
                 self._set(self._job_attempts, current.id,
@@ -417,13 +535,13 @@ class MemoryStore:
         self._emit([_event(job, "dlq_" + resolution.split(":")[0], now, resolution)])
         return resolved
 
-    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float) -> Job:
+    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
+                          admission: Admission = UNBOUNDED) -> Job:
         with self._tx():
             self._resolve_dlq(job_id, f"requeued:{new_job.id}", now)
-            result = self._submit(_normalise(new_job), now)
+            result = self._submit(_normalise(new_job), now, admission)
             if not result.created:  # the journal undoes the resolution
-                raise Conflict(f"cannot requeue {job_id}: its key {new_job.key!r} is held by "
-                               f"job {result.job.id}; requeue once that job has ended")
+                raise Conflict(requeue_blocked(job_id, new_job, result))
             return result.job
 
     async def dlq_purge(self, job_id: str, *, now: float) -> Job:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from corral.core.ports import Finish, JobQuery, QueueFilter
+from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
 from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound, StaleState
 from corral.domain.models import (
     Attempt,
@@ -22,6 +22,8 @@ from corral.domain.models import (
     SubmitResult,
 )
 from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+from corral.scheduler.service import Seat, workspace_seat
+from corral.store import admission as adm
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
     JOB_COLUMNS,
@@ -128,10 +130,12 @@ class SqlStore:
         if n != 1:
             raise StaleState(f"job {job.id} is no longer {job.state.value}")
 
-    async def _release_key(self, tx: Tx, job: Job) -> None:
+    async def _release(self, tx: Tx, job: Job) -> None:
+        """What a job holds until it ends: its idempotency key and its workspace."""
         if job.key:
             await tx.execute("DELETE FROM idem_keys WHERE idem_key = ? AND job_id = ?",
                              (job.key, job.id))
+        await adm.release(tx, job)
 
     async def _settle_dependents(self, tx: Tx, job: Job, ended: JobState, now: float) -> None:
         """A dependency ended: count it off its dependents, or fail them if it did not succeed."""
@@ -154,7 +158,7 @@ class SqlStore:
             await self._move(tx, dep, JobState.FAILED, now, last_error=why)
             await self._insert_events(tx, [_event(dep, "dependency_failed", now, why,
                                                   to=JobState.FAILED)])
-            await self._release_key(tx, dep)
+            await self._release(tx, dep)
             await self._settle_dependents(tx, dep, JobState.FAILED, now)
 
     async def _end(self, tx: Tx, job: Job, to: JobState, now: float, message: str,
@@ -162,7 +166,7 @@ class SqlStore:
         """Move a job into a terminal state and do what every terminal path must do."""
         await self._move(tx, job, to, now, **cols)
         await self._insert_events(tx, [_event(job, kind, now, message, to=to)])
-        await self._release_key(tx, job)
+        await self._release(tx, job)
         await self._settle_dependents(tx, job, to, now)
         return job.with_(state=to, updated_at=now, **cols)
 
@@ -186,33 +190,53 @@ class SqlStore:
 
     # ---- submission ----------------------------------------------------------------------
 
-    async def submit(self, job: Job, *, now: float, aging_s: float) -> SubmitResult:
+    async def submit(self, job: Job, *, now: float, aging_s: float,
+                     admission: Admission = UNBOUNDED) -> SubmitResult:
         for _ in range(5):
             try:
                 async with self.driver.write() as tx:
-                    return await self._submit(tx, job, now)
+                    return await self._submit(tx, job, now, admission)
             except StaleState:
-                continue  # a concurrent submission took the key first: look again
-        raise Conflict(f"could not settle idempotency key {job.key!r}: too much contention")
+                continue  # a concurrent submission took the key or workspace first: look again
+        raise Conflict(f"could not settle idempotency key {job.key!r} or workspace "
+                       f"{job.workspace!r}: too much contention")
 
-    async def _submit(self, tx: Tx, job: Job, now: float) -> SubmitResult:
-        superseded: str | None = None
-        if job.key:
-            row = await tx.fetchone("SELECT job_id FROM idem_keys WHERE idem_key = ?", (job.key,))
-            holder = await self._job(tx, row["job_id"]) if row else None
-            if holder is not None and not holder.state.terminal:
-                if job.dedup is DedupMode.COALESCE:
-                    return SubmitResult(job=holder, created=False)
-                if job.dedup is DedupMode.REJECT:
-                    raise DuplicateJob(job.key, holder.id)
-                if holder.id in job.after:
-                    raise InvalidRequest(
-                        f"job cannot run --after {holder.id}: it supersedes that job "
-                        "(latest-wins on the same key would close a cycle)")
-                await self._stop(tx, holder, f"superseded by {job.id} (latest-wins)",
-                                 "cancel", now)
-                superseded = holder.id
+    async def _dedup(self, tx: Tx, job: Job, now: float) -> tuple[Job | None, str | None]:
+        """Apply the job's idempotency key: (the holder to coalesce into, the superseded job)."""
+        if not job.key:
+            return None, None
+        row = await tx.fetchone("SELECT job_id FROM idem_keys WHERE idem_key = ?", (job.key,))
+        holder = await self._job(tx, row["job_id"]) if row else None
+        if holder is None or holder.state.terminal:
+            return None, None
+        if job.dedup is DedupMode.COALESCE:
+            return holder, None
+        if job.dedup is DedupMode.REJECT:
+            raise DuplicateJob(job.key, holder.id)
+        if holder.id in job.after:
+            raise InvalidRequest(
+                f"job cannot run --after {holder.id}: it supersedes that job "
+                "(latest-wins on the same key would close a cycle)")
+        await self._stop(tx, holder, f"superseded by {job.id} (latest-wins)", "cancel", now)
+        return None, holder.id
+
+    async def _submit(self, tx: Tx, job: Job, now: float, admission: Admission) -> SubmitResult:
+        # Order matters: a coalesced submission returns before any bound is checked (it adds
+        # nothing to the queue); a refusal rolls back what came before it (a latest-wins stop,
+        # dependency rows).
+        holder, superseded = await self._dedup(tx, job, now)
+        if holder is not None:
+            return SubmitResult(job=holder, created=False, coalesced_on="key")
+        seat = Seat.QUEUE
+        if job.workspace:
+            found = await adm.occupant(tx, job.workspace)
+            seat = workspace_seat(job, admission.workspace_policy, *(found or (None, False)))
+            if seat is Seat.JOIN and found is not None:
+                return SubmitResult(job=found[0], created=False, coalesced_on="workspace")
         job, failed_dep = await self._resolve_deps(tx, job, now)
+        if not job.state.terminal:
+            await adm.check_bounds(tx, job, admission, now,
+                                   serialise=self.driver.dialect == "postgres")
         await tx.execute(_JOB_INSERT, job_params(job))
         events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
                            message=("supersedes " + superseded) if superseded else "",
@@ -220,6 +244,11 @@ class SqlStore:
         if failed_dep:
             events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
                                    message=failed_dep, to_state=JobState.FAILED.value))
+        if job.workspace and not job.state.terminal:
+            if seat is Seat.TAKE:
+                events.append(await adm.take_at_submit(tx, job, now))
+            elif seat is Seat.WAIT:
+                await adm.note_wait(tx, job, now)
         await self._insert_events(tx, events)
         if job.key and not job.state.terminal:
             await self._take_key(tx, job, now, steal=superseded is not None)
@@ -271,7 +300,7 @@ class SqlStore:
 
     async def reserve(self, *, engine_id: str, now: float, limit: int,
                       where: QueueFilter) -> list[Job]:
-        clauses = ["state = 'QUEUED'", "deps_pending = 0"]
+        clauses = ["state = 'QUEUED'", "deps_pending = 0", adm.RUNNABLE_ON_WORKSPACE]
         params: list[Any] = []
         for col, values in (("role", where.exclude_roles), ("env_name", where.exclude_envs),
                             ("worker", where.exclude_workers)):
@@ -280,7 +309,11 @@ class SqlStore:
                 params.extend(sorted(values))
         if self.driver.dialect == "postgres":
             return await self._reserve_leased(engine_id, now, limit, clauses, params)
-        sql = f"{_JOB_SELECT} WHERE {' AND '.join(clauses)} ORDER BY sort_at, id LIMIT ?"
+        # Without statistics SQLite's planner prefers jobs_by_state and sorts every queued job;
+        # the partial index jobs_runnable is already in queue order, so the scan stops at `limit`
+        # (about 0.4 ms instead of 5 ms for 64 of 10,000 queued jobs).
+        sql = (f"{_JOB_SELECT} INDEXED BY jobs_runnable WHERE {' AND '.join(clauses)}"
+               " ORDER BY sort_at, id LIMIT ?")
         async with self.driver.read() as tx:
             return [job_from_row(r) for r in await tx.fetchall(sql, (*params, limit))]
 
@@ -302,22 +335,35 @@ class SqlStore:
         won: list[Claimed] = []
         async with self.driver.write() as tx:
             for c in claims:
-                n = await tx.execute(
-                    "UPDATE jobs SET state = 'STARTING', attempts = ?, updated_at = ?,"
-                    " lease_owner = NULL, lease_until = NULL"
-                    " WHERE id = ? AND state = 'QUEUED' AND deps_pending = 0 AND attempts = ?",
-                    (c.attempt.index, now, c.job.id, c.attempt.index - 1))
-                if n != 1:
-                    continue
-                await tx.execute(_ATTEMPT_INSERT, attempt_params(c.attempt, _permit_json(c)))
-                await self._insert_events(tx, [_event(
-                    c.job, "permit_granted", now, f"attempt {c.attempt.index}",
-                    to=JobState.STARTING, attempt=c.attempt.index,
-                    data={"permit": c.permit.id, "deadline_at": c.permit.deadline_at})])
-                won.append(Claimed(job=c.job.with_(state=JobState.STARTING,
-                                                   attempts=c.attempt.index, updated_at=now),
-                                   attempt=c.attempt, permit=c.permit))
+                if await self._start_one(tx, c, now):
+                    won.append(Claimed(job=c.job.with_(state=JobState.STARTING,
+                                                       attempts=c.attempt.index, updated_at=now),
+                                       attempt=c.attempt, permit=c.permit))
         return won
+
+    async def _start_one(self, tx: Tx, c: Claimed, now: float) -> bool:
+        """QUEUED → STARTING for one claim, taking its workspace's lock in the same step."""
+        took: bool | None = False
+        if c.job.workspace:
+            took = await adm.acquire_for_start(tx, c.job, now)
+            if took is None:
+                return False  # another job holds the workspace: this claim loses
+        n = await tx.execute(
+            "UPDATE jobs SET state = 'STARTING', attempts = ?, updated_at = ?,"
+            " lease_owner = NULL, lease_until = NULL"
+            " WHERE id = ? AND state = 'QUEUED' AND deps_pending = 0 AND attempts = ?",
+            (c.attempt.index, now, c.job.id, c.attempt.index - 1))
+        if n != 1:
+            if took:
+                await adm.undo_acquire(tx, c.job)
+            return False
+        await tx.execute(_ATTEMPT_INSERT, attempt_params(c.attempt, _permit_json(c)))
+        events = [await adm.after_acquire(tx, c.job, now)] if took else []
+        events.append(_event(c.job, "permit_granted", now, f"attempt {c.attempt.index}",
+                             to=JobState.STARTING, attempt=c.attempt.index,
+                             data={"permit": c.permit.id, "deadline_at": c.permit.deadline_at}))
+        await self._insert_events(tx, events)
+        return True
 
     async def mark_running(self, started: Sequence[tuple[Attempt, int]], *, now: float) -> int:
         count = 0
@@ -484,14 +530,24 @@ class SqlStore:
                                               resolution)])
         return job.with_(dlq_resolution=resolution, updated_at=now)
 
-    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float) -> Job:
+    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
+                          admission: Admission = UNBOUNDED) -> Job:
         async with self.driver.write() as tx:
             await self._resolve_dlq(tx, job_id, f"requeued:{new_job.id}", now)
-            result = await self._submit(tx, new_job, now)
+            result = await self._submit(tx, new_job, now, admission)
             if not result.created:  # rolls the resolution back with it
-                raise Conflict(f"cannot requeue {job_id}: its key {new_job.key!r} is held by "
-                               f"job {result.job.id}; requeue once that job has ended")
+                raise Conflict(requeue_blocked(job_id, new_job, result))
         return result.job
+
+    # ---- workspaces ----------------------------------------------------------------------
+
+    async def workspaces(self) -> list[tuple[str, str, float]]:
+        async with self.driver.read() as tx:
+            return await adm.held(tx)
+
+    async def workspace_lock_waits(self, since: float) -> list[float]:
+        async with self.driver.read() as tx:
+            return await adm.waits(tx, since)
 
     async def dlq_purge(self, job_id: str, *, now: float) -> Job:
         async with self.driver.write() as tx:
@@ -514,6 +570,13 @@ class SqlStore:
             rows = await tx.fetchall(
                 "SELECT id FROM engines WHERE heartbeat_at < ? AND id <> ?", (before, exclude))
         return [r["id"] for r in rows]
+
+
+def requeue_blocked(job_id: str, new_job: Job, result: SubmitResult) -> str:
+    what = (f"its workspace {new_job.workspace}" if result.coalesced_on == "workspace"
+            else f"its key {new_job.key!r}")
+    return (f"cannot requeue {job_id}: {what} is held by job {result.job.id}; "
+            "requeue once that job has ended")
 
 
 def _permit_json(c: Claimed) -> str:

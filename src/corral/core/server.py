@@ -1,0 +1,273 @@
+"""The core's side of the protocol: permits and attempts as messages (seed 004 §5).
+
+The server owns the running attempts: it starts them under the permits it granted, watches
+them, completes them in the core (which releases their permits) and reports every end as one
+`job_completed`. It never trusts its peer: a malformed, oversized or unknown message gets an
+`error` reply and changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from corral.core import protocol as p
+from corral.core.gateway import Core
+from corral.core.permits import Rejected
+from corral.core.ports import AttemptHandle
+from corral.core.state import CoreState
+from corral.domain.errors import CorralError, PermitError
+from corral.domain.models import AttemptResult, Claimed
+from corral.domain.states import Outcome
+
+log = logging.getLogger("corral.core")
+
+TICK_S = 0.5  # the core's periodic work: stalls, defense stages, safe-stop cancels
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Running:
+    claimed: Claimed
+    handle: AttemptHandle
+
+
+class CoreServer:
+    """Answers one scheduler's messages with the core's decisions and its attempts' results."""
+
+    def __init__(self, core: Core, send: Send, clock: Callable[[], float]) -> None:
+        self.core = core
+        self.send = send
+        self.clock = clock
+        self.running: dict[str, _Running] = {}
+        self._tg: TaskGroup | None = None
+        self._events: list[dict[str, Any]] = []
+        self._log_sizes: dict[str, int] = {}
+        core.emit.sink = lambda event: self._events.append(event.to_dict())
+
+    async def serve(self, messages: Callable[[], Awaitable[bytes | None]]) -> None:
+        """Read lines until the peer closes; attempts keep running if it goes away."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            await self.send({"type": p.HELLO, "version": p.VERSION,
+                             "workers": sorted(self.core.kinds)})
+            tg.start_soon(self._ticker)
+            while (line := await messages()) is not None:
+                await self.handle_line(line)
+            tg.cancel_scope.cancel()
+
+    def attach(self, tg: TaskGroup) -> None:
+        """Run attempt watchers and the ticker in the caller's task group (in-process use)."""
+        self._tg = tg
+        tg.start_soon(self._ticker)
+
+    async def handle_line(self, line: bytes) -> None:
+        try:
+            msg = p.decode(line)
+        except p.ProtocolError as err:
+            await self.send({"type": p.ERROR, "error": str(err)})
+            return
+        await self.handle(msg)
+
+    async def handle(self, msg: dict[str, Any]) -> None:
+        kind = msg["type"]
+        handler = self._handlers.get(kind)
+        if handler is None:
+            await self.send({"type": p.ERROR, "id": msg.get("id"),
+                             "error": f"unknown message type {kind!r}"})
+            return
+        try:
+            await handler(self, msg)
+        except p.ProtocolError as err:
+            await self.send({"type": p.ERROR, "id": msg.get("id"), "error": str(err)})
+        await self._flush_events()
+
+    async def _flush_events(self) -> None:
+        events, self._events = self._events, []
+        for event in events:
+            await self.send({"type": p.EVENT, "event": event})
+
+    # ---- handlers ------------------------------------------------------------------------
+
+    async def _request_permit(self, msg: dict[str, Any]) -> None:
+        job = p.job_in(p.field(msg, "job", dict))
+        index = p.field(msg, "attempt", int)
+        decision = self.core.request_permit(job, index, self.clock())
+        saturated = self._saturated()
+        if isinstance(decision, Rejected):
+            await self.send({"type": p.REJECTED, "id": msg.get("id"), "job_id": job.id,
+                             "reason": decision.reason, "message": decision.message,
+                             "retry_after_s": decision.retry_after_s,
+                             "final": decision.final,
+                             "saturated": saturated})
+            return
+        await self.send({"type": p.PERMIT, "id": msg.get("id"), "job_id": job.id,
+                         "permit": p.permit_out(decision), "saturated": saturated})
+
+    async def _release(self, msg: dict[str, Any]) -> None:
+        permit = p.permit_in(p.field(msg, "permit", dict))
+        try:
+            self.core.gate.validate(permit)
+        except PermitError as err:
+            await self.send({"type": p.ERROR, "id": msg.get("id"), "error": str(err)})
+            return
+        if permit.job_id not in self.running:
+            self.core.release(permit)
+        await self.send({"type": p.RELEASED, "id": msg.get("id"), "permit_id": permit.id,
+                         "saturated": self._saturated()})
+
+    async def _submit_job(self, msg: dict[str, Any]) -> None:
+        job = p.job_in(p.field(msg, "job", dict))
+        claimed = Claimed(job=job, attempt=p.attempt_in(p.field(msg, "attempt", dict)),
+                          permit=p.permit_in(p.field(msg, "permit", dict)))
+        if job.id in self.running:
+            await self.send({"type": p.ERROR, "id": msg.get("id"),
+                             "error": f"job {job.id} already has a running attempt"})
+            return
+        try:
+            self.core.gate.validate(claimed.permit)
+        except PermitError as err:  # not ours to release: the real holder keeps its slot
+            await self.send({"type": p.JOB_COMPLETED, "id": msg.get("id"), "job_id": job.id,
+                             "attempt_id": claimed.attempt.id, "result": p.result_out(
+                                 AttemptResult(outcome=Outcome.SPAWN_ERROR, error=str(err)))})
+            return
+        try:
+            handle = self.core.launch(claimed)
+        except CorralError as err:
+            result = AttemptResult(outcome=Outcome.SPAWN_ERROR, error=str(err))
+            await self._completed(claimed, result, msg.get("id"))
+            return
+        self.running[job.id] = _Running(claimed=claimed, handle=handle)
+        await self.send({"type": p.JOB_STARTED, "id": msg.get("id"), "job_id": job.id,
+                         "attempt_id": claimed.attempt.id, "pid": handle.pid})
+        self._watch(claimed, handle)
+
+    async def _adopt(self, msg: dict[str, Any]) -> None:
+        job = p.job_in(p.field(msg, "job", dict))
+        attempt = p.attempt_in(p.field(msg, "attempt", dict))
+        if job.id in self.running:  # already ours (a scheduler that re-sends after a blip)
+            r = self.running[job.id]
+            await self.send({"type": p.ADOPTED, "id": msg.get("id"), "job_id": job.id,
+                             "pid": r.handle.pid})
+            return
+        try:
+            worker = msg.get("worker") if isinstance(msg.get("worker"), str) else None
+            permit, found = self.core.adopt(job, attempt, self.clock(), worker=worker)
+        except CorralError as err:
+            await self.send({"type": p.ERROR, "id": msg.get("id"), "error": str(err)})
+            return
+        claimed = Claimed(job=job, attempt=attempt, permit=permit)
+        if isinstance(found, AttemptResult):
+            await self._completed(claimed, found, msg.get("id"))
+            return
+        self.running[job.id] = _Running(claimed=claimed, handle=found)
+        await self.send({"type": p.ADOPTED, "id": msg.get("id"), "job_id": job.id,
+                         "pid": found.pid})
+        self._watch(claimed, found)
+
+    async def _cancel_job(self, msg: dict[str, Any]) -> None:
+        job_id = p.field(msg, "job_id", str)
+        r = self.running.get(job_id)
+        if r is not None:
+            self.core.note_stop_requested(job_id, self.clock())
+            r.handle.stop(now_kill=bool(msg.get("now")))
+
+    async def _heartbeat(self, msg: dict[str, Any]) -> None:
+        await self.send({"type": p.HEARTBEAT, "id": msg.get("id"), "seq": msg.get("seq"),
+                         "inflight": len(self.running), "permits": self.core.gate.live})
+
+    async def _control(self, msg: dict[str, Any]) -> None:
+        """Operator requests relayed by the scheduler (`corral breakers`, `escalations` …)."""
+        op, now = msg.get("op"), self.clock()
+        try:
+            if op == "snapshot":
+                result: Any = self.core.snapshot(now)
+            elif op == "state":
+                result = self.core.state().to_dict()
+            elif op == "restore":
+                self.core.restore(CoreState.from_dict(p.field(msg, "state", dict)))
+                result = None
+            elif op == "reset_breaker":
+                self.core.reset_breaker(p.field(msg, "name", str), now)
+                result = None
+            elif op == "clear_escalation":
+                result = self.core.clear_escalation(p.field(msg, "escalation", str), now).id
+            elif op == "report_metric":
+                self.core.report_metric(p.field(msg, "name", str),
+                                        float(p.field(msg, "value", (int, float))), now)
+                result = None
+            elif op == "note_superseded":
+                self.core.note_superseded(p.field(msg, "workspace", str), now)
+                result = None
+            else:
+                raise p.ProtocolError(f"unknown control op {op!r}")
+        except CorralError as err:
+            await self.send({"type": p.ERROR, "id": msg.get("id"), "error": str(err)})
+            return
+        await self.send({"type": p.CONTROL_RESULT, "id": msg.get("id"), "op": op,
+                         "result": result})
+
+    # ---- time ----------------------------------------------------------------------------
+
+    async def _ticker(self) -> None:
+        """Every TICK_S: the core's periodic work, activity from log growth, events out."""
+        while True:
+            await anyio.sleep(TICK_S)
+            now = self.clock()
+            for job_id, r in list(self.running.items()):
+                size = _log_size(r.claimed.attempt.dir)
+                if size != self._log_sizes.get(job_id):
+                    self._log_sizes[job_id] = size
+                    self.core.note_activity(job_id, now)
+            for job_id in self.core.tick(now):
+                stopping = self.running.get(job_id)
+                if stopping is not None:  # a global safe stop that cancels running work
+                    self.core.note_stop_requested(job_id, now)
+                    stopping.handle.stop()
+            await self._flush_events()
+
+    _handlers: dict[str, Callable[[CoreServer, dict[str, Any]], Awaitable[None]]] = {
+        p.REQUEST_PERMIT: _request_permit, p.RELEASE: _release, p.SUBMIT_JOB: _submit_job,
+        p.ADOPT: _adopt, p.CANCEL_JOB: _cancel_job, p.HEARTBEAT: _heartbeat,
+        p.CONTROL: _control,
+    }
+
+    # ---- attempts ------------------------------------------------------------------------
+
+    def _watch(self, claimed: Claimed, handle: AttemptHandle) -> None:
+        assert self._tg is not None
+        self._tg.start_soon(self._wait, claimed, handle)
+
+    async def _wait(self, claimed: Claimed, handle: AttemptHandle) -> None:
+        result = await handle.wait()
+        self.running.pop(claimed.job.id, None)
+        self._log_sizes.pop(claimed.job.id, None)
+        await self._completed(claimed, result, None)
+
+    def _saturated(self) -> dict[str, list[str]]:
+        """Scopes with no free slot, sent with every reply that changes them so the scheduler
+        does not even ask for permits it cannot get."""
+        roles, envs = self.core.gate.full()
+        return {"roles": sorted(roles), "envs": sorted(envs)}
+
+    async def _completed(self, c: Claimed, result: AttemptResult, req: object) -> None:
+        self.core.complete(c.permit, c.job, result, self.clock())
+        await self.send({"type": p.JOB_COMPLETED, "id": req, "job_id": c.job.id,
+                         "attempt_id": c.attempt.id, "result": p.result_out(result),
+                         "saturated": self._saturated()})
+
+
+def _log_size(attempt_dir: str) -> int:
+    total = 0
+    for name in ("stdout.log", "stderr.log"):
+        with contextlib.suppress(OSError):
+            total += os.stat(os.path.join(attempt_dir, name)).st_size
+    return total

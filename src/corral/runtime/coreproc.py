@@ -1,0 +1,89 @@
+"""`corral core`: the core as a process speaking JSON Lines on stdin/stdout (seed 004 §3).
+
+Any scheduler can drive it (docs/reference/core-protocol.md). Its attempts run in their own
+sessions under corral-shim, so when this process dies they keep running and a new core adopts
+them. Logs go to stderr; stdout carries protocol messages only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import anyio
+
+from corral.config import Config
+from corral.core import protocol as p
+from corral.core.server import CoreServer
+
+log = logging.getLogger("corral.core")
+
+
+class _LineReader:
+    """Lines from stdin, each at most MAX_LINE bytes; an oversized line is skipped whole and
+    reported as a protocol error (returned as a marker the server answers with `error`)."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+
+    async def __call__(self) -> bytes | None:
+        try:
+            line = await self.reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as err:
+            return err.partial or None  # EOF: the last line without a newline, then None
+        except asyncio.LimitOverrunError:
+            await self._skip_line()
+            return p.OVERSIZED  # answered with an `error` reply
+        return line
+
+    async def _skip_line(self) -> None:
+        while True:
+            try:
+                await self.reader.readuntil(b"\n")
+                return
+            except asyncio.LimitOverrunError as err:
+                await self.reader.readexactly(err.consumed)
+            except asyncio.IncompleteReadError:
+                return
+
+
+async def _stdio() -> tuple[asyncio.StreamReader, Any]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=p.MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(os.dup(sys.stdout.fileno()), "wb"))
+    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    return reader, writer
+
+
+async def serve_stdio(config: Config) -> None:
+    """Run one core until stdin closes."""
+    from corral.runtime.engine import build_core
+
+    reader, writer = await _stdio()
+    lock = anyio.Lock()
+
+    async def send(msg: dict[str, Any]) -> None:
+        async with lock:
+            writer.write(p.encode(msg))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+
+    server = CoreServer(build_core(config), send, time.time)
+    with contextlib.suppress(ConnectionError):
+        await server.serve(_LineReader(reader))
+    log.info("scheduler closed the pipe; %d attempts keep running", len(server.running))
+
+
+def main(config: Config) -> None:
+    """Entry point of `corral core`."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
+    anyio.run(serve_stdio, config)

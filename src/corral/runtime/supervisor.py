@@ -1,0 +1,169 @@
+"""The supervisor: runs `corral core` as a child, watches its heartbeats, restarts it.
+
+A core that exits, crashes or stops answering heartbeats (SIGSTOP, a hung event loop) is killed
+and restarted within `heartbeat_timeout_s` plus the restart backoff. Restarts are budgeted: more
+than `max_restarts` within `window_s` is a crash loop, which escalates and stops the engine from
+granting new work (tests/acceptance/test_supervisor.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from corral.core import protocol as p
+from corral.core.link import CoreLink, CoreUnavailable
+from corral.domain.errors import CorralError
+
+log = logging.getLogger("corral.supervisor")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SupervisorOptions:
+    heartbeat_s: float = 1.0
+    heartbeat_timeout_s: float = 5.0
+    max_restarts: int = 5
+    window_s: float = 60.0
+    backoff_s: float = 0.2
+
+
+class CrashLoop(CorralError):
+    """The core kept dying: the restart budget is spent."""
+
+
+class CoreSupervisor:
+    """Keeps one core child alive behind a CoreLink."""
+
+    def __init__(self, link: CoreLink, argv: Sequence[str], options: SupervisorOptions,
+                 *, on_restart: Callable[[], Coroutine[Any, Any, None]],
+                 on_escalation: Callable[[str, str], Awaitable[None]]) -> None:
+        self.link = link
+        self.argv = list(argv)
+        self.opts = options
+        self.on_restart = on_restart
+        self.on_escalation = on_escalation
+        self.restarts: deque[float] = deque()
+        self.pid: int | None = None
+        self.generation = 0
+        self.given_up = False
+        self._connected = anyio.Event()
+
+    async def wait_connected(self) -> None:
+        await self._connected.wait()
+
+    async def run(self) -> None:
+        """Start the core and keep it running until cancelled or the budget is spent."""
+        while True:
+            why = await self._run_once()
+            self.link.disconnect(why)
+            now = time.monotonic()
+            self.restarts.append(now)
+            while self.restarts and now - self.restarts[0] > self.opts.window_s:
+                self.restarts.popleft()
+            if len(self.restarts) > self.opts.max_restarts:
+                self.given_up = True
+                msg = (f"core restarted {len(self.restarts) - 1} times in "
+                       f"{self.opts.window_s:.0f}s ({why}); restart budget spent")
+                log.error("%s: no new work will be started", msg)
+                await self.on_escalation("core_crash_loop", msg)
+                return
+            log.warning("core %s; restarting", why)
+            await anyio.sleep(self.opts.backoff_s * len(self.restarts))
+
+    async def _run_once(self) -> str:
+        proc = await anyio.open_process(self.argv, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=None,
+                                        start_new_session=True)
+        self.pid = proc.pid
+        self.generation += 1
+        assert proc.stdin is not None and proc.stdout is not None
+        lock = anyio.Lock()
+        stdin = proc.stdin
+
+        async def send(msg: dict[str, Any]) -> None:
+            async with lock:
+                try:
+                    await stdin.send(p.encode(msg))
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError) as err:
+                    raise CoreUnavailable("the core's stdin is closed") from err
+
+        reason = "exited"
+        last_beat = [time.monotonic()]
+        async with anyio.create_task_group() as tg:
+            hello = anyio.Event()
+
+            async def read() -> None:
+                nonlocal reason
+                reason = await self._read(proc, hello, last_beat)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(read)
+            with anyio.move_on_after(self.opts.heartbeat_timeout_s * 2):
+                await hello.wait()
+            if not hello.is_set():
+                reason = "did not say hello"
+                tg.cancel_scope.cancel()
+            else:
+                self.link.connect(send)
+                self._connected.set()
+                if self.generation > 1:
+                    tg.start_soon(self.on_restart)
+                reason = await self._beat(last_beat) or reason
+                tg.cancel_scope.cancel()
+        await self._reap(proc)
+        return reason
+
+    async def _read(self, proc: Process, hello: anyio.Event, last_beat: list[float]) -> str:
+        assert proc.stdout is not None
+        stream = BufferedByteReceiveStream(proc.stdout)
+        while True:
+            try:
+                line = await stream.receive_until(b"\n", p.MAX_LINE)
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
+                return "exited"
+            except anyio.DelimiterNotFound:
+                return "sent an oversized line"
+            try:
+                msg = p.decode(line)
+            except p.ProtocolError as err:
+                log.error("core sent a bad line (%s); ignored", err)
+                continue
+            if msg["type"] == p.HELLO:
+                hello.set()
+            elif msg["type"] == p.HEARTBEAT:
+                last_beat[0] = time.monotonic()
+            await self.link.on_message(msg)
+
+    async def _beat(self, last_beat: list[float]) -> str | None:
+        seq = 0
+        while True:
+            await anyio.sleep(self.opts.heartbeat_s)
+            if time.monotonic() - last_beat[0] > self.opts.heartbeat_timeout_s:
+                return f"stopped answering heartbeats for {self.opts.heartbeat_timeout_s:.1f}s"
+            seq += 1
+            try:
+                with anyio.move_on_after(self.opts.heartbeat_timeout_s):
+                    await self.link.heartbeat(seq)
+            except CoreUnavailable:
+                return "exited"
+
+    async def _reap(self, proc: Process) -> None:
+        """Make sure the old core is gone (SIGKILL reaches a stopped process too)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await proc.wait()
+        with contextlib.suppress(Exception):
+            await proc.aclose()

@@ -1,0 +1,171 @@
+"""The core as a supervised child: the protocol on stdio, SIGKILL and SIGSTOP of the core,
+and the restart budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from corral.runtime.control import poke
+from tests.acceptance.conftest import CORRAL, CONFIG, Corral, alive
+from tests.helpers import eventually
+
+FAST_CORE = CONFIG + """\
+core:
+  heartbeat_s: 0.2
+  heartbeat_timeout_s: 1.0
+  max_restarts: 3
+  restart_window_s: 60
+"""
+
+
+class CoreProcess:
+    """`corral core` driven over its stdio, as another scheduler would."""
+
+    def __init__(self, c: Corral) -> None:
+        self.proc = subprocess.Popen([CORRAL, "core"], env=c.env(), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.buf = b""
+
+    def send_raw(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.send_raw(json.dumps(msg).encode() + b"\n")
+
+    def recv(self, timeout: float = 10) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buf:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            assert ready, "the core did not answer"
+            chunk = os.read(fd, 65536)
+            assert chunk, "the core closed stdout"
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        msg: dict[str, Any] = json.loads(line)
+        return msg
+
+
+def _job(job_id: str, cwd: str, command: list[str]) -> dict[str, Any]:
+    return {"id": job_id, "state": "QUEUED", "role": "default", "worker": "command",
+            "env_name": "local", "priority": 2, "tenant": "t", "command": command,
+            "cwd": cwd, "env": {}, "options": {},
+            "limits": {"max_attempts": 1, "timeout_s": 30, "grace_s": 1},
+            "created_at": 1.0, "updated_at": 1.0, "sort_at": 1.0}
+
+
+def test_the_core_speaks_json_lines_and_survives_bad_input(corral: Corral,
+                                                           tmp_path: Path) -> None:
+    core = CoreProcess(corral)
+    try:
+        hello = core.recv()
+        assert hello["type"] == "hello" and "command" in hello["workers"]
+        core.send_raw(b"{not json\n")
+        assert core.recv()["type"] == "error"
+        core.send_raw(b"[1, 2]\n")
+        assert "object" in core.recv()["error"]
+        core.send({"type": "launch_missiles", "id": 7})
+        reply = core.recv()
+        assert reply == {"type": "error", "id": 7, "error": "unknown message type "
+                                                            "'launch_missiles'"}
+        core.send_raw(b'{"type": "heartbeat", "pad": "' + b"x" * (1 << 21) + b'"}\n')
+        assert "exceeds the 1048576-byte limit" in core.recv()["error"]
+        core.send({"type": "request_permit", "id": 8})  # missing fields
+        assert core.recv()["id"] == 8
+        core.send({"type": "heartbeat", "id": 9, "seq": 1})
+        assert core.recv()["type"] == "heartbeat"
+
+        job = _job("j-proto", str(tmp_path), ["sh", "-c", "exit 3"])
+        core.send({"type": "request_permit", "id": 10, "job": job, "attempt": 1})
+        granted = core.recv()
+        assert granted["type"] == "permit" and granted["permit"]["job_id"] == "j-proto"
+        attempt = {"id": "a1", "job_id": "j-proto", "index": 1, "state": "STARTING",
+                   "permit_id": granted["permit"]["id"],
+                   "deadline_at": granted["permit"]["deadline_at"], "created_at": 1.0,
+                   "dir": str(tmp_path / "attempt"), "engine_id": "test"}
+        forged = {**granted["permit"], "deadline_at": granted["permit"]["deadline_at"] + 1e6}
+        core.send({"type": "submit_job", "id": 11, "job": job, "attempt": attempt,
+                   "permit": forged})
+        refused = core.recv()
+        assert refused["type"] == "job_completed" and refused["id"] == 11
+        assert refused["result"]["outcome"] == "spawn_error"
+        assert "forged" in refused["result"]["error"]
+        assert not (tmp_path / "attempt").exists()
+        core.send({"type": "submit_job", "id": 12, "job": job, "attempt": attempt,
+                   "permit": granted["permit"]})
+        started = core.recv()
+        assert started["type"] == "job_started" and started["pid"] > 0
+        done = core.recv()
+        assert done["type"] == "job_completed" and done["result"]["exit_code"] == 3
+    finally:
+        assert core.proc.stdin is not None
+        core.proc.stdin.close()
+        assert core.proc.wait(timeout=10) == 0
+
+
+def _ping(c: Corral) -> dict[str, Any]:
+    """The engine's status; empty while it is not answering yet."""
+    return poke(c.data, "ping") or {}
+
+
+def test_sigkill_of_the_core_mid_run_loses_nothing_and_runs_nothing_twice(
+        tmp_path: Path) -> None:
+    c = Corral(tmp_path, FAST_CORE)
+    try:
+        runs, started = tmp_path / "runs", tmp_path / "started"
+        script = (f'echo "$$" >> {started}; sleep 1.5; echo "$CORRAL_JOB_ID" >> {runs}')
+        ids = [c.submit("sh", "-c", script) for _ in range(4)]
+        c.serve()
+        eventually(lambda: started.exists() and len(started.read_text().split()) == 4,
+                   what="four attempts running")
+        first = eventually(lambda: _ping(c), what="the engine")
+        os.kill(first["core_pid"], signal.SIGKILL)
+        for job_id in ids:
+            assert c.wait(job_id) == 0
+        assert sorted(runs.read_text().split()) == sorted(ids)
+        assert all(len(c.job(i)["attempts"]) == 1 for i in ids)
+        after = _ping(c)
+        assert after["core_restarts"] == 1 and after["core_pid"] != first["core_pid"]
+        assert not any(alive(int(p)) for p in started.read_text().split())
+    finally:
+        c.stop_all()
+
+
+def test_a_stopped_core_misses_heartbeats_and_is_replaced(tmp_path: Path) -> None:
+    c = Corral(tmp_path, FAST_CORE)
+    try:
+        c.serve()
+        assert c.wait(c.submit("true")) == 0
+        stuck = _ping(c)["core_pid"]
+        os.kill(stuck, signal.SIGSTOP)
+        fresh = eventually(lambda: _ping(c).get("core_pid") not in (None, stuck)
+                           and _ping(c)["core_pid"], what="a new core")
+        assert fresh != stuck and not alive(stuck)
+        assert c.wait(c.submit("true")) == 0, "the new core grants and runs work"
+    finally:
+        c.stop_all()
+
+
+def test_a_crash_loop_spends_the_restart_budget_and_escalates(tmp_path: Path) -> None:
+    c = Corral(tmp_path, FAST_CORE)
+    try:
+        c.serve()
+        for _ in range(4):  # budget: 3 restarts in the window
+            pid = eventually(lambda: _ping(c).get("core_pid"), what="a core")
+            os.kill(pid, signal.SIGKILL)
+            eventually(lambda p=pid: _ping(c).get("core_pid") not in (None, p)
+                       or _ping(c).get("core_given_up"), what="the supervisor to react")
+        assert eventually(lambda: _ping(c).get("core_given_up"), what="the supervisor to give up")
+        assert "restart budget spent" in c.engine_log()
+        job_id = c.submit("true")
+        assert c.wait(job_id, timeout=1.5) == 124, "no new work is started after giving up"
+    finally:
+        c.stop_all()
