@@ -52,6 +52,7 @@ READY_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 600.0
 STALL_S = 30.0  # give up on a run when no job ended for this long
 QUICK_STALL_S = 5.0
+STRAY_GRACE_S = 3.0  # how long the engine's children may outlive it before we call them strays
 W1_TARGET = 0.8
 MODES = ("live", "drain", "inprocess")
 CORES = ("default", "process", "inline")
@@ -193,12 +194,16 @@ def strays(marker: str) -> list[int]:
     return found
 
 
-def reap_strays(marker: str) -> list[int]:
-    """Report and end (by pid) processes this run left behind."""
-    found = strays(marker)
-    for pid in found:
-        with contextlib.suppress(ProcessLookupError):
+def reap_strays(marker: str) -> list[str]:
+    """End (by pid) the processes this run left behind; their command lines."""
+    found = []
+    for pid in strays(marker):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
+        found.append(cmd.strip()[:200])
     return found
 
 
@@ -549,9 +554,13 @@ def run_corral(wl: Workload, work: Path, opts: Options) -> RunStats:
     runner = {"drain": run_corral_drain, "inprocess": run_corral_inprocess,
               "live": run_corral_live}[opts.mode]
     stats = (run_corral_crash if wl.crash else runner)(wl, work, opts)
+    deadline = time.monotonic() + STRAY_GRACE_S  # let exiting children go first
+    while strays(str(work)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     left = reap_strays(str(work))
     if left:
         stats.extra["stray_processes"] = len(left)
+        stats.extra["stray_cmdlines"] = left
     return stats
 
 
@@ -607,7 +616,7 @@ def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
     }
     for key in ("cpu_s", "lost", "duplicated", "recovery_s", "succeeded_without_run", "at_kill",
                 "recovered_events", "restart_rc", "restart_log", "engine_ready_s",
-                "engine_only_s", "stray_processes"):
+                "engine_only_s", "stray_processes", "stray_cmdlines"):
         if key in corral.extra:
             row[key] = corral.extra[key]
     if wl.name == "W1":

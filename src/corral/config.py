@@ -110,6 +110,7 @@ class CoreModel(_Strict):
 
 
 class WorkerModel(_Strict):
+    adapter: Literal["command"] | None = None  # a kind of your own that runs commands
     max_inflight: int | None = Field(None, ge=1, le=10_000)
     rate: RateModel | None = None
 
@@ -302,7 +303,8 @@ def _mechanism(model: ConfigModel) -> _Mechanism:
     gauges = {name: Thresholds(**t.model_dump()) for name in GAUGES
               if (t := getattr(w, name)) is not None}
     return _Mechanism(
-        workers={n: WorkerSpec(name=n, max_inflight=m.max_inflight, rate=_rate(m.rate))
+        workers={n: WorkerSpec(name=n, adapter=m.adapter, max_inflight=m.max_inflight,
+                               rate=_rate(m.rate))
                  for n, m in model.workers.items()},
         providers={n: ProviderSpec(name=n, rate=_rate(m.rate))
                    for n, m in model.providers.items()},

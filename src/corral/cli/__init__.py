@@ -24,7 +24,7 @@ from corral.domain.states import DedupMode, JobState
 from corral.runtime.control import poke
 from corral.runtime.engine import Engine, build_store, submissions
 
-from . import views
+from . import mechanism, views
 
 T = TypeVar("T")
 
@@ -38,13 +38,7 @@ dlq_app = typer.Typer(no_args_is_help=True, help="The dead-letter queue: jobs wh
                                                  "or purge.")
 app.add_typer(dlq_app, name="dlq")
 
-DataDir = Annotated[Path | None, typer.Option(
-    "--data-dir", envvar="CORRAL_DATA_DIR", help="Where the engine keeps its database, logs and "
-    "socket (default: ~/.local/share/corral).", show_default=False)]
-ConfigOpt = Annotated[Path | None, typer.Option(
-    "--config", envvar="CORRAL_CONFIG", help="corral.yaml to read (default: ./corral.yaml, "
-    "then <data dir>/corral.yaml, then built-in defaults).", show_default=False)]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+from .options import ConfigOpt, DataDir, JsonOpt  # noqa: E402
 
 # How `submit --wait` reports a job's end (documented in docs/reference/cli.md).
 WAIT_EXIT = {JobState.TIMED_OUT: 124, JobState.CANCELLED: 130, JobState.KILLED: 137,
@@ -164,6 +158,8 @@ def submit(
     setenv: Annotated[list[str] | None, typer.Option(
         "--setenv", "-e", help="NAME=VALUE for the job's environment (repeatable).")] = None,
     tenant: Annotated[str, typer.Option("--tenant")] = "default",
+    worker: Annotated[str | None, typer.Option(
+        "--worker", help="Worker kind (default: the role's, for commands `command`).")] = None,
     wait: Annotated[bool, typer.Option(
         "--wait", help="Follow the job and exit with its exit code.")] = False,
     as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
@@ -184,7 +180,7 @@ def submit(
                        priority=priority, tenant=tenant, key=key, dedup=dedup, limits=limits,
                        after=tuple(after or ()),
                        cwd=str(cwd.expanduser().resolve()) if cwd else str(Path.cwd()),
-                       env=_parse_env(setenv or []))
+                       env=_parse_env(setenv or []), worker=worker)
     except CorralError as err:
         fail(err)
     result = with_store(cfg, lambda st: submissions(st, cfg).submit(spec))
@@ -404,6 +400,13 @@ def demo(data_dir: Annotated[Path | None, typer.Option(
         raise typer.Exit(run_demo(data_dir))
     except CorralError as err:
         fail(err)
+
+
+def _data_dir_of(data_dir: Path | None) -> Path:
+    return _config_or_fail(data_dir, None).data_dir
+
+
+mechanism.register(app, _data_dir_of)
 
 
 def main() -> None:

@@ -74,3 +74,9 @@ class EngineRunning(CorralError):
     """Another engine already serves this data directory."""
 
     exit_code = 6
+
+
+class EngineNotRunning(CorralError):
+    """The request needs a running engine and none answers on this data directory."""
+
+    exit_code = 7

@@ -82,6 +82,7 @@ class WorkerSpec:
     """Budgets of one worker kind, whichever role uses it."""
 
     name: str
+    adapter: str | None = None  # "command": an operator-defined kind that runs commands
     max_inflight: int | None = None  # None: no cap of its own
     rate: RateSpec | None = None
 

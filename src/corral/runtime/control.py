@@ -11,7 +11,7 @@ import hashlib
 import json
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,15 @@ def socket_path(data_dir: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"corral-{digest}.sock"
 
 
-def poke(data_dir: Path, op: str = "wake", timeout: float = 0.5) -> dict[str, Any] | None:
-    """Tell a running engine to look now; None when no engine answers."""
+def poke(data_dir: Path, op: str = "wake", timeout: float = 0.5,
+         **fields: Any) -> dict[str, Any] | None:
+    """Tell a running engine to look now (or ask it something); None when none answers."""
     path = socket_path(data_dir)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect(str(path))
-            s.sendall(json.dumps({"op": op}).encode() + b"\n")
+            s.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
             data = b""
             while not data.endswith(b"\n") and len(data) < MAX_LINE:
                 chunk = s.recv(4096)
@@ -53,7 +54,7 @@ def poke(data_dir: Path, op: str = "wake", timeout: float = 0.5) -> dict[str, An
     return answer
 
 
-Handler = Callable[[dict[str, Any]], dict[str, Any]]
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 async def serve_control(data_dir: Path, handle: Handler) -> None:
@@ -80,7 +81,7 @@ async def _answer(stream: SocketStream, handle: Handler) -> None:
             request = json.loads(data)
             if not isinstance(request, dict):
                 raise ValueError("not an object")
-            reply = handle(request)
+            reply = await handle(request)
         except ValueError as err:
             reply = {"ok": False, "error": f"malformed request: {err}"}
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):

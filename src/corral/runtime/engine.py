@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -21,7 +22,7 @@ from corral.core.gateway import Core
 from corral.core.link import CoreLink, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Store
-from corral.domain.errors import EngineRunning, StoreError
+from corral.domain.errors import CorralError, EngineRunning, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt
 from corral.runtime.control import serve_control
@@ -54,16 +55,19 @@ def build_store(config: Config) -> Store:
 
 def build_core(config: Config) -> Core:
     gate = PermitGate(config.settings)
-    return Core(gate, {"command": CommandWorker(gate.validate)})
+    return Core(gate, {kind: CommandWorker(gate.validate, kind)
+                       for kind in worker_kinds(config)})
 
 
-def worker_kinds() -> frozenset[str]:
+def worker_kinds(config: Config) -> frozenset[str]:
     """The worker kinds this build can run (submissions naming others are refused)."""
-    return frozenset({"command"})
+    own = {n for n, w in config.settings.workers.items() if w.adapter == "command"}
+    return frozenset({"command", *own})
 
 
 def submissions(store: Store, config: Config) -> Submissions:
-    return Submissions(store, config.settings, time.time, worker_kinds())
+    kinds = worker_kinds(config)
+    return Submissions(store, config.settings, time.time, kinds, command_workers=kinds)
 
 
 class ServeLock:
@@ -107,6 +111,12 @@ class Engine:
         self.link = CoreLink()
         self.supervisor: CoreSupervisor | None = None
         self._stale: set[str] = set()
+        # Escalations raised by the engine itself (a core crash loop), shown with the core's.
+        self.escalations: dict[str, dict[str, Any]] = {}
+        # The core's breakers, escalations and spend, kept here so a restarted core resumes them.
+        self._core_state: dict[str, Any] | None = None
+        self._state_dirty = False
+        self.link.on_event = self._on_core_event
         self.dispatcher = Dispatcher(
             store=self.store, core=self.link, settings=config.settings,
             options=DispatchOptions(engine_id=self.id,
@@ -118,7 +128,7 @@ class Engine:
         # PostgreSQL: only attempts of engines that stopped heart-beating.
         return self.config.store_url is None or attempt.engine_id in self._stale
 
-    def _control(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "wake":
             self.dispatcher.wake(stops=True)
@@ -130,7 +140,29 @@ class Engine:
                     "core_pid": sup.pid if sup else os.getpid(),
                     "core_restarts": (sup.generation - 1) if sup else 0,
                     "core_given_up": sup.given_up if sup else False}
+        if op == "core":
+            return await self._core_control(request)
         return {"ok": False, "error": f"unknown op {op!r}"}
+
+    async def _core_control(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Relay an operator request to the core (snapshot, reset_breaker, clear_escalation)."""
+        fields = {k: v for k, v in request.items() if k not in ("op", "core_op")}
+        core_op = str(request.get("core_op"))
+        if core_op == "clear_escalation" and fields.get("escalation") in self.escalations:
+            del self.escalations[str(fields["escalation"])]
+            return {"ok": True, "result": fields["escalation"]}
+        try:
+            result = await self.link.control(core_op, **fields)
+        except CorralError as err:
+            return {"ok": False, "error": str(err)}
+        if core_op == "snapshot" and isinstance(result, dict):
+            result["escalations"] = [*self.escalations.values(), *result.get("escalations", [])]
+            result["core"] = {"pid": self.supervisor.pid if self.supervisor else os.getpid(),
+                              "restarts": (self.supervisor.generation - 1)
+                              if self.supervisor else 0}
+        if core_op in ("reset_breaker", "clear_escalation"):
+            self._state_dirty = True
+        return {"ok": True, "result": result}
 
     async def run(self, *, drain: bool = False,
                   on_ready: Callable[[Engine], None] | None = None) -> None:
@@ -154,6 +186,7 @@ class Engine:
             await self._start_core(tg)
             tg.start_soon(serve_control, self.config.data_dir, self._control)
             tg.start_soon(self._heartbeat)
+            tg.start_soon(self._keep_core_state)
             tg.start_soon(self._signals, tg.cancel_scope)
             if on_ready is not None:
                 tg.start_soon(_when_ready, ready, lambda: on_ready(self))
@@ -174,13 +207,42 @@ class Engine:
             SupervisorOptions(heartbeat_s=cfg.heartbeat_s,
                               heartbeat_timeout_s=cfg.heartbeat_timeout_s,
                               max_restarts=cfg.max_restarts, window_s=cfg.restart_window_s),
-            on_restart=self.dispatcher.core_restarted, on_escalation=self._escalate)
+            on_restart=self._core_restarted, on_escalation=self._escalate)
         tg.start_soon(self.supervisor.run)
         with anyio.fail_after(30):
             await self.supervisor.wait_connected()
 
     async def _escalate(self, reason: str, message: str) -> None:
         log.error("escalation %s: %s", reason, message)
+        eid = new_id()
+        self.escalations[eid] = {"id": eid, "scope": "global", "target": "core",
+                                 "reason": reason, "severity": "fatal", "message": message,
+                                 "opened_at": time.time(), "data": {},
+                                 "action": "safe_stop_finish"}
+
+    def _on_core_event(self, msg: dict[str, Any]) -> None:
+        event = msg.get("event") or {}
+        if event.get("kind") in ("breaker", "escalation", "defense"):
+            log.warning("core %s %s %s: %s", event.get("kind"), event.get("name"),
+                        event.get("state"), event.get("message"))
+            self._state_dirty = True
+
+    async def _keep_core_state(self) -> None:
+        """Fetch the core's state after it changed, so a restarted core can resume it."""
+        while True:
+            await anyio.sleep(1.0)
+            if self._state_dirty and self.link.connected:
+                try:
+                    self._core_state = await self.link.control("state")
+                    self._state_dirty = False
+                except CorralError:
+                    continue
+
+    async def _core_restarted(self) -> None:
+        if self._core_state is not None:
+            with contextlib.suppress(CorralError):
+                await self.link.control("restore", state=self._core_state)
+        await self.dispatcher.core_restarted()
 
     async def _stale_engines(self, now: float) -> set[str]:
         return set(await self.store.stale_engines(before=now - STALE_ENGINE_S, exclude=self.id))

@@ -80,6 +80,8 @@ class Dispatcher:
         self._flush_wanted = anyio.Event()
         self._tg: TaskGroup | None = None
         self._retry_due: float | None = None
+        self._rejected: dict[str, str] = {}  # job id → last permit refusal reason recorded
+        self._rejections: list[JobEvent] = []
         self.started = 0
         self.finished = 0
 
@@ -151,6 +153,8 @@ class Dispatcher:
             claims = [c for c in [await self._claim(job, now) for job in jobs] if c is not None]
         except CoreUnavailable:
             return False  # the supervisor restarts the core and wakes us
+        finally:
+            await self._record_rejections()
         if not claims:
             return False
         won = await self.store.start_attempts(claims, now=now)
@@ -169,12 +173,29 @@ class Dispatcher:
         index = job.attempts + 1
         permit = await self.core.request_permit(job, index)
         if isinstance(permit, Rejected):
-            return None  # at a cap: the job waits for a slot, it never fails for lack of one
+            # The job waits (it never fails for lack of a slot); the refusal is recorded once
+            # per reason so a long wait does not flood its timeline.
+            if self._rejected.get(job.id) != permit.reason:
+                self._rejected[job.id] = permit.reason
+                self._rejections.append(JobEvent(
+                    job_id=job.id, at=now, kind="permit_rejected", message=permit.message,
+                    attempt=index, data={"reason": permit.reason,
+                                         "retry_after_s": permit.retry_after_s}))
+            return None
+        self._rejected.pop(job.id, None)
         attempt = Attempt(
             id=new_id(), job_id=job.id, index=index, state=AttemptState.STARTING,
             permit_id=permit.id, deadline_at=permit.deadline_at, created_at=now,
             dir=str(self.opts.attempts_root / job.id / str(index)), engine_id=self.opts.engine_id)
         return Claimed(job=job, attempt=attempt, permit=permit)
+
+    async def _record_rejections(self) -> None:
+        events, self._rejections = self._rejections, []
+        if events:
+            await self.store.append_events(events)
+        if len(self._rejected) > 10_000:  # forget the oldest; worst case one repeated event
+            for job_id in list(self._rejected)[:5_000]:
+                del self._rejected[job_id]
 
     async def _apply_stops(self) -> None:
         for job, _attempt in await self.store.inflight():

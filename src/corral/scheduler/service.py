@@ -90,9 +90,11 @@ class Submissions:
     """Validates submissions and stop requests, then hands them to the store."""
 
     def __init__(self, store: Store, settings: Settings, clock: Callable[[], float],
-                 workers: frozenset[str]) -> None:
+                 workers: frozenset[str],
+                 command_workers: frozenset[str] = frozenset({"command"})) -> None:
         self.store = store
         self.settings = settings
+        self.command_workers = command_workers  # kinds that run a job's command
         self.clock = clock
         self.workers = workers
 
@@ -112,7 +114,7 @@ class Submissions:
         if not PRIORITY_CRITICAL <= spec.priority <= PRIORITY_BACKLOG:
             raise InvalidRequest(
                 f"priority must be 0 (critical) … 4 (backlog), got {spec.priority}")
-        worker = spec.worker or ("command" if spec.command else role.worker)
+        worker = spec.worker or self._default_worker(spec, role.worker)
         if worker not in self.workers:
             raise InvalidRequest(f"worker kind {worker!r} is not available "
                                  f"(available: {', '.join(sorted(self.workers))})")
@@ -158,6 +160,13 @@ class Submissions:
             env_max_queued=env.max_queued if env else None,
             workspace_policy=role.workspace_policy if role else WorkspacePolicy.SERIALIZE,
             retry_after_s=s.scheduler.backpressure_retry_after_s)
+
+    def _default_worker(self, spec: JobSpec, role_worker: str) -> str:
+        """A command job runs on its role's kind when that kind runs commands, else `command`;
+        a prompt job runs on its role's kind."""
+        if not spec.command:
+            return role_worker
+        return role_worker if role_worker in self.command_workers else "command"
 
     @staticmethod
     def _check_limits(limits: Limits) -> None:

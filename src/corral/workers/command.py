@@ -71,10 +71,11 @@ def job_env(job: Job, base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class CommandWorker:
-    kind = "command"
+    """Runs `job.command`; also serves operator-defined kinds (`workers.K.adapter: command`)."""
 
-    def __init__(self, validate: Callable[[Permit], None]) -> None:
+    def __init__(self, validate: Callable[[Permit], None], kind: str = "command") -> None:
         self._validate = validate
+        self.kind = kind
 
     def argv(self, job: Job) -> list[str]:
         return list(job.command)
@@ -83,7 +84,8 @@ class CommandWorker:
         self._validate(permit)  # no process without a live permit, whoever calls
         proc = process.spawn(
             attempt_dir=Path(attempt.dir), argv=self.argv(job), cwd=job.cwd,
-            env=job_env(job.with_(attempts=attempt.index)), grace_s=permit.grace_s,
+            env={**job_env(job.with_(attempts=attempt.index)), "CORRAL_WORKER": self.kind},
+            grace_s=permit.grace_s,
             deadline_epoch_s=permit.deadline_at)
         return ShimAttempt(proc)
 

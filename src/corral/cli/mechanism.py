@@ -1,0 +1,129 @@
+"""`corral breakers`, `corral escalations`, `corral status`: the core's live mechanism state,
+asked of the running engine through its control socket."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from corral.domain.errors import CorralError, EngineNotRunning
+from corral.runtime.control import poke
+
+from .options import DataDir, JsonOpt
+from .views import console
+
+
+def ask_core(data_dir: Path, core_op: str, **fields: Any) -> Any:
+    """One request to the core of the engine serving `data_dir`."""
+    answer = poke(data_dir, "core", timeout=10, core_op=core_op, **fields)
+    if answer is None:
+        raise EngineNotRunning(f"no engine is serving {data_dir}: start `corral serve` first")
+    if not answer.get("ok"):
+        raise CorralError(str(answer.get("error")))
+    return answer.get("result")
+
+
+def _t(at: float | None) -> str:
+    return "-" if not at else dt.datetime.fromtimestamp(at).strftime("%H:%M:%S")
+
+
+def print_breakers(snapshot: dict[str, Any]) -> None:
+    breakers = snapshot.get("breakers") or []
+    if not breakers:
+        console.print("no breaker has seen a result yet (all CLOSED)")
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("breaker", "state", "since", "calls", "failures", "rate", "reason"):
+        table.add_column(col)
+    for b in breakers:
+        table.add_row(b.get("name", "?"), b.get("state", "?"), _t(b.get("since")),
+                      str(b.get("calls", "")), str(b.get("failures", "")),
+                      f"{b.get('failure_rate', 0):.2f}" if "failure_rate" in b else "",
+                      str(b.get("reason") or ""))
+    console.print(table)
+    for b in breakers:
+        for h in b.get("history") or []:
+            console.print(f"  {_t(h.get('at'))}  {b.get('name')}: {h.get('from', '?')} → "
+                          f"{h.get('to', h.get('state', '?'))}  {h.get('reason', '')}",
+                          markup=False)
+
+
+def print_escalations(items: list[dict[str, Any]]) -> None:
+    if not items:
+        console.print("no active escalations")
+        return
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("id", "scope", "target", "reason", "severity", "action", "opened", "message"):
+        table.add_column(col, overflow="fold" if col == "message" else "ellipsis")
+    for e in items:
+        table.add_row(e["id"], e["scope"], e["target"], e["reason"], e.get("severity", ""),
+                      e.get("action", ""), _t(e.get("opened_at")), e.get("message", ""))
+    console.print(table)
+
+
+def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
+    """Add the mechanism commands to the `corral` app."""
+    breakers = typer.Typer(help="Circuit breakers per worker kind and provider: state, history, "
+                                "operator reset.", invoke_without_command=True)
+    escalations = typer.Typer(no_args_is_help=True,
+                              help="Escalations (FATAL conditions): list and clear.")
+    app.add_typer(breakers, name="breakers")
+    app.add_typer(escalations, name="escalations")
+
+    @breakers.callback()
+    def breakers_show(ctx: typer.Context, data_dir: DataDir = None,
+                      as_json: JsonOpt = False) -> None:
+        """Show every breaker's state and its recent transitions."""
+        if ctx.invoked_subcommand is not None:
+            return
+        snap = ask_core(resolve(data_dir), "snapshot")
+        if as_json:
+            typer.echo(json.dumps(snap.get("breakers", []), indent=2))
+        else:
+            print_breakers(snap)
+
+    @breakers.command("reset")
+    def breakers_reset(name: Annotated[str, typer.Argument(
+                           help="Breaker name: worker:KIND, provider:P, model:M, or a kind.")],
+                       data_dir: DataDir = None) -> None:
+        """Close a breaker by hand (recorded as an operator reset)."""
+        ask_core(resolve(data_dir), "reset_breaker", name=name)
+        typer.echo(f"breaker {name} reset to CLOSED")
+
+    @escalations.command("list")
+    def escalations_list(data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
+        """Active escalations, with their scope and the action they took."""
+        items = ask_core(resolve(data_dir), "snapshot").get("escalations", [])
+        if as_json:
+            typer.echo(json.dumps(items, indent=2))
+        else:
+            print_escalations(items)
+
+    @escalations.command("clear")
+    def escalations_clear(escalation: Annotated[str, typer.Argument(help="Escalation id.")],
+                          data_dir: DataDir = None) -> None:
+        """End an escalation: its action (isolation, workspace lock, safe stop) is lifted."""
+        cleared = ask_core(resolve(data_dir), "clear_escalation", escalation=escalation)
+        typer.echo(f"escalation {cleared} cleared")
+
+    @app.command("status")
+    def status(data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
+        """The engine's live mechanism: permits, watchdog gauges and stage, budgets."""
+        snap = ask_core(resolve(data_dir), "snapshot")
+        if as_json:
+            typer.echo(json.dumps(snap, indent=2))
+            return
+        wd = snap.get("watchdog", {})
+        console.print(f"core pid {snap.get('core', {}).get('pid')}  restarts "
+                      f"{snap.get('core', {}).get('restarts')}  permits live "
+                      f"{snap.get('permits', {}).get('live')}  defense stage "
+                      f"{wd.get('stage_name')} ({wd.get('cause') or 'no cause'})")
+        for name, value in (wd.get("gauges") or {}).items():
+            console.print(f"  {name:<28} {value:g}")
+        print_escalations(snap.get("escalations", []))

@@ -1,0 +1,147 @@
+"""The core mechanism through the running engine with real processes: breakers fed by real
+failing workers, fallback kinds, the watchdog shedding under a stall, crash-loop escalation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.acceptance.conftest import Corral
+from tests.helpers import eventually
+
+BASE = """\
+scheduler: {poll_interval_s: 0.1}
+core: {heartbeat_s: 0.5, heartbeat_timeout_s: 5}
+environments:
+  local: {max_inflight: 8}
+workers:
+  alpha: {adapter: command}
+  beta: {adapter: command}
+"""
+
+
+def _snapshot(c: Corral) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(c.ok("status", "--json"))
+    return data
+
+
+def _breaker(c: Corral, name: str) -> dict[str, Any]:
+    return next((b for b in _snapshot(c)["breakers"] if b["name"] == name), {})
+
+
+def _attempt_times(c: Corral, job_id: str) -> tuple[str, str]:
+    a = c.job(job_id)["attempts"][-1]
+    return a["started"], a["ended"]
+
+
+def test_breaker_opens_on_real_failures_and_closes_through_one_probe(tmp_path: Path) -> None:
+    c = Corral(tmp_path, BASE + """\
+breakers: {min_calls: 3, consecutive_failures: 3, open_s: 1.0, window_s: 60}
+roles:
+  default: {concurrency: 4, limits: {max_attempts: 1}}
+""")
+    try:
+        c.serve()
+        for _ in range(3):
+            assert c.run("submit", "--wait", "--", "sh", "-c", "exit 1").returncode == 1
+        opened = eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN"
+                            and _breaker(c, "worker:command"), what="the breaker to open")
+        assert opened["state"] == "OPEN"
+        probe = c.submit("sh", "-c", "sleep 3")
+        others = [c.submit("sh", "-c", "sleep 0.2") for _ in range(3)]
+        for job_id in (probe, *others):
+            assert c.wait(job_id) == 0
+        probe_end = _attempt_times(c, probe)[1]
+        # exactly one probe ran while HALF_OPEN: the others started only after it closed
+        assert all(_attempt_times(c, j)[0] >= probe_end for j in others)
+        rejected = [e for j in others for e in c.job(j)["timeline"]
+                    if e["kind"] == "permit_rejected"]
+        assert rejected and {e["data"]["reason"] for e in rejected} == {"CIRCUIT_OPEN"}
+        closed = _breaker(c, "worker:command")
+        assert closed["state"] == "CLOSED"
+        history = [h.get("to", h.get("state")) for h in closed["history"]]
+        assert history[-3:] == ["OPEN", "HALF_OPEN", "CLOSED"]
+        listed = json.loads(c.ok("breakers", "--json"))
+        assert any(b["name"] == "worker:command" for b in listed)
+    finally:
+        c.stop_all()
+
+
+def test_an_open_breaker_sends_the_role_to_its_fallback_kind(tmp_path: Path) -> None:
+    c = Corral(tmp_path, BASE + """\
+breakers: {min_calls: 2, consecutive_failures: 2, open_s: 300}
+roles:
+  default: {worker: alpha, fallback_workers: [beta], concurrency: 2, limits: {max_attempts: 1}}
+""")
+    try:
+        c.serve()
+        script = 'test "$CORRAL_WORKER" = beta'  # only the fallback kind can do this job
+        for _ in range(2):
+            assert c.run("submit", "--wait", "--", "sh", "-c", script).returncode == 1
+        eventually(lambda: _breaker(c, "worker:alpha").get("state") == "OPEN",
+                   what="alpha's breaker to open")
+        assert c.run("submit", "--wait", "--", "sh", "-c", script).returncode == 0
+        c.ok("breakers", "reset", "worker:alpha")
+        assert _breaker(c, "worker:alpha")["state"] == "CLOSED"
+    finally:
+        c.stop_all()
+
+
+def test_the_watchdog_sheds_low_priority_work_under_a_stall_and_recovers(
+        tmp_path: Path) -> None:
+    c = Corral(tmp_path, BASE + """\
+watchdog:
+  stall_s: 0.5
+  recover_s: 0.5
+  shed_min_priority: 3
+  stalled_attempts: {shed: 1}
+roles:
+  default: {concurrency: 4}
+""")
+    try:
+        c.serve()
+        silent = c.submit("sleep", "30", opts=("--priority", "1"))  # no output: a stall
+        eventually(lambda: _snapshot(c)["watchdog"]["stage_name"] != "normal",
+                   what="the watchdog to react to the stall")
+        low = c.submit("true", opts=("--priority", "4"))
+        urgent = c.submit("true", opts=("--priority", "0"))
+        assert c.wait(urgent) == 0, "work above the shed line still runs"
+        assert c.job(low)["state"] == "QUEUED", "backlog work is shed while the stall lasts"
+        c.ok("cancel", silent)
+        assert c.wait(silent) == 130
+        assert c.wait(low) == 0, "the stage steps down and shed work runs"
+        reasons = {e["data"]["reason"] for e in c.job(low)["timeline"]
+                   if e["kind"] == "permit_rejected"}
+        assert reasons == {"QUEUE_STALL"}
+        assert _snapshot(c)["watchdog"]["stage_name"] == "normal"
+    finally:
+        c.stop_all()
+
+
+def test_a_crash_loop_isolates_the_worker_kind_until_an_operator_clears_it(
+        tmp_path: Path) -> None:
+    c = Corral(tmp_path, BASE + """\
+escalation: {crash_loop_per_min: 3}
+breakers: {min_calls: 100, consecutive_failures: 100}
+roles:
+  default: {worker: alpha, concurrency: 4, limits: {max_attempts: 1}}
+""")
+    try:
+        c.serve()
+        for _ in range(3):  # each attempt dies of a signal nobody sent it: a crash
+            assert c.run("submit", "--wait", "--", "sh", "-c", "kill -9 $$").returncode == 1
+        items = eventually(lambda: json.loads(c.ok("escalations", "list", "--json")),
+                           what="an escalation")
+        assert [(e["scope"], e["target"], e["reason"]) for e in items] == [
+            ("workerKind", "alpha", "crash_loop")]
+        blocked = c.submit("true")
+        assert c.wait(blocked, timeout=1.0) == 124, "an isolated kind gets no permits"
+        reasons = {e["data"]["reason"] for e in c.job(blocked)["timeline"]
+                   if e["kind"] == "permit_rejected"}
+        assert reasons == {"FATAL_MODE"}
+        c.ok("escalations", "clear", items[0]["id"])
+        assert c.wait(blocked) == 0
+        assert json.loads(c.ok("escalations", "list", "--json")) == []
+    finally:
+        c.stop_all()
