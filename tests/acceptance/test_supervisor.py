@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.runtime.control import poke
-from tests.acceptance.conftest import CORRAL, CONFIG, Corral, alive
+from tests.acceptance.conftest import CONFIG, CORRAL, Corral, alive
 from tests.helpers import eventually
 
 FAST_CORE = CONFIG + """\
