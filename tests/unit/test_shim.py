@@ -246,12 +246,23 @@ def test_terminate_kills_every_descendant_even_in_other_sessions(
     proc = start("sh", "-c", script)
     eventually(lambda: read(proc.attempt_dir / "stdout.log"), what="job started")
     # sh, `sleep`, the renamed sleep and the double-forked python orphan (now the shim's child)
-    tree = eventually(lambda: at_least(4, descendants(proc.pid)), what="the whole tree")
     child_pid = int(read(proc.attempt_dir / "child.pid"))
+
+    def settled() -> list[int] | None:
+        """The whole tree, once the double fork's middle process is gone and its orphan has
+        been reparented to the shim (under load that takes a moment)."""
+        tree = at_least(4, descendants(proc.pid))
+        try:
+            orphaned = tree and any(
+                int(read(Path(f"/proc/{p}/stat")).rsplit(")", 1)[1].split()[1]) == proc.pid
+                for p in tree if p != child_pid)  # fmt: skip
+        except (FileNotFoundError, ProcessLookupError):
+            return None  # a process of the tree was mid-exit: look again
+        return tree if orphaned else None
+
+    tree = eventually(settled, what="the whole tree, an orphan reparented to the shim")
     assert {comm(p) for p in tree} >= {"sh", "sleep", "x) (y z"}
     assert sum(sid(p) != sid(child_pid) for p in tree) >= 2  # out of reach of a group kill
-    assert any(int(read(Path(f"/proc/{p}/stat")).rsplit(")", 1)[1].split()[1]) == proc.pid
-               for p in tree if p != child_pid)  # fmt: skip  # an orphan reparented to the shim
 
     proc.terminate()
     result = wait(proc)
