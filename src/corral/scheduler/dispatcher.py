@@ -203,6 +203,11 @@ class Dispatcher:
                 continue
             live = self._live.get(job.id)
             kind = job.stop_kind or "cancel"
+            if job.workspace and job.cancel_requested.startswith("superseded by") and (
+                    live is None or live.stop_sent is None):
+                # latest-wins churn on one workspace is something the core escalates
+                with contextlib.suppress(CorralError):
+                    await self.core.control("note_superseded", workspace=job.workspace)
             if live is None or not live.started:
                 self._pending_stop[job.id] = kind  # not started yet: stopped right after spawn
             elif live.stop_sent is None:
