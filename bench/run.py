@@ -543,6 +543,29 @@ def run_corral_crash(wl: Workload, work: Path, opts: Options) -> RunStats:
     return stats
 
 
+def phases(db: Path, concurrency: int, elapsed_s: float) -> dict[str, Any] | None:
+    """Where a succeeded job's time went (medians, ms): queued (submitted -> claimed), start
+    (claimed -> recorded RUNNING), run (RUNNING -> process ended, by the shim's clock), finish
+    (process ended -> job durable); and how busy the slots were (sum of runs / C x elapsed)."""
+    sql = ("SELECT j.created_at, a.created_at, a.started_at, a.ended_at, j.updated_at"
+           " FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.idx = j.attempts"
+           " WHERE j.state = 'SUCCEEDED'")
+    try:
+        with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
+            rows = [r for r in conn.execute(sql).fetchall() if None not in r]
+    except sqlite3.Error:
+        return None  # another schema: skip the breakdown
+    if not rows:
+        return None
+    cols = {"queued": (0, 1), "start": (1, 2), "run": (2, 3), "finish": (3, 4)}
+    out: dict[str, Any] = {
+        name: round(percentile([r[b] - r[a] for r in rows], 50) * 1000, 1)
+        for name, (a, b) in cols.items()}
+    busy = sum(r[3] - r[2] for r in rows)
+    out["slot_utilization"] = round(busy / (concurrency * elapsed_s), 3) if elapsed_s else None
+    return out
+
+
 def _count_events(db: Path, kind: str) -> int:
     with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
         row = conn.execute("SELECT COUNT(*) FROM job_events WHERE kind = ?", (kind,)).fetchone()
@@ -554,6 +577,8 @@ def run_corral(wl: Workload, work: Path, opts: Options) -> RunStats:
     runner = {"drain": run_corral_drain, "inprocess": run_corral_inprocess,
               "live": run_corral_live}[opts.mode]
     stats = (run_corral_crash if wl.crash else runner)(wl, work, opts)
+    stats.extra["phases_ms"] = phases(work / "data" / "corral.db", wl.concurrency,
+                                      stats.elapsed_s)
     deadline = time.monotonic() + STRAY_GRACE_S  # let exiting children go first
     while strays(str(work)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -614,7 +639,7 @@ def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
         "states": corral.extra.get("states", {}),
         "baseline_cpu_s": bare.extra.get("cpu_s"),
     }
-    for key in ("cpu_s", "lost", "duplicated", "recovery_s", "succeeded_without_run", "at_kill",
+    for key in ("cpu_s", "phases_ms", "lost", "duplicated", "recovery_s", "succeeded_without_run", "at_kill",
                 "recovered_events", "restart_rc", "restart_log", "engine_ready_s",
                 "engine_only_s", "stray_processes", "stray_cmdlines"):
         if key in corral.extra:
