@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from corral.runtime.control import poke
+from tests.helpers import eventually
+
 CORRAL = str(Path(sys.executable).with_name("corral"))
 
 CONFIG = """\
@@ -70,10 +73,15 @@ class Corral:
         return data
 
     def serve(self, *extra: str) -> subprocess.Popen[bytes]:
+        """Start an engine; unless it drains, return once it answers on its socket."""
         log = (self.data / "engine-test.log").open("ab")
         proc = subprocess.Popen([CORRAL, "serve", *extra], env=self.env(), stdout=log,
                                 stderr=log, stdin=subprocess.DEVNULL, cwd=self.work)
         self.engines.append(proc)
+        if "--drain" not in extra:
+            eventually(lambda: proc.poll() is not None or poke(self.data, "ping"),
+                       timeout=30, what="the engine to answer")
+            assert proc.poll() is None, self.engine_log()
         return proc
 
     def wait(self, job_id: str, *, until: str = "end", timeout: float = 30) -> int:

@@ -62,7 +62,7 @@ def test_a_process_that_died_during_the_outage_is_lost_and_retried(
 
 
 def test_a_job_that_finished_during_the_outage_is_collected(corral: Corral) -> None:
-    job_id = corral.submit("sh", "-c", "sleep 0.5; exit 7", opts=("--max-attempts", "1"))
+    job_id = corral.submit("sh", "-c", "sleep 3; exit 7", opts=("--max-attempts", "1"))
     engine = corral.serve()
     assert corral.wait(job_id, until="running") == 0
     engine.send_signal(signal.SIGKILL)

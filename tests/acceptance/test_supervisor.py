@@ -18,7 +18,7 @@ from tests.helpers import eventually
 FAST_CORE = CONFIG + """\
 core:
   heartbeat_s: 0.2
-  heartbeat_timeout_s: 1.0
+  heartbeat_timeout_s: 2.5
   max_restarts: 3
   restart_window_s: 60
 """

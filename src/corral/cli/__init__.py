@@ -160,6 +160,9 @@ def submit(
     tenant: Annotated[str, typer.Option("--tenant")] = "default",
     worker: Annotated[str | None, typer.Option(
         "--worker", help="Worker kind (default: the role's, for commands `command`).")] = None,
+    workspace: Annotated[Path | None, typer.Option(
+        "--workspace", help="Directory this job edits; jobs on one workspace follow the "
+        "role's workspace_policy (reject, coalesce or serialize).")] = None,
     wait: Annotated[bool, typer.Option(
         "--wait", help="Follow the job and exit with its exit code.")] = False,
     as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
@@ -180,19 +183,22 @@ def submit(
                        priority=priority, tenant=tenant, key=key, dedup=dedup, limits=limits,
                        after=tuple(after or ()),
                        cwd=str(cwd.expanduser().resolve()) if cwd else str(Path.cwd()),
-                       env=_parse_env(setenv or []), worker=worker)
+                       env=_parse_env(setenv or []), worker=worker,
+                       workspace=str(workspace.expanduser().resolve()) if workspace else None)
     except CorralError as err:
         fail(err)
     result = with_store(cfg, lambda st: submissions(st, cfg).submit(spec))
     poke(cfg.data_dir)
     if as_json:
         _emit({"id": result.job.id, "created": result.created,
-               "superseded": result.superseded, "state": result.job.state.value})
+               "coalesced_on": result.coalesced_on, "superseded": result.superseded,
+               "state": result.job.state.value})
     else:
         typer.echo(result.job.id)
         if not result.created:
-            typer.echo(f"corral: coalesced into existing job {result.job.id} (key {key!r})",
-                       err=True)
+            on = (f"workspace {result.job.workspace}" if result.coalesced_on == "workspace"
+                  else f"key {key!r}")
+            typer.echo(f"corral: coalesced into existing job {result.job.id} ({on})", err=True)
     if wait:
         raise typer.Exit(_follow(cfg, result.job.id))
 
@@ -325,6 +331,21 @@ def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).
         typer.echo(f"{j.id} cancel requested; " + (
             "the engine is stopping it" if answered
             else "no engine is running: it will be stopped when one starts"))
+
+
+@app.command()
+def workspaces(as_json: JsonOpt = False, data_dir: DataDir = None,
+               config: ConfigOpt = None) -> None:
+    """Workspaces locked by a job, and since when."""
+    cfg = _config_or_fail(data_dir, config)
+    held = with_store(cfg, lambda st: st.workspaces())
+    if as_json:
+        _emit([{"workspace": w, "job": j, "acquired_at": views.ts(t)} for w, j, t in held])
+    elif not held:
+        typer.echo("no workspace is locked")
+    else:
+        for w, j, t in held:
+            typer.echo(f"{w}  held by {j} since {views.short_time(t)}")
 
 
 @dlq_app.command("list")

@@ -158,6 +158,8 @@ class Dispatcher:
         if not claims:
             return False
         won = await self.store.start_attempts(claims, now=now)
+        if any(c.job.workspace for c in won):
+            await self._report_lock_waits(now)
         won_ids = {c.attempt.id for c in won}
         for c in claims:
             if c.attempt.id not in won_ids:  # another engine (or a cancel) got there first
@@ -188,6 +190,14 @@ class Dispatcher:
             permit_id=permit.id, deadline_at=permit.deadline_at, created_at=now,
             dir=str(self.opts.attempts_root / job.id / str(index)), engine_id=self.opts.engine_id)
         return Claimed(job=job, attempt=attempt, permit=permit)
+
+    async def _report_lock_waits(self, now: float) -> None:
+        """Feed the watchdog's workspace_lock_wait_ms gauge with the waits that just ended."""
+        waits = await self.store.workspace_lock_waits(now)
+        if waits:
+            with contextlib.suppress(CorralError):
+                await self.core.control("report_metric", name="workspace_lock_wait_ms",
+                                        value=max(waits))
 
     async def _record_rejections(self) -> None:
         events, self._rejections = self._rejections, []
