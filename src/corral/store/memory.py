@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
 from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound, StaleState
 from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
-from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+from corral.domain.states import AttemptState, DedupMode, JobState
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store.admission import acquired_event
-from corral.store.sql import ATTEMPT_STATE_FOR, requeue_blocked
+from corral.store.sql import attempt_state_for, job_event, requeue_blocked
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -45,19 +45,6 @@ def _normalise(job: Job) -> Job:
     return job.with_(command=tuple(job.command), after=tuple(job.after), env=_json_copy(job.env),
                      options=_json_copy(job.options), created_at=float(job.created_at),
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
-
-
-def _attempt_state(outcome: Outcome, exit_code: int | None) -> AttemptState:
-    if outcome is Outcome.EXITED:
-        return AttemptState.SUCCEEDED if exit_code == 0 else AttemptState.FAILED
-    return ATTEMPT_STATE_FOR[outcome]
-
-
-def _event(job: Job, kind: str, now: float, message: str = "", *, to: JobState | None = None,
-           attempt: int | None = None, data: Mapping[str, Any] | None = None) -> JobEvent:
-    return JobEvent(job_id=job.id, at=now, kind=kind, message=message,
-                    from_state=job.state.value, to_state=to.value if to else None,
-                    attempt=attempt, data=dict(data or {}))
 
 
 class MemoryStore:
@@ -154,7 +141,7 @@ class MemoryStore:
                 continue
             why = f"dependency {job.id} ended {ended.value}"
             self._move(dep, JobState.FAILED, now, last_error=why)
-            self._emit([_event(dep, "dependency_failed", now, why, to=JobState.FAILED)])
+            self._emit([job_event(dep, "dependency_failed", now, why, to=JobState.FAILED)])
             self._release(dep)
             self._settle_dependents(dep, JobState.FAILED, now)
 
@@ -162,7 +149,7 @@ class MemoryStore:
              **cols: Any) -> Job:
         """Move a job into a terminal state and do what every terminal path must do."""
         ended = self._move(job, to, now, **cols)
-        self._emit([_event(job, kind, now, message, to=to)])
+        self._emit([job_event(job, kind, now, message, to=to)])
         self._release(job)
         self._settle_dependents(job, to, now)
         return ended
@@ -178,7 +165,7 @@ class MemoryStore:
             return job
         flagged = job.with_(cancel_requested=reason, stop_kind=kind, updated_at=now)
         self._set(self._jobs, job.id, flagged)
-        self._emit([_event(job, f"{kind}_requested", now, reason)])
+        self._emit([job_event(job, f"{kind}_requested", now, reason)])
         return flagged
 
     # ---- submission ----------------------------------------------------------------------
@@ -381,7 +368,7 @@ class MemoryStore:
                 self._set(self._permits, c.attempt.permit_id, c.attempt.id)
                 self._set(self._job_attempts, current.id,
                           (*self._job_attempts.get(current.id, ()), c.attempt.id))
-                self._emit([_event(c.job, "permit_granted", now, f"attempt {index}",
+                self._emit([job_event(c.job, "permit_granted", now, f"attempt {index}",
                                    to=JobState.STARTING, attempt=index,
                                    data={"permit": c.permit.id,
                                          "deadline_at": c.permit.deadline_at})])
@@ -422,7 +409,7 @@ class MemoryStore:
         closed = row is not None and not row.state.terminal
         if row is not None and closed:
             self._set(self._attempts, row.id, replace(
-                row, state=_attempt_state(r.outcome, r.exit_code), ended_at=r.ended_at or now,
+                row, state=attempt_state_for(r.outcome, r.exit_code), ended_at=r.ended_at or now,
                 exit_code=r.exit_code, signal=r.signal, outcome=r.outcome, error=r.error,
                 limit_hit=r.limit_hit,
                 started_at=row.started_at if row.started_at is not None else r.started_at))
@@ -435,7 +422,7 @@ class MemoryStore:
         if f.job_state.terminal:
             return self._end(job, f.job_state, now, f.error or "", "ended", **cols)
         moved = self._move(job, f.job_state, now, **cols)
-        self._emit([_event(job, "retry_scheduled", now, f.error or "", to=f.job_state,
+        self._emit([job_event(job, "retry_scheduled", now, f.error or "", to=f.job_state,
                            attempt=a.index, data={"retry_at": f.retry_at})])
         return moved
 
@@ -532,7 +519,7 @@ class MemoryStore:
             raise Conflict(f"job {job_id} was already resolved: {job.dlq_resolution}")
         resolved = job.with_(dlq_resolution=resolution, updated_at=now)
         self._set(self._jobs, job_id, resolved)
-        self._emit([_event(job, "dlq_" + resolution.split(":")[0], now, resolution)])
+        self._emit([job_event(job, "dlq_" + resolution.split(":")[0], now, resolution)])
         return resolved
 
     async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,

@@ -13,21 +13,38 @@ from importlib import resources
 from corral.store.sql import Driver, Tx
 
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+# One SQL source for both databases: PostgreSQL's is SQLite's with these type names. A migration
+# that needs more than that ships `NNNN_name.postgres.sql` beside it, which replaces it there.
+_POSTGRES_TYPES = ((re.compile(r"INTEGER PRIMARY KEY AUTOINCREMENT"), "BIGSERIAL PRIMARY KEY"),
+                   (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"))
+
+
+def for_dialect(sql: str, dialect: str) -> str:
+    """The SQL source as the dialect needs it."""
+    if dialect == "postgres":
+        for pattern, replacement in _POSTGRES_TYPES:
+            sql = pattern.sub(replacement, sql)
+    return sql
 
 
 def migrations(dialect: str) -> list[tuple[int, str, str]]:
     """(version, name, sql) of every migration for the dialect, in order."""
-    folder = resources.files("corral.store").joinpath("migrations", dialect)
+    folder = resources.files("corral.store").joinpath("migrations")
     found = []
     for entry in folder.iterdir():
         m = _NAME.match(entry.name)
-        if m:
-            found.append((int(m.group(1)), entry.name, entry.read_text()))
+        if not m:
+            continue
+        override = folder.joinpath(entry.name.removesuffix(".sql") + f".{dialect}.sql")
+        sql = override.read_text() if override.is_file() else for_dialect(entry.read_text(),
+                                                                             dialect)
+        found.append((int(m.group(1)), entry.name, sql))
     return sorted(found)
 
 
 def current_schema(dialect: str) -> str:
-    return resources.files("corral.store").joinpath("schema", f"{dialect}.sql").read_text()
+    return for_dialect(resources.files("corral.store").joinpath("schema.sql").read_text(),
+                       dialect)
 
 
 def statements(script: str) -> list[str]:

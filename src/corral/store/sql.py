@@ -85,13 +85,13 @@ class Driver(Protocol):
     def read(self) -> AbstractAsyncContextManager[Tx]: ...
 
 
-def _attempt_state(result_outcome: Outcome, exit_code: int | None) -> AttemptState:
+def attempt_state_for(result_outcome: Outcome, exit_code: int | None) -> AttemptState:
     if result_outcome is Outcome.EXITED:
         return AttemptState.SUCCEEDED if exit_code == 0 else AttemptState.FAILED
     return ATTEMPT_STATE_FOR[result_outcome]
 
 
-def _event(job: Job, kind: str, now: float, message: str = "", *, to: JobState | None = None,
+def job_event(job: Job, kind: str, now: float, message: str = "", *, to: JobState | None = None,
            attempt: int | None = None, data: Mapping[str, Any] | None = None) -> JobEvent:
     return JobEvent(job_id=job.id, at=now, kind=kind, message=message,
                     from_state=job.state.value, to_state=to.value if to else None,
@@ -156,7 +156,7 @@ class SqlStore:
             dep = current
             why = f"dependency {job.id} ended {ended.value}"
             await self._move(tx, dep, JobState.FAILED, now, last_error=why)
-            await self._insert_events(tx, [_event(dep, "dependency_failed", now, why,
+            await self._insert_events(tx, [job_event(dep, "dependency_failed", now, why,
                                                   to=JobState.FAILED)])
             await self._release(tx, dep)
             await self._settle_dependents(tx, dep, JobState.FAILED, now)
@@ -165,7 +165,7 @@ class SqlStore:
                    kind: str, **cols: Any) -> Job:
         """Move a job into a terminal state and do what every terminal path must do."""
         await self._move(tx, job, to, now, **cols)
-        await self._insert_events(tx, [_event(job, kind, now, message, to=to)])
+        await self._insert_events(tx, [job_event(job, kind, now, message, to=to)])
         await self._release(tx, job)
         await self._settle_dependents(tx, job, to, now)
         return job.with_(state=to, updated_at=now, **cols)
@@ -184,7 +184,7 @@ class SqlStore:
                 (reason, kind, now, job.id))
             if n != 1:
                 raise StaleState(f"job {job.id} left {job.state.value} meanwhile")
-            await self._insert_events(tx, [_event(job, f"{kind}_requested", now, reason)])
+            await self._insert_events(tx, [job_event(job, f"{kind}_requested", now, reason)])
             return job.with_(cancel_requested=reason, stop_kind=kind, updated_at=now)
         return job  # the first stop request stands
 
@@ -359,7 +359,7 @@ class SqlStore:
             return False
         await tx.execute(_ATTEMPT_INSERT, attempt_params(c.attempt, _permit_json(c)))
         events = [await adm.after_acquire(tx, c.job, now)] if took else []
-        events.append(_event(c.job, "permit_granted", now, f"attempt {c.attempt.index}",
+        events.append(job_event(c.job, "permit_granted", now, f"attempt {c.attempt.index}",
                              to=JobState.STARTING, attempt=c.attempt.index,
                              data={"permit": c.permit.id, "deadline_at": c.permit.deadline_at}))
         await self._insert_events(tx, events)
@@ -397,7 +397,7 @@ class SqlStore:
             "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?,"
             " outcome = ?, error = ?, limit_hit = ?, started_at = COALESCE(started_at, ?)"
             " WHERE id = ? AND state IN ('STARTING', 'RUNNING')",
-            (_attempt_state(r.outcome, r.exit_code).value, r.ended_at or now, r.exit_code,
+            (attempt_state_for(r.outcome, r.exit_code).value, r.ended_at or now, r.exit_code,
              r.signal, r.outcome.value, r.error, r.limit_hit, r.started_at, a.id))
         job = await self._job(tx, a.job_id)
         if n != 1 or job is None or not job.state.in_flight or job.attempts != a.index:
@@ -408,7 +408,7 @@ class SqlStore:
         if f.job_state.terminal:
             return await self._end(tx, job, f.job_state, now, f.error or "", "ended", **cols)
         await self._move(tx, job, f.job_state, now, **cols)
-        await self._insert_events(tx, [_event(job, "retry_scheduled", now, f.error or "",
+        await self._insert_events(tx, [job_event(job, "retry_scheduled", now, f.error or "",
                                               to=f.job_state, attempt=a.index,
                                               data={"retry_at": f.retry_at})])
         return job.with_(state=f.job_state, updated_at=now, **cols)
@@ -526,7 +526,7 @@ class SqlStore:
             (resolution, now, job_id))
         if n != 1:
             raise Conflict(f"job {job_id} was already resolved: {job.dlq_resolution}")
-        await self._insert_events(tx, [_event(job, "dlq_" + resolution.split(":")[0], now,
+        await self._insert_events(tx, [job_event(job, "dlq_" + resolution.split(":")[0], now,
                                               resolution)])
         return job.with_(dlq_resolution=resolution, updated_at=now)
 

@@ -273,16 +273,16 @@ class CallBook:
 Handler: TypeAlias = Callable[[JsonObj, float, list[StreamEvent]], None]
 
 
-def _excerpt(raw: bytes | str) -> str:
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    return text[:EXCERPT_CHARS]
+_decode_json = json.JSONDecoder().decode
 
 
-def split_lines(data: bytes | str) -> list[bytes] | list[str]:
-    """The non-blank lines in `data`; text after the last newline is a line too (kill, EOF)."""
-    if isinstance(data, bytes):
-        return [part for part in (p.strip() for p in data.split(b"\n")) if part]
-    return [part for part in (p.strip() for p in data.split("\n")) if part]
+def split_lines(data: bytes | str) -> list[str]:
+    """The non-blank lines in `data`; text after the last newline is a line too (kill, EOF).
+
+    Bytes that are not UTF-8 become U+FFFD: the event survives with a damaged string.
+    """
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return [part for part in (p.strip() for p in text.split("\n")) if part]
 
 
 class LineParser:
@@ -310,10 +310,10 @@ class LineParser:
             self._feed_one(raw, now, out)
         return out
 
-    def _feed_one(self, raw: bytes | str, now: float, out: list[StreamEvent]) -> None:
+    def _feed_one(self, raw: str, now: float, out: list[StreamEvent]) -> None:
         try:
-            obj = json.loads(raw)
-        except (ValueError, RecursionError):  # bad JSON, bad UTF-8, a line cut by a kill
+            obj = _decode_json(raw)
+        except (ValueError, RecursionError):  # not JSON, or a line cut short by a kill
             self.warn(out, now, "unparseable line", raw)
             return
         kind = obj.get("type") if isinstance(obj, dict) else None
@@ -333,10 +333,9 @@ class LineParser:
             # Field shapes drift between CLI versions; a supervisor must keep reading.
             self.warn(out, now, f"malformed {kind!r} event ({type(exc).__name__}: {exc})", raw)
 
-    def warn(self, out: list[StreamEvent], now: float, message: str,
-             raw: bytes | str = "") -> None:
+    def warn(self, out: list[StreamEvent], now: float, message: str, raw: str = "") -> None:
         self.warnings += 1
-        out.append(WarningEvent(at=now, message=message, line=_excerpt(raw)))
+        out.append(WarningEvent(at=now, message=message, line=raw[:EXCERPT_CHARS]))
 
     def see_session(self, session_id: object, now: float, out: list[StreamEvent], *,
                     authoritative: bool = False) -> None:

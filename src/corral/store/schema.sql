@@ -1,4 +1,4 @@
--- Corral current schema (PostgreSQL): what a fresh database is created with.
+-- Corral current schema: what a fresh database is created with (store/migrate.py translates it for PostgreSQL).
 CREATE TABLE jobs (
     id               TEXT PRIMARY KEY,
     state            TEXT NOT NULL,
@@ -13,17 +13,17 @@ CREATE TABLE jobs (
     env              TEXT NOT NULL,
     options          TEXT NOT NULL,
     max_attempts     INTEGER NOT NULL,
-    timeout_s        DOUBLE PRECISION NOT NULL,
-    grace_s          DOUBLE PRECISION NOT NULL,
+    timeout_s        REAL NOT NULL,
+    grace_s          REAL NOT NULL,
     idem_key         TEXT,
     dedup            TEXT NOT NULL,
     workspace        TEXT,
     parent_id        TEXT,
     depth            INTEGER NOT NULL,
-    created_at       DOUBLE PRECISION NOT NULL,
-    updated_at       DOUBLE PRECISION NOT NULL,
-    sort_at          DOUBLE PRECISION NOT NULL,
-    retry_at         DOUBLE PRECISION,
+    created_at       REAL NOT NULL,
+    updated_at       REAL NOT NULL,
+    sort_at          REAL NOT NULL,
+    retry_at         REAL,
     attempts         INTEGER NOT NULL DEFAULT 0,
     deps_pending     INTEGER NOT NULL DEFAULT 0,
     after_ids        TEXT NOT NULL,
@@ -35,7 +35,7 @@ CREATE TABLE jobs (
     requeued_from    TEXT,
     dlq_resolution   TEXT,
     lease_owner      TEXT,
-    lease_until      DOUBLE PRECISION
+    lease_until      REAL
 );
 CREATE INDEX jobs_runnable ON jobs (sort_at, id) WHERE state = 'QUEUED' AND deps_pending = 0;
 CREATE INDEX jobs_by_state ON jobs (state, id);
@@ -53,7 +53,7 @@ CREATE INDEX job_deps_by_dep ON job_deps (dep_id);
 CREATE TABLE idem_keys (
     idem_key    TEXT PRIMARY KEY,
     job_id      TEXT NOT NULL,
-    acquired_at DOUBLE PRECISION NOT NULL
+    acquired_at REAL NOT NULL
 );
 
 CREATE TABLE attempts (
@@ -63,13 +63,13 @@ CREATE TABLE attempts (
     state       TEXT NOT NULL,
     permit_id   TEXT NOT NULL UNIQUE,
     permit      TEXT NOT NULL,
-    deadline_at DOUBLE PRECISION NOT NULL,
-    created_at  DOUBLE PRECISION NOT NULL,
+    deadline_at REAL NOT NULL,
+    created_at  REAL NOT NULL,
     dir         TEXT NOT NULL,
     engine_id   TEXT NOT NULL,
     pid         INTEGER,
-    started_at  DOUBLE PRECISION,
-    ended_at    DOUBLE PRECISION,
+    started_at  REAL,
+    ended_at    REAL,
     exit_code   INTEGER,
     signal      INTEGER,
     outcome     TEXT,
@@ -81,9 +81,9 @@ CREATE INDEX attempts_live ON attempts (state) WHERE state IN ('STARTING', 'RUNN
 CREATE INDEX attempts_by_created ON attempts (created_at);
 
 CREATE TABLE job_events (
-    id         BIGSERIAL PRIMARY KEY,
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id     TEXT NOT NULL,
-    at         DOUBLE PRECISION NOT NULL,
+    at         REAL NOT NULL,
     kind       TEXT NOT NULL,
     from_state TEXT,
     to_state   TEXT,
@@ -97,22 +97,22 @@ CREATE TABLE engines (
     id           TEXT PRIMARY KEY,
     host         TEXT NOT NULL,
     pid          INTEGER NOT NULL,
-    started_at   DOUBLE PRECISION NOT NULL,
-    heartbeat_at DOUBLE PRECISION NOT NULL
+    started_at   REAL NOT NULL,
+    heartbeat_at REAL NOT NULL
 );
 
 -- The job that may run on a workspace, until it ends (store/sql.py: workspace locks).
 CREATE TABLE workspace_locks (
     workspace   TEXT PRIMARY KEY,
     job_id      TEXT NOT NULL,
-    acquired_at DOUBLE PRECISION NOT NULL
+    acquired_at REAL NOT NULL
 );
 
 CREATE TABLE workspace_waits (
     job_id      TEXT PRIMARY KEY,
     workspace   TEXT NOT NULL,
-    since       DOUBLE PRECISION NOT NULL,
-    acquired_at DOUBLE PRECISION
+    since       REAL NOT NULL,
+    acquired_at REAL
 );
 CREATE INDEX workspace_waits_by_acquired ON workspace_waits (acquired_at)
     WHERE acquired_at IS NOT NULL;

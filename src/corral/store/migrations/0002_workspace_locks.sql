@@ -1,4 +1,4 @@
--- Corral schema v2 (PostgreSQL): submission backpressure and workspace locks.
+-- Corral schema v2: submission backpressure and workspace locks.
 
 -- Backpressure counts the jobs waiting to run (QUEUED or RETRY_WAIT), per environment.
 CREATE INDEX jobs_waiting ON jobs (env_name) WHERE state IN ('QUEUED', 'RETRY_WAIT');
@@ -11,7 +11,7 @@ CREATE INDEX attempts_by_created ON attempts (created_at);
 CREATE TABLE workspace_locks (
     workspace   TEXT PRIMARY KEY,
     job_id      TEXT NOT NULL,
-    acquired_at DOUBLE PRECISION NOT NULL
+    acquired_at REAL NOT NULL
 );
 
 -- Lock waits (seed 004 §10.1 workspace_lock_wait_ms): since when a job found its workspace
@@ -19,8 +19,8 @@ CREATE TABLE workspace_locks (
 CREATE TABLE workspace_waits (
     job_id      TEXT PRIMARY KEY,
     workspace   TEXT NOT NULL,
-    since       DOUBLE PRECISION NOT NULL,
-    acquired_at DOUBLE PRECISION
+    since       REAL NOT NULL,
+    acquired_at REAL
 );
 CREATE INDEX workspace_waits_by_acquired ON workspace_waits (acquired_at)
     WHERE acquired_at IS NOT NULL;

@@ -1,4 +1,4 @@
--- Corral current schema (SQLite): what a fresh database is created with.
+-- Corral schema v1. Written for SQLite; PostgreSQL gets the same text with its type names (store/migrate.py).
 CREATE TABLE jobs (
     id               TEXT PRIMARY KEY,
     state            TEXT NOT NULL,
@@ -40,8 +40,6 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_runnable ON jobs (sort_at, id) WHERE state = 'QUEUED' AND deps_pending = 0;
 CREATE INDEX jobs_by_state ON jobs (state, id);
 CREATE INDEX jobs_retry ON jobs (retry_at) WHERE state = 'RETRY_WAIT';
-CREATE INDEX jobs_waiting ON jobs (env_name) WHERE state IN ('QUEUED', 'RETRY_WAIT');
-CREATE INDEX jobs_by_workspace ON jobs (workspace, state, sort_at, id) WHERE workspace IS NOT NULL;
 
 CREATE TABLE job_deps (
     job_id TEXT NOT NULL,
@@ -78,7 +76,6 @@ CREATE TABLE attempts (
     UNIQUE (job_id, idx)
 );
 CREATE INDEX attempts_live ON attempts (state) WHERE state IN ('STARTING', 'RUNNING');
-CREATE INDEX attempts_by_created ON attempts (created_at);
 
 CREATE TABLE job_events (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -100,19 +97,3 @@ CREATE TABLE engines (
     started_at   REAL NOT NULL,
     heartbeat_at REAL NOT NULL
 );
-
--- The job that may run on a workspace, until it ends (store/sql.py: workspace locks).
-CREATE TABLE workspace_locks (
-    workspace   TEXT PRIMARY KEY,
-    job_id      TEXT NOT NULL,
-    acquired_at REAL NOT NULL
-);
-
-CREATE TABLE workspace_waits (
-    job_id      TEXT PRIMARY KEY,
-    workspace   TEXT NOT NULL,
-    since       REAL NOT NULL,
-    acquired_at REAL
-);
-CREATE INDEX workspace_waits_by_acquired ON workspace_waits (acquired_at)
-    WHERE acquired_at IS NOT NULL;
