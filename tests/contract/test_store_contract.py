@@ -785,3 +785,23 @@ def test_stale_engines_are_those_that_stopped_heart_beating(use_store: UseStore)
         assert await store.stale_engines(before=150.0, exclude="e-old") == []
 
     use_store(body)
+
+
+def test_a_final_refusal_denies_a_queued_job_and_the_lifecycle_is_enforced(
+        use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        queued = await submit(store, key="kd")
+        denied = await store.request_cancel(queued.id, reason="FATAL_MODE: safe stop",
+                                            kind="deny", now=NOW)
+        assert denied.state is JobState.DENIED
+        assert (await store.submit(make_job(key="kd"), now=NOW, aging_s=AGING)).created
+        running = await submit(store)
+        c = await start(store, running)
+        backwards = Finish(attempt=c.attempt, result=AttemptResult(outcome=Outcome.EXITED,
+                                                                  exit_code=1),
+                           job_state=JobState.QUEUED)
+        with pytest.raises(Conflict, match="cannot go from RUNNING to QUEUED"):
+            await store.finish([backwards], now=NOW)
+        assert (await store.get_job(running.id)).state is JobState.RUNNING
+
+    use_store(body)

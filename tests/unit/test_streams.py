@@ -295,8 +295,9 @@ def test_claude_two_results_last_cost_wins_and_denials_accumulate() -> None:
     (f"{C197}_basic.jsonl", 1),  # a success result is not enough …
     (f"{C197}_sigterm_no_result.jsonl", 0),  # … nor is exit 0 without a result
     (f"{C197}_basic.jsonl", -15),  # signal death as asyncio reports it
+    (f"{C197}_basic.jsonl", None),  # exit status unknown
 ])
-def test_claude_success_needs_both_result_and_exit_zero(path: str, exit_code: int) -> None:
+def test_claude_success_needs_both_result_and_exit_zero(path: str, exit_code: int | None) -> None:
     parser = ClaudeStreamParser()
     parser.feed(read(path), 0.0)
     assert parser.finish(exit_code, 1.0).succeeded is False
@@ -308,7 +309,7 @@ def test_claude_session_from_any_line_and_no_double_count() -> None:
     events = feed_lines(parser, [line for line in raw for _ in (1, 2)])  # every line twice
     summary = parser.finish(0, 10.0)
     assert summary.session_id == "774427a5-10a4-4e04-9905-477aa87158bf"
-    assert summary.cli_version is None
+    assert (summary.cli_version, summary.model) == (None, "claude-sonnet-4-5")
     assert len(summary.tool_calls) == 2
     assert Counter(e.kind for e in events)["tool_finished"] == 2
     assert (summary.tokens_in, summary.tokens_out, summary.results_seen) == (3900, 150, 2)
@@ -368,7 +369,9 @@ CODEX_ITEMS = [  # shapes from exec_events.rs (§3.2)
     {"id": "i3", "type": "command_execution", "command": "rm -rf /", "aggregated_output": "",
      "exit_code": None, "status": "declined"},
     {"id": "i4", "type": "web_search", "query": "corral", "action": None},
-    {"id": "i5", "type": "reasoning", "text": "thinking"},
+    {"id": "i5", "type": "file_change", "changes": [{"path": "/w/a", "kind": "update"}],
+     "status": "failed"},
+    {"id": "i6", "type": "reasoning", "text": "thinking"},
 ]
 
 
@@ -379,7 +382,8 @@ def test_codex_other_tool_items() -> None:
     calls = parser.finish(0, 9.0).tool_calls
     assert [(c.tool, state(c), c.output) for c in calls] == [
         ("docs.search", "ok", "hit"), ("docs.fetch", "error", "boom"),
-        ("exec_command", "denied", ""), ("web_search", "ok", None)]
+        ("exec_command", "denied", ""), ("web_search", "ok", None),
+        ("file_change", "error", "update /w/a")]
     assert calls[3].input == {"query": "corral"}
 
 

@@ -174,6 +174,11 @@ class Dispatcher:
     async def _claim(self, job: Job, now: float) -> Claimed | None:
         index = job.attempts + 1
         permit = await self.core.request_permit(job, index)
+        if isinstance(permit, Rejected) and permit.final:  # refused for good: it never runs
+            with contextlib.suppress(CorralError):
+                await self.store.request_cancel(job.id, reason=f"{permit.reason}: "
+                                                f"{permit.message}", kind="deny", now=now)
+            return None
         if isinstance(permit, Rejected):
             # The job waits (it never fails for lack of a slot); the refusal is recorded once
             # per reason so a long wait does not flood its timeline.

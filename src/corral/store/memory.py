@@ -24,7 +24,13 @@ from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
 from corral.domain.states import AttemptState, DedupMode, JobState
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store.admission import acquired_event
-from corral.store.sql import attempt_state_for, job_event, requeue_blocked
+from corral.store.sql import (
+    STOP_STATES,
+    attempt_state_for,
+    check_transition,
+    job_event,
+    requeue_blocked,
+)
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -110,6 +116,7 @@ class MemoryStore:
 
     def _move(self, job: Job, to: JobState, now: float, **cols: Any) -> Job:
         """Compare-and-set a job from its current state to `to`, setting extra fields."""
+        check_transition(job, to)
         current = self._jobs.get(job.id)
         if current is None or current.state is not job.state:
             raise StaleState(f"job {job.id} is no longer {job.state.value}")
@@ -157,7 +164,7 @@ class MemoryStore:
     def _stop(self, job: Job, reason: str, kind: str, now: float) -> Job:
         if job.state.terminal:
             raise Conflict(f"job {job.id} is already {job.state.value}; nothing to cancel")
-        stopped = JobState.KILLED if kind == "kill" else JobState.CANCELLED
+        stopped = STOP_STATES.get(kind, JobState.CANCELLED)
         if not job.state.in_flight:
             return self._end(job, stopped, now, reason, kind,
                              cancel_requested=reason, stop_kind=kind, last_error=reason)

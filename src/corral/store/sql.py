@@ -21,7 +21,7 @@ from corral.domain.models import (
     JobEvent,
     SubmitResult,
 )
-from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+from corral.domain.states import AttemptState, DedupMode, JobState, Outcome, can_transition
 from corral.scheduler.service import Seat, workspace_seat
 from corral.store import admission as adm
 from corral.store.rows import (
@@ -85,6 +85,17 @@ class Driver(Protocol):
     def read(self) -> AbstractAsyncContextManager[Tx]: ...
 
 
+# What a stop request ends a job as: an operator's cancel, the kill switch, or a permit the core
+# refused for good (a global safe stop that fails queued work).
+STOP_STATES = {"cancel": JobState.CANCELLED, "kill": JobState.KILLED, "deny": JobState.DENIED}
+
+
+def check_transition(job: Job, to: JobState) -> None:
+    """The lifecycle table is enforced where states are written, whoever asks."""
+    if not can_transition(job.state, to):
+        raise Conflict(f"job {job.id} cannot go from {job.state.value} to {to.value}")
+
+
 def attempt_state_for(result_outcome: Outcome, exit_code: int | None) -> AttemptState:
     if result_outcome is Outcome.EXITED:
         return AttemptState.SUCCEEDED if exit_code == 0 else AttemptState.FAILED
@@ -122,6 +133,7 @@ class SqlStore:
 
     async def _move(self, tx: Tx, job: Job, to: JobState, now: float, **cols: Any) -> None:
         """Compare-and-set a job from its current state to `to`, setting extra columns."""
+        check_transition(job, to)
         sets = ", ".join(["state = ?", "updated_at = ?", *(f"{c} = ?" for c in cols)])
         n = await tx.execute(
             f"UPDATE jobs SET {sets} WHERE id = ? AND state = ?",
@@ -173,7 +185,7 @@ class SqlStore:
     async def _stop(self, tx: Tx, job: Job, reason: str, kind: str, now: float) -> Job:
         if job.state.terminal:
             raise Conflict(f"job {job.id} is already {job.state.value}; nothing to cancel")
-        stopped = JobState.KILLED if kind == "kill" else JobState.CANCELLED
+        stopped = STOP_STATES.get(kind, JobState.CANCELLED)
         if not job.state.in_flight:
             return await self._end(tx, job, stopped, now, reason, kind,
                                    cancel_requested=reason, stop_kind=kind, last_error=reason)

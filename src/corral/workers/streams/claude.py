@@ -134,8 +134,7 @@ class ClaudeStreamParser(LineParser):
 
     def _system(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         subtype = obj.get("subtype")
-        if subtype == "init":
-            self.see_session(obj.get("session_id"), now, out, authoritative=True)
+        if subtype == "init":  # the base class took its session_id
             self.model = get_str(obj, "model") or self.model
             self.cli_version = get_str(obj, "claude_code_version") or self.cli_version
         elif subtype == "permission_denied":  # 2.1.330, before the tool_result

@@ -98,7 +98,7 @@ class CodexStreamParser(LineParser):
         self._failure: str | None = None  # the last terminal event was turn.failed: its message
 
     def _thread_started(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
-        self.see_session(obj.get("thread_id"), now, out, authoritative=True)
+        self.see_session(obj.get("thread_id"), now, out)
 
     def _item(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         item = get_dict(obj, "item")

@@ -337,15 +337,11 @@ class LineParser:
         self.warnings += 1
         out.append(WarningEvent(at=now, message=message, line=raw[:EXCERPT_CHARS]))
 
-    def see_session(self, session_id: object, now: float, out: list[StreamEvent], *,
-                    authoritative: bool = False) -> None:
-        """Adopt a session id: the first one seen, or a new one from an authoritative event."""
-        if not isinstance(session_id, str) or not session_id or session_id == self.session_id:
-            return
-        if self.session_id is not None and not authoritative:
-            return
-        self.session_id = session_id
-        out.append(SessionEvent(at=now, session_id=session_id))
+    def see_session(self, session_id: object, now: float, out: list[StreamEvent]) -> None:
+        """Adopt the first session id seen; every line of one process names the same one."""
+        if self.session_id is None and isinstance(session_id, str) and session_id:
+            self.session_id = session_id
+            out.append(SessionEvent(at=now, session_id=session_id))
 
 
 def exited_ok(exit_code: int | None) -> bool:
