@@ -165,6 +165,9 @@ def test_a_crash_loop_spends_the_restart_budget_and_escalates(tmp_path: Path) ->
                        or _ping(c).get("core_given_up"), what="the supervisor to react")
         assert eventually(lambda: _ping(c).get("core_given_up"), what="the supervisor to give up")
         assert "restart budget spent" in c.engine_log()
+        escalations = json.loads(c.ok("escalations", "list", "--json"))
+        assert [(e["scope"], e["reason"]) for e in escalations] == [("global",
+                                                                    "core_crash_loop")]
         job_id = c.submit("true")
         assert c.wait(job_id, timeout=1.5) == 124, "no new work is started after giving up"
     finally:

@@ -19,7 +19,7 @@ from anyio.abc import TaskGroup
 
 from corral.config import Config
 from corral.core.gateway import Core
-from corral.core.link import CoreLink, connect_local
+from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Store
 from corral.domain.errors import CorralError, EngineRunning, StoreError
@@ -153,6 +153,11 @@ class Engine:
             return {"ok": True, "result": fields["escalation"]}
         try:
             result = await self.link.control(core_op, **fields)
+        except CoreUnavailable as err:
+            if core_op != "snapshot":
+                return {"ok": False, "error": f"the core is not running: {err}"}
+            result = {"breakers": [], "escalations": [], "watchdog": {}, "permits": {},
+                      "core_unavailable": str(err)}  # the engine's own view still answers
         except CorralError as err:
             return {"ok": False, "error": str(err)}
         if core_op == "snapshot" and isinstance(result, dict):
