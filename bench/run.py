@@ -51,7 +51,7 @@ POLL_S = 0.02  # how often the benchmark looks at the store for the last durable
 READY_TIMEOUT_S = 30.0
 RUN_TIMEOUT_S = 600.0
 STALL_S = 30.0  # give up on a run when no job ended for this long
-QUICK_STALL_S = 5.0
+QUICK_STALL_S = 4.0
 STRAY_GRACE_S = 3.0  # how long the engine's children may outlive it before we call them strays
 W1_TARGET = 0.8
 MODES = ("live", "drain", "inprocess")
@@ -305,6 +305,12 @@ class EngineProcess:
                                          env=env)
         self.started_at = time.time()
 
+    def signalled(self) -> bool:
+        """Whether the engine logged a SIGTERM/SIGINT (from anyone: we only ever SIGTERM a
+        live engine once its jobs are done, so for a drain engine it means interference)."""
+        text = self.log.read_text(errors="replace")
+        return "received SIGTERM" in text or "received SIGINT" in text
+
     def tail(self, lines: int = 20) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
@@ -463,12 +469,18 @@ def run_corral_live(wl: Workload, work: Path, opts: Options) -> RunStats:
         t0 = anyio.run(_submit, cfg, specs, opts.poke, engine)
         submitter_cpu = time.process_time() - cpu0
         cpu = tree_cpu(engine.proc.pid)
+        early = engine.proc.poll()  # not None: it exited before we stopped it
+        interfered = engine.signalled()  # a signal before ours
         rc = engine.stop()
     finally:
         engine.kill()
     stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
     stats.extra.update(engine_ready_s=round(ready_s, 3), engine_rc=rc,
                        cpu_s={**cpu, "submitter": round(submitter_cpu, 2)})
+    if interfered:
+        stats.extra["interference"] = "the engine received a signal we did not send"
+    elif early is not None:
+        stats.extra["restart_log"] = f"engine exited early with {early}:\n{engine.tail()}"
     return stats
 
 
@@ -483,6 +495,8 @@ def run_corral_drain(wl: Workload, work: Path, opts: Options) -> RunStats:
         engine.kill()
     stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
     stats.extra.update(engine_rc=rc)
+    if engine.signalled():
+        stats.extra["interference"] = "the drain engine received a signal we did not send"
     return stats
 
 
@@ -538,8 +552,10 @@ def run_corral_crash(wl: Workload, work: Path, opts: Options) -> RunStats:
         recovery_s=round(stats.extra["end_at"] - restart_at, 3),
         at_kill=dict(at_kill), restart_rc=rc,
         recovered_events=_count_events(cfg.db_path, "recovered"))
-    if rc != 0:
+    if rc != 0 or stats.failed:
         stats.extra["restart_log"] = second.tail()
+    if second.signalled():
+        stats.extra["interference"] = "the restarted engine received a signal we did not send"
     return stats
 
 
@@ -603,7 +619,10 @@ def _git(*args: str) -> str | None:
 
 
 def environment() -> dict[str, Any]:
-    dirty = _git("status", "--porcelain", "--", "src")
+    src = Path(corral.__file__).resolve().parent
+    checkout = BENCH_DIR.parent
+    ours = src.is_relative_to(checkout)  # else corral came from elsewhere (e.g. PYTHONPATH)
+    dirty = _git("status", "--porcelain", "--", "src") if ours else None
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(),
@@ -611,9 +630,9 @@ def environment() -> dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         "platform": platform.platform(),
         "corral": __version__,
-        "corral_src": str(Path(corral.__file__).resolve().parent),  # what was measured
-        "commit": _git("rev-parse", "--short", "HEAD"),
-        "src_modified": bool(dirty) if dirty is not None else None,  # of the checkout
+        "corral_src": str(src),  # the code that was measured
+        "commit": _git("rev-parse", "--short", "HEAD") if ours else None,
+        "src_modified": bool(dirty) if dirty is not None else None,  # uncommitted changes
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -639,9 +658,9 @@ def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
         "states": corral.extra.get("states", {}),
         "baseline_cpu_s": bare.extra.get("cpu_s"),
     }
-    for key in ("cpu_s", "phases_ms", "lost", "duplicated", "recovery_s", "succeeded_without_run", "at_kill",
-                "recovered_events", "restart_rc", "restart_log", "engine_ready_s",
-                "engine_only_s", "stray_processes", "stray_cmdlines"):
+    for key in ("cpu_s", "phases_ms", "lost", "duplicated", "recovery_s", "succeeded_without_run",
+                "at_kill", "recovered_events", "restart_rc", "restart_log", "engine_ready_s",
+                "engine_only_s", "stray_processes", "stray_cmdlines", "interference"):
         if key in corral.extra:
             row[key] = corral.extra[key]
     if wl.name == "W1":
@@ -659,6 +678,8 @@ def _notes(r: dict[str, Any]) -> str:
         notes.append(f"NOT SUCCEEDED {r['not_succeeded']} {r['states']}")
     if r.get("stray_processes"):
         notes.append(f"{r['stray_processes']} stray processes")
+    if r.get("interference"):
+        notes.append("INTERFERENCE: " + r["interference"])
     if "meets_target" in r:
         notes.append(("meets" if r["meets_target"] else "BELOW") + f" {W1_TARGET}x target")
     return ", ".join(notes)
@@ -711,6 +732,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", metavar="DIR",
                    help="with --mode inprocess: cProfile the engine, write DIR/<W>.pstats")
     p.add_argument("--keep", action="store_true", help="keep the temporary directories")
+    p.add_argument("--label", default="", help="a note stored in the JSON summary (e.g. which "
+                                               "snapshot of corral was measured)")
     args = p.parse_args(argv)
     known = {w.name for w in workloads(False)}
     args.only = [w.strip().upper() for w in args.only.split(",") if w.strip()]
@@ -721,6 +744,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.profile and args.mode != "inprocess":
         p.error("--profile needs --mode inprocess")
     return args
+
+
+def _round(corral: RunStats, bare: RunStats) -> dict[str, Any]:
+    """One round of a repeated workload: throughputs, plus what went wrong if anything did."""
+    out: dict[str, Any] = {"jobs_per_s": round(corral.jobs_per_s, 1),
+                           "baseline_jobs_per_s": round(bare.jobs_per_s, 1)}
+    if corral.failed:
+        out["states"] = corral.extra.get("states")
+    for key in ("lost", "duplicated", "recovery_s", "at_kill", "restart_rc", "restart_log",
+                "stray_processes", "interference"):
+        if corral.extra.get(key):
+            out[key] = corral.extra[key]
+    return out
 
 
 def _median_run(runs: list[RunStats]) -> RunStats:
@@ -743,9 +779,7 @@ def measure(wl: Workload, root: Path, repeat: int, opts: Options) -> dict[str, A
     row = summarize(wl, _median_run(corrals), _median_run(bares))
     if repeat > 1:
         row["repeats"] = repeat
-        row["rounds"] = [{"jobs_per_s": round(c.jobs_per_s, 1),
-                          "baseline_jobs_per_s": round(b.jobs_per_s, 1)}
-                         for c, b in zip(corrals, bares, strict=True)]
+        row["rounds"] = [_round(c, b) for c, b in zip(corrals, bares, strict=True)]
         row["not_succeeded"] = sum(c.failed for c in corrals)  # over all rounds
         row["valid"] = all(c.failed == 0 for c in corrals) and all(b.failed == 0 for b in bares)
         for key in ("lost", "duplicated", "succeeded_without_run", "stray_processes"):
@@ -789,7 +823,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print_table(rows)
     env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    summary = {"environment": env, "quick": args.quick, "repeat": args.repeat,
+    summary = {"environment": env, "label": args.label, "quick": args.quick,
+               "repeat": args.repeat,
                "corral_mode": opts.mode, "poke": opts.poke, "core": opts.core,
                "workloads": rows}
     out = Path(args.out)

@@ -99,6 +99,13 @@ class CoreSupervisor:
                 except (anyio.BrokenResourceError, anyio.ClosedResourceError) as err:
                     raise CoreUnavailable("the core's stdin is closed") from err
 
+        try:
+            return await self._serve(proc, send)
+        finally:  # also when the engine stops: no core outlives its supervisor
+            await self._reap(proc)
+
+    async def _serve(self, proc: Process,
+                     send: Callable[[dict[str, Any]], Awaitable[None]]) -> str:
         reason = "exited"
         last_beat = [time.monotonic()]
         async with anyio.create_task_group() as tg:
@@ -122,7 +129,6 @@ class CoreSupervisor:
                     tg.start_soon(self.on_restart)
                 reason = await self._beat(last_beat) or reason
                 tg.cancel_scope.cancel()
-        await self._reap(proc)
         return reason
 
     async def _read(self, proc: Process, hello: anyio.Event, last_beat: list[float]) -> str:
