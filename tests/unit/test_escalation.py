@@ -14,7 +14,7 @@ from corral.core.gateway import Core, CoreOptions
 from corral.core.permits import BUDGET_EXHAUSTED, CIRCUIT_OPEN, FATAL_MODE
 from corral.core.state import CoreState
 from corral.domain.errors import InvalidRequest, NotFound
-from corral.domain.models import AttemptResult, Job
+from corral.domain.models import Attempt, AttemptResult, Job
 from corral.domain.settings import (
     BreakerSpec,
     CostPeriod,
@@ -22,7 +22,7 @@ from corral.domain.settings import (
     RoleSpec,
     TenantSpec,
 )
-from corral.domain.states import Outcome
+from corral.domain.states import AttemptState, Outcome
 from tests.unit.test_permits import NOW, failed, granted, make_core, of, ok, refused, run, settings
 from tests.unit.test_retry import job
 
@@ -215,3 +215,19 @@ escalation: {crash_loop_per_min: 3, superseded_max: 4, superseded_window_s: 30,
     assert e == EscalationSpec(crash_loop_per_min=3, superseded_max=4, superseded_window_s=30,
                                safe_stop="cancel", safe_stop_queued="fail")
     assert resolve(parse("", "c"), "c").escalation == EscalationSpec()
+
+
+def test_attempts_lost_while_the_control_plane_was_down_blame_nobody() -> None:
+    # bench/ W3 found an engine crash with many attempts STARTING isolating `command`
+    core, _ = esc_core(crash_loop_per_min=1)
+    for i in range(5):
+        j = codex(i)
+        attempt = Attempt(id=f"a{i}", job_id=j.id, index=1, state=AttemptState.STARTING,
+                          permit_id=f"p{i}", deadline_at=NOW + 60, created_at=NOW, dir="/x",
+                          engine_id="dead")
+        permit, _ = core.adopt(j, attempt, NOW)
+        core.complete(permit, j, LOST, NOW)
+    assert core.escalations.isolated("codex") is None
+    assert core.breakers.get("worker:codex").state != OPEN
+    run(core, codex("live"), LOST, NOW + 1)  # lost under the core's own eyes: a crash
+    assert core.escalations.isolated("codex") is not None

@@ -60,6 +60,7 @@ class _Live:
     worker: str
     breakers: tuple[str, ...]
     stop_at: float | None = None
+    adopted: bool = False  # found in flight after a restart, not started by this core
 
 
 class Core:
@@ -123,8 +124,9 @@ class Core:
         return permit
 
     def _track(self, permit: Permit, job: Job, worker: str, breakers: tuple[str, ...],
-               now: float) -> None:
-        self._live[permit.id] = _Live(permit=permit, job=job, worker=worker, breakers=breakers)
+               now: float, *, adopted: bool = False) -> None:
+        self._live[permit.id] = _Live(permit=permit, job=job, worker=worker, breakers=breakers,
+                                      adopted=adopted)
         self.watchdog.started(job.id, worker, now)
 
     def _rejected(self, job: Job, attempt_index: int, r: Rejected, now: float) -> None:
@@ -159,7 +161,7 @@ class Core:
         if adapter is None:
             self.gate.release(permit)
             raise WorkerError(f"no worker adapter for kind {kind!r}")
-        self._track(permit, job, kind, tuple(breaker_names(job, kind)), now)
+        self._track(permit, job, kind, tuple(breaker_names(job, kind)), now, adopted=True)
         return permit, adapter.adopt(job if kind == job.worker else job.with_(worker=kind),
                                      attempt)
 
@@ -183,6 +185,11 @@ class Core:
         if live is None:
             return
         self._forget(live)
+        if live.adopted and result.outcome is Outcome.LOST:
+            # Lost while the control plane itself was down: our crash, not the worker's. It
+            # must not open breakers or count as a crash loop (bench/ W3 found this).
+            self.breakers.abandon(live.breakers, permit.id)
+            return
         stopped = live.stop_at is not None
         self.breakers.record(live.breakers, permit.id, result, at, stop_requested=stopped)
         self.watchdog.result(live.worker, result.outcome is Outcome.TIMED_OUT, at)

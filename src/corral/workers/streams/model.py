@@ -50,6 +50,8 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEvent:
+    """The run's session id is known (Claude session, Codex thread, OpenCode session)."""
+
     kind: Literal["session"] = "session"
     at: float
     session_id: str
@@ -57,6 +59,8 @@ class SessionEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolStarted:
+    """A tool call began (OpenCode reports it together with its end)."""
+
     kind: Literal["tool_started"] = "tool_started"
     at: float
     call: ToolCall
@@ -64,6 +68,8 @@ class ToolStarted:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolFinished:
+    """A tool call ended; `call` holds its output, error and denial as known at this point."""
+
     kind: Literal["tool_finished"] = "tool_finished"
     at: float
     call: ToolCall
@@ -95,6 +101,8 @@ class ResultEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WarningEvent:
+    """A line the parser could not use; `line` is its first characters."""
+
     kind: Literal["warning"] = "warning"
     at: float
     message: str
@@ -148,16 +156,19 @@ def truncate(text: str, max_bytes: int) -> tuple[str, bool]:
 
 
 def get_dict(obj: Mapping[str, Any], key: str) -> JsonObj:
+    """The field if it is an object, else an empty one: CLI field shapes drift."""
     value = obj.get(key)
     return value if isinstance(value, dict) else {}
 
 
 def get_list(obj: Mapping[str, Any], key: str) -> list[Any]:
+    """The field if it is a list, else an empty one."""
     value = obj.get(key)
     return value if isinstance(value, list) else []
 
 
 def get_str(obj: Mapping[str, Any], key: str) -> str | None:
+    """The field if it is a string, else None."""
     value = obj.get(key)
     return value if isinstance(value, str) else None
 
@@ -259,9 +270,6 @@ class CallBook:
         call = self._calls.get(call_id)
         if call is not None:
             call.duration_ms = duration_ms
-
-    def known(self, call_id: str) -> bool:
-        return call_id in self._calls
 
     def frozen(self) -> tuple[ToolCall, ...]:
         return tuple(call.frozen() for call in self._calls.values())
