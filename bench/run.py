@@ -49,7 +49,6 @@ DEFAULT_OUT = BENCH_DIR / "results" / "latest.json"
 POKE_EVERY_S = 0.05  # "coalesced" pokes: at most one per this interval while submitting
 POLL_S = 0.02  # how often the benchmark looks at the store for the last durable result
 READY_TIMEOUT_S = 30.0
-RUN_TIMEOUT_S = 600.0
 STALL_S = 30.0  # give up on a run when no job ended for this long
 QUICK_STALL_S = 4.0
 STRAY_GRACE_S = 3.0  # how long the engine's children may outlive it before we call them strays
