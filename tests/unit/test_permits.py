@@ -258,7 +258,7 @@ def test_adopt_counts_the_kind_the_attempt_ran_as(tmp_path: Path) -> None:
     permit, found = core.adopt(j, attempt, NOW, worker="codex")
     assert permit.granted["worker"] == "codex" and not isinstance(found, AttemptResult)
     assert core.gate.held("worker", "codex") == 1
-    core.complete(permit, j, failed(Outcome.LOST, None), NOW)
+    core.complete(permit, j, failed(code=1), NOW)  # it ran as codex: codex's breaker counts
     assert core.breakers.get("worker:codex").figures(NOW)["calls"] == 1
 
 

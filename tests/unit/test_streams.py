@@ -289,6 +289,19 @@ def test_claude_two_results_last_cost_wins_and_denials_accumulate() -> None:
     assert (main.duration_ms, sub.duration_ms) == (5914, 3511)  # task_notification timing
 
 
+def test_claude_killed_run_keeps_the_main_agents_last_words() -> None:
+    raw = lines(f"{C330}_subagent_two-results.jsonl")[:24]  # SIGTERM before the results
+    sub = json.loads(raw[19])
+    assert sub["parent_tool_use_id"] is not None
+    sub["message"]["content"][0]["text"] = "words of a sub-agent"
+    raw[19] = json.dumps(sub).encode() + b"\n"
+    parser = ClaudeStreamParser()
+    parser.feed(b"".join(raw), 0.0)
+    summary = parser.finish(143, 1.0)
+    assert (summary.final_text, summary.results_seen, summary.succeeded) == (
+        "main done", 0, False)
+
+
 @pytest.mark.parametrize(("path", "exit_code"), [
     (f"{C197}_basic.jsonl", 1),  # a success result is not enough …
     (f"{C197}_sigterm_no_result.jsonl", 0),  # … nor is exit 0 without a result

@@ -188,7 +188,7 @@ def submit(
     except CorralError as err:
         fail(err)
     result = with_store(cfg, lambda st: submissions(st, cfg).submit(spec))
-    poke(cfg.data_dir)
+    poke(cfg.data_dir, "submitted")
     if as_json:
         _emit({"id": result.job.id, "created": result.created,
                "coalesced_on": result.coalesced_on, "superseded": result.superseded,

@@ -130,8 +130,8 @@ class Engine:
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
-        if op == "wake":
-            self.dispatcher.wake(stops=True)
+        if op in ("wake", "submitted"):  # a submission needs no look at the running jobs
+            self.dispatcher.wake(stops=op == "wake")
             return {"ok": True}
         if op == "ping":
             sup = self.supervisor

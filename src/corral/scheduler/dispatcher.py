@@ -144,10 +144,19 @@ class Dispatcher:
             timeout = min(timeout, max(0.0, self._retry_due - self.clock()))
         return timeout
 
+    def _free_slots(self) -> int:
+        """At most how many attempts could start now: no use reserving (and asking the core
+        permits for) more jobs than the environments have room for."""
+        capacity = sum(e.max_inflight for e in self.settings.environments.values())
+        return max(0, min(BATCH, capacity - len(self._live)))
+
     async def _dispatch(self, now: float) -> bool:
+        free = self._free_slots()
+        if free == 0:
+            return False
         roles_full, envs_full = self.core.saturated
         where = QueueFilter(exclude_roles=roles_full, exclude_envs=envs_full)
-        jobs = await self.store.reserve(engine_id=self.opts.engine_id, now=now, limit=BATCH,
+        jobs = await self.store.reserve(engine_id=self.opts.engine_id, now=now, limit=free,
                                         where=where)
         try:
             claims = [c for c in [await self._claim(job, now) for job in jobs] if c is not None]
@@ -169,7 +178,7 @@ class Dispatcher:
         for c in won:
             self._live[c.job.id] = _Live(claimed=c)
             self._tg.start_soon(self._supervise, c, False)
-        return len(jobs) == BATCH and bool(won)
+        return len(jobs) == free and bool(won)
 
     async def _claim(self, job: Job, now: float) -> Claimed | None:
         index = job.attempts + 1
@@ -193,7 +202,7 @@ class Dispatcher:
         attempt = Attempt(
             id=new_id(), job_id=job.id, index=index, state=AttemptState.STARTING,
             permit_id=permit.id, deadline_at=permit.deadline_at, created_at=now,
-            dir=str(self.opts.attempts_root / job.id / str(index)), engine_id=self.opts.engine_id)
+            dir=str(self.opts.attempts_root / f"{job.id}.{index}"), engine_id=self.opts.engine_id)
         return Claimed(job=job, attempt=attempt, permit=permit)
 
     async def _report_lock_waits(self, now: float) -> None:
@@ -356,11 +365,19 @@ class Dispatcher:
             return
         try:
             now = self.clock()
+            # An attempt that started and ended within one flush goes straight to its end
+            # (STARTING → terminal is an edge of the lifecycle), its pid written with the end:
+            # one write less per short job.
+            pids = dict((a.id, pid) for a, pid in batch.started)
+            finished = [replace(f, attempt=replace(f.attempt, pid=pids[f.attempt.id]))
+                        if f.attempt.id in pids else f for f in batch.finished]
+            ending = {f.attempt.id for f in finished}
+            started = [s for s in batch.started if s[0].id not in ending]
             with anyio.CancelScope(shield=True):  # a result, once decided, is always written
-                if batch.started:
-                    await self.store.mark_running(batch.started, now=now)
-                if batch.finished:
-                    await self.store.finish(batch.finished, now=now)
+                if started:
+                    await self.store.mark_running(started, now=now)
+                if finished:
+                    await self.store.finish(finished, now=now)
         except Exception as err:  # the store is down: every waiter sees the error
             log.error("store write failed: %s", err)
             batch.error = err

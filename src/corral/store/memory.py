@@ -419,7 +419,8 @@ class MemoryStore:
                 row, state=attempt_state_for(r.outcome, r.exit_code), ended_at=r.ended_at or now,
                 exit_code=r.exit_code, signal=r.signal, outcome=r.outcome, error=r.error,
                 limit_hit=r.limit_hit,
-                started_at=row.started_at if row.started_at is not None else r.started_at))
+                started_at=row.started_at if row.started_at is not None else r.started_at,
+                pid=row.pid if row.pid is not None else a.pid))
         job = self._jobs.get(a.job_id)
         if not closed or job is None or not job.state.in_flight or job.attempts != a.index:
             return None  # already finished by another path (recovery, a second engine)

@@ -407,10 +407,10 @@ class SqlStore:
         r, a = f.result, f.attempt
         n = await tx.execute(
             "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?,"
-            " outcome = ?, error = ?, limit_hit = ?, started_at = COALESCE(started_at, ?)"
-            " WHERE id = ? AND state IN ('STARTING', 'RUNNING')",
+            " outcome = ?, error = ?, limit_hit = ?, started_at = COALESCE(started_at, ?),"
+            " pid = COALESCE(pid, ?) WHERE id = ? AND state IN ('STARTING', 'RUNNING')",
             (attempt_state_for(r.outcome, r.exit_code).value, r.ended_at or now, r.exit_code,
-             r.signal, r.outcome.value, r.error, r.limit_hit, r.started_at, a.id))
+             r.signal, r.outcome.value, r.error, r.limit_hit, r.started_at, a.pid, a.id))
         job = await self._job(tx, a.job_id)
         if n != 1 or job is None or not job.state.in_flight or job.attempts != a.index:
             return None  # already finished by another path (recovery, a second engine)

@@ -309,7 +309,14 @@ def spawn(
     if not argv:
         raise WorkerError("cannot spawn an empty command")
     exe = str(shim_path())
-    attempt_dir.mkdir(parents=True, exist_ok=True)
+    try:  # one mkdir in the common case: the attempt directory is new
+        attempt_dir.mkdir()
+        fresh = True
+    except FileNotFoundError:
+        attempt_dir.mkdir(parents=True)
+        fresh = True
+    except FileExistsError:
+        fresh = False
     args = [exe, "--grace-ms", str(max(0, round(grace_s * 1000))), "--term-signal"]
     args.append(str(int(term_signal)))
     if cwd is not None:
@@ -328,7 +335,7 @@ def spawn(
             raise WorkerError(f"attempt dir already in use: {attempt_dir}") from None
         # No shim lives here (we hold the lock), so files left by an earlier one are stale; drop
         # them so that result.json and shim.pid always belong to the shim we start now.
-        for name in (RESULT, SHIM_PID, CHILD_PID):
+        for name in (RESULT, SHIM_PID, CHILD_PID) if not fresh else ():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(attempt_dir / name)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND

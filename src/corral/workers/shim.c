@@ -60,7 +60,7 @@ static void die(const char *what)
 }
 
 /* tmp -> fsync -> rename (-> fsync dir): readers see the old state or the whole new file. */
-static int write_atomic(const char *name, const char *data, size_t len, int sync_dir)
+static int write_atomic(const char *name, const char *data, size_t len, int durable)
 {
     char tmp[64];
     snprintf(tmp, sizeof tmp, ".%s.tmp", name);
@@ -75,13 +75,15 @@ static int write_atomic(const char *name, const char *data, size_t len, int sync
         }
         off += n > 0 ? (size_t)n : 0;
     }
-    if (fsync(fd) < 0) {
+    /* Only the result must survive a power loss; pid files mean nothing after a reboot, so
+     * they are renamed into place (atomic for readers) without paying for an fsync. */
+    if (durable && fsync(fd) < 0) {
         close(fd);
         return -1;
     }
     if (close(fd) < 0 || renameat(dir_fd, tmp, dir_fd, name) < 0)
         return -1;
-    return sync_dir ? fsync(dir_fd) : 0;
+    return durable ? fsync(dir_fd) : 0;
 }
 
 static void write_pid_file(const char *name, pid_t pid)
