@@ -268,7 +268,7 @@ def test_claude_denial_known_live_or_only_from_the_result() -> None:
 
 def test_claude_two_results_last_cost_wins_and_denials_accumulate() -> None:
     raw = lines(f"{C330}_subagent_two-results.jsonl")
-    results = [i for i, line in enumerate(raw) if b'"type":"result"' in line]
+    results = [i for i, line in enumerate(raw) if json.loads(line)["type"] == "result"]
     assert len(results) == 2
 
     def with_cost(i: int, cost: float) -> bytes:
