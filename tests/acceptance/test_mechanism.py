@@ -64,6 +64,11 @@ roles:
         assert history[-3:] == ["OPEN", "HALF_OPEN", "CLOSED"]
         listed = json.loads(c.ok("breakers", "--json"))
         assert any(b["name"] == "worker:command" for b in listed)
+        recorded = eventually(lambda: [e["state"] for e in json.loads(
+            c.ok("events", "--kind", "breaker", "--json"))][-3:] == ["OPEN", "HALF_OPEN",
+                                                                   "CLOSED"],
+                              what="the transitions to be recorded in the store")
+        assert recorded
     finally:
         c.stop_all()
 

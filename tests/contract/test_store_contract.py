@@ -805,3 +805,24 @@ def test_a_final_refusal_denies_a_queued_job_and_the_lifecycle_is_enforced(
         assert (await store.get_job(running.id)).state is JobState.RUNNING
 
     use_store(body)
+
+
+def test_core_events_are_appended_and_read_back_by_kind(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        opened = {"at": 10.0, "kind": "breaker", "scope": "worker", "name": "worker:codex",
+                  "state": "OPEN", "severity": "high", "reason": "failure_rate",
+                  "message": "5 of 8 failed", "data": {"calls": 8, "failures": 5}}
+        stage = {**opened, "at": 11.0, "kind": "defense", "name": "watchdog", "state": "shed",
+                 "reason": "threshold_exceeded", "data": {}}
+        await store.append_core_events([opened, stage])
+        await store.append_core_events([{**opened, "at": 12.0, "state": "HALF_OPEN",
+                                         "reason": "open_elapsed", "data": {}}])
+        breakers = await store.core_events(kind="breaker")
+        assert [(e["state"], e["reason"]) for e in breakers] == [
+            ("OPEN", "failure_rate"), ("HALF_OPEN", "open_elapsed")]
+        assert breakers[0]["data"] == {"calls": 8, "failures": 5}
+        assert [e["kind"] for e in await store.core_events()] == ["breaker", "defense",
+                                                                 "breaker"]
+        assert [e["at"] for e in await store.core_events(limit=1)] == [12.0]
+
+    use_store(body)

@@ -348,6 +348,25 @@ def workspaces(as_json: JsonOpt = False, data_dir: DataDir = None,
             typer.echo(f"{w}  held by {j} since {views.short_time(t)}")
 
 
+@app.command()
+def events(kind: Annotated[str | None, typer.Option(
+               "--kind", help="breaker, defense or escalation (default: all).")] = None,
+           limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
+           as_json: JsonOpt = False, data_dir: DataDir = None,
+           config: ConfigOpt = None) -> None:
+    """The core's recorded decisions: breaker transitions, defense stages, escalations."""
+    cfg = _config_or_fail(data_dir, config)
+    found = with_store(cfg, lambda st: st.core_events(kind=kind, limit=limit))
+    if as_json:
+        _emit(found)
+        return
+    if not found:
+        typer.echo("no core events recorded")
+    for e in found:
+        typer.echo(f"{views.short_time(e['at'])}  {e['kind']:<10} {e['scope']}:{e['name']} "
+                   f"→ {e['state']}  {e['reason']}  {e['message']}")
+
+
 @dlq_app.command("list")
 def dlq_list(limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
              as_json: JsonOpt = False, data_dir: DataDir = None,

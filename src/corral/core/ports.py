@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from corral.domain.models import (
     Attempt,
@@ -124,6 +124,13 @@ class Store(Protocol):
     async def events(self, job_id: str, *, after_id: int = 0) -> list[tuple[int, JobEvent]]: ...
 
     async def append_events(self, events: Sequence[JobEvent]) -> None: ...
+
+    async def append_core_events(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """Record the core's decisions (breaker transitions, defense stages, escalations)."""
+
+    async def core_events(self, *, kind: str | None = None,
+                          limit: int = 100) -> list[dict[str, Any]]:
+        """The latest recorded core decisions, oldest first."""
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state."""

@@ -116,6 +116,7 @@ class Engine:
         # The core's breakers, escalations and spend, kept here so a restarted core resumes them.
         self._core_state: dict[str, Any] | None = None
         self._state_dirty = False
+        self._events: list[dict[str, Any]] = []
         self.link.on_event = self._on_core_event
         self.dispatcher = Dispatcher(
             store=self.store, core=self.link, settings=config.settings,
@@ -192,6 +193,7 @@ class Engine:
             tg.start_soon(serve_control, self.config.data_dir, self._control)
             tg.start_soon(self._heartbeat)
             tg.start_soon(self._keep_core_state)
+            tg.start_soon(self._record_core_events)
             tg.start_soon(self._signals, tg.cancel_scope)
             if on_ready is not None:
                 tg.start_soon(_when_ready, ready, lambda: on_ready(self))
@@ -220,10 +222,14 @@ class Engine:
     async def _escalate(self, reason: str, message: str) -> None:
         log.error("escalation %s: %s", reason, message)
         eid = new_id()
+        now = time.time()
         self.escalations[eid] = {"id": eid, "scope": "global", "target": "core",
                                  "reason": reason, "severity": "fatal", "message": message,
-                                 "opened_at": time.time(), "data": {},
-                                 "action": "safe_stop_finish"}
+                                 "opened_at": now, "data": {}, "action": "safe_stop_finish"}
+        await self.store.append_core_events([{
+            "at": now, "kind": "escalation", "scope": "global", "name": "core",
+            "state": "open", "severity": "fatal", "reason": reason, "message": message,
+            "data": {"id": eid}}])
 
     def _on_core_event(self, msg: dict[str, Any]) -> None:
         event = msg.get("event") or {}
@@ -231,6 +237,15 @@ class Engine:
             log.warning("core %s %s %s: %s", event.get("kind"), event.get("name"),
                         event.get("state"), event.get("message"))
             self._state_dirty = True
+            self._events.append(event)  # refusals are counted by the core and kept per job
+
+    async def _record_core_events(self) -> None:
+        """Persist the core's decisions: `corral events` reads them, engine running or not."""
+        while True:
+            await anyio.sleep(0.5)
+            events, self._events = self._events, []
+            if events:
+                await self.store.append_core_events(events)
 
     async def _keep_core_state(self) -> None:
         """Fetch the core's state after it changed, so a restarted core can resume it."""

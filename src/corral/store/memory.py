@@ -25,6 +25,7 @@ from corral.domain.states import AttemptState, DedupMode, JobState
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store.admission import acquired_event
 from corral.store.sql import (
+    CORE_EVENT_FIELDS,
     STOP_STATES,
     attempt_state_for,
     check_transition,
@@ -58,6 +59,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
+        self._core_events: list[dict[str, Any]] = []  # append-only, like the table
         self._attempts: dict[str, Attempt] = {}  # attempt id → attempt
         self._job_attempts: dict[str, tuple[str, ...]] = {}  # job id → attempt ids, by index
         self._permits: dict[str, str] = {}  # permit id → attempt id (a permit is used once)
@@ -511,6 +513,17 @@ class MemoryStore:
     async def append_events(self, events: Sequence[JobEvent]) -> None:
         with self._tx():
             self._emit(events)
+
+    async def append_core_events(self, events: Sequence[Mapping[str, Any]]) -> None:
+        for e in events:
+            self._core_events.append({"id": len(self._core_events) + 1,
+                                      **{f: e.get(f, "") for f in CORE_EVENT_FIELDS},
+                                      "data": _json_copy(e.get("data") or {})})
+
+    async def core_events(self, *, kind: str | None = None,
+                          limit: int = 100) -> list[dict[str, Any]]:
+        found = [dict(e) for e in self._core_events if kind in (None, e["kind"])]
+        return found[-limit:]
 
     async def counts(self) -> dict[str, int]:
         return dict(Counter(j.state.value for j in self._jobs.values()))

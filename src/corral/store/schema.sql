@@ -116,3 +116,17 @@ CREATE TABLE workspace_waits (
 );
 CREATE INDEX workspace_waits_by_acquired ON workspace_waits (acquired_at)
     WHERE acquired_at IS NOT NULL;
+
+CREATE TABLE core_events (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    at       REAL NOT NULL,
+    kind     TEXT NOT NULL,
+    scope    TEXT NOT NULL,
+    name     TEXT NOT NULL,
+    state    TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    reason   TEXT NOT NULL,
+    message  TEXT NOT NULL,
+    data     TEXT NOT NULL
+);
+CREATE INDEX core_events_by_kind ON core_events (kind, id);

@@ -90,6 +90,15 @@ class Driver(Protocol):
 STOP_STATES = {"cancel": JobState.CANCELLED, "kill": JobState.KILLED, "deny": JobState.DENIED}
 
 
+CORE_EVENT_FIELDS = ("at", "kind", "scope", "name", "state", "severity", "reason", "message")
+
+
+def core_event_params(e: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A core event (CoreEvent.to_dict()) as the columns of core_events."""
+    return (*(e.get(f, "" if f != "at" else 0.0) for f in CORE_EVENT_FIELDS),
+            json.dumps(e.get("data") or {}, sort_keys=True, default=str))
+
+
 def check_transition(job: Job, to: JobState) -> None:
     """The lifecycle table is enforced where states are written, whoever asks."""
     if not can_transition(job.state, to):
@@ -518,6 +527,22 @@ class SqlStore:
     async def append_events(self, events: Sequence[JobEvent]) -> None:
         async with self.driver.write() as tx:
             await self._insert_events(tx, events)
+
+    async def append_core_events(self, events: Sequence[Mapping[str, Any]]) -> None:
+        async with self.driver.write() as tx:
+            for e in events:
+                await tx.execute(
+                    "INSERT INTO core_events (at, kind, scope, name, state, severity, reason,"
+                    " message, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", core_event_params(e))
+
+    async def core_events(self, *, kind: str | None = None,
+                          limit: int = 100) -> list[dict[str, Any]]:
+        where, params = ("WHERE kind = ? ", (kind,)) if kind else ("", ())
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                "SELECT id, at, kind, scope, name, state, severity, reason, message, data"
+                f" FROM core_events {where}ORDER BY id DESC LIMIT ?", (*params, limit))
+        return [{**dict(r), "data": json.loads(r["data"])} for r in reversed(rows)]
 
     async def counts(self) -> dict[str, int]:
         async with self.driver.read() as tx:
