@@ -40,7 +40,7 @@ STALE_ENGINE_S = 3 * HEARTBEAT_S
 def build_store(config: Config) -> Store:
     """The store named by the configuration: PostgreSQL for a postgresql:// URL, else SQLite."""
     url = config.store_url
-    if url and url.startswith(("postgresql://", "postgres://")):
+    if url and is_shared(config):
         from corral.store.postgres import PostgresStore
 
         return PostgresStore(url)
@@ -51,6 +51,12 @@ def build_store(config: Config) -> Store:
     path = Path(url.removeprefix("sqlite://")) if url else config.db_path
     return SqliteStore(path, synchronous=config.sqlite_synchronous,
                        busy_timeout_ms=config.sqlite_busy_timeout_ms)
+
+
+def is_shared(config: Config) -> bool:
+    """Whether several engines may share the store (PostgreSQL) or one owns it (SQLite)."""
+    url = config.store_url or ""
+    return url.startswith(("postgresql://", "postgres://"))
 
 
 def build_core(config: Config) -> Core:
@@ -127,7 +133,7 @@ class Engine:
     def _owns(self, attempt: Attempt) -> bool:
         # SQLite: we hold the data dir, so every attempt in flight is ours to recover.
         # PostgreSQL: only attempts of engines that stopped heart-beating.
-        return self.config.store_url is None or attempt.engine_id in self._stale
+        return not is_shared(self.config) or attempt.engine_id in self._stale
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
