@@ -41,8 +41,6 @@ ERROR = "error"
 # What a line reader hands on in place of a line longer than MAX_LINE (which it skipped).
 OVERSIZED = b"\x00oversized\n"
 
-SCHEDULER_TYPES = frozenset({REQUEST_PERMIT, RELEASE, SUBMIT_JOB, CANCEL_JOB, ADOPT, HEARTBEAT,
-                             CONTROL})
 
 
 class ProtocolError(CorralError):

@@ -82,8 +82,6 @@ class Dispatcher:
         self._retry_due: float | None = None
         self._rejected: dict[str, str] = {}  # job id → last permit refusal reason recorded
         self._rejections: list[JobEvent] = []
-        self.started = 0
-        self.finished = 0
 
     # ---- public --------------------------------------------------------------------------
 
@@ -262,7 +260,6 @@ class Dispatcher:
             return
         if started is not None:
             live.started = True
-            self.started += 0 if adopt else 1
             if c.attempt.state is AttemptState.STARTING:
                 await self._write(started=(c.attempt, started))
         kind = self._pending_stop.pop(c.job.id, None)
@@ -306,7 +303,6 @@ class Dispatcher:
         if d.retry_at is not None:
             self._retry_due = min(d.retry_at, self._retry_due or d.retry_at)
         self._live.pop(c.job.id, None)
-        self.finished += 1
         self.wake()
 
     # ---- recovery ------------------------------------------------------------------------
