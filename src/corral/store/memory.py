@@ -19,9 +19,10 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
-from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound, StaleState
+from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
 from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
-from corral.domain.states import AttemptState, DedupMode, JobState
+from corral.domain.states import AttemptState, JobState
+from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store.admission import acquired_event
 from corral.store.sql import (
@@ -187,16 +188,11 @@ class MemoryStore:
     def _dedup(self, job: Job, now: float) -> tuple[Job | None, str | None]:
         """Apply the job's idempotency key: (the holder to coalesce into, the superseded job)."""
         holder = self._jobs.get(self._keys.get(job.key, "")) if job.key else None
-        if job.key is None or holder is None or holder.state.terminal:
+        decision = on_held_key(job, holder)
+        if holder is None or decision == "new":
             return None, None
-        if job.dedup is DedupMode.COALESCE:
+        if decision == "coalesce":
             return holder, None
-        if job.dedup is DedupMode.REJECT:
-            raise DuplicateJob(job.key, holder.id)
-        if holder.id in job.after:
-            raise InvalidRequest(
-                f"job cannot run --after {holder.id}: it supersedes that job "
-                "(latest-wins on the same key would close a cycle)")
         self._stop(holder, f"superseded by {job.id} (latest-wins)", "cancel", now)
         return None, holder.id
 

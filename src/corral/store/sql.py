@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
-from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound, StaleState
+from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
 from corral.domain.models import (
     Attempt,
     Claimed,
@@ -21,7 +21,8 @@ from corral.domain.models import (
     JobEvent,
     SubmitResult,
 )
-from corral.domain.states import AttemptState, DedupMode, JobState, Outcome, can_transition
+from corral.domain.states import AttemptState, JobState, Outcome, can_transition
+from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, workspace_seat
 from corral.store import admission as adm
 from corral.store.rows import (
@@ -228,16 +229,11 @@ class SqlStore:
             return None, None
         row = await tx.fetchone("SELECT job_id FROM idem_keys WHERE idem_key = ?", (job.key,))
         holder = await self._job(tx, row["job_id"]) if row else None
-        if holder is None or holder.state.terminal:
+        decision = on_held_key(job, holder)
+        if holder is None or decision == "new":
             return None, None
-        if job.dedup is DedupMode.COALESCE:
+        if decision == "coalesce":
             return holder, None
-        if job.dedup is DedupMode.REJECT:
-            raise DuplicateJob(job.key, holder.id)
-        if holder.id in job.after:
-            raise InvalidRequest(
-                f"job cannot run --after {holder.id}: it supersedes that job "
-                "(latest-wins on the same key would close a cycle)")
         await self._stop(tx, holder, f"superseded by {job.id} (latest-wins)", "cancel", now)
         return None, holder.id
 
