@@ -74,6 +74,7 @@ class RoleModel(_Strict):
     fallback_workers: list[str] = []  # kinds to use while `worker`'s breaker is open
     rate: RateModel | None = None
     workspace_policy: Literal["reject", "coalesce", "serialize"] = "serialize"
+    max_recursion_depth: int = Field(5, ge=0, le=100)
 
 
 class EnvModel(_Strict):
@@ -254,6 +255,7 @@ def _role(name: str, m: RoleModel) -> RoleSpec:
         system_prompt=m.system_prompt, description=m.description,
         fallback_workers=tuple(m.fallback_workers), rate=_rate(m.rate),
         workspace_policy=WorkspacePolicy(m.workspace_policy),
+        max_recursion_depth=m.max_recursion_depth,
         limits=Limits(max_attempts=m.limits.max_attempts, timeout_s=m.limits.timeout_s,
                       grace_s=m.limits.grace_s),
         retry=RetryPolicy(

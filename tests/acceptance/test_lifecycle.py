@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.acceptance.conftest import Corral, alive
+from tests.acceptance.conftest import CORRAL, Corral, alive
 from tests.helpers import eventually
 
 
@@ -168,3 +168,24 @@ def test_100_mb_of_output_without_newlines_lands_whole_in_the_log(corral: Corral
                              Path(f"/proc/{corral.engines[0].pid}/status").read_text().splitlines()
                              if line.startswith("VmRSS:")))
     assert engine_rss_kb < 200_000  # the output went to a file, never through the engine
+
+
+def test_jobs_that_submit_jobs_are_bounded_by_the_recursion_depth(
+        corral: Corral, tmp_path: Path) -> None:
+    corral.config.write_text(corral.config.read_text().replace(
+        "  serial:", "  chain:\n    concurrency: 4\n    max_recursion_depth: 3\n"
+        "    limits: {max_attempts: 1}\n  serial:"))
+    spawner = tmp_path / "spawn.sh"
+    spawner.write_text(f'#!/bin/sh\nexec {CORRAL} submit --role chain -- {spawner}\n')
+    spawner.chmod(0o755)
+    root = corral.submit(str(spawner), opts=("--role", "chain"))
+    corral.drain()
+    chain = sorted(corral.json("jobs", "--limit", "20"), key=lambda j: j["created_at"])
+    assert [j["id"] for j in chain][:1] == [root]
+    depths = [corral.job(j["id"])["depth"] for j in chain]
+    assert depths == [0, 1, 2, 3], "each job's child is one level deeper, up to the bound"
+    assert [corral.job(j["id"])["parent_id"] for j in chain][1:] == [j["id"] for j in chain][:-1]
+    deepest = chain[-1]
+    assert deepest["exit_code"] == 2, "its own submission was refused (bad input)"
+    logs = corral.run("logs", deepest["id"])
+    assert "recursion depth 4 exceeds max_recursion_depth 3" in logs.stderr

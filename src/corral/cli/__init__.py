@@ -160,6 +160,10 @@ def submit(
     tenant: Annotated[str, typer.Option("--tenant")] = "default",
     worker: Annotated[str | None, typer.Option(
         "--worker", help="Worker kind (default: the role's, for commands `command`).")] = None,
+    parent: Annotated[str | None, typer.Option(
+        "--parent", envvar="CORRAL_JOB_ID", show_envvar=False,
+        help="The job submitting this one (set automatically inside a job): the child is one "
+             "level deeper, bounded by the role's max_recursion_depth.")] = None,
     workspace: Annotated[Path | None, typer.Option(
         "--workspace", help="Directory this job edits; jobs on one workspace follow the "
         "role's workspace_policy (reject, coalesce or serialize).")] = None,
@@ -183,7 +187,7 @@ def submit(
                        priority=priority, tenant=tenant, key=key, dedup=dedup, limits=limits,
                        after=tuple(after or ()),
                        cwd=str(cwd.expanduser().resolve()) if cwd else str(Path.cwd()),
-                       env=_parse_env(setenv or []), worker=worker,
+                       env=_parse_env(setenv or []), worker=worker, parent_id=parent,
                        workspace=str(workspace.expanduser().resolve()) if workspace else None)
     except CorralError as err:
         fail(err)

@@ -54,6 +54,9 @@ class RoleSpec:
     fallback_workers: tuple[str, ...] = ()
     rate: RateSpec | None = None  # permits per second for this role (None: unlimited)
     workspace_policy: WorkspacePolicy = WorkspacePolicy.SERIALIZE
+    # Jobs submitted from inside a job carry their parent and depth; deeper chains are refused
+    # (seed 000's runtime policy against recursive planning loops).
+    max_recursion_depth: int = 5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,6 +21,7 @@ import anyio
 from corral.config import Config
 from corral.core import protocol as p
 from corral.core.server import CoreServer
+from corral.runtime.engine import advertise, build_core
 
 log = logging.getLogger("corral.core")
 
@@ -65,7 +66,7 @@ async def _stdio() -> tuple[asyncio.StreamReader, Any]:
 
 async def serve_stdio(config: Config) -> None:
     """Run one core until stdin closes."""
-    from corral.runtime.engine import build_core
+
 
     reader, writer = await _stdio()
     lock = anyio.Lock()
@@ -84,6 +85,7 @@ async def serve_stdio(config: Config) -> None:
 
 def main(config: Config) -> None:
     """Entry point of `corral core`."""
+    advertise(config)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
     anyio.run(serve_stdio, config)

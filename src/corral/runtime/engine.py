@@ -59,6 +59,14 @@ def is_shared(config: Config) -> bool:
     return url.startswith(("postgresql://", "postgres://"))
 
 
+def advertise(config: Config) -> None:
+    """Jobs inherit where this engine lives, so a job that runs `corral submit` reaches it
+    (and becomes the new job's parent through CORRAL_JOB_ID)."""
+    os.environ["CORRAL_DATA_DIR"] = str(config.data_dir)
+    if config.source is not None:
+        os.environ["CORRAL_CONFIG"] = str(config.source)
+
+
 def build_core(config: Config) -> Core:
     gate = PermitGate(config.settings)
     return Core(gate, {kind: CommandWorker(gate.validate, kind)
@@ -210,6 +218,7 @@ class Engine:
         """The core in a supervised child (the default), or in this process."""
         cfg = self.config.core
         if cfg.mode == "inline":
+            advertise(self.config)
             connect_local(self.link, build_core(self.config), tg, time.time)
             return
         argv = [sys.executable, "-m", "corral", "core", "--data-dir", str(self.config.data_dir)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from enum import StrEnum
 
 from corral.core.ports import Admission, Store
@@ -181,9 +182,24 @@ class Submissions:
     async def submit(self, spec: JobSpec) -> SubmitResult:
         """Persist a job; Backpressure past a queue bound, Conflict on a rejected workspace."""
         now = self.clock()
+        if spec.parent_id:
+            spec = await self._nested(spec)
         job = self.build(spec, now)
         return await self.store.submit(job, now=now, aging_s=self.settings.scheduler.aging_s,
                                        admission=self.admission(job))
+
+    async def _nested(self, spec: JobSpec) -> JobSpec:
+        """A job submitted from inside another: one level deeper than its parent, refused past
+        the role's max_recursion_depth (a chain of agents spawning agents is bounded)."""
+        parent = await self.store.get_job(spec.parent_id or "")
+        depth = parent.depth + 1
+        role = self.settings.roles.get(spec.role)
+        limit = role.max_recursion_depth if role else 0
+        if depth > limit:
+            raise InvalidRequest(
+                f"recursion depth {depth} exceeds max_recursion_depth {limit} of role "
+                f"{spec.role!r} (parent {parent.id} is at depth {parent.depth})")
+        return replace(spec, parent_id=parent.id, depth=depth)
 
     async def cancel(self, ref: str, reason: str, *, kind: str = "cancel") -> Job:
         job = await self.store.get_job(ref)

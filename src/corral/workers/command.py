@@ -14,7 +14,9 @@ from corral.workers.process import ShimProcess, ShimResult
 # The environment a job starts from; everything else of the engine's own environment (database
 # URLs, tokens) stays out unless the job asks for it by name (`corral submit --setenv`).
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR",
-                 "TERM")
+                 "TERM",
+                 # so that `corral submit` inside a job reaches this engine (as the job's child)
+                 "CORRAL_DATA_DIR", "CORRAL_CONFIG")
 
 _OUTCOME = {
     "exited": Outcome.EXITED,
