@@ -26,24 +26,11 @@ from corral.workers.process import (
     read_result,
     spawn,
 )
-
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+from tests.helpers import eventually
 
 T = TypeVar("T")
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 Start = Callable[..., ShimProcess]
-
-
-def eventually(check: Callable[[], T | None], timeout: float = 5.0, what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy, failing after `timeout` seconds."""
-    give_up = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def wait(proc: ShimProcess, timeout: float = 10.0) -> ShimResult:
