@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import pytest
@@ -28,7 +28,6 @@ from corral.workers.process import (
 )
 from tests.helpers import eventually
 
-T = TypeVar("T")
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 Start = Callable[..., ShimProcess]
 
