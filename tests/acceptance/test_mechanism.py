@@ -4,9 +4,12 @@ failing workers, fallback kinds, the watchdog shedding under a stall, crash-loop
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
+from corral.runtime.control import poke
 from tests.acceptance.conftest import Corral
 from tests.helpers import eventually
 
@@ -148,5 +151,29 @@ roles:
         c.ok("escalations", "clear", items[0]["id"])
         assert c.wait(blocked) == 0
         assert json.loads(c.ok("escalations", "list", "--json")) == []
+    finally:
+        c.stop_all()
+
+
+def test_a_restarted_core_resumes_open_breakers(tmp_path: Path) -> None:
+    c = Corral(tmp_path, BASE + """\
+core: {heartbeat_s: 0.2, heartbeat_timeout_s: 2.5}
+breakers: {min_calls: 2, consecutive_failures: 2, open_s: 300}
+roles:
+  default: {concurrency: 2, limits: {max_attempts: 1}}
+""")
+    try:
+        c.serve()
+        for _ in range(2):
+            assert c.run("submit", "--wait", "--", "sh", "-c", "exit 1").returncode == 1
+        eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN",
+                   what="the breaker to open")
+        before = eventually(lambda: (a := poke(c.data, "ping")) and a["core_state_synced"] and a,
+                            what="the engine to hold the core's state")
+        os.kill(before["core_pid"], signal.SIGKILL)
+        eventually(lambda: (poke(c.data, "ping") or {}).get("core_pid") not in
+                   (None, before["core_pid"]), what="a new core")
+        assert eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN",
+                          what="the breaker restored into the new core")
     finally:
         c.stop_all()

@@ -267,6 +267,7 @@ class CoreServer:
         await self.send({"type": p.JOB_COMPLETED, "id": req, "job_id": c.job.id,
                          "attempt_id": c.attempt.id, "result": p.result_out(result),
                          "saturated": self._saturated()})
+        await self._flush_events()  # what this result changed (a breaker …) follows it at once
 
 
 def _survivors(attempt_dir: str) -> list[int]:

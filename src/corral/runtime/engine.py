@@ -130,6 +130,7 @@ class Engine:
         # The core's breakers, escalations and spend, kept here so a restarted core resumes them.
         self._core_state: dict[str, Any] | None = None
         self._state_dirty = False
+        self._state_changed = anyio.Event()
         self._events: list[dict[str, Any]] = []
         self.link.on_event = self._on_core_event
         self.dispatcher = Dispatcher(
@@ -154,7 +155,9 @@ class Engine:
                     "inflight": self.dispatcher.inflight,
                     "core_pid": sup.pid if sup else os.getpid(),
                     "core_restarts": (sup.generation - 1) if sup else 0,
-                    "core_given_up": sup.given_up if sup else False}
+                    "core_given_up": sup.given_up if sup else False,
+                    "core_state_synced": not (self._state_dirty
+                                              or self._state_changed.is_set())}
         if op == "core":
             return await self._core_control(request)
         return {"ok": False, "error": f"unknown op {op!r}"}
@@ -181,7 +184,7 @@ class Engine:
                               "restarts": (self.supervisor.generation - 1)
                               if self.supervisor else 0}
         if core_op in ("reset_breaker", "clear_escalation"):
-            self._state_dirty = True
+            self._state_changed.set()
         return {"ok": True, "result": result}
 
     async def run(self, *, drain: bool = False,
@@ -251,7 +254,7 @@ class Engine:
         if event.get("kind") in ("breaker", "escalation", "defense"):
             log.warning("core %s %s %s: %s", event.get("kind"), event.get("name"),
                         event.get("state"), event.get("message"))
-            self._state_dirty = True
+            self._state_changed.set()
             self._events.append(event)  # refusals are counted by the core and kept per job
 
     async def _record_core_events(self) -> None:
@@ -263,15 +266,17 @@ class Engine:
                 await self.store.append_core_events(events)
 
     async def _keep_core_state(self) -> None:
-        """Fetch the core's state after it changed, so a restarted core can resume it."""
+        """Fetch the core's state as soon as it changed, so a restarted core can resume it."""
         while True:
-            await anyio.sleep(1.0)
-            if self._state_dirty and self.link.connected:
+            await self._state_changed.wait()
+            self._state_changed = anyio.Event()
+            self._state_dirty = True
+            while self._state_dirty:
                 try:
                     self._core_state = await self.link.control("state")
                     self._state_dirty = False
-                except CorralError:
-                    continue
+                except CorralError:  # the core is restarting: try again shortly
+                    await anyio.sleep(0.2)
 
     async def _core_restarted(self) -> None:
         if self._core_state is not None:
