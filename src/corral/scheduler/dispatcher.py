@@ -157,7 +157,7 @@ class Dispatcher:
         jobs = await self.store.reserve(engine_id=self.opts.engine_id, now=now, limit=free,
                                         where=where)
         try:
-            claims = [c for c in [await self._claim(job, now) for job in jobs] if c is not None]
+            claims = [c for c in await self._claim_all(jobs, now) if c is not None]
         except CoreUnavailable:
             return False  # the supervisor restarts the core and wakes us
         finally:
@@ -177,6 +177,26 @@ class Dispatcher:
             self._live[c.job.id] = _Live(claimed=c)
             self._tg.start_soon(self._supervise, c, False)
         return len(jobs) == free and bool(won)
+
+    async def _claim_all(self, jobs: list[Job], now: float) -> list[Claimed | None]:
+        """Ask the core for every permit at once (pipelined over the link), in queue order."""
+        if len(jobs) == 1:
+            return [await self._claim(jobs[0], now)]
+        results: list[Claimed | None] = [None] * len(jobs)
+        lost: list[CoreUnavailable] = []
+
+        async def one(i: int, job: Job) -> None:
+            try:
+                results[i] = await self._claim(job, now)
+            except CoreUnavailable as err:  # re-raised below as itself, not in a group
+                lost.append(err)
+
+        async with anyio.create_task_group() as tg:
+            for i, job in enumerate(jobs):
+                tg.start_soon(one, i, job)
+        if lost:  # permits the departed core granted died with it: nothing to give back
+            raise lost[0]
+        return results
 
     async def _claim(self, job: Job, now: float) -> Claimed | None:
         index = job.attempts + 1
