@@ -147,12 +147,12 @@ def test_job_sees_only_stdio_and_no_supervisor_fds(start: Start) -> None:
 def test_lock_is_held_exactly_while_the_shim_lives(start: Start) -> None:
     proc = start("sleep", "30")
     eventually(lambda: (proc.attempt_dir / "shim.pid").exists(), what="shim.pid")
-    assert process._lock_held(proc.attempt_dir / "lock")
+    assert process._lock_held(proc.attempt_dir)
     with pytest.raises(WorkerError, match="already in use"):
         start("true", attempt_dir=proc.attempt_dir)
     proc.kill_now()
     wait(proc)
-    assert not process._lock_held(proc.attempt_dir / "lock")
+    assert not process._lock_held(proc.attempt_dir)
 
 
 # --------------------------------------------------------------------------- stopping
@@ -312,7 +312,7 @@ def test_probe_reports_a_killed_shim_as_vanished(start: Start) -> None:
 def test_probe_of_an_attempt_never_started(tmp_path: Path) -> None:
     assert probe(tmp_path / "missing").state is ProbeState.NOT_STARTED
     assert probe(tmp_path).state is ProbeState.NOT_STARTED
-    (tmp_path / "lock").touch()
+    (tmp_path / "stdout.log").touch()  # an empty directory with files, but no shim ever
     assert probe(tmp_path).state is ProbeState.NOT_STARTED
     assert read_result(tmp_path) is None
 

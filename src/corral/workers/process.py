@@ -46,7 +46,8 @@ __all__ = [
 ShimReason = Literal["exited", "terminated", "deadline", "spawn_error", "lost"]
 _REASONS: frozenset[str] = frozenset(("exited", "terminated", "deadline", "spawn_error", "lost"))
 
-LOCK = "lock"
+# The attempt directory itself is the lock: held (flock) by the shim for its whole life, so an
+# attempt costs no lock file of its own.
 SHIM_PID = "shim.pid"
 CHILD_PID = "child.pid"
 RESULT = "result.json"
@@ -223,7 +224,7 @@ class ShimProcess:
                 pid = self.pid
             if pid == 0:
                 return None
-        elif _lock_held(self.attempt_dir / LOCK):
+        elif _lock_held(self.attempt_dir):
             return None
         # The shim renames result.json into place before it exits (and releases the lock).
         self._result = read_result(self.attempt_dir) or _LOST
@@ -327,7 +328,7 @@ def spawn(
 
     fds: list[int] = []
     try:
-        lock_fd = _open_high(attempt_dir / LOCK, os.O_RDWR | os.O_CREAT)
+        lock_fd = _open_high(attempt_dir, os.O_RDONLY | os.O_DIRECTORY)
         fds.append(lock_fd)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -380,9 +381,10 @@ class ProbeResult:
 
 
 def _lock_held(lock_path: Path) -> bool:
-    """Whether someone holds the flock, tested on a fresh open file description."""
+    """Whether someone holds the flock on the attempt directory, tested on a fresh open file
+    description."""
     try:
-        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(lock_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
     try:
@@ -412,7 +414,7 @@ def _adopt(attempt_dir: Path, pid: int) -> ShimProcess | None:
     except ProcessLookupError:
         return None
     # Lock still held after pidfd_open ⇒ the pidfd is the live shim's, not a reused pid's.
-    if _lock_held(attempt_dir / LOCK):
+    if _lock_held(attempt_dir):
         return ShimProcess(pid=pid, attempt_dir=attempt_dir, pidfd=pidfd, is_child=False)
     if pidfd is not None:
         os.close(pidfd)
@@ -421,10 +423,10 @@ def _adopt(attempt_dir: Path, pid: int) -> ShimProcess | None:
 
 def probe(attempt_dir: Path) -> ProbeResult:
     """Find out, from the directory alone, what became of an attempt's shim (after a restart)."""
-    lock_path = attempt_dir / LOCK
+    lock_path = attempt_dir
     give_up = time.monotonic() + _PROBE_PID_WAIT_S
     while True:
-        if not lock_path.exists():
+        if not lock_path.is_dir():
             return ProbeResult(state=ProbeState.NOT_STARTED)
         if not _lock_held(lock_path):
             result = read_result(attempt_dir)

@@ -9,7 +9,7 @@
  * The shim is a child subreaper, so every orphan below it is reparented to it and can be killed.
  *
  * Contract with the engine: we are started in a new session with stdin=/dev/null, stdout and
- * stderr on the attempt's log files, and fd 3 an flock()ed handle on <attempt_dir>/lock.  We keep
+ * stderr on the attempt's log files, and fd 3 an flock()ed handle on <attempt_dir> itself.  We keep
  * fd 3 open until we exit, so "lock held" <=> "shim alive".  We write shim.pid, child.pid and, last
  * of all, result.json -- each atomically (tmp, fsync, rename) so a reader never sees half a file.
  */
