@@ -25,6 +25,7 @@ from corral.runtime.control import poke
 from corral.runtime.engine import Engine, build_store, submissions
 
 from . import mechanism, views
+from .options import ConfigOpt, DataDir, JsonOpt
 
 T = TypeVar("T")
 
@@ -38,7 +39,6 @@ dlq_app = typer.Typer(no_args_is_help=True, help="The dead-letter queue: jobs wh
                                                  "or purge.")
 app.add_typer(dlq_app, name="dlq")
 
-from .options import ConfigOpt, DataDir, JsonOpt  # noqa: E402
 
 # How `submit --wait` reports a job's end (documented in docs/reference/cli.md).
 WAIT_EXIT = {JobState.TIMED_OUT: 124, JobState.CANCELLED: 130, JobState.KILLED: 137,
@@ -108,7 +108,7 @@ def serve(data_dir: DataDir = None, config: ConfigOpt = None,
         engine = Engine(cfg)
 
         def ready(e: Engine) -> None:
-            typer.echo(f"corral engine {e.id} serving {cfg.data_dir} (pid {_pid()})", err=True)
+            typer.echo(f"corral engine {e.id} serving {cfg.data_dir} (pid {os.getpid()})", err=True)
 
         anyio.run(lambda: engine.run(drain=drain, on_ready=ready))
     except CorralError as err:
@@ -129,9 +129,6 @@ def core_cmd(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     core_main(_config_or_fail(data_dir, config))
 
-
-def _pid() -> int:
-    return os.getpid()
 
 
 @app.command(context_settings={"allow_interspersed_args": False})

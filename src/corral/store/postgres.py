@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -18,11 +19,10 @@ from corral.store.sql import Row, SqlStore
 _PLACEHOLDER = re.compile(r"\?")
 
 
-def _pg(sql: str, cache: dict[str, str] = {}) -> str:  # noqa: B006 - deliberate memo
-    out = cache.get(sql)
-    if out is None:
-        out = cache[sql] = _PLACEHOLDER.sub("%s", sql)
-    return out
+@functools.lru_cache(maxsize=512)
+def _pg(sql: str) -> str:
+    """Our `?` placeholders as psycopg's `%s` (each statement text converted once)."""
+    return _PLACEHOLDER.sub("%s", sql)
 
 
 class _Tx:
