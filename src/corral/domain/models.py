@@ -15,11 +15,18 @@ DEFAULT_PRIORITY = 2
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
-    """Per-job bounds. `max_attempts` counts every try (seed 000: 3 retries ⇒ 4 attempts)."""
+    """Per-job bounds. `max_attempts` counts every try (seed 000: 3 retries ⇒ 4 attempts).
+
+    `timeout_s` is seed 000's `max_duration_s`; the tool-call and token budgets are the runtime
+    policies every governed agent attempt is held to (a plain command has no tool calls).
+    """
 
     max_attempts: int = 4
     timeout_s: float = 3600.0
     grace_s: float = 10.0
+    max_tool_calls: int = 50
+    token_budget_in: int = 100_000
+    token_budget_out: int = 10_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +146,8 @@ class AttemptResult:
 
     @property
     def succeeded(self) -> bool:
-        return self.outcome is Outcome.EXITED and self.exit_code == 0
+        """Exited 0 and nothing (an agent's own verdict, say) says it failed."""
+        return self.outcome is Outcome.EXITED and self.exit_code == 0 and self.error is None
 
     def describe(self) -> str:
         """One line for people: what happened to the process."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from corral.domain.models import Limits
 
@@ -46,8 +47,13 @@ class RoleSpec:
     concurrency: int = 4
     limits: Limits = field(default_factory=Limits)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    tools: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()  # tool scope: `Read`, `Bash(kubectl *)`, `mcp__server__tool`
     system_prompt: str = ""
+    model: str | None = None
+    max_turns: int | None = None
+    mcp_config: str | None = None  # a JSON file of MCP servers for the agent (Claude Code)
+    cost_estimate_usd: float = 0.0  # reserved per attempt against budget ceilings
+    requires_approval: bool = False  # every job waits (AWAITING_APPROVAL) for a human
     description: str = ""
     # Worker kinds to use, in order, while this role's worker kind has an open breaker (seed 004
     # §9.2); the core grants the permit for the first one whose breaker is closed.
@@ -82,12 +88,21 @@ class SchedulerSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerSpec:
-    """Budgets of one worker kind, whichever role uses it."""
+    """One worker kind: its budgets, whichever role uses it, and how its adapter runs the CLI."""
 
     name: str
-    adapter: str | None = None  # "command": an operator-defined kind that runs commands
+    adapter: str | None = None  # "command" | "claude-code" | "codex" | "opencode" (None: own name)
     max_inflight: int | None = None  # None: no cap of its own
     rate: RateSpec | None = None
+    binary: str | None = None  # the agent CLI (None: the adapter's usual name on PATH)
+    version: str | None = None  # pinned CLI version: an attempt refuses to start on another
+    model: str | None = None  # default model (a role's model wins)
+    env: Mapping[str, str] = field(default_factory=dict)  # set in the CLI's environment
+    pass_env: tuple[str, ...] = ()  # engine variables handed on (API keys): redacted everywhere
+    args: tuple[str, ...] = ()  # extra CLI arguments
+    config: Mapping[str, Any] = field(default_factory=dict)  # CLI settings (Codex -c, OpenCode)
+    hook_timeout_s: float = 10.0  # a governance answer slower than this denies the tool call
+    summary_grace_s: float = 5.0  # after a runtime limit: time to emit a summary before the stop
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,7 +124,8 @@ class CostPeriod(StrEnum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TenantSpec:
     name: str
-    max_inflight: int | None = None
+    max_inflight: int | None = None  # the core's concurrency budget: jobs wait for a slot
+    max_parallel_runs: int | None = None  # pre-run policy: runs past it are denied
     cost_allowance_usd: float | None = None  # None: no allowance enforced
     period: CostPeriod = CostPeriod.MONTHLY
 
@@ -161,6 +177,16 @@ class EscalationSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class OversightSpec:
+    """Pause dispatch for a role when its incidents of at least `min_severity` reach
+    `incident_threshold` within `window_s` (None: never)."""
+
+    incident_threshold: int | None = None
+    window_s: float = 300.0
+    min_severity: str = "high"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     roles: Mapping[str, RoleSpec]
     environments: Mapping[str, EnvSpec]
@@ -173,3 +199,6 @@ class Settings:
     breakers: BreakerSpec = field(default_factory=BreakerSpec)
     watchdog: WatchdogSpec = field(default_factory=WatchdogSpec)
     escalation: EscalationSpec = field(default_factory=EscalationSpec)
+    guardrails_file: str | None = None  # rules merged over the shipped defaults
+    oversight: OversightSpec = field(default_factory=lambda: OversightSpec())
+    approval_ttl_s: float = 3600.0

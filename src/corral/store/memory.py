@@ -19,12 +19,14 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
+from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
 from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
 from corral.domain.states import AttemptState, JobState
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store.admission import acquired_event
+from corral.store.governance_memory import MemoryGovernance
 from corral.store.sql import (
     CORE_EVENT_FIELDS,
     STOP_STATES,
@@ -55,12 +57,15 @@ def _normalise(job: Job) -> Job:
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
 
 
-class MemoryStore:
+class MemoryStore(MemoryGovernance):
     """The store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
         self._core_events: list[dict[str, Any]] = []  # append-only, like the table
+        self._agent_events: dict[tuple[str, int], AgentEvent] = {}
+        self._checkpoints: list[Checkpoint] = []
+        self._init_governance()  # the chained governance tables (governance_memory.py)
         self._attempts: dict[str, Attempt] = {}  # attempt id → attempt
         self._job_attempts: dict[str, tuple[str, ...]] = {}  # job id → attempt ids, by index
         self._permits: dict[str, str] = {}  # permit id → attempt id (a permit is used once)
@@ -414,7 +419,7 @@ class MemoryStore:
         closed = row is not None and not row.state.terminal
         if row is not None and closed:
             self._set(self._attempts, row.id, replace(
-                row, state=attempt_state_for(r.outcome, r.exit_code), ended_at=r.ended_at or now,
+                row, state=attempt_state_for(r), ended_at=r.ended_at or now,
                 exit_code=r.exit_code, signal=r.signal, outcome=r.outcome, error=r.error,
                 limit_hit=r.limit_hit,
                 started_at=row.started_at if row.started_at is not None else r.started_at,
@@ -439,6 +444,16 @@ class MemoryStore:
                 raise NotFound(f"no job {job_id}")
             return _out(self._stop(job, reason, kind, now))
 
+    async def release_approved(self, job_id: str, *, now: float, aging_s: float) -> Job:
+        with self._tx():
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise NotFound(f"no job {job_id}")
+            moved = self._move(job, JobState.QUEUED, now, sort_at=now + job.priority * aging_s)
+            self._emit([JobEvent(job_id=job.id, at=now, kind="approved", message="run approved",
+                                 from_state=job.state.value, to_state=JobState.QUEUED.value)])
+            return _out(moved)
+
     async def promote_retries(self, *, now: float, aging_s: float) -> int:
         due = sorted((j for j in self._jobs.values() if j.state is JobState.RETRY_WAIT
                       and j.retry_at is not None and j.retry_at <= now), key=lambda j: j.id)
@@ -455,6 +470,9 @@ class MemoryStore:
         waits = [j.retry_at for j in self._jobs.values()
                  if j.state is JobState.RETRY_WAIT and j.retry_at is not None]
         return float(min(waits)) if waits else None
+
+    async def active_runs(self, tenant: str) -> list[str]:
+        return [j.id for j in self._jobs.values() if j.tenant == tenant and j.state.in_flight]
 
     async def inflight(self) -> list[tuple[Job, Attempt]]:
         out = []
@@ -520,6 +538,22 @@ class MemoryStore:
                           limit: int = 100) -> list[dict[str, Any]]:
         found = [dict(e) for e in self._core_events if kind in (None, e["kind"])]
         return found[-limit:]
+
+    async def record_agent_event(self, event: AgentEvent) -> bool:
+        key = (event.job_id, event.attempt)
+        if key in self._agent_events:
+            return False
+        self._agent_events[key] = event
+        return True
+
+    async def agent_events(self, job_id: str) -> list[AgentEvent]:
+        return [e for (j, _), e in sorted(self._agent_events.items()) if j == job_id]
+
+    async def append_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self._checkpoints.append(checkpoint)
+
+    async def checkpoints(self, job_id: str) -> list[Checkpoint]:
+        return [c for c in self._checkpoints if c.job_id == job_id]
 
     async def counts(self) -> dict[str, int]:
         return dict(Counter(j.state.value for j in self._jobs.values()))

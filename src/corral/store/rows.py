@@ -14,7 +14,8 @@ JOB_COLUMNS = (
     "env", "options", "max_attempts", "timeout_s", "grace_s", "idem_key", "dedup", "workspace",
     "parent_id", "depth", "created_at", "updated_at", "sort_at", "retry_at", "attempts",
     "deps_pending", "after_ids", "last_error", "exit_code", "limit_hit", "cancel_requested",
-    "stop_kind", "requeued_from", "dlq_resolution",
+    "stop_kind", "requeued_from", "dlq_resolution", "max_tool_calls", "token_budget_in",
+    "token_budget_out",
 )
 ATTEMPT_COLUMNS = (
     "id", "job_id", "idx", "state", "permit_id", "permit", "deadline_at", "created_at", "dir",
@@ -37,6 +38,7 @@ def job_params(job: Job) -> tuple[Any, ...]:
         job.created_at, job.updated_at, job.sort_at, job.retry_at, job.attempts,
         job.deps_pending, dumps(list(job.after)), job.last_error, job.exit_code, job.limit_hit,
         job.cancel_requested, job.stop_kind, job.requeued_from, job.dlq_resolution,
+        job.limits.max_tool_calls, job.limits.token_budget_in, job.limits.token_budget_out,
     )
 
 
@@ -47,7 +49,9 @@ def job_from_row(r: Mapping[str, Any]) -> Job:
         command=tuple(json.loads(r["command"])), prompt=r["prompt"], cwd=r["cwd"],
         env=json.loads(r["env"]), options=json.loads(r["options"]),
         limits=Limits(max_attempts=int(r["max_attempts"]), timeout_s=float(r["timeout_s"]),
-                      grace_s=float(r["grace_s"])),
+                      grace_s=float(r["grace_s"]), max_tool_calls=int(r["max_tool_calls"]),
+                      token_budget_in=int(r["token_budget_in"]),
+                      token_budget_out=int(r["token_budget_out"])),
         key=r["idem_key"], dedup=DedupMode(r["dedup"]), workspace=r["workspace"],
         parent_id=r["parent_id"], depth=int(r["depth"]), created_at=float(r["created_at"]),
         updated_at=float(r["updated_at"]), sort_at=float(r["sort_at"]), retry_at=r["retry_at"],

@@ -13,9 +13,11 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
+from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
 from corral.domain.models import (
     Attempt,
+    AttemptResult,
     Claimed,
     Job,
     JobEvent,
@@ -25,11 +27,13 @@ from corral.domain.states import AttemptState, JobState, Outcome, can_transition
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, workspace_seat
 from corral.store import admission as adm
+from corral.store.governance_sql import SqlGovernance
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
     JOB_COLUMNS,
     attempt_from_row,
     attempt_params,
+    dumps,
     event_from_row,
     event_params,
     job_from_row,
@@ -106,10 +110,10 @@ def check_transition(job: Job, to: JobState) -> None:
         raise Conflict(f"job {job.id} cannot go from {job.state.value} to {to.value}")
 
 
-def attempt_state_for(result_outcome: Outcome, exit_code: int | None) -> AttemptState:
-    if result_outcome is Outcome.EXITED:
-        return AttemptState.SUCCEEDED if exit_code == 0 else AttemptState.FAILED
-    return ATTEMPT_STATE_FOR[result_outcome]
+def attempt_state_for(result: AttemptResult) -> AttemptState:
+    if result.outcome is Outcome.EXITED:
+        return AttemptState.SUCCEEDED if result.succeeded else AttemptState.FAILED
+    return ATTEMPT_STATE_FOR[result.outcome]
 
 
 def job_event(job: Job, kind: str, now: float, message: str = "", *, to: JobState | None = None,
@@ -119,7 +123,7 @@ def job_event(job: Job, kind: str, now: float, message: str = "", *, to: JobStat
                     attempt=attempt, data=dict(data or {}))
 
 
-class SqlStore:
+class SqlStore(SqlGovernance):
     """The store port implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:
@@ -414,7 +418,7 @@ class SqlStore:
             "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?,"
             " outcome = ?, error = ?, limit_hit = ?, started_at = COALESCE(started_at, ?),"
             " pid = COALESCE(pid, ?) WHERE id = ? AND state IN ('STARTING', 'RUNNING')",
-            (attempt_state_for(r.outcome, r.exit_code).value, r.ended_at or now, r.exit_code,
+            (attempt_state_for(r).value, r.ended_at or now, r.exit_code,
              r.signal, r.outcome.value, r.error, r.limit_hit, r.started_at, a.pid, a.id))
         job = await self._job(tx, a.job_id)
         if n != 1 or job is None or not job.state.in_flight or job.attempts != a.index:
@@ -442,6 +446,17 @@ class SqlStore:
                 continue  # it moved while we looked (e.g. it just started): look again
         raise Conflict(f"job {job_id} keeps changing state; try again")
 
+    async def release_approved(self, job_id: str, *, now: float, aging_s: float) -> Job:
+        async with self.driver.write() as tx:
+            job = await self._job(tx, job_id)
+            if job is None:
+                raise NotFound(f"no job {job_id}")
+            sort_at = now + job.priority * aging_s
+            await self._move(tx, job, JobState.QUEUED, now, sort_at=sort_at)
+            await self._insert_events(tx, [job_event(job, "approved", now, "run approved",
+                                                     to=JobState.QUEUED)])
+            return job.with_(state=JobState.QUEUED, updated_at=now, sort_at=sort_at)
+
     async def promote_retries(self, *, now: float, aging_s: float) -> int:
         async with self.driver.write() as tx:
             rows = await tx.fetchall(
@@ -459,6 +474,12 @@ class SqlStore:
             row = await tx.fetchone(
                 "SELECT MIN(retry_at) AS t FROM jobs WHERE state = 'RETRY_WAIT'")
         return float(row["t"]) if row and row["t"] is not None else None
+
+    async def active_runs(self, tenant: str) -> list[str]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall("SELECT id FROM jobs WHERE state IN ('STARTING', 'RUNNING')"
+                                     " AND tenant = ?", (tenant,))
+        return [str(r["id"]) for r in rows]
 
     async def inflight(self) -> list[tuple[Job, Attempt]]:
         cols = ", ".join(f"a.{c} AS a_{c}" for c in ATTEMPT_COLUMNS)
@@ -539,6 +560,50 @@ class SqlStore:
                 "SELECT id, at, kind, scope, name, state, severity, reason, message, data"
                 f" FROM core_events {where}ORDER BY id DESC LIMIT ?", (*params, limit))
         return [{**dict(r), "data": json.loads(r["data"])} for r in reversed(rows)]
+
+    # ---- agents ---------------------------------------------------------------------------
+
+    async def record_agent_event(self, event: AgentEvent) -> bool:
+        async with self.driver.write() as tx:
+            found = await tx.fetchone("SELECT 1 AS x FROM agent_events WHERE job_id = ?"
+                                      " AND attempt = ?", (event.job_id, event.attempt))
+            if found is not None:
+                return False
+            await tx.execute(
+                "INSERT INTO agent_events (event_id, job_id, attempt, at, session_id, tokens_in,"
+                " tokens_out, cost_usd, limit_hit, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (event.event_id, event.job_id, event.attempt, event.at, event.session_id,
+                 event.tokens_in, event.tokens_out, event.cost_usd, event.limit_hit,
+                 dumps(event.to_dict())))
+            return True
+
+    async def agent_events(self, job_id: str) -> list[AgentEvent]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall("SELECT data FROM agent_events WHERE job_id = ?"
+                                     " ORDER BY attempt", (job_id,))
+        return [AgentEvent.from_dict(json.loads(r["data"])) for r in rows]
+
+    async def append_checkpoint(self, checkpoint: Checkpoint) -> None:
+        c = checkpoint
+        async with self.driver.write() as tx:
+            await tx.execute(
+                "INSERT INTO checkpoints (job_id, attempt, at, worker, session_id,"
+                " tool_call_count, last_tool, last_output_digest, call_id, duration_ms)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (c.job_id, c.attempt, c.at, c.worker, c.session_id, c.tool_call_count,
+                 c.last_tool, c.last_output_digest, c.call_id, c.duration_ms))
+
+    async def checkpoints(self, job_id: str) -> list[Checkpoint]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                "SELECT job_id, attempt, at, worker, session_id, tool_call_count, last_tool,"
+                " last_output_digest, call_id, duration_ms FROM checkpoints WHERE job_id = ?"
+                " ORDER BY id", (job_id,))
+        return [Checkpoint(job_id=r["job_id"], attempt=int(r["attempt"]), at=float(r["at"]),
+                           worker=r["worker"], session_id=r["session_id"],
+                           tool_call_count=int(r["tool_call_count"]), last_tool=r["last_tool"],
+                           last_output_digest=r["last_output_digest"], call_id=r["call_id"],
+                           duration_ms=r["duration_ms"]) for r in rows]
 
     async def counts(self) -> dict[str, int]:
         async with self.driver.read() as tx:

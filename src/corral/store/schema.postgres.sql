@@ -1,0 +1,20 @@
+-- Corral current schema, PostgreSQL only: appended to schema.sql by store/migrate.py.
+-- The append-only tables refuse UPDATE, DELETE and TRUNCATE (PostgreSQL): changing history
+-- takes dropping a trigger, and then the hash chain shows it (corral audit verify).
+CREATE FUNCTION corral_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION USING ERRCODE = 'P0001', MESSAGE = TG_TABLE_NAME || ' is append-only'; END $$;
+CREATE TRIGGER policy_evaluations_append_only BEFORE UPDATE OR DELETE ON policy_evaluations FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER policy_evaluations_no_truncate BEFORE TRUNCATE ON policy_evaluations FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER run_reports_append_only BEFORE UPDATE OR DELETE ON run_reports FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER run_reports_no_truncate BEFORE TRUNCATE ON run_reports FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER incidents_append_only BEFORE UPDATE OR DELETE ON incidents FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER incidents_no_truncate BEFORE TRUNCATE ON incidents FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER switch_events_append_only BEFORE UPDATE OR DELETE ON switch_events FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER switch_events_no_truncate BEFORE TRUNCATE ON switch_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER budget_ceilings_append_only BEFORE UPDATE OR DELETE ON budget_ceilings FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER budget_ceilings_no_truncate BEFORE TRUNCATE ON budget_ceilings FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER budget_ledger_append_only BEFORE UPDATE OR DELETE ON budget_ledger FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER budget_ledger_no_truncate BEFORE TRUNCATE ON budget_ledger FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER dark_launches_append_only BEFORE UPDATE OR DELETE ON dark_launches FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER dark_launches_no_truncate BEFORE TRUNCATE ON dark_launches FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER approval_events_append_only BEFORE UPDATE OR DELETE ON approval_events FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER approval_events_no_truncate BEFORE TRUNCATE ON approval_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
