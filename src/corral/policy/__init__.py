@@ -1,0 +1,1 @@
+"""Policy checks that decide, before anything runs, whether an agent's request is in scope."""
