@@ -22,6 +22,7 @@ from corral.domain.settings import (
     CostPeriod,
     EnvSpec,
     EscalationSpec,
+    OversightSpec,
     ProviderSpec,
     RateSpec,
     RetryPolicy,
@@ -34,6 +35,8 @@ from corral.domain.settings import (
     WorkerSpec,
     WorkspacePolicy,
 )
+from corral.policy.guardrails import Guardrails, default_guardrails, load_rules
+from corral.policy.runtime import Scope
 
 CONFIG_NAME = "corral.yaml"
 
@@ -44,8 +47,11 @@ class _Strict(BaseModel):
 
 class LimitsModel(_Strict):
     max_attempts: int = Field(4, ge=1, le=100)
-    timeout_s: float = Field(3600.0, gt=0)
+    timeout_s: float = Field(3600.0, gt=0)  # seed 000's max_duration_s
     grace_s: float = Field(10.0, ge=0)
+    max_tool_calls: int = Field(50, ge=0)
+    token_budget_in: int = Field(100_000, ge=0)
+    token_budget_out: int = Field(10_000, ge=0)
 
 
 class RetryModel(_Strict):
@@ -71,6 +77,11 @@ class RoleModel(_Strict):
     retry: RetryModel = RetryModel()
     tools: list[str] = []
     system_prompt: str = ""
+    model: str | None = None
+    max_turns: int | None = Field(None, ge=1)
+    mcp_config: str | None = None
+    cost_estimate_usd: float = Field(0.0, ge=0)
+    requires_approval: bool = False
     fallback_workers: list[str] = []  # kinds to use while `worker`'s breaker is open
     rate: RateModel | None = None
     workspace_policy: Literal["reject", "coalesce", "serialize"] = "serialize"
@@ -110,10 +121,23 @@ class CoreModel(_Strict):
     restart_window_s: float = Field(60.0, gt=0)
 
 
+AGENT_ADAPTERS = ("claude-code", "codex", "opencode")
+
+
 class WorkerModel(_Strict):
-    adapter: Literal["command"] | None = None  # a kind of your own that runs commands
+    # a kind of your own that runs commands, or an agent CLI configured your way
+    adapter: Literal["command", "claude-code", "codex", "opencode"] | None = None
     max_inflight: int | None = Field(None, ge=1, le=10_000)
     rate: RateModel | None = None
+    binary: str | None = None
+    version: str | None = None
+    model: str | None = None
+    env: dict[str, str] = {}
+    pass_env: list[str] = []
+    args: list[str] = []
+    config: dict[str, Any] = {}
+    hook_timeout_s: float = Field(10.0, gt=0, le=600)
+    summary_grace_s: float = Field(5.0, ge=0, le=600)
 
 
 class ProviderModel(_Strict):
@@ -122,6 +146,7 @@ class ProviderModel(_Strict):
 
 class TenantModel(_Strict):
     max_inflight: int | None = Field(None, ge=1, le=10_000)
+    max_parallel_runs: int | None = Field(None, ge=0, le=10_000)
     cost_allowance_usd: float | None = Field(None, ge=0)
     period: Literal["daily", "monthly", "rolling_30d"] = "monthly"
 
@@ -165,6 +190,14 @@ class EscalationModel(_Strict):
     safe_stop_queued: Literal["wait", "fail"] = "wait"
 
 
+class OversightModel(_Strict):
+    """Human oversight (seed 001): pause dispatch for a role whose incident rate is too high."""
+
+    incident_threshold: int | None = Field(None, ge=1)  # None: no automatic pause
+    window_s: float = Field(300.0, gt=0)
+    min_severity: Literal["low", "medium", "high", "critical"] = "high"
+
+
 class ConfigModel(_Strict):
     core: CoreModel = field(default_factory=CoreModel)
     store: StoreModel = StoreModel()
@@ -179,6 +212,9 @@ class ConfigModel(_Strict):
     breakers: BreakersModel = BreakersModel()
     watchdog: WatchdogModel = WatchdogModel()
     escalation: EscalationModel = EscalationModel()
+    guardrails: str | None = None  # a YAML file of rules, merged over the shipped defaults
+    oversight: OversightModel = OversightModel()
+    approval_ttl_s: float = Field(3600.0, gt=0)  # a pending approval expires into a denial
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,8 +292,9 @@ def _role(name: str, m: RoleModel) -> RoleSpec:
         fallback_workers=tuple(m.fallback_workers), rate=_rate(m.rate),
         workspace_policy=WorkspacePolicy(m.workspace_policy),
         max_recursion_depth=m.max_recursion_depth,
-        limits=Limits(max_attempts=m.limits.max_attempts, timeout_s=m.limits.timeout_s,
-                      grace_s=m.limits.grace_s),
+        limits=Limits(**m.limits.model_dump()), model=m.model, max_turns=m.max_turns,
+        mcp_config=m.mcp_config, cost_estimate_usd=m.cost_estimate_usd,
+        requires_approval=m.requires_approval,
         retry=RetryPolicy(
             base_s=r.base_s, cap_s=r.cap_s,
             retry_exit_codes=None if r.exit_codes == "nonzero" else frozenset(r.exit_codes),
@@ -267,6 +304,11 @@ def _role(name: str, m: RoleModel) -> RoleSpec:
 
 def resolve(model: ConfigModel, source: str) -> Settings:
     roles = {name: _role(name, m) for name, m in model.roles.items()}
+    for name, role in roles.items():
+        try:
+            Scope.parse(role.tools)
+        except ValueError as err:
+            raise ConfigError(f"{source}: roles.{name}.tools: {err}") from None
     roles.setdefault(model.default_role, RoleSpec(name=model.default_role))
     envs = {name: EnvSpec(name=name, kind=m.kind, address=m.address,
                           max_inflight=m.max_inflight, max_queued=m.max_queued)
@@ -276,14 +318,41 @@ def resolve(model: ConfigModel, source: str) -> Settings:
         if env.kind == "ray" and not env.address:
             raise ConfigError(f"{source}: environments.{name}.address: a ray environment needs "
                               "the cluster address")
-    return Settings(roles=roles, environments=envs,
-                    scheduler=SchedulerSpec(aging_s=model.scheduler.aging_s,
-                                            poll_interval_s=model.scheduler.poll_interval_s,
-                                            max_queued=model.scheduler.max_queued,
-                                            backpressure_retry_after_s=(
-                                                model.scheduler.backpressure_retry_after_s)),
-                    default_role=model.default_role, default_env=model.default_environment,
-                    **_mechanism(model))
+    settings = Settings(roles=roles, environments=envs,
+                        scheduler=SchedulerSpec(aging_s=model.scheduler.aging_s,
+                                                poll_interval_s=model.scheduler.poll_interval_s,
+                                                max_queued=model.scheduler.max_queued,
+                                                backpressure_retry_after_s=(
+                                                    model.scheduler.backpressure_retry_after_s)),
+                        default_role=model.default_role, default_env=model.default_environment,
+                        guardrails_file=_relative(model.guardrails, source),
+                        approval_ttl_s=model.approval_ttl_s,
+                        oversight=OversightSpec(
+                            incident_threshold=model.oversight.incident_threshold,
+                            window_s=model.oversight.window_s,
+                            min_severity=model.oversight.min_severity),
+                        **_mechanism(model))
+    guardrails_of(settings, source)  # a rules file that does not load is a configuration error
+    return settings
+
+
+def guardrails_of(settings: Settings, source: str = "corral.yaml") -> Guardrails:
+    """The shipped guardrails, with the configured file's rules over them."""
+    rules = default_guardrails()
+    if settings.guardrails_file is None:
+        return rules
+    try:
+        return rules.merged(load_rules(Path(settings.guardrails_file)))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{source}: guardrails: {err}") from None
+
+
+def _relative(path: str | None, source: str) -> str | None:
+    """A path in the configuration file, relative to that file."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    return str(p if p.is_absolute() else Path(source).parent / p)
 
 
 class _Mechanism(TypedDict):
@@ -306,11 +375,16 @@ def _mechanism(model: ConfigModel) -> _Mechanism:
               if (t := getattr(w, name)) is not None}
     return _Mechanism(
         workers={n: WorkerSpec(name=n, adapter=m.adapter, max_inflight=m.max_inflight,
-                               rate=_rate(m.rate))
+                               rate=_rate(m.rate), binary=m.binary, version=m.version,
+                               model=m.model, env=dict(m.env), pass_env=tuple(m.pass_env),
+                               args=tuple(m.args), config=dict(m.config),
+                               hook_timeout_s=m.hook_timeout_s,
+                               summary_grace_s=m.summary_grace_s)
                  for n, m in model.workers.items()},
         providers={n: ProviderSpec(name=n, rate=_rate(m.rate))
                    for n, m in model.providers.items()},
         tenants={n: TenantSpec(name=n, max_inflight=m.max_inflight,
+                               max_parallel_runs=m.max_parallel_runs,
                                cost_allowance_usd=m.cost_allowance_usd,
                                period=CostPeriod(m.period)) for n, m in model.tenants.items()},
         breakers=BreakerSpec(window_s=b.window_s, min_calls=b.min_calls,

@@ -6,6 +6,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation
+from corral.domain.governance import (
+    Approval,
+    ApprovalState,
+    BudgetCeiling,
+    DarkLaunch,
+    Incident,
+    KillSwitch,
+    Pause,
+    RunReport,
+    ScopeKind,
+)
 from corral.domain.models import (
     Attempt,
     AttemptResult,
@@ -66,6 +78,67 @@ class Admission:
 UNBOUNDED = Admission()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditReport:
+    """What `verify_audit` found: every append-only table's hash chain, row by row.
+
+    `first_bad` is (table, row id, why) of the first row that breaks its chain; `problems` lists
+    every one found (a tampered row breaks only itself: the next row still links to its hash)."""
+
+    ok: bool
+    checked: int
+    first_bad: tuple[str, str, str] | None = None
+    problems: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetStatus:
+    """A budget scope's spend in the window since `period_start` (reservations not yet committed
+    count as `reserved`); `remaining` is None without a ceiling."""
+
+    scope: ScopeKind
+    target: str
+    period_start: float
+    ceiling: BudgetCeiling | None
+    spent: float
+    reserved: float
+
+    @property
+    def remaining(self) -> float | None:
+        if self.ceiling is None:
+            return None
+        return self.ceiling.ceiling_usd - self.spent - self.reserved
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnifiedRun:
+    """One row of the `v_run_unified` read model: a job, its report, its incidents (open and
+    total, resolutions not counted) and its latest policy verdict."""
+
+    job_id: str
+    state: str
+    role: str
+    tenant: str
+    worker: str
+    created_at: float
+    updated_at: float
+    report_id: str | None
+    outcome: str | None
+    workflow: str | None
+    cost_usd: float | None
+    tokens_in: int | None
+    tokens_out: int | None
+    started_at: float | None
+    ended_at: float | None
+    duration_ms: int | None
+    incidents_total: int
+    incidents_open: int
+    policy_verdict: str | None
+    policy_reason: str | None
+    policy_stage: str | None
+    policy_at: float | None
+
+
 class Store(Protocol):
     """Domain operations on durable state. Every state change is a compare-and-set."""
 
@@ -106,10 +179,16 @@ class Store(Protocol):
     ) -> Job:
         """Persist a stop request; queued jobs are cancelled at once, running ones flagged."""
 
+    async def release_approved(self, job_id: str, *, now: float, aging_s: float) -> Job:
+        """AWAITING_APPROVAL → QUEUED, once a human approved the run (StaleState otherwise)."""
+
     async def promote_retries(self, *, now: float, aging_s: float) -> int:
         """RETRY_WAIT → QUEUED for every job whose backoff has passed."""
 
     async def next_retry_at(self) -> float | None: ...
+
+    async def active_runs(self, tenant: str) -> list[str]:
+        """Ids of the tenant's jobs with a live attempt (STARTING or RUNNING)."""
 
     async def inflight(self) -> list[tuple[Job, Attempt]]:
         """Every job with a live attempt (STARTING or RUNNING), for recovery and cancels."""
@@ -134,6 +213,123 @@ class Store(Protocol):
 
     async def counts(self) -> dict[str, int]:
         """Jobs per state."""
+
+    async def record_agent_event(self, event: AgentEvent) -> bool:
+        """Persist an attempt's AgentEvent; False (and nothing written) if it has one already."""
+
+    async def agent_events(self, job_id: str) -> list[AgentEvent]:
+        """The job's AgentEvents, by attempt."""
+
+    async def append_checkpoint(self, checkpoint: Checkpoint) -> None: ...
+
+    async def checkpoints(self, job_id: str) -> list[Checkpoint]:
+        """The job's checkpoints, oldest first (the last one is where a resume starts)."""
+
+    async def append_policy_evaluations(self, evaluations: Sequence[PolicyEvaluation]) -> None:
+        """Append policy decisions; rows are never changed afterwards."""
+
+    async def policy_evaluations(self, job_id: str, *, attempt: int | None = None,
+                                 limit: int = 1000) -> list[PolicyEvaluation]:
+        """A job's policy evaluations (of one attempt, if given), oldest first."""
+
+    async def recent_policy_evaluations(self, *, limit: int = 100, stage: str | None = None,
+                                        verdict: str | None = None,
+                                        since: float | None = None) -> list[PolicyEvaluation]:
+        """The latest `limit` policy evaluations across jobs (of this stage and verdict, at or
+        after `since`, when given), newest last; none when `limit` ≤ 0."""
+
+    # ---- governance (seed 003): append-only, hash-chained (store/chain.py) -------------------
+
+    async def record_report(self, report: RunReport,
+                            incidents: Sequence[Incident] = ()) -> RunReport:
+        """Write a job's run report (its chain hash set) with its incidents, in one transaction;
+        Conflict if the job has one already."""
+
+    async def report(self, job_id: str) -> RunReport | None: ...
+
+    async def append_incidents(self, incidents: Sequence[Incident]) -> list[Incident]:
+        """Append incidents (hashes set). One with `resolves` is the resolution of that incident:
+        NotFound if it names none, Conflict if that one is resolved already or is a resolution."""
+
+    async def incidents(self, job_id: str | None = None, *, open_only: bool = False,
+                        limit: int = 1000) -> list[Incident]:
+        """Incidents and resolutions, oldest first (the latest `limit`); open_only: incidents
+        without a resolution (resolutions themselves excluded)."""
+
+    async def open_incidents(self, job_id: str | None = None) -> list[Incident]:
+        """Incidents without a resolution record (resolutions themselves excluded)."""
+
+    async def activate_kill_switch(self, switch: KillSwitch) -> KillSwitch:
+        """Record an activation; Conflict if the id is taken."""
+
+    async def lift_kill_switch(self, switch_id: str, *, at: float, by: str) -> KillSwitch:
+        """Record the lifting as a new row; NotFound / Conflict if unknown or lifted already."""
+
+    async def kill_switches(self, *, active_at: float | None = None) -> list[KillSwitch]:
+        """Every switch (lifted_at filled in), or those active at `active_at`; oldest first."""
+
+    async def activate_pause(self, pause: Pause) -> Pause: ...
+
+    async def lift_pause(self, pause_id: str, *, at: float, by: str) -> Pause: ...
+
+    async def pauses(self, *, active_only: bool = True) -> list[Pause]: ...
+
+    async def set_budget(self, ceiling: BudgetCeiling, *, at: float | None = None,
+                         by: str = "") -> None:
+        """Set a scope's ceiling; the latest one per (scope, target) wins, history is kept."""
+
+    async def budgets(self) -> list[BudgetCeiling]:
+        """The ceilings in force (latest per scope and target)."""
+
+    async def reserve_budget(self, scope: ScopeKind, target: str, period_start: float,
+                             amount: float, job_id: str, *, at: float | None = None) -> bool:
+        """Hold `amount` for the job, atomically with the check: admitted (True, recorded) only
+        if spent + reserved since `period_start` + amount ≤ the ceiling and some room is left
+        (or there is no ceiling). Spend counts in the window its reservation was made in.
+        Race-free across engines. A job's open reservation on the scope is not taken twice."""
+
+    async def commit_budget(self, job_id: str, actual: float, *,
+                            at: float | None = None) -> int:
+        """Settle each open reservation of the job at its actual cost (0 releases it); returns
+        how many were settled."""
+
+    async def budget_status(self, scope: ScopeKind, target: str,
+                            period_start: float) -> BudgetStatus: ...
+
+    async def set_dark_launch(self, launch: DarkLaunch, *, at: float | None = None,
+                              by: str = "") -> None:
+        """Set a workflow's dark launch; the latest per workflow wins, history is kept."""
+
+    async def dark_launch(self, workflow: str) -> DarkLaunch | None: ...
+
+    async def dark_launches(self) -> list[DarkLaunch]: ...
+
+    async def request_approval(self, approval: Approval) -> Approval:
+        """Record a pending approval; Conflict if the id is taken."""
+
+    async def decide_approval(self, approval_id: str, state: ApprovalState, *, at: float,
+                              by: str, note: str = "") -> Approval:
+        """Approve or deny a pending approval (a new event row); Conflict if it is decided
+        already or expired (at ≥ expires_at); NotFound if unknown."""
+
+    async def approval(self, approval_id: str) -> Approval:
+        """The approval in its current state (its latest event); NotFound otherwise."""
+
+    async def approvals(self, *, job_id: str | None = None,
+                        state: ApprovalState | None = None) -> list[Approval]: ...
+
+    async def expire_approvals(self, now: float) -> list[Approval]:
+        """PENDING approvals past expires_at become EXPIRED (new rows); returns them."""
+
+    async def run_unified(self, limit: int = 100, *,
+                          state: str | None = None) -> list[UnifiedRun]:
+        """The `v_run_unified` read model, newest jobs first."""
+
+    async def unreported(self, limit: int = 100) -> list[str]:
+        """Ids of terminal jobs that have no run report yet, oldest change first."""
+
+    async def verify_audit(self) -> AuditReport:
+        """Recompute every append-only table's hash chain."""
 
     async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
                           admission: Admission = UNBOUNDED) -> Job:

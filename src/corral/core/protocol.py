@@ -7,6 +7,7 @@ specification for other schedulers; this module is its single implementation of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -87,8 +88,7 @@ def job_out(j: Job) -> dict[str, Any]:
         "env_name": j.env_name, "priority": j.priority, "tenant": j.tenant,
         "command": list(j.command), "prompt": j.prompt, "cwd": j.cwd, "env": dict(j.env),
         "options": dict(j.options),
-        "limits": {"max_attempts": j.limits.max_attempts, "timeout_s": j.limits.timeout_s,
-                   "grace_s": j.limits.grace_s},
+        "limits": dataclasses.asdict(j.limits),
         "key": j.key, "dedup": j.dedup.value, "workspace": j.workspace,
         "parent_id": j.parent_id, "depth": j.depth, "created_at": j.created_at,
         "updated_at": j.updated_at, "sort_at": j.sort_at, "attempts": j.attempts,
@@ -105,8 +105,7 @@ def job_in(d: Mapping[str, Any]) -> Job:
             tenant=str(d["tenant"]), command=tuple(str(a) for a in d["command"]),
             prompt=d.get("prompt"), cwd=d.get("cwd"), env=dict(d.get("env") or {}),
             options=dict(d.get("options") or {}),
-            limits=Limits(max_attempts=int(lim["max_attempts"]),
-                          timeout_s=float(lim["timeout_s"]), grace_s=float(lim["grace_s"])),
+            limits=_limits_in(lim),
             key=d.get("key"), dedup=DedupMode(d.get("dedup", "coalesce")),
             workspace=d.get("workspace"), parent_id=d.get("parent_id"),
             depth=int(d.get("depth", 0)), created_at=float(d["created_at"]),
@@ -115,6 +114,16 @@ def job_in(d: Mapping[str, Any]) -> Job:
             stop_kind=d.get("stop_kind"))
     except (KeyError, TypeError, ValueError) as err:
         raise ProtocolError(f"invalid job: {err!r}") from None
+
+
+def _limits_in(d: Mapping[str, Any]) -> Limits:
+    """Limits from the wire; a field the sender did not know keeps its default."""
+    known = {f.name: f.type for f in dataclasses.fields(Limits)}
+    values: dict[str, Any] = {}
+    for name, value in d.items():
+        if name in known:
+            values[name] = float(value) if known[name] == "float" else int(value)
+    return Limits(**values)
 
 
 def attempt_out(a: Attempt) -> dict[str, Any]:

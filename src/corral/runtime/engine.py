@@ -17,18 +17,23 @@ from typing import IO, Any
 import anyio
 from anyio.abc import TaskGroup
 
-from corral.config import Config
+from corral.config import Config, guardrails_of
 from corral.core.gateway import Core
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
-from corral.core.ports import Store
+from corral.core.ports import Store, WorkerAdapter
 from corral.domain.errors import CorralError, EngineRunning, StoreError
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt
+from corral.domain.models import Attempt, Permit
+from corral.domain.settings import WorkerSpec
 from corral.runtime.control import serve_control
+from corral.runtime.gate import PrerunGate
+from corral.runtime.governor import Governor
+from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.service import Submissions
+from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker
 
 log = logging.getLogger("corral.engine")
@@ -69,19 +74,40 @@ def advertise(config: Config) -> None:
 
 def build_core(config: Config) -> Core:
     gate = PermitGate(config.settings)
-    return Core(gate, {kind: CommandWorker(gate.validate, kind)
+    return Core(gate, {kind: build_worker(config, gate.validate, kind)
                        for kind in worker_kinds(config)})
+
+
+def build_worker(config: Config, validate: Callable[[Permit], None],
+                 kind: str) -> WorkerAdapter:
+    adapter = adapter_of(config, kind)
+    if adapter == "command":
+        return CommandWorker(validate, kind)
+    spec = config.settings.workers.get(kind) or WorkerSpec(name=kind, adapter=adapter)
+    return ADAPTERS[adapter](validate, spec, config.settings.roles, config.data_dir)
+
+
+def adapter_of(config: Config, kind: str) -> str:
+    """The adapter behind a worker kind: its configured one, else the kind's own name."""
+    spec = config.settings.workers.get(kind)
+    return (spec.adapter if spec is not None and spec.adapter else kind)
 
 
 def worker_kinds(config: Config) -> frozenset[str]:
     """The worker kinds this build can run (submissions naming others are refused)."""
-    own = {n for n, w in config.settings.workers.items() if w.adapter == "command"}
-    return frozenset({"command", *own})
+    own = {n for n, w in config.settings.workers.items() if w.adapter}
+    return frozenset({"command", *ADAPTERS, *own})
+
+
+def agent_kinds(config: Config) -> frozenset[str]:
+    return frozenset(k for k in worker_kinds(config) if adapter_of(config, k) in ADAPTERS)
 
 
 def submissions(store: Store, config: Config) -> Submissions:
     kinds = worker_kinds(config)
-    return Submissions(store, config.settings, time.time, kinds, command_workers=kinds)
+    gate = PrerunGate(store, config.settings, guardrails_of(config.settings))
+    return Submissions(store, config.settings, time.time, kinds,
+                       command_workers=kinds - agent_kinds(config), prerun=gate.at_submit)
 
 
 class ServeLock:
@@ -133,11 +159,23 @@ class Engine:
         self._state_changed = anyio.Event()
         self._events: list[dict[str, Any]] = []
         self.link.on_event = self._on_core_event
+        rules = guardrails_of(config.settings)  # read once: the file was checked at load
+        self.governor = Governor(
+            store=self.store, settings=config.settings, data_dir=config.data_dir,
+            adapter_of=lambda kind: adapter_of(config, kind),
+            live=lambda job_id: self.dispatcher.live_claim(job_id),
+            stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit,
+                                                                            grace),
+            guardrails=rules)
+        self.reporter = Reporter(self.store, config.settings.oversight)
+        self.gate = PrerunGate(self.store, config.settings, rules)
+        self.governor.overrun = self.gate.overrun
         self.dispatcher = Dispatcher(
             store=self.store, core=self.link, settings=config.settings,
             options=DispatchOptions(engine_id=self.id,
                                     attempts_root=config.data_dir / "attempts",
-                                    owns=self._owns))
+                                    owns=self._owns),
+            agents=self.governor, gate=self.gate, on_settled=self.reporter.wake)
 
     def _owns(self, attempt: Attempt) -> bool:
         # SQLite: we hold the data dir, so every attempt in flight is ours to recover.
@@ -148,6 +186,7 @@ class Engine:
         op = request.get("op")
         if op in ("wake", "submitted"):  # a submission needs no look at the running jobs
             self.dispatcher.wake(stops=op == "wake")
+            self.reporter.wake()  # a cancel of a queued job ends it: its report is due
             return {"ok": True}
         if op == "ping":
             sup = self.supervisor
@@ -208,6 +247,8 @@ class Engine:
         async with anyio.create_task_group() as tg:
             await self._start_core(tg)
             tg.start_soon(serve_control, self.config.data_dir, self._control)
+            tg.start_soon(self.governor.serve)
+            tg.start_soon(self.reporter.run)
             tg.start_soon(self._heartbeat)
             tg.start_soon(self._keep_core_state)
             tg.start_soon(self._record_core_events)
@@ -215,6 +256,7 @@ class Engine:
             if on_ready is not None:
                 tg.start_soon(_when_ready, ready, lambda: on_ready(self))
             await self.dispatcher.run(drain=drain, ready=ready)
+            await self.reporter.flush()
             tg.cancel_scope.cancel()
 
     async def _start_core(self, tg: TaskGroup) -> None:

@@ -11,9 +11,10 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -40,6 +41,50 @@ class _Live:
     claimed: Claimed
     started: bool = False  # the core reported the process running
     stop_sent: str | None = None
+    limit_hit: str | None = None  # a runtime limit the governor stopped the attempt for
+
+
+class Verdict(Protocol):
+    @property
+    def verdict(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+
+class Switch(Protocol):
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+class RunGate(Protocol):
+    """The pre-run policy where runs begin, and the kill switch on what runs (runtime/gate.py)."""
+
+    async def admit(self, jobs: list[Job], now: float) -> Mapping[str, Verdict]: ...
+
+    async def to_kill(self, running: list[Job], now: float) -> Sequence[tuple[Job, Switch]]: ...
+
+    async def settle(self, job: Job, result: AttemptResult) -> None: ...
+
+    def stale(self) -> None: ...
+
+
+class AgentHooks(Protocol):
+    """What the dispatcher tells the governor of agent attempts (runtime/governor.py)."""
+
+    def is_agent(self, kind: str) -> bool: ...
+
+    async def resume_session(self, claimed: Claimed) -> str | None: ...
+
+    async def started(self, claimed: Claimed) -> None: ...
+
+    async def ended(self, claimed: Claimed, result: AttemptResult) -> None: ...
 
 
 @dataclass(slots=True)
@@ -64,12 +109,18 @@ class Dispatcher:
 
     def __init__(self, *, store: Store, core: CoreLink, settings: Settings,
                  options: DispatchOptions,
+                 agents: AgentHooks | None = None,
+                 gate: RunGate | None = None,
+                 on_settled: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.time,
                  jitter: Callable[[], float] = random.random) -> None:
         self.store = store
         self.core = core  # a link: the core may live in this process or in a supervised child
         self.settings = settings
         self.opts = options
+        self.agents = agents
+        self.gate = gate
+        self.on_settled = on_settled  # an attempt's end is written (a job may have ended)
         self.clock = clock
         self.jitter = jitter
         self._live: dict[str, _Live] = {}
@@ -93,6 +144,29 @@ class Dispatcher:
     @property
     def inflight(self) -> int:
         return len(self._live)
+
+    def live_claim(self, job_id: str) -> Claimed | None:
+        """The claim of the job's running attempt, with the worker kind it really runs as."""
+        live = self._live.get(job_id)
+        if live is None:
+            return None
+        c = live.claimed
+        kind = c.permit.granted.get("worker") or c.job.worker
+        return c if kind == c.job.worker else replace(c, job=c.job.with_(worker=kind))
+
+    async def stop_for_limit(self, job_id: str, limit: str, grace_s: float) -> None:
+        """A runtime limit was reached: stop the attempt after `grace_s` (its summary time)."""
+        live = self._live.get(job_id)
+        if live is None or live.limit_hit is not None:
+            return
+        live.limit_hit = limit
+        assert self._tg is not None
+        self._tg.start_soon(self._stop_later, job_id, live, grace_s)
+
+    async def _stop_later(self, job_id: str, live: _Live, grace_s: float) -> None:
+        await anyio.sleep(grace_s)
+        if self._live.get(job_id) is live and live.stop_sent is None:
+            await self._stop(job_id, "limit")
 
     async def run(self, *, drain: bool = False, ready: anyio.Event | None = None) -> None:
         async with anyio.create_task_group() as tg:
@@ -129,8 +203,22 @@ class Dispatcher:
             self._retry_due = await self.store.next_retry_at()
         if self._check_stops:
             self._check_stops = False
+            if self.gate is not None:
+                self.gate.stale()
             await self._apply_stops()
+        if self.gate is not None:
+            await self._apply_kill_switches(now)
         return await self._dispatch(now)
+
+    async def _apply_kill_switches(self, now: float) -> None:
+        assert self.gate is not None
+        running = [live.claimed.job for live in self._live.values() if live.stop_sent is None]
+        for job, switch in await self.gate.to_kill(running, now):
+            with contextlib.suppress(CorralError):  # persisted first: a restart still kills it
+                await self.store.request_cancel(
+                    job.id, reason=f"kill switch {switch.id}: {switch.reason}", kind="kill",
+                    now=now)
+            await self._stop(job.id, "kill")
 
     async def _nothing_pending(self) -> bool:
         counts = await self.store.counts()
@@ -156,6 +244,8 @@ class Dispatcher:
         where = QueueFilter(exclude_roles=roles_full, exclude_envs=envs_full)
         jobs = await self.store.reserve(engine_id=self.opts.engine_id, now=now, limit=free,
                                         where=where)
+        if self.gate is not None and jobs:
+            jobs = await self._admit(jobs, now)
         try:
             claims = [c for c in await self._claim_all(jobs, now) if c is not None]
         except CoreUnavailable:
@@ -177,6 +267,21 @@ class Dispatcher:
             self._live[c.job.id] = _Live(claimed=c)
             self._tg.start_soon(self._supervise, c, False)
         return len(jobs) == free and bool(won)
+
+    async def _admit(self, jobs: list[Job], now: float) -> list[Job]:
+        """The jobs the pre-run policy lets start now; denied ones end DENIED, paused ones wait."""
+        assert self.gate is not None
+        verdicts = await self.gate.admit(jobs, now)
+        admitted = []
+        for job in jobs:
+            v = verdicts.get(job.id)
+            if v is None or v.verdict == "allow":
+                admitted.append(job)
+            elif v.verdict == "deny":
+                with contextlib.suppress(CorralError):
+                    await self.store.request_cancel(job.id, reason=f"{v.reason}: {v.message}",
+                                                    kind="deny", now=now)
+        return admitted
 
     async def _claim_all(self, jobs: list[Job], now: float) -> list[Claimed | None]:
         """Ask the core for every permit at once (pipelined over the link), in queue order."""
@@ -270,6 +375,13 @@ class Dispatcher:
 
     async def _supervise(self, c: Claimed, adopt: bool) -> None:
         live = self._live.setdefault(c.job.id, _Live(claimed=c))
+        if not adopt and self.agents is not None and self.agents.is_agent(
+                c.permit.granted.get("worker") or c.job.worker):
+            session = await self.agents.resume_session(c)
+            if session:
+                c = replace(c, job=c.job.with_(options={**c.job.options,
+                                                        "resume_session": session}))
+                live.claimed = c
         try:
             started = await (self.core.adopt(c.job, c.attempt) if adopt
                              else self.core.submit(c))
@@ -282,6 +394,8 @@ class Dispatcher:
             live.started = True
             if c.attempt.state is AttemptState.STARTING:
                 await self._write(started=(c.attempt, started))
+            if self.agents is not None and (claim := self.live_claim(c.job.id)) is not None:
+                await self.agents.started(claim)
         kind = self._pending_stop.pop(c.job.id, None)
         if kind and live.stop_sent is None:
             await self._stop(c.job.id, kind)
@@ -298,8 +412,11 @@ class Dispatcher:
     async def _complete(self, c: Claimed, result: AttemptResult) -> None:
         live = self._live.get(c.job.id)
         stop_kind = (live.stop_sent if live else None) or self._pending_stop.pop(c.job.id, None)
-        if stop_kind == "timeout":  # the engine's own deadline backstop, not an operator
+        if stop_kind in ("timeout", "limit"):  # the engine's own stops, not an operator's
             stop_kind = None
+        limit_hit = live.limit_hit if live else None
+        if limit_hit:
+            result = replace(result, limit_hit=limit_hit)
         if stop_kind is None and result.outcome is Outcome.CANCELLED:
             # The shim was told to stop by somebody else (an operator's kill, a previous engine
             # that died mid-cancel): trust the persisted request.
@@ -309,11 +426,22 @@ class Dispatcher:
         now = self.clock()
         job = c.job.with_(attempts=c.attempt.index)
         d = decide(RetryInput(job=job, result=result, policy=policy, stop_kind=stop_kind,
-                              jitter=self.jitter()), now)
+                              runtime_limit=limit_hit, jitter=self.jitter()), now)
         if stop_kind == "kill" and result.outcome is Outcome.CANCELLED:
             result = replace(result, outcome=Outcome.KILLED)
         if d.limit_hit and not result.limit_hit:
             result = replace(result, limit_hit=d.limit_hit)
+        if self.gate is not None:
+            try:
+                await self.gate.settle(c.job, result)
+            except CorralError as err:
+                log.error("settling the budget of %s failed: %s", c.attempt.id, err)
+        if self.agents is not None:
+            claim = self.live_claim(c.job.id) or c
+            try:
+                await self.agents.ended(claim, result)
+            except Exception:  # the trace is best effort; the result is not
+                log.exception("writing the agent trace of %s failed", c.attempt.id)
         events = [JobEvent(job_id=c.job.id, at=now, kind="attempt_ended", attempt=c.attempt.index,
                            message=result.describe(),
                            data={"outcome": result.outcome.value, "exit_code": result.exit_code,
@@ -323,6 +451,7 @@ class Dispatcher:
         if d.retry_at is not None:
             self._retry_due = min(d.retry_at, self._retry_due or d.retry_at)
         self._live.pop(c.job.id, None)
+        self.on_settled()
         self.wake()
 
     # ---- recovery ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ class RetryInput:
     result: AttemptResult
     policy: RetryPolicy
     stop_kind: str | None = None  # "cancel" | "kill" when a stop was requested
+    runtime_limit: str | None = None  # the runtime limit the attempt was stopped for
     jitter: float = 1.0  # a uniform sample in [0, 1): full jitter (AWS architecture blog, 2015)
 
 
@@ -53,6 +54,10 @@ def retryable(result: AttemptResult, policy: RetryPolicy) -> bool:
 def decide(inp: RetryInput, now: float) -> RetryDecision:
     """Where the job goes after an attempt ended."""
     r, job = inp.result, inp.job
+    if inp.runtime_limit:  # stopped by policy: whatever it printed last, the run is over
+        return RetryDecision(state=JobState.FAILED, retry_at=None,
+                             error=f"runtime limit reached: {inp.runtime_limit}",
+                             limit_hit=inp.runtime_limit)
     if r.succeeded:
         return RetryDecision(state=JobState.SUCCEEDED, retry_at=None, error=None)
     error = r.describe()

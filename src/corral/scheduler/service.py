@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from enum import StrEnum
 
 from corral.core.ports import Admission, Store
+from corral.domain.agents import PolicyEvaluation
 from corral.domain.errors import Backpressure, Conflict, InvalidRequest
+from corral.domain.governance import Approval, ApprovalState
 from corral.domain.ids import new_id
 from corral.domain.models import (
     PRIORITY_BACKLOG,
@@ -22,6 +25,10 @@ from corral.domain.models import (
 from corral.domain.settings import Settings, WorkspacePolicy
 from corral.domain.states import JobState
 from corral.scheduler.queue import sort_key
+
+RUN_SUBJECT = "run"  # an approval's subject when it gates a whole run (policy/prerun.py)
+# The pre-run policy at submit: the evaluation of a would-be job (its verdict decides the state).
+PrerunCheck = Callable[[Job, float], Awaitable[PolicyEvaluation]]
 
 MAX_ATTEMPTS_CEILING = 100
 RETRY_AFTER_CEILING_S = 3600.0
@@ -92,8 +99,10 @@ class Submissions:
 
     def __init__(self, store: Store, settings: Settings, clock: Callable[[], float],
                  workers: frozenset[str],
-                 command_workers: frozenset[str] = frozenset({"command"})) -> None:
+                 command_workers: frozenset[str] = frozenset({"command"}),
+                 prerun: PrerunCheck | None = None) -> None:
         self.store = store
+        self.prerun = prerun  # the pre-run policy (runtime/gate.py): SUBMITTED → DENIED | …
         self.settings = settings
         self.command_workers = command_workers  # kinds that run a job's command
         self.clock = clock
@@ -121,6 +130,9 @@ class Submissions:
                                  f"(available: {', '.join(sorted(self.workers))})")
         if worker == "command" and not (spec.command and spec.command[0]):
             raise InvalidRequest("empty command: give the program to run after `--`")
+        if worker not in self.command_workers and not (spec.prompt and spec.prompt.strip()):
+            raise InvalidRequest(f"worker kind {worker!r} runs an agent: give it a prompt "
+                                 "(--prompt)")
         limits = spec.limits or role.limits
         self._check_limits(limits)
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
@@ -184,9 +196,38 @@ class Submissions:
         now = self.clock()
         if spec.parent_id:
             spec = await self._nested(spec)
+        if spec.options.get("resume_from"):
+            spec = await self._resuming(spec)
         job = self.build(spec, now)
-        return await self.store.submit(job, now=now, aging_s=self.settings.scheduler.aging_s,
-                                       admission=self.admission(job))
+        role = self.settings.roles.get(job.role)
+        verdict = await self.prerun(job, now) if self.prerun is not None else None
+        gated = role is not None and role.requires_approval
+        if verdict is not None and verdict.verdict == "deny":  # never queued, never run
+            job = job.with_(state=JobState.DENIED, last_error=f"{verdict.reason}: "
+                            f"{verdict.message}")
+            gated = False
+        elif gated:  # pre-run step 6: the run waits for a human
+            job = job.with_(state=JobState.AWAITING_APPROVAL)
+        result = await self.store.submit(job, now=now, aging_s=self.settings.scheduler.aging_s,
+                                         admission=self.admission(job))
+        if result.created and verdict is not None and not gated:
+            await self.store.append_policy_evaluations([verdict])
+        if gated and result.created:
+            await self._request_run_approval(job, now)
+        return result
+
+    async def _request_run_approval(self, job: Job, now: float) -> None:
+        subject = RUN_SUBJECT
+        await self.store.request_approval(Approval(
+            id=new_id(int(now * 1000)), job_id=job.id, subject=subject,
+            digest=hashlib.sha256(subject.encode()).hexdigest(),
+            reason="role_requires_approval", requested_at=now,
+            expires_at=now + self.settings.approval_ttl_s))
+        await self.store.append_policy_evaluations([PolicyEvaluation(
+            at=now, job_id=job.id, attempt=None, stage="pre_run", subject="approval",
+            verdict="require_approval", reason="approval_required",
+            message=f"role {job.role} requires a human's approval before every run",
+            inputs={"role": job.role, "ttl_s": self.settings.approval_ttl_s})])
 
     async def _nested(self, spec: JobSpec) -> JobSpec:
         """A job submitted from inside another: one level deeper than its parent, refused past
@@ -200,6 +241,35 @@ class Submissions:
                 f"recursion depth {depth} exceeds max_recursion_depth {limit} of role "
                 f"{spec.role!r} (parent {parent.id} is at depth {parent.depth})")
         return replace(spec, parent_id=parent.id, depth=depth)
+
+    async def _resuming(self, spec: JobSpec) -> JobSpec:
+        """A job that continues an earlier agent job's session (seed 001's polling pattern):
+        same worker kind, same session lineage (the CLI's state lives with its root job)."""
+        earlier = await self.store.get_job(str(spec.options["resume_from"]))
+        role = self.settings.roles.get(spec.role)
+        worker = spec.worker or (role.worker if role else None)
+        if worker != earlier.worker:
+            raise InvalidRequest(f"--resume-from {earlier.id}: that job ran on {earlier.worker!r};"
+                                 f" a session continues on the same worker kind, not {worker!r}")
+        root = earlier.options.get("session_root") or earlier.id
+        return replace(spec, worker=worker, options={**spec.options, "resume_from": earlier.id,
+                                                     "session_root": root})
+
+    async def decide_approval(self, approval_id: str, approve: bool, *, by: str,
+                              note: str = "") -> Approval:
+        """A human's decision; a run approval releases the job to the queue or denies it."""
+        now = self.clock()
+        a = await self.store.decide_approval(
+            approval_id, ApprovalState.APPROVED if approve else ApprovalState.DENIED, at=now,
+            by=by, note=note)
+        if a.subject == RUN_SUBJECT:
+            if approve:
+                await self.store.release_approved(a.job_id, now=now,
+                                                  aging_s=self.settings.scheduler.aging_s)
+            else:
+                await self.store.request_cancel(a.job_id, reason=f"approval_rejected: {a.id}"
+                                                f" denied by {by}", kind="deny", now=now)
+        return a
 
     async def cancel(self, ref: str, reason: str, *, kind: str = "cancel") -> Job:
         job = await self.store.get_job(ref)

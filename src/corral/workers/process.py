@@ -37,6 +37,8 @@ __all__ = [
     "ShimReason",
     "ShimResult",
     "descendants",
+    "hook_path",
+    "native_binary",
     "probe",
     "read_result",
     "shim_path",
@@ -60,32 +62,41 @@ _PROBE_PID_WAIT_S = 1.0  # how long a held lock may go without shim.pid before w
 # signalfd instead of killing it by default action.
 _SHIM_SIGMASK = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
-_shim_lock = threading.Lock()
-_shim_cached: Path | None = None
+_build_lock = threading.Lock()
+_built: dict[str, Path] = {}
 
 
-# --------------------------------------------------------------------------- building the shim
+# --------------------------------------------------------------------------- native helpers
 
 
 def shim_path() -> Path:
-    """Return the shim binary, compiling `shim.c` once per source version (cached per process).
+    """The `corral-shim` binary (shim.c), built on first use."""
+    return native_binary("shim")
+
+
+def hook_path() -> Path:
+    """The `corral-hook` binary (hook.c) agent CLIs run before each tool call."""
+    return native_binary("hook")
+
+
+def native_binary(name: str) -> Path:
+    """Return the binary of `<name>.c` beside this module, compiling it once per source version.
 
     The binary lives in `$CORRAL_SHIM_DIR` (default `~/.cache/corral/`) as
-    `corral-shim-<sha256(source)[:12]>`; a build goes to a temporary name and is renamed into
+    `corral-<name>-<sha256(source)[:12]>`; a build goes to a temporary name and is renamed into
     place, so concurrent builders never see (or run) a half-written file.
     """
-    global _shim_cached
-    with _shim_lock:
-        if _shim_cached is None:
-            _shim_cached = _build_shim()
-        return _shim_cached
+    with _build_lock:
+        if name not in _built:
+            _built[name] = _build(name)
+        return _built[name]
 
 
-def _build_shim() -> Path:
-    source = Path(__file__).with_name("shim.c").read_bytes()
+def _build(name: str) -> Path:
+    source = Path(__file__).with_name(f"{name}.c").read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:12]
     cache = Path(os.environ.get("CORRAL_SHIM_DIR") or Path.home() / ".cache" / "corral")
-    target = cache / f"corral-shim-{digest}"
+    target = cache / f"corral-{name}-{digest}"
     if os.access(target, os.X_OK):
         return target
     compiler = _find_compiler()
@@ -97,11 +108,11 @@ def _build_shim() -> Path:
         proc = subprocess.run(cmd, input=source, capture_output=True, check=False)
         if proc.returncode != 0:
             lines = proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
-            raise WorkerError(f"building corral-shim failed: {lines[0]}")
+            raise WorkerError(f"building corral-{name} failed: {lines[0]}")
         tmp.chmod(0o755)
         os.replace(tmp, target)
     except OSError as exc:
-        raise WorkerError(f"building corral-shim failed: {exc}") from exc
+        raise WorkerError(f"building corral-{name} failed: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
     return target
@@ -300,6 +311,7 @@ def spawn(
     grace_s: float,
     deadline_epoch_s: float | None,
     term_signal: int = signal.SIGTERM,
+    term_child_only: bool = False,
 ) -> ShimProcess:
     """Start `argv` under a new shim for `attempt_dir` and return its handle.
 
@@ -320,6 +332,8 @@ def spawn(
         fresh = False
     args = [exe, "--grace-ms", str(max(0, round(grace_s * 1000))), "--term-signal"]
     args.append(str(int(term_signal)))
+    if term_child_only:  # the child passes the stop on its own way (the agent runner)
+        args += ["--term-child-only", "1"]
     if cwd is not None:
         args += ["--cwd", cwd]
     if deadline_epoch_s is not None:

@@ -365,7 +365,7 @@ static long long parse_num(const char *s, const char *what)
 int main(int argc, char **argv)
 {
     const char *cwd = NULL;
-    long long grace_ms = 10000, deadline_ms = 0, term_sig = SIGTERM;
+    long long grace_ms = 10000, deadline_ms = 0, term_sig = SIGTERM, child_only = 0;
     int i = 1;
     for (; i + 1 < argc && strncmp(argv[i], "--", 2) == 0 && argv[i][2]; i += 2) {
         if (!strcmp(argv[i], "--cwd"))
@@ -376,12 +376,14 @@ int main(int argc, char **argv)
             deadline_ms = parse_num(argv[i + 1], "deadline");
         else if (!strcmp(argv[i], "--term-signal"))
             term_sig = parse_num(argv[i + 1], "signal");
+        else if (!strcmp(argv[i], "--term-child-only")) /* the job stops its own tree politely */
+            child_only = parse_num(argv[i + 1], "term-child-only");
         else
             break;
     }
     if (i + 2 >= argc || strcmp(argv[i + 1], "--") != 0 || term_sig < 1 || term_sig >= NSIG) {
         fprintf(stderr, "usage: corral-shim [--cwd DIR] [--grace-ms N] [--deadline-ms EPOCH_MS]"
-                        " [--term-signal N] <attempt_dir> -- <argv...>\n");
+                        " [--term-signal N] [--term-child-only 0|1] <attempt_dir> -- <argv...>\n");
         return 2;
     }
     char **job_argv = &argv[i + 2];
@@ -471,8 +473,12 @@ int main(int argc, char **argv)
             stopping = 1;
             reason = seen ? R_TERMINATED : R_DEADLINE;
             kill_at = now + grace_ms;
-            if (!(seen & SEEN_QUIT))
-                signal_tree((int)term_sig);
+            if (!(seen & SEEN_QUIT)) {
+                if (child_only)
+                    kill(child_pid, (int)term_sig); /* the rest dies at the end of the grace */
+                else
+                    signal_tree((int)term_sig);
+            }
         }
         if (seen & SEEN_QUIT) /* a second SIGTERM/SIGINT is ignored: the grace keeps running */
             kill_at = now;

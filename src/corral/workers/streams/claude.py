@@ -222,8 +222,11 @@ class ClaudeStreamParser(LineParser):
     def _count(self, message_id: str, usage: JsonObj, now: float,
                out: list[StreamEvent]) -> None:
         if usage and self._tokens.observe(message_id, usage):
+            # The running cost, from the price table (the CLI reports its own only at the end):
+            # what a budget ceiling is held to while the agent runs.
             out.append(UsageEvent(at=now, tokens_in=self._tokens.tokens_in,
-                                  tokens_out=self._tokens.tokens_out))
+                                  tokens_out=self._tokens.tokens_out,
+                                  cost_usd=self._cost_and_source()[0]))
 
     def _cost_and_source(self) -> tuple[float | None, CostSource | None]:
         if self._cost is not None:

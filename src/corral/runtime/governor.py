@@ -1,0 +1,441 @@
+"""The governor: decides every tool call of every governed agent, and writes their traces.
+
+Agent CLIs run `corral-hook` before and after each tool call (workers/agents.py); the hook
+forwards the CLI's payload to this socket and relays the answer. Before a call, the governor
+reads how much the attempt has used (tool calls asked for so far, from the store; tokens, from the
+attempt's own event stream on disk), asks the runtime policy (policy/runtime.py), appends the
+policy evaluation, and answers in the CLI's hook language. A runtime limit also schedules the
+attempt's stop after the worker's summary grace. After a call, it appends a checkpoint (session
+id, calls so far, last tool, digest of the last output): what an interrupted attempt resumes
+from. A background watch stops an attempt whose tokens run over budget between tool calls.
+
+When an attempt ends, its AgentEvent is built from the durable records alone (the stream file,
+the policy evaluations, the checkpoints), so an engine that restarted in between writes the same
+trace. Everything recorded passes the redactor first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import SocketStream
+
+from corral.core.ports import Store
+from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
+from corral.domain.governance import Approval, ApprovalState
+from corral.domain.ids import new_id
+from corral.domain.models import AttemptResult, Claimed, Job
+from corral.domain.settings import Settings, WorkerSpec
+from corral.policy import runtime as policy
+from corral.policy.guardrails import Guardrails, GuardVerdict, approval_digest
+from corral.policy.prerun import BUDGET_CEILING_LIMIT
+from corral.policy.redact import Redactor
+from corral.workers.agents import (
+    ADAPTERS,
+    AGENT_FILE,
+    attempt_ref,
+    governance_socket,
+    secret_env,
+    summarize_stream,
+)
+from corral.workers.process import STDOUT
+from corral.workers.streams import StreamParser, UsageEvent
+
+log = logging.getLogger("corral.governor")
+
+MAX_REQUEST = 8 << 20
+REQUEST_TIMEOUT_S = 5.0
+WATCH_INTERVAL_S = 0.5
+MAX_RECORDED_CHARS = 2000  # of a tool input or output kept in a policy evaluation
+# The decisions that spend the tool-call budget: a call refused for scope counts too, or an agent
+# looping on refused calls would never reach its limit.
+LIMITS = frozenset({"max_tool_calls", "token_budget_in", "token_budget_out"})
+ALL = 1 << 31  # read every evaluation of an attempt (the store's default page is 1,000)
+
+
+@dataclass(slots=True)
+class _Monitor:
+    """The live view of one attempt: its stream read so far, and its counters."""
+
+    claimed: Claimed
+    adapter: str
+    redactor: Redactor
+    scope: policy.Scope
+    calls: int = 0  # tool calls asked for so far (allowed or refused for scope)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    offset: int = 0
+    parser: StreamParser | None = None
+    partial: bytes = b""
+    pre_at: dict[str, float] = field(default_factory=dict)  # call id → when it was allowed
+    stream: Path = Path()  # the attempt's stdout.log
+
+
+Live = Callable[[str], Claimed | None]
+StopForLimit = Callable[[str, str, float], Awaitable[None]]
+
+
+class Governor:
+    def __init__(self, *, store: Store, settings: Settings, data_dir: Path,
+                 adapter_of: Callable[[str], str], live: Live, stop: StopForLimit,
+                 guardrails: Guardrails | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.settings = settings
+        self.data_dir = data_dir
+        self.adapter_of = adapter_of
+        self.live = live
+        self.stop = stop
+        self.clock = clock
+        self.guardrails = guardrails or Guardrails(roles={})
+        # Would this running cost cross a budget ceiling? (runtime/gate.py; None: no budgets)
+        self.overrun: Callable[[Job, float, float], Awaitable[bool]] | None = None
+        self._monitors: dict[str, _Monitor] = {}
+        self._lock = anyio.Lock()
+
+    def is_agent(self, kind: str) -> bool:
+        return self.adapter_of(kind) in ADAPTERS
+
+    # ---- serving the hook ---------------------------------------------------------------
+
+    async def serve(self) -> None:
+        path = governance_socket(self.data_dir)
+        path.unlink(missing_ok=True)
+        listener = await anyio.create_unix_listener(path)
+        os.chmod(path, 0o600)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch)
+                await listener.serve(self._connection)
+        finally:
+            path.unlink(missing_ok=True)
+
+    async def _connection(self, stream: SocketStream) -> None:
+        async with stream:
+            data = b""
+            with anyio.move_on_after(REQUEST_TIMEOUT_S):
+                while len(data) <= MAX_REQUEST:
+                    try:
+                        data += await stream.receive(65536)
+                    except (anyio.EndOfStream, anyio.BrokenResourceError):
+                        break
+            try:
+                code, text = await self.answer(data)
+            except Exception as err:  # never let a bug allow a call: the hook fails closed
+                log.exception("governance request failed")
+                code, text = 2, f"corral: tool call denied: governance error ({err})"
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await stream.send(f"{code}\n{text}".encode())
+
+    async def answer(self, data: bytes) -> tuple[int, str]:
+        """(exit code, text) for one hook request: header line, then the CLI's payload."""
+        head, _, body = data.partition(b"\n")
+        try:
+            header = json.loads(head)
+            payload = json.loads(body)
+        except ValueError:
+            return 2, "corral: tool call denied: malformed governance request"
+        if not isinstance(header, dict) or not isinstance(payload, dict):
+            return 2, "corral: tool call denied: malformed governance request"
+        ref = str(header.get("attempt", ""))
+        job_id, _, index = ref.rpartition(".")
+        claimed = self.live(job_id)
+        if (claimed is None or str(claimed.attempt.index) != index
+                or header.get("token") != claimed.permit.id):
+            return 2, f"corral: tool call denied: {ref} is not a live attempt of this engine"
+        cli = str(header.get("cli", ""))
+        event = str(payload.get("hook_event_name", ""))
+        monitor = await self._monitor(claimed)
+        if event == "PreToolUse":
+            return await self._pre(monitor, cli, payload)
+        if event in ("PostToolUse", "PostToolUseFailure"):
+            await self._post(monitor, payload)
+        return 0, ""  # PostToolUse, or an event we do not govern
+
+    async def _monitor(self, claimed: Claimed) -> _Monitor:
+        ref = attempt_ref(claimed.job, claimed.attempt.index)
+        m = self._monitors.get(ref)
+        if m is not None and m.claimed.attempt.id == claimed.attempt.id:
+            return m
+        async with self._lock:  # two first calls of one attempt build one monitor
+            m = self._monitors.get(ref)
+            if m is not None and m.claimed.attempt.id == claimed.attempt.id:
+                return m
+            return await self._new_monitor(ref, claimed)
+
+    async def _new_monitor(self, ref: str, claimed: Claimed) -> _Monitor:
+        job = claimed.job
+        role = self.settings.roles.get(job.role)
+        m = _Monitor(claimed=claimed, adapter=self.adapter_of(job.worker),
+                     redactor=self.redactor(job.worker, job.options),
+                     scope=policy.Scope.parse(role.tools if role else ()),
+                     stream=Path(claimed.attempt.dir) / STDOUT)
+        # After an engine restart the count comes back from the durable evaluations.
+        evaluations = await self.store.policy_evaluations(job.id, attempt=claimed.attempt.index,
+                                                          limit=ALL)
+        m.calls = sum(1 for e in evaluations
+                      if e.stage in ("tool_call", "guardrail") and e.reason not in LIMITS)
+        self._monitors[ref] = m
+        return m
+
+    def redactor(self, kind: str, options: Mapping[str, Any]) -> Redactor:
+        spec = self.settings.workers.get(kind) or WorkerSpec(name=kind)
+        adapter = ADAPTERS.get(self.adapter_of(kind))
+        return Redactor(secret_env(spec, adapter, options).values())
+
+    def _read_stream(self, m: _Monitor) -> None:
+        """Feed what the attempt's stream gained since the last look into its live parser."""
+        if m.parser is None:
+            m.parser = ADAPTERS[m.adapter].parser_for()
+        path = m.stream
+        try:
+            if os.stat(path).st_size == m.offset:
+                return  # nothing new (the common case between two tool calls of one turn)
+            with path.open("rb") as f:
+                f.seek(m.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return
+        m.offset += len(chunk)
+        *lines, m.partial = (m.partial + chunk).split(b"\n")
+        now = self.clock()
+        for line in lines:
+            for ev in m.parser.feed(line, now):
+                if isinstance(ev, UsageEvent):
+                    m.tokens_in, m.tokens_out = ev.tokens_in, ev.tokens_out
+                    if ev.cost_usd is not None:
+                        m.cost_usd = ev.cost_usd
+
+    async def _pre(self, m: _Monitor, cli: str, payload: Mapping[str, Any]) -> tuple[int, str]:
+        self._read_stream(m)
+        tool = str(payload.get("tool_name") or "?")
+        raw_input = payload.get("tool_input")
+        tool_input: Mapping[str, Any] = raw_input if isinstance(raw_input, Mapping) else {}
+        job = m.claimed.job
+        d = policy.decide(tool, tool_input,
+                          policy.Usage(tool_calls=m.calls, tokens_in=m.tokens_in,
+                                       tokens_out=m.tokens_out), job.limits, m.scope)
+        stage, guard = "tool_call", None
+        if d.verdict == "allow":  # in scope: the role's guardrails have the last word
+            guard = self.guardrails.evaluate(job.role, "tool_call", tool, tool_input)
+            if guard.verdict != "allow":
+                stage = "guardrail"
+        call_id = payload.get("tool_use_id")
+        now = self.clock()
+        used = m.calls
+        # Counted before the first await: concurrent calls of one attempt (a storm) each see
+        # the calls before them, so the budget holds without a lock. A refused call counts.
+        if d.limit is None:
+            m.calls += 1
+        if guard is not None and guard.verdict == "require_approval":
+            d = await self._approval(m, guard, now)
+        elif guard is not None and guard.verdict == "deny":
+            d = policy.Decision(verdict="deny", reason=guard.reason, rule=guard.rule_id,
+                                message=f"Corral guardrail {guard.rule_id}: {guard.message}")
+        if d.verdict == "allow" and isinstance(call_id, str):
+            m.pre_at[call_id] = now
+        await self.store.append_policy_evaluations([PolicyEvaluation(
+            at=now, job_id=job.id, attempt=m.claimed.attempt.index, stage=stage,
+            subject=tool, verdict=d.verdict, reason=d.reason,
+            message=m.redactor.text(d.message),
+            inputs={"input": _clip(m.redactor.obj(dict(tool_input))),
+                    "call_id": call_id, "session_id": payload.get("session_id"),
+                    "tool_calls": used, "tokens_in": m.tokens_in,
+                    "tokens_out": m.tokens_out, "rule": d.rule,
+                    "limits": {"max_tool_calls": job.limits.max_tool_calls,
+                               "token_budget_in": job.limits.token_budget_in,
+                               "token_budget_out": job.limits.token_budget_out},
+                    "scope": list(m.scope.rules)})])
+        if d.limit is not None:
+            await self.stop(job.id, d.limit, self._summary_grace(job.worker))
+        return _render(cli, d)
+
+    async def _approval(self, m: _Monitor, guard: GuardVerdict, now: float) -> policy.Decision:
+        """A call a guardrail sends to a human: allowed once a human approved exactly this
+        action for this job; otherwise denied, with a pending approval request."""
+        job = m.claimed.job
+        subject = guard.approval_subject or ""
+        digest = approval_digest(subject)
+        mine = [a for a in await self.store.approvals(job_id=job.id) if a.digest == digest]
+        latest = mine[-1] if mine else None
+        rule = guard.rule_id
+        if latest is not None and latest.state is ApprovalState.APPROVED:
+            return policy.Decision(verdict="allow", reason="approved", rule=rule,
+                                   message=f"approved by {latest.decided_by} ({latest.id})")
+        if latest is None:  # one request per exact action and job; a human's "no" stands
+            latest = await self.store.request_approval(Approval(
+                id=new_id(), job_id=job.id, subject=subject, digest=digest,
+                reason=guard.reason, requested_at=now,
+                expires_at=now + self.settings.approval_ttl_s))
+        if latest.state is ApprovalState.PENDING:
+            return policy.Decision(
+                verdict="deny", reason="approval_required", rule=rule, message=(
+                    f"Corral: `{subject}` needs a human's approval ({guard.message}); request "
+                    f"{latest.id} is waiting. Do not work around it: do something else or stop, "
+                    "and retry exactly this command only once it is approved."))
+        return policy.Decision(verdict="deny", reason="approval_rejected", rule=rule,
+                               message=f"Corral: `{subject}` was not approved ({latest.id}, "
+                                       f"{latest.state.value}).")
+
+    async def _post(self, m: _Monitor, payload: Mapping[str, Any]) -> None:
+        job = m.claimed.job
+        output = payload.get("tool_response", payload.get("error"))
+        text = output if isinstance(output, str) else json.dumps(output, sort_keys=True)
+        digest = hashlib.sha256(m.redactor.text(text).encode()).hexdigest()
+        call_id = _str(payload.get("tool_use_id"))
+        duration = payload.get("duration_ms")
+        if not isinstance(duration, int) and call_id in m.pre_at:
+            duration = round((self.clock() - m.pre_at[call_id]) * 1000)
+        m.pre_at.pop(call_id or "", None)
+        await self.store.append_checkpoint(Checkpoint(
+            job_id=job.id, attempt=m.claimed.attempt.index, at=self.clock(), worker=job.worker,
+            session_id=_str(payload.get("session_id")), tool_call_count=m.calls,
+            last_tool=_str(payload.get("tool_name")), last_output_digest=digest,
+            call_id=call_id, duration_ms=duration if isinstance(duration, int) else None))
+
+    def _summary_grace(self, kind: str) -> float:
+        spec = self.settings.workers.get(kind)
+        return spec.summary_grace_s if spec else WorkerSpec(name=kind).summary_grace_s
+
+    async def _watch(self) -> None:
+        """Stop attempts whose tokens run over budget while they make no tool call."""
+        while True:
+            await anyio.sleep(WATCH_INTERVAL_S)
+            for ref, m in list(self._monitors.items()):
+                claimed = self.live(m.claimed.job.id)
+                if claimed is None or claimed.attempt.id != m.claimed.attempt.id:
+                    self._monitors.pop(ref, None)
+                    continue
+                self._read_stream(m)
+                limits = m.claimed.job.limits
+                for limit, spent, budget in (
+                        ("token_budget_in", m.tokens_in, limits.token_budget_in),
+                        ("token_budget_out", m.tokens_out, limits.token_budget_out)):
+                    if spent > budget:
+                        await self.stop(m.claimed.job.id, limit, 0.0)
+                if m.cost_usd and self.overrun is not None and await self.overrun(
+                        m.claimed.job, m.cost_usd, self.clock()):
+                    await self.stop(m.claimed.job.id, BUDGET_CEILING_LIMIT, 0.0)
+
+    async def started(self, claimed: Claimed) -> None:
+        """Begin watching an agent attempt's tokens from its first line."""
+        if self.is_agent(claimed.job.worker):
+            await self._monitor(claimed)
+
+    # ---- the trace --------------------------------------------------------------------------
+
+    async def ended(self, claimed: Claimed, result: AttemptResult) -> None:
+        """Write the attempt's AgentEvent (once; an agent attempt only)."""
+        job, attempt = claimed.job, claimed.attempt
+        self._monitors.pop(attempt_ref(job, attempt.index), None)
+        if not self.is_agent(job.worker):
+            return
+        adapter = ADAPTERS[self.adapter_of(job.worker)]
+        attempt_dir = Path(attempt.dir)
+        summary = summarize_stream(adapter.parser_for(), attempt_dir / STDOUT, result.exit_code)
+        redactor = self.redactor(job.worker, job.options)
+        meta = _read_json(attempt_dir / AGENT_FILE)
+        evaluations = [e for e in await self.store.policy_evaluations(
+            job.id, attempt=attempt.index, limit=ALL) if e.stage in ("tool_call", "guardrail")]
+        checkpoints = [c for c in await self.store.checkpoints(job.id)
+                       if c.attempt == attempt.index]
+        denials = {str(e.inputs.get("call_id")): e for e in evaluations if e.verdict == "deny"}
+        durations = {c.call_id: c.duration_ms for c in checkpoints if c.call_id}
+        calls: list[ToolCallTrace] = []
+        seen: set[str] = set()
+        for call in summary.tool_calls if summary else ():
+            seen.add(call.id)
+            denial = denials.get(call.id)
+            calls.append(ToolCallTrace(
+                tool=call.tool, input=redactor.obj(dict(call.input)),
+                output=redactor.text(call.output) if call.output is not None else None,
+                duration_ms=durations.get(call.id, call.duration_ms),
+                denied=call.denied or denial is not None,
+                reason=denial.message if denial else None, call_id=call.id))
+        for call_id, e in denials.items():  # Codex writes no item for a call a hook blocked
+            if call_id not in seen:
+                calls.append(ToolCallTrace(tool=e.subject, input=dict(e.inputs.get("input") or {}),
+                                           denied=True, reason=e.message, call_id=call_id))
+        started, ended = result.started_at, result.ended_at
+        event = AgentEvent(
+            event_id=new_id(), job_id=job.id, attempt=attempt.index, at=self.clock(),
+            role=job.role, worker=job.worker, tenant=job.tenant,
+            session_id=(summary.session_id if summary else None) or _str(meta.get("session_id")),
+            cli_version=_str(meta.get("cli_version")) or (summary.cli_version if summary
+                                                           else None),
+            model=summary.model if summary else None, tool_calls=tuple(calls),
+            tokens_in=summary.tokens_in if summary else 0,
+            tokens_out=summary.tokens_out if summary else 0,
+            cost_usd=summary.cost_usd if summary else result.cost_usd,
+            exit_code=result.exit_code, outcome=result.outcome.value,
+            limit_hit=result.limit_hit, retry_count=attempt.index - 1,
+            checkpoint_count=len(checkpoints),
+            duration_ms=round((ended - started) * 1000) if started and ended else None,
+            final_text=redactor.text(summary.final_text)[:4000]
+            if summary and summary.final_text else None,
+            error=redactor.text(result.error) if result.error else None)
+        await self.store.record_agent_event(event)
+
+    async def resume_session(self, claimed: Claimed) -> str | None:
+        """The session an agent attempt continues: its own job's, when the previous attempt was
+        interrupted (lost with the engine or the host); else the one `--resume-from` names."""
+        job = claimed.job
+        if claimed.attempt.index > 1:
+            attempts = await self.store.attempts(job.id)
+            previous = [a for a in attempts if a.index == claimed.attempt.index - 1]
+            if previous and previous[0].outcome is not None and previous[0].outcome.value == "lost":
+                found = await self._last_session(job.id)
+                if found:
+                    return found
+        earlier = job.options.get("resume_from")
+        return await self._last_session(str(earlier)) if earlier else None
+
+    async def _last_session(self, job_id: str) -> str | None:
+        for cp in reversed(await self.store.checkpoints(job_id)):
+            if cp.session_id:
+                return cp.session_id
+        for ev in reversed(await self.store.agent_events(job_id)):
+            if ev.session_id:
+                return ev.session_id
+        return None
+
+
+def _render(cli: str, d: policy.Decision) -> tuple[int, str]:
+    """The decision in the CLI's hook language (shared/reference/agent-clis.md §2.5, §3.3)."""
+    if cli == "claude-code":
+        return 0, json.dumps({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse", "permissionDecision": d.verdict,
+            "permissionDecisionReason": d.message}})
+    if d.verdict == "allow":
+        return 0, ""
+    return 2, d.message  # exit 2 with the reason on stderr blocks the call (Codex, OpenCode)
+
+
+def _clip(value: Any) -> Any:
+    text = json.dumps(value, sort_keys=True, default=str)
+    if len(text) <= MAX_RECORDED_CHARS:
+        return value
+    return {"truncated": text[:MAX_RECORDED_CHARS]}
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

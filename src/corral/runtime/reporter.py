@@ -1,0 +1,116 @@
+"""The reporter: every terminal job gets its run report and incidents, written exactly once.
+
+Jobs reach a terminal state on many paths (an attempt's end, an operator's cancel of a queued
+job, a failed dependency, a denial at submit, a kill switch), in this engine or in another
+process. Instead of hooking each path, the reporter asks the store for terminal jobs without a
+report and writes them (policy/reports.py decides the content). The store refuses a second
+report for a job, so two engines racing for one job write one report; a crash between a job's
+end and its report is caught up on the next look.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import anyio
+
+from corral.core.ports import Store
+from corral.domain.errors import Conflict, CorralError
+from corral.domain.governance import Pause, ScopeKind, Severity
+from corral.domain.ids import new_id
+from corral.domain.settings import OversightSpec
+from corral.policy import prerun
+from corral.policy.reports import build_report, incidents_for
+from corral.scheduler.service import RUN_SUBJECT
+
+log = logging.getLogger("corral.reporter")
+
+LOOK_EVERY_S = 1.0
+BATCH = 100
+
+
+class Reporter:
+    def __init__(self, store: Store, oversight: OversightSpec | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.oversight = oversight or OversightSpec()
+        self.clock = clock
+        self._wake = anyio.Event()
+        self._marks: list[prerun.IncidentMark] = []  # incidents written here, by role
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                # Approvals nobody decided in time turn into denials (the same periodic look).
+                for a in await self.store.expire_approvals(self.clock()):
+                    if a.subject == RUN_SUBJECT:
+                        with contextlib.suppress(Conflict):  # ended meanwhile
+                            await self.store.request_cancel(
+                                a.job_id, reason=f"approval_expired: {a.id}", kind="deny",
+                                now=self.clock())
+                while await self.catch_up():
+                    pass
+            except CorralError as err:  # the store is down: try again on the next look
+                log.warning("run reports: %s", err)
+            with anyio.move_on_after(LOOK_EVERY_S):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    async def flush(self) -> None:
+        """Write every report that is due (an engine that drains does this before it exits)."""
+        while await self.store.unreported(1):
+            await self.catch_up()
+
+    async def catch_up(self) -> int:
+        """Write the reports of up to one batch of unreported terminal jobs; how many."""
+        ids = await self.store.unreported(BATCH)
+        for job_id in ids:
+            await self.write(job_id)
+        return len(ids) if len(ids) == BATCH else 0
+
+    async def write(self, job_id: str) -> None:
+        job = await self.store.get_job(job_id)
+        attempts = await self.store.attempts(job_id)
+        events = await self.store.agent_events(job_id)
+        evaluations = await self.store.policy_evaluations(job_id, limit=1 << 31)
+        now = self.clock()
+        report = build_report(job, attempts, events, now=now, report_id=new_id())
+        incidents = incidents_for(job, attempts, events, evaluations, now=now,
+                                  report_id=report.id, new_id=new_id)
+        try:  # the report and its incidents in one transaction
+            await self.store.record_report(report, incidents)
+        except Conflict:
+            return  # another engine wrote it first
+        self._marks += [(i.created_at, ScopeKind.ROLE, job.role, i.severity) for i in incidents
+                        if i.resolves is None]
+        await self._oversee(now)
+
+    async def _oversee(self, now: float) -> None:
+        """Human oversight (seed 001): a role whose incident rate crosses the threshold stops
+        getting new runs (a pause an operator lifts with `corral resume`)."""
+        o = self.oversight
+        if o.incident_threshold is None:
+            self._marks.clear()
+            return
+        self._marks = [m for m in self._marks if m[0] > now - o.window_s]
+        hot = prerun.should_pause(self._marks, now, o.window_s, o.incident_threshold,
+                                  Severity(o.min_severity))
+        if not hot:
+            return
+        paused = {(p.scope, p.target) for p in await self.store.pauses(active_only=True)}
+        for scope, target in hot:
+            if (scope, target) in paused:
+                continue
+            await self.store.activate_pause(Pause(
+                id=new_id(), scope=scope, target=target, created_at=now,
+                created_by="corral-oversight",
+                reason=f"incident_rate: {o.incident_threshold} incidents of severity "
+                       f"≥ {o.min_severity} within {o.window_s:g} s"))
+            log.warning("paused %s %s: incident rate over the threshold", scope.value, target)
+            self._marks = [m for m in self._marks if (m[1], m[2]) != (scope, target)]

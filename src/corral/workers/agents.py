@@ -1,0 +1,472 @@
+"""Agent workers: Claude Code, Codex CLI and OpenCode under the shim, governed per tool call.
+
+Each attempt runs `corral-shim … -- python -m corral.workers.runner -- <cli> …`: the shim owns
+the process tree and the deadline, the runner redacts the CLI's stream on its way to the logs,
+and the CLI calls `corral-hook` before every tool call, which asks the engine (runtime/governor.py)
+and fails closed. What each CLI needs (flags, hook registration, resume, graceful signal) is in
+shared/reference/agent-clis.md; the adapters below build it from the job, its role and the
+worker's configuration. Every file an adapter writes lives in the attempt directory or in the
+agent's home (`<data dir>/agent-home/<session root job>`), which a resumed session reuses.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from corral.domain.errors import WorkerError
+from corral.domain.models import Attempt, AttemptResult, Job, Permit
+from corral.domain.settings import RoleSpec, WorkerSpec
+from corral.domain.states import Outcome
+from corral.policy.redact import SECRET_NAME
+from corral.workers import process
+from corral.workers.command import ShimAttempt, job_env, to_result
+from corral.workers.process import STDOUT, ShimResult
+from corral.workers.streams import (
+    ClaudeStreamParser,
+    CodexStreamParser,
+    OpenCodeStreamParser,
+    StreamParser,
+    StreamSummary,
+)
+
+AGENT_FILE = "agent.json"  # what the adapter started: CLI, version, session, for the collector
+GOVERNANCE_SOCKET = "governance.sock"
+
+
+def governance_socket(data_dir: Path) -> Path:
+    """`<data dir>/governance.sock`, or a short /tmp name when that is too long for AF_UNIX."""
+    p = data_dir / GOVERNANCE_SOCKET
+    if len(str(p)) < 100:
+        return p
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
+    return Path("/tmp") / f"corral-gov-{digest}.sock"
+
+
+def attempt_ref(job: Job, attempt_index: int) -> str:
+    """How the hook names an attempt: `<job id>.<attempt index>`."""
+    return f"{job.id}.{attempt_index}"
+
+
+def scope_tools(scope: Sequence[str]) -> list[str]:
+    """The tool names a scope mentions (`Bash(kubectl *)` → `Bash`), in order, once each."""
+    names: list[str] = []
+    for rule in scope:
+        name = rule.split("(", 1)[0].strip()
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None,
+               options: Mapping[str, Any]) -> dict[str, str]:
+    """An agent attempt's secret variables, name → value: the worker's secret-looking `env`
+    keys, then what the engine's environment holds of the worker's `pass_env`, the adapter's
+    API-key variables and the job's `secret_env` names (only names are ever stored). The runner
+    and the governor redact exactly these values."""
+    found = {k: v for k, v in spec.env.items() if SECRET_NAME.search(k)}
+    names = (*spec.pass_env, *(adapter.api_key_envs if adapter else ()),
+             *(options.get("secret_env") or ()))
+    found.update({n: os.environ[n] for n in names if n in os.environ})
+    return found
+
+
+@functools.cache
+def _version_of(binary: str, mtime: float) -> str:
+    del mtime  # part of the cache key: a reinstalled binary is asked again
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WorkerError(f"cannot run {binary} --version: {exc}") from exc
+    found = re.search(r"\d+\.\d+\.\d+[\w.\-]*", out.stdout + out.stderr)
+    if found is None:
+        raise WorkerError(f"{binary} --version printed no version")
+    return found.group(0)
+
+
+class AgentWorker(ABC):
+    """Shared by the three CLIs: spawn under the shim and runner; finish from the stream."""
+
+    adapter = ""
+    default_binary = ""
+    graceful = "TERM"
+    api_key_envs: tuple[str, ...] = ()
+
+    def __init__(self, validate: Callable[[Permit], None], spec: WorkerSpec,
+                 roles: Mapping[str, RoleSpec], data_dir: Path) -> None:
+        self._validate = validate
+        self.spec = spec
+        self.kind = spec.name
+        self.roles = roles
+        self.data_dir = data_dir
+
+    # ---- what a CLI adapter provides ----------------------------------------------------
+
+    @abstractmethod
+    def argv(self, job: Job, ctx: Context) -> list[str]: ...
+
+    @abstractmethod
+    def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
+        """Write the CLI's configuration files; return the environment it needs."""
+
+    @classmethod
+    @abstractmethod
+    def parser_for(cls) -> StreamParser: ...
+
+    def new_session_id(self) -> str | None:
+        """A session id chosen before the start, for CLIs that accept one."""
+        return None
+
+    # ---- shared ---------------------------------------------------------------------------
+
+    def binary(self) -> str:
+        name = self.spec.binary or self.default_binary
+        found = shutil.which(name)
+        if found is None:
+            raise WorkerError(f"{self.kind}: agent CLI {name!r} not found (set "
+                              f"workers.{self.kind}.binary, or run scripts/agent-clis)")
+        return found
+
+    def version(self, binary: str) -> str:
+        found = _version_of(binary, os.stat(binary).st_mtime)
+        if self.spec.version and found != self.spec.version:
+            raise WorkerError(f"{self.kind}: pinned to {self.spec.version} but {binary} is "
+                              f"{found}")
+        return found
+
+    def role(self, job: Job) -> RoleSpec:
+        return self.roles.get(job.role) or RoleSpec(name=job.role)
+
+    def home(self, job: Job) -> Path:
+        """Private CLI state (sessions) shared by every attempt of a session lineage."""
+        root = str(job.options.get("session_root") or job.id)
+        return self.data_dir / "agent-home" / root / self.adapter
+
+    def start(self, permit: Permit, job: Job, attempt: Attempt) -> ShimAttempt:
+        self._validate(permit)  # no process without a live permit, whoever calls
+        binary = self.binary()
+        version = self.version(binary)
+        attempt_dir = Path(attempt.dir)
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        resume = job.options.get("resume_session")
+        ctx = Context(
+            binary=binary, attempt_dir=attempt_dir, home=self.home(job),
+            hook=[str(process.hook_path()), str(governance_socket(self.data_dir)),
+                  attempt_ref(job, attempt.index), permit.id, self.adapter,
+                  str(round(self.spec.hook_timeout_s * 1000))],
+            role=self.role(job), resume=str(resume) if resume else None,
+            session_id=str(resume) if resume else self.new_session_id())
+        # The CLI's own session state (transcripts it needs to resume): private to this user.
+        # It is the agent's memory, kept as the CLI wrote it, not Corral's record.
+        ctx.home.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "agent-home").chmod(0o700)
+        env = job_env(job.with_(attempts=attempt.index))
+        # A private HOME: the CLI's dotfiles and its tools' login shells stay out of the
+        # operator's own (a worker's `env: {HOME: …}` says otherwise).
+        env["HOME"] = str(ctx.home)
+        env.update(self.spec.env)
+        secrets = secret_env(self.spec, type(self), job.options)
+        env.update(secrets)
+        env.update(self.prepare(job, ctx))
+        env["CORRAL_WORKER"] = self.kind
+        env["CORRAL_REDACT_ENV"] = ",".join(sorted(secrets))
+        env.pop("CLAUDECODE", None)
+        argv = [sys.executable, "-m", "corral.workers.runner", "--graceful", self.graceful,
+                "--", *self.argv(job, ctx)]
+        (attempt_dir / AGENT_FILE).write_text(json.dumps({
+            "adapter": self.adapter, "cli_version": version, "binary": binary,
+            "session_id": ctx.session_id, "resumed": bool(resume)}))
+        proc = process.spawn(attempt_dir=attempt_dir, argv=argv, cwd=job.cwd, env=env,
+                             grace_s=permit.grace_s, deadline_epoch_s=permit.deadline_at,
+                             term_child_only=True)
+        return AgentAttempt(proc, self)
+
+    def adopt(self, job: Job, attempt: Attempt) -> AgentAttempt | AttemptResult:
+        found = process.probe(Path(attempt.dir))
+        if found.state == "running" and found.process is not None:
+            return AgentAttempt(found.process, self)
+        if found.state == "finished" and found.result is not None:
+            return self.finished(found.result, Path(attempt.dir))
+        if found.state == "vanished":
+            return AttemptResult(outcome=Outcome.LOST,
+                                 error="process vanished while the engine was down")
+        return AttemptResult(outcome=Outcome.LOST,
+                             error="engine stopped before the process started")
+
+    def finished(self, r: ShimResult, attempt_dir: Path) -> AttemptResult:
+        """The shim's record, with the cost and verdict the agent's own stream reports: a CLI
+        may exit 0 after an error result (Claude Code 2.1.330 after SIGINT)."""
+        base = to_result(r)
+        summary = summarize_stream(self.parser_for(), attempt_dir / STDOUT, base.exit_code)
+        if summary is None:
+            return base
+        out = replace(base, cost_usd=summary.cost_usd)
+        if base.outcome is Outcome.EXITED and base.exit_code == 0 and not summary.succeeded:
+            why = summary.error_message or summary.error_subtype or "no final result"
+            out = replace(out, error=f"agent reported failure: {why}")
+        return out
+
+
+def summarize_stream(parser: StreamParser, path: Path, exit_code: int | None,
+                     now: float = 0.0) -> StreamSummary | None:
+    """Feed a whole stream file through a parser; None when the CLI wrote none."""
+    try:
+        with path.open("rb") as f:
+            for line in f:
+                parser.feed(line, now)
+    except FileNotFoundError:
+        return None
+    return parser.finish(exit_code, now)
+
+
+class AgentAttempt(ShimAttempt):
+    """A running agent attempt; its result is read from the stream as well as the shim."""
+
+    def __init__(self, proc: process.ShimProcess, worker: AgentWorker) -> None:
+        super().__init__(proc)
+        self.worker = worker
+
+    async def wait(self) -> AttemptResult:
+        try:
+            shim = await self.proc.wait()
+        finally:
+            self.proc.close()
+        return self.worker.finished(shim, self.proc.attempt_dir)
+
+
+class Context:
+    """What one attempt's invocation is built from."""
+
+    def __init__(self, *, binary: str, attempt_dir: Path, home: Path, hook: list[str],
+                 role: RoleSpec, resume: str | None, session_id: str | None) -> None:
+        self.binary = binary
+        self.attempt_dir = attempt_dir
+        self.home = home
+        self.hook = hook
+        self.role = role
+        self.resume = resume
+        self.session_id = session_id
+
+    def hook_command(self) -> str:
+        return " ".join(self.hook)  # every part is a plain path or token: no quoting needed
+
+    def model(self, spec: WorkerSpec) -> str | None:
+        return self.role.model or spec.model
+
+
+def _prompt(job: Job) -> str:
+    if job.prompt:
+        return job.prompt
+    if job.command:
+        return " ".join(job.command)
+    raise WorkerError(f"job {job.id} has no prompt for an agent")
+
+
+# --------------------------------------------------------------------------- Claude Code
+
+
+class ClaudeCodeWorker(AgentWorker):
+    """`claude -p` with stream-json output; PreToolUse/PostToolUse hooks from `--settings`."""
+
+    adapter = "claude-code"
+    default_binary = "claude"
+    graceful = "INT"  # aborts the running tool and still prints a `result` (reference §2.8)
+    api_key_envs = ("ANTHROPIC_API_KEY",)
+
+    def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
+        hook = {"type": "command", "command": ctx.hook_command(),
+                "timeout": max(1, round(self.spec.hook_timeout_s + 5)), "onFailure": "block"}
+        settings = {"hooks": {event: [{"matcher": "*", "hooks": [hook]}]
+                              for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure")}}
+        settings.update(self.spec.config)
+        (ctx.attempt_dir / "claude-settings.json").write_text(json.dumps(settings))
+        return {"CLAUDE_CONFIG_DIR": str(ctx.home), "DISABLE_AUTOUPDATER": "1",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+
+    def argv(self, job: Job, ctx: Context) -> list[str]:
+        role = ctx.role
+        argv = [ctx.binary, "-p", _prompt(job), "--output-format", "stream-json", "--verbose",
+                "--include-partial-messages",
+                "--settings", str(ctx.attempt_dir / "claude-settings.json"),
+                "--setting-sources", "",
+                # Only the scope's tools exist for the model; the hook decides each call.
+                "--tools", ",".join(scope_tools(role.tools))]
+        if model := ctx.model(self.spec):
+            argv += ["--model", model]
+        if role.max_turns:
+            argv += ["--max-turns", str(role.max_turns)]
+        if role.system_prompt:
+            argv += ["--append-system-prompt", role.system_prompt]
+        if role.mcp_config:
+            argv += ["--mcp-config", role.mcp_config, "--strict-mcp-config"]
+        if ctx.resume:
+            argv += ["--resume", ctx.resume]
+        elif ctx.session_id:
+            argv += ["--session-id", ctx.session_id]
+        return argv + list(self.spec.args)
+
+    @classmethod
+    def parser_for(cls) -> StreamParser:
+        return ClaudeStreamParser()
+
+    def new_session_id(self) -> str | None:
+        return str(uuid.uuid4())  # known before the first line, so a checkpoint always has it
+
+
+# --------------------------------------------------------------------------- Codex
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise WorkerError(f"codex config value {value!r} cannot be written as TOML")
+
+
+def _flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, Mapping):
+        out: list[tuple[str, Any]] = []
+        for k, v in value.items():
+            out += _flatten(f"{prefix}.{k}" if prefix else str(k), v)
+        return out
+    return [(prefix, value)]
+
+
+class CodexWorker(AgentWorker):
+    """`codex exec --json`; PreToolUse/PostToolUse hooks from `$CODEX_HOME/hooks.json`."""
+
+    adapter = "codex"
+    default_binary = "codex"
+    graceful = "TERM"
+    api_key_envs = ("OPENAI_API_KEY", "CODEX_API_KEY")
+
+    def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
+        hook = {"type": "command", "command": ctx.hook_command(),
+                "timeout": max(1, round(self.spec.hook_timeout_s + 5))}
+        hooks = {"hooks": {event: [{"matcher": "*", "hooks": [hook]}]
+                           for event in ("PreToolUse", "PostToolUse")}}
+        (ctx.home / "hooks.json").write_text(json.dumps(hooks))
+        return {"CODEX_HOME": str(ctx.home)}
+
+    def argv(self, job: Job, ctx: Context) -> list[str]:
+        role = ctx.role
+        prompt = _prompt(job)
+        if role.system_prompt:  # codex exec has no flag of its own for a role's instructions
+            prompt = f"{role.system_prompt}\n\n{prompt}"
+        argv = [ctx.binary, "exec"]
+        if ctx.resume:
+            argv.append("resume")
+        # Our hooks are not "reviewed" in Codex's trust store: run them anyway (reference §3.3).
+        argv += ["--json", "--skip-git-repo-check", "--dangerously-bypass-hook-trust"]
+        if not ctx.resume and not any(a in ("-s", "--sandbox") for a in self.spec.args):
+            argv += ["--sandbox", "workspace-write"]  # the job's cwd is its workspace
+        if model := ctx.model(self.spec):
+            argv += ["-m", model]
+        for key, value in _flatten("", self.spec.config):
+            argv += ["-c", f"{key}={_toml_value(value)}"]
+        argv += list(self.spec.args)
+        if ctx.resume:
+            argv.append(ctx.resume)
+        return [*argv, prompt]
+
+    @classmethod
+    def parser_for(cls) -> StreamParser:
+        return CodexStreamParser()
+
+
+# --------------------------------------------------------------------------- OpenCode
+
+_PLUGIN = """\
+// Written by Corral: every tool call is decided by the engine before it runs (fail closed).
+import { spawnSync } from "node:child_process";
+const HOOK = %(hook)s;
+function ask(event, tool, args, sessionID, callID) {
+  const payload = JSON.stringify({ hook_event_name: event, tool_name: tool, tool_input: args,
+                                   session_id: sessionID, tool_use_id: callID });
+  const r = spawnSync(HOOK[0], HOOK.slice(1), { input: payload, encoding: "utf8" });
+  if (r.error) throw new Error("corral: tool call denied: governance unavailable (fail-closed)");
+  return r;
+}
+export const CorralGovernance = async () => ({
+  "tool.execute.before": async (input, output) => {
+    const r = ask("PreToolUse", input.tool, output.args, input.sessionID, input.callID);
+    if (r.status !== 0) throw new Error((r.stderr || "corral: tool call denied").trim());
+  },
+  "tool.execute.after": async (input, output) => {
+    try {
+      const payload = JSON.stringify({ hook_event_name: "PostToolUse", tool_name: input.tool,
+                                       tool_response: (output && output.output) || "",
+                                       session_id: input.sessionID, tool_use_id: input.callID });
+      spawnSync(HOOK[0], HOOK.slice(1), { input: payload, encoding: "utf8" });
+    } catch (e) {}
+  },
+});
+"""
+
+
+class OpenCodeWorker(AgentWorker):
+    """`opencode run --format json`; a plugin's `tool.execute.before` asks the engine."""
+
+    adapter = "opencode"
+    default_binary = "opencode"
+    graceful = "TERM"  # `run` ignores SIGINT (reference §4.4)
+    api_key_envs = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+    def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
+        config_home = ctx.home / "config"
+        opencode = config_home / "opencode"
+        (opencode / "plugin").mkdir(parents=True, exist_ok=True)
+        (opencode / "plugin" / "corral.js").write_text(_PLUGIN % {"hook": json.dumps(ctx.hook)})
+        # OpenCode `npm install`s its plugin SDK into a config dir at start-up unless the dir
+        # looks installed already; our plugin needs none of it (and the network may be closed).
+        (opencode / "node_modules").mkdir(exist_ok=True)
+        dep = {"@opencode-ai/plugin": "*"}
+        (opencode / "package.json").write_text(json.dumps({"dependencies": dep}))
+        (opencode / "package-lock.json").write_text(json.dumps(
+            {"lockfileVersion": 3, "packages": {"": {"dependencies": dep}}}))
+        config = {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
+                  "share": "disabled", **self.spec.config}
+        (opencode / "opencode.json").write_text(json.dumps(config))
+        return {"XDG_CONFIG_HOME": str(config_home), "XDG_DATA_HOME": str(ctx.home / "data"),
+                "XDG_STATE_HOME": str(ctx.home / "state"),
+                "XDG_CACHE_HOME": str(ctx.home / "cache"),
+                "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+                "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1"}
+
+    def argv(self, job: Job, ctx: Context) -> list[str]:
+        role = ctx.role
+        prompt = _prompt(job)
+        if role.system_prompt:
+            prompt = f"{role.system_prompt}\n\n{prompt}"
+        argv = [ctx.binary, "run", "--format", "json"]
+        if model := ctx.model(self.spec):
+            argv += ["-m", model]
+        if ctx.resume:
+            argv += ["--session", ctx.resume]
+        return argv + list(self.spec.args) + [prompt]
+
+    @classmethod
+    def parser_for(cls) -> StreamParser:
+        return OpenCodeStreamParser()
+
+
+ADAPTERS: dict[str, type[AgentWorker]] = {
+    w.adapter: w for w in (ClaudeCodeWorker, CodexWorker, OpenCodeWorker)}
