@@ -24,7 +24,7 @@ from corral.domain.states import DedupMode, JobState
 from corral.runtime.control import poke
 from corral.runtime.engine import Engine, build_store, submissions
 
-from . import mechanism, views
+from . import governance, guard, mechanism, policy_cmds, views
 from .options import ConfigOpt, DataDir, JsonOpt
 
 T = TypeVar("T")
@@ -164,11 +164,30 @@ def submit(
     workspace: Annotated[Path | None, typer.Option(
         "--workspace", help="Directory this job edits; jobs on one workspace follow the "
         "role's workspace_policy (reject, coalesce or serialize).")] = None,
+    prompt: Annotated[str | None, typer.Option(
+        "--prompt", help="The task for an agent worker (claude-code, codex, opencode).")] = None,
+    resume_from: Annotated[str | None, typer.Option(
+        "--resume-from", help="Continue this earlier agent job's session (same worker kind).")]
+    = None,
+    max_tool_calls: Annotated[int | None, typer.Option(
+        "--max-tool-calls", help="Tool calls an agent attempt may make.")] = None,
+    token_budget_in: Annotated[int | None, typer.Option(
+        "--token-budget-in", help="Input tokens an agent attempt may use.")] = None,
+    token_budget_out: Annotated[int | None, typer.Option(
+        "--token-budget-out", help="Output tokens an agent attempt may use.")] = None,
+    secret_env: Annotated[list[str] | None, typer.Option(
+        "--secret-env", help="NAME of a variable of the engine's environment to hand to the "
+        "job as a secret: only the name is stored, the value is redacted from traces and logs "
+        "(repeatable).")] = None,
     wait: Annotated[bool, typer.Option(
         "--wait", help="Follow the job and exit with its exit code.")] = False,
     as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
 ) -> None:
-    """Queue a job and print its id. Example: corral submit --role default -- make test"""
+    """Queue a job and print its id.
+
+    Examples: corral submit --role default -- make test;
+    corral submit --role notebook --prompt "Check the nightly training job"
+    """
     cfg = _config_or_fail(data_dir, config)
     argv = tuple(command or ())
     try:
@@ -179,8 +198,17 @@ def submit(
         limits = Limits(
             max_attempts=max_attempts if max_attempts is not None else base.max_attempts,
             timeout_s=timeout if timeout is not None else base.timeout_s,
-            grace_s=grace if grace is not None else base.grace_s)
-        spec = JobSpec(command=argv, role=role_name, env_name=env_name or s.default_env,
+            grace_s=grace if grace is not None else base.grace_s,
+            max_tool_calls=_or(max_tool_calls, base.max_tool_calls),
+            token_budget_in=_or(token_budget_in, base.token_budget_in),
+            token_budget_out=_or(token_budget_out, base.token_budget_out))
+        options: dict[str, Any] = {}
+        if resume_from:
+            options["resume_from"] = resume_from
+        if secret_env:
+            options["secret_env"] = sorted(set(secret_env))
+        spec = JobSpec(command=argv, prompt=prompt, options=options, role=role_name,
+                       env_name=env_name or s.default_env,
                        priority=priority, tenant=tenant, key=key, dedup=dedup, limits=limits,
                        after=tuple(after or ()),
                        cwd=str(cwd.expanduser().resolve()) if cwd else str(Path.cwd()),
@@ -202,6 +230,10 @@ def submit(
             typer.echo(f"corral: coalesced into existing job {result.job.id} ({on})", err=True)
     if wait:
         raise typer.Exit(_follow(cfg, result.job.id))
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def _config_or_fail(data_dir: Path | None, config: Path | None) -> Config:
@@ -280,18 +312,50 @@ def show(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")
     """A job: its fields, its attempts and its timeline."""
     cfg = _config_or_fail(data_dir, config)
 
-    async def fetch(st: Store) -> tuple[Any, Any, Any]:
+    async def fetch(st: Store) -> tuple[Any, Any, Any, Any]:
         j = await st.get_job(job)
-        return j, await st.attempts(j.id), await st.events(j.id)
+        return j, await st.attempts(j.id), await st.events(j.id), await st.agent_events(j.id)
 
-    j, attempts, events = with_store(cfg, fetch)
+    j, attempts, events, agent = with_store(cfg, fetch)
     if as_json:
         data = views.job_json(j, detail=True)
         data["attempts"] = [views.attempt_json(a) for a in attempts]
         data["timeline"] = [views.event_json(e) for _, e in events]
+        data["agent_events"] = [views.agent_event_json(e) for e in agent]
         _emit(data)
     else:
         views.print_job(j, attempts, [e for _, e in events])
+        views.print_agent_events(agent)
+
+
+@app.command()
+def trace(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+          as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+    """An agent job's traces: per attempt, every tool call (input, output, duration, denied or
+    not and why), tokens, cost, checkpoints and the policy decisions taken on the way."""
+    cfg = _config_or_fail(data_dir, config)
+
+    async def fetch(st: Store) -> tuple[Any, Any, Any]:
+        j = await st.get_job(job)
+        return j, await st.agent_events(j.id), await st.policy_evaluations(j.id)
+
+    j, agent, evaluations = with_store(cfg, fetch)
+    if as_json:
+        _emit({"job": j.id, "state": j.state.value, "worker": j.worker,
+               "agent_events": [views.agent_event_json(e) for e in agent],
+               "policy_evaluations": [views.evaluation_json(e) for e in evaluations]})
+        return
+    if not agent and not evaluations:
+        typer.echo(f"job {j.id} ({j.worker}, {j.state.value}) has no agent trace yet"
+                   + ("" if j.state.terminal else ": attempts write theirs when they end"))
+        return
+    typer.echo(f"job {j.id}  {j.state.value}  {j.worker}  role {j.role}")
+    views.print_agent_events(agent, full=True)
+    pending = [e for e in evaluations if e.attempt not in {a.attempt for a in agent}]
+    if pending:
+        typer.echo(f"running attempt: {len(pending)} policy decisions so far")
+        for e in pending[-20:]:
+            typer.echo(f"  {views.short_time(e.at)}  {e.verdict:<5}  {e.subject:<10} {e.reason}")
 
 
 @app.command()
@@ -448,6 +512,9 @@ def _data_dir_of(data_dir: Path | None) -> Path:
 
 
 mechanism.register(app, _data_dir_of)
+governance.register(app, _config_or_fail, with_store, _emit)
+policy_cmds.register(app, _config_or_fail, with_store, _emit)
+app.add_typer(guard.app, name="guard")
 
 
 def main() -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.models import Attempt, Job, JobEvent
 from corral.domain.states import JobState
 
@@ -50,6 +53,11 @@ def job_json(j: Job, *, detail: bool = False) -> dict[str, Any]:
             "stop_kind": j.stop_kind, "requeued_from": j.requeued_from,
             "dlq_resolution": j.dlq_resolution, "parent_id": j.parent_id, "depth": j.depth,
             "workspace": j.workspace, "deps_pending": j.deps_pending,
+            "prompt": j.prompt, "max_tool_calls": j.limits.max_tool_calls,
+            "token_budget_in": j.limits.token_budget_in,
+            "token_budget_out": j.limits.token_budget_out,
+            "resume_from": j.options.get("resume_from"),
+            "secret_env": list(j.options.get("secret_env") or ()),
         })
     return data
 
@@ -93,11 +101,68 @@ def print_jobs(jobs: Sequence[Job], *, title: str | None = None) -> None:
     console.print(table)
 
 
+def record_json(record: Any) -> dict[str, Any]:
+    """A governance record (a frozen dataclass) for `--json`: its fields, the times (`at` and
+    every `*_at`) as ISO 8601 UTC. Enum values are strings already."""
+    data: dict[str, Any] = dataclasses.asdict(record)
+    for key, value in data.items():
+        if (key == "at" or key.endswith("_at")) and isinstance(value, int | float | None):
+            data[key] = ts(value)
+    return data
+
+
+def evaluation_json(e: PolicyEvaluation) -> dict[str, Any]:
+    return {"id": e.id, "at": ts(e.at), "job": e.job_id, "attempt": e.attempt,
+            "stage": e.stage, "subject": e.subject, "verdict": e.verdict, "reason": e.reason,
+            "message": e.message, "inputs": dict(e.inputs)}
+
+
+def agent_event_json(e: AgentEvent) -> dict[str, Any]:
+    data = e.to_dict()
+    data["at"] = ts(e.at)
+    return data
+
+
+def print_agent_events(events: Sequence[AgentEvent], *, full: bool = False) -> None:
+    """One block per agent attempt: what it used, and (full) each tool call."""
+    for e in events:
+        cost = f"${e.cost_usd:.4f}" if e.cost_usd is not None else "-"
+        calls = len(e.tool_calls)
+        denied = sum(1 for t in e.tool_calls if t.denied)
+        console.print(
+            f"[bold]agent attempt {e.attempt}[/bold]  {e.worker} {e.cli_version or ''}  "
+            f"session {e.session_id or '-'}", markup=True, highlight=False)
+        console.print(
+            f"  tool calls {calls} ({denied} denied)  tokens in {e.tokens_in} out "
+            f"{e.tokens_out}  cost {cost}  checkpoints {e.checkpoint_count}  "
+            f"limit_hit {e.limit_hit or '-'}  exit {_s(e.exit_code)}  "
+            f"duration {_s(e.duration_ms)} ms", markup=False, highlight=False)
+        if not full:
+            continue
+        for n, t in enumerate(e.tool_calls, 1):
+            verdict = "DENIED" if t.denied else "ok"
+            shown = json.dumps(dict(t.input), sort_keys=True)
+            console.print(f"  {n:>3}. {t.tool:<10} {verdict:<6} {_s(t.duration_ms):>6} ms  "
+                          f"{_clip(shown, 90)}", markup=False, highlight=False)
+            if t.denied and t.reason:
+                console.print(f"       reason: {_clip(t.reason, 120)}", markup=False)
+            elif t.output:
+                console.print(f"       → {_clip(t.output, 120)}", markup=False)
+        if e.final_text:
+            console.print(f"  final: {_clip(e.final_text, 200)}", markup=False)
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def print_job(j: Job, attempts: Sequence[Attempt], events: Sequence[JobEvent]) -> None:
     console.print(f"[bold]job {j.id}[/bold]  {styled(j.state)}")
     fields = job_json(j, detail=True)
-    for name in ("role", "worker", "env", "priority", "tenant", "command", "cwd", "key", "dedup",
-                 "after", "max_attempts", "timeout_s", "grace_s", "exit_code", "last_error",
+    for name in ("role", "worker", "env", "priority", "tenant", "command", "prompt", "cwd",
+                 "key", "dedup", "after", "max_attempts", "timeout_s", "grace_s",
+                 "resume_from", "exit_code", "last_error",
                  "limit_hit", "cancel_requested", "retry_at", "requeued_from",
                  "dlq_resolution", "created_at", "updated_at"):
         value = fields.get(name)

@@ -1,0 +1,378 @@
+"""Governance records from the store: `corral report`, `corral incidents`, `corral runs`,
+`corral audit verify`."""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.table import Table
+
+from corral.config import Config
+from corral.core.ports import Store
+from corral.domain.errors import InvalidRequest
+from corral.domain.governance import (
+    Approval,
+    ApprovalState,
+    Incident,
+    KillSwitch,
+    Pause,
+    ScopeKind,
+)
+from corral.domain.ids import new_id
+from corral.runtime.control import poke
+from corral.runtime.engine import submissions
+
+from .options import ConfigOpt, DataDir, JsonOpt
+from .views import console, record_json, short_time, ts
+
+T = TypeVar("T")
+ConfigOf = Callable[[Path | None, Path | None], Config]
+WithStore = Callable[[Config, Callable[[Store], Awaitable[Any]]], Any]
+Emit = Callable[[Any], None]
+
+
+def register(app: typer.Typer, config_of: ConfigOf, with_store: WithStore, emit: Emit) -> None:
+    """Add the governance record commands to the `corral` app."""
+    _register_report(app, config_of, with_store, emit)
+    _register_lists(app, config_of, with_store, emit)
+    _register_audit(app, config_of, with_store, emit)
+    _register_switches(app, config_of, with_store, emit)
+    _register_pause(app, config_of, with_store, emit)
+    _register_approvals(app, config_of, with_store, emit)
+
+
+def _register_report(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                     emit: Emit) -> None:
+    @app.command()
+    def report(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+               as_json: JsonOpt = False, data_dir: DataDir = None,
+               config: ConfigOpt = None) -> None:
+        """A job's run report: written once when the job ended, never changed."""
+        cfg = config_of(data_dir, config)
+
+        async def fetch(st: Store) -> tuple[Any, Any, Any]:
+            j = await st.get_job(job)
+            return j, await st.report(j.id), await st.incidents(j.id)
+
+        j, r, incidents = with_store(cfg, fetch)
+        if r is None:
+            why = ("it is still " + j.state.value if not j.state.terminal
+                   else "it is written within a second of the end")
+            if as_json:
+                emit({"job": j.id, "report": None, "reason": why})
+                return
+            typer.echo(f"job {j.id} has no run report yet: {why}")
+            raise typer.Exit(1)
+        if as_json:
+            emit({**record_json(r), "incidents": [record_json(i) for i in incidents]})
+            return
+        console.print(f"[bold]run report {r.id}[/bold]  job {r.job_id}  {r.outcome.value}")
+        for name, value in (("role", r.role), ("tenant", r.tenant), ("workflow", r.workflow),
+                            ("attempts", r.attempts), ("tool calls", r.tool_calls),
+                            ("tokens in/out", f"{r.tokens_in} / {r.tokens_out}"),
+                            ("cost", f"${r.cost_usd:.4f}"),
+                            ("duration", f"{r.duration_ms} ms" if r.duration_ms else "-"),
+                            ("ended", ts(r.ended_at)), ("summary", r.summary),
+                            ("hash", r.hash)):
+            if value not in (None, ""):
+                console.print(f"  {name:<14} {value}", markup=False, highlight=False)
+        _print_incidents(incidents)
+
+
+def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                    emit: Emit) -> None:
+    @app.command()
+    def incidents(job: Annotated[str | None, typer.Argument(
+                      help="Only this job's (id or unique prefix).")] = None,
+                  open_only: Annotated[bool, typer.Option(
+                      "--open", help="Only incidents without a resolution.")] = False,
+                  limit: Annotated[int, typer.Option("--limit")] = 100,
+                  as_json: JsonOpt = False, data_dir: DataDir = None,
+                  config: ConfigOpt = None) -> None:
+        """Incidents attached to run reports (append-only; a resolution is a new record)."""
+        cfg = config_of(data_dir, config)
+
+        async def fetch(st: Store) -> list[Incident]:
+            job_id = (await st.get_job(job)).id if job else None
+            return await st.incidents(job_id, open_only=open_only, limit=limit)
+
+        found = with_store(cfg, fetch)
+        if as_json:
+            emit([record_json(i) for i in found])
+            return
+        _print_incidents(found, empty="no incidents")
+
+    @app.command()
+    def runs(state: Annotated[str | None, typer.Option("--state", help="Only this job state.")]
+             = None, limit: Annotated[int, typer.Option("--limit")] = 50,
+             as_json: JsonOpt = False, data_dir: DataDir = None,
+             config: ConfigOpt = None) -> None:
+        """The unified read model (`v_run_unified`): jobs with their report, incident counts
+        and latest policy verdict, newest first."""
+        cfg = config_of(data_dir, config)
+        rows = with_store(cfg, lambda st: st.run_unified(limit, state=state))
+        if as_json:
+            emit([dataclasses.asdict(r) for r in rows])
+            return
+        table = Table(show_edge=False, pad_edge=False)
+        for col in ("job", "state", "role", "outcome", "cost", "incidents", "last verdict"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r.job_id, r.state, r.role, r.outcome or "-",
+                          f"${r.cost_usd:.4f}" if r.cost_usd is not None else "-",
+                          f"{r.incidents_open}/{r.incidents_total}" if r.incidents_total else "-",
+                          f"{r.policy_verdict} {r.policy_reason}" if r.policy_verdict else "-")
+        console.print(table)
+
+
+def _register_audit(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                    emit: Emit) -> None:
+    audit = typer.Typer(no_args_is_help=True, help="The append-only, hash-chained records.")
+    app.add_typer(audit, name="audit")
+
+    @audit.command("verify")
+    def audit_verify(as_json: JsonOpt = False, data_dir: DataDir = None,
+                     config: ConfigOpt = None) -> None:
+        """Check every hash chain (policy evaluations, reports, incidents, switches, budgets,
+        approvals); exit 1 and name the first broken row if anything was changed or removed."""
+        cfg = config_of(data_dir, config)
+        result = with_store(cfg, lambda st: st.verify_audit())
+        if as_json:
+            emit(dataclasses.asdict(result))
+        elif result.ok:
+            typer.echo(f"audit ok: {result.checked} records, every chain intact")
+        else:
+            typer.echo(f"audit FAILED: {len(result.problems)} problem(s) in {result.checked} "
+                       "records", err=True)
+            for table, row, why in result.problems[:20]:
+                typer.echo(f"  {table} row {row}: {why}", err=True)
+        if not result.ok:
+            raise typer.Exit(1)
+
+
+def _print_incidents(items: list[Incident], empty: str = "") -> None:
+    if not items:
+        if empty:
+            console.print(empty)
+        return
+    table = Table(title="incidents", show_edge=False, pad_edge=False)
+    for col in ("id", "at", "job", "type", "severity", "message"):
+        table.add_column(col)
+    for i in items:
+        message = i.message if i.resolves is None else f"resolves {i.resolves}: {i.message}"
+        table.add_row(i.id, short_time(i.created_at), i.job_id, i.type.value, i.severity.value,
+                      message)
+    console.print(table)
+
+
+ScopeOpt = Annotated[ScopeKind, typer.Option("--scope", help="What it applies to.")]
+TargetOpt = Annotated[str | None, typer.Option(
+    "--target", help="The tenant, role or job (id or unique prefix); not for --scope global.")]
+
+
+async def _target(st: Store, scope: ScopeKind, target: str | None) -> str | None:
+    if scope is ScopeKind.GLOBAL:
+        if target:
+            raise InvalidRequest("--scope global takes no --target")
+        return None
+    if not target:
+        raise InvalidRequest(f"--scope {scope.value} needs --target")
+    return (await st.get_job(target)).id if scope is ScopeKind.JOB else target
+
+
+def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                       emit: Emit) -> None:
+    ks = typer.Typer(no_args_is_help=True, help="Deny new runs in a scope and stop the running "
+                     "ones (KILLED) within a second.")
+    app.add_typer(ks, name="kill-switch")
+
+    @ks.command("on")
+    def kill_on(reason: Annotated[str, typer.Option("--reason", help="Recorded with it.")],
+                scope: ScopeOpt = ScopeKind.GLOBAL, target: TargetOpt = None,
+                expires_in: Annotated[float | None, typer.Option(
+                    "--expires-in", help="Seconds until it lifts by itself.")] = None,
+                as_json: JsonOpt = False, data_dir: DataDir = None,
+                config: ConfigOpt = None) -> None:
+        """Activate a kill switch."""
+        cfg = config_of(data_dir, config)
+        now = time.time()
+
+        async def run(st: Store) -> KillSwitch:
+            return await st.activate_kill_switch(KillSwitch(
+                id=new_id(), scope=scope, target=await _target(st, scope, target),
+                reason=reason, created_at=now, created_by=getpass.getuser(),
+                expires_at=now + expires_in if expires_in else None))
+
+        switch = with_store(cfg, run)
+        poke(cfg.data_dir, "wake")
+        if as_json:
+            emit(record_json(switch))
+        else:
+            typer.echo(f"kill switch {switch.id} on ({_scope(switch)}): new runs are denied, "
+                       "running ones stopped")
+
+    @ks.command("off")
+    def kill_off(switch_id: Annotated[str | None, typer.Argument(
+                     help="The switch (default: every active one in --scope/--target).")] = None,
+                 scope: ScopeOpt = ScopeKind.GLOBAL, target: TargetOpt = None,
+                 as_json: JsonOpt = False, data_dir: DataDir = None,
+                 config: ConfigOpt = None) -> None:
+        """Lift kill switches (recorded as a new event; the activation stays on record)."""
+        cfg = config_of(data_dir, config)
+        now = time.time()
+
+        async def run(st: Store) -> list[KillSwitch]:
+            active = await st.kill_switches(active_at=now)
+            if switch_id:
+                chosen = [s for s in active if s.id == switch_id]
+                if not chosen:
+                    raise InvalidRequest(f"no active kill switch {switch_id}")
+            else:
+                tgt = await _target(st, scope, target)
+                chosen = [s for s in active if s.scope is scope and s.target == tgt]
+            return [await st.lift_kill_switch(s.id, at=now, by=getpass.getuser())
+                    for s in chosen]
+
+        lifted = with_store(cfg, run)
+        poke(cfg.data_dir, "wake")
+        if as_json:
+            emit([record_json(s) for s in lifted])
+            return
+        typer.echo(f"lifted {len(lifted)} kill switch(es)"
+                   + "".join(f"\n  {s.id} ({_scope(s)})" for s in lifted))
+
+    _register_switch_status(ks, config_of, with_store, emit)
+
+
+def _register_switch_status(ks: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                            emit: Emit) -> None:
+    @ks.command("status")
+    def kill_status(as_json: JsonOpt = False, data_dir: DataDir = None,
+                    config: ConfigOpt = None) -> None:
+        """Active kill switches."""
+        cfg = config_of(data_dir, config)
+        active = with_store(cfg, lambda st: st.kill_switches(active_at=time.time()))
+        if as_json:
+            emit([record_json(s) for s in active])
+            return
+        if not active:
+            typer.echo("no active kill switch")
+        for s in active:
+            until = f", until {ts(s.expires_at)}" if s.expires_at else ""
+            typer.echo(f"{s.id}  {_scope(s)}  since {ts(s.created_at)}{until}  by "
+                       f"{s.created_by}: {s.reason}")
+
+
+def _register_pause(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                    emit: Emit) -> None:
+    @app.command()
+    def pause(reason: Annotated[str, typer.Option("--reason", help="Recorded with it.")],
+              scope: ScopeOpt = ScopeKind.GLOBAL, target: TargetOpt = None,
+              as_json: JsonOpt = False, data_dir: DataDir = None,
+              config: ConfigOpt = None) -> None:
+        """Stop dispatching new runs in a scope; running attempts finish."""
+        cfg = config_of(data_dir, config)
+
+        async def run(st: Store) -> Pause:
+            return await st.activate_pause(Pause(
+                id=new_id(), scope=scope, target=await _target(st, scope, target),
+                reason=reason, created_at=time.time(), created_by=getpass.getuser()))
+
+        p = with_store(cfg, run)
+        poke(cfg.data_dir, "wake")
+        if as_json:
+            emit(record_json(p))
+            return
+        typer.echo(f"paused ({_scope(p)}): {p.id}; queued jobs wait, running ones finish")
+
+    @app.command()
+    def resume(scope: ScopeOpt = ScopeKind.GLOBAL, target: TargetOpt = None,
+               as_json: JsonOpt = False, data_dir: DataDir = None,
+               config: ConfigOpt = None) -> None:
+        """Lift the pauses of a scope."""
+        cfg = config_of(data_dir, config)
+
+        async def run(st: Store) -> list[Pause]:
+            tgt = await _target(st, scope, target)
+            return [await st.lift_pause(p.id, at=time.time(), by=getpass.getuser())
+                    for p in await st.pauses(active_only=True)
+                    if p.scope is scope and p.target == tgt]
+
+        lifted = with_store(cfg, run)
+        poke(cfg.data_dir, "wake")
+        if as_json:
+            emit([record_json(p) for p in lifted])
+            return
+        typer.echo(f"resumed: {len(lifted)} pause(s) lifted")
+
+
+def _scope(s: KillSwitch | Pause) -> str:
+    return s.scope.value if s.target is None else f"{s.scope.value} {s.target}"
+
+
+def _register_approvals(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                        emit: Emit) -> None:
+    approvals = typer.Typer(no_args_is_help=True, help="Actions waiting for a human: a job, or "
+                            "one exact tool call a guardrail sent for approval.")
+    app.add_typer(approvals, name="approvals")
+
+    @approvals.command("list")
+    def approvals_list(state: Annotated[str | None, typer.Option(
+                           "--state", help="pending | approved | denied | expired "
+                           "(default: pending)")] = "pending",
+                       job: Annotated[str | None, typer.Option("--job")] = None,
+                       as_json: JsonOpt = False, data_dir: DataDir = None,
+                       config: ConfigOpt = None) -> None:
+        """Approvals, oldest first."""
+        cfg = config_of(data_dir, config)
+
+        async def fetch(st: Store) -> list[Approval]:
+            job_id = (await st.get_job(job)).id if job else None
+            try:
+                wanted = ApprovalState(state) if state else None
+            except ValueError:
+                raise InvalidRequest(f"unknown approval state {state!r}") from None
+            return await st.approvals(job_id=job_id, state=wanted)
+
+        found = with_store(cfg, fetch)
+        if as_json:
+            emit([record_json(a) for a in found])
+            return
+        if not found:
+            typer.echo("no approvals")
+        for a in found:
+            typer.echo(f"{a.id}  {a.state.value:<8} job {a.job_id}  {a.reason}  "
+                       f"expires {ts(a.expires_at)}\n    {a.subject}")
+
+    def decide(approval_id: str, state: ApprovalState, note: str, as_json: bool,
+               data_dir: Path | None, config: Path | None) -> None:
+        cfg = config_of(data_dir, config)
+        a = with_store(cfg, lambda st: submissions(st, cfg).decide_approval(
+            approval_id, state is ApprovalState.APPROVED, by=getpass.getuser(), note=note))
+        poke(cfg.data_dir, "wake")
+        if as_json:
+            emit(record_json(a))
+            return
+        typer.echo(f"{a.id} {a.state.value}: {a.subject}")
+
+    @approvals.command("approve")
+    def approvals_approve(approval_id: Annotated[str, typer.Argument(help="The approval id.")],
+                          note: Annotated[str, typer.Option("--note")] = "",
+                          as_json: JsonOpt = False, data_dir: DataDir = None,
+                          config: ConfigOpt = None) -> None:
+        """Approve exactly the action the request names (its command, for a tool call)."""
+        decide(approval_id, ApprovalState.APPROVED, note, as_json, data_dir, config)
+
+    @approvals.command("deny")
+    def approvals_deny(approval_id: Annotated[str, typer.Argument(help="The approval id.")],
+                       note: Annotated[str, typer.Option("--note")] = "",
+                       as_json: JsonOpt = False, data_dir: DataDir = None,
+                       config: ConfigOpt = None) -> None:
+        """Refuse it (for good: the agent's later tries are refused too)."""
+        decide(approval_id, ApprovalState.DENIED, note, as_json, data_dir, config)

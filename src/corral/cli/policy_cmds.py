@@ -1,0 +1,500 @@
+"""Budgets, dark launches and the pre-run policy from the command line: `corral budget
+set|status`, `corral dark-launch enable|disable|status`, `corral policy check|log|stats`.
+
+`policy check` runs the pure pre-run decision (policy/prerun.py) for a would-be job against the
+store's current kill switches, pauses, budgets, the tenant's parallel limit and active runs, the
+dark launch and the roles that require approval, and writes nothing. Its exit
+status is the verdict: 0 allow, 1 deny, 8 require_approval, 9 pause (bad input: 2, as always).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import json
+import math
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar, get_args
+
+import typer
+from rich.table import Table
+
+from corral.config import Config
+from corral.core.ports import Store
+from corral.domain.agents import PolicyEvaluation, Verdict
+from corral.domain.errors import CorralError, InvalidRequest, NotFound
+from corral.domain.governance import BudgetCeiling, DarkLaunch, Period, PrerunVerdict, ScopeKind
+from corral.domain.settings import Settings
+from corral.policy import prerun
+from corral.runtime.control import poke
+
+from .options import ConfigOpt, DataDir, JsonOpt
+from .views import console, evaluation_json, ts
+
+E = TypeVar("E", bound=StrEnum)
+ConfigOf = Callable[[Path | None, Path | None], Config]
+WithStore = Callable[[Config, Callable[[Store], Awaitable[Any]]], Any]
+Emit = Callable[[Any], None]
+
+# `policy check`'s exit status per verdict (docs/reference/cli.md; 2 stays "bad input").
+CHECK_EXIT = {PrerunVerdict.ALLOW: 0, PrerunVerdict.DENY: 1,
+              PrerunVerdict.REQUIRE_APPROVAL: 8, PrerunVerdict.PAUSE: 9}
+BUDGET_SCOPES = (ScopeKind.TENANT, ScopeKind.ROLE)
+VERDICTS: tuple[str, ...] = get_args(Verdict)
+CHECK_JOB_ID = "(would-be job)"  # no job-scoped switch can match a job that does not exist
+STATS_CAP = 1_000_000  # evaluations `policy stats` (and `policy log --job`) read at most
+
+
+def _fail(err: CorralError) -> NoReturn:
+    typer.echo(f"corral: error: {err}", err=True)
+    raise typer.Exit(err.exit_code)
+
+
+def _choice(enum: type[E], value: str, option: str,
+            allowed: Sequence[E] | None = None) -> E:
+    """`value` as a member of `enum` (of `allowed`, if given); one line of error otherwise."""
+    members = list(allowed) if allowed is not None else list(enum)
+    for m in members:
+        if m.value == value:
+            return m
+    names = [m.value for m in members]
+    said = " or ".join(names) if len(names) < 3 else "one of " + ", ".join(names)
+    raise InvalidRequest(f"{option} must be {said}, not {value!r}")
+
+
+def _local(t: float) -> str:
+    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def register(app: typer.Typer, config_of: ConfigOf, with_store: WithStore, emit: Emit) -> None:
+    """Add `budget`, `dark-launch` and `policy` to the `corral` app."""
+    budget = typer.Typer(no_args_is_help=True, help="USD ceilings per tenant or role and "
+                         "period, reserved before each attempt and committed at its cost.")
+    app.add_typer(budget, name="budget")
+    _register_budget_set(budget, config_of, with_store, emit)
+    _register_budget_status(budget, config_of, with_store, emit)
+    launch = typer.Typer(no_args_is_help=True, help="Let only a fixed fraction of workflows "
+                         "run (md5 position < percentage, docs/reference/dark-launch.md).")
+    app.add_typer(launch, name="dark-launch")
+    _register_dark_launch_set(launch, config_of, with_store, emit)
+    _register_dark_launch_status(launch, config_of, with_store, emit)
+    policy = typer.Typer(no_args_is_help=True, help="The pre-run policy: try it on a would-be "
+                         "job, and read the evaluations it (and the guardrails) recorded.")
+    app.add_typer(policy, name="policy")
+    _register_policy_check(policy, config_of, with_store, emit)
+    _register_policy_log(policy, config_of, with_store, emit)
+    _register_policy_stats(policy, config_of, with_store, emit)
+
+
+# ---- budgets ----------------------------------------------------------------------------------
+
+
+def _ceiling_json(c: BudgetCeiling) -> dict[str, Any]:
+    return {"scope": c.scope.value, "target": c.target, "period": c.period.value,
+            "ceiling_usd": c.ceiling_usd}
+
+
+async def _budget_rows(st: Store, ceilings: Sequence[BudgetCeiling],
+                       now: float) -> list[dict[str, Any]]:
+    """Per ceiling: its period's start (and reset), spent, reserved and headroom now."""
+    rows = []
+    for c in ceilings:
+        start = prerun.period_start(c.period, now)
+        status = await st.budget_status(c.scope, c.target, start)
+        headroom = c.ceiling_usd - status.spent - status.reserved
+        rows.append({**_ceiling_json(c), "period_start": ts(start),
+                     "resets_at": None if c.period is Period.ROLLING_30D
+                     else ts(prerun.period_end(c.period, now)),
+                     "spent_usd": status.spent, "reserved_usd": status.reserved,
+                     "headroom_usd": headroom})
+    return rows
+
+
+def _register_budget_set(budget: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                         emit: Emit) -> None:
+    @budget.command("set")
+    def budget_set(
+        scope: Annotated[str, typer.Option("--scope", help="tenant or role.")],
+        target: Annotated[str, typer.Option("--target", help="The tenant or role name.")],
+        period: Annotated[str, typer.Option(
+            "--period", help="daily or monthly (UTC calendar), or rolling_30d.")],
+        ceiling_usd: Annotated[float, typer.Option("--ceiling-usd", help="USD per period.")],
+        as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+    ) -> None:
+        """Set a ceiling (the latest per scope and target wins; earlier ones stay on record)."""
+        try:
+            ceiling = BudgetCeiling(
+                scope=_choice(ScopeKind, scope, "--scope", BUDGET_SCOPES),
+                target=_nonempty(target, "--target"),
+                period=_choice(Period, period, "--period"),
+                ceiling_usd=_usd(ceiling_usd))
+        except CorralError as err:
+            _fail(err)
+        cfg = config_of(data_dir, config)
+
+        async def run(st: Store) -> tuple[BudgetCeiling | None, list[dict[str, Any]]]:
+            before = [b for b in await st.budgets()
+                      if (b.scope, b.target) == (ceiling.scope, ceiling.target)]
+            await st.set_budget(ceiling, at=time.time(), by=getpass.getuser())
+            return (before[0] if before else None), await _budget_rows(st, [ceiling],
+                                                                       time.time())
+
+        previous, [row] = with_store(cfg, run)
+        poke(cfg.data_dir, "wake")
+        if as_json:
+            emit({**row, "previous": _ceiling_json(previous) if previous else None})
+            return
+        was = (f" (was ${previous.ceiling_usd:.2f} {previous.period.value})" if previous
+               else "")
+        typer.echo(f"budget {ceiling.scope.value} {ceiling.target}: "
+                   f"${ceiling.ceiling_usd:.2f} {ceiling.period.value}{was}; "
+                   f"${row['spent_usd']:.2f} spent, ${row['headroom_usd']:.2f} left this period")
+
+
+def _nonempty(value: str, option: str) -> str:
+    if not value.strip():
+        raise InvalidRequest(f"{option} is empty")
+    return value
+
+
+def _usd(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise InvalidRequest(f"--ceiling-usd must be a finite amount ≥ 0, not {value}")
+    return value
+
+
+def _register_budget_status(budget: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                            emit: Emit) -> None:
+    @budget.command("status")
+    def budget_status(
+        scope: Annotated[str | None, typer.Option("--scope", help="Only tenant or role.")]
+        = None,
+        target: Annotated[str | None, typer.Option("--target", help="Only this tenant/role.")]
+        = None,
+        as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+    ) -> None:
+        """Each ceiling in force: its period's start, spent, reserved and headroom."""
+        try:
+            kind = _choice(ScopeKind, scope, "--scope", BUDGET_SCOPES) if scope else None
+        except CorralError as err:
+            _fail(err)
+        cfg = config_of(data_dir, config)
+
+        async def fetch(st: Store) -> list[dict[str, Any]]:
+            chosen = [c for c in await st.budgets() if kind in (None, c.scope)
+                      and target in (None, c.target)]
+            return await _budget_rows(st, chosen, time.time())
+
+        rows = with_store(cfg, fetch)
+        if as_json:
+            emit(rows)
+            return
+        if not rows:
+            typer.echo("no budget ceiling" + (" matches" if scope or target else " is set"))
+            return
+        _print_budgets(rows)
+
+
+def _print_budgets(rows: list[dict[str, Any]]) -> None:
+    table = Table(box=None, pad_edge=False)  # `--json` has the exact period start
+    for col in ("scope", "target", "period", "since (UTC)", "ceiling", "spent", "reserved",
+                "headroom"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["scope"], r["target"], r["period"], str(r["period_start"])[:10],
+                      f"${r['ceiling_usd']:.2f}", f"${r['spent_usd']:.2f}",
+                      f"${r['reserved_usd']:.2f}", f"${r['headroom_usd']:.2f}")
+    console.print(table)
+
+
+# ---- dark launches ----------------------------------------------------------------------------
+
+
+def _launch_json(workflow: str, launch: DarkLaunch | None) -> dict[str, Any]:
+    """The setting (if any) with the workflow's md5 position: does step 5 let it run?"""
+    position = prerun.dark_launch_position(workflow)
+    in_window = None if launch is None else position < launch.percentage
+    return {"workflow": workflow, "set": launch is not None,
+            "enabled": bool(launch and launch.enabled),
+            "percentage": launch.percentage if launch else None, "position": position,
+            "in_window": in_window,
+            "runs": launch is None or not launch.enabled or bool(in_window)}
+
+
+def _launch_line(d: dict[str, Any]) -> str:
+    if not d["set"]:
+        return (f"{d['workflow']}: no dark launch (its runs go through); position "
+                f"{d['position']}")
+    where = "inside" if d["in_window"] else "outside"
+    sign = "<" if d["in_window"] else "≥"
+    window = f"position {d['position']} {sign} {d['percentage']}%: {where} the window"
+    if not d["enabled"]:
+        return f"{d['workflow']}: dark launch disabled (its runs go through); {window}"
+    effect = ("its runs go through" if d["runs"]
+              else "its runs are denied (dark_launch_excluded)")
+    return f"{d['workflow']}: dark launch at {d['percentage']}%; {window}: {effect}"
+
+
+def _register_dark_launch_set(launch: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                              emit: Emit) -> None:
+    @launch.command("enable")
+    def dark_launch_enable(
+        workflow: Annotated[str, typer.Argument(help="The workflow id.")],
+        percentage: Annotated[int, typer.Option(
+            "--percentage", help="0 … 100: workflows whose position is below it run.")],
+        as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+    ) -> None:
+        """Dark-launch a workflow: it runs only if its md5 position < PERCENTAGE."""
+        if not 0 <= percentage <= 100:
+            _fail(InvalidRequest(f"--percentage must be 0 … 100, not {percentage}"))
+        _set_launch(config_of(data_dir, config), with_store, emit, workflow, as_json,
+                    percentage=percentage, enabled=True)
+
+    @launch.command("disable")
+    def dark_launch_disable(
+        workflow: Annotated[str, typer.Argument(help="The workflow id.")],
+        as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+    ) -> None:
+        """End a workflow's dark launch: all its runs go through (a new setting; the earlier
+        ones stay on record)."""
+        _set_launch(config_of(data_dir, config), with_store, emit, workflow, as_json,
+                    percentage=None, enabled=False)
+
+
+def _set_launch(cfg: Config, with_store: WithStore, emit: Emit, workflow: str, as_json: bool,
+                *, percentage: int | None, enabled: bool) -> None:
+    if not workflow.strip():
+        _fail(InvalidRequest("the workflow id is empty"))
+
+    async def run(st: Store) -> DarkLaunch:
+        current = await st.dark_launch(workflow)
+        if percentage is None and current is None:
+            raise NotFound(f"workflow {workflow!r} has no dark launch to disable")
+        pct = percentage if percentage is not None else current.percentage if current else 0
+        setting = DarkLaunch(workflow=workflow, percentage=pct, enabled=enabled)
+        await st.set_dark_launch(setting, at=time.time(), by=getpass.getuser())
+        return setting
+
+    setting = with_store(cfg, run)
+    poke(cfg.data_dir, "wake")
+    data = _launch_json(workflow, setting)
+    if as_json:
+        emit(data)
+    else:
+        typer.echo(_launch_line(data))
+
+
+def _register_dark_launch_status(launch: typer.Typer, config_of: ConfigOf,
+                                 with_store: WithStore, emit: Emit) -> None:
+    @launch.command("status")
+    def dark_launch_status(
+        workflow: Annotated[str | None, typer.Argument(
+            help="Only this workflow (shown even without a setting).")] = None,
+        as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+    ) -> None:
+        """Dark launch settings (latest per workflow), each with the workflow's md5 position
+        and whether it is inside the window."""
+        cfg = config_of(data_dir, config)
+        if workflow is not None:
+            wf: str = workflow
+            data = _launch_json(wf, with_store(cfg, lambda st: st.dark_launch(wf)))
+            if as_json:
+                emit(data)
+            else:
+                typer.echo(_launch_line(data))
+            return
+        rows = [_launch_json(d.workflow, d) for d in with_store(cfg, lambda st:
+                                                                st.dark_launches())]
+        if as_json:
+            emit(rows)
+            return
+        if not rows:
+            typer.echo("no dark launch is set")
+        for d in rows:
+            typer.echo(_launch_line(d))
+
+
+# ---- policy check -----------------------------------------------------------------------------
+
+
+def _estimate(cfg: Config, role: str, given: float | None) -> float:
+    spec = cfg.settings.roles.get(role)
+    if spec is None:
+        raise InvalidRequest(f"unknown role {role!r} (configured: "
+                             f"{', '.join(sorted(cfg.settings.roles)) or 'none'})")
+    if given is None:
+        return spec.cost_estimate_usd
+    if not math.isfinite(given) or given < 0:
+        raise InvalidRequest(f"--estimate-usd must be a finite amount ≥ 0, not {given}")
+    return given
+
+
+async def _check_input(st: Store, settings: Settings, job: prerun.JobRef, estimate: float,
+                       now: float) -> prerun.PrerunInput:
+    """The snapshot the engine's gate would read for this job (runtime/gate.py), with the
+    approval a role with `requires_approval` asks for at submission (step 6)."""
+    tenant = settings.tenants.get(job.tenant)
+    limit = tenant.max_parallel_runs if tenant else None
+    states = []
+    for c in await st.budgets():
+        if job.matches(c.scope, c.target):
+            status = await st.budget_status(c.scope, c.target,
+                                            prerun.period_start(c.period, now))
+            states.append(prerun.BudgetState(ceiling=c, spent_usd=status.spent,
+                                             reserved_usd=status.reserved))
+    return prerun.PrerunInput(
+        job=job, kill_switches=await st.kill_switches(active_at=now),
+        pauses=await st.pauses(active_only=True), budgets=states, estimate_usd=estimate,
+        active_job_ids=frozenset(await st.active_runs(job.tenant) if limit is not None else ()),
+        max_parallel_runs=limit,
+        dark_launch=await st.dark_launch(job.workflow) if job.workflow else None,
+        approval_roles=frozenset(name for name, r in settings.roles.items()
+                                 if r.requires_approval))
+
+
+def _register_policy_check(policy: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                           emit: Emit) -> None:
+    @policy.command("check")
+    def policy_check(
+        role: Annotated[str, typer.Option("--role", "-r", help="The would-be job's role.")],
+        tenant: Annotated[str, typer.Option("--tenant")] = "default",
+        workflow: Annotated[str | None, typer.Option(
+            "--workflow", help="Its workflow (for the dark launch).")] = None,
+        estimate_usd: Annotated[float | None, typer.Option(
+            "--estimate-usd", help="Its reservation (default: the role's cost_estimate_usd).",
+            show_default=False)] = None,
+        as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+    ) -> None:
+        """Would a job of ROLE be dispatched now? The pre-run verdict, its reason, the step that
+        decided and the inputs it used; nothing is recorded.
+
+        Exit status: 0 allow, 1 deny, 8 require_approval, 9 pause.
+        """
+        cfg = config_of(data_dir, config)
+        try:
+            estimate = _estimate(cfg, role, estimate_usd)
+        except CorralError as err:
+            _fail(err)
+        job = prerun.JobRef(id=CHECK_JOB_ID, role=role, tenant=tenant,
+                            workflow=workflow or None)
+        now = time.time()
+        inp = with_store(cfg, lambda st: _check_input(st, cfg.settings, job, estimate, now))
+        d = prerun.decide(inp, now)
+        if as_json:
+            emit({"verdict": d.verdict.value, "reason": d.reason.value, "step": d.step.value,
+                  "message": d.message, "snapshot": d.snapshot})
+        else:
+            typer.echo(f"{d.verdict.value}  reason={d.reason.value}  step={d.step.value}")
+            typer.echo(f"  message:  {d.message}")
+            snapshot = json.dumps(d.snapshot, indent=2, sort_keys=True, default=str)
+            typer.echo("  snapshot: " + snapshot.replace("\n", "\n  "))
+        raise typer.Exit(CHECK_EXIT[d.verdict])
+
+
+# ---- policy log and stats ---------------------------------------------------------------------
+
+
+def _filters(verdict: str | None, limit: int, since: float | None) -> float | None:
+    """Check the shared options; the `since` timestamp (None: from the beginning)."""
+    if verdict is not None and verdict not in VERDICTS:
+        raise InvalidRequest(f"--verdict must be one of {', '.join(VERDICTS)}, not {verdict!r}")
+    if limit < 1:
+        raise InvalidRequest(f"--limit must be at least 1, not {limit}")
+    if since is None:
+        return None
+    if not math.isfinite(since) or since < 0:
+        raise InvalidRequest(f"--since is seconds ago (≥ 0), not {since}")
+    return time.time() - since
+
+
+SinceOpt = Annotated[float | None, typer.Option(
+    "--since", help="Only the last SECONDS seconds.", metavar="SECONDS", show_default=False)]
+
+
+def _register_policy_log(policy: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                         emit: Emit) -> None:
+    @policy.command("log")
+    def policy_log(
+        job: Annotated[str | None, typer.Option("--job", help="Only this job (id or prefix).")]
+        = None,
+        stage: Annotated[str | None, typer.Option(
+            "--stage", help="pre_run, tool_call, spawn …")] = None,
+        verdict: Annotated[str | None, typer.Option(
+            "--verdict", help="allow, deny, pause or require_approval.")] = None,
+        limit: Annotated[int, typer.Option("--limit", "-n", help="The latest N.")] = 50,
+        since: SinceOpt = None,
+        as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+    ) -> None:
+        """Policy evaluations (pre-run decisions and guardrail checks), oldest first."""
+        try:
+            after = _filters(verdict, limit, since)
+        except CorralError as err:
+            _fail(err)
+        cfg = config_of(data_dir, config)
+
+        async def fetch(st: Store) -> list[PolicyEvaluation]:
+            if job is None:
+                return await st.recent_policy_evaluations(limit=limit, stage=stage,
+                                                          verdict=verdict, since=after)
+            found = await st.policy_evaluations((await st.get_job(job)).id, limit=STATS_CAP)
+            return [e for e in found if stage in (None, e.stage)
+                    and verdict in (None, e.verdict)
+                    and (after is None or e.at >= after)][-limit:]
+
+        found = with_store(cfg, fetch)
+        if as_json:
+            emit([evaluation_json(e) for e in found])
+            return
+        if not found:
+            typer.echo("no policy evaluations")
+            return
+        _print_columns(("time", "job", "attempt", "stage", "subject", "verdict", "reason",
+                        "message"),
+                       [(_local(e.at), e.job_id, "-" if e.attempt is None else str(e.attempt),
+                         e.stage, e.subject, e.verdict, e.reason, e.message) for e in found])
+
+
+def _print_columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """One line per row, columns aligned, nothing cut (the last column is not padded)."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header) - 1)]
+    for r in (header, *rows):
+        cells = [c.ljust(w) for c, w in zip(r, widths, strict=False)]
+        typer.echo("  ".join((*cells, r[-1])).rstrip())
+
+
+def _register_policy_stats(policy: typer.Typer, config_of: ConfigOf, with_store: WithStore,
+                           emit: Emit) -> None:
+    @policy.command("stats")
+    def policy_stats(since: SinceOpt = None, as_json: JsonOpt = False,
+                     data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+        """How many evaluations ended how: counts by stage × verdict × reason."""
+        try:
+            after = _filters(None, 1, since)
+        except CorralError as err:
+            _fail(err)
+        cfg = config_of(data_dir, config)
+        found: list[PolicyEvaluation] = with_store(
+            cfg, lambda st: st.recent_policy_evaluations(limit=STATS_CAP, since=after))
+        counts = Counter((e.stage, e.verdict, e.reason) for e in found)
+        ordered = sorted(counts.items())
+        rows = [{"stage": s, "verdict": v, "reason": r, "count": n} for (s, v, r), n in ordered]
+        if as_json:
+            emit({"since": ts(after), "total": len(found), "capped": len(found) >= STATS_CAP,
+                  "counts": rows})
+            return
+        if not rows:
+            typer.echo("no policy evaluations"
+                       + (f" in the last {since:g}s" if since is not None else ""))
+            return
+        table = Table(show_edge=False, pad_edge=False)
+        for col in ("stage", "verdict", "reason", "count"):
+            table.add_column(col, no_wrap=True, justify="right" if col == "count" else "left")
+        for (s, v, r), n in ordered:
+            table.add_row(s, v, r, str(n))
+        console.print(table)
+        typer.echo(f"{len(found)} evaluation(s)"
+                   + (f" in the last {since:g}s" if since is not None else ""))
