@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).parents[2]
 
@@ -20,3 +21,73 @@ def test_quick_w3_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
     w3 = json.loads(out.read_text())["workloads"]["W3"]
     assert (w3["lost"], w3["duplicated"]) == (0, 0)
     assert w3["states"] == {"SUCCEEDED": w3["jobs"]}
+
+
+def test_quick_governance_benchmark_decides_as_the_scope_says(tmp_path: Path) -> None:
+    out = tmp_path / "governance.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "governance.py"), "--quick",
+                        "--out", str(out)], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["ok"] is True
+    rt = result["round_trip"]
+    assert rt["verdicts_ok"] and rt["mismatches"] == 0 and rt["errors"] == []
+    assert rt["verdicts"] == rt["expected_verdicts"] == rt["recorded_verdicts"]
+    assert set(rt["verdicts"]) == {"allow", "deny"}
+    assert sum(rt["verdicts"].values()) == rt["calls"] == rt["pre_tool_use"]["n"]
+    assert rt["post_tool_use"]["n"] == rt["verdicts"]["allow"]
+    for timing in (rt["pre_tool_use"], rt["post_tool_use"], rt["baseline"]):
+        assert 0 < timing["p50_ms"] <= timing["p99_ms"] <= timing["max_ms"] < 10_000
+    assert rt["ratio_p50"] > 0 and isinstance(rt["meets_target"], bool)
+    dec = result["decision"]
+    assert dec["verdicts_ok"] and dec["mismatches"] == 0
+    for part in ("answer", "decide", "store_append"):
+        assert dec[part]["n"] == dec["calls"]
+        assert 0 < dec[part]["p50_us"] <= dec[part]["p99_us"] <= dec[part]["max_us"]
+    assert dec["decide"]["p50_us"] < dec["answer"]["p50_us"]  # the policy is part of answer()
+    assert set(result["streams"]) == {"claude-code", "codex", "opencode"}
+    for s in result["streams"].values():
+        assert s["lines"] >= 5_000 and s["events"] > 0
+        assert s["lines_per_s"] > 0 and s["events_per_s"] > 0 and s["ratio"] > 0
+
+
+def test_quick_policy_benchmark_decides_as_the_rules_say(tmp_path: Path) -> None:
+    out = tmp_path / "policy.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "policy.py"), "--quick",
+                        "--out", str(out)], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["ok"] is True
+
+    def timing(t: dict[str, Any], n: int) -> None:
+        assert t["n"] == n
+        assert 0 < t["p50_us"] <= t["p99_us"] <= t["max_us"]
+        assert 0 < t["cpu_p50_us"] <= t["cpu_p99_us"]
+
+    pre = result["prerun"]
+    assert {p["verdict"] for p in pre.values()} == {"allow", "deny", "pause", "require_approval"}
+    for p in pre.values():
+        assert p["mismatches"] == 0 and p["verdict"] == p["expected_verdict"]
+        assert p["step"] == p["expected_step"] and isinstance(p["meets_target"], bool)
+        timing(p, 500)
+    gate = result["gate"]
+    for name, g in gate.items():
+        if name == "store_append":
+            continue
+        assert g["mismatches"] == 0 and g["recorded_ok"] and g["recorded_checked"] > 0, name
+        timing(g, g["n"])
+        assert 0 < g["n"] <= 100
+    timing(gate["store_append"], 100)
+    cases = result["guardrails"]["cases"]
+    assert {c["verdict"] for c in cases} == {"allow", "deny", "require_approval"}
+    for c in cases:
+        assert c["mismatches"] == 0 and [c["verdict"], c["reason"], c["rule"]] == c["expected"]
+        # cold strings miss every cache; a repeated one is remembered (Guardrails memoises)
+        assert c["cold_cache_hits"] == 0 and c["warm"]["p50_us"] < c["cold"]["p50_us"]
+        timing(c["cold"], 200)
+        timing(c["warm"], 500)
+        timing(c["shell_parse"], 200)
+        assert ("sqlglot_parse_one" in c) == c["command"].startswith("duckdb")
+        assert c["parse_share_p50"] > 0

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from corral.domain.agents import PolicyEvaluation
 from corral.domain.states import JobState
+from corral.store.chain import CHAINS
 from corral.store.migrate import migrate, migrations, statements
-from corral.store.postgres import PostgresDriver
+from corral.store.postgres import PostgresDriver, PostgresStore
 from corral.store.rows import JOB_COLUMNS, job_params
-from corral.store.sql import Driver
-from corral.store.sqlite import SqliteDriver
+from corral.store.sql import Driver, SqlStore
+from corral.store.sqlite import SqliteDriver, SqliteStore
 from tests.contract.test_store_contract import make_job
 
 if TYPE_CHECKING:
@@ -57,6 +60,17 @@ async def _postgres_catalog(driver: Driver) -> Catalog:
             "SELECT table_name, constraint_name, constraint_type"
             " FROM information_schema.table_constraints WHERE constraint_schema = ?"
             " AND constraint_type <> 'CHECK' ORDER BY table_name, constraint_name", (schema,))
+        # what the append-only rule and the read model are made of (migration 0006, 0005)
+        triggers = await tx.fetchall(
+            "SELECT t.tgname, c.relname, pg_get_triggerdef(t.oid) AS def FROM pg_trigger t"
+            " JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = ? AND NOT t.tgisinternal ORDER BY c.relname, t.tgname", (schema,))
+        functions = await tx.fetchall(
+            "SELECT p.proname, pg_get_functiondef(p.oid) AS def FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ?"
+            " ORDER BY p.proname", (schema,))
+        views = await tx.fetchall("SELECT viewname, definition FROM pg_views"
+                                  " WHERE schemaname = ? ORDER BY viewname", (schema,))
 
     def strip(text: str | None) -> str | None:
         # the schemas differ by name only: drop it from sequence defaults and index definitions
@@ -69,6 +83,9 @@ async def _postgres_catalog(driver: Driver) -> Catalog:
     out += [("index", i["tablename"], i["indexname"], strip(i["indexdef"])) for i in indexes]
     out += [("constraint", c["table_name"], c["constraint_name"], c["constraint_type"])
             for c in constraints]
+    out += [("trigger", t["relname"], t["tgname"], strip(t["def"])) for t in triggers]
+    out += [("function", f["proname"], strip(f["def"])) for f in functions]
+    out += [("view", v["viewname"], strip(v["definition"])) for v in views]
     return out
 
 
@@ -103,7 +120,11 @@ def _assert_same(migrated: Catalog, fresh: Catalog, dialect: str) -> None:
     assert migrations(dialect), f"no migrations found for {dialect}"
     names = {entry[1] for entry in fresh} | {entry[2] for entry in fresh}
     assert {"jobs", "attempts", "job_events", "idem_keys", "job_deps", "engines",
-            "workspace_locks", "workspace_waits", "schema_migrations"} <= names
+            "workspace_locks", "workspace_waits", "schema_migrations", "v_run_unified",
+            *CHAINS} <= names
+    triggers = {e[2] for e in fresh if e[0] == "trigger"} | {
+        e[2] for e in fresh if e[:2] == ("object", "trigger")}
+    assert len(triggers) == 2 * len(CHAINS), "every chained table refuses UPDATE and DELETE"
     only_migrated = [e for e in migrated if e not in fresh]
     only_fresh = [e for e in fresh if e not in migrated]
     assert (only_migrated, only_fresh) == ([], []), (
@@ -148,10 +169,12 @@ async def _upgrade_from_v1(driver: Driver) -> list[tuple[str, str]]:
             for stmt in statements(sql):
                 await tx.execute(stmt)
             await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v1, name, 0.0))
+            v1_columns = JOB_COLUMNS[:-3]  # the runtime budgets came with migration 0004
             for job in (running, queued):
                 await tx.execute(
-                    f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)})"
-                    f" VALUES ({', '.join('?' * len(JOB_COLUMNS))})", job_params(job))
+                    f"INSERT INTO jobs ({', '.join(v1_columns)})"
+                    f" VALUES ({', '.join('?' * len(v1_columns))})",
+                    job_params(job)[:len(v1_columns)])
         await migrate(driver)
         async with driver.read() as tx:
             rows = await tx.fetchall("SELECT workspace, job_id FROM workspace_locks")
@@ -168,3 +191,50 @@ def test_sqlite_upgrade_gives_running_jobs_their_workspace(tmp_path: Path) -> No
 @pytest.mark.postgres
 def test_postgres_upgrade_gives_running_jobs_their_workspace(pg_schemas: PgSchemas) -> None:
     assert asyncio.run(_upgrade_from_v1(PostgresDriver(pg_schemas.new())))
+
+
+async def _upgrade_from_v4(driver: Driver, reopen: Callable[[], SqlStore]) -> None:
+    """Policy evaluations written before the audit chain join it when the database migrates."""
+    await driver.open()
+    try:
+        async with driver.write() as tx:
+            await tx.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                             " name TEXT NOT NULL, applied_at REAL NOT NULL)")
+            for v, name, sql in migrations(driver.dialect)[:4]:
+                for stmt in statements(sql):
+                    await tx.execute(stmt)
+                await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v, name, 0.0))
+            for n in range(3):
+                await tx.execute(
+                    "INSERT INTO policy_evaluations (at, job_id, attempt, stage, subject,"
+                    " verdict, reason, message, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (100 + n, "j1", 1, "tool_call", "Bash", "allow", "allowed", "",
+                     f'{{"n":{n}}}'))
+    finally:
+        await driver.close()
+    store = reopen()
+    await store.open()  # migrates 0005 (+ sealing) and 0006
+    try:
+        before = await store.verify_audit()
+        assert (before.ok, before.checked) == (True, 3), before.problems
+        await store.append_policy_evaluations([PolicyEvaluation(
+            at=200.0, job_id="j1", attempt=2, stage="tool_call", subject="Bash",
+            verdict="deny", reason="out_of_scope")])
+        assert [e.inputs for e in await store.policy_evaluations("j1")] == [
+            {"n": 0}, {"n": 1}, {"n": 2}, {}]
+        after = await store.verify_audit()
+        assert (after.ok, after.checked) == (True, 4), after.problems
+    finally:
+        await store.close()
+
+
+def test_sqlite_upgrade_puts_old_policy_evaluations_on_the_chain(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    asyncio.run(_upgrade_from_v4(SqliteDriver(path), lambda: SqliteStore(path)))
+
+
+@pytest.mark.postgres
+def test_postgres_upgrade_puts_old_policy_evaluations_on_the_chain(
+        pg_schemas: PgSchemas) -> None:
+    dsn = pg_schemas.new()
+    asyncio.run(_upgrade_from_v4(PostgresDriver(dsn), lambda: PostgresStore(dsn)))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from corral.core.ports import Finish, JobQuery, QueueFilter, Store
+from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
 from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound
 from corral.domain.ids import new_id
 from corral.domain.models import (
@@ -824,5 +825,80 @@ def test_core_events_are_appended_and_read_back_by_kind(use_store: UseStore) -> 
         assert [e["kind"] for e in await store.core_events()] == ["breaker", "defense",
                                                                  "breaker"]
         assert [e["at"] for e in await store.core_events(limit=1)] == [12.0]
+
+    use_store(body)
+
+
+def test_runtime_budgets_round_trip_with_the_job(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        limits = Limits(max_tool_calls=7, token_budget_in=1234, token_budget_out=56)
+        job = await submit(store, limits=limits)
+        assert (await store.get_job(job.id)).limits == limits
+
+    use_store(body)
+
+
+def test_one_agent_event_per_attempt_is_kept_and_read_back(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        job = await submit(store)
+        first = AgentEvent(
+            event_id=new_id(), job_id=job.id, attempt=1, at=NOW, role="default",
+            worker="claude-code", tenant="t1", session_id="s-1", tokens_in=10, tokens_out=2,
+            cost_usd=0.5, limit_hit="max_tool_calls", checkpoint_count=3,
+            tool_calls=(ToolCallTrace(tool="Bash", input={"command": "ls"}, output="a\n",
+                                      duration_ms=4),
+                        ToolCallTrace(tool="Bash", input={"command": "rm x"}, denied=True,
+                                      reason="outside scope")))
+        assert await store.record_agent_event(first)
+        again = AgentEvent(event_id=new_id(), job_id=job.id, attempt=1, at=NOW + 1,
+                           role="default", worker="claude-code", tenant="t1")
+        assert not await store.record_agent_event(again)  # written once, never replaced
+        second = AgentEvent(event_id=new_id(), job_id=job.id, attempt=2, at=NOW + 2,
+                            role="default", worker="claude-code", tenant="t1", retry_count=1)
+        assert await store.record_agent_event(second)
+        assert await store.agent_events(job.id) == [first, second]
+        assert await store.agent_events("nope") == []
+
+    use_store(body)
+
+
+def test_checkpoints_and_policy_evaluations_are_appended_in_order(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        job = await submit(store)
+        for n in (1, 2):
+            await store.append_checkpoint(Checkpoint(
+                job_id=job.id, attempt=1, at=NOW + n, worker="codex", session_id="th-1",
+                tool_call_count=n, last_tool="Bash", last_output_digest=f"d{n}"))
+        cps = await store.checkpoints(job.id)
+        assert [c.tool_call_count for c in cps] == [1, 2]
+        assert cps[-1].session_id == "th-1" and cps[-1].last_output_digest == "d2"
+        evs = [PolicyEvaluation(at=NOW + n, job_id=job.id, attempt=a, stage="tool_call",
+                                subject="Bash", verdict=v, reason=r, message=m,
+                                inputs={"calls": n})
+               for n, (a, v, r, m) in enumerate([(1, "allow", "allowed", ""),
+                                                 (1, "deny", "max_tool_calls", "limit"),
+                                                 (2, "allow", "allowed", "")])]
+        await store.append_policy_evaluations(evs)
+        got = await store.policy_evaluations(job.id)
+        assert [(e.attempt, e.verdict, e.reason, e.inputs["calls"]) for e in got] == [
+            (1, "allow", "allowed", 0), (1, "deny", "max_tool_calls", 1),
+            (2, "allow", "allowed", 2)]
+        assert all(e.id is not None for e in got)
+        assert [e.reason for e in await store.policy_evaluations(job.id, attempt=1)] == [
+            "allowed", "max_tool_calls"]
+        assert len(await store.policy_evaluations(job.id, limit=1)) == 1
+
+    use_store(body)
+
+
+def test_active_runs_are_a_tenants_jobs_with_a_live_attempt(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        running = await submit(store, tenant="acme")
+        await start(store, running)
+        await submit(store, tenant="acme")  # queued: not active
+        other = await submit(store, tenant="globex")
+        await start(store, other)
+        assert await store.active_runs("acme") == [running.id]
+        assert await store.active_runs("nobody") == []
 
     use_store(body)

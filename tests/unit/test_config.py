@@ -34,6 +34,17 @@ def test_the_example_ships_the_seed_roles_and_environments() -> None:
     assert all(settings.roles[r].system_prompt for r in SEED_ROLES)
     assert settings.environments["torch-dev-gpu"].kind == "ray"
     assert settings.environments["local"].max_inflight == 4
+    notebook = settings.roles["notebook"]
+    assert (notebook.limits.max_tool_calls, notebook.limits.token_budget_in,
+            notebook.limits.token_budget_out) == (50, 100_000, 10_000)
+    assert {w.name: w.version for w in settings.workers.values()} == {
+        "claude-code": "2.1.330", "codex": "0.169.0", "opencode": "1.18.33"}
+    assert settings.workers["claude-code"].pass_env == ("ANTHROPIC_API_KEY",)
+
+
+def test_a_tool_scope_that_does_not_parse_is_refused_at_load() -> None:
+    with pytest.raises(ConfigError, match=r"roles\.a\.tools: .*missing `\)`"):
+        resolve(parse('roles: {a: {tools: ["Bash(kubectl *"]}}', "c.yaml"), "c.yaml")
 
 
 @pytest.mark.parametrize(("text", "message"), [

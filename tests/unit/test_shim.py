@@ -257,6 +257,26 @@ def test_terminate_kills_every_descendant_even_in_other_sessions(
     assert [p for p in tree if alive(p)] == []
 
 
+def test_term_child_only_leaves_the_tree_to_the_child_until_the_grace_ends(
+    start: Start, tmp_path: Path
+) -> None:
+    # The child traps the graceful signal and writes it down; its grandchild (another session,
+    # like an agent's tool) is signalled by nobody but the child, then killed at the grace.
+    script = ("trap 'echo got-term >> trap.log; exit 0' TERM; "
+              "setsid sleep 60 & echo $! > grandchild.pid; echo started; "
+              "while true; do sleep 0.05; done")
+    proc = start("sh", "-c", script, term_child_only=True, grace_s=1.0, cwd=str(tmp_path))
+    eventually(lambda: read(proc.attempt_dir / "stdout.log"), what="job started")
+    pid_file = tmp_path / "grandchild.pid"
+    grandchild = int(eventually(lambda: pid_file.exists() and read(pid_file).strip(),
+                                what="grandchild"))
+    proc.terminate()
+    result = wait(proc)
+    assert result.reason == "terminated"
+    assert read(tmp_path / "trap.log") == "got-term\n"  # the child, once
+    assert not alive(grandchild)  # and nothing outlives the attempt
+
+
 def test_leftovers_of_a_job_that_exited_are_killed(start: Start) -> None:
     # the leftover ignores SIGTERM, so the shim has to escalate after min(grace, 2 s)
     script = """setsid sh -c 'trap "" TERM; sleep 60' & echo $!"""
@@ -322,11 +342,11 @@ def test_probe_of_an_attempt_never_started(tmp_path: Path) -> None:
 
 def test_shim_is_built_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRAL_SHIM_DIR", str(tmp_path))
-    built = process._build_shim()
+    built = process._build("shim")
     assert built.parent == tmp_path and built.name.startswith("corral-shim-")
     assert os.access(built, os.X_OK)
     assert [p.name for p in tmp_path.iterdir()] == [built.name]  # no temp file left behind
-    assert process._build_shim() == built
+    assert process._build("shim") == built
     assert process.shim_path() is process.shim_path()
 
 
@@ -335,7 +355,7 @@ def test_missing_compiler_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("CC", "corral-test-no-such-cc")
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(WorkerError, match="no C compiler found to build corral-shim"):
-        process._build_shim()
+        process._build("shim")
 
 
 def test_a_reused_attempt_dir_never_reports_a_stale_result(start: Start, tmp_path: Path) -> None:

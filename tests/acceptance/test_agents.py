@@ -1,0 +1,450 @@
+"""Governed agents end to end: the real Claude Code CLI (pinned, from npm) against a loopback mock
+of the Anthropic API, run by a real `corral serve`. Scripted model turns make the CLI call real
+tools; Corral's hook decides each call before it runs.
+
+Misbehaving agents are each contained, with the bound asserted: a planning loop, a tool-call
+storm, a token explosion, a hang, a crash, a tool that leaves a `setsid` child behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.workers.process import descendants
+from tests.acceptance.conftest import Corral, alive
+from tests.agentmock import AnthropicMock
+from tests.helpers import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+CLAUDE = ROOT / "agent-clis" / "node_modules" / ".bin" / "claude"
+CANARY = "corral-canary-5e2b7d19af"
+API_KEY = "sk-ant-api03-corral-test-key-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def clis() -> None:
+    """The pinned CLIs, installed by the project's own script (a failure fails the tests)."""
+    r = subprocess.run([str(ROOT / "scripts" / "agent-clis")], capture_output=True, text=True,
+                       timeout=900, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+
+
+def agent_config(mock_url: str, *, limits: str = "", tools: str = '["Bash(ls *)", '
+                 '"Bash(echo *)", "Bash(touch *)", "Read"]', extra_role: str = "") -> str:
+    return f"""
+scheduler:
+  poll_interval_s: 0.2
+roles:
+  default:
+    retry: {{base_s: 0.05, cap_s: 0.2}}
+  agent:
+    worker: claude-code
+    tools: {tools}
+    system_prompt: You are a careful test agent.
+    retry: {{base_s: 0.05, cap_s: 0.2}}
+    limits: {{max_attempts: 1, timeout_s: 60, grace_s: 2{limits}}}
+{extra_role}
+workers:
+  claude-code:
+    binary: {CLAUDE}
+    version: 2.1.330
+    summary_grace_s: 1
+    env: {{ANTHROPIC_BASE_URL: "{mock_url}", ANTHROPIC_API_KEY: "{API_KEY}"}}
+"""
+
+
+@pytest.fixture
+def agents(tmp_path: Path, clis: None) -> Iterator[tuple[Corral, AnthropicMock]]:
+    mock = AnthropicMock([]).start()
+    c = Corral(tmp_path, agent_config(mock.url))
+    try:
+        yield c, mock
+    finally:
+        c.stop_all()
+        mock.close()
+
+
+def configure(c: Corral, mock: AnthropicMock, script: list[dict[str, Any]], **kw: Any) -> None:
+    mock.script[:] = script
+    c.config.write_text(agent_config(mock.url, **kw))
+
+
+def run_agent(c: Corral, prompt: str = "do the task", *opts: str, timeout: float = 90) -> str:
+    job = c.ok("submit", "--role", "agent", "--prompt", prompt, "--cwd", str(c.work),
+               *opts).strip()
+    c.wait(job, timeout=timeout)
+    return job
+
+
+def trace(c: Corral, job: str) -> dict[str, Any]:
+    data: dict[str, Any] = c.json("trace", job)
+    return data
+
+
+def bash(command: str) -> dict[str, Any]:
+    return {"name": "Bash", "input": {"command": command, "description": "step"}}
+
+
+# ---------------------------------------------------------------------------- governance
+
+
+def test_every_tool_call_is_decided_by_corral_and_traced(agents: tuple[Corral, AnthropicMock]
+                                                        ) -> None:
+    c, mock = agents
+    (c.work / "keep.txt").write_text("precious")
+    configure(c, mock, [
+        {"text": "Looking.", "tool_calls": [bash("ls > listed.txt")]},
+        {"tool_calls": [bash("ls && rm -f keep.txt")]},  # compound: `rm` is out of scope
+        {"tool_calls": [{"name": "Read", "input": {"file_path": str(c.work / "keep.txt")}}]},
+        {"text": "Summary: listed the files; deleting was refused."},
+    ])
+    c.serve()
+    job = run_agent(c)
+    info = c.job(job)
+    assert info["state"] == "SUCCEEDED", info
+    assert (c.work / "listed.txt").exists()
+    assert (c.work / "keep.txt").read_text() == "precious"  # the denied call never ran
+
+    t = trace(c, job)
+    [event] = t["agent_events"]
+    assert event["cli_version"] == "2.1.330"
+    assert event["session_id"] and event["final_text"].startswith("Summary")
+    calls = [(x["tool"], x["denied"]) for x in event["tool_calls"]]
+    assert calls == [("Bash", False), ("Bash", True), ("Read", False)]
+    denied = event["tool_calls"][1]
+    assert "rm -f keep.txt" in denied["reason"] and "outside" in denied["reason"]
+    assert event["tokens_in"] > 0 and event["tokens_out"] > 0 and event["cost_usd"] > 0
+    assert event["checkpoint_count"] == 2  # one per tool call that ran
+    assert [(e["stage"], e["verdict"], e["reason"]) for e in t["policy_evaluations"]] == [
+        ("pre_run", "allow", "allowed"), ("pre_run", "allow", "allowed"),  # submit, dispatch
+        ("tool_call", "allow", "allowed"),
+        ("tool_call", "deny", "out_of_scope"), ("tool_call", "allow", "allowed")]
+    # the model was told why: the denial reached it as the tool's result
+    results = [b for r in mock.turn_requests for m in r["messages"] if m["role"] == "user"
+               for b in (m["content"] if isinstance(m["content"], list) else [])
+               if isinstance(b, dict) and b.get("type") == "tool_result"]
+    assert any("outside this role's scope" in json.dumps(b) for b in results)
+    shown = c.ok("show", job)
+    assert "agent attempt 1" in shown and "tool calls 3 (1 denied)" in shown
+
+
+def test_secrets_never_reach_the_store_or_the_logs(agents: tuple[Corral, AnthropicMock],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    c, mock = agents
+    monkeypatch.setenv("CORRAL_TEST_CANARY", CANARY)  # the engine hands it to the job by name
+    configure(c, mock, [
+        {"tool_calls": [bash(f"echo {CANARY}")]},
+        {"tool_calls": [bash("printenv CORRAL_TEST_CANARY")]},  # the value, from the env
+        {"tool_calls": [bash(f"echo {API_KEY}")]},
+        {"text": f"The secret was {CANARY}."},
+    ], tools='["Bash(echo *)", "Bash(printenv *)"]')
+    c.serve()
+    job = run_agent(c, "print the secret", "--secret-env", "CORRAL_TEST_CANARY")
+    assert c.job(job)["state"] == "SUCCEEDED"
+    event = trace(c, job)["agent_events"][0]
+    assert [x["denied"] for x in event["tool_calls"]] == [False, False, False]
+    assert any("[REDACTED]" in (x["output"] or "") for x in event["tool_calls"])
+    leaks = []
+    for path in c.data.rglob("*"):
+        # agent-home/ is the CLI's own session memory (it must resume the real conversation):
+        # private to the user, and not Corral's record of the run
+        if path.is_file() and "agent-home" not in path.parts:
+            data = path.read_bytes()
+            leaks += [f"{path}: {s}" for s in (CANARY, API_KEY) if s.encode() in data]
+    assert leaks == []
+    assert (c.data / "agent-home").stat().st_mode & 0o077 == 0
+    for args in (("trace", job, "--json"), ("show", job, "--json"), ("logs", job)):
+        out = c.run(*args)
+        assert CANARY not in out.stdout + out.stderr and API_KEY not in out.stdout
+
+
+# ---------------------------------------------------------------------------- misbehaviour
+
+
+def cmdlines() -> list[bytes]:
+    found = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                found.append((p / "cmdline").read_bytes())
+            except OSError:
+                continue
+    return found
+
+
+def count_lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_planning_loop_is_stopped_at_the_tool_call_budget(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    configure(c, mock, [{"tool_calls": [bash("echo step >> steps.txt")], "loop": True}],
+              limits=", max_tool_calls: 4")
+    c.serve()
+    job = run_agent(c)
+    info = c.job(job)
+    assert info["state"] == "FAILED" and info["limit_hit"] == "max_tool_calls", info
+    assert count_lines(c.work / "steps.txt") == 4  # the bound: exactly the budget ran
+    t = trace(c, job)
+    assert t["agent_events"][0]["limit_hit"] == "max_tool_calls"
+    denials = [e for e in t["policy_evaluations"] if e["verdict"] == "deny"]
+    assert denials and {e["reason"] for e in denials} == {"max_tool_calls"}
+    assert "summary" in denials[0]["message"]  # the agent is told to wrap up
+
+
+def test_a_tool_call_storm_runs_no_more_than_the_budget(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    storm = [bash(f"echo {n} >> storm.txt") for n in range(20)]
+    configure(c, mock, [{"tool_calls": storm}, {"text": "done"}],
+              limits=", max_tool_calls: 5")
+    c.serve()
+    job = run_agent(c)
+    assert c.job(job)["limit_hit"] == "max_tool_calls"
+    assert count_lines(c.work / "storm.txt") == 5
+
+
+def test_a_token_explosion_is_stopped_at_the_output_budget(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    configure(c, mock, [{"text": "thinking…", "tool_calls": [bash("echo a >> t.txt")],
+                         "usage": {"input_tokens": 100, "output_tokens": 6000}, "loop": True}],
+              limits=", token_budget_out: 10000")
+    c.serve()
+    job = run_agent(c)
+    info = c.job(job)
+    assert info["state"] == "FAILED" and info["limit_hit"] == "token_budget_out", info
+    assert count_lines(c.work / "t.txt") <= 2  # stopped within a turn of crossing the budget
+
+
+def test_a_hung_agent_is_stopped_at_its_deadline_with_its_tree(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    configure(c, mock, [{"hang": True}])
+    c.serve()
+    job = c.ok("submit", "--role", "agent", "--prompt", "hang", "--cwd", str(c.work),
+               "--timeout", "4", "--grace", "1").strip()
+    c.wait(job, timeout=60)
+    info = c.job(job)
+    assert info["state"] == "TIMED_OUT" and info["limit_hit"] == "max_duration_s", info
+    a = info["attempts"][0]
+    took = (dt.datetime.fromisoformat(a["ended"]) - dt.datetime.fromisoformat(a["started"]))
+    assert took.total_seconds() < 4 + 1 + 1.5  # the bound: deadline + grace + a little
+    pid = a["pid"]
+    assert not alive(pid)
+
+
+def test_a_crashing_agent_is_retried_within_its_bounds(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    # The tool SIGKILLs the agent's process (the runner around the CLI; Claude Code refuses to
+    # pkill itself): a real crash, as an OOM kill would be. The marker keeps it to this job.
+    marker = f"crash-{os.getpid()}-{id(c)}"
+    configure(c, mock, [{"tool_calls": [bash(
+        f"pkill -9 -f '^[^ ]*python[^ ]* -m corral.workers.runner .*{marker}'")],
+                         "loop": True}], tools='["Bash(pkill *)"]', limits=", max_attempts: 2")
+    c.serve()
+    job = run_agent(c, f"task {marker}")
+    info = c.job(job)
+    assert info["state"] == "DEAD_LETTERED", info
+    assert len(info["attempts"]) == 2
+    assert [(a["state"], a["signal"]) for a in info["attempts"]] == [("FAILED", 9)] * 2
+
+
+def test_a_tool_that_detaches_a_setsid_child_leaves_no_orphan(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    marker = "4242.5"
+    configure(c, mock, [
+        {"tool_calls": [bash(f"setsid sleep {marker} > /dev/null 2>&1 &")]},
+        {"tool_calls": [bash("echo started")]},
+        {"text": "done"},
+    ], tools='["Bash(setsid *)", "Bash(sleep *)", "Bash(echo *)"]')
+    c.serve()
+    job = run_agent(c)
+    assert c.job(job)["state"] == "SUCCEEDED"
+
+    def sleepers() -> list[int]:
+        found = []
+        for p in Path("/proc").iterdir():
+            if p.name.isdigit():
+                try:
+                    if (p / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep",
+                                                                        marker.encode()]:
+                        found.append(int(p.name))
+                except OSError:
+                    continue
+        return [pid for pid in found if alive(pid)]
+
+    eventually(lambda: not sleepers(), timeout=10, what="the detached child to be gone")
+
+
+# ---------------------------------------------------------------------------- resume
+
+
+def test_resume_from_continues_the_earlier_session(agents: tuple[Corral, AnthropicMock]
+                                                   ) -> None:
+    c, mock = agents
+    configure(c, mock, [{"text": "Submitted ray job raysubmit_42."},
+                        {"text": "raysubmit_42 is still running."}])
+    c.serve()
+    first = run_agent(c, "submit the notebook")
+    assert c.job(first)["state"] == "SUCCEEDED"
+    session = trace(c, first)["agent_events"][0]["session_id"]
+    second = run_agent(c, "poll the job", "--resume-from", first)
+    assert c.job(second)["state"] == "SUCCEEDED"
+    assert trace(c, second)["agent_events"][0]["session_id"] == session
+    # The CLI's own resume sent the first conversation along with the new prompt.
+    last = json.dumps(mock.turn_requests[-1]["messages"])
+    assert "submit the notebook" in last and "raysubmit_42" in last and "poll the job" in last
+    bad = c.run("submit", "--role", "default", "--resume-from", first, "--", "true")
+    assert bad.returncode != 0 and "same worker kind" in bad.stderr
+
+
+def test_an_attempt_lost_with_its_host_resumes_from_its_checkpoint(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    configure(c, mock, [
+        {"tool_calls": [bash("echo one >> work.txt")]},
+        {"text": "pausing", "delay_s": 60},  # the agent is busy when the host goes down
+        {"text": "Resumed: work.txt already has step one."},
+    ], limits=", max_attempts: 2")
+    engine = c.serve()
+    job = c.ok("submit", "--role", "agent", "--prompt", "step through", "--cwd",
+               str(c.work)).strip()
+    db = sqlite3.connect(c.data / "corral.db")
+    eventually(lambda: db.execute("SELECT COUNT(*) FROM checkpoints WHERE job_id = ?",
+                                  (job,)).fetchone()[0] == 1, timeout=60,
+               what="a checkpoint after the first tool call")
+    session = db.execute("SELECT session_id FROM checkpoints WHERE job_id = ?",
+                         (job,)).fetchone()[0]
+    # The host "crashes": the engine and the whole attempt (shim, runner, CLI) die at once.
+    engine.send_signal(signal.SIGKILL)
+    engine.wait()
+    [attempt_dir] = (c.data / "attempts").glob(f"{job}.1")
+    shim = int((attempt_dir / "shim.pid").read_text())
+    tree = [shim, *descendants(shim)]  # shim, runner, CLI, its tools: the whole host is gone
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    eventually(lambda: not any(alive(p) for p in tree), timeout=10, what="the tree to die")
+    c.serve()
+    assert c.wait(job, timeout=90) == 0
+    info = c.job(job)
+    assert info["state"] == "SUCCEEDED" and len(info["attempts"]) == 2, info
+    assert info["attempts"][0]["state"] == "LOST"
+    events = trace(c, job)["agent_events"]
+    assert events[-1]["session_id"] == session and events[-1]["retry_count"] == 1
+    # Not a cold start: the resumed CLI sent the earlier conversation, tool call included.
+    assert "echo one >> work.txt" in json.dumps(mock.turn_requests[-1]["messages"])
+    db.close()
+
+
+def test_a_tool_call_while_the_engine_is_down_is_denied(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    configure(c, mock, [
+        {"text": "Working.", "tool_calls": [bash("touch during-outage.txt")], "delay_s": 3},
+        {"text": "The call was refused; stopping here."},
+    ])
+    engine = c.serve()
+    job = c.ok("submit", "--role", "agent", "--prompt", "go", "--cwd", str(c.work)).strip()
+    assert c.wait(job, until="running", timeout=30) == 0
+    engine.send_signal(signal.SIGKILL)  # the agent asks while nobody can answer
+    engine.wait()
+    eventually(lambda: len(mock.turn_requests) >= 2, timeout=30,
+               what="the agent to get its answer and go on")
+    assert not (c.work / "during-outage.txt").exists()  # fail closed: the call never ran
+    assert "fail-closed" in json.dumps(mock.turn_requests[1]["messages"])
+    c.serve()  # the next engine re-adopts the attempt and collects its end
+    assert c.wait(job, timeout=60) == 0
+    [event] = trace(c, job)["agent_events"]
+    assert [x["denied"] for x in event["tool_calls"]] == [True]
+
+
+def test_cancel_interrupts_the_agent_first_so_it_can_write_its_result(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    marker = f"time.sleep(60.{os.getpid()})"
+    configure(c, mock, [
+        {"tool_calls": [bash(f"python3 -c 'import time; {marker}'")]},
+        {"text": "never reached"},
+    ], tools='["Bash(python3 *)"]')
+    c.serve()
+    job = c.ok("submit", "--role", "agent", "--prompt", "wait", "--cwd", str(c.work)).strip()
+    eventually(lambda: any(marker.encode() in cmd for cmd in cmdlines()), timeout=30,
+               what="the long tool call to be running")
+    c.ok("cancel", job)
+    assert c.wait(job, timeout=30) != 0
+    info = c.job(job)
+    assert info["state"] == "CANCELLED"
+    # Claude Code got SIGINT (not SIGTERM): it aborted the tool and still wrote its result.
+    stream = Path(info["attempts"][0]["log_dir"], "stdout.log").read_text()
+    results = [json.loads(line) for line in stream.splitlines() if '"type":"result"' in line]
+    assert results and results[-1]["subtype"] == "error_during_execution"
+    assert trace(c, job)["agent_events"][0]["outcome"] == "cancelled"
+
+
+def test_a_guardrail_sends_a_tool_call_to_a_human_and_only_that_call_is_approved(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    uninstall = "helm uninstall web --force"  # a typed --force is not consent
+    configure(c, mock, [
+        {"tool_calls": [bash(uninstall)]},
+        {"tool_calls": [bash("helm uninstall db --force")], "delay_s": 4},  # another release
+        {"tool_calls": [bash(uninstall)]},  # the exact command, after the approval
+        {"text": "done"},
+    ], tools='["Bash(helm *)"]', extra_role="")
+    c.config.write_text(c.config.read_text().replace("  agent:\n", "  cluster:\n"))
+    c.serve()
+    job = c.ok("submit", "--role", "cluster", "--prompt", "remove web", "--cwd",
+               str(c.work)).strip()
+    pending = eventually(lambda: c.json("approvals", "list"), timeout=30,
+                         what="an approval request")
+    assert [(a["job_id"], a["subject"], a["state"]) for a in pending] == [
+        (job, uninstall, "pending")]
+    c.ok("approvals", "approve", pending[0]["id"], "--note", "ok for web only")
+    assert c.wait(job, timeout=60) == 0
+    verdicts = [(e["stage"], e["verdict"], e["reason"])
+                for e in trace(c, job)["policy_evaluations"]]
+    assert verdicts == [("pre_run", "allow", "allowed"), ("pre_run", "allow", "allowed"),
+                        ("guardrail", "deny", "approval_required"),
+                        ("guardrail", "deny", "approval_required"),  # db: its own request
+                        ("guardrail", "allow", "approved")]
+    assert [a["subject"] for a in c.json("approvals", "list")] == ["helm uninstall db --force"]
+
+
+def test_a_budget_ceiling_stops_a_run_that_crosses_it_and_denies_the_next(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    # Sonnet 4.5 prices: 2,000 in + 500 out tokens = $0.0135 per turn, over a $0.01 ceiling.
+    configure(c, mock, [{"tool_calls": [bash("echo step >> steps.txt")], "loop": True,
+                         "usage": {"input_tokens": 2000, "output_tokens": 500}}])
+    c.config.write_text(c.config.read_text().replace(
+        "    summary_grace_s: 1\n", "    summary_grace_s: 1\n    model: claude-sonnet-4-5\n"))
+    c.serve()
+    c.ok("budget", "set", "--scope", "tenant", "--target", "acme", "--period", "daily",
+         "--ceiling-usd", "0.01")
+    job = run_agent(c, "spend", "--tenant", "acme")
+    info = c.job(job)
+    assert info["state"] == "FAILED" and info["limit_hit"] == "budget_ceiling", info
+    assert count_lines(c.work / "steps.txt") <= 3  # stopped within a turn or two of crossing
+    report = eventually(lambda: c.run("report", job).returncode == 0 and c.json("report", job),
+                        what="the report")
+    assert "budget_overrun" in {i["type"] for i in report["incidents"]}
+    late = c.ok("submit", "--role", "agent", "--prompt", "more", "--tenant", "acme").strip()
+    c.wait(late, timeout=30)
+    denied = c.job(late)
+    assert denied["state"] == "DENIED" and "budget_ceiling_exceeded" in denied["last_error"]

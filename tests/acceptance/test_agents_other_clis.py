@@ -1,0 +1,137 @@
+"""Codex CLI and OpenCode under Corral's governance, each the real pinned CLI against a loopback
+mock of the OpenAI Responses API: the same hook mechanism decides every tool call (Codex through
+its hooks.json, OpenCode through a plugin), and the same trace comes out."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.conftest import Corral
+from tests.acceptance.test_agents import ROOT, bash, clis  # noqa: F401 (fixture)
+from tests.agentmock import OpenAIResponsesMock
+
+BIN = ROOT / "agent-clis" / "node_modules" / ".bin"
+
+
+def config(kind: str, mock_url: str) -> str:
+    if kind == "codex":
+        worker = f"""
+  codex:
+    binary: {BIN / "codex"}
+    version: 0.169.0
+    model: gpt-5.5
+    summary_grace_s: 1
+    env: {{MOCK_OPENAI_API_KEY: sk-mock-0123456789abcdef}}
+    config:
+      model_provider: mock
+      model_providers:
+        mock: {{name: mock, base_url: "{mock_url}/v1", env_key: MOCK_OPENAI_API_KEY,
+               wire_api: responses}}
+"""
+    else:
+        worker = f"""
+  opencode:
+    binary: {BIN / "opencode"}
+    version: 1.18.33
+    model: openai/gpt-5
+    summary_grace_s: 1
+    config:
+      provider:
+        openai: {{options: {{baseURL: "{mock_url}/v1", apiKey: sk-mock-0123456789abcdef}}}}
+      permission: {{bash: allow, edit: allow}}
+"""
+    return f"""
+scheduler:
+  poll_interval_s: 0.2
+roles:
+  default: {{}}
+  agent:
+    worker: {kind}
+    tools: ["Bash(ls *)", "Bash(touch *)", "Bash(echo *)", "Read"]
+    limits: {{max_attempts: 1, timeout_s: 90, grace_s: 2}}
+workers:{worker}"""
+
+
+@pytest.fixture(params=["codex", "opencode"])
+def other(request: pytest.FixtureRequest, tmp_path: Path,
+          clis: None) -> Iterator[tuple[str, Corral, OpenAIResponsesMock]]:  # noqa: F811
+    kind = str(request.param)
+    mock = OpenAIResponsesMock([], dialect=kind)
+    mock.start()
+    c = Corral(tmp_path, config(kind, mock.url))
+    try:
+        yield kind, c, mock
+    finally:
+        c.stop_all()
+        mock.close()
+
+
+def test_tool_calls_are_governed_and_traced(other: tuple[str, Corral, OpenAIResponsesMock]
+                                            ) -> None:
+    kind, c, mock = other
+    (c.work / "keep.txt").write_text("precious")
+    mock.script[:] = [
+        {"text": "Looking.", "tool_calls": [bash("touch made.txt")]},
+        {"tool_calls": [bash("rm -f keep.txt")]},
+        {"text": "Summary: made a file; deleting was refused."},
+    ]
+    c.serve()
+    job = c.ok("submit", "--role", "agent", "--prompt", "tidy up", "--cwd",
+               str(c.work)).strip()
+    c.wait(job, timeout=120)
+    info = c.job(job)
+    assert info["state"] == "SUCCEEDED", (info, c.engine_log()[-2000:])
+    assert (c.work / "made.txt").exists()
+    assert (c.work / "keep.txt").read_text() == "precious"  # denied before it ran
+    t: dict[str, Any] = c.json("trace", job)
+    [event] = t["agent_events"]
+    assert event["worker"] == kind and event["cli_version"] in ("0.169.0", "1.18.33")
+    assert event["session_id"]
+    assert [(e["stage"], e["verdict"], e["reason"]) for e in t["policy_evaluations"]] == [
+        ("pre_run", "allow", "allowed"), ("pre_run", "allow", "allowed"),  # submit, dispatch
+        ("tool_call", "allow", "allowed"),
+        ("tool_call", "deny", "out_of_scope")]
+    by_denied = {x["denied"]: x for x in event["tool_calls"]}
+    assert "rm -f keep.txt" in json.dumps(by_denied[True]["input"])
+    assert "outside" in by_denied[True]["reason"]
+    assert event["tokens_in"] > 0 and event["cost_usd"] is not None
+    # the model was told why
+    assert "outside this role's scope" in json.dumps(mock.turn_requests[-1])
+
+
+def test_resume_from_continues_the_cli_session(other: tuple[str, Corral, OpenAIResponsesMock]
+                                               ) -> None:
+    _kind, c, mock = other
+    mock.script[:] = [{"text": "Submitted raysubmit_7."}, {"text": "Still running."}]
+    c.serve()
+    first = c.ok("submit", "--role", "agent", "--prompt", "submit it", "--cwd",
+                 str(c.work)).strip()
+    c.wait(first, timeout=120)
+    assert c.job(first)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
+    second = c.ok("submit", "--role", "agent", "--prompt", "poll it", "--cwd", str(c.work),
+                  "--resume-from", first).strip()
+    c.wait(second, timeout=120)
+    assert c.job(second)["state"] == "SUCCEEDED"
+    sessions = [c.json("trace", j)["agent_events"][0]["session_id"] for j in (first, second)]
+    assert sessions[0] == sessions[1]
+    last = json.dumps(mock.turn_requests[-1])
+    assert "submit it" in last and "raysubmit_7" in last and "poll it" in last
+
+
+def test_a_planning_loop_is_stopped_at_the_tool_call_budget(
+        other: tuple[str, Corral, OpenAIResponsesMock]) -> None:
+    kind, c, mock = other
+    mock.script[:] = [{"tool_calls": [bash("echo step >> steps.txt")], "loop": True}]
+    c.serve()
+    job = c.ok("submit", "--role", "agent", "--prompt", "loop", "--cwd", str(c.work),
+               "--max-tool-calls", "3").strip()
+    c.wait(job, timeout=120)
+    info = c.job(job)
+    assert info["state"] == "FAILED" and info["limit_hit"] == "max_tool_calls", (kind, info)
+    steps = (c.work / "steps.txt").read_text().splitlines()
+    assert len(steps) == 3  # the bound: exactly the budget ran

@@ -1,0 +1,187 @@
+"""The governor in process: the hook protocol, fail-closed answers, budgets that survive a
+restart, checkpoints, and the AgentEvent built from durable records. The last tests run the
+real `corral-hook` binary against it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from corral.domain.models import AttemptResult, Limits
+from corral.domain.settings import EnvSpec, RoleSpec, Settings
+from corral.domain.states import Outcome
+from corral.runtime.governor import Governor
+from corral.store.memory import MemoryStore
+from corral.workers.agents import governance_socket
+from corral.workers.process import STDOUT, hook_path
+from tests.contract.test_store_contract import claim, make_job
+
+SETTINGS = Settings(roles={"agent": RoleSpec(name="agent", worker="claude-code",
+                                             tools=("Bash(ls *)", "Read"))},
+                    environments={"local": EnvSpec(name="local")})
+
+
+TWO_CALLS = Limits(max_tool_calls=2)
+
+
+class Harness:
+    def __init__(self, tmp: Path, limits: Limits = TWO_CALLS) -> None:
+        self.store = MemoryStore()
+        self.tmp = tmp
+        job = make_job(role="agent", worker="claude-code", limits=limits)
+        c = claim(job)
+        attempt_dir = tmp / "attempts" / f"{job.id}.1"
+        attempt_dir.mkdir(parents=True)
+        (attempt_dir / STDOUT).write_bytes(b"")
+        self.claimed = replace(c, attempt=replace(c.attempt, dir=str(attempt_dir)))
+        self.stops: list[tuple[str, str, float]] = []
+        self.governor = self.new_governor()
+
+    def new_governor(self) -> Governor:
+        async def stop(job_id: str, limit: str, grace: float) -> None:
+            self.stops.append((job_id, limit, grace))
+
+        return Governor(store=self.store, settings=SETTINGS, data_dir=self.tmp,
+                        adapter_of=lambda kind: kind,
+                        live=lambda job_id: self.claimed if job_id == self.claimed.job.id
+                        else None, stop=stop)
+
+    def request(self, payload: dict[str, Any], *, cli: str = "claude-code",
+                token: str | None = None, ref: str | None = None) -> bytes:
+        header = {"op": "hook", "attempt": ref or f"{self.claimed.job.id}.1",
+                  "token": token or self.claimed.permit.id, "cli": cli}
+        return json.dumps(header).encode() + b"\n" + json.dumps(payload).encode()
+
+    def ask(self, payload: dict[str, Any], **kw: Any) -> tuple[int, str]:
+        return anyio.run(self.governor.answer, self.request(payload, **kw))
+
+
+def pre(command: str, call_id: str = "toolu_1") -> dict[str, Any]:
+    return {"hook_event_name": "PreToolUse", "tool_name": "Bash", "session_id": "s-1",
+            "tool_input": {"command": command}, "tool_use_id": call_id}
+
+
+def test_claude_gets_a_json_decision_and_others_an_exit_code(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    code, text = h.ask(pre("ls -la"))
+    assert code == 0
+    assert json.loads(text)["hookSpecificOutput"]["permissionDecision"] == "allow"
+    code, text = h.ask(pre("rm -rf /"))
+    out = json.loads(text)["hookSpecificOutput"]
+    assert (code, out["permissionDecision"]) == (0, "deny")
+    assert "outside this role's scope" in out["permissionDecisionReason"]
+    assert h.ask(pre("ls", "c3"), cli="codex") == (2, h.ask(pre("ls"), cli="codex")[1])
+
+
+@pytest.mark.parametrize("bad", [
+    {"token": "forged"}, {"ref": "nope.1"}, {"ref": "x"},
+])
+def test_a_request_for_no_live_attempt_is_denied(tmp_path: Path, bad: dict[str, str]) -> None:
+    h = Harness(tmp_path)
+    code, text = h.ask(pre("ls"), **bad)
+    assert code == 2 and "not a live attempt" in text
+
+
+def test_a_malformed_request_is_denied(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    for data in (b"", b"not json\n{}", b'{"op":"hook"}\n[1]'):
+        code, _ = anyio.run(h.governor.answer, data)
+        assert code == 2
+
+
+def test_the_budget_stops_the_attempt_and_survives_a_governor_restart(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    assert h.ask(pre("ls", "a"), cli="codex")[0] == 0
+    h.governor = h.new_governor()  # an engine restart: the count comes back from the store
+    assert h.ask(pre("cat x", "b"), cli="codex")[0] == 2  # out of scope still spends a call
+    code, text = h.ask(pre("ls", "c"), cli="codex")
+    assert code == 2 and "tool-call budget (2) is spent" in text
+    assert h.stops == [(h.claimed.job.id, "max_tool_calls", 5.0)]
+    reasons = [e.reason for e in anyio.run(h.store.policy_evaluations, h.claimed.job.id)]
+    assert reasons == ["allowed", "out_of_scope", "max_tool_calls"]
+
+
+def test_tokens_read_from_the_stream_are_held_to_the_budget(tmp_path: Path) -> None:
+    h = Harness(tmp_path, Limits(token_budget_out=50))
+    fixture = Path("tests/fixtures/agent-cli/claude-code-2.1.197/stream-json_basic.jsonl")
+    Path(h.claimed.attempt.dir, STDOUT).write_bytes(fixture.read_bytes())  # 150 tokens out
+    code, text = h.ask(pre("ls"), cli="opencode")
+    assert code == 2 and "token_budget_out" in text
+    assert h.stops[0][1] == "token_budget_out"
+
+
+def test_post_tool_use_checkpoints_and_the_trace_is_built_from_records(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    h.ask(pre("ls", "toolu_ok"))
+    h.ask({"hook_event_name": "PostToolUse", "tool_name": "Bash", "session_id": "s-1",
+           "tool_use_id": "toolu_ok", "tool_response": {"stdout": "a.txt"}, "duration_ms": 7})
+    h.ask(pre("rm -rf /", "toolu_no"))
+    [cp] = anyio.run(h.store.checkpoints, h.claimed.job.id)
+    assert (cp.session_id, cp.tool_call_count, cp.last_tool, cp.call_id, cp.duration_ms) == (
+        "s-1", 1, "Bash", "toolu_ok", 7)
+    assert cp.last_output_digest and len(cp.last_output_digest) == 64
+    result = AttemptResult(outcome=Outcome.EXITED, exit_code=0, started_at=time.time() - 1,
+                           ended_at=time.time())
+    anyio.run(h.governor.ended, h.claimed, result)
+    [event] = anyio.run(h.store.agent_events, h.claimed.job.id)
+    # No stream was written: the refused call still appears (as Codex would leave it).
+    assert [(t.tool, t.denied, t.call_id) for t in event.tool_calls] == [
+        ("Bash", True, "toolu_no")]
+    assert event.checkpoint_count == 1 and event.retry_count == 0
+    assert 900 <= (event.duration_ms or 0) <= 1500
+
+
+def test_the_hook_binary_relays_decisions_and_fails_closed(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    sock = governance_socket(tmp_path)
+    hook = str(hook_path())
+    args = [hook, str(sock), f"{h.claimed.job.id}.1", h.claimed.permit.id, "codex", "2000"]
+
+    def run(payload: dict[str, Any], argv: list[str] = args) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, input=json.dumps(payload), capture_output=True, text=True,
+                              timeout=10)
+
+    # Nobody listening: denied (exit 2), with the reason on stderr.
+    down = run(pre("ls"))
+    assert down.returncode == 2 and "fail-closed" in down.stderr
+
+    async def serve_and_ask() -> list[subprocess.CompletedProcess[str]]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(h.governor.serve)
+            while not sock.exists():
+                await anyio.sleep(0.01)
+            out = [await anyio.to_thread.run_sync(run, pre("ls", "x1")),
+                   await anyio.to_thread.run_sync(run, pre("rm -rf /", "x2"))]
+            tg.cancel_scope.cancel()
+        return out
+
+    allowed, denied = anyio.run(serve_and_ask)
+    assert (allowed.returncode, allowed.stdout) == (0, "")
+    assert denied.returncode == 2 and "outside this role's scope" in denied.stderr
+    bad_args = run(pre("ls"), [hook, str(sock), "a b", "t", "codex"])
+    assert bad_args.returncode == 2
+
+
+def test_a_governor_that_never_answers_times_out_into_a_denial(tmp_path: Path) -> None:
+    import socket as so
+
+    path = tmp_path / "silent.sock"
+    server = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        started = time.monotonic()
+        r = subprocess.run([str(hook_path()), str(path), "j.1", "t", "claude-code", "300"],
+                           input="{}", capture_output=True, text=True, timeout=10)
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert r.returncode == 2 and "timed out" in r.stderr
+    assert took < 2.0

@@ -1,0 +1,58 @@
+"""The runtime policy on tool calls: budgets first, then the role's parsed scope."""
+
+from __future__ import annotations
+
+import pytest
+
+from corral.domain.models import Limits
+from corral.policy.runtime import Scope, Usage, decide
+
+LIMITS = Limits(max_tool_calls=3, token_budget_in=1000, token_budget_out=100)
+FRESH = Usage(tool_calls=0, tokens_in=0, tokens_out=0)
+SCOPE = Scope.parse(["Bash(kubectl *)", "Bash(ray job *)", "Read", "Edit", "mcp__wandb"])
+
+
+@pytest.mark.parametrize(("tool", "tool_input", "verdict"), [
+    ("Bash", {"command": "kubectl get pods -n ml"}, "allow"),
+    ("bash", {"command": "ray job status raysubmit_1"}, "allow"),  # OpenCode spells it bash
+    ("Bash", {"command": "ray stop"}, "deny"),
+    ("Bash", {"command": "kubectl get pods && rm -rf /"}, "deny"),
+    ("Bash", {"cmd": "kubectl get pods"}, "allow"),  # Codex's exec_command argument
+    ("exec_command", {"cmd": "kubectl get pods"}, "allow"),
+    ("Bash", {}, "deny"),
+    ("Read", {"file_path": "/etc/passwd"}, "allow"),
+    ("read", {"filePath": "x"}, "allow"),
+    ("apply_patch", {"command": "*** Begin Patch"}, "allow"),  # Codex/OpenCode's Edit
+    ("Write", {"file_path": "x"}, "deny"),
+    ("WebFetch", {"url": "https://example.com"}, "deny"),
+    ("mcp__wandb__list_runs", {}, "allow"),
+    ("mcp__wandbx__list_runs", {}, "deny"),  # parsed by parts, not a string prefix
+    ("mcp__github__create_issue", {}, "deny"),
+])
+def test_scope_decides_by_parsed_rules(tool: str, tool_input: dict[str, object],
+                                       verdict: str) -> None:
+    d = decide(tool, tool_input, FRESH, LIMITS, SCOPE)
+    assert d.verdict == verdict, d
+    assert d.limit is None
+    assert d.reason == ("allowed" if verdict == "allow" else "out_of_scope")
+
+
+def test_budgets_come_before_scope_and_name_the_limit() -> None:
+    call = ("Bash", {"command": "kubectl get pods"})
+    assert decide(*call, Usage(tool_calls=2, tokens_in=0, tokens_out=0), LIMITS,
+                  SCOPE).verdict == "allow"
+    spent = decide(*call, Usage(tool_calls=3, tokens_in=0, tokens_out=0), LIMITS, SCOPE)
+    assert (spent.verdict, spent.limit) == ("deny", "max_tool_calls")
+    assert "summary" in spent.message
+    tokens = decide(*call, Usage(tool_calls=0, tokens_in=0, tokens_out=100), LIMITS, SCOPE)
+    assert (tokens.verdict, tokens.limit) == ("deny", "token_budget_out")
+    both = decide("WebFetch", {}, Usage(tool_calls=0, tokens_in=1000, tokens_out=0), LIMITS,
+                  SCOPE)
+    assert both.limit == "token_budget_in"
+
+
+def test_an_empty_scope_allows_nothing_and_bad_rules_are_refused() -> None:
+    assert decide("Read", {}, FRESH, LIMITS, Scope.parse([])).verdict == "deny"
+    for bad in ("Bash(kubectl *", "(x)", "mcp__", "mcp__a__b__c"):
+        with pytest.raises(ValueError):
+            Scope.parse([bad])
