@@ -7,7 +7,8 @@ attempt's own event stream on disk), asks the runtime policy (policy/runtime.py)
 policy evaluation, and answers in the CLI's hook language. A runtime limit also schedules the
 attempt's stop after the worker's summary grace. After a call, it appends a checkpoint (session
 id, calls so far, last tool, digest of the last output): what an interrupted attempt resumes
-from. A background watch stops an attempt whose tokens run over budget between tool calls.
+from. A background watch stops an attempt whose tokens or cost run over budget between tool calls;
+a tool call made past a budget ceiling is denied on the spot.
 
 When an attempt ends, its AgentEvent is built from the durable records alone (the stream file,
 the policy evaluations, the checkpoints), so an engine that restarted in between writes the same
@@ -226,6 +227,12 @@ class Governor:
         d = policy.decide(tool, tool_input,
                           policy.Usage(tool_calls=m.calls, tokens_in=m.tokens_in,
                                        tokens_out=m.tokens_out), job.limits, m.scope)
+        if d.verdict == "allow" and m.cost_usd and self.overrun is not None and \
+                await self.overrun(job, m.cost_usd, self.clock()):
+            d = policy.Decision(
+                verdict="deny", reason=BUDGET_CEILING_LIMIT, limit=BUDGET_CEILING_LIMIT,
+                message=f"Corral: this run has cost ${m.cost_usd:.4f} so far, which crosses its "
+                        "budget ceiling. Make no more tool calls: write your summary and stop.")
         stage, guard = "tool_call", None
         if d.verdict == "allow":  # in scope: the role's guardrails have the last word
             guard = self.guardrails.evaluate(job.role, "tool_call", tool, tool_input)
