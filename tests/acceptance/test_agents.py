@@ -330,6 +330,8 @@ def test_an_attempt_lost_with_its_host_resumes_from_its_checkpoint(
                what="a checkpoint after the first tool call")
     session = db.execute("SELECT session_id FROM checkpoints WHERE job_id = ?",
                          (job,)).fetchone()[0]
+    # The second turn was asked for (the mock holds it): killed now, the CLI is mid-turn.
+    eventually(lambda: len(mock.turn_requests) >= 2, timeout=30, what="the second turn")
     # The host "crashes": the engine and the whole attempt (shim, runner, CLI) die at once.
     engine.send_signal(signal.SIGKILL)
     engine.wait()
