@@ -21,9 +21,10 @@ import shlex
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import tree_sitter_bash
-from tree_sitter import Language, Node, Parser
+if TYPE_CHECKING:
+    from tree_sitter import Node, Parser
 
 __all__ = [
     "MAX_DEPTH",
@@ -42,8 +43,16 @@ MAX_SOURCE_BYTES = 64 * 1024
 MAX_DEPTH = 6
 """How deep strings handed to ``sh -c`` / ``eval`` / ``watch`` may nest."""
 
-_PARSER = Parser(Language(tree_sitter_bash.language()))
 _PARSER_LOCK = threading.Lock()  # a tree-sitter Parser must not be used by two threads at once
+
+
+@functools.cache
+def _parser() -> Parser:
+    """The bash grammar, loaded on the first command to parse rather than at start-up."""
+    import tree_sitter_bash
+    from tree_sitter import Language, Parser
+
+    return Parser(Language(tree_sitter_bash.language()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1367,7 +1376,7 @@ def _analyse(source: str, depth: int, wrappers: tuple[str, ...]) -> Parsed:
     if b"\0" in src:
         return Parsed((), ("the command contains a NUL byte",))
     with _PARSER_LOCK:
-        tree = _PARSER.parse(src)
+        tree = _parser().parse(src)
     walker = _Walker(src, depth, wrappers)
     root = tree.root_node
     if root.has_error:
