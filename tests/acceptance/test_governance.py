@@ -224,8 +224,8 @@ def test_a_role_whose_incident_rate_crosses_the_threshold_is_paused(tmp_path: Pa
     c = Corral(tmp_path, OVERSEEN)
     try:
         c.serve()
-        for _ in range(2):
-            c.wait(c.submit("false", opts=("--role", "flaky")), timeout=20)  # failure: medium
+        for _ in range(2):  # a failed run: incidents `failure` and `retry_exhausted`, one mark
+            assert c.wait(c.submit("false", opts=("--role", "flaky")), timeout=20) == 1
         eventually(lambda: _paused(c, "flaky"), timeout=20, what="the oversight pause")
         held = c.submit("true", opts=("--role", "flaky"))
         other = c.submit("true")

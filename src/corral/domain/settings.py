@@ -178,8 +178,9 @@ class EscalationSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OversightSpec:
-    """Pause dispatch for a role when its incidents of at least `min_severity` reach
-    `incident_threshold` within `window_s` (None: never)."""
+    """Pause dispatch for a role when its runs with an incident of at least `min_severity` reach
+    `incident_threshold` within `window_s` (None: never). A run counts once, however many
+    incidents it had."""
 
     incident_threshold: int | None = None
     window_s: float = 300.0

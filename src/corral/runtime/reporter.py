@@ -87,8 +87,12 @@ class Reporter:
             await self.store.record_report(report, incidents)
         except Conflict:
             return  # another engine wrote it first
-        self._marks += [(i.created_at, ScopeKind.ROLE, job.role, i.severity) for i in incidents
-                        if i.resolves is None]
+        # One anomalous run is one mark, at its worst severity: a failed run that also used up
+        # its retries (two incidents) must not count twice towards the pause.
+        opened = [i for i in incidents if i.resolves is None]
+        if opened:
+            worst = max(opened, key=lambda i: prerun.SEVERITY_RANK[i.severity])
+            self._marks.append((worst.created_at, ScopeKind.ROLE, job.role, worst.severity))
         await self._oversee(now)
 
     async def _oversee(self, now: float) -> None:
