@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.acceptance.conftest import CORRAL, Corral, alive
+from tests.acceptance.conftest import CONFIG, CORRAL, Corral, alive
 from tests.helpers import eventually
 
 
@@ -29,6 +29,8 @@ def test_submit_wait_runs_a_job_and_records_it(corral: Corral) -> None:
 
 
 def test_failures_retry_with_backoff_into_the_dlq_and_requeue_is_recorded(corral: Corral) -> None:
+    # Six failures in a row would open the `command` breaker for 30 s: not what this test is about.
+    corral.config.write_text(CONFIG + "breakers: {min_calls: 100, consecutive_failures: 100}\n")
     corral.serve()
     r = corral.run("submit", "--wait", "--max-attempts", "3", "--", "sh", "-c", "exit 3")
     assert r.returncode == 3
