@@ -124,6 +124,8 @@ _READ_ONLY_DOT = frozenset(
      ".headers", ".width", ".timer", ".columns", ".maxrows", ".maxwidth", ".fullschema"}
 )  # fmt: skip
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster
+
 
 MEMO_SIZE = 4096  # verdicts remembered per rule set (cleared when full)
 
@@ -683,7 +685,7 @@ def load_rules(source: str | Path) -> Guardrails:
     else:
         text = source
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_YAML_LOADER)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
