@@ -566,42 +566,18 @@ def _responses_events(
         yield ev("response.output_item.done", output_index=index, item=done)
     for call in calls:
         index = len(output)
+        # function calls stream `arguments`; custom (freeform) tool calls stream `input`
         if call["type"] == "function_call":
-            yield ev(
-                "response.output_item.added",
-                output_index=index,
-                item={**call, "status": "in_progress", "arguments": ""},
-            )
-            yield ev(
-                "response.function_call_arguments.delta",
-                item_id=call["id"],
-                output_index=index,
-                delta=call["arguments"],
-            )
-            yield ev(
-                "response.function_call_arguments.done",
-                item_id=call["id"],
-                output_index=index,
-                arguments=call["arguments"],
-            )
+            family, field = "response.function_call_arguments", "arguments"
         else:
-            yield ev(
-                "response.output_item.added",
-                output_index=index,
-                item={**call, "status": "in_progress", "input": ""},
-            )
-            yield ev(
-                "response.custom_tool_call_input.delta",
-                item_id=call["id"],
-                output_index=index,
-                delta=call["input"],
-            )
-            yield ev(
-                "response.custom_tool_call_input.done",
-                item_id=call["id"],
-                output_index=index,
-                input=call["input"],
-            )
+            family, field = "response.custom_tool_call_input", "input"
+        yield ev(
+            "response.output_item.added",
+            output_index=index,
+            item={**call, "status": "in_progress", field: ""},
+        )
+        yield ev(f"{family}.delta", item_id=call["id"], output_index=index, delta=call[field])
+        yield ev(f"{family}.done", item_id=call["id"], output_index=index, **{field: call[field]})
         done = {**call, "status": "completed"}
         output.append(done)
         yield ev("response.output_item.done", output_index=index, item=done)

@@ -38,7 +38,7 @@ from corral.store.chain import CHAINS
 from corral.store.memory import MemoryStore
 from corral.store.postgres import PostgresStore
 from corral.store.sqlite import SqliteStore
-from tests.contract.test_store_contract import NOW, UseStore, submit
+from tests.contract.test_store_contract import NOW, UseStore, opened, submit
 
 CHAINED = tuple(CHAINS)
 
@@ -549,10 +549,7 @@ def test_verify_notices_rows_removed_around_the_triggers(
 def test_two_engines_reserving_cannot_overshoot_a_ceiling(
         store_kind: str, new_store: Callable[[], Store]) -> None:
     async def main() -> None:
-        one, two = new_store(), new_store()
-        await one.open()
-        await two.open()
-        try:
+        async with opened(new_store(), new_store()) as (one, two):
             await one.set_budget(BudgetCeiling(scope=ScopeKind.TENANT, target="acme",
                                                period=Period.DAILY, ceiling_usd=10.0), at=NOW)
             results = await asyncio.gather(*(
@@ -563,9 +560,6 @@ def test_two_engines_reserving_cannot_overshoot_a_ceiling(
             status = await two.budget_status(ScopeKind.TENANT, "acme", NOW)
             assert (status.reserved, status.remaining) == (10.0, 0.0)
             assert (await one.verify_audit()).ok
-        finally:
-            await one.close()
-            await two.close()
 
     asyncio.run(main())
 
@@ -575,10 +569,7 @@ def test_two_engines_reserving_cannot_overshoot_a_ceiling(
 def test_two_engines_appending_keep_one_unbroken_chain(
         store_kind: str, new_store: Callable[[], Store]) -> None:
     async def main() -> None:
-        one, two = new_store(), new_store()
-        await one.open()
-        await two.open()
-        try:
+        async with opened(new_store(), new_store()) as (one, two):
             job = await submit(one)
             await asyncio.gather(*(
                 store.append_policy_evaluations([evaluation(job, at=NOW + n),
@@ -590,9 +581,6 @@ def test_two_engines_appending_keep_one_unbroken_chain(
             report = await one.verify_audit()
             assert report.ok, report.problems
             assert report.checked == 120
-        finally:
-            await one.close()
-            await two.close()
 
     asyncio.run(main())
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -32,6 +33,18 @@ from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
 UseStore = Callable[[Callable[[Store], Awaitable[None]]], None]  # the conftest fixture
 NOW = 1_700_000_000.0
 AGING = 60.0
+
+
+@asynccontextmanager
+async def opened(*stores: Store) -> AsyncIterator[tuple[Store, ...]]:
+    """Open several stores on one database (several engines), and close them all after."""
+    for store in stores:
+        await store.open()
+    try:
+        yield stores
+    finally:
+        for store in stores:
+            await store.close()
 _clock = itertools.count(1)
 
 
@@ -730,10 +743,8 @@ def test_two_engines_claim_each_job_exactly_once(
         jobs = [make_job() for _ in range(total)]
         for job in jobs:
             await setup.submit(job, now=NOW, aging_s=AGING)
-        one, two = new_store(), new_store()
-        await one.open()
-        await two.open()
-        try:
+        await setup.close()
+        async with opened(new_store(), new_store(), new_store()) as (one, two, setup):
             got1: list[str] = []
             got2: list[str] = []
             await asyncio.gather(engine(one, "engine-1", got1), engine(two, "engine-2", got2))
@@ -746,10 +757,6 @@ def test_two_engines_claim_each_job_exactly_once(
                 [attempt] = await setup.attempts(job.id)
                 assert attempt.state is AttemptState.SUCCEEDED
                 assert (await kinds(setup, job.id)).count("ended") == 1
-        finally:
-            await one.close()
-            await two.close()
-            await setup.close()
 
     asyncio.run(main())
 
@@ -760,19 +767,13 @@ def test_two_engines_submitting_one_key_create_one_job(
     store_kind: str, new_store: Callable[[], Store]
 ) -> None:
     async def main() -> None:
-        one, two = new_store(), new_store()
-        await one.open()
-        await two.open()
-        try:
+        async with opened(new_store(), new_store()) as (one, two):
             results = await asyncio.gather(*(
                 store.submit(make_job(key="shared"), now=NOW, aging_s=AGING)
                 for _ in range(10) for store in (one, two)))
             assert sum(r.created for r in results) == 1
             assert len({r.job.id for r in results}) == 1
             assert await one.counts() == {"QUEUED": 1}
-        finally:
-            await one.close()
-            await two.close()
 
     asyncio.run(main())
 
