@@ -41,8 +41,9 @@ from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
 from corral.domain.models import Job, JobSpec
 from corral.domain.states import JobState
+from corral.runtime.assembly import build_store, submissions
 from corral.runtime.control import poke
-from corral.runtime.engine import Engine, build_store, submissions
+from corral.runtime.engine import Engine
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "latest.json"

@@ -47,7 +47,7 @@ _SUBMIT = """
 import sys, anyio
 from corral.config import load
 from corral.domain.models import JobSpec
-from corral.runtime.engine import build_store, submissions
+from corral.runtime.assembly import build_store, submissions
 
 async def main():
     log, workspace, control = sys.argv[1], sys.argv[2], sys.argv[3]

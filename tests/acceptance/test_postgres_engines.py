@@ -67,7 +67,7 @@ _SUBMIT_500 = """
 import sys, anyio
 from corral.config import load
 from corral.domain.models import JobSpec
-from corral.runtime.engine import build_store, submissions
+from corral.runtime.assembly import build_store, submissions
 
 async def main():
     cfg = load()

@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import anyio
 import typer
@@ -21,11 +21,14 @@ from corral.core.ports import JobQuery, Store
 from corral.domain.errors import CorralError, InvalidRequest
 from corral.domain.models import Job, JobSpec, Limits
 from corral.domain.states import DedupMode, JobState
+from corral.runtime.assembly import build_store, submissions
 from corral.runtime.control import poke
-from corral.runtime.engine import Engine, build_store, submissions
 
 from . import governance, guard, mechanism, policy_cmds, views
 from .options import ConfigOpt, DataDir, JsonOpt
+
+if TYPE_CHECKING:
+    from corral.runtime.engine import Engine
 
 T = TypeVar("T")
 
@@ -101,6 +104,8 @@ def serve(data_dir: DataDir = None, config: ConfigOpt = None,
     Attempts run in their own sessions: stopping (or crashing) the engine leaves them running,
     and the next engine on the same data directory re-adopts them and collects their results.
     """
+    from corral.runtime.engine import Engine  # the engine's machinery: only `serve` needs it
+
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -20,8 +20,8 @@ from corral.core.ports import Store
 from corral.domain.errors import CorralError, WorkerError
 from corral.domain.models import Job, JobSpec, Limits
 from corral.domain.states import JobState
+from corral.runtime.assembly import build_store, submissions
 from corral.runtime.control import poke
-from corral.runtime.engine import build_store, submissions
 
 from .views import styled
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.table import Table
 
 from corral.config import Config
 from corral.core.ports import Store
@@ -25,11 +24,11 @@ from corral.domain.governance import (
     ScopeKind,
 )
 from corral.domain.ids import new_id
+from corral.runtime.assembly import submissions
 from corral.runtime.control import poke
-from corral.runtime.engine import submissions
 
 from .options import ConfigOpt, DataDir, JsonOpt
-from .views import console, record_json, short_time, ts
+from .views import console, new_table, record_json, short_time, ts
 
 T = TypeVar("T")
 ConfigOf = Callable[[Path | None, Path | None], Config]
@@ -120,7 +119,7 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         if as_json:
             emit([dataclasses.asdict(r) for r in rows])
             return
-        table = Table(show_edge=False, pad_edge=False)
+        table = new_table()
         for col in ("job", "state", "role", "outcome", "cost", "incidents", "last verdict"):
             table.add_column(col)
         for r in rows:
@@ -161,7 +160,7 @@ def _print_incidents(items: list[Incident], empty: str = "") -> None:
         if empty:
             console.print(empty)
         return
-    table = Table(title="incidents", show_edge=False, pad_edge=False)
+    table = new_table(title="incidents")
     for col in ("id", "at", "job", "type", "severity", "message"):
         table.add_column(col)
     for i in items:

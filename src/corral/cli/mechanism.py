@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from corral.domain.errors import CorralError, EngineNotRunning
 from corral.runtime.control import poke
 
 from .options import DataDir, JsonOpt
-from .views import console
+from .views import console, new_table
 
 
 def ask_core(data_dir: Path, core_op: str, **fields: Any) -> Any:
@@ -38,7 +37,7 @@ def print_breakers(snapshot: dict[str, Any]) -> None:
     if not breakers:
         console.print("no breaker has seen a result yet (all CLOSED)")
         return
-    table = Table(show_edge=False, pad_edge=False)
+    table = new_table()
     for col in ("breaker", "state", "since", "calls", "failures", "rate", "reason"):
         table.add_column(col)
     for b in breakers:
@@ -58,7 +57,7 @@ def print_escalations(items: list[dict[str, Any]]) -> None:
     if not items:
         console.print("no active escalations")
         return
-    table = Table(show_edge=False, pad_edge=False)
+    table = new_table()
     for col in ("id", "scope", "target", "reason", "severity", "action", "opened", "message"):
         table.add_column(col, overflow="fold" if col == "message" else "ellipsis")
     for e in items:

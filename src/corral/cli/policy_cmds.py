@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar, get_args
 
 import typer
-from rich.table import Table
 
 from corral.config import Config
 from corral.core.ports import Store
@@ -33,7 +32,7 @@ from corral.policy import prerun
 from corral.runtime.control import poke
 
 from .options import ConfigOpt, DataDir, JsonOpt
-from .views import console, evaluation_json, ts
+from .views import console, evaluation_json, new_table, ts
 
 E = TypeVar("E", bound=StrEnum)
 ConfigOf = Callable[[Path | None, Path | None], Config]
@@ -200,7 +199,7 @@ def _register_budget_status(budget: typer.Typer, config_of: ConfigOf, with_store
 
 
 def _print_budgets(rows: list[dict[str, Any]]) -> None:
-    table = Table(box=None, pad_edge=False)  # `--json` has the exact period start
+    table = new_table(box=None)  # `--json` has the exact period start
     for col in ("scope", "target", "period", "since (UTC)", "ceiling", "spent", "reserved",
                 "headroom"):
         table.add_column(col, overflow="fold")
@@ -490,7 +489,7 @@ def _register_policy_stats(policy: typer.Typer, config_of: ConfigOf, with_store:
             typer.echo("no policy evaluations"
                        + (f" in the last {since:g}s" if since is not None else ""))
             return
-        table = Table(show_edge=False, pad_edge=False)
+        table = new_table()
         for col in ("stage", "verdict", "reason", "count"):
             table.add_column(col, no_wrap=True, justify="right" if col == "count" else "left")
         for (s, v, r), n in ordered:

@@ -4,18 +4,42 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 from collections.abc import Sequence
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.models import Attempt, Job, JobEvent
 from corral.domain.states import JobState
 
-console = Console(highlight=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+
+class _Out:
+    """Standard output for people: a rich Console, made (and rich imported) on first use, so
+    that `--json` and commands that print nothing pay none of rich's start-up."""
+
+    @functools.cached_property
+    def _console(self) -> Console:
+        from rich.console import Console
+
+        return Console(highlight=False)
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        self._console.print(*objects, **options)
+
+
+console = _Out()
+
+
+def new_table(**options: Any) -> Table:
+    """A table in the house look: no outer edge, no padding at the edges."""
+    from rich.table import Table
+
+    return Table(**{"show_edge": False, "pad_edge": False, **options})
 
 STATE_STYLE = {
     JobState.SUCCEEDED: "green", JobState.RUNNING: "cyan", JobState.STARTING: "cyan",
@@ -91,7 +115,7 @@ def print_jobs(jobs: Sequence[Job], *, title: str | None = None) -> None:
     if not jobs:
         console.print("no jobs" + (f" in the {title}" if title else ""))
         return
-    table = Table(title=title, show_edge=False, pad_edge=False)
+    table = new_table(title=title)
     for col in ("id", "state", "role", "prio", "tries", "command", "note"):
         table.add_column(col, overflow="fold" if col == "note" else "ellipsis")
     for j in jobs:
@@ -171,7 +195,7 @@ def print_job(j: Job, attempts: Sequence[Attempt], events: Sequence[JobEvent]) -
         console.print(f"  {name:<16} {' '.join(value) if name == 'command' else value}",
                       markup=False)
     if attempts:
-        table = Table(title="attempts", show_edge=False, pad_edge=False)
+        table = new_table(title="attempts")
         for col in ("#", "state", "exit", "signal", "started", "ended", "pid", "error"):
             table.add_column(col)
         for a in attempts:

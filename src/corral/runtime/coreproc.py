@@ -21,7 +21,8 @@ import anyio
 from corral.config import Config
 from corral.core import protocol as p
 from corral.core.server import CoreServer
-from corral.runtime.engine import advertise, build_core
+from corral.runtime.assembly import advertise
+from corral.runtime.engine import build_core
 
 log = logging.getLogger("corral.core")
 

@@ -22,17 +22,17 @@ from corral.core.gateway import Core
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Store, WorkerAdapter
-from corral.domain.errors import CorralError, EngineRunning, StoreError
+from corral.domain.errors import CorralError, EngineRunning
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Permit
 from corral.domain.settings import WorkerSpec
+from corral.runtime.assembly import adapter_of, advertise, build_store, is_shared, worker_kinds
 from corral.runtime.control import serve_control
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
-from corral.scheduler.service import Submissions
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker
 
@@ -40,36 +40,6 @@ log = logging.getLogger("corral.engine")
 
 HEARTBEAT_S = 5.0
 STALE_ENGINE_S = 3 * HEARTBEAT_S
-
-
-def build_store(config: Config) -> Store:
-    """The store named by the configuration: PostgreSQL for a postgresql:// URL, else SQLite."""
-    url = config.store_url
-    if url and is_shared(config):
-        from corral.store.postgres import PostgresStore
-
-        return PostgresStore(url)
-    if url and not url.startswith("sqlite:"):
-        raise StoreError(f"unsupported store URL {url!r}: use postgresql://… or sqlite:///path")
-    from corral.store.sqlite import SqliteStore
-
-    path = Path(url.removeprefix("sqlite://")) if url else config.db_path
-    return SqliteStore(path, synchronous=config.sqlite_synchronous,
-                       busy_timeout_ms=config.sqlite_busy_timeout_ms)
-
-
-def is_shared(config: Config) -> bool:
-    """Whether several engines may share the store (PostgreSQL) or one owns it (SQLite)."""
-    url = config.store_url or ""
-    return url.startswith(("postgresql://", "postgres://"))
-
-
-def advertise(config: Config) -> None:
-    """Jobs inherit where this engine lives, so a job that runs `corral submit` reaches it
-    (and becomes the new job's parent through CORRAL_JOB_ID)."""
-    os.environ["CORRAL_DATA_DIR"] = str(config.data_dir)
-    if config.source is not None:
-        os.environ["CORRAL_CONFIG"] = str(config.source)
 
 
 def build_core(config: Config) -> Core:
@@ -85,29 +55,6 @@ def build_worker(config: Config, validate: Callable[[Permit], None],
         return CommandWorker(validate, kind)
     spec = config.settings.workers.get(kind) or WorkerSpec(name=kind, adapter=adapter)
     return ADAPTERS[adapter](validate, spec, config.settings.roles, config.data_dir)
-
-
-def adapter_of(config: Config, kind: str) -> str:
-    """The adapter behind a worker kind: its configured one, else the kind's own name."""
-    spec = config.settings.workers.get(kind)
-    return (spec.adapter if spec is not None and spec.adapter else kind)
-
-
-def worker_kinds(config: Config) -> frozenset[str]:
-    """The worker kinds this build can run (submissions naming others are refused)."""
-    own = {n for n, w in config.settings.workers.items() if w.adapter}
-    return frozenset({"command", *ADAPTERS, *own})
-
-
-def agent_kinds(config: Config) -> frozenset[str]:
-    return frozenset(k for k in worker_kinds(config) if adapter_of(config, k) in ADAPTERS)
-
-
-def submissions(store: Store, config: Config) -> Submissions:
-    kinds = worker_kinds(config)
-    gate = PrerunGate(store, config.settings, guardrails_of(config.settings))
-    return Submissions(store, config.settings, time.time, kinds,
-                       command_workers=kinds - agent_kinds(config), prerun=gate.at_submit)
 
 
 class ServeLock:
