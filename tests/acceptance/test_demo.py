@@ -13,7 +13,11 @@ def test_demo_fleet_ends_as_governed(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "demo finished: every job ended as governed" in r.stdout
-    assert "9 submissions, 8 jobs (the duplicate was coalesced)" in r.stdout
-    for line in ("flaky", "hang", "cancel-me"):
-        assert any(row.strip().startswith(f"✓ {line}") for row in r.stdout.splitlines())
+    assert "11 submissions, 10 jobs (the duplicate was coalesced)" in r.stdout
+    rows = [row.strip() for row in r.stdout.splitlines()]
+    for name, state in (("flaky", "DEAD_LETTERED"), ("hang", "TIMED_OUT"),
+                        ("cancel-me", "CANCELLED"), ("delete pods", "DENIED"),
+                        ("runaway", "KILLED")):
+        assert any(row.startswith(f"✓ {name}") and f" {state} " in row for row in rows), name
+    assert any(row.startswith("✓ audit:") and row.endswith("chain intact") for row in rows)
     assert not (tmp_path / "demo" / "engine.sock").exists(), "the demo engine was stopped"

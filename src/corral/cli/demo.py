@@ -18,6 +18,8 @@ from rich.table import Table
 from corral.config import load
 from corral.core.ports import Store
 from corral.domain.errors import CorralError, WorkerError
+from corral.domain.governance import KillSwitch, ScopeKind
+from corral.domain.ids import new_id
 from corral.domain.models import Job, JobSpec, Limits
 from corral.domain.states import JobState
 from corral.runtime.assembly import build_store, submissions
@@ -36,6 +38,8 @@ roles:
   build:
     description: compile and test steps
     concurrency: 2
+  notebook:
+    description: the seed NotebookAgent's role (its shipped guardrails apply to every job)
 environments:
   local:
     max_inflight: 4
@@ -72,6 +76,10 @@ def fleet(workdir: str) -> list[Entry]:
               JobState.SUCCEEDED, "same key: coalesced into the first"),
         Entry("leaves a child", spec("sh", "-c", "setsid sleep 300 & echo forked; exit 0"),
               JobState.SUCCEEDED, "its setsid child is killed with it"),
+        Entry("delete pods", spec("kubectl", "delete", "pod", "trainer-0", role="notebook"),
+              JobState.DENIED, "a guardrail refuses it before it runs"),
+        Entry("runaway", spec("sleep", "600", tenant="sandbox"), JobState.KILLED,
+              "kill switch on tenant sandbox"),
     ]
 
 
@@ -121,6 +129,10 @@ async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Con
             live.update(_table(entries, jobs, time.monotonic() - start))
             if not cancelled and time.monotonic() - start > 1.0:
                 await svc.cancel(ids["cancel-me"], "cancelled by the demo operator")
+                await store.activate_kill_switch(KillSwitch(
+                    id=new_id(), scope=ScopeKind.TENANT, target="sandbox",
+                    reason="the demo operator stops a runaway tenant", created_at=time.time(),
+                    created_by="corral demo"))
                 poke(cfg_dir)
                 cancelled = True
             if all(j.state.terminal for j in jobs.values()):
@@ -135,9 +147,16 @@ async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Con
         got = jobs[e.name].state
         mark = "[green]✓[/green]" if got is e.expect else "[red]✗[/red]"
         console.print(f"  {mark} {e.name:<16} {styled(got)}  (expected {e.expect.value})")
+    # reports and incidents are written as jobs end; the engine may still be writing the last
+    audit = await store.verify_audit()
+    console.print(f"  {'[green]✓[/green]' if audit.ok else '[red]✗[/red]'} audit: "
+                  f"{audit.checked} append-only records, chain "
+                  f"{'intact' if audit.ok else 'BROKEN'}")
     console.print(f"\n  inspect: corral jobs --data-dir {cfg_dir}   |   "
                   f"corral show {ids['flaky']} --data-dir {cfg_dir}")
-    return ok and coalesced
+    console.print(f"           corral trace {ids['delete pods']} --data-dir {cfg_dir}   |   "
+                  f"corral incidents --data-dir {cfg_dir}")
+    return ok and coalesced and audit.ok
 
 
 
