@@ -37,6 +37,23 @@ def test_bad_submissions_are_refused_and_nothing_is_written(
     assert corral.json("jobs") == []
 
 
+@pytest.mark.parametrize(("args", "needles"), [
+    (("budget", "set", "--usd", "5"), ("no such option: --usd", "`corral budget set --help`")),
+    (("kill-switch", "on"), ("missing option '--reason'", "`corral kill-switch on --help`")),
+    (("show",), ("missing argument 'job'",)),
+    (("jobs", "--limit", "0"), ("'--limit'",)),
+    (("nosuch",), ("no such command 'nosuch'", "`corral --help`")),
+])
+def test_usage_errors_are_one_line_too(corral: Corral, args: tuple[str, ...],
+                                       needles: tuple[str, ...]) -> None:
+    _one_line_error(corral.run(*args), 2, *needles)
+
+
+def test_a_group_without_its_command_prints_its_help(corral: Corral) -> None:
+    r = corral.run("budget")
+    assert r.returncode == 2 and "set" in r.stderr and "status" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize(("text", "needles"), [
     ("roles:\n  a: {concurrency: 0}\n", ("roles.a.concurrency", "greater than or equal to 1")),
     ("roles:\n  a: [1\n", ("malformed YAML", "line")),

@@ -525,10 +525,20 @@ app.add_typer(guard.app, name="guard")
 def main() -> None:
     """Entry point of the `corral` command."""
     try:
-        app()
+        code = app(standalone_mode=False)  # returns the code of a `typer.Exit`
+        sys.exit(code if isinstance(code, int) else 0)
     except CorralError as err:  # anything a command did not catch itself
         typer.echo(f"corral: error: {err}", err=True)
         sys.exit(err.exit_code)
+    except typer.Abort:
+        typer.echo("corral: aborted", err=True)
+        sys.exit(1)
+    except typer.TyperException as err:  # a usage error: one line, like every other error
+        if type(err).__name__ == "NoArgsIsHelpError":  # `corral budget`: the group's help
+            typer.echo(err.format_message(), err=True)
+        else:
+            typer.echo(f"corral: error: {_usage_line(err)}", err=True)
+        sys.exit(getattr(err, "exit_code", 2))
     except Exception as err:  # a bug: still one line, the traceback on request
         if os.environ.get("CORRAL_DEBUG"):
             raise
@@ -537,3 +547,11 @@ def main() -> None:
         sys.exit(70)
 
 
+def _usage_line(err: Exception) -> str:
+    """`No such option: --usd` → `no such option: --usd (see `corral budget set --help`)`."""
+    message = getattr(err, "format_message", lambda: str(err))()
+    message = message[:1].lower() + message[1:].rstrip(".")
+    ctx = getattr(err, "ctx", None)
+    if ctx is None:
+        return str(message)
+    return f"{message} (see `{ctx.command_path} --help`)"
