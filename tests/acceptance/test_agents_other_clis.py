@@ -13,7 +13,7 @@ import pytest
 
 from tests.acceptance.conftest import Corral
 from tests.acceptance.test_agents import ROOT, bash, clis  # noqa: F401 (fixture)
-from tests.agentmock import OpenAIResponsesMock
+from tests.agentmock import OpenAIResponsesMock, tool_names
 
 BIN = ROOT / "agent-clis" / "node_modules" / ".bin"
 
@@ -53,6 +53,11 @@ roles:
   agent:
     worker: {kind}
     tools: ["Bash(ls *)", "Bash(touch *)", "Bash(echo *)", "Read"]
+    limits: {{max_attempts: 1, timeout_s: 90, grace_s: 2}}
+  looper:
+    worker: {kind}
+    tools: ["Bash(echo *)"]
+    max_turns: 2
     limits: {{max_attempts: 1, timeout_s: 90, grace_s: 2}}
 workers:{worker}"""
 
@@ -102,6 +107,8 @@ def test_tool_calls_are_governed_and_traced(other: tuple[str, Corral, OpenAIResp
     assert event["tokens_in"] > 0 and event["cost_usd"] is not None
     # the model was told why
     assert "outside this role's scope" in json.dumps(mock.turn_requests[-1])
+    if kind == "opencode":  # tools the scope cannot allow are not even offered
+        assert tool_names(mock.turn_requests[0]) == {"bash", "read"}
 
 
 def test_resume_from_continues_the_cli_session(other: tuple[str, Corral, OpenAIResponsesMock]
@@ -128,10 +135,13 @@ def test_a_planning_loop_is_stopped_at_the_tool_call_budget(
     kind, c, mock = other
     mock.script[:] = [{"tool_calls": [bash("echo step >> steps.txt")], "loop": True}]
     c.serve()
-    job = c.ok("submit", "--role", "agent", "--prompt", "loop", "--cwd", str(c.work),
+    job = c.ok("submit", "--role", "looper", "--prompt", "loop", "--cwd", str(c.work),
                "--max-tool-calls", "3").strip()
     c.wait(job, timeout=120)
     info = c.job(job)
     assert info["state"] == "FAILED" and info["limit_hit"] == "max_tool_calls", (kind, info)
     steps = (c.work / "steps.txt").read_text().splitlines()
     assert len(steps) == 3  # the bound: exactly the budget ran
+    if kind == "opencode":  # max_turns is OpenCode's step limit: the model was told to stop,
+        # ignored it, and the tool-call budget held (Codex has no turn limit at all)
+        assert "MAXIMUM STEPS REACHED" in json.dumps(mock.turn_requests[-1])

@@ -79,7 +79,7 @@ from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["AnthropicMock", "MockServer", "OpenAIResponsesMock", "Turn"]
+__all__ = ["AnthropicMock", "MockServer", "OpenAIResponsesMock", "Turn", "tool_names"]
 
 Turn = dict[str, Any]
 FINAL_TEXT = "done"
@@ -410,7 +410,7 @@ class OpenAIResponsesMock(MockServer):
             self._record(method, handler.path, "aux", body)
             turn = {"text": "Mock session", "usage": {"input_tokens": 10, "output_tokens": 5}}
         model = (body or {}).get("model") or "gpt-5"
-        offered = _tool_names(body)
+        offered = tool_names(body)
         items = [self._native(call, offered) for call in turn.get("tool_calls") or ()]
         text = turn.get("text") or ("" if items else FINAL_TEXT)
         usage = {**DEFAULT_USAGE, **(turn.get("usage") or {})}
@@ -424,7 +424,8 @@ class OpenAIResponsesMock(MockServer):
         return _function_call(*_opencode_call(name, args, offered))
 
 
-def _tool_names(body: Any) -> set[str]:
+def tool_names(body: Any) -> set[str]:
+    """The tool names a request offers the model."""
     names: set[str] = set()
     for tool in (body or {}).get("tools") or ():
         if isinstance(tool, dict) and tool.get("name"):

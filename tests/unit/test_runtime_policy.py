@@ -56,3 +56,35 @@ def test_an_empty_scope_allows_nothing_and_bad_rules_are_refused() -> None:
     for bad in ("Bash(kubectl *", "(x)", "mcp__", "mcp__a__b__c"):
         with pytest.raises(ValueError):
             Scope.parse([bad])
+
+
+@pytest.mark.parametrize(("tool", "offered"), [
+    ("Bash", True), ("exec_command", True), ("read", True), ("apply_patch", True),
+    ("mcp__wandb__list_runs", True), ("Write", False), ("WebFetch", False), ("task", False),
+    ("mcp__github__create_issue", False)])
+def test_a_scope_offers_a_tool_some_call_of_which_it_could_allow(tool: str,
+                                                                offered: bool) -> None:
+    assert SCOPE.offers(tool) is offered
+    assert Scope.parse([]).offers(tool) is False
+
+
+def test_opencode_permission_denies_last_every_tool_the_scope_cannot_allow() -> None:
+    from corral.workers.agents import OPENCODE_GATES, opencode_permission
+
+    operator = {"*": "ask", "bash": {"*": "ask", "kubectl *": "allow"}, "web*": "allow",
+                "webfetch": "allow", "external_directory": "allow"}
+    p = opencode_permission(SCOPE, operator)
+    rules = list(p.items())
+    assert rules[0] == ("*", "deny")
+    allowed = {k for k, v in p.items() if v != "deny" and k in OPENCODE_GATES}
+    assert allowed == {"bash", "read", "edit"}  # Edit's gate covers write and apply_patch
+    assert p["bash"] == operator["bash"] and p["read"] == "ask"  # the operator refines
+    assert p["external_directory"] == "allow"  # not a tool gate: the operator's call
+    # every denied gate comes after any operator pattern that could re-open it
+    denied = [i for i, (k, v) in enumerate(rules) if k in OPENCODE_GATES and v == "deny"]
+    assert {rules[i][0] for i in denied} == OPENCODE_GATES.keys() - {"bash", "read", "edit"}
+    assert min(denied) > max(i for i, (k, _) in enumerate(rules) if k == "web*")
+    # a tool newer than the table is offered by the name the scope gives it
+    assert opencode_permission(Scope.parse(["Lsp", "Scratchpad"]), None) == {
+        "*": "deny", "lsp": "allow", "scratchpad": "allow",
+        **{g: "deny" for g in OPENCODE_GATES if g != "lsp"}}

@@ -81,6 +81,26 @@ class Scope:
                    commands={k: tuple(v) for k, v in commands.items()},
                    mcp=frozenset(mcp), rules=tuple(rules))
 
+    def offers(self, tool: str) -> bool:
+        """Whether some call of `tool` can be in scope: a CLI that can hide the other tools from
+        the model hides them (the call-by-call check still decides each call)."""
+        name = tool.lower()
+        return (name in self.tools or any(a in self.tools for a in ALIASES.get(name, ()))
+                or self._mcp_rule(name) is not None or bool(self._patterns(name)))
+
+    def _mcp_rule(self, name: str) -> str | None:
+        if not name.startswith("mcp__"):
+            return None
+        parts = tuple(p for p in name.split("__")[1:] if p)
+        for allowed in self.mcp:
+            if parts[:len(allowed)] == allowed and len(parts) >= len(allowed):
+                return "mcp__" + "__".join(allowed)
+        return None
+
+    def _patterns(self, name: str) -> tuple[str, ...] | None:
+        return self.commands.get(name) or (
+            self.commands.get("bash") if name in SHELL_TOOLS else None)
+
     def check(self, tool: str, tool_input: Mapping[str, Any]) -> tuple[bool, str, str | None]:
         """(allowed, message, rule) for one call."""
         name = tool.lower()
@@ -89,13 +109,9 @@ class Scope:
         for alias in ALIASES.get(name, ()):
             if alias in self.tools:
                 return True, f"{tool} is in scope (as {alias})", alias
-        if name.startswith("mcp__"):
-            parts = tuple(p for p in name.split("__")[1:] if p)
-            for allowed in self.mcp:
-                if parts[:len(allowed)] == allowed and len(parts) >= len(allowed):
-                    return True, f"{tool} is in scope", "mcp__" + "__".join(allowed)
-        patterns = self.commands.get(name) or (
-            self.commands.get("bash") if name in SHELL_TOOLS else None)
+        if rule := self._mcp_rule(name):
+            return True, f"{tool} is in scope", rule
+        patterns = self._patterns(name)
         if patterns:
             command = shell_command(tool_input)
             if command is None:

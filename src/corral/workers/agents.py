@@ -31,6 +31,7 @@ from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import RoleSpec, WorkerSpec
 from corral.domain.states import Outcome
 from corral.policy.redact import SECRET_NAME
+from corral.policy.runtime import Scope
 from corral.workers import process
 from corral.workers.command import ShimAttempt, job_env, to_result
 from corral.workers.process import STDOUT, ShimResult
@@ -422,6 +423,45 @@ export const CorralGovernance = async () => ({
 """
 
 
+# OpenCode's tool permissions (1.18), each with the tools it gates; the model is offered only
+# the tools whose permission is not denied outright, so a scope hides what it cannot allow.
+OPENCODE_GATES: dict[str, tuple[str, ...]] = {
+    "edit": ("edit", "write", "apply_patch", "multiedit", "patch"),
+    **{name: (name,) for name in (
+        "bash", "read", "glob", "grep", "list", "task", "skill", "lsp", "todoread", "todowrite",
+        "webfetch", "websearch", "codesearch", "question")}}
+
+
+def opencode_permission(scope: Scope, operator: Any) -> dict[str, Any]:
+    """The `permission` config of a governed OpenCode run: every tool gate the role's scope
+    cannot allow is denied (last matching rule wins in OpenCode, so those denials come last and
+    no operator pattern re-opens them); the operator's own rules refine the rest."""
+    gates = dict(OPENCODE_GATES)
+    for rule in scope.rules:  # a tool OpenCode gained after this table is offered by name
+        name = rule.split("(", 1)[0].strip().lower()
+        if name and not name.startswith("mcp__"):
+            gates.setdefault(name, (name,))
+    offered = [g for g, tools in gates.items() if any(scope.offers(t) for t in tools)]
+    rules = operator if isinstance(operator, Mapping) else {}
+    default = operator if isinstance(operator, str) else rules.get("*", "allow")
+    permission: dict[str, Any] = {"*": "deny", **{gate: default for gate in offered}}
+    permission.update((k, v) for k, v in rules.items() if k != "*")
+    for gate in gates.keys() - set(offered):
+        permission.pop(gate, None)
+        permission[gate] = "deny"
+    return permission
+
+
+def _opencode_agent(args: Sequence[str]) -> str:
+    """The OpenCode agent a run uses: `--agent NAME` among the worker's args, else `build`."""
+    for i, arg in enumerate(args):
+        if arg == "--agent" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--agent="):
+            return arg.split("=", 1)[1]
+    return "build"
+
+
 class OpenCodeWorker(AgentWorker):
     """`opencode run --format json`; a plugin's `tool.execute.before` asks the engine."""
 
@@ -444,6 +484,14 @@ class OpenCodeWorker(AgentWorker):
             {"lockfileVersion": 3, "packages": {"": {"dependencies": dep}}}))
         config = {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
                   "share": "disabled", **self.spec.config}
+        config["permission"] = opencode_permission(Scope.parse(ctx.role.tools),
+                                                   config.get("permission"))
+        if ctx.role.max_turns:  # OpenCode's step limit: at the last step the model is told to
+            # stop and summarise (it is not enforced; max_tool_calls is the hard bound)
+            agents = dict(config.get("agent") or {})
+            name = _opencode_agent(self.spec.args)
+            agents[name] = {**(agents.get(name) or {}), "steps": ctx.role.max_turns}
+            config["agent"] = agents
         (opencode / "opencode.json").write_text(json.dumps(config))
         return {"XDG_CONFIG_HOME": str(config_home), "XDG_DATA_HOME": str(ctx.home / "data"),
                 "XDG_STATE_HOME": str(ctx.home / "state"),
