@@ -6,7 +6,9 @@ Where the file comes from: `--config`, else `$CORRAL_CONFIG`, else `./corral.yam
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -286,8 +288,54 @@ def parse(text: str, source: str) -> ConfigModel:
         raise ConfigError(f"{source}: {_where(first['loc'])}: {first['msg']}{more}") from err
 
 
-def _role(name: str, m: RoleModel) -> RoleSpec:
+_MCP_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def load_mcp_servers(path: Path) -> dict[str, dict[str, Any]]:
+    """The servers of an MCP config file in Claude Code's form (`{"mcpServers": {NAME: {command,
+    args, env} | {type: http|sse, url, headers}}}`), checked; ValueError says what is wrong."""
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as err:
+        raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise ValueError(f"{path} is not JSON: {err}") from None
+    servers = raw.get("mcpServers") if isinstance(raw, dict) else None
+    if not isinstance(servers, dict):
+        raise ValueError(f"{path}: expected an object with `mcpServers`")
+    return {name: _mcp_server(f"{path}: mcpServers.{name}", name, server)
+            for name, server in servers.items()}
+
+
+def _mcp_server(where: str, name: str, server: Any) -> dict[str, Any]:
+    if not _MCP_NAME.fullmatch(name):
+        raise ValueError(f"{where}: a server name is letters, digits, `_` and `-`")
+    if not isinstance(server, dict):
+        raise ValueError(f"{where}: expected an object")
+    kind = server.get("type", "stdio")
+    if kind not in ("stdio", "http", "sse"):
+        raise ValueError(f"{where}.type: one of stdio, http, sse")
+    key = "command" if kind == "stdio" else "url"
+    if not isinstance(server.get(key), str) or not server[key]:
+        raise ValueError(f"{where}.{key}: a {kind} server needs a {key}")
+    args = server.get("args", [])
+    if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+        raise ValueError(f"{where}.args: a list of strings")
+    for table in ("env", "headers"):
+        value = server.get(table, {})
+        if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            raise ValueError(f"{where}.{table}: a mapping of strings")
+    return {**server, "type": kind}
+
+
+def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
     r = m.retry
+    mcp_servers: dict[str, dict[str, Any]] = {}
+    if m.mcp_config is not None:
+        try:
+            mcp_servers = load_mcp_servers(Path(_relative(m.mcp_config, source) or ""))
+        except ValueError as err:
+            raise ConfigError(f"{source}: roles.{name}.mcp_config: {err}") from None
     return RoleSpec(
         name=name, worker=m.worker, concurrency=m.concurrency, tools=tuple(m.tools),
         system_prompt=m.system_prompt, description=m.description,
@@ -295,7 +343,7 @@ def _role(name: str, m: RoleModel) -> RoleSpec:
         workspace_policy=WorkspacePolicy(m.workspace_policy),
         max_recursion_depth=m.max_recursion_depth,
         limits=Limits(**m.limits.model_dump()), model=m.model, max_turns=m.max_turns,
-        mcp_config=m.mcp_config, cost_estimate_usd=m.cost_estimate_usd,
+        mcp_servers=mcp_servers, cost_estimate_usd=m.cost_estimate_usd,
         requires_approval=m.requires_approval,
         retry=RetryPolicy(
             base_s=r.base_s, cap_s=r.cap_s,
@@ -305,7 +353,7 @@ def _role(name: str, m: RoleModel) -> RoleSpec:
 
 
 def resolve(model: ConfigModel, source: str) -> Settings:
-    roles = {name: _role(name, m) for name, m in model.roles.items()}
+    roles = {name: _role(name, m, source) for name, m in model.roles.items()}
     for name, role in roles.items():
         try:
             Scope.parse(role.tools)

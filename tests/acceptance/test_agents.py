@@ -15,6 +15,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,12 @@ import pytest
 
 from corral.workers.process import descendants
 from tests.acceptance.conftest import Corral, alive
-from tests.agentmock import AnthropicMock
+from tests.agentmock import AnthropicMock, tool_names
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAUDE = ROOT / "agent-clis" / "node_modules" / ".bin" / "claude"
+MCP_SERVER = ROOT / "tests" / "agentmock" / "mcp_server.py"
 CANARY = "corral-canary-5e2b7d19af"
 API_KEY = "sk-ant-api03-corral-test-key-0123456789abcdef"
 
@@ -64,6 +66,27 @@ workers:
 """
 
 
+def mcp_role(worker: str, where: Path) -> tuple[str, Path]:
+    """A role `tracker` whose agent gets the test MCP servers `wandb` and `github` and may list
+    W&B runs only; and the `wandb` server's log of the messages it received."""
+    log = where / "mcp.log"
+    servers = {name: {"command": sys.executable, "args": [str(MCP_SERVER), str(where / f)]}
+               for name, f in (("wandb", "mcp.log"), ("github", "github.log"))}
+    (where / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    return f"""  tracker:
+    worker: {worker}
+    tools: ["mcp__wandb__list_runs"]
+    mcp_config: {where / "mcp.json"}
+    limits: {{max_attempts: 1, timeout_s: 90, grace_s: 2}}
+""", log
+
+
+def mcp_calls(log: Path) -> list[str]:
+    """The tools the MCP server was asked to run."""
+    messages = [json.loads(line) for line in log.read_text().splitlines()]
+    return [m["params"]["name"] for m in messages if m.get("method") == "tools/call"]
+
+
 @pytest.fixture
 def agents(tmp_path: Path, clis: None) -> Iterator[tuple[Corral, AnthropicMock]]:
     mock = AnthropicMock([]).start()
@@ -97,6 +120,33 @@ def bash(command: str) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- governance
+
+
+def test_mcp_servers_come_from_the_role_and_their_calls_are_decided_by_its_scope(
+        agents: tuple[Corral, AnthropicMock], tmp_path: Path) -> None:
+    c, mock = agents
+    role, log = mcp_role("claude-code", tmp_path)
+    configure(c, mock, [
+        {"tool_calls": [{"name": "mcp__wandb__list_runs", "input": {"project": "eval"}}]},
+        {"tool_calls": [{"name": "mcp__wandb__delete_run", "input": {"run": "run-1"}}]},
+        {"text": "Summary: listed the runs; deleting one was refused."},
+    ], extra_role=role)
+    c.serve()
+    job = c.ok("submit", "--role", "tracker", "--prompt", "tidy the runs", "--cwd",
+               str(c.work)).strip()
+    c.wait(job, timeout=90)
+    assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
+    assert mcp_calls(log) == ["list_runs"]  # the refused call never reached the server
+    offered = tool_names(mock.turn_requests[0])
+    assert {"mcp__wandb__list_runs", "mcp__wandb__delete_run"} <= offered
+    assert not offered & {"Bash", "Read", "Edit"}  # no built-in tool is in this scope
+    assert not any(name.startswith("mcp__github") for name in offered)  # nor that server:
+    assert not (tmp_path / "github.log").exists()  # out of scope, it is never started
+    t = trace(c, job)
+    assert [(e["subject"], e["verdict"], e["reason"]) for e in t["policy_evaluations"]
+            if e["stage"] == "tool_call"] == [
+        ("mcp__wandb__list_runs", "allow", "allowed"),
+        ("mcp__wandb__delete_run", "deny", "out_of_scope")]
 
 
 def test_every_tool_call_is_decided_by_corral_and_traced(agents: tuple[Corral, AnthropicMock]

@@ -12,13 +12,19 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import Corral
-from tests.acceptance.test_agents import ROOT, bash, clis  # noqa: F401 (fixture)
+from tests.acceptance.test_agents import (  # noqa: F401 (clis: a fixture)
+    ROOT,
+    bash,
+    clis,
+    mcp_calls,
+    mcp_role,
+)
 from tests.agentmock import OpenAIResponsesMock, tool_names
 
 BIN = ROOT / "agent-clis" / "node_modules" / ".bin"
 
 
-def config(kind: str, mock_url: str) -> str:
+def config(kind: str, mock_url: str, extra_role: str = "") -> str:
     if kind == "codex":
         worker = f"""
   codex:
@@ -59,7 +65,7 @@ roles:
     tools: ["Bash(echo *)"]
     max_turns: 2
     limits: {{max_attempts: 1, timeout_s: 90, grace_s: 2}}
-workers:{worker}"""
+{extra_role}workers:{worker}"""
 
 
 @pytest.fixture(params=["codex", "opencode"])
@@ -145,3 +151,40 @@ def test_a_planning_loop_is_stopped_at_the_tool_call_budget(
     if kind == "opencode":  # max_turns is OpenCode's step limit: the model was told to stop,
         # ignored it, and the tool-call budget held (Codex has no turn limit at all)
         assert "MAXIMUM STEPS REACHED" in json.dumps(mock.turn_requests[-1])
+
+
+@pytest.mark.parametrize("kind", ["codex", "opencode"])
+def test_the_roles_mcp_servers_are_governed_like_any_tool(kind: str, tmp_path: Path,
+                                                          clis: None) -> None:  # noqa: F811
+    with OpenAIResponsesMock([], dialect=kind) as mock:
+        role, log = mcp_role(kind, tmp_path)
+        c = Corral(tmp_path, config(kind, mock.url, role))
+        try:
+            mock.script[:] = [
+                {"tool_calls": [{"name": "mcp__wandb__list_runs", "input": {"project": "e"}}]},
+                {"tool_calls": [{"name": "mcp__wandb__delete_run", "input": {"run": "r1"}}]},
+                {"text": "Summary: listed the runs."}]
+            if kind == "opencode":  # OpenCode is not even offered delete_run
+                del mock.script[1]
+            c.serve()
+            job = c.ok("submit", "--role", "tracker", "--prompt", "list the runs", "--cwd",
+                       str(c.work)).strip()
+            c.wait(job, timeout=120)
+            assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
+            assert mcp_calls(log) == ["list_runs"]  # a refused call never reaches the server
+            t: dict[str, Any] = c.json("trace", job)
+            # each CLI spells MCP tools its own way; the engine decides mcp__<server>__<tool>
+            decided = [(e["subject"], e["verdict"]) for e in t["policy_evaluations"]
+                       if e["stage"] == "tool_call"]
+            assert decided[0] == ("mcp__wandb__list_runs", "allow")
+            if kind == "codex":
+                assert decided[1:] == [("mcp__wandb__delete_run", "deny")]
+                [event] = t["agent_events"]
+                assert [(x["tool"], x["denied"]) for x in event["tool_calls"]] == [
+                    ("mcp__wandb__list_runs", False), ("mcp__wandb__delete_run", True)]
+            else:
+                assert decided[1:] == []
+                assert tool_names(mock.turn_requests[0]) == {"wandb_list_runs"}
+            assert not (tmp_path / "github.log").exists()  # a server out of scope never starts
+        finally:
+            c.stop_all()

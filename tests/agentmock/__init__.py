@@ -466,6 +466,9 @@ def _codex_call(name: str, args: dict[str, Any], offered: set[str]) -> dict[str,
             return _custom_call("apply_patch", patch)
         # unknown model slug: codex offers no apply_patch tool, the shell form is intercepted
         return _function_call("exec_command", {"cmd": f"apply_patch <<'PATCH'\n{patch}\nPATCH"})
+    if name.startswith("mcp__"):  # Codex defers MCP tools: a call names the server's namespace
+        namespace, _, tool = name.rpartition("__")
+        return {**_function_call(tool, args), "namespace": namespace}
     return _function_call(name, args)
 
 
@@ -499,6 +502,8 @@ def _opencode_call(
             "oldString": args["old_string"],
             "newString": args["new_string"],
         }
+    if name.startswith("mcp__"):  # OpenCode names an MCP tool `<server>_<tool>`
+        return name[len("mcp__"):].replace("__", "_", 1), args
     return name, args
 
 

@@ -47,6 +47,37 @@ def test_a_tool_scope_that_does_not_parse_is_refused_at_load() -> None:
         resolve(parse('roles: {a: {tools: ["Bash(kubectl *"]}}', "c.yaml"), "c.yaml")
 
 
+def test_a_roles_mcp_config_is_read_at_load_relative_to_the_config(tmp_path: Path) -> None:
+    (tmp_path / "mcp.json").write_text(
+        '{"mcpServers": {"wandb": {"command": "wandb-mcp", "args": ["--ro"]},'
+        ' "gh": {"type": "http", "url": "https://mcp.example/", "headers": {"X": "1"}}}}')
+    source = str(tmp_path / "corral.yaml")
+    settings = resolve(parse("roles: {a: {mcp_config: mcp.json}}", source), source)
+    assert settings.roles["a"].mcp_servers == {
+        "wandb": {"type": "stdio", "command": "wandb-mcp", "args": ["--ro"]},
+        "gh": {"type": "http", "url": "https://mcp.example/", "headers": {"X": "1"}}}
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "cannot read"),
+    ("{", "is not JSON"),
+    ('{"servers": {}}', "expected an object with `mcpServers`"),
+    ('{"mcpServers": {"a b": {"command": "x"}}}', "a server name is letters"),
+    ('{"mcpServers": {"w": {"args": []}}}', r"mcpServers\.w\.command: a stdio server needs"),
+    ('{"mcpServers": {"w": {"type": "http"}}}', r"mcpServers\.w\.url: a http server needs"),
+    ('{"mcpServers": {"w": {"type": "ws", "url": "u"}}}', r"mcpServers\.w\.type: one of"),
+    ('{"mcpServers": {"w": {"command": "x", "args": "y"}}}', r"w\.args: a list of strings"),
+    ('{"mcpServers": {"w": {"command": "x", "env": {"K": 1}}}}', r"w\.env: a mapping"),
+])
+def test_an_mcp_config_that_does_not_load_is_refused_naming_the_role(
+        tmp_path: Path, content: str | None, message: str) -> None:
+    if content is not None:
+        (tmp_path / "mcp.json").write_text(content)
+    source = str(tmp_path / "corral.yaml")
+    with pytest.raises(ConfigError, match=r"roles\.a\.mcp_config: .*" + message):
+        resolve(parse("roles: {a: {mcp_config: mcp.json}}", source), source)
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("scheduler: {aging_s: 0}", "scheduler.aging_s: Input should be greater than 0"),
     ("roles: {a: {retry: {exit_codes: nope}}}", "roles.a.retry.exit_codes"),

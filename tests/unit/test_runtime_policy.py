@@ -88,3 +88,11 @@ def test_opencode_permission_denies_last_every_tool_the_scope_cannot_allow() -> 
     assert opencode_permission(Scope.parse(["Lsp", "Scratchpad"]), None) == {
         "*": "deny", "lsp": "allow", "scratchpad": "allow",
         **{g: "deny" for g in OPENCODE_GATES if g != "lsp"}}
+
+
+def test_opencode_permission_opens_the_mcp_tools_in_scope_by_opencodes_names() -> None:
+    from corral.workers.agents import opencode_permission
+
+    p = opencode_permission(Scope.parse(["mcp__WandB", "mcp__gh__list_issues"]), None)
+    assert (p["wandb_*"], p["gh_list_issues"]) == ("allow", "allow")
+    assert SCOPE.offers_server("wandb") and not SCOPE.offers_server("github")

@@ -413,7 +413,7 @@ def test_codex_other_tool_items() -> None:
         parser.feed(json.dumps({"type": "item.completed", "item": item}), float(i))
     calls = parser.finish(0, 9.0).tool_calls
     assert [(c.tool, state(c), c.output) for c in calls] == [
-        ("docs.search", "ok", "hit"), ("docs.fetch", "error", "boom"),
+        ("mcp__docs__search", "ok", "hit"), ("mcp__docs__fetch", "error", "boom"),
         ("exec_command", "denied", ""), ("web_search", "ok", None),
         ("file_change", "error", "update /w/a"), ("exec_command", "error", "")]
     assert calls[3].input == {"query": "corral"}

@@ -51,7 +51,9 @@ class RoleSpec:
     system_prompt: str = ""
     model: str | None = None
     max_turns: int | None = None
-    mcp_config: str | None = None  # a JSON file of MCP servers for the agent (Claude Code)
+    # MCP servers the agent gets, by name, in Claude Code's `mcpServers` form (read from the
+    # role's `mcp_config` file when the configuration loads)
+    mcp_servers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     cost_estimate_usd: float = 0.0  # reserved per attempt against budget ceilings
     requires_approval: bool = False  # every job waits (AWAITING_APPROVAL) for a human
     description: str = ""

@@ -70,7 +70,7 @@ class Scope:
                     raise ValueError(f"tool scope rule {rule!r}: missing `)`")
                 commands.setdefault(name.lower(), []).append(rest[:-1].strip())
             elif name.lower().startswith("mcp__"):
-                parts = tuple(p for p in name.split("__")[1:] if p)
+                parts = tuple(p for p in name.lower().split("__")[1:] if p)
                 if not 1 <= len(parts) <= 2:
                     raise ValueError(f"tool scope rule {rule!r}: use mcp__server or "
                                      "mcp__server__tool")
@@ -87,6 +87,10 @@ class Scope:
         name = tool.lower()
         return (name in self.tools or any(a in self.tools for a in ALIASES.get(name, ()))
                 or self._mcp_rule(name) is not None or bool(self._patterns(name)))
+
+    def offers_server(self, server: str) -> bool:
+        """Whether some tool of the MCP server `server` can be in scope."""
+        return any(allowed[0] == server.lower() for allowed in self.mcp)
 
     def _mcp_rule(self, name: str) -> str | None:
         if not name.startswith("mcp__"):

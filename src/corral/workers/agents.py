@@ -260,6 +260,11 @@ class Context:
         self.role = role
         self.resume = resume
         self.session_id = session_id
+        self.scope = Scope.parse(role.tools)
+        # The role's MCP servers that its scope names: a server none of whose tools may run is
+        # not started at all.
+        self.mcp_servers = {name: server for name, server in role.mcp_servers.items()
+                            if self.scope.offers_server(name)}
 
     def hook_command(self) -> str:
         return " ".join(self.hook)  # every part is a plain path or token: no quoting needed
@@ -294,6 +299,9 @@ class ClaudeCodeWorker(AgentWorker):
                               for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure")}}
         settings.update(self.spec.config)
         (ctx.attempt_dir / "claude-settings.json").write_text(json.dumps(settings))
+        # The role's MCP servers and no others (--strict-mcp-config: not a project .mcp.json)
+        (ctx.attempt_dir / "claude-mcp.json").write_text(
+            json.dumps({"mcpServers": ctx.mcp_servers}))
         return {"CLAUDE_CONFIG_DIR": str(ctx.home), "DISABLE_AUTOUPDATER": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 
@@ -303,16 +311,17 @@ class ClaudeCodeWorker(AgentWorker):
                 "--include-partial-messages",
                 "--settings", str(ctx.attempt_dir / "claude-settings.json"),
                 "--setting-sources", "",
-                # Only the scope's tools exist for the model; the hook decides each call.
-                "--tools", ",".join(scope_tools(role.tools))]
+                # Only the scope's built-in tools exist for the model (and only the MCP servers
+                # it names); the hook decides each call.
+                "--tools", ",".join(t for t in scope_tools(role.tools)
+                                    if not t.lower().startswith("mcp__")),
+                "--mcp-config", str(ctx.attempt_dir / "claude-mcp.json"), "--strict-mcp-config"]
         if model := ctx.model(self.spec):
             argv += ["--model", model]
         if role.max_turns:
             argv += ["--max-turns", str(role.max_turns)]
         if role.system_prompt:
             argv += ["--append-system-prompt", role.system_prompt]
-        if role.mcp_config:
-            argv += ["--mcp-config", role.mcp_config, "--strict-mcp-config"]
         if ctx.resume:
             argv += ["--resume", ctx.resume]
         elif ctx.session_id:
@@ -346,9 +355,28 @@ def _flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
     if isinstance(value, Mapping):
         out: list[tuple[str, Any]] = []
         for k, v in value.items():
-            out += _flatten(f"{prefix}.{k}" if prefix else str(k), v)
+            key = str(k) if _BARE_KEY.fullmatch(str(k)) else json.dumps(str(k))
+            out += _flatten(f"{prefix}.{key}" if prefix else key, v)
         return out
     return [(prefix, value)]
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _codex_mcp(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A role's MCP servers as Codex `mcp_servers` settings. Codex's own approval of MCP calls
+    is switched to `approve`: the PreToolUse hook (the engine) decides each one."""
+    out: dict[str, Any] = {}
+    for name, server in servers.items():
+        if server.get("type", "stdio") == "stdio":
+            entry: dict[str, Any] = {"command": server["command"],
+                                     "args": list(server.get("args") or ()),
+                                     "env": dict(server.get("env") or {})}
+        else:
+            entry = {"url": server["url"], "http_headers": dict(server.get("headers") or {})}
+        out[name] = {**entry, "default_tools_approval_mode": "approve"}
+    return out
 
 
 class CodexWorker(AgentWorker):
@@ -381,7 +409,10 @@ class CodexWorker(AgentWorker):
             argv += ["--sandbox", "workspace-write"]  # the job's cwd is its workspace
         if model := ctx.model(self.spec):
             argv += ["-m", model]
-        for key, value in _flatten("", self.spec.config):
+        config = dict(self.spec.config)
+        if servers := _codex_mcp(ctx.mcp_servers):
+            config["mcp_servers"] = {**(config.get("mcp_servers") or {}), **servers}
+        for key, value in _flatten("", config):
             argv += ["-c", f"{key}={_toml_value(value)}"]
         argv += list(self.spec.args)
         if ctx.resume:
@@ -399,9 +430,18 @@ _PLUGIN = """\
 // Written by Corral: every tool call is decided by the engine before it runs (fail closed).
 import { spawnSync } from "node:child_process";
 const HOOK = %(hook)s;
+// OpenCode names an MCP tool `<server>_<tool>`; the engine knows it as `mcp__<server>__<tool>`.
+const MCP = %(mcp)s;  // server names, longest first
+const BUILTIN = new Set(%(builtin)s);
+function named(tool) {
+  if (BUILTIN.has(tool)) return tool;
+  const server = MCP.find((s) => tool.startsWith(s + "_"));
+  return server ? `mcp__${server}__${tool.slice(server.length + 1)}` : tool;
+}
 function ask(event, tool, args, sessionID, callID) {
-  const payload = JSON.stringify({ hook_event_name: event, tool_name: tool, tool_input: args,
-                                   session_id: sessionID, tool_use_id: callID });
+  const payload = JSON.stringify({ hook_event_name: event, tool_name: named(tool),
+                                   tool_input: args, session_id: sessionID,
+                                   tool_use_id: callID });
   const r = spawnSync(HOOK[0], HOOK.slice(1), { input: payload, encoding: "utf8" });
   if (r.error) throw new Error("corral: tool call denied: governance unavailable (fail-closed)");
   return r;
@@ -413,7 +453,8 @@ export const CorralGovernance = async () => ({
   },
   "tool.execute.after": async (input, output) => {
     try {
-      const payload = JSON.stringify({ hook_event_name: "PostToolUse", tool_name: input.tool,
+      const payload = JSON.stringify({ hook_event_name: "PostToolUse",
+                                       tool_name: named(input.tool),
                                        tool_response: (output && output.output) || "",
                                        session_id: input.sessionID, tool_use_id: input.callID });
       spawnSync(HOOK[0], HOOK.slice(1), { input: payload, encoding: "utf8" });
@@ -435,21 +476,37 @@ OPENCODE_GATES: dict[str, tuple[str, ...]] = {
 def opencode_permission(scope: Scope, operator: Any) -> dict[str, Any]:
     """The `permission` config of a governed OpenCode run: every tool gate the role's scope
     cannot allow is denied (last matching rule wins in OpenCode, so those denials come last and
-    no operator pattern re-opens them); the operator's own rules refine the rest."""
+    no operator pattern re-opens them); the operator's own rules refine the rest. OpenCode
+    names an MCP tool `<server>_<tool>`: `mcp__wandb` opens `wandb_*`."""
     gates = dict(OPENCODE_GATES)
     for rule in scope.rules:  # a tool OpenCode gained after this table is offered by name
         name = rule.split("(", 1)[0].strip().lower()
         if name and not name.startswith("mcp__"):
             gates.setdefault(name, (name,))
     offered = [g for g, tools in gates.items() if any(scope.offers(t) for t in tools)]
+    offered += ["_".join(server) + ("_*" if len(server) == 1 else "")
+                for server in sorted(scope.mcp)]
     rules = operator if isinstance(operator, Mapping) else {}
     default = operator if isinstance(operator, str) else rules.get("*", "allow")
     permission: dict[str, Any] = {"*": "deny", **{gate: default for gate in offered}}
     permission.update((k, v) for k, v in rules.items() if k != "*")
-    for gate in gates.keys() - set(offered):
+    for gate in sorted(gates.keys() - set(offered)):
         permission.pop(gate, None)
         permission[gate] = "deny"
     return permission
+
+
+def opencode_mcp(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A role's MCP servers (Claude Code's form) as OpenCode's `mcp` config."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, server in servers.items():
+        if server.get("type", "stdio") == "stdio":
+            out[name] = {"type": "local", "command": [server["command"], *server.get("args", ())],
+                         "environment": dict(server.get("env") or {}), "enabled": True}
+        else:
+            out[name] = {"type": "remote", "url": server["url"],
+                         "headers": dict(server.get("headers") or {}), "enabled": True}
+    return out
 
 
 def _opencode_agent(args: Sequence[str]) -> str:
@@ -474,7 +531,6 @@ class OpenCodeWorker(AgentWorker):
         config_home = ctx.home / "config"
         opencode = config_home / "opencode"
         (opencode / "plugin").mkdir(parents=True, exist_ok=True)
-        (opencode / "plugin" / "corral.js").write_text(_PLUGIN % {"hook": json.dumps(ctx.hook)})
         # OpenCode `npm install`s its plugin SDK into a config dir at start-up unless the dir
         # looks installed already; our plugin needs none of it (and the network may be closed).
         (opencode / "node_modules").mkdir(exist_ok=True)
@@ -484,8 +540,14 @@ class OpenCodeWorker(AgentWorker):
             {"lockfileVersion": 3, "packages": {"": {"dependencies": dep}}}))
         config = {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
                   "share": "disabled", **self.spec.config}
-        config["permission"] = opencode_permission(Scope.parse(ctx.role.tools),
-                                                   config.get("permission"))
+        config["permission"] = opencode_permission(ctx.scope, config.get("permission"))
+        if mcp := {**(config.get("mcp") or {}), **opencode_mcp(ctx.mcp_servers)}:
+            config["mcp"] = mcp
+        servers = sorted(mcp, key=len, reverse=True)
+        builtin = sorted({t for tools in OPENCODE_GATES.values() for t in tools})
+        (opencode / "plugin" / "corral.js").write_text(_PLUGIN % {
+            "hook": json.dumps(ctx.hook), "mcp": json.dumps(servers),
+            "builtin": json.dumps(builtin)})
         if ctx.role.max_turns:  # OpenCode's step limit: at the last step the model is told to
             # stop and summarise (it is not enforced; max_tool_calls is the hard bound)
             agents = dict(config.get("agent") or {})

@@ -36,7 +36,8 @@ def _tool_name(item: JsonObj) -> str:
     if kind == "command_execution":
         return "exec_command"  # the model-facing shell tool (§8)
     if kind == "mcp_tool_call":
-        return f"{get_str(item, 'server') or '?'}.{get_str(item, 'tool') or '?'}"
+        # the name its hook and the role's scope use (reference §3.3)
+        return f"mcp__{get_str(item, 'server') or '?'}__{get_str(item, 'tool') or '?'}"
     return kind
 
 
