@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLAUDE = ROOT / "agent-clis" / "node_modules" / ".bin" / "claude"
 MCP_SERVER = ROOT / "tests" / "agentmock" / "mcp_server.py"
 CANARY = "corral-canary-5e2b7d19af"
+MCP_CANARY = "corral-mcp-canary-81c4aa03"  # a secret in an MCP server's env
 API_KEY = "sk-ant-api03-corral-test-key-0123456789abcdef"
 
 
@@ -70,7 +71,8 @@ def mcp_role(worker: str, where: Path) -> tuple[str, Path]:
     """A role `tracker` whose agent gets the test MCP servers `wandb` and `github` and may list
     W&B runs only; and the `wandb` server's log of the messages it received."""
     log = where / "mcp.log"
-    servers = {name: {"command": sys.executable, "args": [str(MCP_SERVER), str(where / f)]}
+    servers = {name: {"command": sys.executable, "args": [str(MCP_SERVER), str(where / f)],
+                      "env": {"WANDB_API_KEY": MCP_CANARY}}
                for name, f in (("wandb", "mcp.log"), ("github", "github.log"))}
     (where / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
     return f"""  tracker:
@@ -127,7 +129,7 @@ def test_mcp_servers_come_from_the_role_and_their_calls_are_decided_by_its_scope
     c, mock = agents
     role, log = mcp_role("claude-code", tmp_path)
     configure(c, mock, [
-        {"tool_calls": [{"name": "mcp__wandb__list_runs", "input": {"project": "eval"}}]},
+        {"tool_calls": [{"name": "mcp__wandb__list_runs", "input": {"project": MCP_CANARY}}]},
         {"tool_calls": [{"name": "mcp__wandb__delete_run", "input": {"run": "run-1"}}]},
         {"text": "Summary: listed the runs; deleting one was refused."},
     ], extra_role=role)
@@ -147,6 +149,12 @@ def test_mcp_servers_come_from_the_role_and_their_calls_are_decided_by_its_scope
             if e["stage"] == "tool_call"] == [
         ("mcp__wandb__list_runs", "allow", "allowed"),
         ("mcp__wandb__delete_run", "deny", "out_of_scope")]
+    # the secret in the server's env is redacted wherever Corral writes (agent-home/ is the
+    # CLI's own private memory; the file that carried the value to the runner is gone)
+    assert [p for p in c.data.rglob("*") if p.is_file() and "agent-home" not in p.parts
+            and MCP_CANARY.encode() in p.read_bytes()] == []
+    assert "[REDACTED]" in json.dumps(t["policy_evaluations"])
+    assert not list(c.data.rglob("redact.json"))
 
 
 def test_every_tool_call_is_decided_by_corral_and_traced(agents: tuple[Corral, AnthropicMock]

@@ -46,7 +46,7 @@ from corral.workers.agents import (
     AGENT_FILE,
     attempt_ref,
     governance_socket,
-    secret_env,
+    secret_values,
     summarize_stream,
 )
 from corral.workers.process import STDOUT
@@ -179,7 +179,7 @@ class Governor:
         job = claimed.job
         role = self.settings.roles.get(job.role)
         m = _Monitor(claimed=claimed, adapter=self.adapter_of(job.worker),
-                     redactor=self.redactor(job.worker, job.options),
+                     redactor=self.redactor(job),
                      scope=policy.Scope.parse(role.tools if role else ()),
                      stream=Path(claimed.attempt.dir) / STDOUT)
         # After an engine restart the count comes back from the durable evaluations.
@@ -190,10 +190,11 @@ class Governor:
         self._monitors[ref] = m
         return m
 
-    def redactor(self, kind: str, options: Mapping[str, Any]) -> Redactor:
-        spec = self.settings.workers.get(kind) or WorkerSpec(name=kind)
-        adapter = ADAPTERS.get(self.adapter_of(kind))
-        return Redactor(secret_env(spec, adapter, options).values())
+    def redactor(self, job: Job) -> Redactor:
+        spec = self.settings.workers.get(job.worker) or WorkerSpec(name=job.worker)
+        adapter = ADAPTERS.get(self.adapter_of(job.worker))
+        return Redactor(secret_values(spec, adapter, job.options,
+                                      self.settings.roles.get(job.role)))
 
     def _read_stream(self, m: _Monitor) -> None:
         """Feed what the attempt's stream gained since the last look into its live parser."""
@@ -351,7 +352,7 @@ class Governor:
         adapter = ADAPTERS[self.adapter_of(job.worker)]
         attempt_dir = Path(attempt.dir)
         summary = summarize_stream(adapter.parser_for(), attempt_dir / STDOUT, result.exit_code)
-        redactor = self.redactor(job.worker, job.options)
+        redactor = self.redactor(job)
         meta = _read_json(attempt_dir / AGENT_FILE)
         evaluations = [e for e in await self.store.policy_evaluations(
             job.id, attempt=attempt.index, limit=ALL) if e.stage in ("tool_call", "guardrail")]

@@ -84,6 +84,19 @@ def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None,
     return found
 
 
+def secret_values(spec: WorkerSpec, adapter: type[AgentWorker] | None,
+                  options: Mapping[str, Any], role: RoleSpec | None) -> list[str]:
+    """Every value an agent attempt's logs, traces and evaluations must not show: its secret
+    variables, and what its MCP servers' `env` and `headers` hold under secret-looking names
+    (an `Authorization` header included)."""
+    found = list(secret_env(spec, adapter, options).values())
+    for server in (role.mcp_servers.values() if role else ()):
+        for table in ("env", "headers"):
+            found += [v for k, v in (server.get(table) or {}).items()
+                      if SECRET_NAME.search(k) or k.lower() == "authorization"]
+    return found
+
+
 @functools.cache
 def _version_of(binary: str, mtime: float) -> str:
     del mtime  # part of the cache key: a reinstalled binary is asked again
@@ -181,12 +194,21 @@ class AgentWorker(ABC):
         env.update(self.spec.env)
         secrets = secret_env(self.spec, type(self), job.options)
         env.update(secrets)
+        # The rest of what must be redacted goes to the runner in a private file it reads and
+        # deletes at once, so it does not reach the CLI's (and its tools') environment.
+        redact = attempt_dir / "redact.json"
+        extra = [v for v in secret_values(self.spec, type(self), job.options, ctx.role)
+                 if v not in secrets.values()]
+        if extra:
+            fd = os.open(redact, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(extra, f)
         env.update(self.prepare(job, ctx))
         env["CORRAL_WORKER"] = self.kind
         env["CORRAL_REDACT_ENV"] = ",".join(sorted(secrets))
         env.pop("CLAUDECODE", None)
         argv = [sys.executable, "-m", "corral.workers.runner", "--graceful", self.graceful,
-                "--", *self.argv(job, ctx)]
+                *(["--redact-file", str(redact)] if extra else []), "--", *self.argv(job, ctx)]
         (attempt_dir / AGENT_FILE).write_text(json.dumps({
             "adapter": self.adapter, "cli_version": version, "binary": binary,
             "session_id": ctx.session_id, "resumed": bool(resume)}))
@@ -299,9 +321,9 @@ class ClaudeCodeWorker(AgentWorker):
                               for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure")}}
         settings.update(self.spec.config)
         (ctx.attempt_dir / "claude-settings.json").write_text(json.dumps(settings))
-        # The role's MCP servers and no others (--strict-mcp-config: not a project .mcp.json)
-        (ctx.attempt_dir / "claude-mcp.json").write_text(
-            json.dumps({"mcpServers": ctx.mcp_servers}))
+        # The role's MCP servers and no others (--strict-mcp-config: not a project .mcp.json),
+        # in the agent's private home: their `env` may hold secrets
+        (ctx.home / "mcp.json").write_text(json.dumps({"mcpServers": ctx.mcp_servers}))
         return {"CLAUDE_CONFIG_DIR": str(ctx.home), "DISABLE_AUTOUPDATER": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 
@@ -315,7 +337,7 @@ class ClaudeCodeWorker(AgentWorker):
                 # it names); the hook decides each call.
                 "--tools", ",".join(t for t in scope_tools(role.tools)
                                     if not t.lower().startswith("mcp__")),
-                "--mcp-config", str(ctx.attempt_dir / "claude-mcp.json"), "--strict-mcp-config"]
+                "--mcp-config", str(ctx.home / "mcp.json"), "--strict-mcp-config"]
         if model := ctx.model(self.spec):
             argv += ["--model", model]
         if role.max_turns:

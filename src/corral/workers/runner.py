@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import BinaryIO
 
 from corral.policy.redact import Redactor
@@ -51,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corral-runner", description=__doc__.split("\n")[0])
     parser.add_argument("--graceful", default="TERM",
                         help="the signal (name without SIG) that asks the CLI to stop")
+    parser.add_argument("--redact-file", type=Path,
+                        help="a JSON list of more secret values; read, then deleted")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -58,7 +62,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command to run")
     graceful = signal.Signals[f"SIG{args.graceful.upper().removeprefix('SIG')}"]
     names = [n for n in os.environ.get("CORRAL_REDACT_ENV", "").split(",") if n]
-    redactor = Redactor(os.environ[n] for n in names if n in os.environ)
+    values = [os.environ[n] for n in names if n in os.environ]
+    if args.redact_file is not None:
+        try:
+            values += [v for v in json.loads(args.redact_file.read_text()) if isinstance(v, str)]
+            args.redact_file.unlink()
+        except (OSError, ValueError) as err:  # redact what we can: never run unredacted quietly
+            print(f"corral-runner: cannot read {args.redact_file}: {err}", file=sys.stderr)
+            return 70
+    redactor = Redactor(values)
     child: subprocess.Popen[bytes] | None = None
     stop_asked = False
 
