@@ -83,10 +83,23 @@ def mcp_role(worker: str, where: Path) -> tuple[str, Path]:
 """, log
 
 
-def mcp_calls(log: Path) -> list[str]:
-    """The tools the MCP server was asked to run."""
+def mcp_script(project: str = "eval") -> list[dict[str, Any]]:
+    """Model turns: list the runs (in scope), delete one (out of scope), summarise."""
+    return [{"tool_calls": [{"name": "mcp__wandb__list_runs", "input": {"project": project}}]},
+            {"tool_calls": [{"name": "mcp__wandb__delete_run", "input": {"run": "run-1"}}]},
+            {"text": "Summary: listed the runs; deleting one was refused."}]
+
+
+def run_tracker(c: Corral, log: Path) -> str:
+    """Run a `tracker` job to success; only the call in scope reached the MCP server."""
+    job = c.ok("submit", "--role", "tracker", "--prompt", "tidy the runs", "--cwd",
+               str(c.work)).strip()
+    c.wait(job, timeout=120)
+    assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
     messages = [json.loads(line) for line in log.read_text().splitlines()]
-    return [m["params"]["name"] for m in messages if m.get("method") == "tools/call"]
+    assert [m["params"]["name"] for m in messages if m.get("method") == "tools/call"] == [
+        "list_runs"]
+    return job
 
 
 @pytest.fixture
@@ -128,17 +141,9 @@ def test_mcp_servers_come_from_the_role_and_their_calls_are_decided_by_its_scope
         agents: tuple[Corral, AnthropicMock], tmp_path: Path) -> None:
     c, mock = agents
     role, log = mcp_role("claude-code", tmp_path)
-    configure(c, mock, [
-        {"tool_calls": [{"name": "mcp__wandb__list_runs", "input": {"project": MCP_CANARY}}]},
-        {"tool_calls": [{"name": "mcp__wandb__delete_run", "input": {"run": "run-1"}}]},
-        {"text": "Summary: listed the runs; deleting one was refused."},
-    ], extra_role=role)
+    configure(c, mock, mcp_script(MCP_CANARY), extra_role=role)
     c.serve()
-    job = c.ok("submit", "--role", "tracker", "--prompt", "tidy the runs", "--cwd",
-               str(c.work)).strip()
-    c.wait(job, timeout=90)
-    assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
-    assert mcp_calls(log) == ["list_runs"]  # the refused call never reached the server
+    job = run_tracker(c, log)
     offered = tool_names(mock.turn_requests[0])
     assert {"mcp__wandb__list_runs", "mcp__wandb__delete_run"} <= offered
     assert not offered & {"Bash", "Read", "Edit"}  # no built-in tool is in this scope

@@ -16,8 +16,9 @@ from tests.acceptance.test_agents import (  # noqa: F401 (clis: a fixture)
     ROOT,
     bash,
     clis,
-    mcp_calls,
     mcp_role,
+    mcp_script,
+    run_tracker,
 )
 from tests.agentmock import OpenAIResponsesMock, tool_names
 
@@ -160,18 +161,11 @@ def test_the_roles_mcp_servers_are_governed_like_any_tool(kind: str, tmp_path: P
         role, log = mcp_role(kind, tmp_path)
         c = Corral(tmp_path, config(kind, mock.url, role))
         try:
-            mock.script[:] = [
-                {"tool_calls": [{"name": "mcp__wandb__list_runs", "input": {"project": "e"}}]},
-                {"tool_calls": [{"name": "mcp__wandb__delete_run", "input": {"run": "r1"}}]},
-                {"text": "Summary: listed the runs."}]
+            mock.script[:] = mcp_script()
             if kind == "opencode":  # OpenCode is not even offered delete_run
                 del mock.script[1]
             c.serve()
-            job = c.ok("submit", "--role", "tracker", "--prompt", "list the runs", "--cwd",
-                       str(c.work)).strip()
-            c.wait(job, timeout=120)
-            assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
-            assert mcp_calls(log) == ["list_runs"]  # a refused call never reaches the server
+            job = run_tracker(c, log)
             t: dict[str, Any] = c.json("trace", job)
             # each CLI spells MCP tools its own way; the engine decides mcp__<server>__<tool>
             decided = [(e["subject"], e["verdict"]) for e in t["policy_evaluations"]
