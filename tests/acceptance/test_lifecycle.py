@@ -3,6 +3,7 @@ cancellation of whole process trees, idempotency keys, dependencies and prioriti
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.acceptance.conftest import CONFIG, CORRAL, Corral, alive
@@ -44,7 +45,9 @@ def test_failures_retry_with_backoff_into_the_dlq_and_requeue_is_recorded(corral
     assert [j["id"] for j in corral.json("dlq", "list")] == [job_id]
 
     new_id = corral.json("dlq", "requeue", job_id)["id"]
-    assert corral.run("wait", new_id).returncode == 3
+    waited = corral.run("wait", new_id, "--json")
+    assert waited.returncode == 3
+    assert json.loads(waited.stdout)["state"] == "DEAD_LETTERED"
     assert corral.job(new_id)["requeued_from"] == job_id
     assert corral.job(job_id)["dlq_resolution"] == f"requeued:{new_id}"
     again = corral.run("dlq", "requeue", job_id)

@@ -90,7 +90,8 @@ roles:
         eventually(lambda: _breaker(c, "worker:alpha").get("state") == "OPEN",
                    what="alpha's breaker to open")
         assert c.run("submit", "--wait", "--", "sh", "-c", script).returncode == 0
-        c.ok("breakers", "reset", "worker:alpha")
+        assert c.json("breakers", "reset", "worker:alpha") == {
+            "breaker": "worker:alpha", "state": "CLOSED"}
         assert _breaker(c, "worker:alpha")["state"] == "CLOSED"
     finally:
         c.stop_all()
@@ -148,7 +149,8 @@ roles:
         reasons = {e["data"]["reason"] for e in c.job(blocked)["timeline"]
                    if e["kind"] == "permit_rejected"}
         assert reasons == {"FATAL_MODE"}
-        c.ok("escalations", "clear", items[0]["id"])
+        assert c.json("escalations", "clear", items[0]["id"]) == {
+            "escalation": items[0]["id"], "cleared": True}
         assert c.wait(blocked) == 0
         assert json.loads(c.ok("escalations", "list", "--json")) == []
     finally:

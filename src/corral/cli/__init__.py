@@ -89,9 +89,12 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 
 
 @app.command()
-def version() -> None:
+def version(as_json: JsonOpt = False) -> None:
     """Print Corral's version."""
-    typer.echo(__version__)
+    if as_json:
+        _emit({"version": __version__})
+    else:
+        typer.echo(__version__)
 
 
 @app.command()
@@ -285,12 +288,18 @@ def wait_cmd(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix
                  "--for", help="`end` (default) or `running`.")] = "end",
              timeout: Annotated[float | None, typer.Option(
                  "--timeout", help="Give up after this many seconds (exit 124).")] = None,
+             as_json: Annotated[bool, typer.Option(
+                 "--json", help="Then print the job as JSON (as `show --json` without its "
+                                "timeline).")] = False,
              data_dir: DataDir = None, config: ConfigOpt = None) -> None:
     """Block until a job ends (exit with its exit code, as `submit --wait`) or starts running."""
     if until not in ("end", "running"):
         fail(InvalidRequest(f"--for must be `end` or `running`, got {until!r}"))
     cfg = _config_or_fail(data_dir, config)
-    raise typer.Exit(_follow(cfg, job, until=until, timeout=timeout))
+    code = _follow(cfg, job, until=until, timeout=timeout)
+    if as_json:
+        _emit(views.job_json(with_store(cfg, lambda st: st.get_job(job))))
+    raise typer.Exit(code)
 
 
 @app.command()

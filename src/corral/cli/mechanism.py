@@ -66,6 +66,11 @@ def print_escalations(items: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
+def _say(as_json: bool, data: dict[str, Any], text: str) -> None:
+    """An action's outcome: JSON for scripts, a line for people."""
+    typer.echo(json.dumps(data) if as_json else text)
+
+
 def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     """Add the mechanism commands to the `corral` app."""
     breakers = typer.Typer(help="Circuit breakers per worker kind and provider: state, history, "
@@ -90,10 +95,10 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     @breakers.command("reset")
     def breakers_reset(name: Annotated[str, typer.Argument(
                            help="Breaker name: worker:KIND, provider:P, model:M, or a kind.")],
-                       data_dir: DataDir = None) -> None:
+                       data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
         """Close a breaker by hand (recorded as an operator reset)."""
         ask_core(resolve(data_dir), "reset_breaker", name=name)
-        typer.echo(f"breaker {name} reset to CLOSED")
+        _say(as_json, {"breaker": name, "state": "CLOSED"}, f"breaker {name} reset to CLOSED")
 
     @escalations.command("list")
     def escalations_list(data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
@@ -106,10 +111,10 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
 
     @escalations.command("clear")
     def escalations_clear(escalation: Annotated[str, typer.Argument(help="Escalation id.")],
-                          data_dir: DataDir = None) -> None:
+                          data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
         """End an escalation: its action (isolation, workspace lock, safe stop) is lifted."""
         cleared = ask_core(resolve(data_dir), "clear_escalation", escalation=escalation)
-        typer.echo(f"escalation {cleared} cleared")
+        _say(as_json, {"escalation": cleared, "cleared": True}, f"escalation {cleared} cleared")
 
     @app.command("status")
     def status(data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
