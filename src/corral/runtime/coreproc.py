@@ -21,7 +21,7 @@ import anyio
 from corral.config import Config
 from corral.core import protocol as p
 from corral.core.server import CoreServer
-from corral.runtime.assembly import advertise
+from corral.runtime.assembly import advertise, settle_heap
 from corral.runtime.engine import build_core
 
 log = logging.getLogger("corral.core")
@@ -79,6 +79,7 @@ async def serve_stdio(config: Config) -> None:
                 await writer.drain()
 
     server = CoreServer(build_core(config), send, time.time)
+    settle_heap()
     with contextlib.suppress(ConnectionError):
         await server.serve(_LineReader(reader))
     log.info("scheduler closed the pipe; %d attempts keep running", len(server.running))

@@ -26,7 +26,14 @@ from corral.domain.errors import CorralError, EngineRunning
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Permit
 from corral.domain.settings import WorkerSpec
-from corral.runtime.assembly import adapter_of, advertise, build_store, is_shared, worker_kinds
+from corral.runtime.assembly import (
+    adapter_of,
+    advertise,
+    build_store,
+    is_shared,
+    settle_heap,
+    worker_kinds,
+)
 from corral.runtime.control import serve_control
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
@@ -190,6 +197,7 @@ class Engine:
         await self.store.register_engine(self.id, pid=os.getpid(), host=socket.gethostname(),
                                          now=now)
         self._stale = await self._stale_engines(now)
+        settle_heap()
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
             await self._start_core(tg)
