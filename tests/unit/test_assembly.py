@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from corral.config import AGENT_ADAPTERS
 from corral.workers.agents import ADAPTERS
@@ -21,3 +22,28 @@ def test_a_short_command_imports_neither_the_engine_nor_rich() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_max_turns_a_worker_cannot_honour_is_named_at_start(tmp_path: Path) -> None:
+    from corral.config import Config, parse, resolve
+    from corral.runtime.assembly import role_warnings
+
+    text = """
+roles:
+  a: {worker: claude-code, fallback_workers: [codex], max_turns: 30}
+  b: {worker: opencode, max_turns: 5, limits: {max_tool_calls: 9}}
+  c: {worker: claude-code, max_turns: 30}
+  d: {worker: tools, max_turns: 3}
+workers:
+  tools: {adapter: codex}
+"""
+    settings = resolve(parse(text, "c.yaml"), "c.yaml")
+    config = Config(settings=settings, data_dir=tmp_path, store_url=None,
+                    sqlite_synchronous="NORMAL", source=None)
+    assert role_warnings(config) == [
+        "role a: worker codex has no turn limit; max_turns 30 is not applied (max_tool_calls "
+        "50 bounds it)",
+        "role b: worker opencode only asks the model to stop after max_turns 5 (max_tool_calls "
+        "9 bounds it)",
+        "role d: worker tools has no turn limit; max_turns 3 is not applied (max_tool_calls 50 "
+        "bounds it)"]

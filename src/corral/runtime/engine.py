@@ -31,6 +31,7 @@ from corral.runtime.assembly import (
     advertise,
     build_store,
     is_shared,
+    role_warnings,
     settle_heap,
     worker_kinds,
 )
@@ -197,6 +198,8 @@ class Engine:
         await self.store.register_engine(self.id, pid=os.getpid(), host=socket.gethostname(),
                                          now=now)
         self._stale = await self._stale_engines(now)
+        for warning in role_warnings(self.config):
+            log.warning("%s", warning)
         settle_heap()
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
