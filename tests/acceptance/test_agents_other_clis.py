@@ -161,24 +161,24 @@ def test_the_roles_mcp_servers_are_governed_like_any_tool(kind: str, tmp_path: P
         role, log = mcp_role(kind, tmp_path)
         c = Corral(tmp_path, config(kind, mock.url, role))
         try:
+            # the model asks for delete_run although neither CLI lets it see that tool
+            # (OpenCode hides it, Codex's tool search cannot find it): it never runs
             mock.script[:] = mcp_script()
-            if kind == "opencode":  # OpenCode is not even offered delete_run
-                del mock.script[1]
             c.serve()
             job = run_tracker(c, log)
             t: dict[str, Any] = c.json("trace", job)
             # each CLI spells MCP tools its own way; the engine decides mcp__<server>__<tool>
-            decided = [(e["subject"], e["verdict"]) for e in t["policy_evaluations"]
-                       if e["stage"] == "tool_call"]
-            assert decided[0] == ("mcp__wandb__list_runs", "allow")
-            if kind == "codex":
-                assert decided[1:] == [("mcp__wandb__delete_run", "deny")]
-                [event] = t["agent_events"]
-                assert [(x["tool"], x["denied"]) for x in event["tool_calls"]] == [
-                    ("mcp__wandb__list_runs", False), ("mcp__wandb__delete_run", True)]
-            else:
-                assert decided[1:] == []
+            assert [(e["subject"], e["verdict"]) for e in t["policy_evaluations"]
+                    if e["stage"] == "tool_call"] == [("mcp__wandb__list_runs", "allow")]
+            [event] = t["agent_events"]
+            if kind == "opencode":
                 assert tool_names(mock.turn_requests[0]) == {"wandb_list_runs"}
+                assert [x["tool"] for x in event["tool_calls"]] == [
+                    "wandb_list_runs", "wandb_delete_run"]  # its own names, the 2nd refused:
+                assert "unavailable tool" in event["tool_calls"][1]["output"]
+            else:
+                assert [x["tool"] for x in event["tool_calls"]] == ["mcp__wandb__list_runs"]
+                assert "unsupported call" in json.dumps(mock.turn_requests[-1])
             assert not (tmp_path / "github.log").exists()  # a server out of scope never starts
         finally:
             c.stop_all()

@@ -386,9 +386,16 @@ def _flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _codex_mcp(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def _codex_mcp(servers: Mapping[str, Mapping[str, Any]], scope: Scope
+               ) -> dict[str, dict[str, Any]]:
     """A role's MCP servers as Codex `mcp_servers` settings. Codex's own approval of MCP calls
-    is switched to `approve`: the PreToolUse hook (the engine) decides each one."""
+    is switched to `approve`: the PreToolUse hook (the engine) decides each one. A server the
+    scope names tool by tool gets `enabled_tools`, so Codex cannot even find the others."""
+    named: dict[str, list[str]] = {}
+    for rule in scope.rules:
+        parts = [p for p in rule.strip().split("__")[1:] if p]
+        if rule.strip().lower().startswith("mcp__") and len(parts) == 2:
+            named.setdefault(parts[0].lower(), []).append(parts[1])
     out: dict[str, Any] = {}
     for name, server in servers.items():
         if server.get("type", "stdio") == "stdio":
@@ -397,6 +404,8 @@ def _codex_mcp(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, 
                                      "env": dict(server.get("env") or {})}
         else:
             entry = {"url": server["url"], "http_headers": dict(server.get("headers") or {})}
+        if (name.lower(),) not in scope.mcp:  # not the whole server: the tools it names
+            entry["enabled_tools"] = sorted(named.get(name.lower(), ()))
         out[name] = {**entry, "default_tools_approval_mode": "approve"}
     return out
 
@@ -432,7 +441,7 @@ class CodexWorker(AgentWorker):
         if model := ctx.model(self.spec):
             argv += ["-m", model]
         config = dict(self.spec.config)
-        if servers := _codex_mcp(ctx.mcp_servers):
+        if servers := _codex_mcp(ctx.mcp_servers, ctx.scope):
             config["mcp_servers"] = {**(config.get("mcp_servers") or {}), **servers}
         for key, value in _flatten("", config):
             argv += ["-c", f"{key}={_toml_value(value)}"]
