@@ -93,6 +93,7 @@ def test_opencode_permission_denies_last_every_tool_the_scope_cannot_allow() -> 
 def test_opencode_permission_opens_the_mcp_tools_in_scope_by_opencodes_names() -> None:
     from corral.workers.agents import opencode_permission
 
-    p = opencode_permission(Scope.parse(["mcp__WandB", "mcp__gh__list_issues"]), None)
-    assert (p["wandb_*"], p["gh_list_issues"]) == ("allow", "allow")
+    p = opencode_permission(Scope.parse(["mcp__wandb", "mcp__gh__list_issues"]), None,
+                            ["WandB", "gh"])  # the servers as configured: OpenCode's spelling
+    assert (p["WandB_*"], p["gh_list_issues"]) == ("allow", "allow")
     assert SCOPE.offers_server("wandb") and not SCOPE.offers_server("github")

@@ -88,6 +88,11 @@ class Scope:
         return (name in self.tools or any(a in self.tools for a in ALIASES.get(name, ()))
                 or self._mcp_rule(name) is not None or bool(self._patterns(name)))
 
+    def mcp_rules(self) -> list[tuple[str, ...]]:
+        """The scope's MCP rules, spelled as written: ("server",) or ("server", "tool")."""
+        return [tuple(p for p in rule.strip().split("__")[1:] if p) for rule in self.rules
+                if rule.strip().lower().startswith("mcp__")]
+
     def offers_server(self, server: str) -> bool:
         """Whether some tool of the MCP server `server` can be in scope."""
         return any(allowed[0] == server.lower() for allowed in self.mcp)

@@ -392,10 +392,9 @@ def _codex_mcp(servers: Mapping[str, Mapping[str, Any]], scope: Scope
     is switched to `approve`: the PreToolUse hook (the engine) decides each one. A server the
     scope names tool by tool gets `enabled_tools`, so Codex cannot even find the others."""
     named: dict[str, list[str]] = {}
-    for rule in scope.rules:
-        parts = [p for p in rule.strip().split("__")[1:] if p]
-        if rule.strip().lower().startswith("mcp__") and len(parts) == 2:
-            named.setdefault(parts[0].lower(), []).append(parts[1])
+    for rule in scope.mcp_rules():
+        if len(rule) == 2:
+            named.setdefault(rule[0].lower(), []).append(rule[1])
     out: dict[str, Any] = {}
     for name, server in servers.items():
         if server.get("type", "stdio") == "stdio":
@@ -504,19 +503,22 @@ OPENCODE_GATES: dict[str, tuple[str, ...]] = {
         "webfetch", "websearch", "codesearch", "question")}}
 
 
-def opencode_permission(scope: Scope, operator: Any) -> dict[str, Any]:
+def opencode_permission(scope: Scope, operator: Any, servers: Sequence[str] = ()
+                        ) -> dict[str, Any]:
     """The `permission` config of a governed OpenCode run: every tool gate the role's scope
     cannot allow is denied (last matching rule wins in OpenCode, so those denials come last and
     no operator pattern re-opens them); the operator's own rules refine the rest. OpenCode
-    names an MCP tool `<server>_<tool>`: `mcp__wandb` opens `wandb_*`."""
+    names an MCP tool `<server>_<tool>` after the server as configured (`servers`): `mcp__wandb`
+    opens `wandb_*`."""
+    spelled = {name.lower(): name for name in servers}
     gates = dict(OPENCODE_GATES)
     for rule in scope.rules:  # a tool OpenCode gained after this table is offered by name
         name = rule.split("(", 1)[0].strip().lower()
         if name and not name.startswith("mcp__"):
             gates.setdefault(name, (name,))
     offered = [g for g, tools in gates.items() if any(scope.offers(t) for t in tools)]
-    offered += ["_".join(server) + ("_*" if len(server) == 1 else "")
-                for server in sorted(scope.mcp)]
+    offered += ["_".join((spelled.get(rule[0].lower(), rule[0]), *rule[1:]))
+                + ("_*" if len(rule) == 1 else "") for rule in scope.mcp_rules()]
     rules = operator if isinstance(operator, Mapping) else {}
     default = operator if isinstance(operator, str) else rules.get("*", "allow")
     permission: dict[str, Any] = {"*": "deny", **{gate: default for gate in offered}}
@@ -571,9 +573,9 @@ class OpenCodeWorker(AgentWorker):
             {"lockfileVersion": 3, "packages": {"": {"dependencies": dep}}}))
         config = {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
                   "share": "disabled", **self.spec.config}
-        config["permission"] = opencode_permission(ctx.scope, config.get("permission"))
         if mcp := {**(config.get("mcp") or {}), **opencode_mcp(ctx.mcp_servers)}:
             config["mcp"] = mcp
+        config["permission"] = opencode_permission(ctx.scope, config.get("permission"), list(mcp))
         servers = sorted(mcp, key=len, reverse=True)
         builtin = sorted({t for tools in OPENCODE_GATES.values() for t in tools})
         (opencode / "plugin" / "corral.js").write_text(_PLUGIN % {
