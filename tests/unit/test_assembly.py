@@ -1,5 +1,5 @@
-"""The light assembly module: what a short `corral` command imports, and the adapter names it
-shares with the engine."""
+"""The light assembly module: what a short `corral` command imports, the adapter names it
+shares with the engine, and what the engine says at start of the adapters a role uses."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_a_short_command_imports_neither_the_engine_nor_rich() -> None:
 
 def test_a_max_turns_a_worker_cannot_honour_is_named_at_start(tmp_path: Path) -> None:
     from corral.config import Config, parse, resolve
-    from corral.runtime.assembly import role_warnings
+    from corral.runtime.engine import role_warnings
 
     text = """
 roles:

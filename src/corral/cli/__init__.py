@@ -561,6 +561,4 @@ def _usage_line(err: Exception) -> str:
     message = getattr(err, "format_message", lambda: str(err))()
     message = message[:1].lower() + message[1:].rstrip(".")
     ctx = getattr(err, "ctx", None)
-    if ctx is None:
-        return str(message)
-    return f"{message} (see `{ctx.command_path} --help`)"
+    return message if ctx is None else f"{message} (see `{ctx.command_path} --help`)"

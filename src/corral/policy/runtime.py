@@ -51,14 +51,15 @@ class Scope:
 
     tools: frozenset[str] = frozenset()  # allowed with any input (lower-case)
     commands: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # tool → patterns
-    mcp: frozenset[tuple[str, ...]] = frozenset()  # ("server",) or ("server", "tool")
+    mcp: frozenset[tuple[str, ...]] = frozenset()  # ("server",) or ("server", "tool"), lower
+    mcp_rules: tuple[tuple[str, ...], ...] = ()  # the same, spelled as written
     rules: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, rules: Sequence[str]) -> Scope:
         tools: set[str] = set()
         commands: dict[str, list[str]] = {}
-        mcp: set[tuple[str, ...]] = set()
+        mcp: list[tuple[str, ...]] = []
         for rule in rules:
             rule = rule.strip()
             name, _, rest = rule.partition("(")
@@ -70,16 +71,17 @@ class Scope:
                     raise ValueError(f"tool scope rule {rule!r}: missing `)`")
                 commands.setdefault(name.lower(), []).append(rest[:-1].strip())
             elif name.lower().startswith("mcp__"):
-                parts = tuple(p for p in name.lower().split("__")[1:] if p)
+                parts = tuple(p for p in name.split("__")[1:] if p)
                 if not 1 <= len(parts) <= 2:
                     raise ValueError(f"tool scope rule {rule!r}: use mcp__server or "
                                      "mcp__server__tool")
-                mcp.add(parts)
+                mcp.append(parts)
             else:
                 tools.add(name.lower())
         return cls(tools=frozenset(tools),
                    commands={k: tuple(v) for k, v in commands.items()},
-                   mcp=frozenset(mcp), rules=tuple(rules))
+                   mcp=frozenset(tuple(p.lower() for p in parts) for parts in mcp),
+                   mcp_rules=tuple(mcp), rules=tuple(rules))
 
     def offers(self, tool: str) -> bool:
         """Whether some call of `tool` can be in scope: a CLI that can hide the other tools from
@@ -87,11 +89,6 @@ class Scope:
         name = tool.lower()
         return (name in self.tools or any(a in self.tools for a in ALIASES.get(name, ()))
                 or self._mcp_rule(name) is not None or bool(self._patterns(name)))
-
-    def mcp_rules(self) -> list[tuple[str, ...]]:
-        """The scope's MCP rules, spelled as written: ("server",) or ("server", "tool")."""
-        return [tuple(p for p in rule.strip().split("__")[1:] if p) for rule in self.rules
-                if rule.strip().lower().startswith("mcp__")]
 
     def offers_server(self, server: str) -> bool:
         """Whether some tool of the MCP server `server` can be in scope."""

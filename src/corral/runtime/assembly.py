@@ -63,28 +63,6 @@ def agent_kinds(config: Config) -> frozenset[str]:
     return frozenset(k for k in worker_kinds(config) if adapter_of(config, k) in AGENT_ADAPTERS)
 
 
-# What each agent CLI does with a role's max_turns (workers/agents.py).
-_TURN_LIMITS = {"claude-code": "enforced", "opencode": "advisory", "codex": None}
-
-
-def role_warnings(config: Config) -> list[str]:
-    """Role settings a role's worker kinds (its own and its fallbacks) cannot honour, one line
-    each, for the engine to log when it starts."""
-    out = []
-    for role in config.settings.roles.values():
-        for kind in (role.worker, *role.fallback_workers):
-            limit = _TURN_LIMITS.get(adapter_of(config, kind), "n/a")
-            if role.max_turns and limit is None:
-                out.append(f"role {role.name}: worker {kind} has no turn limit; max_turns "
-                           f"{role.max_turns} is not applied (max_tool_calls "
-                           f"{role.limits.max_tool_calls} bounds it)")
-            elif role.max_turns and limit == "advisory":
-                out.append(f"role {role.name}: worker {kind} only asks the model to stop after "
-                           f"max_turns {role.max_turns} (max_tool_calls "
-                           f"{role.limits.max_tool_calls} bounds it)")
-    return out
-
-
 def submissions(store: Store, config: Config) -> Submissions:
     kinds = worker_kinds(config)
     gate = PrerunGate(store, config.settings, guardrails_of(config.settings))
@@ -95,7 +73,7 @@ def submissions(store: Store, config: Config) -> Submissions:
 def settle_heap() -> None:
     """Take what start-up allocated (modules, configuration, parsers, grammars) out of the
     collector's way: a full collection then walks only what serving allocates. Without it a
-    full collection of a serving process stalls its event loop for ~7 ms (bench/policy.py
+    full collection of a serving process stalls its event loop for 7–9 ms (bench/policy.py
     measures both)."""
     gc.collect()
     gc.freeze()

@@ -31,7 +31,6 @@ from corral.runtime.assembly import (
     advertise,
     build_store,
     is_shared,
-    role_warnings,
     settle_heap,
     worker_kinds,
 )
@@ -54,6 +53,23 @@ def build_core(config: Config) -> Core:
     gate = PermitGate(config.settings)
     return Core(gate, {kind: build_worker(config, gate.validate, kind)
                        for kind in worker_kinds(config)})
+
+
+def role_warnings(config: Config) -> list[str]:
+    """A role's max_turns that one of its worker kinds (its own, its fallbacks) cannot
+    enforce, one line each, for the engine to log when it starts."""
+    out = []
+    for role in config.settings.roles.values():
+        for kind in (role.worker, *role.fallback_workers):
+            adapter = ADAPTERS.get(adapter_of(config, kind))
+            if not role.max_turns or adapter is None or adapter.turn_limit == "enforced":
+                continue
+            what = (f"has no turn limit; max_turns {role.max_turns} is not applied"
+                    if adapter.turn_limit is None
+                    else f"only asks the model to stop after max_turns {role.max_turns}")
+            out.append(f"role {role.name}: worker {kind} {what} (max_tool_calls "
+                       f"{role.limits.max_tool_calls} bounds it)")
+    return out
 
 
 def build_worker(config: Config, validate: Callable[[Permit], None],

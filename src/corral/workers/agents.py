@@ -84,17 +84,18 @@ def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None,
     return found
 
 
+def mcp_secrets(role: RoleSpec | None) -> list[str]:
+    """What a role's MCP servers' `env` and `headers` hold under secret-looking names (an
+    `Authorization` header included)."""
+    return [v for server in (role.mcp_servers.values() if role else ())
+            for table in ("env", "headers") for k, v in (server.get(table) or {}).items()
+            if SECRET_NAME.search(k) or k.lower() == "authorization"]
+
+
 def secret_values(spec: WorkerSpec, adapter: type[AgentWorker] | None,
                   options: Mapping[str, Any], role: RoleSpec | None) -> list[str]:
-    """Every value an agent attempt's logs, traces and evaluations must not show: its secret
-    variables, and what its MCP servers' `env` and `headers` hold under secret-looking names
-    (an `Authorization` header included)."""
-    found = list(secret_env(spec, adapter, options).values())
-    for server in (role.mcp_servers.values() if role else ()):
-        for table in ("env", "headers"):
-            found += [v for k, v in (server.get(table) or {}).items()
-                      if SECRET_NAME.search(k) or k.lower() == "authorization"]
-    return found
+    """Every value an agent attempt's logs, traces and evaluations must not show."""
+    return [*secret_env(spec, adapter, options).values(), *mcp_secrets(role)]
 
 
 @functools.cache
@@ -118,6 +119,9 @@ class AgentWorker(ABC):
     default_binary = ""
     graceful = "TERM"
     api_key_envs: tuple[str, ...] = ()
+    # What the CLI makes of a role's max_turns: "enforced", "advisory" (the model is told to
+    # stop), or None (no turn limit at all)
+    turn_limit: str | None = "enforced"
 
     def __init__(self, validate: Callable[[Permit], None], spec: WorkerSpec,
                  roles: Mapping[str, RoleSpec], data_dir: Path) -> None:
@@ -197,8 +201,7 @@ class AgentWorker(ABC):
         # The rest of what must be redacted goes to the runner in a private file it reads and
         # deletes at once, so it does not reach the CLI's (and its tools') environment.
         redact = attempt_dir / "redact.json"
-        extra = [v for v in secret_values(self.spec, type(self), job.options, ctx.role)
-                 if v not in secrets.values()]
+        extra = [v for v in mcp_secrets(ctx.role) if v not in secrets.values()]
         if extra:
             fd = os.open(redact, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -392,7 +395,7 @@ def _codex_mcp(servers: Mapping[str, Mapping[str, Any]], scope: Scope
     is switched to `approve`: the PreToolUse hook (the engine) decides each one. A server the
     scope names tool by tool gets `enabled_tools`, so Codex cannot even find the others."""
     named: dict[str, list[str]] = {}
-    for rule in scope.mcp_rules():
+    for rule in scope.mcp_rules:
         if len(rule) == 2:
             named.setdefault(rule[0].lower(), []).append(rule[1])
     out: dict[str, Any] = {}
@@ -416,6 +419,7 @@ class CodexWorker(AgentWorker):
     default_binary = "codex"
     graceful = "TERM"
     api_key_envs = ("OPENAI_API_KEY", "CODEX_API_KEY")
+    turn_limit = None  # no max-turns flag (reference §3.1)
 
     def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
         hook = {"type": "command", "command": ctx.hook_command(),
@@ -501,6 +505,7 @@ OPENCODE_GATES: dict[str, tuple[str, ...]] = {
     **{name: (name,) for name in (
         "bash", "read", "glob", "grep", "list", "task", "skill", "lsp", "todoread", "todowrite",
         "webfetch", "websearch", "codesearch", "question")}}
+_OPENCODE_TOOLS = json.dumps(sorted({t for tools in OPENCODE_GATES.values() for t in tools}))
 
 
 def opencode_permission(scope: Scope, operator: Any, servers: Sequence[str] = ()
@@ -512,13 +517,12 @@ def opencode_permission(scope: Scope, operator: Any, servers: Sequence[str] = ()
     opens `wandb_*`."""
     spelled = {name.lower(): name for name in servers}
     gates = dict(OPENCODE_GATES)
-    for rule in scope.rules:  # a tool OpenCode gained after this table is offered by name
-        name = rule.split("(", 1)[0].strip().lower()
-        if name and not name.startswith("mcp__"):
+    for name in map(str.lower, scope_tools(scope.rules)):  # a tool newer than the table
+        if not name.startswith("mcp__"):
             gates.setdefault(name, (name,))
     offered = [g for g, tools in gates.items() if any(scope.offers(t) for t in tools)]
     offered += ["_".join((spelled.get(rule[0].lower(), rule[0]), *rule[1:]))
-                + ("_*" if len(rule) == 1 else "") for rule in scope.mcp_rules()]
+                + ("_*" if len(rule) == 1 else "") for rule in scope.mcp_rules]
     rules = operator if isinstance(operator, Mapping) else {}
     default = operator if isinstance(operator, str) else rules.get("*", "allow")
     permission: dict[str, Any] = {"*": "deny", **{gate: default for gate in offered}}
@@ -559,6 +563,7 @@ class OpenCodeWorker(AgentWorker):
     default_binary = "opencode"
     graceful = "TERM"  # `run` ignores SIGINT (reference §4.4)
     api_key_envs = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+    turn_limit = "advisory"  # the agent's `steps`
 
     def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
         config_home = ctx.home / "config"
@@ -576,11 +581,9 @@ class OpenCodeWorker(AgentWorker):
         if mcp := {**(config.get("mcp") or {}), **opencode_mcp(ctx.mcp_servers)}:
             config["mcp"] = mcp
         config["permission"] = opencode_permission(ctx.scope, config.get("permission"), list(mcp))
-        servers = sorted(mcp, key=len, reverse=True)
-        builtin = sorted({t for tools in OPENCODE_GATES.values() for t in tools})
         (opencode / "plugin" / "corral.js").write_text(_PLUGIN % {
-            "hook": json.dumps(ctx.hook), "mcp": json.dumps(servers),
-            "builtin": json.dumps(builtin)})
+            "hook": json.dumps(ctx.hook), "mcp": json.dumps(sorted(mcp, key=len, reverse=True)),
+            "builtin": _OPENCODE_TOOLS})
         if ctx.role.max_turns:  # OpenCode's step limit: at the last step the model is told to
             # stop and summarise (it is not enforced; max_tool_calls is the hard bound)
             agents = dict(config.get("agent") or {})
