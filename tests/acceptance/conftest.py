@@ -117,10 +117,3 @@ def corral(tmp_path: Path) -> Iterator[Corral]:
         c.stop_all()
 
 
-def alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False

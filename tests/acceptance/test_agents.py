@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from corral.workers.process import descendants
+from corral.workers.proctab import descendants
 from tests.acceptance.conftest import Corral, alive
 from tests.agentmock import AnthropicMock, tool_names
 from tests.helpers import eventually

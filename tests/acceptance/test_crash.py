@@ -6,7 +6,8 @@ import os
 import signal
 from pathlib import Path
 
-from tests.acceptance.conftest import Corral, alive
+from corral.workers.proctab import alive
+from tests.acceptance.conftest import Corral
 from tests.helpers import eventually
 
 

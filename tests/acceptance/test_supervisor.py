@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from corral.runtime.control import poke
-from tests.acceptance.conftest import CONFIG, CORRAL, Corral, alive
+from corral.workers.proctab import alive
+from tests.acceptance.conftest import CONFIG, CORRAL, Corral
 from tests.helpers import eventually
 
 FAST_CORE = CONFIG + """\

@@ -116,6 +116,9 @@ class FakeHandle:
     def stop(self, *, now_kill: bool = False) -> None:  # pragma: no cover
         raise AssertionError("not used")
 
+    def survivors(self) -> list[int]:  # pragma: no cover
+        raise AssertionError("not used")
+
 
 class FakeAdapter:
     """A worker adapter that starts nothing: it checks the permit and records the start."""

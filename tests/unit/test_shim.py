@@ -21,11 +21,11 @@ from corral.workers.process import (
     ProbeState,
     ShimProcess,
     ShimResult,
-    descendants,
     probe,
     read_result,
     spawn,
 )
+from corral.workers.proctab import alive, descendants, read_stat
 from tests.helpers import eventually
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
@@ -40,20 +40,13 @@ def wait(proc: ShimProcess, timeout: float = 10.0) -> ShimResult:
     return anyio.run(main)
 
 
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
-
-
 def read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
 def comm(pid: int) -> str:
-    return read(Path(f"/proc/{pid}/comm")).strip()
+    stat = read_stat(pid)
+    return stat.comm if stat else ""
 
 
 @pytest.fixture
@@ -216,9 +209,9 @@ def at_least(n: int, pids: list[int]) -> list[int] | None:
     return pids if len(pids) >= n else None
 
 
-def sid(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_bytes()
-    return int(stat[stat.rindex(b")") + 2 :].split()[3])
+def sid(pid: int) -> int | None:
+    stat = read_stat(pid)
+    return stat.sid if stat else None
 
 
 def test_terminate_kills_every_descendant_even_in_other_sessions(
@@ -238,12 +231,10 @@ def test_terminate_kills_every_descendant_even_in_other_sessions(
         """The whole tree, once the double fork's middle process is gone and its orphan has
         been reparented to the shim (under load that takes a moment)."""
         tree = at_least(4, descendants(proc.pid))
-        try:
-            orphaned = tree and any(
-                int(read(Path(f"/proc/{p}/stat")).rsplit(")", 1)[1].split()[1]) == proc.pid
-                for p in tree if p != child_pid)  # fmt: skip
-        except (FileNotFoundError, ProcessLookupError):
+        stats = [read_stat(p) for p in tree or ()]
+        if not tree or None in stats:
             return None  # a process of the tree was mid-exit: look again
+        orphaned = any(s.ppid == proc.pid for s in stats if s and s.pid != child_pid)
         return tree if orphaned else None
 
     tree = eventually(settled, what="the whole tree, an orphan reparented to the shim")

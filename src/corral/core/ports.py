@@ -365,6 +365,9 @@ class AttemptHandle(Protocol):
     def stop(self, *, now_kill: bool = False) -> None:
         """Ask the attempt to stop: graceful signal, then the whole tree after the grace."""
 
+    def survivors(self) -> list[int]:
+        """After `wait`: processes of the attempt still alive although it was stopped (ghosts)."""
+
 
 class WorkerAdapter(Protocol):
     """Runs attempts of one worker kind (DESIGN.md §Vocabulary: start, events, cancel, result)."""

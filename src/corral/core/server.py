@@ -251,7 +251,7 @@ class CoreServer:
         self.running.pop(claimed.job.id, None)
         self._log_sizes.pop(claimed.job.id, None)
         if result.outcome is not Outcome.EXITED:
-            ghosts = _survivors(claimed.attempt.dir)
+            ghosts = handle.survivors()
             if ghosts:  # stopped, yet its process is still there: a ghost (seed 004 §11.1)
                 self.core.note_ghosts(claimed.job.id, ghosts, self.clock())
         await self._completed(claimed, result, None)
@@ -268,21 +268,6 @@ class CoreServer:
                          "attempt_id": c.attempt.id, "result": p.result_out(result),
                          "saturated": self._saturated()})
         await self._flush_events()  # what this result changed (a breaker …) follows it at once
-
-
-def _survivors(attempt_dir: str) -> list[int]:
-    """The job's own process, if it outlived the stop and its grace (not a zombie)."""
-    try:
-        with open(os.path.join(attempt_dir, "child.pid")) as f:
-            pid = int(f.read())
-        with open(os.path.join(attempt_dir, "shim.pid")) as f:
-            shim = int(f.read())
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, ValueError, IndexError):
-        return []
-    # still in the shim's session (not a new process that reused the pid), and not a zombie
-    return [pid] if fields[3] == str(shim) and fields[0] not in ("Z", "X") else []
 
 
 def _log_size(attempt_dir: str) -> int:

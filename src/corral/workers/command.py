@@ -8,7 +8,7 @@ from pathlib import Path
 
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.states import Outcome
-from corral.workers import process
+from corral.workers import process, proctab
 from corral.workers.process import ShimProcess, ShimResult
 
 # The environment a job starts from; everything else of the engine's own environment (database
@@ -61,6 +61,20 @@ class ShimAttempt:
             self.proc.kill_now()
         else:
             self.proc.terminate()
+
+    def survivors(self) -> list[int]:
+        return survivors(self.proc.attempt_dir)
+
+
+def survivors(attempt_dir: Path) -> list[int]:
+    """The job's own process, if it outlived its shim's stop (not a zombie, and still in the
+    shim's session, so not a newcomer that reused the pid)."""
+    try:
+        child, shim = (int((attempt_dir / name).read_text()) for name in ("child.pid", "shim.pid"))
+    except (OSError, ValueError):
+        return []
+    stat = proctab.read_stat(child)
+    return [child] if stat is not None and stat.live and stat.sid == shim else []
 
 
 def job_env(job: Job, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -36,7 +36,6 @@ __all__ = [
     "ShimProcess",
     "ShimReason",
     "ShimResult",
-    "descendants",
     "hook_path",
     "native_binary",
     "probe",
@@ -456,39 +455,3 @@ def probe(attempt_dir: Path) -> ProbeResult:
         if time.monotonic() >= give_up:
             raise WorkerError(f"{lock_path} is held but no live shim wrote {SHIM_PID}")
         time.sleep(0.01)
-
-
-# --------------------------------------------------------------------------- process tree
-
-
-def _stat(pid: int) -> tuple[int, str] | None:
-    """(ppid, state) of a process, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-        # comm (field 2) may hold spaces and parentheses: the fields we want follow the LAST ')'.
-        fields = raw[raw.rindex(b")") + 2 :].split()
-        return int(fields[1]), fields[0].decode()
-    except (OSError, ValueError, IndexError):  # gone (or hidden) meanwhile
-        return None
-
-
-def descendants(pid: int) -> list[int]:
-    """Live (non-zombie) processes whose parent chain leads to `pid`, by a walk of /proc."""
-    parent: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        info = _stat(int(name))
-        if info is not None and info[1] not in ("Z", "X"):
-            parent[int(name)] = info[0]
-    children: dict[int, list[int]] = {}
-    for child, ppid in parent.items():
-        children.setdefault(ppid, []).append(child)
-    found: list[int] = []
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            found.append(child)
-            stack.append(child)
-    return sorted(found)
