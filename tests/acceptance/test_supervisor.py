@@ -95,9 +95,8 @@ def test_the_core_speaks_json_lines_and_survives_bad_input(corral: Corral,
         core.send({"type": "submit_job", "id": 11, "job": job, "attempt": attempt,
                    "permit": forged})
         refused = core.recv()
-        assert refused["type"] == "job_completed" and refused["id"] == 11
-        assert refused["result"]["outcome"] == "spawn_error"
-        assert "forged" in refused["result"]["error"]
+        assert refused["type"] == "rejected" and refused["id"] == 11
+        assert refused["reason"] == "PERMIT_FORGED" and "forged" in refused["message"]
         assert not (tmp_path / "attempt").exists()
         core.send({"type": "submit_job", "id": 12, "job": job, "attempt": attempt,
                    "permit": granted["permit"]})
