@@ -153,21 +153,51 @@ def test_a_stopped_core_misses_heartbeats_and_is_replaced(tmp_path: Path) -> Non
         c.stop_all()
 
 
+def _crash_loop(c: Corral) -> None:
+    """Kill the core until the supervisor gives up (budget: 3 restarts in the window)."""
+    for _ in range(4):
+        pid = eventually(lambda: _ping(c).get("core_pid"), what="a core")
+        os.kill(pid, signal.SIGKILL)
+        eventually(lambda p=pid: _ping(c).get("core_pid") not in (None, p)
+                   or _ping(c).get("core_given_up"), what="the supervisor to react")
+    assert eventually(lambda: _ping(c).get("core_given_up"), what="the supervisor to give up")
+
+
 def test_a_crash_loop_spends_the_restart_budget_and_escalates(tmp_path: Path) -> None:
     c = Corral(tmp_path, FAST_CORE)
     try:
         c.serve()
-        for _ in range(4):  # budget: 3 restarts in the window
-            pid = eventually(lambda: _ping(c).get("core_pid"), what="a core")
-            os.kill(pid, signal.SIGKILL)
-            eventually(lambda p=pid: _ping(c).get("core_pid") not in (None, p)
-                       or _ping(c).get("core_given_up"), what="the supervisor to react")
-        assert eventually(lambda: _ping(c).get("core_given_up"), what="the supervisor to give up")
+        _crash_loop(c)
         assert "restart budget spent" in c.engine_log()
         escalations = json.loads(c.ok("escalations", "list", "--json"))
         assert [(e["scope"], e["reason"]) for e in escalations] == [("global",
                                                                     "core_crash_loop")]
         job_id = c.submit("true")
         assert c.wait(job_id, timeout=1.5) == 124, "no new work is started after giving up"
+    finally:
+        c.stop_all()
+
+
+def test_clearing_a_crash_loop_brings_the_core_back_and_work_runs(tmp_path: Path) -> None:
+    c = Corral(tmp_path, FAST_CORE)
+    try:
+        c.serve()
+        _crash_loop(c)
+        status = c.ok("status")
+        assert "core not running" in status and "escalations clear" in status
+        assert _ping(c)["core_pid"] is None, "no dead core's pid shown as if it ran"
+        waiting = c.submit("true")
+        [escalation] = json.loads(c.ok("escalations", "list", "--json"))
+        cleared = json.loads(c.ok("escalations", "clear", escalation["id"], "--json"))
+        assert cleared["cleared"] is True and cleared["core"]["restart_budget"] == 3
+        eventually(lambda: _ping(c).get("core_connected"), what="the core back")
+        assert c.wait(waiting) == 0, "the job that waited through the crash loop runs"
+        assert c.wait(c.submit("true")) == 0, "and new work runs"
+        assert json.loads(c.ok("escalations", "list", "--json")) == []
+        pid = _ping(c)["core_pid"]
+        assert pid and alive(pid)
+        os.kill(pid, signal.SIGKILL)  # the budget is fresh: a crash is a restart again
+        eventually(lambda: _ping(c).get("core_pid") not in (None, pid), what="a restart")
+        assert not _ping(c)["core_given_up"]
     finally:
         c.stop_all()
