@@ -449,7 +449,7 @@ class Dispatcher:
         events = [JobEvent(job_id=c.job.id, at=now, kind="attempt_ended", attempt=c.attempt.index,
                            message=result.describe(),
                            data={"outcome": result.outcome.value, "exit_code": result.exit_code,
-                                 "signal": result.signal})]
+                                 "signal": result.signal, "cost_usd": result.cost_usd})]
         await self._write(finished=Finish(attempt=c.attempt, result=result, job_state=d.state,
                                           retry_at=d.retry_at, error=d.error, events=events))
         if d.retry_at is not None:
