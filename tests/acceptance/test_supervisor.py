@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from corral.runtime.control import poke
-from tests.acceptance.conftest import CONFIG, CORRAL, Corral, alive
+from tests.acceptance.conftest import CONFIG, Corral, alive
+from tests.acceptance.corewire import CoreProcess
+from tests.acceptance.corewire import job as _job
 from tests.helpers import eventually
 
 FAST_CORE = CONFIG + """\
@@ -22,44 +22,6 @@ core:
   max_restarts: 3
   restart_window_s: 60
 """
-
-
-class CoreProcess:
-    """`corral core` driven over its stdio, as another scheduler would."""
-
-    def __init__(self, c: Corral) -> None:
-        self.proc = subprocess.Popen([CORRAL, "core"], env=c.env(), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.buf = b""
-
-    def send_raw(self, data: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def send(self, msg: dict[str, Any]) -> None:
-        self.send_raw(json.dumps(msg).encode() + b"\n")
-
-    def recv(self, timeout: float = 10) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self.buf:
-            ready, _, _ = select.select([fd], [], [], timeout)
-            assert ready, "the core did not answer"
-            chunk = os.read(fd, 65536)
-            assert chunk, "the core closed stdout"
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        msg: dict[str, Any] = json.loads(line)
-        return msg
-
-
-def _job(job_id: str, cwd: str, command: list[str]) -> dict[str, Any]:
-    return {"id": job_id, "state": "QUEUED", "role": "default", "worker": "command",
-            "env_name": "local", "priority": 2, "tenant": "t", "command": command,
-            "cwd": cwd, "env": {}, "options": {},
-            "limits": {"max_attempts": 1, "timeout_s": 30, "grace_s": 1},
-            "created_at": 1.0, "updated_at": 1.0, "sort_at": 1.0}
 
 
 def test_the_core_speaks_json_lines_and_survives_bad_input(corral: Corral,

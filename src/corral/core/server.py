@@ -22,7 +22,7 @@ from anyio.abc import TaskGroup
 
 from corral.core import protocol as p
 from corral.core.gateway import Core
-from corral.core.permits import Rejected
+from corral.core.permits import PERMIT_USED, Rejected
 from corral.core.ports import AttemptHandle
 from corral.core.state import CoreState
 from corral.domain.errors import CorralError, PermitError
@@ -136,17 +136,20 @@ class CoreServer:
         job = p.job_in(p.field(msg, "job", dict))
         claimed = Claimed(job=job, attempt=p.attempt_in(p.field(msg, "attempt", dict)),
                           permit=p.permit_in(p.field(msg, "permit", dict)))
-        if job.id in self.running:
+        running = self.running.get(job.id)
+        if running is not None and running.claimed.permit.id == claimed.permit.id:
+            await self._refuse(msg, claimed, PermitError(
+                f"permit {claimed.permit.id} already started attempt "
+                f"{running.claimed.attempt.index} of job {job.id}, which runs", PERMIT_USED))
+            return
+        if running is not None:
             await self.send({"type": p.ERROR, "id": msg.get("id"),
                              "error": f"job {job.id} already has a running attempt"})
             return
         try:
             handle = self.core.launch(claimed, self.clock())
         except PermitError as err:  # nothing started; the permit's holder keeps its slot
-            await self.send({"type": p.REJECTED, "id": msg.get("id"), "job_id": job.id,
-                             "attempt_id": claimed.attempt.id, "permit_id": claimed.permit.id,
-                             "reason": err.reason, "message": str(err), "final": True,
-                             "saturated": self._saturated()})
+            await self._refuse(msg, claimed, err)
             return
         except CorralError as err:
             result = AttemptResult(outcome=Outcome.SPAWN_ERROR, error=str(err))
@@ -156,6 +159,13 @@ class CoreServer:
         await self.send({"type": p.JOB_STARTED, "id": msg.get("id"), "job_id": job.id,
                          "attempt_id": claimed.attempt.id, "pid": handle.pid})
         self._watch(claimed, handle)
+
+    async def _refuse(self, msg: dict[str, Any], c: Claimed, err: PermitError) -> None:
+        """A `submit_job` whose permit does not authorise that attempt: nothing started."""
+        await self.send({"type": p.REJECTED, "id": msg.get("id"), "job_id": c.job.id,
+                         "attempt_id": c.attempt.id, "permit_id": c.permit.id,
+                         "reason": err.reason, "message": str(err), "final": True,
+                         "saturated": self._saturated()})
 
     async def _adopt(self, msg: dict[str, Any]) -> None:
         job = p.job_in(p.field(msg, "job", dict))
