@@ -1,5 +1,6 @@
 """The core's own count of a job's attempts: max attempts, the per-attempt timeout and the retry
-budget across time and cost (seed 004 §8.1), which no scheduler policy can override.
+budget across time and cost, which no scheduler policy can override
+(docs/reference/core-protocol.md, "What an attempt may be").
 
 The scheduler says which attempt it asks a permit for; the core does not take its word for how
 many ran. It remembers, per job, the attempts it started (the highest index, when the first

@@ -47,7 +47,7 @@ GLOBAL_SHED = "GLOBAL_SHED"  # the watchdog sheds low-priority work
 FATAL_MODE = "FATAL_MODE"  # an escalation isolates the kind, locks the workspace or stops all
 DUPLICATE_PERMIT = "DUPLICATE_PERMIT"  # the job already holds a live permit
 BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"  # a concurrency cap (maybe throttled) or cost allowance
-# The attempt itself is past the core's bounds (seed 004 §8.1); all final: asking again is futile.
+# The attempt itself is past the core's bounds (core/attempts.py); final: asking again is futile.
 MAX_ATTEMPTS = "MAX_ATTEMPTS"  # the index is past the job's max_attempts (or the role's ceiling)
 ATTEMPT_REPEATED = "ATTEMPT_REPEATED"  # this core already started that attempt (or a later one)
 TIMEOUT_TOO_LONG = "TIMEOUT_TOO_LONG"  # the per-attempt timeout is past the role's ceiling

@@ -34,7 +34,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryBudget:
-    """The core's own bounds on a job's attempts, whatever the scheduler asks (seed 004 §8.1).
+    """The core's own bounds on a job's attempts, whatever the scheduler asks.
 
     A job's own `limits.max_attempts` always binds; these are ceilings over what any job of the
     role may ask, and the budget across time and cost of all its attempts together (None: no
