@@ -130,13 +130,21 @@ def test_a_refused_submit_reaches_the_scheduler_as_an_attempt_that_never_ran() -
             misused = await link.submit(Claimed(job=other, attempt=_attempt(other, permit),
                                                 permit=permit))
             assert isinstance(misused, AttemptResult)
-            assert misused.outcome is Outcome.SPAWN_ERROR
+            assert misused.outcome is Outcome.LOST, "nothing started: retried within bounds"
             assert misused.error is not None and "(PERMIT_WRONG_JOB)" in misused.error
             now[0] = 1005.0  # its deadline passed before the scheduler used it
             late = await link.submit(Claimed(job=j, attempt=_attempt(j, permit), permit=permit))
-            assert isinstance(late, AttemptResult) and late.outcome is Outcome.TIMED_OUT
-            assert late.limit_hit == "max_duration_s" and "PERMIT_EXPIRED" in (late.error or "")
+            assert isinstance(late, AttemptResult) and late.outcome is Outcome.LOST
+            assert "PERMIT_EXPIRED" in (late.error or "")
             assert worker.handles == {}, "nothing started"
+            other_job = job(id="j3", role="default")
+            used = await link.request_permit(other_job, 1)
+            assert isinstance(used, Permit)
+            c = Claimed(job=other_job, attempt=_attempt(other_job, used), permit=used)
+            assert isinstance(await link.submit(c), int)
+            twice = await link.submit(c)  # something runs under it: never retried
+            assert isinstance(twice, AttemptResult) and twice.outcome is Outcome.SPAWN_ERROR
+            assert len(worker.handles) == 1
             await link.cancel("j1")  # no running attempt: answered, and nobody waits on it
             assert not link.errors
             tg.cancel_scope.cancel()

@@ -18,7 +18,7 @@ from anyio.abc import TaskGroup
 
 from corral.core import protocol as p
 from corral.core.gateway import Core
-from corral.core.permits import PERMIT_EXPIRED, Rejected
+from corral.core.permits import PERMIT_USED, Rejected
 from corral.core.server import CoreServer
 from corral.domain.errors import CorralError
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
@@ -166,7 +166,6 @@ class CoreLink:
             self._results.pop(job_id, None)
             return p.result_in(reply["result"])
         if reply["type"] == p.REJECTED:  # the permit does not authorise it: nothing started
-            self._results.pop(job_id, None)
             return refused_result(str(reply.get("reason")), str(reply.get("message", "")))
         return int(reply["pid"])
 
@@ -191,11 +190,12 @@ class CoreLink:
 
 
 def refused_result(reason: str, message: str) -> AttemptResult:
-    """What a refused `submit_job` means for the attempt the scheduler recorded: it never ran.
-    Its permit's deadline passing first is a timeout; anything else is a start that failed."""
-    outcome = Outcome.TIMED_OUT if reason == PERMIT_EXPIRED else Outcome.SPAWN_ERROR
-    return AttemptResult(outcome=outcome, error=f"permit refused ({reason}): {message}",
-                         limit_hit="max_duration_s" if outcome is Outcome.TIMED_OUT else None)
+    """What a refused `submit_job` means for the attempt the scheduler recorded: nothing started
+    for it, so it is lost and retried within the job's bounds (a permit from a core that died
+    meanwhile, one that expired while the store was slow). Only a permit that already started
+    an attempt is a failure: something may be running under it, so nothing is retried."""
+    outcome = Outcome.SPAWN_ERROR if reason == PERMIT_USED else Outcome.LOST
+    return AttemptResult(outcome=outcome, error=f"permit refused ({reason}): {message}")
 
 
 def connect_local(link: CoreLink, core: Core, tg: TaskGroup,
