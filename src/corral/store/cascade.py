@@ -47,8 +47,8 @@ def on_end(parent: Job, ended: JobState, message: str) -> tuple[str, str] | None
 
 def refuses_children(parent: Job) -> str | None:
     """Why a job may not submit children now (it is being stopped, or was), else None."""
-    if parent.cancel_requested is not None:
-        return f"parent {parent.id} is being stopped ({parent.cancel_requested})"
     if parent.state in _CASCADE:
         return f"parent {parent.id} ended {parent.state.value}"
+    if parent.cancel_requested is not None:
+        return f"parent {parent.id} is being stopped ({parent.cancel_requested})"
     return None
