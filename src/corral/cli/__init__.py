@@ -430,7 +430,7 @@ def workspaces(as_json: JsonOpt = False, data_dir: DataDir = None,
 
 @app.command()
 def events(kind: Annotated[str | None, typer.Option(
-               "--kind", help="breaker, defense or escalation (default: all).")] = None,
+               "--kind", help="breaker, defense, escalation or permit (default: all).")] = None,
            limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
            as_json: JsonOpt = False, data_dir: DataDir = None,
            config: ConfigOpt = None) -> None:

@@ -295,10 +295,12 @@ class Engine:
 
     def _on_core_event(self, msg: dict[str, Any]) -> None:
         event = msg.get("event") or {}
-        if event.get("kind") in ("breaker", "escalation", "defense"):
-            log.warning("core %s %s %s: %s", event.get("kind"), event.get("name"),
+        kind = event.get("kind")
+        if kind in ("breaker", "escalation", "defense", "permit"):
+            log.warning("core %s %s %s: %s", kind, event.get("name"),
                         event.get("state"), event.get("message"))
-            self._state_changed.set()
+            if kind != "permit":  # a lapsed permit changes nothing a restarted core resumes
+                self._state_changed.set()
             self._events.append(event)  # refusals are counted by the core and kept per job
 
     async def _record_core_events(self) -> None:
