@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 from collections import Counter, OrderedDict
 from collections.abc import Mapping
@@ -82,21 +81,13 @@ class Grant:
     deadline_at: float | None = None  # None: now + the job's timeout
 
 
-def job_fingerprint(job: Job) -> str:
+def job_fingerprint(job: Job) -> tuple[Any, ...]:
     """What a permit is bound to besides the job's id: everything that decides what runs and what
-    it is charged to. Bookkeeping (state, attempts, times) is left out, and so is the agent
-    session the scheduler adds after the permit (`resume_session`)."""
+    it is charged to, compared by value. Bookkeeping (state, attempts, times) is left out, and so
+    is the agent session the scheduler adds after the permit (`resume_session`)."""
     options = {k: v for k, v in job.options.items() if k != "resume_session"}
-    return json.dumps([job.id, job.role, job.worker, job.env_name, job.tenant, list(job.command),
-                       job.prompt, job.cwd, dict(job.env), options, job.workspace,
-                       _limits(job)], sort_keys=True, default=str)
-
-
-def _limits(job: Job) -> dict[str, Any]:
-    lim = job.limits
-    return {"max_attempts": lim.max_attempts, "timeout_s": lim.timeout_s,
-            "grace_s": lim.grace_s, "max_tool_calls": lim.max_tool_calls,
-            "token_budget_in": lim.token_budget_in, "token_budget_out": lim.token_budget_out}
+    return (job.id, job.role, job.worker, job.env_name, job.tenant, tuple(job.command),
+            job.prompt, job.cwd, dict(job.env), options, job.workspace, job.limits)
 
 
 class PermitGate:
@@ -111,7 +102,7 @@ class PermitGate:
         self._key = os.urandom(32)
         self._live: dict[str, Permit] = {}
         self._unused: dict[str, Permit] = {}  # live and not yet used: these can lapse
-        self._bound: dict[str, str] = {}  # permit id → fingerprint of the job it is for
+        self._bound: dict[str, tuple[Any, ...]] = {}  # permit id → the job it is for
         self._spent: OrderedDict[str, str] = OrderedDict()  # ended permit id → how it ended
         self._by_job: dict[str, str] = {}
         self._held: Counter[tuple[str, str]] = Counter()
