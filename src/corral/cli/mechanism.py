@@ -89,6 +89,15 @@ def _say(as_json: bool, data: dict[str, Any], text: str) -> None:
     typer.echo(json.dumps(data) if as_json else text)
 
 
+def _clear(data_dir: Path, escalation: str, as_json: bool) -> None:
+    answer = ask_engine(data_dir, "clear_escalation", escalation=escalation)
+    cleared, core = answer.get("result"), answer.get("core")
+    data: dict[str, Any] = {"escalation": cleared, "cleared": True}
+    if core is not None:  # a core crash loop: whether the core is back
+        data["core"] = core
+    _say(as_json, data, cleared_text(str(cleared), core))
+
+
 def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     """Add the mechanism commands to the `corral` app."""
     breakers = typer.Typer(help="Circuit breakers per worker kind and provider: state, history, "
@@ -131,10 +140,7 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     def escalations_clear(escalation: Annotated[str, typer.Argument(help="Escalation id.")],
                           data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
         """End an escalation: its action (isolation, workspace lock, safe stop) is lifted."""
-        answer = ask_engine(resolve(data_dir), "clear_escalation", escalation=escalation)
-        cleared, core = answer.get("result"), answer.get("core")
-        _say(as_json, {"escalation": cleared, "cleared": True, "core": core},
-             cleared_text(str(cleared), core))
+        _clear(resolve(data_dir), escalation, as_json)
 
     @app.command("status")
     def status(data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
