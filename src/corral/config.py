@@ -27,6 +27,7 @@ from corral.domain.settings import (
     OversightSpec,
     ProviderSpec,
     RateSpec,
+    RetryBudget,
     RetryPolicy,
     RoleSpec,
     SchedulerSpec,
@@ -73,6 +74,15 @@ class RateModel(_Strict):
     burst: int = Field(1, ge=1)  # tokens held at most (a full bucket at start)
 
 
+class RetryBudgetModel(_Strict):
+    """The core's own bounds on a role's jobs' attempts (null: none of that kind)."""
+
+    max_attempts: int | None = Field(None, ge=1, le=100)
+    max_timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    window_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    cost_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
+
+
 class RoleModel(_Strict):
     description: str = ""
     worker: str = "command"
@@ -90,6 +100,8 @@ class RoleModel(_Strict):
     rate: RateModel | None = None
     workspace_policy: Literal["reject", "coalesce", "serialize"] = "serialize"
     max_recursion_depth: int = Field(5, ge=0, le=100)
+    retry_budget: RetryBudgetModel = RetryBudgetModel()
+    detached: bool = False  # jobs of this role outlive the job that submitted them
 
 
 class EnvModel(_Strict):
@@ -342,6 +354,7 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         fallback_workers=tuple(m.fallback_workers), rate=_rate(m.rate),
         workspace_policy=WorkspacePolicy(m.workspace_policy),
         max_recursion_depth=m.max_recursion_depth,
+        retry_budget=RetryBudget(**m.retry_budget.model_dump()), detached=m.detached,
         limits=Limits(**m.limits.model_dump()), model=m.model, max_turns=m.max_turns,
         mcp_servers=mcp_servers, cost_estimate_usd=m.cost_estimate_usd,
         requires_approval=m.requires_approval,
@@ -359,6 +372,8 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             Scope.parse(role.tools)
         except ValueError as err:
             raise ConfigError(f"{source}: roles.{name}.tools: {err}") from None
+    for name, role in roles.items():
+        _check_budget(name, role, source)
     roles.setdefault(model.default_role, RoleSpec(name=model.default_role))
     envs = {name: EnvSpec(name=name, kind=m.kind, address=m.address,
                           max_inflight=m.max_inflight, max_queued=m.max_queued)
@@ -385,6 +400,17 @@ def resolve(model: ConfigModel, source: str) -> Settings:
     if settings.guardrails_file is not None:  # a rules file that does not load is a config error
         guardrails_of(settings, source)
     return settings
+
+
+def _check_budget(name: str, role: RoleSpec, source: str) -> None:
+    """A role whose default limits its own retry budget refuses would deny every job."""
+    b, lim = role.retry_budget, role.limits
+    if b.max_attempts is not None and lim.max_attempts > b.max_attempts:
+        raise ConfigError(f"{source}: roles.{name}.limits.max_attempts: {lim.max_attempts} is "
+                          f"more than retry_budget.max_attempts {b.max_attempts}")
+    if b.max_timeout_s is not None and lim.timeout_s > b.max_timeout_s:
+        raise ConfigError(f"{source}: roles.{name}.limits.timeout_s: {lim.timeout_s:g} is more "
+                          f"than retry_budget.max_timeout_s {b.max_timeout_s:g}")
 
 
 def guardrails_of(settings: Settings, source: str = "corral.yaml") -> Guardrails:

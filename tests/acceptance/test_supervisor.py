@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from corral.runtime.control import poke
 from corral.workers.proctab import alive
-from tests.acceptance.conftest import CONFIG, CORRAL, Corral
+from tests.acceptance.conftest import CONFIG, Corral
+from tests.acceptance.corewire import CoreProcess
+from tests.acceptance.corewire import job as _job
 from tests.helpers import eventually
 
 FAST_CORE = CONFIG + """\
@@ -23,44 +23,6 @@ core:
   max_restarts: 3
   restart_window_s: 60
 """
-
-
-class CoreProcess:
-    """`corral core` driven over its stdio, as another scheduler would."""
-
-    def __init__(self, c: Corral) -> None:
-        self.proc = subprocess.Popen([CORRAL, "core"], env=c.env(), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        self.buf = b""
-
-    def send_raw(self, data: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def send(self, msg: dict[str, Any]) -> None:
-        self.send_raw(json.dumps(msg).encode() + b"\n")
-
-    def recv(self, timeout: float = 10) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self.buf:
-            ready, _, _ = select.select([fd], [], [], timeout)
-            assert ready, "the core did not answer"
-            chunk = os.read(fd, 65536)
-            assert chunk, "the core closed stdout"
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        msg: dict[str, Any] = json.loads(line)
-        return msg
-
-
-def _job(job_id: str, cwd: str, command: list[str]) -> dict[str, Any]:
-    return {"id": job_id, "state": "QUEUED", "role": "default", "worker": "command",
-            "env_name": "local", "priority": 2, "tenant": "t", "command": command,
-            "cwd": cwd, "env": {}, "options": {},
-            "limits": {"max_attempts": 1, "timeout_s": 30, "grace_s": 1},
-            "created_at": 1.0, "updated_at": 1.0, "sort_at": 1.0}
 
 
 def test_the_core_speaks_json_lines_and_survives_bad_input(corral: Corral,
@@ -96,9 +58,8 @@ def test_the_core_speaks_json_lines_and_survives_bad_input(corral: Corral,
         core.send({"type": "submit_job", "id": 11, "job": job, "attempt": attempt,
                    "permit": forged})
         refused = core.recv()
-        assert refused["type"] == "job_completed" and refused["id"] == 11
-        assert refused["result"]["outcome"] == "spawn_error"
-        assert "forged" in refused["result"]["error"]
+        assert refused["type"] == "rejected" and refused["id"] == 11
+        assert refused["reason"] == "PERMIT_FORGED" and "forged" in refused["message"]
         assert not (tmp_path / "attempt").exists()
         core.send({"type": "submit_job", "id": 12, "job": job, "attempt": attempt,
                    "permit": granted["permit"]})
@@ -155,21 +116,51 @@ def test_a_stopped_core_misses_heartbeats_and_is_replaced(tmp_path: Path) -> Non
         c.stop_all()
 
 
+def _crash_loop(c: Corral) -> None:
+    """Kill the core until the supervisor gives up (budget: 3 restarts in the window)."""
+    for _ in range(4):
+        pid = eventually(lambda: _ping(c).get("core_pid"), what="a core")
+        os.kill(pid, signal.SIGKILL)
+        eventually(lambda p=pid: _ping(c).get("core_pid") not in (None, p)
+                   or _ping(c).get("core_given_up"), what="the supervisor to react")
+    assert eventually(lambda: _ping(c).get("core_given_up"), what="the supervisor to give up")
+
+
 def test_a_crash_loop_spends_the_restart_budget_and_escalates(tmp_path: Path) -> None:
     c = Corral(tmp_path, FAST_CORE)
     try:
         c.serve()
-        for _ in range(4):  # budget: 3 restarts in the window
-            pid = eventually(lambda: _ping(c).get("core_pid"), what="a core")
-            os.kill(pid, signal.SIGKILL)
-            eventually(lambda p=pid: _ping(c).get("core_pid") not in (None, p)
-                       or _ping(c).get("core_given_up"), what="the supervisor to react")
-        assert eventually(lambda: _ping(c).get("core_given_up"), what="the supervisor to give up")
+        _crash_loop(c)
         assert "restart budget spent" in c.engine_log()
         escalations = json.loads(c.ok("escalations", "list", "--json"))
         assert [(e["scope"], e["reason"]) for e in escalations] == [("global",
                                                                     "core_crash_loop")]
         job_id = c.submit("true")
         assert c.wait(job_id, timeout=1.5) == 124, "no new work is started after giving up"
+    finally:
+        c.stop_all()
+
+
+def test_clearing_a_crash_loop_brings_the_core_back_and_work_runs(tmp_path: Path) -> None:
+    c = Corral(tmp_path, FAST_CORE)
+    try:
+        c.serve()
+        _crash_loop(c)
+        status = c.ok("status")
+        assert "core not running" in status and "escalations clear" in status
+        assert _ping(c)["core_pid"] is None, "no dead core's pid shown as if it ran"
+        waiting = c.submit("true")
+        [escalation] = json.loads(c.ok("escalations", "list", "--json"))
+        cleared = json.loads(c.ok("escalations", "clear", escalation["id"], "--json"))
+        assert cleared["cleared"] is True and cleared["core"]["restart_budget"] == 3
+        eventually(lambda: _ping(c).get("core_connected"), what="the core back")
+        assert c.wait(waiting) == 0, "the job that waited through the crash loop runs"
+        assert c.wait(c.submit("true")) == 0, "and new work runs"
+        assert json.loads(c.ok("escalations", "list", "--json")) == []
+        pid = _ping(c)["core_pid"]
+        assert pid and alive(pid)
+        os.kill(pid, signal.SIGKILL)  # the budget is fresh: a crash is a restart again
+        eventually(lambda: _ping(c).get("core_pid") not in (None, pid), what="a restart")
+        assert not _ping(c)["core_given_up"]
     finally:
         c.stop_all()

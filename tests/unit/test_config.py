@@ -96,3 +96,21 @@ def test_env_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = load()
     assert cfg.data_dir == (tmp_path / "dd").resolve()
     assert cfg.store_url == "postgresql://x@127.0.0.1/db" and cfg.source == EXAMPLE
+
+
+def test_a_roles_retry_budget_and_detached_are_read_and_checked_against_its_limits() -> None:
+    roles = resolve(parse("roles: {r: {detached: true, retry_budget: {max_attempts: 5, "
+                          "max_timeout_s: 600, window_s: 3600, cost_usd: 2.5}, "
+                          "limits: {timeout_s: 600}}}", "c.yaml"), "c.yaml").roles
+    budget = roles["r"].retry_budget
+    assert (budget.max_attempts, budget.max_timeout_s, budget.window_s, budget.cost_usd) == (
+        5, 600.0, 3600.0, 2.5)
+    assert roles["r"].detached and not roles["default"].detached
+    for text, key in (("roles: {r: {retry_budget: {max_attempts: 2}}}",
+                       r"roles\.r\.limits\.max_attempts: 4 is more than retry_budget"),
+                      ("roles: {r: {retry_budget: {max_timeout_s: 60}}}",
+                       r"roles\.r\.limits\.timeout_s: 3600 is more than retry_budget")):
+        with pytest.raises(ConfigError, match=key):
+            resolve(parse(text, "c.yaml"), "c.yaml")
+    with pytest.raises(ConfigError, match=r"roles\.r\.retry_budget\.cost_usd"):
+        parse("roles: {r: {retry_budget: {cost_usd: -1}}}", "c.yaml")

@@ -14,7 +14,7 @@ from corral.core.gateway import Core
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
 from corral.core.server import CoreServer
-from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
+from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Limits, Permit
 from corral.domain.states import AttemptState, Outcome
 from tests.unit.test_dispatcher import SETTINGS, FakeWorker
 from tests.unit.test_retry import job
@@ -111,6 +111,42 @@ def test_a_scheduler_waiting_on_a_result_survives_a_core_restart() -> None:
             assert got[0].outcome is Outcome.EXITED
             assert second.gate.live == 0, "the adopted permit was released by the new core"
             assert worker.handles, "the first core really started the attempt"
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)
+
+
+def test_a_refused_submit_reaches_the_scheduler_as_an_attempt_that_never_ran() -> None:
+    async def main() -> None:
+        core, worker = _core()
+        link = CoreLink()
+        now = [1000.0]
+        j = job(id="j1", role="default", limits=Limits(timeout_s=5.0))
+        async with anyio.create_task_group() as tg:
+            connect_local(link, core, tg, lambda: now[0])
+            permit = await link.request_permit(j, 1)
+            assert isinstance(permit, Permit)
+            other = job(id="j2", role="default", limits=Limits(timeout_s=5.0))
+            misused = await link.submit(Claimed(job=other, attempt=_attempt(other, permit),
+                                                permit=permit))
+            assert isinstance(misused, AttemptResult)
+            assert misused.outcome is Outcome.LOST, "nothing started: retried within bounds"
+            assert misused.error is not None and "(PERMIT_WRONG_JOB)" in misused.error
+            now[0] = 1005.0  # its deadline passed before the scheduler used it
+            late = await link.submit(Claimed(job=j, attempt=_attempt(j, permit), permit=permit))
+            assert isinstance(late, AttemptResult) and late.outcome is Outcome.LOST
+            assert "PERMIT_EXPIRED" in (late.error or "")
+            assert worker.handles == {}, "nothing started"
+            other_job = job(id="j3", role="default")
+            used = await link.request_permit(other_job, 1)
+            assert isinstance(used, Permit)
+            c = Claimed(job=other_job, attempt=_attempt(other_job, used), permit=used)
+            assert isinstance(await link.submit(c), int)
+            twice = await link.submit(c)  # something runs under it: never retried
+            assert isinstance(twice, AttemptResult) and twice.outcome is Outcome.SPAWN_ERROR
+            assert len(worker.handles) == 1
+            await link.cancel("j1")  # no running attempt: answered, and nobody waits on it
+            assert not link.errors
             tg.cancel_scope.cancel()
 
     anyio.run(main)

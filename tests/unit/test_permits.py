@@ -15,14 +15,20 @@ from corral.core.gateway import Core, CoreOptions
 from corral.core.permits import (
     BUDGET_EXHAUSTED,
     DUPLICATE_PERMIT,
+    PERMIT_EXPIRED,
+    PERMIT_FORGED,
+    PERMIT_RELEASED,
+    PERMIT_USED,
+    PERMIT_WRONG_ATTEMPT,
+    PERMIT_WRONG_JOB,
     REASONS,
     PermitGate,
     Rejected,
 )
 from corral.domain.errors import PermitError
-from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
+from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Limits, Permit
 from corral.domain.settings import EnvSpec, RoleSpec, Settings, TenantSpec, WorkerSpec
-from corral.domain.states import AttemptState, Outcome
+from corral.domain.states import AttemptState, JobState, Outcome
 from corral.workers.command import CommandWorker
 from tests.unit.test_retry import job
 
@@ -197,7 +203,9 @@ def test_a_rejection_waits_by_default_and_is_an_event() -> None:
     assert (e.name, e.reason, e.state, e.data["job_id"]) == ("j1", DUPLICATE_PERMIT, "rejected",
                                                              "j1")
     assert set(REASONS) == {"QUEUE_STALL", "CIRCUIT_OPEN", "RATE_LIMIT", "GLOBAL_SHED",
-                            "FATAL_MODE", "DUPLICATE_PERMIT", "BUDGET_EXHAUSTED"}
+                            "FATAL_MODE", "DUPLICATE_PERMIT", "BUDGET_EXHAUSTED",
+                            "MAX_ATTEMPTS", "ATTEMPT_REPEATED", "TIMEOUT_TOO_LONG",
+                            "RETRY_BUDGET_EXHAUSTED"}
 
 
 def test_core_permit_records_what_it_granted() -> None:
@@ -273,3 +281,135 @@ def test_snapshot_is_json() -> None:
     assert snap["breakers"][0]["name"] == "worker:command"
     assert snap["watchdog"]["stage_name"] == "normal"
     assert snap["budgets"]["costs"]["t"]["spent_usd"] == 0.5
+
+
+# ---- one permit, one attempt: of its own job, once, before its deadline -------------------
+
+
+def _attempt(permit: Permit, j: Job, *, index: int | None = None,
+             permit_id: str | None = None, job_id: str | None = None) -> Attempt:
+    return Attempt(id="a", job_id=job_id or j.id,
+                   index=permit.attempt_index if index is None else index,
+                   state=AttemptState.STARTING, permit_id=permit_id or permit.id,
+                   deadline_at=permit.deadline_at, created_at=NOW, dir="/nonexistent",
+                   engine_id="e")
+
+
+def _misuse(core: Core, permit: Permit, j: Job, case: str) -> tuple[Job, Attempt]:
+    """The job and attempt a scheduler presents with `permit` in each misuse case."""
+    if case == "other job":
+        other = job(id="j2", role="r")
+        return other, _attempt(permit, other)
+    if case == "changed job":
+        changed = j.with_(command=("rm", "-rf", "/"))
+        return changed, _attempt(permit, changed)
+    if case == "other role":
+        moved = j.with_(role="solo")
+        return moved, _attempt(permit, moved)
+    if case == "other attempt":
+        return j, _attempt(permit, j, index=2)
+    if case == "attempt names another permit":
+        return j, _attempt(permit, j, permit_id="p-other")
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    ("other job", PERMIT_WRONG_JOB),
+    ("changed job", PERMIT_WRONG_JOB),
+    ("other role", PERMIT_WRONG_JOB),
+    ("other attempt", PERMIT_WRONG_ATTEMPT),
+    ("attempt names another permit", PERMIT_WRONG_ATTEMPT),
+])
+def test_a_permit_starts_only_its_own_job_and_attempt(case: str, reason: str) -> None:
+    core, _, adapters = make_core()
+    j = job(id="j1", role="r")
+    p = granted(core, j)
+    other, attempt = _misuse(core, p, j, case)
+    with pytest.raises(PermitError) as err:
+        core.launch(Claimed(job=other, attempt=attempt, permit=p), NOW)
+    assert err.value.reason == reason
+    assert adapters["command"].started == []
+    assert core.gate.live == 1 and core.gate.unused == 1, "the real holder keeps its permit"
+    core.launch(Claimed(job=j, attempt=_attempt(p, j), permit=p), NOW)
+    assert adapters["command"].started == [("j1", "command")]
+
+
+def test_a_permit_starts_one_attempt_once_and_is_dead_after_it() -> None:
+    core, _, adapters = make_core()
+    j = job(id="j1", role="r")
+    p = granted(core, j)
+    c = Claimed(job=j, attempt=_attempt(p, j), permit=p)
+    core.launch(c, NOW)
+    for when in ("while its attempt runs", "after it ended"):
+        with pytest.raises(PermitError, match="already") as err:
+            core.launch(c, NOW + 1)
+        assert err.value.reason == PERMIT_USED, when
+        core.complete(p, j, ok(), NOW + 2)
+    assert len(adapters["command"].started) == 1 and core.gate.live == 0
+
+
+def test_the_adapter_still_sees_a_used_permit_as_live_while_its_attempt_runs() -> None:
+    core, _, _ = make_core()
+    j = job(id="j1", role="r")
+    p = granted(core, j)
+    core.launch(Claimed(job=j, attempt=_attempt(p, j), permit=p), NOW)
+    core.gate.validate(p)  # the adapter's own check passes: the attempt holds its permit
+
+
+def test_an_agent_session_added_after_the_permit_is_the_same_job() -> None:
+    core, _, adapters = make_core()
+    j = job(id="j1", role="r")
+    p = granted(core, j)
+    resumed = j.with_(options={"resume_session": "s-1"}, attempts=7, state=JobState.STARTING)
+    core.launch(Claimed(job=resumed, attempt=_attempt(p, j), permit=p), NOW)
+    assert adapters["command"].started == [("j1", "command")]
+
+
+def test_an_unused_permit_lapses_at_its_deadline_frees_its_slot_and_starts_nothing() -> None:
+    core, events, adapters = make_core()
+    j = job(id="j1", role="solo", limits=Limits(timeout_s=5.0))
+    p = granted(core, j)
+    assert refused(core, job(id="j2", role="solo")).reason == BUDGET_EXHAUSTED
+    core.tick(NOW + 4.9)
+    assert core.gate.live == 1
+    core.tick(NOW + 5.0)
+    assert core.gate.live == 0 and core.gate.held("role", "solo") == 0
+    [e] = of(events, "permit")
+    assert (e.state, e.reason, e.name, e.data["permit_id"]) == ("expired", "permit_expired",
+                                                               "j1", p.id)
+    with pytest.raises(PermitError) as err:
+        core.launch(Claimed(job=j, attempt=_attempt(p, j), permit=p), NOW + 5.1)
+    assert err.value.reason == PERMIT_EXPIRED and adapters["command"].started == []
+    granted(core, job(id="j2", role="solo"), NOW + 5.2)
+
+
+def test_a_permit_past_its_deadline_starts_nothing_even_before_it_lapses() -> None:
+    core, _, adapters = make_core()
+    j = job(id="j1", role="r", limits=Limits(timeout_s=5.0))
+    p = granted(core, j)
+    with pytest.raises(PermitError) as err:
+        core.launch(Claimed(job=j, attempt=_attempt(p, j), permit=p), NOW + 5.0)
+    assert err.value.reason == PERMIT_EXPIRED and adapters["command"].started == []
+
+
+def test_a_used_permit_never_lapses_its_attempt_keeps_its_slot() -> None:
+    core, events, _ = make_core()
+    j = job(id="j1", role="r", limits=Limits(timeout_s=5.0))
+    p = granted(core, j)
+    core.launch(Claimed(job=j, attempt=_attempt(p, j), permit=p), NOW)
+    core.tick(NOW + 60)
+    assert core.gate.live == 1 and not of(events, "permit")
+
+
+def test_a_released_permit_says_so_and_a_foreign_one_is_forged() -> None:
+    core, _, _ = make_core()
+    j = job(id="j1", role="r")
+    p = granted(core, j)
+    core.release(p)
+    with pytest.raises(PermitError) as err:
+        core.launch(Claimed(job=j, attempt=_attempt(p, j), permit=p), NOW)
+    assert err.value.reason == PERMIT_RELEASED
+    with pytest.raises(PermitError) as err:
+        core.launch(Claimed(job=j, attempt=_attempt(p, j),
+                            permit=dataclasses.replace(p, attempt_index=2)), NOW)
+    assert err.value.reason == PERMIT_FORGED

@@ -396,8 +396,9 @@ def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).
            reason: Annotated[str, typer.Option("--reason", help="Recorded on the job.")]
            = "cancelled by operator",
            as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
-    """Cancel a queued or running job. The request is stored first, then the engine stops the
-    attempt's whole process tree (SIGTERM, grace, SIGKILL)."""
+    """Cancel a queued or running job, and every job it submitted (unless their role is
+    `detached`). The request is stored first, then the engine stops each attempt's whole
+    process tree (SIGTERM, grace, SIGKILL)."""
     cfg = _config_or_fail(data_dir, config)
     j = with_store(cfg, lambda st: submissions(st, cfg).cancel(job, reason))
     answered = poke(cfg.data_dir) is not None
@@ -429,7 +430,7 @@ def workspaces(as_json: JsonOpt = False, data_dir: DataDir = None,
 
 @app.command()
 def events(kind: Annotated[str | None, typer.Option(
-               "--kind", help="breaker, defense or escalation (default: all).")] = None,
+               "--kind", help="breaker, defense, escalation or permit (default: all).")] = None,
            limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
            as_json: JsonOpt = False, data_dir: DataDir = None,
            config: ConfigOpt = None) -> None:

@@ -18,14 +18,32 @@ from .options import DataDir, JsonOpt
 from .views import console, new_table
 
 
-def ask_core(data_dir: Path, core_op: str, **fields: Any) -> Any:
-    """One request to the core of the engine serving `data_dir`."""
+def ask_engine(data_dir: Path, core_op: str, **fields: Any) -> dict[str, Any]:
+    """One request to the core of the engine serving `data_dir`: the engine's whole answer."""
     answer = poke(data_dir, "core", timeout=10, core_op=core_op, **fields)
     if answer is None:
         raise EngineNotRunning(f"no engine is serving {data_dir}: start `corral serve` first")
     if not answer.get("ok"):
         raise CorralError(str(answer.get("error")))
-    return answer.get("result")
+    return answer
+
+
+def ask_core(data_dir: Path, core_op: str, **fields: Any) -> Any:
+    """One request to the core of the engine serving `data_dir`: its result."""
+    return ask_engine(data_dir, core_op, **fields).get("result")
+
+
+def cleared_text(escalation: str, core: dict[str, Any] | None) -> str:
+    """What clearing an escalation did, in one line; for a core crash loop, whether the core is
+    back or what to do next."""
+    text = f"escalation {escalation} cleared"
+    if core is None:
+        return text
+    if core.get("connected"):
+        return (f"{text}; the core is running again (pid {core.get('pid')}, a fresh budget of "
+                f"{core.get('restart_budget')} restarts)")
+    return (f"{text}; the core was started again (pid {core.get('pid')}) but has not answered "
+            "yet: watch `corral status`, and the engine's log if it crashes again")
 
 
 def _t(at: float | None) -> str:
@@ -71,6 +89,15 @@ def _say(as_json: bool, data: dict[str, Any], text: str) -> None:
     typer.echo(json.dumps(data) if as_json else text)
 
 
+def _clear(data_dir: Path, escalation: str, as_json: bool) -> None:
+    answer = ask_engine(data_dir, "clear_escalation", escalation=escalation)
+    cleared, core = answer.get("result"), answer.get("core")
+    data: dict[str, Any] = {"escalation": cleared, "cleared": True}
+    if core is not None:  # a core crash loop: whether the core is back
+        data["core"] = core
+    _say(as_json, data, cleared_text(str(cleared), core))
+
+
 def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     """Add the mechanism commands to the `corral` app."""
     breakers = typer.Typer(help="Circuit breakers per worker kind and provider: state, history, "
@@ -113,8 +140,7 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     def escalations_clear(escalation: Annotated[str, typer.Argument(help="Escalation id.")],
                           data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
         """End an escalation: its action (isolation, workspace lock, safe stop) is lifted."""
-        cleared = ask_core(resolve(data_dir), "clear_escalation", escalation=escalation)
-        _say(as_json, {"escalation": cleared, "cleared": True}, f"escalation {cleared} cleared")
+        _clear(resolve(data_dir), escalation, as_json)
 
     @app.command("status")
     def status(data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
@@ -123,11 +149,15 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
         if as_json:
             typer.echo(json.dumps(snap, indent=2))
             return
-        wd = snap.get("watchdog", {})
-        console.print(f"core pid {snap.get('core', {}).get('pid')}  restarts "
-                      f"{snap.get('core', {}).get('restarts')}  permits live "
-                      f"{snap.get('permits', {}).get('live')}  defense stage "
-                      f"{wd.get('stage_name')} ({wd.get('cause') or 'no cause'})")
+        wd, core = snap.get("watchdog", {}), snap.get("core", {})
+        if core.get("given_up"):
+            console.print(f"core not running: restart budget spent after {core.get('restarts')} "
+                          "restarts (crash loop); no new work starts. `corral escalations "
+                          "clear <id>` starts it again with a fresh budget", markup=False)
+        else:
+            console.print(f"core pid {core.get('pid')}  restarts {core.get('restarts')}  "
+                          f"permits live {snap.get('permits', {}).get('live')}  defense stage "
+                          f"{wd.get('stage_name')} ({wd.get('cause') or 'no cause'})")
         for name, value in (wd.get("gauges") or {}).items():
             console.print(f"  {name:<28} {value:g}")
         print_escalations(snap.get("escalations", []))

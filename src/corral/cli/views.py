@@ -82,6 +82,7 @@ def job_json(j: Job, *, detail: bool = False) -> dict[str, Any]:
             "token_budget_out": j.limits.token_budget_out,
             "resume_from": j.options.get("resume_from"),
             "secret_env": list(j.options.get("secret_env") or ()),
+            "detached": bool(j.options.get("detached")),
         })
     return data
 

@@ -1,6 +1,8 @@
 """The permit decision: every check a request passes, in order, before anything is taken.
 
 Order (first refusal wins, so the reason names the most fundamental obstacle):
+0. the attempt itself (core/attempts.py, all final): MAX_ATTEMPTS, ATTEMPT_REPEATED,
+   TIMEOUT_TOO_LONG, RETRY_BUDGET_EXHAUSTED (time window, then cost);
 1. DUPLICATE_PERMIT — the job already holds a live permit;
 2. FATAL_MODE — a global safe stop, or the job's workspace is locked;
 3. GLOBAL_SHED / QUEUE_STALL — the watchdog sheds jobs of priority ≥ `shed_min_priority`;
@@ -19,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from corral.core import attempts
+from corral.core.attempts import AttemptLedger
 from corral.core.breakers import CLOSED, HALF_OPEN, BreakerBoard, breaker_names
 from corral.core.budgets import CostLedger, RateLimits
 from corral.core.escalation import Escalations
@@ -35,6 +39,7 @@ from corral.core.permits import (
 )
 from corral.core.watchdog import QUEUE_LAG, SHED, Watchdog
 from corral.domain.models import Job
+from corral.domain.settings import RetryBudget
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,8 +67,9 @@ class PermitChecks:
 
     def __init__(self, *, gate: PermitGate, breakers: BreakerBoard, rates: RateLimits,
                  costs: CostLedger, watchdog: Watchdog, escalations: Escalations,
-                 kinds: Callable[[], Collection[str]]) -> None:
+                 kinds: Callable[[], Collection[str]], ledger: AttemptLedger) -> None:
         self.gate = gate
+        self.ledger = ledger
         self.breakers = breakers
         self.rates = rates
         self.costs = costs
@@ -72,8 +78,14 @@ class PermitChecks:
         self.kinds = kinds
         self.settings = gate.settings
 
-    def decide(self, job: Job, now: float) -> Passed | Rejected:
-        early = self._duplicate(job) or self._fatal(job) or self._shed(job)
+    def budget(self, job: Job) -> RetryBudget:
+        """The role's retry budget (an unknown role has none beyond the job's own limits)."""
+        role = self.settings.roles.get(job.role)
+        return role.retry_budget if role else RetryBudget()
+
+    def decide(self, job: Job, index: int, now: float) -> Passed | Rejected:
+        early = (attempts.decide(job, index, self.ledger.get(job.id), self.budget(job), now)
+                 or self._duplicate(job) or self._fatal(job) or self._shed(job))
         if early is not None:
             return early
         self.watchdog.sample(QUEUE_LAG, queue_lag_ms(job, now), now, job.worker)

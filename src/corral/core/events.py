@@ -19,6 +19,7 @@ BREAKER = "breaker"
 DEFENSE = "defense"
 ESCALATION = "escalation"
 REJECTION = "rejection"
+PERMIT = "permit"  # a permit's own life: one that lapsed unused at its deadline
 
 # Severities, mildest first.
 INFO = "info"
@@ -31,7 +32,7 @@ FATAL = "fatal"
 class CoreEvent:
     """One decision of the mechanism: what changed, about what, why (a machine code), figures."""
 
-    kind: str  # breaker | defense | escalation | rejection
+    kind: str  # breaker | defense | escalation | rejection | permit
     at: float
     scope: str  # worker | provider | model | watchdog | job | workerKind | workspace | global
     name: str  # the breaker, the job id, the escalation target …

@@ -9,11 +9,14 @@ what it decided through `CoreEvent`s and `snapshot()`.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from corral.core import attempts
+from corral.core.attempts import AttemptLedger, JobAttempts
 from corral.core.breakers import OPEN, BreakerBoard, breaker_names
 from corral.core.budgets import CostLedger, RateLimits
 from corral.core.checks import Passed, PermitChecks
@@ -21,6 +24,7 @@ from corral.core.escalation import GLOBAL, WORKER_KIND, Escalation, Escalations
 from corral.core.events import (
     CRITICAL,
     INFO,
+    PERMIT,
     REJECTION,
     WARNING,
     CoreEvent,
@@ -39,8 +43,9 @@ from corral.core.watchdog import (
     StageChange,
     Watchdog,
 )
-from corral.domain.errors import InvalidRequest, WorkerError
+from corral.domain.errors import InvalidRequest, NotFound, WorkerError
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
+from corral.domain.settings import RetryBudget
 from corral.domain.states import Outcome
 
 
@@ -51,6 +56,7 @@ class CoreOptions:
     state: CoreState | None = None  # a previous core's state to resume (see `restore`)
     history: int = 20  # transitions kept per breaker for `snapshot`
     recent_jobs: int = 4096  # ended attempts remembered (job → worker kind) for ghost reports
+    state_attempts: int = 1000  # per-job attempt counts handed on in `state()` (most recent)
 
 
 @dataclass(slots=True)
@@ -61,6 +67,7 @@ class _Live:
     breakers: tuple[str, ...]
     stop_at: float | None = None
     adopted: bool = False  # found in flight after a restart, not started by this core
+    reported_usd: float = 0.0  # cost reported over the protocol while it ran (`report_cost`)
 
 
 class Core:
@@ -79,11 +86,14 @@ class Core:
         self.costs = CostLedger(s.tenants)
         self.watchdog = Watchdog(s.watchdog, self.emit)
         self.escalations = Escalations(s.escalation, self.emit)
+        self.attempts = AttemptLedger()
         self.checks = PermitChecks(gate=gate, breakers=self.breakers, rates=self.rates,
                                    costs=self.costs, watchdog=self.watchdog,
-                                   escalations=self.escalations, kinds=lambda: self.workers)
+                                   escalations=self.escalations, kinds=lambda: self.workers,
+                                   ledger=self.attempts)
         self._live: dict[str, _Live] = {}  # by permit id
         self._recent: OrderedDict[str, str] = OrderedDict()  # job id → worker kind
+        self._tenants: OrderedDict[str, str] = OrderedDict()  # job id → tenant (ended too)
         self._announced: set[str] = set()
         self._watchdog_opened: set[str] = set()
         self._now = 0.0
@@ -98,8 +108,10 @@ class Core:
 
     def request_permit(self, job: Job, attempt_index: int, now: float) -> Permit | Rejected:
         """A permit for the job's next attempt, or a machine reason (seed 004 §5.2)."""
+        if attempt_index < 1:
+            raise InvalidRequest(f"attempt index must be 1 or more, got {attempt_index}")
         self._now = max(self._now, now)
-        decision = self.checks.decide(job, now)
+        decision = self.checks.decide(job, attempt_index, now)
         if isinstance(decision, Rejected):
             self._rejected(job, attempt_index, decision, now)
             return decision
@@ -117,7 +129,11 @@ class Core:
             extra["allowance_usd"] = f"{left:.6g}"
         if adm.worker != job.worker:
             extra["requested_worker"] = job.worker
-        grant = Grant(worker=adm.worker, breaker=adm.breaker_state(self.breakers), extra=extra)
+        budget, seen = self.checks.budget(job), self.attempts.get(job.id)
+        if budget.window_s is not None or budget.cost_usd is not None:
+            extra["retry_budget"] = _budget_left(budget, seen, now)
+        grant = Grant(worker=adm.worker, breaker=adm.breaker_state(self.breakers), extra=extra,
+                      deadline_at=attempts.deadline(job, seen, budget, now))
         permit = self.gate.issue(job, attempt_index, now, grant)
         self.breakers.begin(adm.breakers, permit.id)
         self._track(permit, job, adm.worker, adm.breakers, now)
@@ -138,10 +154,15 @@ class Core:
                   "worker": job.worker, "tenant": job.tenant, "priority": job.priority,
                   "retry_after_s": r.retry_after_s, "final": r.final}))
 
-    def launch(self, claimed: Claimed) -> AttemptHandle:
+    def launch(self, claimed: Claimed, now: float | None = None) -> AttemptHandle:
         """Start a claimed attempt with the worker kind its permit grants (a fallback kind when
-        the job's own kind has an open breaker). The permit is checked here and by the adapter."""
-        self.gate.validate(claimed.permit)
+        the job's own kind has an open breaker). The permit is used up here (PermitError with
+        its reason when it does not authorise exactly this attempt) and checked again by the
+        adapter. `now` defaults to the last time the core was told."""
+        at = self._now if now is None else max(self._now, now)
+        self._now = at
+        self.gate.consume(claimed.permit, claimed.job, claimed.attempt, at)
+        self.attempts.started(claimed.job.id, claimed.attempt.index, at)
         kind = claimed.permit.granted.get("worker", claimed.job.worker)
         worker = self.workers.get(kind)
         if worker is None:
@@ -162,6 +183,7 @@ class Core:
             self.gate.release(permit)
             raise WorkerError(f"no worker adapter for kind {kind!r}")
         self._track(permit, job, kind, tuple(breaker_names(job, kind)), now, adopted=True)
+        self.attempts.started(job.id, attempt.index, min(now, attempt.created_at))
         return permit, adapter.adopt(job if kind == job.worker else job.with_(worker=kind),
                                      attempt)
 
@@ -174,30 +196,61 @@ class Core:
             self._forget(live)
 
     def complete(self, permit: Permit, job: Job, result: AttemptResult,
-                 now: float | None = None) -> None:
+                 now: float | None = None) -> AttemptResult:
         """An attempt ended: release its permit and feed breakers, watchdog, escalation and
         cost (every terminal path comes through here; a second call for one permit is a no-op).
+        Returns the result with its whole cost: the worker's plus what was reported for it.
 
         `now` defaults to the result's `ended_at`, else the last time the core was told."""
         at = self._time(now, result)
         self.gate.release(permit)
         live = self._live.pop(permit.id, None)
         if live is None:
-            return
+            return result
         self._forget(live)
+        if result.cost_usd:
+            self.costs.add(job.tenant, result.cost_usd, at)
+            self.attempts.charge(job.id, result.cost_usd)
+        if live.reported_usd:
+            result = replace(result, cost_usd=(result.cost_usd or 0.0) + live.reported_usd)
         if live.adopted and result.outcome is Outcome.LOST:
             # Lost while the control plane itself was down: our crash, not the worker's. It
             # must not open breakers or count as a crash loop (bench/ W3 found this).
             self.breakers.abandon(live.breakers, permit.id)
-            return
+            return result
         stopped = live.stop_at is not None
         self.breakers.record(live.breakers, permit.id, result, at, stop_requested=stopped)
         self.watchdog.result(live.worker, result.outcome is Outcome.TIMED_OUT, at)
         self._cancel_latency(live, result, at)
         if _is_crash(result, stopped):
             self.escalations.crash(live.worker, at, result.describe())
-        if result.cost_usd:
-            self.costs.add(job.tenant, result.cost_usd, at)
+        return result
+
+    def report_cost(self, job_id: str, usd: float, now: float) -> dict[str, Any]:
+        """Cost a scheduler (or the job, through it) reports for the job's attempt: charged at
+        once to the tenant's allowance and the job's retry budget, like an agent's cost.
+
+        NotFound when the core knows no attempt of that job; InvalidRequest for a cost that is
+        not a finite number ≥ 0."""
+        if not math.isfinite(usd) or usd < 0:
+            raise InvalidRequest(f"cost must be a finite number of USD ≥ 0, got {usd!r}")
+        self._now = max(self._now, now)
+        live = self._live_of(job_id)
+        seen = self.attempts.get(job_id)
+        if live is None and seen is None:
+            raise NotFound(f"no attempt of job {job_id} is known to this core")
+        tenant = live.job.tenant if live is not None else self._tenants.get(job_id)
+        if live is not None:
+            live.reported_usd += usd
+        if tenant is not None and usd:
+            self.costs.add(tenant, usd, now)
+        self.attempts.charge(job_id, usd)
+        after = self.attempts.get(job_id)
+        return {"job_id": job_id, "charged_usd": usd,
+                "job_cost_usd": after.cost_usd if after else usd,
+                "tenant": tenant,
+                "tenant_remaining_usd": None if tenant is None
+                else self.costs.remaining(tenant, now)}
 
     def _time(self, now: float | None, result: AttemptResult) -> float:
         at = now if now is not None else result.ended_at if result.ended_at else self._now
@@ -206,10 +259,11 @@ class Core:
 
     def _forget(self, live: _Live) -> None:
         self.watchdog.ended(live.job.id)
-        self._recent[live.job.id] = live.worker
-        self._recent.move_to_end(live.job.id)
-        while len(self._recent) > self.options.recent_jobs:
-            self._recent.popitem(last=False)
+        for memo, value in ((self._recent, live.worker), (self._tenants, live.job.tenant)):
+            memo[live.job.id] = value
+            memo.move_to_end(live.job.id)
+            while len(memo) > self.options.recent_jobs:
+                memo.popitem(last=False)
 
     def _cancel_latency(self, live: _Live, result: AttemptResult, at: float) -> None:
         asked = live.stop_at
@@ -266,10 +320,31 @@ class Core:
         """Periodic work: stalls, the defense stage and its actions. Returns the job ids the
         engine must stop now (a global safe stop with `safe_stop: cancel`), each once."""
         self._now = max(self._now, now)
+        self.lapse(now)
         self.watchdog.scan_stalls(now)
         change = self.watchdog.evaluate(now)
         self._defend(change, now)
         return self._announce_cancels()
+
+    def lapse(self, now: float) -> list[Permit]:
+        """Unused permits past their deadline lapse: their slots are freed and each is recorded
+        as a `permit` event; a lapsed permit starts nothing (PERMIT_EXPIRED)."""
+        due = self.gate.due(now)
+        for permit in due:
+            live = self._live.pop(permit.id, None)
+            self.gate.release(permit, expired=True)
+            if live is not None:
+                self.breakers.abandon(live.breakers, permit.id)
+                self._forget(live)
+            self.emit(CoreEvent(
+                kind=PERMIT, at=now, scope="job", name=permit.job_id, state="expired",
+                severity=WARNING, reason="permit_expired",
+                message=f"permit {permit.id} for attempt {permit.attempt_index} of job "
+                        f"{permit.job_id} lapsed unused at its deadline; its slots are free",
+                data={"permit_id": permit.id, "job_id": permit.job_id,
+                      "attempt": permit.attempt_index, "deadline_at": permit.deadline_at,
+                      "granted": dict(permit.granted)}))
+        return due
 
     def _defend(self, change: StageChange | None, now: float) -> None:
         stage = self.watchdog.stage
@@ -339,15 +414,18 @@ class Core:
     # ---- state ---------------------------------------------------------------------------
 
     def state(self) -> CoreState:
+        keep = self.options.state_attempts
         return CoreState(breakers=tuple(self.breakers.export()),
                          escalations=tuple(self.escalations.export()),
-                         costs=tuple(self.costs.export()))
+                         costs=tuple(self.costs.export()),
+                         attempts=tuple(self.attempts.export()[-keep:] if keep else ()))
 
     def restore(self, state: CoreState) -> None:
         """Resume a previous core's open breakers, active escalations and cost spent."""
         self.breakers.restore(state.breakers)
         self.escalations.restore(state.escalations)
         self.costs.restore(state.costs)
+        self.attempts.restore(state.attempts)
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """Everything the mechanism holds, JSON-serialisable (for `corral breakers` & co)."""
@@ -356,7 +434,8 @@ class Core:
         stop = self.escalations.safe_stop
         return {
             "at": at,
-            "permits": {"live": self.gate.live, "full_roles": sorted(roles),
+            "permits": {"live": self.gate.live, "unused": self.gate.unused,
+                        "full_roles": sorted(roles),
                         "full_envs": sorted(envs), "cap_factor": self.gate.cap_factor},
             "breakers": self.breakers.snapshot(at),
             "watchdog": self.watchdog.snapshot(at, self.workers),
@@ -367,6 +446,17 @@ class Core:
             "budgets": {"rates": self.rates.snapshot(at), "costs": self.costs.snapshot(at)},
             "events": dict(sorted(self.emit.counts.items())),
         }
+
+
+def _budget_left(budget: RetryBudget, seen: JobAttempts | None, now: float) -> str:
+    """The job's retry budget as a permit records it: `window_end=…,cost=spent/limit`."""
+    parts = []
+    if budget.window_s is not None:
+        start = seen.first_at if seen is not None else now
+        parts.append(f"window_end={start + budget.window_s:.3f}")
+    if budget.cost_usd is not None:
+        parts.append(f"cost={seen.cost_usd if seen else 0.0:.6g}/{budget.cost_usd:g}")
+    return ",".join(parts)
 
 
 def _is_crash(result: AttemptResult, stop_requested: bool) -> bool:

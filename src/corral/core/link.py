@@ -8,6 +8,8 @@ core re-adopts the attempts and reports them.
 from __future__ import annotations
 
 import itertools
+import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,10 +18,13 @@ from anyio.abc import TaskGroup
 
 from corral.core import protocol as p
 from corral.core.gateway import Core
-from corral.core.permits import Rejected
+from corral.core.permits import PERMIT_USED, Rejected
 from corral.core.server import CoreServer
 from corral.domain.errors import CorralError
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
+from corral.domain.states import Outcome
+
+log = logging.getLogger("corral.core")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -65,7 +70,7 @@ class CoreLink:
         self._results: dict[str, _Slot] = {}
         self.saturated: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self.on_event: Callable[[dict[str, Any]], None] | None = None
-        self.errors: list[str] = []
+        self.errors: deque[str] = deque(maxlen=100)  # the core's unsolicited complaints
 
     # ---- transport -----------------------------------------------------------------------
 
@@ -93,6 +98,7 @@ class CoreLink:
         elif kind == p.EVENT and self.on_event is not None:
             self.on_event(msg)
         elif kind == p.ERROR and msg.get("id") is None:
+            log.warning("the core reported: %s", msg.get("error"))
             self.errors.append(str(msg.get("error")))
         request = msg.get("id")
         if isinstance(request, int) and request in self._pending:
@@ -159,6 +165,8 @@ class CoreLink:
         if reply["type"] == p.JOB_COMPLETED:
             self._results.pop(job_id, None)
             return p.result_in(reply["result"])
+        if reply["type"] == p.REJECTED:  # the permit does not authorise it: nothing started
+            return refused_result(str(reply.get("reason")), str(reply.get("message", "")))
         return int(reply["pid"])
 
     async def result(self, job_id: str) -> AttemptResult:
@@ -168,7 +176,9 @@ class CoreLink:
         return value
 
     async def cancel(self, job_id: str, *, now: bool = False) -> None:
-        await self._tell({"type": p.CANCEL_JOB, "job_id": job_id, "now": now})
+        # With an id nobody waits on: "no running attempt" (it just ended) is not worth a log.
+        await self._tell({"type": p.CANCEL_JOB, "id": next(self._ids), "job_id": job_id,
+                          "now": now})
 
     async def heartbeat(self, seq: int) -> dict[str, Any]:
         return await self._request({"type": p.HEARTBEAT, "seq": seq})
@@ -177,6 +187,15 @@ class CoreLink:
         """An operator request for the core (snapshot, reset_breaker, clear_escalation …)."""
         reply = await self._request({"type": p.CONTROL, "op": op, **fields})
         return reply.get("result")
+
+
+def refused_result(reason: str, message: str) -> AttemptResult:
+    """What a refused `submit_job` means for the attempt the scheduler recorded: nothing started
+    for it, so it is lost and retried within the job's bounds (a permit from a core that died
+    meanwhile, one that expired while the store was slow). Only a permit that already started
+    an attempt is a failure: something may be running under it, so nothing is retried."""
+    outcome = Outcome.SPAWN_ERROR if reason == PERMIT_USED else Outcome.LOST
+    return AttemptResult(outcome=outcome, error=f"permit refused ({reason}): {message}")
 
 
 def connect_local(link: CoreLink, core: Core, tg: TaskGroup,

@@ -2,7 +2,10 @@
 
 No worker process starts without a live permit from this gate (seed 004 §2.2): permits carry an
 HMAC seal made with a key that never leaves the gate, and `validate` checks the seal and that the
-permit has not been released. tests/unit/test_permits.py forges, replays and releases permits.
+permit has not been released. A permit authorises exactly one attempt — of the job and attempt
+index it was issued for, once, before its deadline: `consume` checks that and marks it used, and
+an unused permit lapses at its deadline (`due`). tests/unit/test_permits.py forges, replays,
+misdirects and lets permits expire.
 """
 
 from __future__ import annotations
@@ -10,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from corral.domain.errors import PermitError
 from corral.domain.ids import new_id
-from corral.domain.models import Job, Permit
+from corral.domain.models import Attempt, Job, Permit
 from corral.domain.settings import Settings
 
 
@@ -42,8 +46,26 @@ GLOBAL_SHED = "GLOBAL_SHED"  # the watchdog sheds low-priority work
 FATAL_MODE = "FATAL_MODE"  # an escalation isolates the kind, locks the workspace or stops all
 DUPLICATE_PERMIT = "DUPLICATE_PERMIT"  # the job already holds a live permit
 BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"  # a concurrency cap (maybe throttled) or cost allowance
+# The attempt itself is past the core's bounds (core/attempts.py); final: asking again is futile.
+MAX_ATTEMPTS = "MAX_ATTEMPTS"  # the index is past the job's max_attempts (or the role's ceiling)
+ATTEMPT_REPEATED = "ATTEMPT_REPEATED"  # this core already started that attempt (or a later one)
+TIMEOUT_TOO_LONG = "TIMEOUT_TOO_LONG"  # the per-attempt timeout is past the role's ceiling
+RETRY_BUDGET_EXHAUSTED = "RETRY_BUDGET_EXHAUSTED"  # the job's attempts used its time or cost
 REASONS = (QUEUE_STALL, CIRCUIT_OPEN, RATE_LIMIT, GLOBAL_SHED, FATAL_MODE, DUPLICATE_PERMIT,
-           BUDGET_EXHAUSTED)
+           BUDGET_EXHAUSTED, MAX_ATTEMPTS, ATTEMPT_REPEATED, TIMEOUT_TOO_LONG,
+           RETRY_BUDGET_EXHAUSTED)
+
+# Why a permit does not authorise an attempt (`submit_job` is refused; nothing starts).
+PERMIT_FORGED = "PERMIT_FORGED"  # its seal does not match: altered, or not issued by this core
+PERMIT_RELEASED = "PERMIT_RELEASED"  # given back (`release`), or unknown to this core
+PERMIT_USED = "PERMIT_USED"  # it already started an attempt: a permit is good for one
+PERMIT_EXPIRED = "PERMIT_EXPIRED"  # its deadline passed before it was used
+PERMIT_WRONG_JOB = "PERMIT_WRONG_JOB"  # issued for another job (another id, or the job changed)
+PERMIT_WRONG_ATTEMPT = "PERMIT_WRONG_ATTEMPT"  # issued for another attempt index
+PERMIT_REASONS = (PERMIT_FORGED, PERMIT_RELEASED, PERMIT_USED, PERMIT_EXPIRED, PERMIT_WRONG_JOB,
+                  PERMIT_WRONG_ATTEMPT)
+
+SPENT_KEPT = 8192  # ended permits remembered, so a replay is told why it is refused
 
 SLOT_SCOPES = ("role", "env", "worker", "tenant")
 
@@ -56,6 +78,16 @@ class Grant:
     worker: str
     breaker: str = "CLOSED"
     extra: Mapping[str, str] = field(default_factory=dict)
+    deadline_at: float | None = None  # None: now + the job's timeout
+
+
+def job_fingerprint(job: Job) -> tuple[Any, ...]:
+    """What a permit is bound to besides the job's id: everything that decides what runs and what
+    it is charged to, compared by value. Bookkeeping (state, attempts, times) is left out, and so
+    is the agent session the scheduler adds after the permit (`resume_session`)."""
+    options = {k: v for k, v in job.options.items() if k != "resume_session"}
+    return (job.id, job.role, job.worker, job.env_name, job.tenant, tuple(job.command),
+            job.prompt, job.cwd, dict(job.env), options, job.workspace, job.limits)
 
 
 class PermitGate:
@@ -69,6 +101,9 @@ class PermitGate:
         self.cap_factor = 1.0
         self._key = os.urandom(32)
         self._live: dict[str, Permit] = {}
+        self._unused: dict[str, Permit] = {}  # live and not yet used: these can lapse
+        self._bound: dict[str, tuple[Any, ...]] = {}  # permit id → the job it is for
+        self._spent: OrderedDict[str, str] = OrderedDict()  # ended permit id → how it ended
         self._by_job: dict[str, str] = {}
         self._held: Counter[tuple[str, str]] = Counter()
 
@@ -109,6 +144,11 @@ class PermitGate:
     @property
     def live(self) -> int:
         return len(self._live)
+
+    @property
+    def unused(self) -> int:
+        """Live permits that have not started their attempt yet."""
+        return len(self._unused)
 
     def live_permits(self) -> list[Permit]:
         return list(self._live.values())
@@ -155,13 +195,19 @@ class PermitGate:
 
     def issue(self, job: Job, attempt_index: int, now: float, grant: Grant) -> Permit:
         """Seal and register a permit (the caller checked first) and take its slots."""
-        return self._issue(job, attempt_index, now, now + job.limits.timeout_s, new_id(), grant)
+        deadline = grant.deadline_at if grant.deadline_at is not None \
+            else now + job.limits.timeout_s
+        permit = self._issue(job, attempt_index, now, deadline, new_id(), grant)
+        self._unused[permit.id] = permit
+        return permit
 
     def adopt(self, job: Job, attempt_index: int, permit_id: str, deadline_at: float,
               now: float, *, worker: str | None = None) -> Permit:
-        """Re-register the permit of an attempt that survived an engine restart.
+        """Re-register the permit of an attempt that survived an engine restart (already used:
+        its attempt runs).
 
         Its slots are counted even past a cap: the process already exists."""
+        self._spent.pop(permit_id, None)
         return self._issue(job, attempt_index, now, deadline_at, permit_id,
                            Grant(worker=worker or job.worker))
 
@@ -175,6 +221,7 @@ class PermitGate:
                           granted=granted, breaker=grant.breaker, seal="")
         permit = replace(unsealed, seal=self._seal(unsealed))
         self._live[permit.id] = permit
+        self._bound[permit.id] = job_fingerprint(job)
         self._by_job[job.id] = permit.id
         for slot in _slots(job, grant.worker):
             self._held[slot] += 1
@@ -183,15 +230,60 @@ class PermitGate:
     def validate(self, permit: Permit) -> None:
         """Raise PermitError unless the permit was issued here and is still live."""
         if not hmac.compare_digest(permit.seal, self._seal(permit)):
-            raise PermitError(f"permit {permit.id} is forged or altered")
+            raise PermitError(f"permit {permit.id} is forged, altered or not issued by this "
+                              "core", PERMIT_FORGED)
         if self._live.get(permit.id) != permit:
-            raise PermitError(f"permit {permit.id} is not live (released or never issued)")
+            ended = self._spent.get(permit.id)
+            if ended == PERMIT_USED:
+                raise PermitError(f"permit {permit.id} is not live: it already ran its attempt "
+                                  "(a permit starts one attempt, once)", PERMIT_USED)
+            if ended == PERMIT_EXPIRED:
+                raise PermitError(f"permit {permit.id} is not live: it expired unused at its "
+                                  f"deadline {permit.deadline_at:.3f}", PERMIT_EXPIRED)
+            raise PermitError(f"permit {permit.id} is not live (released or never issued)",
+                              PERMIT_RELEASED)
 
-    def release(self, permit: Permit) -> bool:
+    def consume(self, permit: Permit, job: Job, attempt: Attempt, now: float) -> None:
+        """Use the permit for this attempt, or PermitError with the reason it does not authorise
+        it: it must be live, unused, before its deadline, and issued for exactly this job and
+        attempt index. On success the permit is used: it authorises nothing else, ever."""
+        self.validate(permit)
+        if permit.job_id != job.id or attempt.job_id != job.id:
+            raise PermitError(f"permit {permit.id} was issued for job {permit.job_id}, not for "
+                              f"job {job.id}", PERMIT_WRONG_JOB)
+        if self._bound.get(permit.id) != job_fingerprint(job):
+            raise PermitError(f"permit {permit.id} was issued for job {job.id} as it was then; "
+                              "the job sent now differs (role, command, limits …)",
+                              PERMIT_WRONG_JOB)
+        if attempt.index != permit.attempt_index or attempt.permit_id != permit.id:
+            raise PermitError(f"permit {permit.id} was issued for attempt "
+                              f"{permit.attempt_index} of job {job.id}, not for attempt "
+                              f"{attempt.index} (permit_id {attempt.permit_id})",
+                              PERMIT_WRONG_ATTEMPT)
+        if permit.id not in self._unused:
+            raise PermitError(f"permit {permit.id} already started attempt "
+                              f"{permit.attempt_index} of job {job.id}", PERMIT_USED)
+        if now >= permit.deadline_at:
+            raise PermitError(f"permit {permit.id} expired at its deadline "
+                              f"{permit.deadline_at:.3f} before it was used", PERMIT_EXPIRED)
+        del self._unused[permit.id]
+
+    def due(self, now: float) -> list[Permit]:
+        """Unused permits whose deadline has passed: they lapse (the caller releases them with
+        `expired=True`)."""
+        return [p for p in self._unused.values() if now >= p.deadline_at]
+
+    def release(self, permit: Permit, *, expired: bool = False) -> bool:
         """Give the permit's slots back; False (and harmless) when it was not live."""
         live = self._live.pop(permit.id, None)
         if live is None:
             return False
+        unused = self._unused.pop(permit.id, None) is not None
+        self._bound.pop(permit.id, None)
+        self._spent[permit.id] = PERMIT_EXPIRED if expired else (
+            PERMIT_RELEASED if unused else PERMIT_USED)
+        while len(self._spent) > SPENT_KEPT:
+            self._spent.popitem(last=False)
         self._by_job.pop(live.job_id, None)
         for scope in SLOT_SCOPES:
             key = (scope, live.granted.get(scope, ""))

@@ -3,7 +3,9 @@
 The server owns the running attempts: it starts them under the permits it granted, watches
 them, completes them in the core (which releases their permits) and reports every end as one
 `job_completed`. It never trusts its peer: a malformed, oversized or unknown message gets an
-`error` reply and changes nothing.
+`error` reply and changes nothing, an empty line is ignored, and a `submit_job` whose permit does
+not authorise exactly that attempt is `rejected` with the permit's machine reason and starts
+nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from anyio.abc import TaskGroup
 
 from corral.core import protocol as p
 from corral.core.gateway import Core
-from corral.core.permits import Rejected
+from corral.core.permits import PERMIT_USED, Rejected
 from corral.core.ports import AttemptHandle
 from corral.core.state import CoreState
 from corral.domain.errors import CorralError, PermitError
@@ -70,6 +72,8 @@ class CoreServer:
         tg.start_soon(self._ticker)
 
     async def handle_line(self, line: bytes) -> None:
+        if not line.strip():  # a blank line between messages is not a message
+            return
         try:
             msg = p.decode(line)
         except p.ProtocolError as err:
@@ -86,14 +90,18 @@ class CoreServer:
             return
         try:
             await handler(self, msg)
-        except p.ProtocolError as err:
+        except CorralError as err:  # a bad field or value: answered, never fatal to the core
             await self.send({"type": p.ERROR, "id": msg.get("id"), "error": str(err)})
         await self._flush_events()
 
-    async def _flush_events(self) -> None:
+    async def _flush_events(self, *, saturated: bool = False) -> None:
+        """Send the core's events; `saturated` also when they freed slots (a lapsed permit)."""
         events, self._events = self._events, []
         for event in events:
-            await self.send({"type": p.EVENT, "event": event})
+            msg: dict[str, Any] = {"type": p.EVENT, "event": event}
+            if saturated:
+                msg["saturated"] = self._saturated()
+            await self.send(msg)
 
     # ---- handlers ------------------------------------------------------------------------
 
@@ -128,19 +136,21 @@ class CoreServer:
         job = p.job_in(p.field(msg, "job", dict))
         claimed = Claimed(job=job, attempt=p.attempt_in(p.field(msg, "attempt", dict)),
                           permit=p.permit_in(p.field(msg, "permit", dict)))
-        if job.id in self.running:
+        running = self.running.get(job.id)
+        if running is not None and running.claimed.permit.id == claimed.permit.id:
+            await self._refuse(msg, claimed, PermitError(
+                f"permit {claimed.permit.id} already started attempt "
+                f"{running.claimed.attempt.index} of job {job.id}, which runs", PERMIT_USED))
+            return
+        if running is not None:
             await self.send({"type": p.ERROR, "id": msg.get("id"),
                              "error": f"job {job.id} already has a running attempt"})
             return
         try:
-            self.core.gate.validate(claimed.permit)
-        except PermitError as err:  # not ours to release: the real holder keeps its slot
-            await self.send({"type": p.JOB_COMPLETED, "id": msg.get("id"), "job_id": job.id,
-                             "attempt_id": claimed.attempt.id, "result": p.result_out(
-                                 AttemptResult(outcome=Outcome.SPAWN_ERROR, error=str(err)))})
+            handle = self.core.launch(claimed, self.clock())
+        except PermitError as err:  # nothing started; the permit's holder keeps its slot
+            await self._refuse(msg, claimed, err)
             return
-        try:
-            handle = self.core.launch(claimed)
         except CorralError as err:
             result = AttemptResult(outcome=Outcome.SPAWN_ERROR, error=str(err))
             await self._completed(claimed, result, msg.get("id"))
@@ -149,6 +159,13 @@ class CoreServer:
         await self.send({"type": p.JOB_STARTED, "id": msg.get("id"), "job_id": job.id,
                          "attempt_id": claimed.attempt.id, "pid": handle.pid})
         self._watch(claimed, handle)
+
+    async def _refuse(self, msg: dict[str, Any], c: Claimed, err: PermitError) -> None:
+        """A `submit_job` whose permit does not authorise that attempt: nothing started."""
+        await self.send({"type": p.REJECTED, "id": msg.get("id"), "job_id": c.job.id,
+                         "attempt_id": c.attempt.id, "permit_id": c.permit.id,
+                         "reason": err.reason, "message": str(err), "final": True,
+                         "saturated": self._saturated()})
 
     async def _adopt(self, msg: dict[str, Any]) -> None:
         job = p.job_in(p.field(msg, "job", dict))
@@ -176,9 +193,21 @@ class CoreServer:
     async def _cancel_job(self, msg: dict[str, Any]) -> None:
         job_id = p.field(msg, "job_id", str)
         r = self.running.get(job_id)
-        if r is not None:
-            self.core.note_stop_requested(job_id, self.clock())
-            r.handle.stop(now_kill=bool(msg.get("now")))
+        if r is None:
+            await self.send({"type": p.ERROR, "id": msg.get("id"), "job_id": job_id,
+                             "error": f"cancel_job: no running attempt of job {job_id}"})
+            return
+        self.core.note_stop_requested(job_id, self.clock())
+        r.handle.stop(now_kill=bool(msg.get("now")))
+
+    async def _report_cost(self, msg: dict[str, Any]) -> None:
+        """Cost of a job's attempt measured outside the core (a foreign scheduler's worker)."""
+        job_id = p.field(msg, "job_id", str)
+        usd = p.field(msg, "cost_usd", (int, float))
+        if isinstance(usd, bool):
+            raise p.ProtocolError("report_cost: field `cost_usd` is not a number")
+        charged = self.core.report_cost(job_id, float(usd), self.clock())
+        await self.send({"type": p.COST_REPORTED, "id": msg.get("id"), **charged})
 
     async def _heartbeat(self, msg: dict[str, Any]) -> None:
         await self.send({"type": p.HEARTBEAT, "id": msg.get("id"), "seq": msg.get("seq"),
@@ -227,17 +256,18 @@ class CoreServer:
                 if size != self._log_sizes.get(job_id):
                     self._log_sizes[job_id] = size
                     self.core.note_activity(job_id, now)
+            live = self.core.gate.live
             for job_id in self.core.tick(now):
                 stopping = self.running.get(job_id)
                 if stopping is not None:  # a global safe stop that cancels running work
                     self.core.note_stop_requested(job_id, now)
                     stopping.handle.stop()
-            await self._flush_events()
+            await self._flush_events(saturated=self.core.gate.live != live)
 
     _handlers: dict[str, Callable[[CoreServer, dict[str, Any]], Awaitable[None]]] = {
         p.REQUEST_PERMIT: _request_permit, p.RELEASE: _release, p.SUBMIT_JOB: _submit_job,
         p.ADOPT: _adopt, p.CANCEL_JOB: _cancel_job, p.HEARTBEAT: _heartbeat,
-        p.CONTROL: _control,
+        p.CONTROL: _control, p.REPORT_COST: _report_cost,
     }
 
     # ---- attempts ------------------------------------------------------------------------
@@ -263,7 +293,7 @@ class CoreServer:
         return {"roles": sorted(roles), "envs": sorted(envs)}
 
     async def _completed(self, c: Claimed, result: AttemptResult, req: object) -> None:
-        self.core.complete(c.permit, c.job, result, self.clock())
+        result = self.core.complete(c.permit, c.job, result, self.clock())
         await self.send({"type": p.JOB_COMPLETED, "id": req, "job_id": c.job.id,
                          "attempt_id": c.attempt.id, "result": p.result_out(result),
                          "saturated": self._saturated()})

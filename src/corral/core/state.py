@@ -1,4 +1,5 @@
-"""What a restarted core needs to carry on: open breakers, active escalations, cost spent.
+"""What a restarted core needs to carry on: open breakers, active escalations, cost spent, and
+the attempts it counted per job (the most recently active).
 
 The engine persists the core's events and hands a `CoreState` (e.g. the last `Core.state()`
 it saw, as JSON) to the next core's `restore`, so a crash of the core neither closes an open
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from corral.core.attempts import JobAttempts
 from corral.core.breakers import BreakerState
 from corral.core.escalation import Escalation
 from corral.domain.errors import InvalidRequest
@@ -22,6 +24,7 @@ class CoreState:
     breakers: tuple[BreakerState, ...] = ()  # only those not CLOSED
     escalations: tuple[Escalation, ...] = ()  # only active ones
     costs: tuple[tuple[str, float, float], ...] = ()  # (tenant, hour start, usd)
+    attempts: tuple[JobAttempts, ...] = ()  # per job: attempts started here, their cost
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -29,6 +32,8 @@ class CoreState:
                           "reason": b.reason} for b in self.breakers],
             "escalations": [e.to_dict() for e in self.escalations],
             "costs": [list(c) for c in self.costs],
+            "attempts": [[a.job_id, a.first_at, a.last_index, a.started, a.cost_usd]
+                         for a in self.attempts],
         }
 
     @classmethod
@@ -43,6 +48,9 @@ class CoreState:
                 for b in d.get("breakers", ()))
             escalations = tuple(Escalation.from_dict(e) for e in d.get("escalations", ()))
             costs = tuple((str(t), float(h), float(usd)) for t, h, usd in d.get("costs", ()))
+            attempts = tuple(JobAttempts(job_id=str(j), first_at=float(f), last_index=int(i),
+                                         started=int(n), cost_usd=float(c))
+                             for j, f, i, n, c in d.get("attempts", ()))
         except (KeyError, TypeError, ValueError) as err:
             raise InvalidRequest(f"invalid core state: {err!r}") from None
-        return cls(breakers=breakers, escalations=escalations, costs=costs)
+        return cls(breakers=breakers, escalations=escalations, costs=costs, attempts=attempts)

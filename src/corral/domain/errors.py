@@ -63,7 +63,14 @@ class StaleState(CorralError):
 
 
 class PermitError(CorralError):
-    """A worker was asked to start without a valid, live permit."""
+    """A worker was asked to start without a valid, live permit.
+
+    `reason` is the machine code the core protocol answers with (docs/reference/core-protocol.md
+    lists them); `PERMIT_FORGED` unless the raiser knows better."""
+
+    def __init__(self, message: str, reason: str = "PERMIT_FORGED") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class WorkerError(CorralError):

@@ -32,6 +32,20 @@ class RetryPolicy:
     retry_lost: bool = True  # the process vanished while the control plane was down
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryBudget:
+    """The core's own bounds on a job's attempts, whatever the scheduler asks.
+
+    A job's own `limits.max_attempts` always binds; these are ceilings over what any job of the
+    role may ask, and the budget across time and cost of all its attempts together (None: no
+    bound of that kind)."""
+
+    max_attempts: int | None = None  # ceiling over a job's limits.max_attempts
+    max_timeout_s: float | None = None  # ceiling over a job's per-attempt timeout
+    window_s: float | None = None  # no attempt starts this long after the job's first started
+    cost_usd: float | None = None  # no attempt starts once the job's attempts cost this much
+
+
 class WorkspacePolicy(StrEnum):
     """What a job does when another active job already holds its workspace (seed 004 §14 #4)."""
 
@@ -65,6 +79,10 @@ class RoleSpec:
     # Jobs submitted from inside a job carry their parent and depth; deeper chains are refused
     # (seed 000's runtime policy against recursive planning loops).
     max_recursion_depth: int = 5
+    retry_budget: RetryBudget = field(default_factory=RetryBudget)
+    # Jobs of this role submitted from inside another job are not stopped when their parent is
+    # cancelled (they outlive it); by default cancellation reaches every descendant.
+    detached: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

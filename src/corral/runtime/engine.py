@@ -47,6 +47,7 @@ log = logging.getLogger("corral.engine")
 
 HEARTBEAT_S = 5.0
 STALE_ENGINE_S = 3 * HEARTBEAT_S
+REVIVE_WAIT_S = 7.0  # how long clearing a crash loop waits for the new core (the CLI waits 10)
 
 
 def build_core(config: Config) -> Core:
@@ -121,6 +122,7 @@ class Engine:
         self.store: Store = build_store(config)
         self.link = CoreLink()
         self.supervisor: CoreSupervisor | None = None
+        self._tg: TaskGroup | None = None
         self._stale: set[str] = set()
         # Escalations raised by the engine itself (a core crash loop), shown with the core's.
         self.escalations: dict[str, dict[str, Any]] = {}
@@ -164,6 +166,7 @@ class Engine:
             return {"ok": True, "engine": self.id, "pid": os.getpid(),
                     "inflight": self.dispatcher.inflight,
                     "core_pid": sup.pid if sup else os.getpid(),
+                    "core_connected": sup.connected if sup else True,
                     "core_restarts": (sup.generation - 1) if sup else 0,
                     "core_given_up": sup.given_up if sup else False,
                     "core_state_synced": not (self._state_dirty
@@ -177,8 +180,7 @@ class Engine:
         fields = {k: v for k, v in request.items() if k not in ("op", "core_op")}
         core_op = str(request.get("core_op"))
         if core_op == "clear_escalation" and fields.get("escalation") in self.escalations:
-            del self.escalations[str(fields["escalation"])]
-            return {"ok": True, "result": fields["escalation"]}
+            return await self._clear_own(self.escalations.pop(str(fields["escalation"])))
         try:
             result = await self.link.control(core_op, **fields)
         except CoreUnavailable as err:
@@ -190,9 +192,10 @@ class Engine:
             return {"ok": False, "error": str(err)}
         if core_op == "snapshot" and isinstance(result, dict):
             result["escalations"] = [*self.escalations.values(), *result.get("escalations", [])]
-            result["core"] = {"pid": self.supervisor.pid if self.supervisor else os.getpid(),
-                              "restarts": (self.supervisor.generation - 1)
-                              if self.supervisor else 0}
+            sup = self.supervisor
+            result["core"] = {"pid": sup.pid if sup else os.getpid(),
+                              "restarts": (sup.generation - 1) if sup else 0,
+                              "given_up": sup.given_up if sup else False}
         if core_op in ("reset_breaker", "clear_escalation"):
             self._state_changed.set()
         return {"ok": True, "result": result}
@@ -219,6 +222,7 @@ class Engine:
         settle_heap()
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
+            self._tg = tg
             await self._start_core(tg)
             tg.start_soon(serve_control, self.config.data_dir, self._control)
             tg.start_soon(self.governor.serve)
@@ -253,6 +257,30 @@ class Engine:
         with anyio.fail_after(30):
             await self.supervisor.wait_connected()
 
+    async def _clear_own(self, escalation: dict[str, Any]) -> dict[str, Any]:
+        """An operator clears an escalation the engine raised. For a core crash loop that means
+        a core again: the supervisor starts one with a fresh restart budget, and the answer says
+        whether it is up (tests/acceptance/test_supervisor.py)."""
+        eid, now = str(escalation["id"]), time.time()
+        await self.store.append_core_events([{
+            "at": now, "kind": "escalation", "scope": "global", "name": "core",
+            "state": "cleared", "severity": "info", "reason": "cleared",
+            "message": f"escalation {eid} ({escalation['reason']}) cleared by operator",
+            "data": {"id": eid, "was": escalation["reason"]}}])
+        answer: dict[str, Any] = {"ok": True, "result": eid}
+        sup = self.supervisor
+        if escalation["reason"] != "core_crash_loop" or sup is None or self._tg is None:
+            return answer
+        if sup.revive():
+            log.warning("escalation %s cleared: starting the core again with a fresh restart "
+                        "budget", eid)
+            self._tg.start_soon(sup.run)
+        with anyio.move_on_after(REVIVE_WAIT_S):
+            await sup.wait_connected()
+        answer["core"] = {"pid": sup.pid, "connected": sup.connected,
+                          "restart_budget": sup.opts.max_restarts}
+        return answer
+
     async def _escalate(self, reason: str, message: str) -> None:
         log.error("escalation %s: %s", reason, message)
         eid = new_id()
@@ -267,10 +295,12 @@ class Engine:
 
     def _on_core_event(self, msg: dict[str, Any]) -> None:
         event = msg.get("event") or {}
-        if event.get("kind") in ("breaker", "escalation", "defense"):
-            log.warning("core %s %s %s: %s", event.get("kind"), event.get("name"),
+        kind = event.get("kind")
+        if kind in ("breaker", "escalation", "defense", "permit"):
+            log.warning("core %s %s %s: %s", kind, event.get("name"),
                         event.get("state"), event.get("message"))
-            self._state_changed.set()
+            if kind != "permit":  # a lapsed permit changes nothing a restarted core resumes
+                self._state_changed.set()
             self._events.append(event)  # refusals are counted by the core and kept per job
 
     async def _record_core_events(self) -> None:

@@ -80,7 +80,8 @@ class Reporter:
         events = await self.store.agent_events(job_id)
         evaluations = await self.store.policy_evaluations(job_id, limit=1 << 31)
         now = self.clock()
-        report = build_report(job, attempts, events, now=now, report_id=new_id())
+        report = build_report(job, attempts, events, now=now, report_id=new_id(),
+                              attempt_costs=await self._attempt_costs(job_id))
         incidents = incidents_for(job, attempts, events, evaluations, now=now,
                                   report_id=report.id, new_id=new_id)
         try:  # the report and its incidents in one transaction
@@ -94,6 +95,16 @@ class Reporter:
             worst = max(opened, key=lambda i: prerun.SEVERITY_RANK[i.severity])
             self._marks.append((worst.created_at, ScopeKind.ROLE, job.role, worst.severity))
         await self._oversee(now)
+
+    async def _attempt_costs(self, job_id: str) -> dict[int, float]:
+        """What each attempt's worker reported it cost (a command's result file, a foreign
+        scheduler's report), as its `attempt_ended` event recorded it."""
+        costs: dict[int, float] = {}
+        for _, e in await self.store.events(job_id):
+            cost = e.data.get("cost_usd") if e.kind == "attempt_ended" else None
+            if e.attempt is not None and isinstance(cost, int | float) and cost > 0:
+                costs[e.attempt] = float(cost)
+        return costs
 
     async def _oversee(self, now: float) -> None:
         """Human oversight (seed 001): a role whose incident rate crosses the threshold stops

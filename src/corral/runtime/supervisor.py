@@ -3,7 +3,8 @@
 A core that exits, crashes or stops answering heartbeats (SIGSTOP, a hung event loop) is killed
 and restarted within `heartbeat_timeout_s` plus the restart backoff. Restarts are budgeted: more
 than `max_restarts` within `window_s` is a crash loop, which escalates and stops the engine from
-granting new work (tests/acceptance/test_supervisor.py).
+granting new work until an operator clears the escalation, which `revive`s the supervisor with
+a fresh budget (tests/acceptance/test_supervisor.py).
 """
 
 from __future__ import annotations
@@ -63,6 +64,21 @@ class CoreSupervisor:
     async def wait_connected(self) -> None:
         await self._connected.wait()
 
+    @property
+    def connected(self) -> bool:
+        """The current core said hello (and has not been given up on)."""
+        return self._connected.is_set() and not self.given_up
+
+    def revive(self) -> bool:
+        """After a crash loop: forget the spent budget so `run` may start again. False when the
+        supervisor had not given up (nothing to revive)."""
+        if not self.given_up:
+            return False
+        self.restarts.clear()
+        self.given_up = False
+        self._connected = anyio.Event()
+        return True
+
     async def run(self) -> None:
         """Start the core and keep it running until cancelled or the budget is spent."""
         while True:
@@ -74,6 +90,7 @@ class CoreSupervisor:
                 self.restarts.popleft()
             if len(self.restarts) > self.opts.max_restarts:
                 self.given_up = True
+                self.pid = None  # no core runs: say so, not the pid of the last dead one
                 msg = (f"core restarted {len(self.restarts) - 1} times in "
                        f"{self.opts.window_s:.0f}s ({why}); restart budget spent")
                 log.error("%s: no new work will be started", msg)

@@ -26,12 +26,15 @@ from corral.domain.errors import CorralError
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobEvent, Permit
 from corral.domain.settings import Settings
-from corral.domain.states import AttemptState, Outcome
+from corral.domain.states import AttemptState, JobState, Outcome
 from corral.scheduler.retry import RetryInput, decide
 
 log = logging.getLogger("corral.dispatch")
 
 BATCH = 64  # jobs reserved per dispatch round
+# Ends that stop the job's children too (store/cascade.py).
+_REACHES_CHILDREN = frozenset({JobState.CANCELLED, JobState.KILLED, JobState.TIMED_OUT,
+                               JobState.DENIED})
 # An attempt the shim should have ended long ago is killed by the engine too (defence in depth).
 DEADLINE_SLACK_S = 5.0
 
@@ -219,6 +222,7 @@ class Dispatcher:
                     job.id, reason=f"kill switch {switch.id}: {switch.reason}", kind="kill",
                     now=now)
             await self._stop(job.id, "kill")
+            self._check_stops = True  # its children were flagged too
 
     async def _nothing_pending(self) -> bool:
         counts = await self.store.counts()
@@ -445,14 +449,16 @@ class Dispatcher:
         events = [JobEvent(job_id=c.job.id, at=now, kind="attempt_ended", attempt=c.attempt.index,
                            message=result.describe(),
                            data={"outcome": result.outcome.value, "exit_code": result.exit_code,
-                                 "signal": result.signal})]
+                                 "signal": result.signal, "cost_usd": result.cost_usd})]
         await self._write(finished=Finish(attempt=c.attempt, result=result, job_state=d.state,
                                           retry_at=d.retry_at, error=d.error, events=events))
         if d.retry_at is not None:
             self._retry_due = min(d.retry_at, self._retry_due or d.retry_at)
         self._live.pop(c.job.id, None)
         self.on_settled()
-        self.wake()
+        # A job that ended stopped or timed out had its children flagged in the same write
+        # (store/cascade.py): stop their processes now, not at the next periodic look.
+        self.wake(stops=d.state in _REACHES_CHILDREN)
 
     # ---- recovery ------------------------------------------------------------------------
 

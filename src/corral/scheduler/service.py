@@ -8,6 +8,7 @@ import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from enum import StrEnum
+from typing import Any
 
 from corral.core.ports import Admission, Store
 from corral.domain.agents import PolicyEvaluation
@@ -22,10 +23,11 @@ from corral.domain.models import (
     Limits,
     SubmitResult,
 )
-from corral.domain.settings import Settings, WorkspacePolicy
+from corral.domain.settings import RoleSpec, Settings, WorkspacePolicy
 from corral.domain.states import JobState
 from corral.scheduler.queue import sort_key
 
+DETACHED = "detached"  # job option: the parent's cancellation does not reach this job
 RUN_SUBJECT = "run"  # an approval's subject when it gates a whole run (policy/prerun.py)
 # The pre-run policy at submit: the evaluation of a would-be job (its verdict decides the state).
 PrerunCheck = Callable[[Job, float], Awaitable[PolicyEvaluation]]
@@ -90,6 +92,27 @@ def queue_full(*, queued: int, bound: int, env: str | None, started: int,
                         f"retry after {after:g} s", after)
 
 
+def _within_budget(limits: Limits, role: RoleSpec) -> None:
+    """Limits the core would refuse every permit for are refused at once, naming the bound."""
+    b = role.retry_budget
+    if b.max_attempts is not None and limits.max_attempts > b.max_attempts:
+        raise InvalidRequest(f"max attempts {limits.max_attempts} is more than role "
+                             f"{role.name}'s retry_budget.max_attempts {b.max_attempts}")
+    if b.max_timeout_s is not None and limits.timeout_s > b.max_timeout_s:
+        raise InvalidRequest(f"timeout {limits.timeout_s:g}s is more than role {role.name}'s "
+                             f"retry_budget.max_timeout_s {b.max_timeout_s:g}")
+
+
+def _options(spec: JobSpec, role: RoleSpec) -> dict[str, Any]:
+    """The job's options; a child of a detached role is marked so (its parent's cancel does not
+    reach it: store `request_cancel`)."""
+    options = dict(spec.options)
+    options.pop(DETACHED, None)  # only the role decides
+    if spec.parent_id and role.detached:
+        options[DETACHED] = True
+    return options
+
+
 def _names(names: Iterable[str]) -> str:
     return ", ".join(sorted(names))
 
@@ -135,6 +158,7 @@ class Submissions:
                                  "(--prompt)")
         limits = spec.limits or role.limits
         self._check_limits(limits)
+        _within_budget(limits, role)
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
             raise InvalidRequest(f"working directory does not exist: {spec.cwd}")
         workspace = self._workspace(spec.workspace)
@@ -142,7 +166,7 @@ class Submissions:
             id=new_id(int(now * 1000)), state=JobState.QUEUED, role=role.name, worker=worker,
             env_name=env.name, priority=spec.priority, tenant=spec.tenant,
             command=tuple(spec.command), prompt=spec.prompt, cwd=spec.cwd, env=dict(spec.env),
-            options=dict(spec.options), limits=limits, key=spec.key or None, dedup=spec.dedup,
+            options=_options(spec, role), limits=limits, key=spec.key or None, dedup=spec.dedup,
             workspace=workspace, parent_id=spec.parent_id, depth=spec.depth,
             created_at=now, updated_at=now,
             sort_at=sort_key(now, spec.priority, s.scheduler.aging_s),

@@ -25,6 +25,7 @@ from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
 from corral.domain.states import AttemptState, JobState
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
+from corral.store import cascade
 from corral.store.admission import acquired_event
 from corral.store.governance_memory import MemoryGovernance
 from corral.store.sql import (
@@ -167,7 +168,18 @@ class MemoryStore(MemoryGovernance):
         self._emit([job_event(job, kind, now, message, to=to)])
         self._release(job)
         self._settle_dependents(job, to, now)
+        stop = cascade.on_end(ended, to, message)
+        if stop is not None:
+            self._stop_children(ended, *stop, now)
         return ended
+
+    def _stop_children(self, parent: Job, reason: str, kind: str, now: float) -> None:
+        """Stop the jobs the parent submitted that have not ended (store/cascade.py)."""
+        for child in sorted((j for j in self._jobs.values() if j.parent_id == parent.id),
+                            key=lambda j: j.id):
+            current = self._jobs[child.id]  # an earlier sibling's cascade may have moved it
+            if cascade.reaches(current):
+                self._stop(current, reason, kind, now)
 
     def _stop(self, job: Job, reason: str, kind: str, now: float) -> Job:
         if job.state.terminal:
@@ -181,6 +193,7 @@ class MemoryStore(MemoryGovernance):
         flagged = job.with_(cancel_requested=reason, stop_kind=kind, updated_at=now)
         self._set(self._jobs, job.id, flagged)
         self._emit([job_event(job, f"{kind}_requested", now, reason)])
+        self._stop_children(flagged, *cascade.on_stop(flagged, kind, reason), now)
         return flagged
 
     # ---- submission ----------------------------------------------------------------------
@@ -206,6 +219,10 @@ class MemoryStore(MemoryGovernance):
         holder, superseded = self._dedup(job, now)
         if holder is not None:
             return SubmitResult(job=_out(holder), created=False, coalesced_on="key")
+        parent = self._jobs.get(job.parent_id) if job.parent_id else None
+        why = cascade.refuses_children(parent) if parent and cascade.reaches(job) else None
+        if why is not None:
+            raise Conflict(f"{why}: it cannot submit jobs now")
         seat = Seat.QUEUE
         if job.workspace:
             found = self._occupant(job.workspace)

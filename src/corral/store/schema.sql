@@ -44,6 +44,7 @@ CREATE INDEX jobs_by_state ON jobs (state, id);
 CREATE INDEX jobs_retry ON jobs (retry_at) WHERE state = 'RETRY_WAIT';
 CREATE INDEX jobs_waiting ON jobs (env_name) WHERE state IN ('QUEUED', 'RETRY_WAIT');
 CREATE INDEX jobs_by_workspace ON jobs (workspace, state, sort_at, id) WHERE workspace IS NOT NULL;
+CREATE INDEX jobs_by_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 
 CREATE TABLE job_deps (
     job_id TEXT NOT NULL,

@@ -27,6 +27,7 @@ from corral.domain.states import AttemptState, JobState, Outcome, can_transition
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, workspace_seat
 from corral.store import admission as adm
+from corral.store import cascade
 from corral.store.governance_sql import SqlGovernance
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
@@ -194,7 +195,26 @@ class SqlStore(SqlGovernance):
         await self._insert_events(tx, [job_event(job, kind, now, message, to=to)])
         await self._release(tx, job)
         await self._settle_dependents(tx, job, to, now)
-        return job.with_(state=to, updated_at=now, **cols)
+        ended = job.with_(state=to, updated_at=now, **cols)
+        stop = cascade.on_end(ended, to, message)
+        if stop is not None:
+            await self._stop_children(tx, ended, *stop, now)
+        return ended
+
+    async def _stop_children(self, tx: Tx, parent: Job, reason: str, kind: str,
+                             now: float) -> None:
+        """Stop the jobs the parent submitted that have not ended (store/cascade.py)."""
+        rows = await tx.fetchall(_JOB_SELECT + " WHERE parent_id = ? ORDER BY id", (parent.id,))
+        for row in rows:
+            child: Job | None = job_from_row(row)
+            for _ in range(3):  # another engine may move it meanwhile (PostgreSQL): look again
+                if child is None or not cascade.reaches(child):
+                    break
+                try:
+                    await self._stop(tx, child, reason, kind, now)
+                    break
+                except StaleState:
+                    child = await self._job(tx, child.id)
 
     async def _stop(self, tx: Tx, job: Job, reason: str, kind: str, now: float) -> Job:
         if job.state.terminal:
@@ -211,7 +231,9 @@ class SqlStore(SqlGovernance):
             if n != 1:
                 raise StaleState(f"job {job.id} left {job.state.value} meanwhile")
             await self._insert_events(tx, [job_event(job, f"{kind}_requested", now, reason)])
-            return job.with_(cancel_requested=reason, stop_kind=kind, updated_at=now)
+            flagged = job.with_(cancel_requested=reason, stop_kind=kind, updated_at=now)
+            await self._stop_children(tx, flagged, *cascade.on_stop(flagged, kind, reason), now)
+            return flagged
         return job  # the first stop request stands
 
     # ---- submission ----------------------------------------------------------------------
@@ -248,6 +270,11 @@ class SqlStore(SqlGovernance):
         holder, superseded = await self._dedup(tx, job, now)
         if holder is not None:
             return SubmitResult(job=holder, created=False, coalesced_on="key")
+        if job.parent_id and cascade.reaches(job):
+            parent = await self._job(tx, job.parent_id)
+            why = cascade.refuses_children(parent) if parent is not None else None
+            if why is not None:
+                raise Conflict(f"{why}: it cannot submit jobs now")
         seat = Seat.QUEUE
         if job.workspace:
             found = await adm.occupant(tx, job.workspace)

@@ -1,9 +1,19 @@
-"""The `command` worker: any argv, run under the shim in its own session with logs on disk."""
+"""The `command` worker: any argv, run under the shim in its own session with logs on disk.
+
+A command job may report what it cost (the model calls it made, a cloud bill) by writing a JSON
+object to the file `$CORRAL_RESULT_FILE` names, e.g. `{"cost_usd": 0.42}`: it becomes the
+attempt's `cost_usd`, charged like an agent's (docs/how-to/mechanism.md). The last content written
+counts; write it whole (a temporary file renamed over it) so it is never read half written.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
@@ -17,6 +27,12 @@ BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHE
                  "TERM",
                  # so that `corral submit` inside a job reaches this engine (as the job's child)
                  "CORRAL_DATA_DIR", "CORRAL_CONFIG")
+
+log = logging.getLogger("corral.worker")
+
+RESULT_FILE = "job-result.json"  # in the attempt directory; its path is $CORRAL_RESULT_FILE
+RESULT_ENV = "CORRAL_RESULT_FILE"
+MAX_RESULT_BYTES = 64 * 1024
 
 _OUTCOME = {
     "exited": Outcome.EXITED,
@@ -38,6 +54,40 @@ def to_result(r: ShimResult) -> AttemptResult:
         limit_hit="max_duration_s" if outcome is Outcome.TIMED_OUT else None,
         started_at=r.started_at_ms / 1000 if r.started_at_ms else None,
         ended_at=r.ended_at_ms / 1000 if r.ended_at_ms else None)
+
+
+def reported_cost(path: Path) -> tuple[float | None, str | None]:
+    """(cost, problem) from a job's result file: (None, None) when it wrote none; a file that is
+    not a JSON object with a finite `cost_usd` ≥ 0 gives a problem (one line) and no cost."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_RESULT_BYTES + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as err:
+        return None, f"cannot read it: {err.strerror or err}"
+    if len(raw) > MAX_RESULT_BYTES:
+        return None, f"it is larger than {MAX_RESULT_BYTES} bytes"
+    try:
+        doc = json.loads(raw)
+    except ValueError as err:
+        return None, f"it is not JSON: {err}"
+    cost = doc.get("cost_usd") if isinstance(doc, dict) else None
+    if cost is None:
+        return None, None if isinstance(doc, dict) else "it is not a JSON object"
+    if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) \
+            or cost < 0:
+        return None, f"cost_usd must be a finite number ≥ 0, got {cost!r}"
+    return float(cost), None
+
+
+def with_reported_cost(result: AttemptResult, attempt_dir: Path) -> AttemptResult:
+    """The shim's result with the cost the job reported in its result file, if any."""
+    cost, problem = reported_cost(attempt_dir / RESULT_FILE)
+    if problem is not None:
+        log.warning("%s/%s: %s; the attempt's cost is not counted", attempt_dir, RESULT_FILE,
+                    problem)
+    return result if cost is None else replace(result, cost_usd=cost)
 
 
 class ShimAttempt:
@@ -77,6 +127,13 @@ def survivors(attempt_dir: Path) -> list[int]:
     return [child] if stat is not None and stat.live and stat.sid == shim else []
 
 
+class CommandAttempt(ShimAttempt):
+    """A command's attempt: its result carries the cost the job reported."""
+
+    async def wait(self) -> AttemptResult:
+        return with_reported_cost(await super().wait(), self.proc.attempt_dir)
+
+
 def job_env(job: Job, base: Mapping[str, str] | None = None) -> dict[str, str]:
     src = os.environ if base is None else base
     env = {k: src[k] for k in BASE_ENV_KEYS if k in src}
@@ -96,21 +153,23 @@ class CommandWorker:
     def argv(self, job: Job) -> list[str]:
         return list(job.command)
 
-    def start(self, permit: Permit, job: Job, attempt: Attempt) -> ShimAttempt:
+    def start(self, permit: Permit, job: Job, attempt: Attempt) -> CommandAttempt:
         self._validate(permit)  # no process without a live permit, whoever calls
+        attempt_dir = Path(attempt.dir)
         proc = process.spawn(
-            attempt_dir=Path(attempt.dir), argv=self.argv(job), cwd=job.cwd,
-            env={**job_env(job.with_(attempts=attempt.index)), "CORRAL_WORKER": self.kind},
+            attempt_dir=attempt_dir, argv=self.argv(job), cwd=job.cwd,
+            env={**job_env(job.with_(attempts=attempt.index)), "CORRAL_WORKER": self.kind,
+                 RESULT_ENV: str(attempt_dir.resolve() / RESULT_FILE)},
             grace_s=permit.grace_s,
             deadline_epoch_s=permit.deadline_at)
-        return ShimAttempt(proc)
+        return CommandAttempt(proc)
 
-    def adopt(self, job: Job, attempt: Attempt) -> ShimAttempt | AttemptResult:
+    def adopt(self, job: Job, attempt: Attempt) -> CommandAttempt | AttemptResult:
         found = process.probe(Path(attempt.dir))
         if found.state == "running" and found.process is not None:
-            return ShimAttempt(found.process)
+            return CommandAttempt(found.process)
         if found.state == "finished" and found.result is not None:
-            return to_result(found.result)
+            return with_reported_cost(to_result(found.result), Path(attempt.dir))
         if found.state == "vanished":
             return AttemptResult(outcome=Outcome.LOST,
                                  error="process vanished while the engine was down")

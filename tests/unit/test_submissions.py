@@ -1,0 +1,68 @@
+"""Submissions against a role's retry budget and parentage (scheduler/service.py)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from corral.core.ports import JobQuery
+from corral.domain.errors import Conflict, InvalidRequest
+from corral.domain.models import JobSpec, Limits
+from corral.domain.settings import EnvSpec, RetryBudget, RoleSpec, Settings
+from corral.scheduler.service import Submissions
+from corral.store.memory import MemoryStore
+
+SETTINGS = Settings(
+    roles={"default": RoleSpec(name="default"),
+           "capped": RoleSpec(name="capped", limits=Limits(max_attempts=2, timeout_s=60),
+                              retry_budget=RetryBudget(max_attempts=3, max_timeout_s=120)),
+           "loose": RoleSpec(name="loose", detached=True)},
+    environments={"local": EnvSpec(name="local")})
+
+
+def _svc() -> tuple[MemoryStore, Submissions]:
+    store = MemoryStore()
+    return store, Submissions(store, SETTINGS, lambda: 1000.0, frozenset({"command"}))
+
+
+@pytest.mark.parametrize(("limits", "message"), [
+    (Limits(max_attempts=4, timeout_s=60), "max attempts 4 is more than role capped's "
+                                           "retry_budget.max_attempts 3"),
+    (Limits(max_attempts=3, timeout_s=121), "timeout 121s is more than role capped's "
+                                            "retry_budget.max_timeout_s 120"),
+])
+def test_limits_the_core_would_refuse_are_refused_at_submission(limits: Limits,
+                                                                message: str) -> None:
+    _, svc = _svc()
+    with pytest.raises(InvalidRequest, match=message):
+        svc.build(JobSpec(command=("x",), role="capped", limits=limits), 1000.0)
+    assert svc.build(JobSpec(command=("x",), role="capped",
+                             limits=Limits(max_attempts=3, timeout_s=120)), 1000.0)
+
+
+def test_only_a_detached_roles_child_is_marked_detached_and_only_by_the_role() -> None:
+    async def main() -> None:
+        _, svc = _svc()
+        parent = (await svc.submit(JobSpec(command=("x",)))).job
+        loose = (await svc.submit(JobSpec(command=("x",), role="loose",
+                                          parent_id=parent.id))).job
+        bound = (await svc.submit(JobSpec(command=("x",), parent_id=parent.id,
+                                          options={"detached": True}))).job
+        top = (await svc.submit(JobSpec(command=("x",), role="loose"))).job
+        assert loose.options.get("detached") is True and loose.depth == 1
+        assert "detached" not in bound.options, "a submitter cannot detach itself"
+        assert "detached" not in top.options
+
+    anyio.run(main)
+
+
+def test_a_parent_being_cancelled_cannot_submit_children() -> None:
+    async def main() -> None:
+        store, svc = _svc()
+        parent = (await svc.submit(JobSpec(command=("x",)))).job
+        await svc.cancel(parent.id, "operator")
+        with pytest.raises(Conflict, match=f"parent {parent.id} ended CANCELLED"):
+            await svc.submit(JobSpec(command=("x",), parent_id=parent.id))
+        assert len(await store.list_jobs(JobQuery())) == 1
+
+    anyio.run(main)
