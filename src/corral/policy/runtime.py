@@ -14,6 +14,7 @@ every CLI (`Bash` in Claude Code and Codex is `bash` in OpenCode).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,8 +137,8 @@ def shell_command(tool_input: Mapping[str, Any]) -> str | None:
         value = tool_input.get(key)
         if isinstance(value, str):
             return value
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return " ".join(value)  # argv form (Codex local_shell): checked as words
+        if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+            return shlex.join(value)  # argv form (Codex local_shell): exec'd as is
     return None
 
 
