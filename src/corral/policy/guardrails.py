@@ -404,6 +404,15 @@ class Guardrails:
         subject = f"{tool} {json.dumps(tool_input, sort_keys=True, ensure_ascii=False)}"
         return _verdict(outcome, subject)
 
+    def spawn_check(self, role: str, command: str | Sequence[str]) -> GuardVerdict | None:
+        """The guardrails on a command job's command before it runs (stage ``spawn``); None
+        when ``role`` has no rules of its own: an operator's `sh -c '… $VAR …'` in a plain role
+        is not an agent's unverifiable tool call."""
+        if not self.roles.get(role):
+            return None
+        text = command if isinstance(command, str) else shlex.join(command)
+        return self.evaluate(role, "spawn", "Bash", {"command": text})
+
     def check_sql(self, role: str, sql: str, dialect: str | None = None) -> GuardVerdict:
         """Judge one SQL text with the first SQL rule of ``role`` (or ``_all``), for operators."""
         rule = next((r for rules in self.rules_for(role) for r in rules if r.sql), None)
