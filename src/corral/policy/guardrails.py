@@ -1,4 +1,4 @@
-"""Guardrails: per-role safety rules, as data, evaluated at spawn and at every tool call (seed 000).
+"""Guardrails: per-role safety rules, as data, evaluated at spawn and at every tool call.
 
 Tool scope (policy/runtime.py) says which tools and programs a role may use at all; guardrails say
 how it may use them: which subcommands, options, namespaces and SQL statements are refused or need
@@ -708,7 +708,7 @@ def load_rules(source: str | Path) -> Guardrails:
 
 @functools.cache
 def default_guardrails() -> Guardrails:
-    """Seed 000's guardrails, shipped as ``corral/policy/default_guardrails.yaml``."""
+    """The shipped guardrails, ``corral/policy/default_guardrails.yaml``."""
     text = resources.files("corral.policy").joinpath("default_guardrails.yaml").read_text("utf-8")
     return load_rules(text)
 
