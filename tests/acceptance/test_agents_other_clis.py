@@ -5,6 +5,7 @@ its hooks.json, OpenCode through a plugin), and the same trace comes out."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -197,30 +198,49 @@ def tool_call_evaluations(c: Corral, job: str) -> list[dict[str, Any]]:
     return [e for e in t["policy_evaluations"] if e["stage"] in ("tool_call", "guardrail")]
 
 
+class _SessionAware(OpenAIResponsesMock):
+    """Points a scripted `write_stdin` at the session Codex reported last (its ids vary)."""
+
+    def next_turn(self) -> dict[str, Any]:
+        turn = super().next_turn()
+        last = json.dumps(self.turn_requests[-1]) if self.turn_requests else ""
+        ids = re.findall(r"session ID (\d+)", last)
+        calls = [dict(c, input={**c["input"], "session_id": int(ids[-1])})
+                 if c["name"] == "write_stdin" and ids else c
+                 for c in turn.get("tool_calls") or ()]
+        return {**turn, "tool_calls": calls} if calls else turn
+
+
 def test_codex_calls_are_checked_under_the_shell_codex_runs_them_with(tmp_path: Path,
                                                                      clis: None  # noqa: F811
                                                                      ) -> None:
     """Codex's hook shows only the command; the shell the model names, a TTY session and the
-    text typed into it are read from Codex's transcript or refused."""
-    with OpenAIResponsesMock([], dialect="codex") as mock:
-        role = shells_role("codex", '["Bash(echo *)", "Bash(sh *)", "Write(./**)"]')
+    text typed into a session are read from Codex's transcript, refused, or find nothing to
+    type into."""
+    with _SessionAware([], dialect="codex") as mock:
+        role = shells_role("codex", '["Bash(echo *)", "Bash(sh *)", "Bash(sleep *)", '
+                                    '"Write(./**)"]')
         c = Corral(tmp_path, config("codex", mock.url, role))
         try:
             mock.script[:] = [
                 # under dash: `echo ok &` then `>/dev/null touch dash.txt`
                 {"tool_calls": [{"name": "exec_command", "input": {
                     "cmd": "echo ok &>/dev/null touch dash.txt", "shell": "/bin/sh"}}]},
-                # under bash (the login shell): one `echo`, its output discarded
+                # under bash: one `echo`, its output discarded
                 {"tool_calls": [{"name": "exec_command", "input": {
                     "cmd": "echo ok &>/dev/null touch bash.txt", "shell": "bash"}}]},
-                # an interactive session, then text typed into it: no hook sees the typing
+                # an interactive session: what is typed into it later reaches no hook
                 {"tool_calls": [{"name": "exec_command", "input": {
                     "cmd": "sh", "tty": True, "yield_time_ms": 500}}]},
+                # a session without a TTY, still running when the call returns …
+                {"tool_calls": [{"name": "exec_command", "input": {
+                    "cmd": "sleep 3", "yield_time_ms": 200}}]},
+                # … and text typed into it
                 {"tool_calls": [{"name": "write_stdin", "input": {
-                    "session_id": 1, "chars": "touch typed.txt\n", "yield_time_ms": 500}}]},
+                    "session_id": 0, "chars": "touch typed.txt\n", "yield_time_ms": 200}}]},
                 {"tool_calls": [{"name": "Write", "input": {"file_path": "../escape.txt",
                                                             "content": "x"}}]},
-                {"text": "Summary: only the harmless echo ran."},
+                {"text": "Summary: only the harmless calls ran."},
             ]
             c.serve()
             job = c.ok("submit", "--role", "shells", "--prompt", "try shells", "--cwd",
@@ -232,12 +252,12 @@ def test_codex_calls_are_checked_under_the_shell_codex_runs_them_with(tmp_path: 
             found = [(e["verdict"], e["inputs"]["shell"], e["message"])
                      for e in tool_call_evaluations(c, job)]
             assert [(v, sh) for v, sh, _ in found] == [
-                ("deny", "sh"), ("allow", "bash"), ("deny", "bash"), ("deny", "bash")]
+                ("deny", "sh"), ("allow", "bash"), ("deny", "bash"), ("allow", "bash"),
+                ("deny", "bash")]
             assert "runs under sh" in found[0][2]
             assert "interactive session" in found[2][2]
-            assert "outside this role's write scope" in found[3][2]
-            outputs = json.dumps(mock.turn_requests[-1])
-            assert "write_stdin failed" in outputs  # Codex has no session to type into
+            assert "outside this role's write scope" in found[4][2]
+            assert "stdin is closed" in json.dumps(mock.turn_requests[-1])  # Codex refused it
         finally:
             c.stop_all()
 
