@@ -9,8 +9,8 @@
   plumbing) timed in the same loop as the baseline. The verdicts are checked against what the
   scope says of each call, and against the evaluations the store recorded;
 - in-engine decision: `Governor.answer(request)` called directly (no socket, no process: stream
-  read, policy, store append, reply; target < 200 µs at p99), and the pure
-  `policy.runtime.decide` alone (µs, p50/p99);
+  read, policy, store append, reply; target < 200 µs at p99), and the decision alone,
+  `policy.toolcall.decide` (scope, paths resolved, guardrails; µs, p50/p99);
 - stream parsing: the recorded Claude Code, Codex and OpenCode fixtures repeated to >= 100k lines
   through their live parsers (lines/s, events/s), against plain `json.loads` of the same lines.
 """
@@ -40,6 +40,7 @@ from corral.domain.models import Attempt, Claimed, Job, Limits, Permit
 from corral.domain.settings import RoleSpec, Settings
 from corral.domain.states import AttemptState, DedupMode, JobState
 from corral.policy import runtime as policy
+from corral.policy import toolcall
 from corral.runtime.governor import Governor
 from corral.store.sqlite import SqliteStore
 from corral.workers import process
@@ -59,7 +60,7 @@ DEFAULT_OUT = BENCH_DIR / "results" / "governance.json"
 ROUND_TRIP_TARGET_P99_MS = 30.0
 DECISION_TARGET_P99_US = 200.0
 CLI = "claude-code"
-SCOPE = ("Bash(kubectl *)", "Bash(ray *)", "Read")
+SCOPE = ("Bash(kubectl *)", "Bash(ray *)", "Read(/srv/ml/**)")
 LIMITS = Limits(max_tool_calls=10**9, token_budget_in=10**12, token_budget_out=10**12)
 SESSION = "399c44a5-ff4b-48ad-b022-67062864551c"
 BASELINE = "/bin/true"
@@ -287,13 +288,16 @@ async def bench_decision(rig: Rig, n: int) -> dict[str, Any]:
         mismatches += verdict_of(code, text) != verdict
     scope = policy.Scope.parse(SCOPE)
     used = policy.Usage(tool_calls=10, tokens_in=5_000, tokens_out=800)
+    calls = [policy.Call(tool=tool, input=tool_input, workspace="/srv/ml")
+             for tool, tool_input, _verdict in CASES]
     decide: list[float] = []
     by_case: dict[int, list[float]] = {k: [] for k in range(len(CASES))}
     for i in range(n):
         k = i % len(CASES)
         tool, tool_input, verdict = CASES[k]
         t0 = time.perf_counter_ns()
-        d = policy.decide(tool, tool_input, used, LIMITS, scope)
+        d = toolcall.decide(calls[k], role="ops", scope=scope, guardrails=rig.governor.guardrails,
+                            used=used, limits=LIMITS)
         us = (time.perf_counter_ns() - t0) / 1000
         decide.append(us)
         by_case[k].append(us)

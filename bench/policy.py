@@ -55,7 +55,7 @@ from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Claimed, Job, Limits, Permit
 from corral.domain.settings import RoleSpec, Settings, TenantSpec
 from corral.domain.states import AttemptState, DedupMode, JobState
-from corral.policy import guardrails, prerun, shell, sql
+from corral.policy import prerun, shell, sql
 from corral.policy.guardrails import default_guardrails
 from corral.runtime.assembly import settle_heap
 from corral.runtime.gate import PrerunGate
@@ -417,7 +417,7 @@ GUARD_CASES = (
 
 def _cache_hits() -> int:
     """Hits of the two parse caches a guardrail check goes through (shell text, SQL text)."""
-    return guardrails._parse.cache_info().hits + sql._check.cache_info().hits
+    return shell.parse.cache_info().hits + sql._check.cache_info().hits
 
 
 def bench_guardrails(n_cold: int, n_warm: int) -> dict[str, Any]:

@@ -44,7 +44,8 @@ def clis() -> None:
 
 
 def agent_config(mock_url: str, *, limits: str = "", tools: str = '["Bash(ls *)", '
-                 '"Bash(echo *)", "Bash(touch *)", "Read"]', extra_role: str = "") -> str:
+                 '"Bash(echo *)", "Bash(touch *)", "Read", "Write(./**)"]',
+                 extra_role: str = "") -> str:
     return f"""
 scheduler:
   poll_interval_s: 0.2
@@ -160,6 +161,39 @@ def test_mcp_servers_come_from_the_role_and_their_calls_are_decided_by_its_scope
             and MCP_CANARY.encode() in p.read_bytes()] == []
     assert "[REDACTED]" in json.dumps(t["policy_evaluations"])
     assert not list(c.data.rglob("redact.json"))
+
+
+def test_file_tools_are_held_to_the_roles_paths(agents: tuple[Corral, AnthropicMock],
+                                               tmp_path: Path) -> None:
+    """Read and Write outside the scope are denied before they run (a link in the workspace
+    leading out included); nothing is written and no content reaches the model."""
+    c, mock = agents
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (c.work / "out").mkdir()
+    (c.work / "out" / "link").symlink_to(outside)
+    configure(c, mock, [
+        {"tool_calls": [{"name": "Read", "input": {"file_path": "/etc/passwd"}}]},
+        {"tool_calls": [{"name": "Write", "input": {"file_path": str(outside / "a.txt"),
+                                                    "content": "x"}}]},
+        {"tool_calls": [{"name": "Write", "input": {"file_path": str(c.work / "out/link/b.txt"),
+                                                    "content": "x"}}]},
+        {"tool_calls": [bash(f"echo x > {outside / 'c.txt'}")]},
+        {"tool_calls": [{"name": "Write", "input": {"file_path": str(c.work / "out/ok.txt"),
+                                                    "content": "ok"}}]},
+        {"text": "Summary: wrote out/ok.txt; the rest was refused."},
+    ], tools='["Read", "Write(out/**)", "Bash(echo *)"]')
+    c.serve()
+    job = run_agent(c)
+    assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
+    assert list(outside.iterdir()) == []
+    assert (c.work / "out" / "ok.txt").read_text() == "ok"
+    t = trace(c, job)
+    assert [(e["subject"], e["verdict"]) for e in t["policy_evaluations"]
+            if e["stage"] == "tool_call"] == [
+        ("Read", "deny"), ("Write", "deny"), ("Write", "deny"), ("Bash", "deny"),
+        ("Write", "allow")]
+    assert "root:x:0:0" not in json.dumps(mock.turn_requests)  # /etc/passwd never read
 
 
 def test_every_tool_call_is_decided_by_corral_and_traced(agents: tuple[Corral, AnthropicMock]

@@ -5,6 +5,7 @@ its hooks.json, OpenCode through a plugin), and the same trace comes out."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ roles:
     limits: {{max_attempts: 1, timeout_s: 90, grace_s: 2}}
   looper:
     worker: {kind}
-    tools: ["Bash(echo *)"]
+    tools: ["Bash(echo *)", "Write(./**)"]  # `echo step >> steps.txt` writes a file
     max_turns: 2
     limits: {{max_attempts: 1, timeout_s: 90, grace_s: 2}}
 {extra_role}workers:{worker}"""
@@ -180,5 +181,119 @@ def test_the_roles_mcp_servers_are_governed_like_any_tool(kind: str, tmp_path: P
                 assert [x["tool"] for x in event["tool_calls"]] == ["mcp__wandb__list_runs"]
                 assert "unsupported call" in json.dumps(mock.turn_requests[-1])
             assert not (tmp_path / "github.log").exists()  # a server out of scope never starts
+        finally:
+            c.stop_all()
+
+
+def shells_role(kind: str, tools: str) -> str:
+    return f"""  shells:
+    worker: {kind}
+    tools: {tools}
+    limits: {{max_attempts: 1, timeout_s: 90, grace_s: 2}}
+"""
+
+
+def tool_call_evaluations(c: Corral, job: str) -> list[dict[str, Any]]:
+    t: dict[str, Any] = c.json("trace", job)
+    return [e for e in t["policy_evaluations"] if e["stage"] in ("tool_call", "guardrail")]
+
+
+class _SessionAware(OpenAIResponsesMock):
+    """Points a scripted `write_stdin` at the session Codex reported last (its ids vary)."""
+
+    def next_turn(self) -> dict[str, Any]:
+        turn = super().next_turn()
+        last = json.dumps(self.turn_requests[-1]) if self.turn_requests else ""
+        ids = re.findall(r"session ID (\d+)", last)
+        calls = [dict(c, input={**c["input"], "session_id": int(ids[-1])})
+                 if c["name"] == "write_stdin" and ids else c
+                 for c in turn.get("tool_calls") or ()]
+        return {**turn, "tool_calls": calls} if calls else turn
+
+
+def test_codex_calls_are_checked_under_the_shell_codex_runs_them_with(tmp_path: Path,
+                                                                     clis: None  # noqa: F811
+                                                                     ) -> None:
+    """Codex's hook shows only the command; the shell the model names, a TTY session and the
+    text typed into a session are read from Codex's transcript, refused, or find nothing to
+    type into."""
+    with _SessionAware([], dialect="codex") as mock:
+        role = shells_role("codex", '["Bash(echo *)", "Bash(sh *)", "Bash(sleep *)", '
+                                    '"Write(./**)"]')
+        c = Corral(tmp_path, config("codex", mock.url, role))
+        try:
+            mock.script[:] = [
+                # under dash: `echo ok &` then `>/dev/null touch dash.txt`
+                {"tool_calls": [{"name": "exec_command", "input": {
+                    "cmd": "echo ok &>/dev/null touch dash.txt", "shell": "/bin/sh"}}]},
+                # under bash: one `echo`, its output discarded
+                {"tool_calls": [{"name": "exec_command", "input": {
+                    "cmd": "echo ok &>/dev/null touch bash.txt", "shell": "bash"}}]},
+                # an interactive session: what is typed into it later reaches no hook
+                {"tool_calls": [{"name": "exec_command", "input": {
+                    "cmd": "sh", "tty": True, "yield_time_ms": 500}}]},
+                # a session without a TTY, still running when the call returns …
+                {"tool_calls": [{"name": "exec_command", "input": {
+                    "cmd": "sleep 3", "yield_time_ms": 200}}]},
+                # … and text typed into it
+                {"tool_calls": [{"name": "write_stdin", "input": {
+                    "session_id": 0, "chars": "touch typed.txt\n", "yield_time_ms": 200}}]},
+                {"tool_calls": [{"name": "Write", "input": {"file_path": "../escape.txt",
+                                                            "content": "x"}}]},
+                {"text": "Summary: only the harmless calls ran."},
+            ]
+            c.serve()
+            job = c.ok("submit", "--role", "shells", "--prompt", "try shells", "--cwd",
+                       str(c.work)).strip()
+            c.wait(job, timeout=120)
+            assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
+            for name in ("dash.txt", "bash.txt", "typed.txt", "../escape.txt"):
+                assert not (c.work / name).exists(), name
+            found = [(e["verdict"], e["inputs"]["shell"], e["message"])
+                     for e in tool_call_evaluations(c, job)]
+            assert [(v, sh) for v, sh, _ in found] == [
+                ("deny", "sh"), ("allow", "bash"), ("deny", "bash"), ("allow", "bash"),
+                ("deny", "bash")]
+            assert "runs under sh" in found[0][2]
+            assert "interactive session" in found[2][2]
+            assert "outside this role's write scope" in found[4][2]
+            assert "stdin is closed" in json.dumps(mock.turn_requests[-1])  # Codex refused it
+        finally:
+            c.stop_all()
+
+
+def test_opencode_runs_bash_whatever_shell_the_job_names(tmp_path: Path,
+                                                        clis: None  # noqa: F811
+                                                        ) -> None:
+    """OpenCode runs its bash tool with SHELL: the adapter makes it bash, the shell the checker
+    reads commands as; and file tools are held to the role's paths."""
+    with OpenAIResponsesMock([], dialect="opencode") as mock:
+        role = shells_role("opencode", '["Bash(echo *)", "Read", "Write(out/**)"]')
+        c = Corral(tmp_path, config("opencode", mock.url, role))
+        (c.work / "out").mkdir()
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        try:
+            mock.script[:] = [
+                {"tool_calls": [bash("echo ok &>/dev/null touch dash.txt")]},
+                {"tool_calls": [{"name": "Read", "input": {"file_path": "/etc/passwd"}}]},
+                {"tool_calls": [{"name": "Write", "input": {
+                    "file_path": str(outside / "escape.txt"), "content": "x"}}]},
+                {"tool_calls": [{"name": "Write", "input": {
+                    "file_path": str(c.work / "out" / "ok.txt"), "content": "ok"}}]},
+                {"text": "Summary."},
+            ]
+            c.serve()
+            job = c.ok("submit", "--role", "shells", "--prompt", "try", "--cwd", str(c.work),
+                       "--setenv", "SHELL=/bin/sh").strip()  # dash, were it not for the adapter
+            c.wait(job, timeout=120)
+            assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
+            assert not (c.work / "dash.txt").exists()
+            assert not (outside / "escape.txt").exists()
+            assert (c.work / "out" / "ok.txt").read_text().strip() == "ok"
+            found = [(e["subject"], e["verdict"]) for e in tool_call_evaluations(c, job)]
+            assert found == [("bash", "allow"), ("read", "deny"), ("apply_patch", "deny"),
+                             ("apply_patch", "allow")]
+            assert "root:x:0:0" not in json.dumps(mock.turn_requests)  # /etc/passwd never read
         finally:
             c.stop_all()

@@ -40,8 +40,7 @@ DEFAULT_CASES = [
      "destructive_on_running_jobs", "no-delete-running-jobs"),
     ("notebook", "/usr/local/bin/kubectl delete raycluster c", "deny",
      "destructive_on_running_jobs", "no-delete-running-jobs"),
-    ("notebook", "sudo kubectl delete po x", "deny", "destructive_on_running_jobs",
-     "no-delete-running-jobs"),
+    ("notebook", "sudo kubectl delete po x", "deny", "unverifiable_command", None),
     ("notebook", "sh -c 'kubectl delete deploy x'", "deny", "destructive_on_running_jobs",
      "no-delete-running-jobs"),
     ("notebook", "kubectl get pods && kubectl delete pod x", "deny",
@@ -472,3 +471,89 @@ roles:
     assert bash("notebook", "kubectl delete pod x", rules=merged) == (
         "deny", "destructive_on_running_jobs", "no-delete-running-jobs")
     assert [r.id for r in merged.roles["notebook"]].count("no-stop-ray-jobs") == 1
+
+
+# --------------------------------------------------------------------------------------------
+# Sensitive reads through an allowed verb; code installed on a cluster needs a human
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("command", "verdict", "reason", "rule"), [
+    ("kubectl get secret db-pass -o yaml", "deny", "sensitive_read", "no-secret-reads"),
+    ("kubectl get secrets", "deny", "sensitive_read", "no-secret-reads"),
+    ("kubectl get secret/db-pass -o jsonpath='{.data.password}'", "deny", "sensitive_read",
+     "no-secret-reads"),
+    ("kubectl -n ml get Secrets -o json", "deny", "sensitive_read", "no-secret-reads"),
+    ("kubectl get configmaps,secrets -A", "deny", "sensitive_read", "no-secret-reads"),
+    ("kubectl get secrets.v1. db", "deny", "sensitive_read", "no-secret-reads"),
+    ("kubectl view-secret db-pass", "deny", "sensitive_read", "no-secret-reads"),
+    ("kubectl get --raw /api/v1/namespaces/ml/secrets", "deny", "sensitive_read", "no-raw-api"),
+    ("kubectl get --raw=/api/v1/namespaces/ml/secrets/db", "deny", "sensitive_read",
+     "no-raw-api"),
+    ("kubectl config view --raw", "deny", "sensitive_read", "no-raw-api"),
+    ("kubectl get pods | grep x && kubectl get secret x", "deny", "sensitive_read",
+     "no-secret-reads"),
+    # not secrets: still read-only verbs
+    ("kubectl get pods -o yaml", "allow", "read_only", "kubectl-reads"),
+    ("kubectl get pod secret-rotator-0", "allow", "read_only", "kubectl-reads"),
+    ("kubectl describe secret db-pass", "allow", "read_only", "kubectl-reads"),  # no values
+])
+def test_sensitive_reads_are_denied_in_every_role(command: str, verdict: str, reason: str,
+                                                 rule: str) -> None:
+    for role in ("notebook", "cluster", "policy", "nobody"):
+        assert bash(role, command) == (verdict, reason, rule), role
+
+
+@pytest.mark.parametrize("command", [
+    "ray job submit --runtime-env-json '{\"pip\": [\"requests\"]}' -- python t.py",
+    "ray job submit --runtime-env env.yaml -- python t.py",
+    "ray job submit --working-dir s3://bucket/code.zip -- python t.py",
+    "sh -c \"ray job submit --runtime-env-json '{\\\"conda\\\": \\\"x\\\"}' -- python t.py\"",
+])
+def test_installing_code_on_a_cluster_needs_a_human(command: str) -> None:
+    v = DEFAULTS.evaluate("notebook", "tool_call", "Bash", {"command": command})
+    assert (v.verdict, v.reason, v.rule_id) == ("require_approval", "installs_code", None)
+    assert v.approval_subject == command.strip()
+
+
+def test_a_deny_rule_outranks_a_hold() -> None:
+    command = ("ray job submit --address http://other:8265 --runtime-env e.yaml -- python t.py")
+    assert bash("notebook", command) == ("deny", "tool_redirected", "redirect-ray")
+
+
+def test_commands_are_read_under_the_shell_that_runs_them() -> None:
+    command = "kubectl get pods &>/dev/null kubectl delete pod x"
+    bash_reading = DEFAULTS.evaluate("notebook", "tool_call", "Bash", {"command": command})
+    assert bash_reading.verdict == "allow"  # bash: `kubectl get pods kubectl delete pod x`
+    sh_reading = DEFAULTS.evaluate("notebook", "tool_call", "Bash", {"command": command}, "sh")
+    assert (sh_reading.verdict, sh_reading.reason) == ("deny", "unverifiable_command")
+    zsh = DEFAULTS.evaluate("notebook", "tool_call", "Bash", {"command": "ls"}, "zsh")
+    assert zsh.verdict == "deny" and "models bash and sh" in zsh.message
+
+
+def test_sql_rules_take_a_search_path_and_read_only() -> None:
+    rules = load_rules("""
+roles:
+  analyst:
+    - id: ro-psql
+      when: {tool: Bash, command: "psql *"}
+      sql: {dialect: postgres, protected: ["prod.*"], options: [-c], search_path: [prod],
+            read_only: true}
+  etl:
+    - id: etl-psql
+      when: {tool: Bash, command: "psql *"}
+      sql: {dialect: postgres, protected: ["prod.*"], options: [-c], search_path: [prod]}
+""")
+    assert bash("analyst", "psql -c 'SELECT * FROM users'", rules=rules)[0] == "allow"
+    assert bash("etl", "psql -c 'DELETE FROM users'", rules=rules) == (
+        "deny", "sql_destructive_protected", "etl-psql")
+    assert bash("etl", "psql -c 'DELETE FROM users WHERE id = 1'", rules=rules) == (
+        "require_approval", "sql_delete_protected", "etl-psql")
+    assert bash("analyst", "psql -c 'DELETE FROM users WHERE id = 1'", rules=rules) == (
+        "deny", "sql_read_only", "ro-psql")
+    assert bash("analyst", "psql -c 'INSERT INTO scratch.t VALUES (1)'", rules=rules) == (
+        "deny", "sql_read_only", "ro-psql")
+    assert bash("analyst", "psql -c 'SET TRANSACTION READ WRITE'", rules=rules) == (
+        "deny", "sql_session_state", "ro-psql")
+    with pytest.raises(ValueError, match="read_only: must be true or false"):
+        load_rules("roles: {a: [{id: x, when: {command: 'psql *'}, "
+                   "sql: {read_only: 'yes'}}]}")

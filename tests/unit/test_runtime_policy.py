@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from corral.domain.models import Limits
-from corral.policy.runtime import Scope, Usage, decide
+from corral.policy.runtime import Call, Scope, Usage, decide
 
 LIMITS = Limits(max_tool_calls=3, token_budget_in=1000, token_budget_out=100)
 FRESH = Usage(tool_calls=0, tokens_in=0, tokens_out=0)
 SCOPE = Scope.parse(["Bash(kubectl *)", "Bash(ray job *)", "Read", "Edit", "mcp__wandb"])
+WORK = "/srv/work"
+
+
+def call(tool: str, tool_input: dict[str, Any]) -> Call:
+    return Call(tool=tool, input=tool_input, workspace=WORK)
+
+
+def same(path: str) -> str:
+    return path  # nothing on the way is a link
 
 
 @pytest.mark.parametrize(("tool", "tool_input", "verdict"), [
@@ -20,9 +31,11 @@ SCOPE = Scope.parse(["Bash(kubectl *)", "Bash(ray job *)", "Read", "Edit", "mcp_
     ("Bash", {"cmd": "kubectl get pods"}, "allow"),  # Codex's exec_command argument
     ("exec_command", {"cmd": "kubectl get pods"}, "allow"),
     ("Bash", {}, "deny"),
-    ("Read", {"file_path": "/etc/passwd"}, "allow"),
+    ("Read", {"file_path": "/etc/passwd"}, "deny"),  # a bare Read is the workspace
+    ("Read", {"file_path": f"{WORK}/notes.md"}, "allow"),
     ("read", {"filePath": "x"}, "allow"),
-    ("apply_patch", {"command": "*** Begin Patch"}, "allow"),  # Codex/OpenCode's Edit
+    ("apply_patch", {"command": "*** Begin Patch\n*** Add File: a.txt\n+x\n*** End Patch"},
+     "allow"),  # Codex/OpenCode's Edit
     ("Write", {"file_path": "x"}, "deny"),
     ("WebFetch", {"url": "https://example.com"}, "deny"),
     ("mcp__wandb__list_runs", {}, "allow"),
@@ -31,31 +44,41 @@ SCOPE = Scope.parse(["Bash(kubectl *)", "Bash(ray job *)", "Read", "Edit", "mcp_
 ])
 def test_scope_decides_by_parsed_rules(tool: str, tool_input: dict[str, object],
                                        verdict: str) -> None:
-    d = decide(tool, tool_input, FRESH, LIMITS, SCOPE)
+    d = decide(call(tool, tool_input), FRESH, LIMITS, SCOPE, same)
     assert d.verdict == verdict, d
     assert d.limit is None
     assert d.reason == ("allowed" if verdict == "allow" else "out_of_scope")
 
 
 def test_budgets_come_before_scope_and_name_the_limit() -> None:
-    call = ("Bash", {"command": "kubectl get pods"})
-    assert decide(*call, Usage(tool_calls=2, tokens_in=0, tokens_out=0), LIMITS,
+    bash = call("Bash", {"command": "kubectl get pods"})
+    assert decide(bash, Usage(tool_calls=2, tokens_in=0, tokens_out=0), LIMITS,
                   SCOPE).verdict == "allow"
-    spent = decide(*call, Usage(tool_calls=3, tokens_in=0, tokens_out=0), LIMITS, SCOPE)
+    spent = decide(bash, Usage(tool_calls=3, tokens_in=0, tokens_out=0), LIMITS, SCOPE)
     assert (spent.verdict, spent.limit) == ("deny", "max_tool_calls")
     assert "summary" in spent.message
-    tokens = decide(*call, Usage(tool_calls=0, tokens_in=0, tokens_out=100), LIMITS, SCOPE)
+    tokens = decide(bash, Usage(tool_calls=0, tokens_in=0, tokens_out=100), LIMITS, SCOPE)
     assert (tokens.verdict, tokens.limit) == ("deny", "token_budget_out")
-    both = decide("WebFetch", {}, Usage(tool_calls=0, tokens_in=1000, tokens_out=0), LIMITS,
-                  SCOPE)
+    both = decide(call("WebFetch", {}), Usage(tool_calls=0, tokens_in=1000, tokens_out=0),
+                  LIMITS, SCOPE)
     assert both.limit == "token_budget_in"
 
 
 def test_an_empty_scope_allows_nothing_and_bad_rules_are_refused() -> None:
-    assert decide("Read", {}, FRESH, LIMITS, Scope.parse([])).verdict == "deny"
-    for bad in ("Bash(kubectl *", "(x)", "mcp__", "mcp__a__b__c"):
+    assert decide(call("Read", {}), FRESH, LIMITS, Scope.parse([])).verdict == "deny"
+    for bad in ("Bash(kubectl *", "(x)", "mcp__", "mcp__a__b__c", "Read(~/x)", "Write(../x)",
+                "Read()"):
         with pytest.raises(ValueError):
             Scope.parse([bad])
+
+
+def test_a_call_the_engine_cannot_read_is_refused_after_the_budgets() -> None:
+    unread = Call(tool="Bash", input={"command": "kubectl get pods"}, workspace=WORK,
+                  problem="the call is not in Codex's session transcript")
+    d = decide(unread, FRESH, LIMITS, SCOPE)
+    assert (d.verdict, d.reason) == ("deny", "out_of_scope") and "transcript" in d.message
+    spent = decide(unread, Usage(tool_calls=3, tokens_in=0, tokens_out=0), LIMITS, SCOPE)
+    assert spent.limit == "max_tool_calls"
 
 
 @pytest.mark.parametrize(("tool", "offered"), [

@@ -38,7 +38,6 @@ BYPASSES = [
     ("sh -c 'rm -rf /'", "rm -rf /"),
     ("bash -c 'ls; rm -rf /'", "rm -rf /"),
     ("/bin/sh -c 'rm x'", "rm x"),
-    ("zsh -c 'rm x'", "rm x"),
     ("dash -c 'rm x'", "rm x"),
     ("bash -lc 'rm x'", "rm x"),
     ("env python3 evil.py", "python3 evil.py"),
@@ -75,12 +74,9 @@ BYPASSES = [
     ("flock /tmp/l rm x", "rm x"),
     ("flock -n /tmp/l -c 'rm x'", "rm x"),
     ("setsid -f rm x", "rm x"),
-    ("chroot / rm x", "rm x"),
     ("ionice -c 3 rm x", "rm x"),
     ("taskset -c 1 rm x", "rm x"),
     ("unbuffer rm x", "rm x"),
-    ("sudo rm x", "sudo rm x"),
-    ("sudo -u root kubectl delete ns prod", "sudo kubectl delete ns prod"),
     ("timeout 5 env nice sh -c 'xargs rm'", "rm"),
     ("(rm x)", "rm x"),
     ("{ rm x; }", "rm x"),
@@ -168,8 +164,6 @@ UNVERIFIABLE = [
     ("timeout 5", "cannot tell which command"),
     ("nohup", "cannot tell which command"),
     ("env -S 'rm -rf /'", "unsupported option `-S`"),
-    ("sudo -s", "unsupported option `-s`"),
-    ("sudo -i ls", "unsupported option `-i`"),
     ("ls | xargs -I{} sh -c 'ls {}'", "contains `{}`"),
     ("find . -exec sh -c 'ls {}' \\;", "contains `{}`"),
     ("find . -exec {} \\;", "only filled in at run time"),
@@ -190,6 +184,11 @@ UNVERIFIABLE = [
     ("ls $'a\\0b'", "cannot decode"),
     ('ls $"hello"', "locale translation"),
     ("coproc ls", "`coproc`"),
+    ("zsh -c 'rm x'", "a shell Corral does not model"),
+    ("chroot / rm x", "`chroot` changes privileges"),
+    ("sudo rm x", "`sudo` changes privileges"),
+    ("sudo -u root kubectl delete ns prod", "`sudo` changes privileges"),
+    ("sudo -s", "`sudo` changes privileges"),
     ("select x in a; do ls; done", "`select`"),
     ("ls " + "x" * MAX_SOURCE_BYTES, "longer than"),
     ("[[ x -eq 'a[$(ls)]' ]]", "evaluates arithmetic"),
@@ -217,7 +216,7 @@ ALLOWED = [
     ("$'kube\\x63tl' get", ("kubectl *",)),
     ("kubectl", ("kubectl *",)),  # a trailing * also matches no words
     ("git status", ("git status",)),
-    ("ls *.txt", ("ls *",)),
+    ("ls '*.txt'", ("ls *",)),
     ("ls -la && kubectl get pods", SCOPE),
     ("kubectl get pods 2>&1 | grep -v x > out.txt", ("kubectl *", "grep *")),
     ("kubectl get pods >/dev/null 2>&1 < /dev/null", ("kubectl *",)),
@@ -229,12 +228,11 @@ ALLOWED = [
     ("ls \\\n  -la", ("ls *",)),
     ("x=1", ("ls *",)),
     ("x=$(kubectl get pods); ls", ("kubectl *", "ls *")),
-    ("sh -c 'kubectl get pods && ls'", ("kubectl *", "ls *")),
-    ("bash -euo pipefail -c 'kubectl get pods'", ("kubectl *",)),
+    ("sh -c 'kubectl get pods && ls'", ("kubectl *", "ls *", "sh -c *")),
+    ("bash -euo pipefail -c 'kubectl get pods'", ("kubectl *", "bash *")),
     ("env -i A=1 kubectl get", ("kubectl *",)),
     ("find . -name '*.py' -exec grep -l foo {} +", ("find *", "grep *")),
     ("ls | xargs -0 grep foo", ("ls *", "grep *")),
-    ("sudo kubectl get pods", ("sudo kubectl *",)),
     ("command -v kubectl", ("command -v *",)),
     ("exec 2>&1", ("ls *",)),
     ("[[ -f x ]] && ls", ("[[ *", "ls *")),
@@ -242,10 +240,10 @@ ALLOWED = [
     ("case x in a) ls;; *) kubectl get x;; esac", SCOPE),
     ("kubectl get pods -o jsonpath='{.items[*].metadata.name}'", ("kubectl *",)),
     ("duckdb -c 'select 1'", ("duckdb *",)),
-    ("ray job submit -- python train.py", ("ray job submit *",)),
+    ("ray job submit -- python train.py", ("ray job submit *", "python *")),
     ('python -c "print(1)"', ("python *",)),
     ("(ls) && { kubectl get x; }", SCOPE),
-    ("kubectl get pods &", SCOPE),
+    ("kubectl get pods &", ("kubectl * &",)),
 ]
 
 
@@ -311,13 +309,14 @@ def test_sh_c_names_the_offending_inner_command() -> None:
     assert parse("sh -c 'kubectl get pods; rm -rf /'").commands == (
         SimpleCommand(("kubectl", "get", "pods"), ("sh -c",)),
         SimpleCommand(("rm", "-rf", "/"), ("sh -c",)),
+        SimpleCommand(("sh", "-c", "kubectl get pods; rm -rf /")),  # the shell itself, last
     )
 
 
 def test_wrappers_are_recorded_in_order() -> None:
-    (cmd,) = parse("timeout 5 env A=1 nice -n 2 sudo -u x kubectl get").commands
+    (cmd,) = parse("timeout 5 env A=1 nice -n 2 stdbuf -oL kubectl get").commands
     assert cmd.argv == ("kubectl", "get")
-    assert cmd.wrappers == ("timeout", "env", "nice", "sudo")
+    assert cmd.wrappers == ("timeout", "env", "nice", "stdbuf")
 
 
 def test_newline_separated_commands() -> None:
@@ -365,7 +364,8 @@ def test_assignment_values_with_substitutions_are_collected() -> None:
 
 def test_nesting_is_bounded() -> None:
     source = "eval " + " ".join(["eval"] * 3) + " ls"
-    assert argvs(source) == [("ls",)]
+    assert argvs(source)[0] == ("ls",)  # then each `eval`, itself a command to allow
+    assert [a[0] for a in argvs(source)[1:]] == ["eval"] * 4
     parsed = parse("eval " * 10 + "ls")
     assert any("nested more than" in p for p in parsed.problems)
 
@@ -388,10 +388,10 @@ def test_empty_pattern_list_denies_everything() -> None:
         assert "allowed: none" in verdict.reason
 
 
-def test_sudo_needs_a_sudo_pattern() -> None:
-    assert not check_scope("sudo kubectl get pods", ["kubectl *"]).allowed
-    assert check_scope("sudo -u ops kubectl get pods", ["sudo kubectl *"]).allowed
-    assert not check_scope("sudo rm x", ["sudo kubectl *"]).allowed
+def test_privilege_changes_are_refused_whatever_the_scope() -> None:
+    for source in ("sudo kubectl get pods", "su -c 'kubectl get pods'", "doas ls", "pkexec ls"):
+        verdict = check_scope(source, ["sudo *", "su *", "doas *", "pkexec *", "kubectl *"])
+        assert not verdict.allowed and "changes privileges" in verdict.reason, source
 
 
 def test_appended_arguments_need_a_rest_pattern() -> None:

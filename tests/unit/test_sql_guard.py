@@ -37,7 +37,7 @@ CASES = [
     ("postgres", "DROP SCHEMA prod CASCADE", "deny", "sql_destructive_protected"),
     ("duckdb", "DROP DATABASE prod", "deny", "sql_destructive_protected"),
     ("spark", "DROP DATABASE prod CASCADE", "deny", "sql_destructive_protected"),
-    ("duckdb", "DROP SCHEMA dev", "allow", "sql_allowed"),
+    ("duckdb", "DROP SCHEMA dev", "deny", "sql_destructive"),  # a container: refused anywhere
     ("duckdb", "TRUNCATE prod.t", "deny", "sql_destructive_protected"),
     ("postgres", "TRUNCATE TABLE prod.t", "deny", "sql_destructive_protected"),
     # DELETE / UPDATE: no predicate or a trivially true one is refused, a real one needs a human
@@ -121,7 +121,7 @@ def test_sql_verdicts(dialect: str, sql: str, verdict: str, reason: str) -> None
     ("DROP TABLE prod.analytics.t", None, ("prod.analytics.*",), "deny"),
     ("DROP TABLE prod.scratch.t", None, ("prod.analytics.*",), "allow"),
     ("DROP SCHEMA prod.analytics", None, ("prod.analytics.*",), "deny"),
-    ("DROP SCHEMA prod.scratch", None, ("prod.analytics.*",), "allow"),
+    ("DROP TABLE prod.scratch.t", None, ("prod.analytics.*",), "allow"),
     ("DROP DATABASE prod", None, ("prod.analytics.*",), "deny"),
     ("DROP SCHEMA prod", None, ("prod.t*",), "deny"),
     # duckdb's two-part name may be catalog.table
@@ -160,3 +160,110 @@ def test_message_names_the_protected_table() -> None:
 def test_unknown_dialect_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown SQL dialect 'klingon'"):
         check_sql("SELECT 1", dialect="klingon")
+
+
+# --------------------------------------------------------------------------------------------
+# Classes that a protected-name check alone let through
+# --------------------------------------------------------------------------------------------
+
+EVERYWHERE = [
+    # (dialect, sql, reason): denied whether or not anything is protected
+    ("postgres", "DROP DATABASE analytics", "sql_destructive"),
+    ("postgres", "DROP DATABASE IF EXISTS scratch", "sql_destructive"),
+    ("postgres", "DROP SCHEMA staging CASCADE", "sql_destructive"),
+    ("duckdb", "DROP SCHEMA IF EXISTS tmp", "sql_destructive"),
+    ("spark", "DROP DATABASE dev CASCADE", "sql_destructive"),
+    ("postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity", "sql_admin_function"),
+    ("postgres", "SELECT pg_cancel_backend(123)", "sql_admin_function"),
+    ("postgres", "SELECT pg_reload_conf()", "sql_admin_function"),
+    ("postgres", "SELECT pg_catalog.pg_reload_conf()", "sql_admin_function"),
+    ("postgres", "SELECT set_config('log_statement', 'none', false)", "sql_admin_function"),
+    ("postgres", "SELECT pg_read_file('/etc/passwd')", "sql_admin_function"),
+    ("postgres", "SELECT lo_export(1, '/tmp/x')", "sql_admin_function"),
+    ("postgres", "SELECT * FROM t WHERE pg_sleep(1) IS NULL AND pg_reload_conf()",
+     "sql_admin_function"),
+    ("postgres", "SELECT dblink_exec('host=prod', 'DROP TABLE sales')", "sql_remote_execution"),
+    ("postgres", "SELECT * FROM dblink('host=prod', 'DELETE FROM sales') AS t(a int)",
+     "sql_remote_execution"),
+    ("postgres", "SELECT dblink_connect('c', 'host=x')", "sql_remote_execution"),
+    ("postgres", "SELECT query_to_xml('DELETE FROM sales RETURNING 1', true, true, '')",
+     "sql_remote_execution"),
+    ("postgres", "CREATE SERVER s FOREIGN DATA WRAPPER postgres_fdw", "sql_remote_execution"),
+    ("postgres", "CREATE FOREIGN TABLE f (a int) SERVER s", "sql_remote_execution"),
+    ("postgres", "CREATE USER MAPPING FOR me SERVER s", "sql_remote_execution"),
+    ("postgres", "SET ROLE admin", "sql_session_state"),
+    ("postgres", "SET SESSION AUTHORIZATION postgres", "sql_session_state"),
+    ("postgres", "RESET ALL", "sql_session_state"),
+    ("postgres", "RESET ROLE", "sql_session_state"),
+]
+
+
+@pytest.mark.parametrize(("dialect", "sql", "reason"), EVERYWHERE)
+def test_denied_everywhere(dialect: str, sql: str, reason: str) -> None:
+    for protected in ((), PROD):
+        v = check_sql(sql, dialect=dialect, protected=protected)
+        assert (v.verdict, v.reason) == ("deny", reason), (sql, v.message)
+
+
+@pytest.mark.parametrize(("sql", "verdict", "reason"), [
+    ("SELECT prod.purge_old_rows(30)", "require_approval", "sql_protected_function"),
+    ('SELECT "prod"."purge"()', "require_approval", "sql_protected_function"),
+    ("SELECT * FROM t WHERE prod.is_stale(t.id)", "require_approval", "sql_protected_function"),
+    ("SELECT dev.helper(1)", "allow", "sql_allowed"),
+    ("SELECT lower(name) FROM prod.t", "allow", "sql_allowed"),
+    ("SET search_path = prod", "deny", "sql_session_state"),
+    ("SET search_path TO dev, prod", "deny", "sql_session_state"),
+    ("SET statement_timeout = 5000", "allow", "sql_allowed"),
+    ("SET TRANSACTION READ WRITE", "allow", "sql_allowed"),  # not a read-only role
+])
+def test_functions_and_session_where_names_are_protected(sql: str, verdict: str,
+                                                        reason: str) -> None:
+    v = check_sql(sql, dialect="postgres", protected=PROD)
+    assert (v.verdict, v.reason) == (verdict, reason), v.message
+
+
+def test_use_is_refused_where_names_are_protected() -> None:
+    assert check_sql("USE prod", dialect="duckdb", protected=PROD).reason == "sql_session_state"
+    assert check_sql("USE dev", dialect="duckdb").verdict == "allow"
+
+
+READ_ONLY = [
+    ("SELECT * FROM sales", "allow", "sql_allowed"),
+    ("WITH x AS (SELECT 1) SELECT * FROM x", "allow", "sql_allowed"),
+    ("BEGIN", "allow", "sql_allowed"),
+    ("SELECT count(*) FROM sales", "allow", "sql_allowed"),
+    ("SET TRANSACTION READ WRITE", "deny", "sql_session_state"),
+    ("BEGIN READ WRITE", "deny", "sql_session_state"),
+    ("SET default_transaction_read_only = off", "deny", "sql_session_state"),
+    ("SET ROLE writer", "deny", "sql_session_state"),
+    ("RESET default_transaction_read_only", "deny", "sql_session_state"),
+    ("SET search_path = scratch", "deny", "sql_session_state"),
+    ("INSERT INTO scratch.t VALUES (1)", "deny", "sql_read_only"),
+    ("UPDATE scratch.t SET a = 1 WHERE b = 2", "deny", "sql_read_only"),
+    ("CREATE TABLE scratch.t (a int)", "deny", "sql_read_only"),
+    ("WITH d AS (DELETE FROM scratch.t RETURNING *) SELECT * FROM d", "deny", "sql_read_only"),
+    ("SELECT nextval('orders_id_seq')", "deny", "sql_read_only"),
+]
+
+
+@pytest.mark.parametrize(("sql", "verdict", "reason"), READ_ONLY)
+def test_a_read_only_role_only_reads(sql: str, verdict: str, reason: str) -> None:
+    v = check_sql(sql, dialect="postgres", read_only=True)
+    assert (v.verdict, v.reason) == (verdict, reason), v.message
+
+
+@pytest.mark.parametrize(("sql", "search_path", "catalog", "verdict"), [
+    # the role's search path: an unqualified name on a protected schema is caught
+    ("DELETE FROM users", ("prod",), None, "deny"),
+    ("DELETE FROM users WHERE id = 1", ("prod",), None, "require_approval"),
+    ("DELETE FROM users", ("scratch", "prod"), None, "deny"),  # any schema it may resolve in
+    ("DELETE FROM users", ("scratch",), None, "allow"),
+    ("DROP TABLE users", ("public",), "prod", "deny"),  # prod.public.users
+    ("DROP TABLE users", ("prod.public",), None, "deny"),  # a catalog-qualified entry
+    ("TRUNCATE users", ("prod",), None, "deny"),
+])
+def test_search_path_resolves_unqualified_names(sql: str, search_path: tuple[str, ...],
+                                                catalog: str | None, verdict: str) -> None:
+    v = check_sql(sql, dialect="postgres", protected=PROD, search_path=search_path,
+                  catalog=catalog)
+    assert v.verdict == verdict, v.message

@@ -1,4 +1,4 @@
-"""Guardrails: per-role safety rules, as data, evaluated at spawn and at every tool call (seed 000).
+"""Guardrails: per-role safety rules, as data, evaluated at spawn and at every tool call.
 
 Tool scope (policy/runtime.py) says which tools and programs a role may use at all; guardrails say
 how it may use them: which subcommands, options, namespaces and SQL statements are refused or need
@@ -40,6 +40,9 @@ Rule file (YAML)::
                                      #   the default catalog: `duckdb prod.duckdb …` → `prod`)
             database_options: [-d]   # options naming the database (psql -d prod)
             input_keys: [query]      # non-shell tools: input fields holding SQL
+            catalog: lake            # the default catalog when the command names no database
+            search_path: [prod, public]   # schemas (or catalog.schema) unqualified names are in
+            read_only: true          # only reads: writes, SET, USE, BEGIN READ WRITE denied
 
 Evaluation of a shell command: it is parsed with `policy.shell.parse`; any problem (an expansion,
 a syntax error, a construct the parser cannot account for) → deny ``unverifiable_command``. Each
@@ -86,8 +89,9 @@ from typing import Any, Literal, cast
 
 import yaml
 
-from corral.policy.runtime import SHELL_TOOLS
-from corral.policy.shell import Parsed, Pattern, SimpleCommand, parse, parse_pattern
+from corral.policy.runtime import SHELL_TOOLS, shell_command
+from corral.policy.shell import DIALECTS as SHELLS
+from corral.policy.shell import Pattern, SimpleCommand, parse, parse_pattern
 from corral.policy.sql import DIALECTS, check_sql
 
 __all__ = [
@@ -169,6 +173,9 @@ class SqlSource:
     database_operand: bool = False
     database_options: tuple[str, ...] = ()
     input_keys: tuple[str, ...] = ()
+    catalog: str | None = None
+    search_path: tuple[str, ...] = ()
+    read_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +343,7 @@ class Guardrails:
                                      compare=False)
     _index: dict[tuple[int, str], tuple[Rule, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
-    _memo: dict[tuple[str, str, str, str], GuardVerdict] = field(
+    _memo: dict[tuple[str, str, str, str, str], GuardVerdict] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -359,37 +366,52 @@ class Guardrails:
         return (*lists, self.roles.get(ALL_ROLES, ()))
 
     def evaluate(
-        self, role: str, stage: str, tool: str, tool_input: Mapping[str, Any]
+        self, role: str, stage: str, tool: str, tool_input: Mapping[str, Any],
+        shell: str = "bash",
     ) -> GuardVerdict:
-        """The verdict on one tool call (stage ``tool_call``) or one job's command (``spawn``).
+        """The verdict on one tool call (stage ``tool_call``) or one job's command (``spawn``);
+        a shell command is read as ``shell`` (``bash`` or ``sh``) would run it.
 
-        Pure, so memoised per (role, stage, tool, input): agents repeat their polling commands,
-        and a repeat costs a dictionary lookup instead of a parse and a rule walk."""
-        key = (role, stage, tool, json.dumps(tool_input, sort_keys=True, default=str))
+        Pure, so memoised per (role, stage, tool, input, shell): agents repeat their polling
+        commands, and a repeat costs a dictionary lookup instead of a parse and a rule walk."""
+        key = (role, stage, tool, json.dumps(tool_input, sort_keys=True, default=str), shell)
         found = self._memo.get(key)
         if found is None:
-            found = self._evaluate(role, stage, tool, tool_input)
+            found = self._evaluate(role, stage, tool, tool_input, shell)
             if len(self._memo) >= MEMO_SIZE:
                 self._memo.clear()
             self._memo[key] = found
         return found
 
     def _evaluate(
-        self, role: str, stage: str, tool: str, tool_input: Mapping[str, Any]
+        self, role: str, stage: str, tool: str, tool_input: Mapping[str, Any], shell: str
     ) -> GuardVerdict:
         if stage not in STAGES:
             raise ValueError(f"unknown guardrail stage {stage!r} (use spawn or tool_call)")
         lists = self.rules_for(role)
         if tool.lower() in SHELL_TOOLS:
-            command = _command_text(tool_input)
+            command = shell_command(tool_input)
             if command is None:
                 return GuardVerdict("deny", "unverifiable_command", None,
                                     f"Corral guardrail: {tool} call without a command string")
-            outcome = self._shell(lists, stage, tool, tool_input, command)
+            if shell not in SHELLS:
+                return GuardVerdict("deny", "unverifiable_command", None,
+                                    f"Corral guardrail: commands run by {shell} cannot be "
+                                    "checked (Corral models bash and sh)")
+            outcome = self._shell(lists, stage, tool, tool_input, command, shell)
             return _verdict(outcome, command)
         outcome = self._other(lists, stage, tool, tool_input)
         subject = f"{tool} {json.dumps(tool_input, sort_keys=True, ensure_ascii=False)}"
         return _verdict(outcome, subject)
+
+    def spawn_check(self, role: str, command: str | Sequence[str]) -> GuardVerdict | None:
+        """The guardrails on a command job's command before it runs (stage ``spawn``); None
+        when ``role`` has no rules of its own: an operator's `sh -c '… $VAR …'` in a plain role
+        is not an agent's unverifiable tool call."""
+        if not self.roles.get(role):
+            return None
+        text = command if isinstance(command, str) else shlex.join(command)
+        return self.evaluate(role, "spawn", "Bash", {"command": text})
 
     def check_sql(self, role: str, sql: str, dialect: str | None = None) -> GuardVerdict:
         """Judge one SQL text with the first SQL rule of ``role`` (or ``_all``), for operators."""
@@ -403,8 +425,8 @@ class Guardrails:
     # -- shell -------------------------------------------------------------------------------
 
     def _shell(self, lists: Sequence[Sequence[Rule]], stage: str, tool: str,
-               tool_input: Mapping[str, Any], command: str) -> _Outcome:
-        parsed = _parse(command)
+               tool_input: Mapping[str, Any], command: str, shell: str) -> _Outcome:
+        parsed = parse(command, shell)
         if parsed.problems:
             more = f" (and {len(parsed.problems) - 1} more)" if len(parsed.problems) > 1 else ""
             return _Outcome("deny", "unverifiable_command", None,
@@ -425,6 +447,9 @@ class Guardrails:
                         return worst
                 elif outcome.verdict == "allow" and allowed_by is None:
                     allowed_by = outcome
+        if worst.verdict == "allow" and parsed.holds:  # built in: a human approves these
+            hold = parsed.holds[0]
+            return _Outcome("require_approval", hold.reason, None, hold.message, command)
         return allowed_by if worst.verdict == "allow" and allowed_by is not None else worst
 
     def _candidates(self, rules: Sequence[Rule], program: str) -> tuple[Rule, ...]:
@@ -533,21 +558,6 @@ def _grammar_for(program: str, base: Program, roles: Mapping[str, Sequence[Rule]
     return replace(base, valued=frozenset(valued))
 
 
-@functools.lru_cache(maxsize=1024)
-def _parse(command: str) -> Parsed:
-    return parse(command)
-
-
-def _command_text(tool_input: Mapping[str, Any]) -> str | None:
-    for key in ("command", "cmd"):
-        value = tool_input.get(key)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
-            return shlex.join(value)  # argv form: exec'd as is, so quote every word
-    return None
-
-
 def _tool_matches(rule_tools: Sequence[str], tool: str) -> bool:
     if not rule_tools:
         return True
@@ -631,7 +641,9 @@ def _sql_outcome(texts: Sequence[str], src: SqlSource, rule: Rule | None, catalo
         if src.dialect in ("duckdb", "sqlite") and text.lstrip().startswith("."):
             outcome = _dot_command(text, rule, about)
         else:
-            v = check_sql(text, dialect=src.dialect, protected=src.protected, catalog=catalog)
+            v = check_sql(text, dialect=src.dialect, protected=src.protected,
+                          catalog=catalog or src.catalog, search_path=src.search_path,
+                          read_only=src.read_only)
             outcome = _Outcome(v.verdict, v.reason, rule, v.message, about)
         if worst is None or _RANK[outcome.verdict] > _RANK[worst.verdict]:
             worst = outcome
@@ -696,7 +708,7 @@ def load_rules(source: str | Path) -> Guardrails:
 
 @functools.cache
 def default_guardrails() -> Guardrails:
-    """Seed 000's guardrails, shipped as ``corral/policy/default_guardrails.yaml``."""
+    """The shipped guardrails, ``corral/policy/default_guardrails.yaml``."""
     text = resources.files("corral.policy").joinpath("default_guardrails.yaml").read_text("utf-8")
     return load_rules(text)
 
@@ -857,7 +869,7 @@ def _patterns(value: Any, where: str) -> tuple[Pattern, ...]:
 
 
 _SQL_KEYS = {"dialect", "protected", "options", "operands", "database_operand",
-             "database_options", "input_keys"}
+             "database_options", "input_keys", "catalog", "search_path", "read_only"}
 
 
 def _sql(spec: Any, where: str) -> SqlSource:
@@ -876,6 +888,10 @@ def _sql(spec: Any, where: str) -> SqlSource:
         database_options=_options(m["database_options"], f"{where}.database_options")
         if "database_options" in m else (),
         input_keys=_strings(m.get("input_keys", []), f"{where}.input_keys", allow_empty=True),
+        catalog=_strings(m["catalog"], f"{where}.catalog")[0].lower() if "catalog" in m else None,
+        search_path=tuple(s.lower() for s in _strings(m.get("search_path", []),
+                                                      f"{where}.search_path", allow_empty=True)),
+        read_only=_bool(m.get("read_only", False), f"{where}.read_only"),
     )
 
 

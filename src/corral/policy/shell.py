@@ -3,12 +3,24 @@
 `parse` walks the syntax tree and lists every simple command the shell would run: the parts of
 lists and pipelines, the bodies of loops and conditionals, the insides of ``$(…)``, backticks and
 ``<(…)``, and the commands hidden behind wrappers such as ``sh -c``, ``env``, ``timeout``,
-``xargs`` and ``find -exec``. Anything it cannot account for statically — an expansion in a
-command name or argument, a syntax error, a construct it does not know — becomes a *problem*, and
-`check_scope` denies any input with a problem: the checker fails closed.
+``xargs``, ``find -exec`` (policy/shellwrap.py) or carried by ``ray job submit``, ``kubectl
+exec`` and ``ssh`` (policy/shellprograms.py). Anything it cannot account for statically — an
+expansion in a command name or argument, an unquoted glob, a syntax error, a construct it does
+not know, a character that only looks like shell syntax, a privilege change — becomes a
+*problem*, and `check_scope` denies any input with a problem: the checker fails closed.
+
+It also reports what the checker of paths needs (policy/paths.py): every file a redirection
+reads or writes, and whether the command changes directory first; and *holds*, things a human
+must approve (code installed on a cluster).
+
+The dialect is the shell that will run the command: ``bash``, or ``sh`` (POSIX; dash on Debian,
+busybox ash, or bash itself). Under ``sh`` every bash-only construct is a problem, because dash
+reads it differently: ``cmd &>/dev/null touch M`` is one command under bash but ``cmd &`` then
+``>/dev/null touch M`` under dash. What remains means the same under every POSIX shell.
 
 `check_scope` then matches each command word-wise against the role's patterns (``kubectl *``,
-``git status``): every command must match some pattern.
+``git status``): every command must match some pattern; a command detached from the attempt
+(``&``, ``nohup``, ``setsid``) only a pattern ending in ``&``.
 """
 
 from __future__ import annotations
@@ -21,22 +33,43 @@ import shlex
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+from corral.policy.shellprograms import PROGRAMS
+from corral.policy.shellwords import (
+    Segs,
+    ansi_c,
+    dq_literal,
+    has_brace_expansion,
+    has_glob,
+    lookalike,
+    snip,
+    tilde_prefix,
+    unescape,
+)
+from corral.policy.shellwrap import NAME, WRAPPERS, Ctx, dangerous_env, wrapper_name
 
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser
 
 __all__ = [
+    "DIALECTS",
     "MAX_DEPTH",
     "MAX_SOURCE_BYTES",
+    "Hold",
     "Parsed",
     "Pattern",
+    "Redirect",
     "ScopeVerdict",
     "SimpleCommand",
     "check_scope",
     "parse",
     "parse_pattern",
 ]
+
+Dialect = Literal["bash", "sh"]
+DIALECTS: frozenset[str] = frozenset({"bash", "sh"})
+"""The shells the checker models."""
 
 MAX_SOURCE_BYTES = 64 * 1024
 """Longer input is refused outright."""
@@ -61,9 +94,27 @@ class SimpleCommand:
 
     argv: tuple[str, ...]
     wrappers: tuple[str, ...] = ()
+    detached: bool = False  # in the background (`&`) or in a session of its own (nohup, setsid)
 
     def __str__(self) -> str:
         return shlex.join(self.argv)
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """A file a redirection opens: ``> out.txt`` writes, ``< in.txt`` reads."""
+
+    target: str  # after quote removal; relative to the shell's directory, or `~/…`
+    access: Literal["read", "write"]
+    operator: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Something a human must approve before the command runs (reason: a snake_case code)."""
+
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +123,9 @@ class Parsed:
 
     commands: tuple[SimpleCommand, ...]
     problems: tuple[str, ...]
+    redirects: tuple[Redirect, ...] = ()
+    holds: tuple[Hold, ...] = ()
+    changes_dir: bool = False  # a `cd`, `pushd` or `popd`: later relative paths move
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +137,13 @@ class ScopeVerdict:
 
 @dataclass(frozen=True, slots=True)
 class Pattern:
-    """A parsed scope pattern: literal or fnmatch words, optionally followed by ``*`` (any rest)."""
+    """A parsed scope pattern: literal or fnmatch words, optionally followed by ``*`` (any rest);
+    ``detach``: the pattern ended in ``&``, so it also allows the command detached."""
 
     source: str
     words: tuple[str, ...]
     rest: bool
+    detach: bool = False
 
     def matches(self, argv: Sequence[str]) -> bool:
         if len(argv) < len(self.words) or (not self.rest and len(argv) != len(self.words)):
@@ -108,9 +164,11 @@ _GLOB_CHARS = re.compile(r"[*?]|\[.*\]")
 def parse_pattern(pattern: str) -> Pattern:
     """Parse one scope pattern such as ``kubectl *`` or ``ray job submit *``.
 
-    Words are split like a shell would (quotes group words). A final ``*`` word matches any
-    number of remaining words; any other word containing ``* ? [`` is an fnmatch pattern for one
-    word. The legacy Claude form ``npm run test:*`` is read as ``npm run test *``.
+    Words are split like a shell would (quotes group words). A final ``&`` word lets the command
+    run detached (``ray job logs * &``). A final ``*`` word matches any number of remaining
+    words; any other word containing ``* ? [`` is an fnmatch pattern for one word. The legacy
+    Claude form ``npm run test:*`` is read as ``npm run test *``. A program name is matched
+    exactly: ``kubectl`` is the program found on the PATH, ``/opt/bin/kubectl`` that file only.
     Raises ValueError for a pattern that cannot be used.
     """
     if not isinstance(pattern, str):
@@ -121,6 +179,9 @@ def parse_pattern(pattern: str) -> Pattern:
         words = shlex.split(pattern)
     except ValueError as exc:
         raise ValueError(f"scope pattern {pattern!r} cannot be split into words: {exc}") from None
+    detach = bool(words) and words[-1] == "&"
+    if detach:
+        words.pop()
     if not words:
         raise ValueError("a scope pattern must not be empty")
     rest = False
@@ -138,14 +199,13 @@ def parse_pattern(pattern: str) -> Pattern:
         raise ValueError(
             f"scope pattern {pattern!r}: the program name {words[0]!r} must be literal"
         )
-    return Pattern(source=pattern, words=tuple(words), rest=rest)
+    return Pattern(source=pattern, words=tuple(words), rest=rest, detach=detach)
 
 
 # --------------------------------------------------------------------------------------------
 # Parsing
 # --------------------------------------------------------------------------------------------
 
-_Segs = list[tuple[str, bool]]  # (text, quoted) pieces of one word
 
 _BLOCKS = frozenset(
     {
@@ -177,57 +237,27 @@ _SAFE_EXPANSION_OPS = frozenset(
     {":-", "-", ":=", "=", ":+", "+", ":?", "?", "#", "##", "%", "%%", "/", "//", "/#", "/%",
      "^", "^^", ",", ",,"}
 )  # fmt: skip
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INTEGER = re.compile(r"-?[0-9]+\Z")
-_SYSTEM_DIRS = frozenset({"/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin"})
 _BLANK = frozenset(b" \t\n")
-
-# Environment variables that change which code a command runs (or how the shell runs it).
-_DANGEROUS_ENV = frozenset(
-    {
-        "PATH", "IFS", "ENV", "BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND",
-        "CDPATH", "GLOBIGNORE", "PAGER", "EDITOR", "VISUAL", "MANPAGER", "LESSOPEN",
-        "LESSCLOSE", "BROWSER", "KUBE_EDITOR", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB",
-        "RUBYOPT", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "SSH_ASKPASS",
-        "SUDO_ASKPASS", "GCONV_PATH", "HOSTALIASES",
-    }
-)  # fmt: skip
-_DANGEROUS_ENV_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "GIT_", "PYTHON", "NODE_")
-
-
-def _dangerous_env(name: str) -> bool:
-    return name in _DANGEROUS_ENV or name.startswith(_DANGEROUS_ENV_PREFIXES)
-
-
-def _snip(text: str, limit: int = 60) -> str:
-    text = text.replace("\n", "\\n")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-@dataclass(frozen=True, slots=True)
-class _Ctx:
-    """How a command was reached: the wrappers peeled so far, and what they may inject."""
-
-    wrappers: tuple[str, ...]
-    placeholder: str | None = None  # text replaced at run time (xargs -I, find's {})
-    appended: bool = False  # unknown words are appended at run time (xargs, find -exec … +)
-
-    def wrap(self, label: str, placeholder: str | None = None, appended: bool = False) -> _Ctx:
-        return _Ctx(
-            (*self.wrappers, label),
-            placeholder or self.placeholder,
-            appended or self.appended,
-        )
+_WRITES = frozenset({">", ">>", ">|", "&>", "&>>"})
+_BASH_EXPANSION_OPS = frozenset({"/", "//", "/#", "/%", "^", "^^", ",", ",,"})
+_CHDIR = frozenset({"cd", "pushd", "popd"})
+_HANDLERS = {**WRAPPERS, **PROGRAMS}
 
 
 class _Walker:
-    def __init__(self, src: bytes, depth: int, wrappers: tuple[str, ...]) -> None:
+    def __init__(self, src: bytes, depth: int, wrappers: tuple[str, ...],
+                 dialect: Dialect) -> None:
         self.src = src
         self.depth = depth
-        self.ctx = _Ctx(wrappers)
+        self.dialect = dialect
+        self.ctx = Ctx(wrappers)
         self.commands: list[SimpleCommand] = []
         self.problems: list[str] = []
         self.spans: list[tuple[int, int]] = []
+        self.redirects: list[Redirect] = []
+        self.holds: list[Hold] = []
+        self.changes_dir = False
 
     # -- bookkeeping --------------------------------------------------------------------------
 
@@ -241,12 +271,21 @@ class _Walker:
     def problem(self, message: str) -> None:
         self.problems.append(message)
 
+    def hold(self, reason: str, message: str) -> None:
+        self.holds.append(Hold(reason, message))
+
+    def bashism(self, what: str) -> None:
+        """Under sh, bash-only syntax means something else (or nothing): refuse it there."""
+        if self.dialect == "sh":
+            self.problem(f"`{what}` is bash syntax, but this command runs under sh, which reads "
+                         "it differently")
+
     def unsupported(self, node: Node) -> None:
         self.cover(node)
         if node.type == "ERROR" or node.is_missing:
-            self.problem(f"syntax error near `{_snip(self.text(node))}`")
+            self.problem(f"syntax error near `{snip(self.text(node))}`")
         else:
-            self.problem(f"unsupported shell syntax ({node.type}): `{_snip(self.text(node))}`")
+            self.problem(f"unsupported shell syntax ({node.type}): `{snip(self.text(node))}`")
 
     def check_coverage(self) -> None:
         pos = 0
@@ -269,7 +308,7 @@ class _Walker:
                 i += 2  # a line continuation after a blank joins nothing
             else:
                 near = src[i : i + 30].decode("utf-8", "replace")
-                self.problem(f"part of the input was not understood, near `{_snip(near)}`")
+                self.problem(f"part of the input was not understood, near `{snip(near)}`")
                 return
 
     # -- statements ---------------------------------------------------------------------------
@@ -290,16 +329,33 @@ class _Walker:
     def block(self, node: Node) -> None:
         kids = node.children
         if node.type == "compound_statement" and kids and kids[0].type == "((":
-            self.problem(f"arithmetic evaluation is not supported: `{_snip(self.text(node))}`")
+            self.problem(f"arithmetic evaluation is not supported: `{snip(self.text(node))}`")
             self.collect(node)
             return
-        for child in kids:
-            if child.is_named:
+        self.statements(kids)
+
+    def statements(self, kids: Sequence[Node]) -> None:
+        """A sequence of statements and the tokens between them (`;`, `&&`, `&` …)."""
+        for i, child in enumerate(kids):
+            if child.is_named and i + 1 < len(kids) and kids[i + 1].type == "&":
+                self.detached(child)
+            elif child.is_named:
                 self.statement(child)
             elif child.type in _TOKENS:
+                if child.type == "|&":
+                    self.bashism("|&")
                 self.cover(child)
             else:
                 self.unsupported(child)
+
+    def detached(self, node: Node) -> None:
+        """A statement followed by `&`: it runs in the background, past the tool call."""
+        saved = self.ctx
+        self.ctx = saved.detach()
+        try:
+            self.statement(node)
+        finally:
+            self.ctx = saved
 
     def collect(self, node: Node) -> None:
         """Walk a construct already judged a problem, only to collect inner substitutions."""
@@ -351,7 +407,7 @@ class _Walker:
             self.command(body, words)
         else:
             if words:
-                self.problem(f"unexpected words after a redirection: `{_snip(self.text(node))}`")
+                self.problem(f"unexpected words after a redirection: `{snip(self.text(node))}`")
             if body is not None:
                 self.statement(body)
         for stmt in trailing:
@@ -390,6 +446,8 @@ class _Walker:
     def stmt_test(self, node: Node) -> None:
         """``[ … ]`` and ``[[ … ]]`` become commands named ``[`` / ``[[`` that must be allowed."""
         argv: list[str] = []
+        if node.children and node.children[0].type == "[[":
+            self.bashism("[[ … ]]")
         if self.test_words(node, argv):
             self.add(argv, self.ctx)
 
@@ -446,6 +504,8 @@ class _Walker:
             elif child.is_named and field != "termination":
                 self.statement(child)
             elif child.type in _CASE_TOKENS:
+                if child.type in (";&", ";;&"):
+                    self.bashism(child.type)
                 self.cover(child)
             else:
                 self.unsupported(child)
@@ -459,7 +519,7 @@ class _Walker:
                 self.collect(child)
 
     def stmt_function(self, node: Node) -> None:
-        self.problem(f"defining shell functions is not allowed: `{_snip(self.text(node))}`")
+        self.problem(f"defining shell functions is not allowed: `{snip(self.text(node))}`")
         self.collect(node)
 
     # -- assignments and redirections -----------------------------------------------------------
@@ -486,7 +546,7 @@ class _Walker:
                 self.unsupported(child)
                 resolved = False
         base = name.split("[", 1)[0]
-        if _dangerous_env(base):
+        if dangerous_env(base):
             self.problem(f"setting `{base}` can change which program runs, so it is not allowed")
         return name + op + value if resolved else None
 
@@ -506,34 +566,69 @@ class _Walker:
         return ""
 
     def array(self, node: Node, argv: bool) -> bool:
+        self.bashism("name=(…)")
         for child in node.children:
             if child.is_named:
                 self.word(child, argv=False)
             else:
                 self.cover(child)
         if argv:
-            self.problem(f"array values cannot be checked: `{_snip(self.text(node))}`")
+            self.problem(f"array values cannot be checked: `{snip(self.text(node))}`")
         return not argv
 
     def redirect(self, node: Node, words: list[Node], trailing: list[Node]) -> None:
         if node.type == "heredoc_redirect":
             self.heredoc(node, words, trailing)
             return
-        first = True
+        here = node.type == "herestring_redirect"
+        if here:
+            self.bashism("<<<")
+        op, first = "", True
         for i, child in enumerate(node.children):
             field = node.field_name_for_child(i)
             if field == "destination" and not first:
                 words.append(child)  # tree-sitter hangs later words of the command here
-            elif field == "destination" or (node.type == "herestring_redirect" and child.is_named):
+            elif field == "destination" or (here and child.is_named):
                 first = False
-                segs = self.word(child, argv=False)
-                target = "".join(t for t, _ in segs or ())
-                if target.startswith(("/dev/tcp/", "/dev/udp/")):
-                    self.problem(f"redirection to a network socket `{target}` is not allowed")
+                if here:
+                    self.word(child, argv=False)  # data on stdin, not a file
+                else:
+                    self.target(op, child)
             elif child.type == "file_descriptor" or not child.is_named:
                 self.cover(child)
+                op = op if child.is_named else child.type
             else:
                 self.unsupported(child)
+
+    def target(self, op: str, node: Node) -> None:
+        """The file a redirection opens, resolved like an argument (or a problem)."""
+        if op in ("&>", "&>>"):
+            self.bashism(op)
+        if op in (">&", "<&") and (node.type == "number" or self.text(node) == "-"):
+            self.cover(node)  # `2>&1`, `>&-`: a descriptor, not a file
+            return
+        segs = self.resolve_word([node], argv=True)
+        if segs is None:
+            return
+        target = "".join(t for t, _ in segs)
+        chars = [(ch, q) for text, q in segs for ch in text]
+        if has_glob(chars) or has_brace_expansion(chars):
+            self.problem(f"the redirection target `{snip(target)}` is a pattern the shell "
+                         "expands; quote it")
+        elif chars and chars[0] == ("~", False) and tilde_prefix(chars):
+            self.problem(f"tilde expansion in the redirection target `{snip(target)}` cannot be "
+                         "resolved statically")
+        elif target.startswith(("/dev/tcp/", "/dev/udp/")):
+            self.problem(f"redirection to a network socket `{target}` is not allowed")
+        elif op == "<&" or not target:
+            self.problem(f"cannot tell which file `{op}{snip(target)}` opens")
+        else:
+            if op == ">&":
+                self.bashism(">&file")
+            if chars and chars[0] == ("~", True):
+                target = "./" + target  # a quoted tilde is a directory named `~`
+            access: Literal["read", "write"] = "write" if op in _WRITES or op == ">&" else "read"
+            self.redirects.append(Redirect(target, access, op))
 
     def heredoc(self, node: Node, words: list[Node], trailing: list[Node]) -> None:
         quoted = False
@@ -576,7 +671,7 @@ class _Walker:
                 child = nodes.get(i)
                 if src[i + 1 : i + 3] in (b"((", b"[") or child is None:
                     near = src[i : i + 30].decode("utf-8", "replace")
-                    self.problem(f"here-document expansion not supported: `{_snip(near)}`")
+                    self.problem(f"here-document expansion not supported: `{snip(near)}`")
                     return
                 self.word(child, argv=False)
                 i = child.end_byte
@@ -610,7 +705,7 @@ class _Walker:
                 groups.append([node])
         return groups
 
-    def check_word(self, segs: _Segs, is_name: bool, where: str) -> bool:
+    def check_word(self, segs: Segs, is_name: bool, where: str) -> bool:
         if not any(c in text for text, q in segs if not q for c in "{~*?["):
             return True  # the common case: nothing unquoted that the shell would expand
         word = "".join(t for t, _ in segs)
@@ -618,17 +713,21 @@ class _Walker:
         reason = None
         if is_name and any(ch in "*?[" and not q for ch, q in chars):
             reason = "a glob"
-        elif _has_brace_expansion(chars):
+        elif has_glob(chars):
+            self.problem(f"the shell expands the unquoted pattern `{snip(word)}` into file names, "
+                         "so what runs cannot be known; quote it")
+            return False
+        elif has_brace_expansion(chars):
             reason = "brace expansion"
-        elif chars and chars[0] == ("~", False) and (is_name or _tilde_prefix(chars)):
+        elif chars and chars[0] == ("~", False) and (is_name or tilde_prefix(chars)):
             reason = "tilde expansion"
         if reason is not None:
-            self.problem(f"{reason} in {where} `{_snip(word)}` cannot be resolved statically")
+            self.problem(f"{reason} in {where} `{snip(word)}` cannot be resolved statically")
             return False
         return True
 
-    def resolve_word(self, nodes: list[Node], argv: bool) -> _Segs | None:
-        out: _Segs = []
+    def resolve_word(self, nodes: list[Node], argv: bool) -> Segs | None:
+        out: Segs = []
         ok = True
         for i, node in enumerate(nodes):
             if (
@@ -647,7 +746,7 @@ class _Walker:
                 out.extend(segs)
         return out if ok else None
 
-    def word(self, node: Node, argv: bool) -> _Segs | None:
+    def word(self, node: Node, argv: bool) -> Segs | None:
         """Resolve one word node; collects substitutions. ``None`` if it is not static."""
         if node.is_missing:
             self.problem("the command is incomplete")
@@ -661,22 +760,22 @@ class _Walker:
             return None
         return handler(self, node, argv)
 
-    def w_word(self, node: Node, argv: bool) -> _Segs | None:
+    def w_word(self, node: Node, argv: bool) -> Segs | None:
         self.cover(node)
-        segs = _unescape(self.text(node))
+        segs = unescape(self.text(node))
         if segs is None:
-            self.problem(f"cannot read the word `{_snip(self.text(node))}`")
+            self.problem(f"cannot read the word `{snip(self.text(node))}`")
         return segs
 
-    def w_literal(self, node: Node, argv: bool) -> _Segs | None:
+    def w_literal(self, node: Node, argv: bool) -> Segs | None:
         self.cover(node)
         text = self.text(node)
         if "`" in text or re.search(r"\$[({\[]", text):
-            self.problem(f"unparsed expansion in `{_snip(text)}`")
+            self.problem(f"unparsed expansion in `{snip(text)}`")
             return None
         return [(text, node.type == "regex")]
 
-    def w_raw_string(self, node: Node, argv: bool) -> _Segs | None:
+    def w_raw_string(self, node: Node, argv: bool) -> Segs | None:
         self.cover(node)
         text = self.text(node)
         if len(text) < 2 or text[0] != "'" or text[-1] != "'":
@@ -684,23 +783,24 @@ class _Walker:
             return None
         return [(text[1:-1], True)]
 
-    def w_ansi_c(self, node: Node, argv: bool) -> _Segs | None:
+    def w_ansi_c(self, node: Node, argv: bool) -> Segs | None:
         self.cover(node)
+        self.bashism("$'…'")
         text = self.text(node)
-        decoded = _ansi_c(text[2:-1]) if text.startswith("$'") and text.endswith("'") else None
+        decoded = ansi_c(text[2:-1]) if text.startswith("$'") and text.endswith("'") else None
         if decoded is None:
-            self.problem(f"cannot decode `{_snip(text)}`")
+            self.problem(f"cannot decode `{snip(text)}`")
             return None
         return [(decoded, True)]
 
-    def w_string(self, node: Node, argv: bool) -> _Segs | None:
+    def w_string(self, node: Node, argv: bool) -> Segs | None:
         """A double-quoted string, read from its raw bytes so nothing tree-sitter drops is lost."""
         kids = node.children
         if len(kids) < 2 or kids[0].type != '"' or kids[-1].type != '"':
             self.unsupported(node)
             return None
         self.cover(node)
-        out: _Segs = []
+        out: Segs = []
         ok = True
         raw: list[str] = []
         pos = kids[0].end_byte
@@ -719,58 +819,62 @@ class _Walker:
         ok = self.flush_dq(raw, out) and ok
         return out if ok else None
 
-    def flush_dq(self, raw: list[str], out: _Segs) -> bool:
+    def flush_dq(self, raw: list[str], out: Segs) -> bool:
         text = "".join(raw)
         raw.clear()
-        literal = _dq_literal(text)
+        literal = dq_literal(text)
         if literal is None:
-            self.problem(f"unparsed expansion inside quotes: `{_snip(text)}`")
+            self.problem(f"unparsed expansion inside quotes: `{snip(text)}`")
             return False
         if literal:
             out.append((literal, True))
         return True
 
-    def w_concatenation(self, node: Node, argv: bool) -> _Segs | None:
+    def w_concatenation(self, node: Node, argv: bool) -> Segs | None:
         kids = node.children
         for a, b in itertools.pairwise(kids):
             if a.end_byte != b.start_byte:
-                self.problem(f"cannot read the word `{_snip(self.text(node))}`")
+                self.problem(f"cannot read the word `{snip(self.text(node))}`")
                 self.collect(node)
                 return None
         return self.resolve_word(kids, argv)
 
-    def w_expansion(self, node: Node, argv: bool) -> _Segs | None:
+    def w_expansion(self, node: Node, argv: bool) -> Segs | None:
+        if any(c.type in _BASH_EXPANSION_OPS for c in node.children):
+            self.bashism(snip(self.text(node)))
         for child in node.children:
             if child.type == "string":
                 self.w_string(child, argv=False)
             else:
                 self.collect(child)
-        text = _snip(self.text(node))
+        text = snip(self.text(node))
         if argv:
             self.problem(f"`{text}` is an expansion whose value is only known at run time")
         elif node.type == "expansion" and not _safe_expansion(node):
             self.problem(f"`{text}` may evaluate arithmetic or indirection, which is not supported")
         return None
 
-    def w_substitution(self, node: Node, argv: bool) -> _Segs | None:
+    def w_substitution(self, node: Node, argv: bool) -> Segs | None:
         self.substitution(node)
         if argv:
-            text = _snip(self.text(node))
+            text = snip(self.text(node))
             self.problem(f"`{text}` is only known at run time (it runs a command)")
         return None
 
-    def w_arithmetic(self, node: Node, argv: bool) -> _Segs | None:
-        self.problem(f"arithmetic expansion is not supported: `{_snip(self.text(node))}`")
+    def w_arithmetic(self, node: Node, argv: bool) -> Segs | None:
+        self.problem(f"arithmetic expansion is not supported: `{snip(self.text(node))}`")
         self.collect(node)
         return None
 
-    def w_brace(self, node: Node, argv: bool) -> _Segs | None:
+    def w_brace(self, node: Node, argv: bool) -> Segs | None:
         self.cover(node)
         if argv:
-            self.problem(f"brace expansion `{_snip(self.text(node))}` is not supported")
+            self.problem(f"brace expansion `{snip(self.text(node))}` is not supported")
         return None
 
     def substitution(self, node: Node) -> None:
+        if node.type == "process_substitution":
+            self.bashism("<(…)")
         kids = node.children
         if len(kids) < 2 or kids[0].is_named or kids[-1].is_named:
             self.unsupported(node)
@@ -779,420 +883,59 @@ class _Walker:
             self.problem("backslashes inside backticks change how the command is read; use $(…)")
         self.cover(kids[0])
         self.cover(kids[-1])
-        for child in kids[1:-1]:
-            if child.is_named:
-                self.statement(child)
-            elif child.type in _TOKENS:
-                self.cover(child)
-            else:
-                self.unsupported(child)
+        self.statements(kids[1:-1])
 
     # -- commands and wrappers ------------------------------------------------------------------
 
-    def emit(self, argv: list[str], ctx: _Ctx) -> None:
+    def emit(self, argv: list[str], ctx: Ctx) -> None:
         """Record a command, first peeling any wrapper that runs another command."""
         name = argv[0]
         if ctx.placeholder and ctx.placeholder in name:
             self.problem(f"the program `{name}` is only filled in at run time")
             return
-        base = _wrapper_name(name)
-        handler = _WRAPPERS.get(base) if base is not None else None
+        base = wrapper_name(name)
+        handler = _HANDLERS.get(base) if base is not None else None
         if handler is None:
             self.add(argv, ctx)
         else:
             handler(self, argv, ctx)
 
-    def add(self, argv: list[str], ctx: _Ctx) -> None:
+    def add(self, argv: list[str], ctx: Ctx) -> None:
         if argv[0] in ("[", "[[", "test"):
             for i, word in enumerate(argv[:-1]):
-                if word in ("-v", "-R") and not _NAME.match(argv[i + 1]):
+                if word in ("-v", "-R") and not NAME.match(argv[i + 1]):
                     self.problem(f"`{word} {argv[i + 1]}` evaluates a subscript as arithmetic")
                     return
                 arith = argv[0] == "[[" and word in _ARITH_TEST_OPS
                 if arith and not (_INTEGER.match(argv[i - 1]) and _INTEGER.match(argv[i + 1])):
                     self.problem("`[[ … -eq … ]]` on non-numbers evaluates arithmetic")
                     return
-        self.commands.append(SimpleCommand(tuple(argv), ctx.wrappers))
+        if argv[0] in _CHDIR:
+            self.changes_dir = True
+        self.commands.append(SimpleCommand(tuple(argv), ctx.wrappers, ctx.detached))
 
-    def nested(self, code: str, ctx: _Ctx, label: str) -> None:
-        """Parse a string the shell will parse again (``sh -c``, ``eval``, ``watch``)."""
+    def nested(self, code: str, ctx: Ctx, label: str, dialect: str | None = None) -> None:
+        """Parse a string a shell will parse again (``sh -c``, ``eval``, a Ray entrypoint)."""
         if ctx.placeholder and ctx.placeholder in code:
             self.problem(f"`{label}` code contains `{ctx.placeholder}`, filled in at run time")
             return
         if self.depth >= MAX_DEPTH:
             self.problem(f"commands nested more than {MAX_DEPTH} levels deep")
             return
-        inner = _analyse(code, self.depth + 1, (*ctx.wrappers, label))
+        inner = _analyse(code, self.depth + 1, ctx.wrap(label),
+                         "sh" if (dialect or self.dialect) == "sh" else "bash")
         self.commands.extend(inner.commands)
         self.problems.extend(f"in `{label}` string: {p}" for p in inner.problems)
+        self.redirects.extend(inner.redirects)
+        self.holds.extend(inner.holds)
+        self.changes_dir = self.changes_dir or inner.changes_dir
 
-    def wrapped(self, argv: list[str], start: int, ctx: _Ctx, label: str) -> None:
+    def wrapped(self, argv: list[str], start: int, ctx: Ctx, label: str) -> None:
         """Continue with the command that starts at ``argv[start]``."""
         if start >= len(argv):
-            self.problem(f"cannot tell which command `{_snip(shlex.join(argv))}` runs")
+            self.problem(f"cannot tell which command `{snip(shlex.join(argv))}` runs")
             return
         self.emit(argv[start:], ctx.wrap(label))
-
-
-# --------------------------------------------------------------------------------------------
-# Wrappers
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Opts:
-    """An option grammar: which short/long options take a value, which make it not a wrapper."""
-
-    flags: str = ""
-    valued: str = ""
-    long_flags: frozenset[str] = frozenset()
-    long_valued: frozenset[str] = frozenset()
-    plain: str = ""  # short options that mean "this is not running a command"
-    operands: int = 0  # words between the options and the command (timeout's DURATION)
-
-
-def _skip_options(argv: list[str], opts: _Opts) -> tuple[int, set[str]] | str:
-    """Index of the first operand and the options seen, or an error message."""
-    seen: set[str] = set()
-    i = 1
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return i + 1, seen
-        if arg.startswith("--"):
-            key = arg.split("=", 1)[0]
-            if key in opts.long_flags and "=" not in arg:
-                i += 1
-            elif key in opts.long_valued:
-                i += 1 if "=" in arg else 2
-            else:
-                return f"unsupported option `{arg}`"
-            seen.add(key)
-            continue
-        if not arg.startswith("-") or arg == "-":
-            return i, seen
-        for j, ch in enumerate(arg[1:], start=1):
-            seen.add(ch)
-            if ch in opts.valued:
-                i += 1 if j + 1 < len(arg) else 2
-                break
-            if ch not in opts.flags and ch not in opts.plain:
-                return f"unsupported option `{arg}`"
-        else:
-            i += 1
-    return i, seen
-
-
-def _simple_wrapper(label: str, opts: _Opts) -> Callable[[_Walker, list[str], _Ctx], None]:
-    def handle(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-        result = _skip_options(argv, opts)
-        if isinstance(result, str):
-            walker.problem(f"`{argv[0]}`: {result}")
-            return
-        start, seen = result
-        if any(ch in seen for ch in opts.plain):
-            walker.add(argv, ctx)  # e.g. `command -v x`: runs nothing
-            return
-        if label == "exec" and start >= len(argv) and not ctx.appended:
-            return  # `exec 2>&1`: only redirections
-        walker.wrapped(argv, start + opts.operands, ctx, label)
-
-    return handle
-
-
-def _nice(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-    if len(argv) > 1 and re.fullmatch(r"-[0-9]+", argv[1]):
-        walker.wrapped(argv, 2, ctx, "nice")
-    else:
-        _NICE(walker, argv, ctx)
-
-
-_NICE = _simple_wrapper("nice", _Opts(valued="n", long_valued=frozenset({"--adjustment"})))
-
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh"})
-_SHELL_O = frozenset({"pipefail", "errexit", "nounset", "xtrace"})
-
-
-def _shell(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-    base = _wrapper_name(argv[0]) or argv[0]
-    has_c, i = False, 1
-    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
-        arg = argv[i]
-        if arg == "--":
-            i += 1
-            break
-        takes_o = arg.endswith("o")  # `-o pipefail`, `-euo pipefail`
-        flags = arg[1:-1] if takes_o else arg[1:]
-        if not set(flags) <= set("ceuxvl") or (
-            takes_o and (i + 1 >= len(argv) or argv[i + 1] not in _SHELL_O)
-        ):
-            walker.problem(f"`{base} {arg}` is not supported; only `{base} -c '…'` is")
-            return
-        has_c = has_c or "c" in flags
-        i += 2 if takes_o else 1
-    if not has_c or i >= len(argv):
-        walker.problem(f"`{base}` reading a script or stdin cannot be checked; use `{base} -c`")
-        return
-    walker.nested(argv[i], ctx, f"{base} -c")
-
-
-def _eval(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-    start = 2 if len(argv) > 1 and argv[1] == "--" else 1
-    if ctx.appended:
-        walker.problem("`eval` with words appended at run time cannot be checked")
-    elif start < len(argv):
-        walker.nested(" ".join(argv[start:]), ctx, "eval")
-
-
-def _env(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-    opts = _Opts(
-        flags="i0",
-        valued="uC",
-        long_flags=frozenset({"--ignore-environment", "--null"}),
-        long_valued=frozenset({"--unset", "--chdir"}),
-    )
-    result = _skip_options(argv, opts)
-    if isinstance(result, str):
-        walker.problem(f"`env`: {result}")
-        return
-    i = result[0]
-    while i < len(argv) and "=" in argv[i] and _NAME.match(argv[i].split("=", 1)[0]):
-        name = argv[i].split("=", 1)[0]
-        if _dangerous_env(name):
-            walker.problem(f"setting `{name}` can change which program runs, so it is not allowed")
-        i += 1
-    if i >= len(argv) and not ctx.appended:
-        walker.add(argv, ctx)  # plain `env`: prints the environment
-    else:
-        walker.wrapped(argv, i, ctx, "env")
-
-
-_XARGS_OPTS = _Opts(
-    flags="0rtpxo",
-    valued="adEILnPs",
-    long_flags=frozenset(
-        {"--null", "--no-run-if-empty", "--verbose", "--interactive", "--exit", "--open-tty"}
-    ),
-    long_valued=frozenset(
-        {"--arg-file", "--delimiter", "--max-args", "--max-procs", "--max-chars",
-         "--process-slot-var"}
-    ),
-)  # fmt: skip
-
-
-def _xargs(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-    """``xargs [opts] [cmd [args]]``: the command runs with input words appended (or put in)."""
-    placeholder: str | None = None
-    i = 1
-    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-":
-        arg = argv[i]
-        key = arg.split("=", 1)[0]
-        i += 1
-        if arg == "--":
-            break
-        if key in ("--replace", "-i") or (arg.startswith("-i") and not arg.startswith("--")):
-            placeholder = arg.split("=", 1)[1] if "=" in arg else arg[2:]  # optional value
-            placeholder = placeholder or "{}"
-        elif arg.startswith(("-e", "-l", "--eof", "--max-lines")):
-            pass  # optional value, attached if present
-        elif arg.startswith("-I"):
-            placeholder = arg[2:] or (argv[i] if i < len(argv) else None)
-            i += 0 if arg[2:] else 1
-        else:
-            result = _skip_options(["xargs", arg, *argv[i : i + 1]], _XARGS_OPTS)
-            if isinstance(result, str):
-                walker.problem(f"`xargs`: {result}")
-                return
-            i += result[0] - 2  # 1 more if the option took the next word as its value
-    inner = argv[i:] if i < len(argv) else ["echo"]
-    walker.emit(inner, ctx.wrap("xargs", placeholder, appended=True))
-
-
-_FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-
-
-def _find(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-    walker.add(argv, ctx)
-    i = 1
-    while i < len(argv):
-        if argv[i] not in _FIND_EXEC:
-            i += 1
-            continue
-        action, j = argv[i], i + 1
-        while j < len(argv) and not (argv[j] == ";" or (argv[j] == "+" and argv[j - 1] == "{}")):
-            j += 1
-        if j >= len(argv):
-            walker.problem(f"`find {action}` without a terminating `;` or `+`")
-            return
-        if j == i + 1:
-            walker.problem(f"`find {action}` without a command")
-            return
-        plus = argv[j] == "+"
-        label = f"find {action} +" if plus else f"find {action}"
-        walker.emit(argv[i + 1 : j], ctx.wrap(label, "{}", appended=plus))
-        i = j + 1
-
-
-_SUDO_OPTS = _Opts(
-    flags="AbEHknPS",
-    valued="CDghprtTUu",
-    plain="lvKV",
-    long_flags=frozenset(
-        {"--askpass", "--background", "--preserve-env", "--set-home", "--non-interactive",
-         "--preserve-groups", "--stdin", "--reset-timestamp"}
-    ),
-    long_valued=frozenset(
-        {"--user", "--group", "--chdir", "--close-from", "--host", "--prompt", "--role",
-         "--type", "--command-timeout", "--other-user", "--chroot"}
-    ),
-)  # fmt: skip
-
-
-def _privileged(label: str, opts: _Opts) -> Callable[[_Walker, list[str], _Ctx], None]:
-    def handle(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-        words = [w.split("=", 1)[0] if w.startswith("--preserve-env=") else w for w in argv]
-        result = _skip_options(words, opts)
-        if isinstance(result, str):
-            walker.problem(f"`{label}`: {result}")
-        elif any(ch in result[1] for ch in opts.plain):
-            walker.add(argv, ctx)
-        else:
-            walker.wrapped(argv, result[0], ctx, label)
-
-    return handle
-
-
-def _watch(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-    opts = _Opts(
-        flags="bcdegtxpwrC",
-        valued="nq",
-        long_flags=frozenset(
-            {"--beep", "--color", "--differences", "--errexit", "--chgexit", "--no-title",
-             "--exec", "--precise", "--no-wrap", "--no-linewrap", "--no-rerun"}
-        ),
-        long_valued=frozenset({"--interval"}),
-    )  # fmt: skip
-    result = _skip_options(argv, opts)
-    if isinstance(result, str):
-        walker.problem(f"`watch`: {result}")
-        return
-    start, seen = result
-    if "x" in seen or "--exec" in seen:
-        walker.wrapped(argv, start, ctx, "watch")
-    elif ctx.appended:
-        walker.problem("`watch` with words appended at run time cannot be checked")
-    elif start >= len(argv):
-        walker.problem("`watch` without a command")
-    else:
-        walker.nested(" ".join(argv[start:]), ctx, "watch")
-
-
-def _flock(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-    opts = _Opts(
-        flags="sxenuoF",
-        valued="wE",
-        long_flags=frozenset(
-            {"--shared", "--exclusive", "--nonblock", "--nb", "--unlock", "--close",
-             "--no-fork", "--verbose"}
-        ),
-        long_valued=frozenset({"--timeout", "--wait", "--conflict-exit-code"}),
-    )  # fmt: skip
-    result = _skip_options(argv, opts)
-    if isinstance(result, str):
-        walker.problem(f"`flock`: {result}")
-        return
-    lock = result[0]
-    if lock + 1 < len(argv) and argv[lock + 1] in ("-c", "--command"):
-        if lock + 2 >= len(argv):
-            walker.problem("`flock -c` without a command")
-        else:
-            walker.nested(argv[lock + 2], ctx, "flock -c")
-    elif lock + 1 >= len(argv) and not ctx.appended:
-        walker.add(argv, ctx)  # `flock FD`: locks a descriptor, runs nothing
-    else:
-        walker.wrapped(argv, lock + 1, ctx, "flock")
-
-
-def _coproc(walker: _Walker, argv: list[str], ctx: _Ctx) -> None:
-    walker.problem("`coproc` is not supported")
-
-
-_WRAPPERS: dict[str, Callable[[_Walker, list[str], _Ctx], None]] = {
-    **dict.fromkeys(_SHELLS, _shell),
-    "eval": _eval,
-    "env": _env,
-    "xargs": _xargs,
-    "find": _find,
-    "sudo": _privileged("sudo", _SUDO_OPTS),
-    "doas": _privileged("doas", _Opts(flags="n", valued="u")),
-    "watch": _watch,
-    "flock": _flock,
-    "nice": _nice,
-    "coproc": _coproc,
-    "nohup": _simple_wrapper("nohup", _Opts()),
-    "builtin": _simple_wrapper("builtin", _Opts()),
-    "unbuffer": _simple_wrapper("unbuffer", _Opts(flags="p")),
-    "exec": _simple_wrapper("exec", _Opts(flags="cl", valued="a")),
-    "command": _simple_wrapper("command", _Opts(flags="p", plain="vV")),
-    "setsid": _simple_wrapper(
-        "setsid", _Opts(flags="cfw", long_flags=frozenset({"--ctty", "--fork", "--wait"}))
-    ),
-    "stdbuf": _simple_wrapper(
-        "stdbuf", _Opts(valued="ioe", long_valued=frozenset({"--input", "--output", "--error"}))
-    ),
-    "timeout": _simple_wrapper(
-        "timeout",
-        _Opts(
-            flags="v",
-            valued="sk",
-            long_flags=frozenset({"--preserve-status", "--foreground", "--verbose"}),
-            long_valued=frozenset({"--signal", "--kill-after"}),
-            operands=1,
-        ),
-    ),
-    "time": _simple_wrapper(
-        "time",
-        _Opts(
-            flags="pavq",
-            valued="fo",
-            long_flags=frozenset({"--append", "--verbose", "--portability", "--quiet"}),
-            long_valued=frozenset({"--format", "--output"}),
-        ),
-    ),
-    "chroot": _simple_wrapper(
-        "chroot",
-        _Opts(
-            long_flags=frozenset({"--skip-chdir"}),
-            long_valued=frozenset({"--userspec", "--groups"}),
-            operands=1,
-        ),
-    ),
-    "ionice": _simple_wrapper(
-        "ionice",
-        _Opts(
-            flags="t",
-            valued="cn",
-            plain="pPu",
-            long_flags=frozenset({"--ignore"}),
-            long_valued=frozenset({"--class", "--classdata"}),
-        ),
-    ),
-    "taskset": _simple_wrapper(
-        "taskset",
-        _Opts(flags="ac", plain="p", long_flags=frozenset({"--all-tasks", "--cpu-list"}),
-              operands=1),
-    ),
-}  # fmt: skip
-
-_PRIVILEGED = frozenset({"sudo", "doas"})
-
-
-def _wrapper_name(name: str) -> str | None:
-    """The wrapper a command name refers to: bare names and system paths only, not ./timeout."""
-    if "/" not in name:
-        return name
-    directory, _, base = name.rpartition("/")
-    return base if directory in _SYSTEM_DIRS else None
 
 
 _STATEMENTS: dict[str, Callable[[_Walker, Node], None]] = {
@@ -1209,7 +952,7 @@ _STATEMENTS: dict[str, Callable[[_Walker, Node], None]] = {
     "function_definition": _Walker.stmt_function,
 }
 
-_WORDS: dict[str, Callable[[_Walker, Node, bool], _Segs | None]] = {
+_WORDS: dict[str, Callable[[_Walker, Node, bool], Segs | None]] = {
     "word": _Walker.w_word,
     "number": _Walker.w_literal,
     "extglob_pattern": _Walker.w_literal,
@@ -1225,128 +968,6 @@ _WORDS: dict[str, Callable[[_Walker, Node, bool], _Segs | None]] = {
     "arithmetic_expansion": _Walker.w_arithmetic,
     "brace_expression": _Walker.w_brace,
 }
-
-
-# --------------------------------------------------------------------------------------------
-# Word helpers
-# --------------------------------------------------------------------------------------------
-
-
-def _unescape(raw: str) -> _Segs | None:
-    """Backslash removal for an unquoted word; ``None`` if it holds unparsed quoting."""
-    out: _Segs = []
-    buf: list[str] = []
-    i, n = 0, len(raw)
-    while i < n:
-        c = raw[i]
-        if c == "\\" and i + 1 < n:
-            if raw[i + 1] != "\n":
-                if buf:
-                    out.append(("".join(buf), False))
-                    buf.clear()
-                out.append((raw[i + 1], True))
-            i += 2
-            continue
-        if c in "$`'\"":
-            return None
-        buf.append(c)
-        i += 1
-    if buf:
-        out.append(("".join(buf), False))
-    return out
-
-
-def _dq_literal(raw: str) -> str | None:
-    """Backslash removal inside double quotes; ``None`` if an expansion hides in the text."""
-    out: list[str] = []
-    i, n = 0, len(raw)
-    while i < n:
-        c = raw[i]
-        nxt = raw[i + 1] if i + 1 < n else ""
-        if c == "\\" and nxt:
-            if nxt in '$`"\\':
-                out.append(nxt)
-            elif nxt != "\n":
-                out.append("\\" + nxt)
-            i += 2
-            continue
-        if c == "`" or (c == "$" and nxt and (nxt in "({[_@*#?$!-" or nxt.isalnum())):
-            return None
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-_ANSI_SIMPLE = {
-    "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
-    "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?",
-}  # fmt: skip
-_ANSI_NUMERIC = re.compile(r"[0-7]{1,3}|x[0-9A-Fa-f]{1,2}|u[0-9A-Fa-f]{1,4}|U[0-9A-Fa-f]{1,8}")
-
-
-def _ansi_c(body: str) -> str | None:
-    """Decode the inside of ``$'…'``; ``None`` for a NUL (bash truncates there) or bad escape."""
-    out: list[str] = []
-    i, n = 0, len(body)
-    while i < n:
-        c = body[i]
-        if c != "\\" or i + 1 >= n:
-            out.append(c)
-            i += 1
-            continue
-        nxt = body[i + 1]
-        if nxt in _ANSI_SIMPLE:
-            out.append(_ANSI_SIMPLE[nxt])
-            i += 2
-        elif nxt == "c" and i + 2 < n and body[i + 2] != "\\":
-            out.append(chr(0x7F if body[i + 2] == "?" else ord(body[i + 2]) & 0x1F))
-            i += 3
-        elif m := _ANSI_NUMERIC.match(body, i + 1):
-            digits = m.group()
-            code = int(digits, 8) if digits[0] in "01234567" else int(digits[1:], 16)
-            if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
-                return None
-            out.append(chr(code))
-            i = m.end()
-        elif nxt == "c":
-            return None
-        else:
-            out.append("\\" + nxt)
-            i += 2
-    text = "".join(out)
-    return None if "\0" in text else text
-
-
-def _has_brace_expansion(chars: list[tuple[str, bool]]) -> bool:
-    """An unquoted ``{…,…}`` or ``{a..b}``: the word becomes several words."""
-    for start, (ch, quoted) in enumerate(chars):
-        if ch != "{" or quoted:
-            continue
-        depth = 0
-        for k in range(start, len(chars)):
-            c, q = chars[k]
-            if q:
-                continue
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    break
-            elif depth == 1 and (
-                c == "," or (c == "." and k + 1 < len(chars) and chars[k + 1] == (".", False))
-            ):
-                return True
-    return False
-
-
-def _tilde_prefix(chars: list[tuple[str, bool]]) -> bool:
-    """``~user``, ``~+``, ``~-``, ``~1``: a tilde prefix other than the home directory."""
-    for ch, quoted in chars[1:]:
-        if ch == "/" and not quoted:
-            return False
-        return not quoted  # a quoted character stops tilde expansion: the word is literal
-    return False
 
 
 def _safe_expansion(node: Node) -> bool:
@@ -1366,7 +987,7 @@ def _safe_expansion(node: Node) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _analyse(source: str, depth: int, wrappers: tuple[str, ...]) -> Parsed:
+def _analyse(source: str, depth: int, ctx: Ctx, dialect: Dialect) -> Parsed:
     try:
         src = source.encode("utf-8")
     except UnicodeEncodeError:
@@ -1375,40 +996,57 @@ def _analyse(source: str, depth: int, wrappers: tuple[str, ...]) -> Parsed:
         return Parsed((), (f"the command is longer than {MAX_SOURCE_BYTES} bytes",))
     if b"\0" in src:
         return Parsed((), ("the command contains a NUL byte",))
+    if (odd := lookalike(source)) is not None:
+        return Parsed((), (f"the command contains {odd}, which looks like shell syntax (or hides "
+                           "text) but is not; write it in plain ASCII",))
     with _PARSER_LOCK:
         tree = _parser().parse(src)
-    walker = _Walker(src, depth, wrappers)
+    walker = _Walker(src, depth, ctx.wrappers, dialect)
+    walker.ctx = ctx
     root = tree.root_node
     if root.has_error:
         walker.problem("the command is incomplete or has a syntax error")
     walker.statement(root)
     walker.check_coverage()
     problems = tuple(dict.fromkeys(walker.problems))
-    return Parsed(tuple(walker.commands), problems)
+    return Parsed(tuple(walker.commands), problems, tuple(walker.redirects),
+                  tuple(dict.fromkeys(walker.holds)), walker.changes_dir)
 
 
-def parse(source: str) -> Parsed:
-    """Every simple command ``source`` would run, and anything that could not be accounted for."""
-    return _analyse(source, 0, ())
+@functools.lru_cache(maxsize=2048)
+def parse(source: str, dialect: str = "bash") -> Parsed:
+    """Every simple command ``source`` would run under ``dialect`` (``bash`` or ``sh``), and
+    anything that could not be accounted for. Raises ValueError for another dialect."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown shell dialect {dialect!r} (Corral models bash and sh)")
+    return _analyse(source, 0, Ctx(()), "sh" if dialect == "sh" else "bash")
 
 
-def check_scope(source: str, patterns: Sequence[str]) -> ScopeVerdict:
+def check_scope(source: str, patterns: Sequence[str], dialect: str = "bash") -> ScopeVerdict:
     """Allow ``source`` only if it is fully understood and every command matches a pattern.
 
-    A command reached through ``sudo``/``doas`` must match with the privilege word in front
-    (``sudo kubectl *``); one whose trailing words are appended at run time (``xargs``,
-    ``find -exec … +``) must match a pattern ending in ``*``. Raises ValueError for a bad pattern.
+    A command detached from the attempt (``&``, ``nohup``, ``setsid``) must match a pattern
+    ending in ``&``; one whose trailing words are appended at run time (``xargs``, ``find -exec
+    … +``) a pattern ending in ``*``. Raises ValueError for a bad pattern or dialect.
     """
     compiled = [parse_pattern(p) for p in patterns]
     allowed = ", ".join(patterns) if patterns else "none"
-    parsed = parse(source)
-    for cmd in parsed.commands:
-        if not _command_allowed(cmd, compiled):
-            text = shlex.join(_subject(cmd))
+    parsed = parse(source, dialect)
+    offender = next((c for c in parsed.commands if not _command_allowed(c, compiled, False)),
+                    None)
+    detached = next((c for c in parsed.commands if not _command_allowed(c, compiled)), None)
+    if offender is not None or detached is not None:
+        cmd = offender or detached
+        assert cmd is not None
+        text = shlex.join(cmd.argv)
+        if offender is None:
+            reason = (f"`{text}` would run detached from the attempt (`&`, nohup, setsid), "
+                      "which this role's scope does not allow (a pattern ending in `&` does)")
+        else:
             reason = f"`{text}` is outside this role's scope (allowed: {allowed})"
-            if parsed.problems:
-                reason += f"; also: {parsed.problems[0]}"
-            return ScopeVerdict(False, reason, text)
+        if parsed.problems:
+            reason += f"; also: {parsed.problems[0]}"
+        return ScopeVerdict(False, reason, text)
     if parsed.problems:
         more = f" (and {len(parsed.problems) - 1} more)" if len(parsed.problems) > 1 else ""
         return ScopeVerdict(False, f"cannot verify this command: {parsed.problems[0]}{more}", None)
@@ -1417,13 +1055,9 @@ def check_scope(source: str, patterns: Sequence[str]) -> ScopeVerdict:
     return ScopeVerdict(True, "every command is within this role's scope", None)
 
 
-def _subject(cmd: SimpleCommand) -> tuple[str, ...]:
-    """The words a command is matched as: ``sudo`` stays in front of what it runs."""
-    privileged = next((w for w in cmd.wrappers if w in _PRIVILEGED), None)
-    return cmd.argv if privileged is None else (privileged, *cmd.argv)
-
-
-def _command_allowed(cmd: SimpleCommand, patterns: Sequence[Pattern]) -> bool:
+def _command_allowed(cmd: SimpleCommand, patterns: Sequence[Pattern],
+                     detached: bool | None = None) -> bool:
     appended = any(w == "xargs" or w.endswith(" +") for w in cmd.wrappers)
-    subject = _subject(cmd)
-    return any(p.matches(subject) and (p.rest or not appended) for p in patterns)
+    detach = cmd.detached if detached is None else detached
+    return any(p.matches(cmd.argv) and (p.rest or not appended) and (p.detach or not detach)
+               for p in patterns)

@@ -15,7 +15,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.simplify import simplify
 
-from corral.policy.sql import DEFAULT_SCHEMA, SqlVerdict, SqlVerdictKind
+from corral.policy.sql import SqlVerdict, SqlVerdictKind
 
 _RANK = {"allow": 0, "require_approval": 1, "deny": 2}
 
@@ -38,7 +38,7 @@ _UNSUPPORTED: tuple[type[exp.Expr], ...] = tuple(
 
 
 def judge(sql: str, dialect: str, protected: tuple[str, ...], catalog: str | None,
-          schema: str | None) -> SqlVerdict:
+          search_path: tuple[str, ...], read_only: bool) -> SqlVerdict:
     """Parse ``sql`` as ``dialect`` would and judge its one statement (arguments normalised by
     `policy.sql.check_sql`)."""
     try:
@@ -54,7 +54,7 @@ def judge(sql: str, dialect: str, protected: tuple[str, ...], catalog: str | Non
         return SqlVerdict("deny", "sql_multiple_statements",
                           f"{len(parsed)} statements in one call; send one statement at a time",
                           tuple(_render(s, dialect) for s in parsed))
-    ctx = _Names(dialect, protected, catalog, schema or DEFAULT_SCHEMA.get(dialect))
+    ctx = _Names(dialect, protected, catalog, search_path, read_only)
     verdict, reason, message = _judge(parsed[0], ctx)
     return SqlVerdict(verdict, reason, message, (sql.strip().rstrip(";").rstrip(),))
 
@@ -76,21 +76,23 @@ class _Names:
     dialect: str
     protected: tuple[str, ...]
     catalog: str | None
-    schema: str | None
+    search_path: tuple[str, ...]  # `schema` or `catalog.schema`, lower-case
+    read_only: bool = False
 
     def readings(self, parts: Sequence[str]) -> list[str]:
         """Every fully qualified spelling the name may stand for."""
         parts = [p.lower() for p in parts if p]
         out = [".".join(parts)]
-        if len(parts) == 1 and self.schema:
-            out.append(f"{self.schema}.{parts[0]}")
-            if self.catalog:
-                out.append(f"{self.catalog}.{self.schema}.{parts[0]}")
+        if len(parts) == 1:
+            for schema in self.search_path:
+                out.append(f"{schema}.{parts[0]}")
+                if self.catalog and "." not in schema:
+                    out.append(f"{self.catalog}.{schema}.{parts[0]}")
         if len(parts) == 2:
             if self.catalog:
                 out.append(f"{self.catalog}.{parts[0]}.{parts[1]}")
             if self.dialect == "duckdb":  # `a.b` may be catalog a, default schema, table b
-                out.append(f"{parts[0]}.{self.schema or 'main'}.{parts[1]}")
+                out.append(f"{parts[0]}.main.{parts[1]}")
         return out
 
     def table_protected(self, parts: Sequence[str]) -> str | None:
@@ -138,8 +140,15 @@ _ALLOW: _Result = ("allow", "sql_allowed", "the statement does not modify a prot
 
 
 def _judge(statement: exp.Expr, ctx: _Names) -> _Result:
+    if isinstance(statement, exp.Command):
+        return _command(statement)
     if isinstance(statement, _UNSUPPORTED) or not isinstance(statement, _HARMLESS):
         return _unsupported(statement)
+    found = _session(statement, ctx)
+    if found is not None:
+        return found
+    if ctx.read_only and not isinstance(statement, _READS):
+        return _deny_read_only(statement)
     worst = _ALLOW
     for node in statement.walk():
         result = _judge_node(node, ctx)
@@ -148,6 +157,57 @@ def _judge(statement: exp.Expr, ctx: _Names) -> _Result:
             if worst[0] == "deny":
                 break
     return worst
+
+
+_READS: tuple[type[exp.Expr], ...] = (exp.Query, exp.Describe, exp.Show, exp.Values,
+                                      exp.Transaction, exp.Commit, exp.Rollback)
+_WRITES: tuple[type[exp.Expr], ...] = (
+    exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter,
+    exp.TruncateTable, exp.Copy, exp.Cache, exp.Uncache)
+_REMOTE_COMMANDS = ("SERVER", "FOREIGN", "USER MAPPING")
+_SESSION_SETTINGS = frozenset({"search_path", "schema", "role", "session_authorization",
+                               "default_transaction_read_only", "transaction_read_only"})
+
+
+def _command(node: exp.Expr) -> _Result:
+    """A statement sqlglot keeps as opaque text: session changes and remote servers by name."""
+    verb = str(node.this).upper()
+    expression = node.args.get("expression")
+    rest = (expression.sql() if isinstance(expression, exp.Expr) else str(expression or "")).upper()
+    if verb in ("SET", "RESET"):
+        return ("deny", "sql_session_state",
+                f"`{verb} {rest[:40]}` changes who runs the statements or how they run; refused")
+    if verb in ("CREATE", "IMPORT", "ALTER") and any(w in rest for w in _REMOTE_COMMANDS):
+        return ("deny", "sql_remote_execution",
+                f"`{verb} {rest[:40]}` reaches another server; refused")
+    return _unsupported(node)
+
+
+def _session(statement: exp.Expr, ctx: _Names) -> _Result | None:
+    """SET / USE / BEGIN … READ WRITE: refused for a read-only role; changing how names resolve
+    is refused where names are protected."""
+    if isinstance(statement, exp.Transaction):
+        modes = " ".join(str(m) for m in statement.args.get("modes") or ()).upper()
+        if ctx.read_only and "WRITE" in modes:
+            return ("deny", "sql_session_state", "a read-only role cannot start a READ WRITE "
+                                                 "transaction")
+        return None
+    if not isinstance(statement, exp.Set | exp.Use):
+        return None
+    text = statement.sql(dialect=ctx.dialect)[:60]
+    if ctx.read_only:
+        return ("deny", "sql_session_state", f"a read-only role cannot change its session "
+                                             f"(`{text}`)")
+    names = {n.name.lower() for n in statement.find_all(exp.Identifier)}
+    if ctx.protected and (isinstance(statement, exp.Use) or names & _SESSION_SETTINGS):
+        return ("deny", "sql_session_state",
+                f"`{text}` would change how protected names resolve; refused")
+    return None
+
+
+def _deny_read_only(node: exp.Expr) -> _Result:
+    return ("deny", "sql_read_only",
+            f"`{node.sql()[:60]}` writes, and this role is read-only")
 
 
 def _unsupported(node: exp.Expr) -> _Result:
@@ -159,6 +219,8 @@ def _unsupported(node: exp.Expr) -> _Result:
 def _judge_node(node: exp.Expr, ctx: _Names) -> _Result | None:
     if isinstance(node, _UNSUPPORTED):
         return _unsupported(node)
+    if ctx.read_only and isinstance(node, _WRITES):
+        return _deny_read_only(node)
     for kind, handler in _HANDLERS:
         if isinstance(node, kind):
             return handler(node, ctx)
@@ -233,6 +295,45 @@ def _drop(node: exp.Expr, ctx: _Names) -> _Result | None:
         hit = ctx.container_protected(parts) if kind in _CONTAINERS else ctx.table_protected(parts)
         if hit:
             return _deny_destructive(f"DROP {kind}", hit)
+    if kind in _CONTAINERS:
+        return ("deny", "sql_destructive",
+                f"DROP {kind} removes everything in it; it is refused on any name")
+    return None
+
+
+_ADMIN = frozenset(
+    {"pg_terminate_backend", "pg_cancel_backend", "pg_signal_backend", "pg_reload_conf",
+     "pg_rotate_logfile", "pg_promote", "pg_switch_wal", "pg_create_restore_point",
+     "pg_start_backup", "pg_stop_backup", "pg_backup_start", "pg_backup_stop",
+     "pg_wal_replay_pause", "pg_wal_replay_resume", "pg_log_backend_memory_contexts",
+     "pg_logical_emit_message", "pg_notify", "set_config", "pg_import_system_collations",
+     "pg_truncate_visibility_map", "pg_advisory_lock", "pg_advisory_xact_lock"}
+)  # fmt: skip
+_ADMIN_PREFIXES = ("pg_file_", "pg_ls_", "pg_read_", "pg_stat_reset", "pg_replication_",
+                   "pg_create_", "pg_drop_", "pg_copy_", "lo_")
+_REMOTE = ("dblink", "query_to_xml", "cursor_to_xml")
+_SEQUENCE_WRITES = frozenset({"nextval", "setval"})
+
+
+def _function(node: exp.Expr, ctx: _Names) -> _Result | None:
+    """A call by name: administrative and remote functions are refused; one reached by a
+    protected name needs a human's approval (its side effects are unknown)."""
+    name = node.name.lower()
+    if name in _ADMIN or name.startswith(_ADMIN_PREFIXES):
+        return ("deny", "sql_admin_function",
+                f"`{name}()` is an administrative function with side effects; refused")
+    if name.startswith(_REMOTE):
+        return ("deny", "sql_remote_execution",
+                f"`{name}()` runs SQL given as text (or on another server); refused")
+    if ctx.read_only and name in _SEQUENCE_WRITES:
+        return ("deny", "sql_read_only", f"`{name}()` writes, and this role is read-only")
+    parent = node.parent
+    if isinstance(parent, exp.Dot) and parent.expression is node:
+        qualifier = [p.strip('"`[]').lower() for p in parent.this.sql().split(".")]
+        hit = ctx.table_protected([*qualifier, name])
+        if hit:
+            return ("require_approval", "sql_protected_function",
+                    f"calling `{hit}()` in a protected schema needs a human's approval")
     return None
 
 
@@ -273,6 +374,7 @@ _HANDLERS: tuple[tuple[type[exp.Expr], Callable[[exp.Expr, _Names], _Result | No
     (exp.Insert, _insert),
     (exp.Merge, _merge),
     (exp.Copy, _copy),
+    (exp.Anonymous, _function),
 )
 
 

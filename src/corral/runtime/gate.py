@@ -14,7 +14,6 @@ Switches and pauses are read from the store at most every `REFRESH_S`, or at onc
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -193,13 +192,8 @@ class PrerunGate:
         require one for every run instead)."""
         if self.guardrails is None or not job.command or job.prompt:
             return None
-        if not self.guardrails.roles.get(job.role):
-            # Only a role with rules of its own checks its commands at spawn: an operator's
-            # `sh -c '… $VAR …'` in a plain role is not an agent's unverifiable tool call.
-            return None
-        g = self.guardrails.evaluate(job.role, "spawn", "Bash",
-                                     {"command": shlex.join(job.command)})
-        if g.verdict == "allow":
+        g = self.guardrails.spawn_check(job.role, job.command)  # as `corral guard check` does
+        if g is None or g.verdict == "allow":
             return None
         if g.verdict == "require_approval":
             return replace(g, message=f"guardrail {g.rule_id}: `{g.approval_subject}` needs a "

@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,14 @@ from corral.domain.ids import new_id
 from corral.domain.models import AttemptResult, Claimed, Job
 from corral.domain.settings import Settings, WorkerSpec
 from corral.policy import runtime as policy
-from corral.policy.guardrails import Guardrails, GuardVerdict, approval_digest
+from corral.policy import toolcall
+from corral.policy.guardrails import Guardrails, approval_digest
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.redact import Redactor
 from corral.workers.agents import (
     ADAPTERS,
     AGENT_FILE,
+    agent_home,
     attempt_ref,
     governance_socket,
     secret_values,
@@ -225,20 +227,19 @@ class Governor:
         raw_input = payload.get("tool_input")
         tool_input: Mapping[str, Any] = raw_input if isinstance(raw_input, Mapping) else {}
         job = m.claimed.job
-        d = policy.decide(tool, tool_input,
-                          policy.Usage(tool_calls=m.calls, tokens_in=m.tokens_in,
-                                       tokens_out=m.tokens_out), job.limits, m.scope)
+        call = self._call(m, tool, tool_input, payload)
+        d = toolcall.decide(call, role=job.role, scope=m.scope, guardrails=self.guardrails,
+                            used=policy.Usage(tool_calls=m.calls, tokens_in=m.tokens_in,
+                                              tokens_out=m.tokens_out),
+                            limits=job.limits)
         if d.verdict == "allow" and m.cost_usd and self.overrun is not None and \
                 await self.overrun(job, m.cost_usd, self.clock()):
-            d = policy.Decision(
+            d = toolcall.CallVerdict(
                 verdict="deny", reason=BUDGET_CEILING_LIMIT, limit=BUDGET_CEILING_LIMIT,
+                decided_by="budget",
                 message=f"Corral: this run has cost ${m.cost_usd:.4f} so far, which crosses its "
                         "budget ceiling. Make no more tool calls: write your summary and stop.")
-        stage, guard = "tool_call", None
-        if d.verdict == "allow":  # in scope: the role's guardrails have the last word
-            guard = self.guardrails.evaluate(job.role, "tool_call", tool, tool_input)
-            if guard.verdict != "allow":
-                stage = "guardrail"
+        stage = "guardrail" if d.decided_by == "guardrail" else "tool_call"
         call_id = payload.get("tool_use_id")
         now = self.clock()
         used = m.calls
@@ -246,11 +247,8 @@ class Governor:
         # the calls before them, so the budget holds without a lock. A refused call counts.
         if d.limit is None:
             m.calls += 1
-        if guard is not None and guard.verdict == "require_approval":
-            d = await self._approval(m, guard, now)
-        elif guard is not None and guard.verdict == "deny":
-            d = policy.Decision(verdict="deny", reason=guard.reason, rule=guard.rule_id,
-                                message=f"Corral guardrail {guard.rule_id}: {guard.message}")
+        if d.verdict == "require_approval":
+            d = await self._approval(m, d, now)
         if d.verdict == "allow" and isinstance(call_id, str):
             m.pre_at[call_id] = now
         await self.store.append_policy_evaluations([PolicyEvaluation(
@@ -260,7 +258,8 @@ class Governor:
             inputs={"input": _clip(m.redactor.obj(dict(tool_input))),
                     "call_id": call_id, "session_id": payload.get("session_id"),
                     "tool_calls": used, "tokens_in": m.tokens_in,
-                    "tokens_out": m.tokens_out, "rule": d.rule,
+                    "tokens_out": m.tokens_out, "rule": d.rule, "decided_by": d.decided_by,
+                    "shell": call.shell, "cwd": call.cwd,
                     "limits": {"max_tool_calls": job.limits.max_tool_calls,
                                "token_budget_in": job.limits.token_budget_in,
                                "token_budget_out": job.limits.token_budget_out},
@@ -269,7 +268,27 @@ class Governor:
             await self.stop(job.id, d.limit, self._summary_grace(job.worker))
         return _render(cli, d)
 
-    async def _approval(self, m: _Monitor, guard: GuardVerdict, now: float) -> policy.Decision:
+    def _call(self, m: _Monitor, tool: str, tool_input: Mapping[str, Any],
+              payload: Mapping[str, Any]) -> policy.Call:
+        """The call and where it runs: the job's workspace, the directory the CLI runs it in
+        (its `workdir`, if the tool takes one), the CLI's home, and the shell that runs it."""
+        job = m.claimed.job
+        workspace = os.path.abspath(job.cwd or os.getcwd())
+        cwd = payload.get("cwd")
+        cwd = cwd if isinstance(cwd, str) and os.path.isabs(cwd) else workspace
+        workdir = tool_input.get("workdir")
+        if isinstance(workdir, str) and workdir:
+            cwd = os.path.join(cwd, workdir)
+        spec = self.settings.workers.get(job.worker) or WorkerSpec(name=job.worker)
+        home = agent_home(self.data_dir, job, m.adapter)
+        shell, problem = "bash", None
+        if tool.lower() in policy.SHELL_TOOLS:
+            shell, problem = ADAPTERS[m.adapter].call_shell(payload, home)
+        return policy.Call(tool=tool, input=tool_input, workspace=workspace, cwd=cwd,
+                           home=spec.env.get("HOME") or str(home), shell=shell, problem=problem)
+
+    async def _approval(self, m: _Monitor, guard: toolcall.CallVerdict,
+                        now: float) -> toolcall.CallVerdict:
         """A call a guardrail sends to a human: allowed once a human approved exactly this
         action for this job; otherwise denied, with a pending approval request."""
         job = m.claimed.job
@@ -277,24 +296,23 @@ class Governor:
         digest = approval_digest(subject)
         mine = [a for a in await self.store.approvals(job_id=job.id) if a.digest == digest]
         latest = mine[-1] if mine else None
-        rule = guard.rule_id
+        rule = guard.rule
         if latest is not None and latest.state is ApprovalState.APPROVED:
-            return policy.Decision(verdict="allow", reason="approved", rule=rule,
-                                   message=f"approved by {latest.decided_by} ({latest.id})")
+            return replace(guard, verdict="allow", reason="approved",
+                           message=f"approved by {latest.decided_by} ({latest.id})")
         if latest is None:  # one request per exact action and job; a human's "no" stands
             latest = await self.store.request_approval(Approval(
                 id=new_id(), job_id=job.id, subject=subject, digest=digest,
                 reason=guard.reason, requested_at=now,
                 expires_at=now + self.settings.approval_ttl_s))
         if latest.state is ApprovalState.PENDING:
-            return policy.Decision(
-                verdict="deny", reason="approval_required", rule=rule, message=(
-                    f"Corral: `{subject}` needs a human's approval ({guard.message}); request "
-                    f"{latest.id} is waiting. Do not work around it: do something else or stop, "
-                    "and retry exactly this command only once it is approved."))
-        return policy.Decision(verdict="deny", reason="approval_rejected", rule=rule,
-                               message=f"Corral: `{subject}` was not approved ({latest.id}, "
-                                       f"{latest.state.value}).")
+            return replace(guard, verdict="deny", reason="approval_required", rule=rule, message=(
+                f"Corral: `{subject}` needs a human's approval ({guard.message}); request "
+                f"{latest.id} is waiting. Do not work around it: do something else or stop, "
+                "and retry exactly this command only once it is approved."))
+        return replace(guard, verdict="deny", reason="approval_rejected", rule=rule,
+                       message=f"Corral: `{subject}` was not approved ({latest.id}, "
+                               f"{latest.state.value}).")
 
     async def _post(self, m: _Monitor, payload: Mapping[str, Any]) -> None:
         job = m.claimed.job
@@ -419,8 +437,9 @@ class Governor:
         return None
 
 
-def _render(cli: str, d: policy.Decision) -> tuple[int, str]:
-    """The decision in the CLI's hook language (shared/reference/agent-clis.md §2.5, §3.3)."""
+def _render(cli: str, d: toolcall.CallVerdict) -> tuple[int, str]:
+    """The decision in the CLI's hook language: Claude Code reads a JSON `permissionDecision`;
+    Codex and OpenCode (through Corral's plugin) read exit 2 with the reason as a refusal."""
     if cli == "claude-code":
         return 0, json.dumps({"hookSpecificOutput": {
             "hookEventName": "PreToolUse", "permissionDecision": d.verdict,

@@ -3,10 +3,11 @@
 Each attempt runs `corral-shim … -- python -m corral.workers.runner -- <cli> …`: the shim owns
 the process tree and the deadline, the runner redacts the CLI's stream on its way to the logs,
 and the CLI calls `corral-hook` before every tool call, which asks the engine (runtime/governor.py)
-and fails closed. What each CLI needs (flags, hook registration, resume, graceful signal) is in
-shared/reference/agent-clis.md; the adapters below build it from the job, its role and the
-worker's configuration. Every file an adapter writes lives in the attempt directory or in the
-agent's home (`<data dir>/agent-home/<session root job>`), which a resumed session reuses.
+and fails closed. What each CLI needs (flags, hook registration, resume, graceful signal) is
+described in docs/how-to/agents.md and docs/explanation/governance.md; the adapters below build
+it from the job, its role and the worker's configuration. Every file an adapter writes lives in
+the attempt directory or in the agent's home (`<data dir>/agent-home/<session root job>`), which
+a resumed session reuses.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import RoleSpec, WorkerSpec
 from corral.domain.states import Outcome
 from corral.policy.redact import SECRET_NAME
-from corral.policy.runtime import Scope
+from corral.policy.runtime import Scope, shell_command
 from corral.workers import process
+from corral.workers.codexcalls import codex_shell_call
 from corral.workers.command import ShimAttempt, job_env, to_result
 from corral.workers.process import STDOUT, ShimResult
 from corral.workers.streams import (
@@ -54,6 +56,12 @@ def governance_socket(data_dir: Path) -> Path:
         return p
     digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
     return Path("/tmp") / f"corral-gov-{digest}.sock"
+
+
+def agent_home(data_dir: Path, job: Job, adapter: str) -> Path:
+    """Private CLI state (sessions) shared by every attempt of a session lineage."""
+    root = str(job.options.get("session_root") or job.id)
+    return data_dir / "agent-home" / root / adapter
 
 
 def attempt_ref(job: Job, attempt_index: int) -> str:
@@ -170,8 +178,24 @@ class AgentWorker(ABC):
 
     def home(self, job: Job) -> Path:
         """Private CLI state (sessions) shared by every attempt of a session lineage."""
-        root = str(job.options.get("session_root") or job.id)
-        return self.data_dir / "agent-home" / root / self.adapter
+        return agent_home(self.data_dir, job, self.adapter)
+
+    def shell_env(self) -> dict[str, str]:
+        """The environment that makes the CLI's shell tool run bash (what the checker reads
+        commands as), whatever the engine's own SHELL is."""
+        bash = shutil.which("bash")
+        if bash is None:
+            raise WorkerError(f"{self.kind}: bash not found; Corral checks agents' commands as "
+                              "bash (or sh) and runs them with bash")
+        return {"SHELL": bash}
+
+    @classmethod
+    def call_shell(cls, payload: Mapping[str, Any], home: Path) -> tuple[str, str | None]:
+        """The shell a shell tool call runs under (``bash`` or ``sh``), or why it cannot be
+        told. Claude Code and OpenCode run their shell tool with `SHELL`, which `start` sets
+        to bash: the shell the checker then reads the command as."""
+        del payload, home
+        return "bash", None
 
     def start(self, permit: Permit, job: Job, attempt: Attempt) -> ShimAttempt:
         self._validate(permit)  # no process without a live permit, whoever calls
@@ -207,6 +231,7 @@ class AgentWorker(ABC):
             with os.fdopen(fd, "w") as f:
                 json.dump(extra, f)
         env.update(self.prepare(job, ctx))
+        env.update(self.shell_env())
         env["CORRAL_WORKER"] = self.kind
         env["CORRAL_REDACT_ENV"] = ",".join(sorted(secrets))
         env.pop("CLAUDECODE", None)
@@ -314,7 +339,7 @@ class ClaudeCodeWorker(AgentWorker):
 
     adapter = "claude-code"
     default_binary = "claude"
-    graceful = "INT"  # aborts the running tool and still prints a `result` (reference §2.8)
+    graceful = "INT"  # aborts the running tool and still prints a `result`
     api_key_envs = ("ANTHROPIC_API_KEY",)
 
     def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
@@ -329,6 +354,10 @@ class ClaudeCodeWorker(AgentWorker):
         (ctx.home / "mcp.json").write_text(json.dumps({"mcpServers": ctx.mcp_servers}))
         return {"CLAUDE_CONFIG_DIR": str(ctx.home), "DISABLE_AUTOUPDATER": "1",
                 "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+
+    def shell_env(self) -> dict[str, str]:
+        env = super().shell_env()  # Claude Code takes CLAUDE_CODE_SHELL first, then SHELL
+        return {**env, "CLAUDE_CODE_SHELL": env["SHELL"]}
 
     def argv(self, job: Job, ctx: Context) -> list[str]:
         role = ctx.role
@@ -419,7 +448,7 @@ class CodexWorker(AgentWorker):
     default_binary = "codex"
     graceful = "TERM"
     api_key_envs = ("OPENAI_API_KEY", "CODEX_API_KEY")
-    turn_limit = None  # no max-turns flag (reference §3.1)
+    turn_limit = None  # `codex exec` has no max-turns flag
 
     def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
         hook = {"type": "command", "command": ctx.hook_command(),
@@ -437,8 +466,11 @@ class CodexWorker(AgentWorker):
         argv = [ctx.binary, "exec"]
         if ctx.resume:
             argv.append("resume")
-        # Our hooks are not "reviewed" in Codex's trust store: run them anyway (reference §3.3).
-        argv += ["--json", "--skip-git-repo-check", "--dangerously-bypass-hook-trust"]
+        # Our hooks are not "reviewed" in Codex's trust store: run them anyway. No interactive
+        # sessions: text typed into one (`write_stdin`) reaches no hook, so it could not be
+        # checked (docs/explanation/governance.md).
+        argv += ["--json", "--skip-git-repo-check", "--dangerously-bypass-hook-trust",
+                 "--disable", "unified_exec_tty"]
         if not ctx.resume and not any(a in ("-s", "--sandbox") for a in self.spec.args):
             argv += ["--sandbox", "workspace-write"]  # the job's cwd is its workspace
         if model := ctx.model(self.spec):
@@ -457,6 +489,22 @@ class CodexWorker(AgentWorker):
     def parser_for(cls) -> StreamParser:
         return CodexStreamParser()
 
+    def shell_env(self) -> dict[str, str]:
+        return {}  # Codex picks the user's login shell, or the one the model names, per call
+
+    @classmethod
+    def call_shell(cls, payload: Mapping[str, Any], home: Path) -> tuple[str, str | None]:
+        """Codex's hook leaves the model's `shell`, `tty` and sandbox escalation out: they are
+        read from the session transcript (workers/codexcalls.py)."""
+        found = codex_shell_call(payload, home)
+        if isinstance(found, str):
+            return "bash", found
+        tool_input = payload.get("tool_input")
+        command = shell_command(tool_input) if isinstance(tool_input, Mapping) else None
+        if command != found.command:
+            return found.shell, "the hook's command is not the one Codex will run"
+        return found.shell, None
+
 
 # --------------------------------------------------------------------------- OpenCode
 
@@ -472,17 +520,18 @@ function named(tool) {
   const server = MCP.find((s) => tool.startsWith(s + "_"));
   return server ? `mcp__${server}__${tool.slice(server.length + 1)}` : tool;
 }
-function ask(event, tool, args, sessionID, callID) {
+function ask(event, tool, args, sessionID, callID, cwd) {
   const payload = JSON.stringify({ hook_event_name: event, tool_name: named(tool),
                                    tool_input: args, session_id: sessionID,
-                                   tool_use_id: callID });
+                                   tool_use_id: callID, cwd: cwd });
   const r = spawnSync(HOOK[0], HOOK.slice(1), { input: payload, encoding: "utf8" });
   if (r.error) throw new Error("corral: tool call denied: governance unavailable (fail-closed)");
   return r;
 }
-export const CorralGovernance = async () => ({
+export const CorralGovernance = async ({ directory }) => ({
   "tool.execute.before": async (input, output) => {
-    const r = ask("PreToolUse", input.tool, output.args, input.sessionID, input.callID);
+    const r = ask("PreToolUse", input.tool, output.args, input.sessionID, input.callID,
+                  directory);
     if (r.status !== 0) throw new Error((r.stderr || "corral: tool call denied").trim());
   },
   "tool.execute.after": async (input, output) => {
@@ -561,7 +610,7 @@ class OpenCodeWorker(AgentWorker):
 
     adapter = "opencode"
     default_binary = "opencode"
-    graceful = "TERM"  # `run` ignores SIGINT (reference §4.4)
+    graceful = "TERM"  # `opencode run` ignores SIGINT
     api_key_envs = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
     turn_limit = "advisory"  # the agent's `steps`
 
