@@ -65,6 +65,17 @@ class RoleSpec:
     # Jobs submitted from inside a job carry their parent and depth; deeper chains are refused
     # (seed 000's runtime policy against recursive planning loops).
     max_recursion_depth: int = 5
+    max_output_bytes: int | None = None  # None: `output.max_bytes`
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputSpec:
+    """What one attempt may write (stdout and stderr together) before it is stopped with
+    `limit_hit = output`; its logs then keep the first part and the last `tail_bytes` of each
+    stream (workers/pump.py)."""
+
+    max_bytes: int = 128 << 20
+    tail_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,3 +216,11 @@ class Settings:
     guardrails_file: str | None = None  # rules merged over the shipped defaults
     oversight: OversightSpec = field(default_factory=lambda: OversightSpec())
     approval_ttl_s: float = 3600.0
+    output: OutputSpec = field(default_factory=OutputSpec)
+
+    def max_output_bytes(self, role: str) -> int:
+        """The output cap of one attempt of a job of `role`."""
+        spec = self.roles.get(role)
+        if spec is not None and spec.max_output_bytes is not None:
+            return spec.max_output_bytes
+        return self.output.max_bytes

@@ -41,7 +41,9 @@ from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.workers.agents import ADAPTERS
-from corral.workers.command import CommandWorker
+from corral.workers import privacy
+from corral.workers.command import CommandWorker, Launch
+from corral.workers.sealing import Keeper
 
 log = logging.getLogger("corral.engine")
 
@@ -51,7 +53,8 @@ STALE_ENGINE_S = 3 * HEARTBEAT_S
 
 def build_core(config: Config) -> Core:
     gate = PermitGate(config.settings)
-    return Core(gate, {kind: build_worker(config, gate.validate, kind)
+    launch = Launch(keeper=Keeper(config.secrets_key), settings=config.settings)
+    return Core(gate, {kind: build_worker(config, gate.validate, kind, launch)
                        for kind in worker_kinds(config)})
 
 
@@ -73,12 +76,12 @@ def role_warnings(config: Config) -> list[str]:
 
 
 def build_worker(config: Config, validate: Callable[[Permit], None],
-                 kind: str) -> WorkerAdapter:
+                 kind: str, launch: Launch) -> WorkerAdapter:
     adapter = adapter_of(config, kind)
     if adapter == "command":
-        return CommandWorker(validate, kind)
+        return CommandWorker(validate, kind, launch)
     spec = config.settings.workers.get(kind) or WorkerSpec(name=kind, adapter=adapter)
-    return ADAPTERS[adapter](validate, spec, config.settings.roles, config.data_dir)
+    return ADAPTERS[adapter](validate, spec, config.settings.roles, config.data_dir, launch)
 
 
 class ServeLock:
@@ -137,7 +140,7 @@ class Engine:
             live=lambda job_id: self.dispatcher.live_claim(job_id),
             stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit,
                                                                             grace),
-            guardrails=rules)
+            guardrails=rules, keeper=Keeper(config.secrets_key))
         self.reporter = Reporter(self.store, config.settings.oversight)
         self.gate = PrerunGate(self.store, config.settings, rules)
         self.governor.overrun = self.gate.overrun
@@ -199,6 +202,9 @@ class Engine:
 
     async def run(self, *, drain: bool = False,
                   on_ready: Callable[[Engine], None] | None = None) -> None:
+        warning = privacy.secure_data_dir(self.config.data_dir)
+        if warning:
+            log.warning("%s", warning)
         self.lock.acquire()
         try:
             await self.store.open()

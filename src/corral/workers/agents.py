@@ -1,12 +1,14 @@
 """Agent workers: Claude Code, Codex CLI and OpenCode under the shim, governed per tool call.
 
 Each attempt runs `corral-shim … -- python -m corral.workers.runner -- <cli> …`: the shim owns
-the process tree and the deadline, the runner redacts the CLI's stream on its way to the logs,
-and the CLI calls `corral-hook` before every tool call, which asks the engine (runtime/governor.py)
-and fails closed. What each CLI needs (flags, hook registration, resume, graceful signal) is in
-shared/reference/agent-clis.md; the adapters below build it from the job, its role and the
-worker's configuration. Every file an adapter writes lives in the attempt directory or in the
-agent's home (`<data dir>/agent-home/<session root job>`), which a resumed session reuses.
+the process tree and the deadline, its output pump redacts the CLI's stream on its way to the logs
+(the API keys, the role's MCP secrets and the job's own among the values it hides), the runner
+passes a stop on the CLI's own way, and the CLI calls `corral-hook` before every tool call, which
+asks the engine (runtime/governor.py) and fails closed. What each CLI needs (flags, hook
+registration, resume, graceful signal) is in shared/reference/agent-clis.md; the adapters below
+build it from the job, its role and the worker's configuration. Every file an adapter writes lives
+in the attempt directory or in the agent's home (`<data dir>/agent-home/<session root job>`),
+which a resumed session reuses.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from corral.domain.states import Outcome
 from corral.policy.redact import SECRET_NAME
 from corral.policy.runtime import Scope
 from corral.workers import process
-from corral.workers.command import ShimAttempt, job_env, to_result
+from corral.workers.command import Launch, ShimAttempt, job_env, to_result
 from corral.workers.process import STDOUT, ShimResult
 from corral.workers.streams import (
     ClaudeStreamParser,
@@ -73,13 +75,13 @@ def scope_tools(scope: Sequence[str]) -> list[str]:
 
 def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None,
                options: Mapping[str, Any]) -> dict[str, str]:
-    """An agent attempt's secret variables, name → value: the worker's secret-looking `env`
-    keys, then what the engine's environment holds of the worker's `pass_env`, the adapter's
-    API-key variables and the job's `secret_env` names (only names are ever stored). The runner
-    and the governor redact exactly these values."""
+    """An agent attempt's secret variables from its worker, name → value: the worker's
+    secret-looking `env` keys, then what the engine's environment holds of the worker's
+    `pass_env` and the adapter's API-key variables. (The job's own — `--secret-env`, sealed
+    values — come with the job: workers/sealing.py.) The pump and the governor redact them."""
+    del options  # the job's own secret variables are revealed with the job
     found = {k: v for k, v in spec.env.items() if SECRET_NAME.search(k)}
-    names = (*spec.pass_env, *(adapter.api_key_envs if adapter else ()),
-             *(options.get("secret_env") or ()))
+    names = (*spec.pass_env, *(adapter.api_key_envs if adapter else ()))
     found.update({n: os.environ[n] for n in names if n in os.environ})
     return found
 
@@ -124,12 +126,14 @@ class AgentWorker(ABC):
     turn_limit: str | None = "enforced"
 
     def __init__(self, validate: Callable[[Permit], None], spec: WorkerSpec,
-                 roles: Mapping[str, RoleSpec], data_dir: Path) -> None:
+                 roles: Mapping[str, RoleSpec], data_dir: Path,
+                 launch: Launch | None = None) -> None:
         self._validate = validate
         self.spec = spec
         self.kind = spec.name
         self.roles = roles
         self.data_dir = data_dir
+        self.launch = launch or Launch()
 
     # ---- what a CLI adapter provides ----------------------------------------------------
 
@@ -175,6 +179,7 @@ class AgentWorker(ABC):
 
     def start(self, permit: Permit, job: Job, attempt: Attempt) -> ShimAttempt:
         self._validate(permit)  # no process without a live permit, whoever calls
+        job, output = self.launch.prepare(job)
         binary = self.binary()
         version = self.version(binary)
         attempt_dir = Path(attempt.dir)
@@ -198,26 +203,21 @@ class AgentWorker(ABC):
         env.update(self.spec.env)
         secrets = secret_env(self.spec, type(self), job.options)
         env.update(secrets)
-        # The rest of what must be redacted goes to the runner in a private file it reads and
-        # deletes at once, so it does not reach the CLI's (and its tools') environment.
-        redact = attempt_dir / "redact.json"
-        extra = [v for v in mcp_secrets(ctx.role) if v not in secrets.values()]
-        if extra:
-            fd = os.open(redact, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(extra, f)
         env.update(self.prepare(job, ctx))
         env["CORRAL_WORKER"] = self.kind
-        env["CORRAL_REDACT_ENV"] = ",".join(sorted(secrets))
         env.pop("CLAUDECODE", None)
+        # The pump redacts them all from the logs; the MCP servers' secrets reach it without
+        # passing through the CLI's (and its tools') environment.
+        output = replace(output, secrets=(*output.secrets, *secrets.values(),
+                                          *mcp_secrets(ctx.role)))
         argv = [sys.executable, "-m", "corral.workers.runner", "--graceful", self.graceful,
-                *(["--redact-file", str(redact)] if extra else []), "--", *self.argv(job, ctx)]
+                "--", *self.argv(job, ctx)]
         (attempt_dir / AGENT_FILE).write_text(json.dumps({
             "adapter": self.adapter, "cli_version": version, "binary": binary,
             "session_id": ctx.session_id, "resumed": bool(resume)}))
         proc = process.spawn(attempt_dir=attempt_dir, argv=argv, cwd=job.cwd, env=env,
                              grace_s=permit.grace_s, deadline_epoch_s=permit.deadline_at,
-                             term_child_only=True)
+                             term_child_only=True, output=output)
         return AgentAttempt(proc, self)
 
     def adopt(self, job: Job, attempt: Attempt) -> AgentAttempt | AttemptResult:

@@ -1,0 +1,92 @@
+"""Corral's files are its user's alone: 0700 directories, 0600 files, whatever the umask.
+
+Corral's own processes (the `corral` command, the engine, the core) run with umask 077 from the
+start (`make_private`), so everything they and SQLite create — the database and its WAL, the
+logs, the sockets, the key, the attempt directories — is private to the user. Jobs get back the
+umask Corral was started with (`job_umask`): the files a job writes in its workspace are its own
+business. A data directory that already exists with wider modes is narrowed, with a warning
+(`secure_data_dir`): refusing would strand the jobs and logs it holds over something Corral can
+put right itself; a directory that belongs to another user is refused (docs/how-to/secrets.md).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from corral.domain.errors import ConfigError
+
+PRIVATE_UMASK = 0o077
+# Corral's processes pass the umask they were started with to the ones they start (the core),
+# which begin under 077 already: the umask of the jobs is decided once, by the first.
+UMASK_ENV = "CORRAL_JOB_UMASK"
+
+
+def make_private() -> None:
+    """From now on this process creates private files; remember the umask jobs get."""
+    started = os.umask(PRIVATE_UMASK)
+    os.environ.setdefault(UMASK_ENV, f"{started:03o}")
+
+
+def job_umask() -> int:
+    """The umask a job runs with: the one Corral was started with."""
+    value = os.environ.get(UMASK_ENV)
+    if value:
+        try:
+            return int(value, 8) & 0o777
+        except ValueError:
+            pass
+    current = os.umask(PRIVATE_UMASK)
+    os.umask(current)
+    return current
+
+
+def secure_data_dir(data_dir: Path) -> str | None:
+    """Create the data directory private, or narrow one that is readable or writable by
+    others (everything in it, once: the first time it is found open); a warning saying what
+    was narrowed, or None. ConfigError when it belongs to another user."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    top = os.stat(data_dir)
+    if top.st_uid != os.geteuid():
+        raise ConfigError(f"data directory {data_dir} belongs to uid {top.st_uid}, not to "
+                          f"this user ({os.geteuid()}): Corral keeps it private, so it will "
+                          "not share one")
+    entries = [data_dir, *(Path(e.path) for e in os.scandir(data_dir))]
+    if not any(_open(p) for p in entries):
+        return None
+    narrowed, failed = 0, []
+    for path in _walk(data_dir):
+        try:
+            narrowed += _narrow(path)
+        except OSError as err:
+            failed.append(f"{path}: {err.strerror}")
+    message = (f"data directory {data_dir} was readable or writable by others: narrowed "
+               f"{narrowed} entries to 0700 directories and 0600 files")
+    if failed:
+        message += f"; could not narrow {len(failed)} (first: {failed[0]})"
+    return message
+
+
+def _open(path: Path) -> bool:
+    """Whether others have any access to this entry (symlinks have no modes of their own)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISLNK(st.st_mode) and bool(st.st_mode & 0o077)
+
+
+def _walk(root: Path) -> list[Path]:
+    found = [root]
+    for dirpath, dirnames, filenames in os.walk(root):  # does not follow symlinks
+        found += [Path(dirpath) / n for n in (*dirnames, *filenames)]
+    return found
+
+
+def _narrow(path: Path) -> int:
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o077:
+        return 0
+    os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+    return 1
