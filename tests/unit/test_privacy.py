@@ -1,0 +1,64 @@
+"""The data directory is its user's alone: created private, narrowed when found open."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from corral.domain.errors import ConfigError
+from corral.workers.privacy import secure_data_dir
+
+
+def modes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.lstat().st_mode & 0o777
+            for p in [root, *root.rglob("*")] if not p.is_symlink()}
+
+
+def test_a_new_data_directory_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        assert secure_data_dir(tmp_path / "a" / "data") is None
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a" / "data").stat().st_mode & 0o777 == 0o700
+
+
+def test_an_open_data_directory_is_narrowed_once_with_a_warning(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "attempts" / "j.1").mkdir(parents=True)
+    (data / "corral.db").write_text("x")
+    (data / "attempts" / "j.1" / "stdout.log").write_text("x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not ours")
+    (data / "link").symlink_to(elsewhere)
+    for p in (data, data / "attempts", data / "attempts" / "j.1"):
+        p.chmod(0o777)
+    for p in (data / "corral.db", data / "attempts" / "j.1" / "stdout.log", elsewhere):
+        p.chmod(0o644)
+    warning = secure_data_dir(data)
+    assert warning is not None and "narrowed 5 entries" in warning
+    assert modes(data) == {".": 0o700, "attempts": 0o700, "attempts/j.1": 0o700,
+                           "corral.db": 0o600, "attempts/j.1/stdout.log": 0o600}
+    assert elsewhere.stat().st_mode & 0o777 == 0o644  # a symlink's target is not followed
+    assert secure_data_dir(data) is None  # nothing to say the second time
+
+
+def test_a_data_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    os.chown(data, 65534, 65534)  # the tests run as root (as CI does): nobody's directory
+    with pytest.raises(ConfigError, match="belongs to uid 65534"):
+        secure_data_dir(data)
+
+
+def test_corral_processes_run_private_and_jobs_get_the_umask_back() -> None:
+    code = ("import os; from corral.workers import privacy; privacy.make_private(); "
+            "print(oct(os.umask(0)), oct(privacy.job_umask()))")
+    out = subprocess.run([sys.executable, "-c", f"import os; os.umask(0o002); {code}"],
+                         capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "CORRAL_JOB_UMASK"})
+    assert out.stdout.split() == ["0o77", "0o2"]
