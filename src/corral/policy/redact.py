@@ -107,6 +107,19 @@ class Redactor:
         out: bytes = _SHAPES_B.sub(_replace, b)
         return out
 
+    def spans(self, b: bytes) -> list[tuple[int, int]]:
+        """Where in `b` the secrets are that `data` would replace (a shape's value group when
+        it has one): for masking a file in place, at the same length."""
+        found: list[tuple[int, int]] = []
+        if self._values_b is not None:
+            found += [m.span() for m in self._values_b.finditer(b)]
+        for m in _SHAPES_B.finditer(b):
+            groups = [g for g in _VALUE_GROUPS if m.span(g)[0] >= 0]
+            if groups and groups[0] == _V3 and _LITERAL_B.search(m.group(_V3)):
+                continue
+            found.append(m.span(groups[0]) if groups else m.span())
+        return found
+
     def found(self, s: str) -> list[str]:
         """The secrets `text` would replace in `s`: declared values and the credentials the
         shapes find (a shape's value group when it has one)."""

@@ -40,8 +40,8 @@ from corral.runtime.governor import Governor
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
-from corral.workers.agents import ADAPTERS
 from corral.workers import privacy
+from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
 from corral.workers.sealing import Keeper
 

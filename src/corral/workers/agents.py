@@ -32,9 +32,9 @@ from corral.domain.errors import WorkerError
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import RoleSpec, WorkerSpec
 from corral.domain.states import Outcome
-from corral.policy.redact import SECRET_NAME
+from corral.policy.redact import SECRET_NAME, Redactor
 from corral.policy.runtime import Scope
-from corral.workers import process
+from corral.workers import privacy, process
 from corral.workers.command import Launch, ShimAttempt, job_env, to_result
 from corral.workers.process import STDOUT, ShimResult
 from corral.workers.streams import (
@@ -218,19 +218,38 @@ class AgentWorker(ABC):
         proc = process.spawn(attempt_dir=attempt_dir, argv=argv, cwd=job.cwd, env=env,
                              grace_s=permit.grace_s, deadline_epoch_s=permit.deadline_at,
                              term_child_only=True, output=output)
-        return AgentAttempt(proc, self)
+        return AgentAttempt(proc, self, job)
 
     def adopt(self, job: Job, attempt: Attempt) -> AgentAttempt | AttemptResult:
         found = process.probe(Path(attempt.dir))
         if found.state == "running" and found.process is not None:
-            return AgentAttempt(found.process, self)
+            return AgentAttempt(found.process, self, job)
         if found.state == "finished" and found.result is not None:
+            self.scrub_home(job)  # it ended while no engine watched
             return self.finished(found.result, Path(attempt.dir))
         if found.state == "vanished":
             return AttemptResult(outcome=Outcome.LOST,
                                  error="process vanished while the engine was down")
         return AttemptResult(outcome=Outcome.LOST,
                              error="engine stopped before the process started")
+
+    def secrets_of(self, job: Job) -> tuple[str, ...]:
+        """Every value an attempt of `job` must not leave anywhere: the job's own, its worker's
+        API keys and secret variables, its role's MCP servers' secrets."""
+        _, output = self.launch.prepare(job)
+        worker = secret_env(self.spec, type(self), job.options).values()
+        return (*output.secrets, *worker, *mcp_secrets(self.role(job)))
+
+    def scrub_home(self, job: Job) -> None:
+        """The CLI's session memory in the agent's home keeps what the model saw and what
+        Corral gave the CLI (its MCP servers' settings): once the attempt is over, every secret
+        of the job is masked there too, and the modes narrowed (docs/how-to/secrets.md). A
+        resumed session reads `****` where a secret was; the environment gives it again."""
+        try:
+            values = self.secrets_of(job)
+        except WorkerError:  # its secrets cannot be known (a missing key): shapes at least
+            values = ()
+        privacy.scrub_tree(self.home(job), Redactor(values))
 
     def finished(self, r: ShimResult, attempt_dir: Path) -> AttemptResult:
         """The shim's record, with the cost and verdict the agent's own stream reports: a CLI
@@ -261,15 +280,17 @@ def summarize_stream(parser: StreamParser, path: Path, exit_code: int | None,
 class AgentAttempt(ShimAttempt):
     """A running agent attempt; its result is read from the stream as well as the shim."""
 
-    def __init__(self, proc: process.ShimProcess, worker: AgentWorker) -> None:
+    def __init__(self, proc: process.ShimProcess, worker: AgentWorker, job: Job) -> None:
         super().__init__(proc)
         self.worker = worker
+        self.job = job
 
     async def wait(self) -> AttemptResult:
         try:
             shim = await self.proc.wait()
         finally:
             self.proc.close()
+        self.worker.scrub_home(self.job)
         return self.worker.finished(shim, self.proc.attempt_dir)
 
 

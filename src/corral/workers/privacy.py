@@ -16,6 +16,7 @@ import stat
 from pathlib import Path
 
 from corral.domain.errors import ConfigError
+from corral.policy.redact import HOLD, Redactor
 
 PRIVATE_UMASK = 0o077
 # Corral's processes pass the umask they were started with to the ones they start (the core),
@@ -66,6 +67,43 @@ def secure_data_dir(data_dir: Path) -> str | None:
     if failed:
         message += f"; could not narrow {len(failed)} (first: {failed[0]})"
     return message
+
+
+SCRUB_CHUNK = 8 << 20
+
+
+def scrub_tree(root: Path, redactor: Redactor) -> int:
+    """Mask, in place and at the same length, every secret `redactor` knows in the files under
+    `root`, and narrow their modes: for files a job wrote in Corral's data directory (an agent
+    CLI's session memory). Same length keeps them valid (JSON, SQLite); in place, a writer
+    appending meanwhile loses nothing. Symlinks are not followed. The number of files changed."""
+    if not root.is_dir():
+        return 0
+    changed = 0
+    for path in _walk(root):
+        try:
+            _narrow(path)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and _mask(path, st.st_size, redactor):
+                changed += 1
+        except OSError:  # gone meanwhile, or not ours: nothing to mask there
+            continue
+    return changed
+
+
+def _mask(path: Path, size: int, redactor: Redactor) -> bool:
+    masked = False
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for offset in range(0, size, SCRUB_CHUNK):  # chunks overlap by HOLD: none is missed
+            data = os.pread(fd, SCRUB_CHUNK + HOLD, offset)
+            for start, end in redactor.spans(data):
+                if start < SCRUB_CHUNK or offset + SCRUB_CHUNK >= size:
+                    os.pwrite(fd, b"*" * (end - start), offset + start)
+                    masked = True
+    finally:
+        os.close(fd)
+    return masked
 
 
 def _open(path: Path) -> bool:
