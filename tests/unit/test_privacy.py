@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from corral.domain.errors import ConfigError
-from corral.workers.privacy import secure_data_dir
+from corral.policy.redact import Redactor
+from corral.workers.privacy import scrub_tree, secure_data_dir
 
 
 def modes(root: Path) -> dict[str, int]:
@@ -62,3 +63,29 @@ def test_corral_processes_run_private_and_jobs_get_the_umask_back() -> None:
                          capture_output=True, text=True, check=True,
                          env={k: v for k, v in os.environ.items() if k != "CORRAL_JOB_UMASK"})
     assert out.stdout.split() == ["0o77", "0o2"]
+
+
+def test_a_tree_is_masked_in_place_at_the_same_length(tmp_path: Path) -> None:
+    secret = "corral-canary-scrub-3a9d"
+    key = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+    home = tmp_path / "home"
+    (home / "projects").mkdir(parents=True)
+    (home / "node_modules").mkdir()
+    line = f'{{"text": "use {secret} and {key}", "n": 3}}\n'.encode()
+    session = home / "projects" / "s.jsonl"
+    session.write_bytes(line * 3)
+    session.chmod(0o666)
+    lib = home / "node_modules" / "lib.js"
+    lib.write_text(f'const k = "{key}";')  # code the CLI runs is left as it is
+    big = home / "big.log"  # a secret across the boundary of two chunks is masked whole
+    with big.open("wb") as f:
+        f.write(b"x" * ((8 << 20) - 5))
+        f.write(secret.encode() + b"\n")
+    assert scrub_tree(home, Redactor([secret])) == 2
+    masked = session.read_bytes()
+    assert len(masked) == len(line) * 3 and secret.encode() not in masked
+    assert key.encode() not in masked and b"*" * len(secret) in masked
+    assert [row.count(b"\"") for row in masked.splitlines()] == [6, 6, 6]  # still JSON-shaped
+    assert session.stat().st_mode & 0o777 == 0o600
+    assert key in lib.read_text()
+    assert secret.encode() not in big.read_bytes()

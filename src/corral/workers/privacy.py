@@ -81,6 +81,8 @@ def scrub_tree(root: Path, redactor: Redactor) -> int:
         return 0
     changed = 0
     for path in _walk(root):
+        if "node_modules" in path.parts:  # code the CLI runs (OpenCode's plugin), not memory
+            continue
         try:
             _narrow(path)
             st = os.lstat(path)
