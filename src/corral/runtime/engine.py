@@ -43,7 +43,7 @@ from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.workers import privacy
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
-from corral.workers.sealing import Keeper
+from corral.workers.sealing import Keeper, revealer
 
 log = logging.getLogger("corral.engine")
 
@@ -142,7 +142,8 @@ class Engine:
                                                                             grace),
             guardrails=rules, keeper=Keeper(config.secrets_key))
         self.reporter = Reporter(self.store, config.settings.oversight)
-        self.gate = PrerunGate(self.store, config.settings, rules)
+        self.gate = PrerunGate(self.store, config.settings, rules,
+                               reveal=revealer(Keeper(config.secrets_key)))
         self.governor.overrun = self.gate.overrun
         self.dispatcher = Dispatcher(
             store=self.store, core=self.link, settings=config.settings,

@@ -33,6 +33,7 @@ from corral.domain.models import AttemptResult, Job
 from corral.domain.settings import Settings
 from corral.policy import prerun
 from corral.policy.guardrails import Guardrails, GuardVerdict
+from corral.policy.redact import Redactor
 
 REFRESH_S = 0.5
 
@@ -44,14 +45,21 @@ class Admission:
     message: str
 
 
+# The job as it really runs (its sealed secrets back in) and a redactor of those secrets.
+Reveal = Callable[[Job], tuple[Job, Redactor]]
+
+
 class PrerunGate:
     def __init__(self, store: Store, settings: Settings | None = None,
                  guardrails: Guardrails | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, reveal: Reveal | None = None) -> None:
         self.store = store
         self.settings = settings
         self.guardrails = guardrails
         self.clock = clock
+        # Guardrails judge the command that will run, not the redacted one the store keeps (a
+        # secret's value may be shell syntax); what they record is redacted again.
+        self.reveal = reveal
         self._switches: list[KillSwitch] = []
         self._pauses: list[Pause] = []
         self._ceilings: list[BudgetCeiling] = []
@@ -197,10 +205,15 @@ class PrerunGate:
             # Only a role with rules of its own checks its commands at spawn: an operator's
             # `sh -c '… $VAR …'` in a plain role is not an agent's unverifiable tool call.
             return None
+        real, redactor = self.reveal(job) if self.reveal else (job, Redactor())
         g = self.guardrails.evaluate(job.role, "spawn", "Bash",
-                                     {"command": shlex.join(job.command)})
+                                     {"command": shlex.join(real.command)})
         if g.verdict == "allow":
             return None
+        g = replace(g, message=redactor.text(g.message),
+                    command=redactor.text(g.command) if g.command else g.command,
+                    approval_subject=(redactor.text(g.approval_subject)
+                                      if g.approval_subject else g.approval_subject))
         if g.verdict == "require_approval":
             return replace(g, message=f"guardrail {g.rule_id}: `{g.approval_subject}` needs a "
                            "human's approval; submit it in a role with requires_approval")

@@ -19,13 +19,14 @@ import binascii
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from corral.domain.errors import WorkerError
 from corral.domain.models import Job
+from corral.policy.redact import Redactor
 from corral.policy.secrets import SEALED, Parts, conceal, reveal, secret_values
 
 KEY_BYTES = 32
@@ -105,7 +106,7 @@ class Keeper:
         writes its own file and links it into place; the second link fails, and it reads the
         first one's."""
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, os.urandom(KEY_BYTES).hex().encode() + b"\n")
@@ -120,15 +121,29 @@ class Keeper:
         return self._read()
 
 
+def revealer(keeper: Keeper) -> Callable[[Job], tuple[Job, Redactor]]:
+    """For the guardrails at spawn: the real job, and a redactor of its secrets."""
+
+    def reveal(job: Job) -> tuple[Job, Redactor]:
+        try:  # the submitting process may lack the engine's --secret-env variables
+            found = reveal_job(job, keeper, strict=False)
+        except WorkerError:  # the attempt fails on it at spawn; judge what is known
+            return job, Redactor()
+        return found.job, Redactor(found.secrets)
+
+    return reveal
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Revealed:
     job: Job  # with the real command, environment (secret variables included) and prompt
     secrets: tuple[str, ...]  # every value its output and traces must not show
 
 
-def reveal_job(job: Job, keeper: Keeper | None,
-               environ: Mapping[str, str] | None = None) -> Revealed:
-    """The job an attempt really runs, from the job as stored."""
+def reveal_job(job: Job, keeper: Keeper | None, environ: Mapping[str, str] | None = None,
+               *, strict: bool = True) -> Revealed:
+    """The job an attempt really runs, from the job as stored (`strict`: a --secret-env
+    variable missing from `environ` is an error, else it is left out)."""
     environ = os.environ if environ is None else environ
     token = job.options.get(SEALED)
     hidden: dict[str, Any] = {}
@@ -143,9 +158,10 @@ def reveal_job(job: Job, keeper: Keeper | None,
     for name in marked:
         if name in env:
             continue
-        if name not in environ:
+        if name in environ:
+            env[name] = environ[name]
+        elif strict:
             raise WorkerError(f"--secret-env {name}: the engine's environment has no {name}")
-        env[name] = environ[name]
     real = Parts(command=real.command, env=env, prompt=real.prompt)
     return Revealed(job=job.with_(command=real.command, env=real.env, prompt=real.prompt),
                     secrets=tuple(secret_values(real, marked)))
