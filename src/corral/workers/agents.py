@@ -28,6 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from corral.domain.errors import WorkerError
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import RoleSpec, WorkerSpec
@@ -290,7 +292,8 @@ class AgentAttempt(ShimAttempt):
             shim = await self.proc.wait()
         finally:
             self.proc.close()
-        self.worker.scrub_home(self.job)
+        # file work off the event loop: the core keeps answering its heartbeats meanwhile
+        await anyio.to_thread.run_sync(self.worker.scrub_home, self.job)
         return self.worker.finished(shim, self.proc.attempt_dir)
 
 

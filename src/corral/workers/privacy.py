@@ -70,6 +70,8 @@ def secure_data_dir(data_dir: Path) -> str | None:
 
 
 SCRUB_CHUNK = 8 << 20
+# Code and package caches the CLI runs from (OpenCode's plugin, npm's cache), not its memory.
+SCRUB_SKIP = frozenset({"node_modules", ".cache", ".npm", ".bun"})
 
 
 def scrub_tree(root: Path, redactor: Redactor) -> int:
@@ -80,9 +82,7 @@ def scrub_tree(root: Path, redactor: Redactor) -> int:
     if not root.is_dir():
         return 0
     changed = 0
-    for path in _walk(root):
-        if "node_modules" in path.parts:  # code the CLI runs (OpenCode's plugin), not memory
-            continue
+    for path in _walk(root, prune=SCRUB_SKIP):
         try:
             _narrow(path)
             st = os.lstat(path)
@@ -117,9 +117,10 @@ def _open(path: Path) -> bool:
     return not stat.S_ISLNK(st.st_mode) and bool(st.st_mode & 0o077)
 
 
-def _walk(root: Path) -> list[Path]:
+def _walk(root: Path, prune: frozenset[str] = frozenset()) -> list[Path]:
     found = [root]
     for dirpath, dirnames, filenames in os.walk(root):  # does not follow symlinks
+        dirnames[:] = [d for d in dirnames if d not in prune]
         found += [Path(dirpath) / n for n in (*dirnames, *filenames)]
     return found
 
