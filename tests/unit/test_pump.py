@@ -44,8 +44,18 @@ def files_holding(root: Path, *needles: str) -> list[str]:
 
 
 def pump_of(proc: ShimProcess) -> list[int]:
-    return [pid for pid in descendants(proc.pid)
-            if b"corral.workers.pump" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    """The pump: the shim's child running the pump's code (a job still between fork and exec
+    has the shim's command line, which names the pump too)."""
+    found = []
+    for pid in descendants(proc.pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        python = [sys.executable.encode(), b"-I"]
+        if len(argv) > 4 and argv[:2] == python and b"corral.workers.pump" in argv[4]:
+            found.append(pid)
+    return found
 
 
 def test_secrets_never_reach_the_logs_even_split_across_two_writes(start: Any) -> None:

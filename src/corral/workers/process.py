@@ -432,11 +432,12 @@ def _shim_options(*, grace_s: float, term_signal: int, term_child_only: bool, cw
 
 
 def _secrets_memfd(secrets: Sequence[str]) -> int:
-    """The secret values as JSON in an anonymous memory file at fd >= 5: the shim hands it to
-    its pump, and it is gone with them. Nothing of it is ever written to disk."""
+    """The secret values, NUL-separated (no value can hold a NUL), in an anonymous memory file
+    at fd >= 5: the shim hands it to its pump, and it is gone with them. Nothing of it is ever
+    written to disk."""
     fd = os.memfd_create("corral-secrets", os.MFD_CLOEXEC)
     try:
-        os.write(fd, json.dumps(list(secrets)).encode())
+        os.write(fd, b"\0".join(s.encode("utf-8", "surrogateescape") for s in secrets))
         os.lseek(fd, 0, os.SEEK_SET)
         if fd >= 5:
             return fd

@@ -660,9 +660,15 @@ int main(int argc, char **argv)
     kill_tree();
     if (!child_done) /* stuck in the kernel past kill_tree's patience: report what we know */
         ended_at_ms = clock_ms(CLOCK_REALTIME);
-    if (finish_output() < 0 && !error[0])
+    if (finish_output() < 0 && reason == R_EXITED) {
+        /* the job ended by itself (maybe of the broken pipe), but its output was not kept */
+        reason = R_LOST;
+        snprintf(error, sizeof error, "the output pump ended while the job ran (status %d): "
+                 "its output cannot be kept", pump_status);
+    } else if (pump_done && pump_status && !error[0]) {
         snprintf(error, sizeof error, "the output pump failed (status %d): the logs may be "
                  "incomplete", pump_status);
+    }
     if (output_capped && reason == R_EXITED) /* it ended by itself, but not all of it was kept */
         reason = R_OUTPUT;
     write_result(reason, started_at_ms, error[0] ? error : NULL);
