@@ -144,3 +144,14 @@ def test_a_flood_without_newlines_stops_at_the_cap_with_head_and_tail_kept(corra
     assert head.startswith(b"BEGINzzz") and len(head) <= 1 << 20
     assert marker and rest.endswith(b"z" * 1000)  # the last part before the stop
     assert len(log) < (1 << 20) + (1 << 16) + 200  # far from the 100 MB it tried to write
+
+
+def test_a_secret_variable_the_engine_lacks_fails_the_attempt_with_a_clear_error(
+        corral: Corral, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CORRAL_TEST_NOT_THERE", raising=False)
+    job = corral.submit("true", opts=("--secret-env", "CORRAL_TEST_NOT_THERE"))
+    corral.drain()
+    info = corral.job(job)
+    assert info["state"] == "FAILED" and len(info["attempts"]) == 1  # not retried
+    assert info["last_error"] == ("--secret-env CORRAL_TEST_NOT_THERE: the engine's "
+                                  "environment has no CORRAL_TEST_NOT_THERE")

@@ -89,3 +89,11 @@ def test_a_tree_is_masked_in_place_at_the_same_length(tmp_path: Path) -> None:
     assert session.stat().st_mode & 0o777 == 0o600
     assert key in lib.read_text()
     assert secret.encode() not in big.read_bytes()
+
+
+def test_an_empty_data_directory_made_open_is_narrowed_without_a_word(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    assert secure_data_dir(data) is None
+    assert data.stat().st_mode & 0o777 == 0o700

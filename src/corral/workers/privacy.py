@@ -53,8 +53,11 @@ def secure_data_dir(data_dir: Path) -> str | None:
         raise ConfigError(f"data directory {data_dir} belongs to uid {top.st_uid}, not to "
                           f"this user ({os.geteuid()}): Corral keeps it private, so it will "
                           "not share one")
-    entries = [data_dir, *(Path(e.path) for e in os.scandir(data_dir))]
-    if not any(_open(p) for p in entries):
+    inside = [Path(e.path) for e in os.scandir(data_dir)]
+    if not inside:  # a directory the operator just made: nothing was exposed, nothing to say
+        _narrow(data_dir)
+        return None
+    if not any(_open(p) for p in (data_dir, *inside)):
         return None
     narrowed, failed = 0, []
     for path in _walk(data_dir):
