@@ -81,6 +81,10 @@ def _true(_: Path) -> tuple[str, ...]:
     return ("/bin/true",)
 
 
+def _echo(_: Path) -> tuple[str, ...]:
+    return ("echo", "one line of output")
+
+
 def _sleep(_: Path) -> tuple[str, ...]:
     return ("sleep", "0.05")
 
@@ -97,6 +101,8 @@ def workloads(quick: bool) -> list[Workload]:
         Workload("W2", 200 // scale, 16, "sleep 0.05", _sleep),
         Workload("W3", 200 // scale, 8, "sleep 0.2; echo id >> runs.txt; engine SIGKILLed",
                  _record, crash=True, kill_after_s=0.3 if quick else 1.0),
+        # W1 with one line on stdout: every job's output goes through the output pump
+        Workload("W4", 1000 // scale, 8, "echo one line of output", _echo),
     ]
 
 
@@ -715,7 +721,8 @@ def print_hotspots(profile_dir: Path, names: Sequence[str], top: int = 25) -> No
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Corral vs a bare asyncio + SQLite loop.")
     p.add_argument("--quick", action="store_true", help="~10x fewer jobs (a smoke run)")
-    p.add_argument("--only", default="W1,W2,W3", help="comma-separated workloads (W1,W2,W3)")
+    p.add_argument("--only", default="W1,W2,W3",
+                   help="comma-separated workloads (W1,W2,W3,W4)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON summary to write")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run each workload N times per system; report the median run")

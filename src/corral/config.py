@@ -24,6 +24,7 @@ from corral.domain.settings import (
     CostPeriod,
     EnvSpec,
     EscalationSpec,
+    OutputSpec,
     OversightSpec,
     ProviderSpec,
     RateSpec,
@@ -102,6 +103,20 @@ class RoleModel(_Strict):
     max_recursion_depth: int = Field(5, ge=0, le=100)
     retry_budget: RetryBudgetModel = RetryBudgetModel()
     detached: bool = False  # jobs of this role outlive the job that submitted them
+    max_output_bytes: int | None = Field(None, ge=64 << 10)  # None: output.max_bytes
+
+
+class OutputModel(_Strict):
+    """Per attempt, stdout and stderr together (docs/reference/config.md)."""
+
+    max_bytes: int = Field(128 << 20, ge=64 << 10)
+    tail_bytes: int = Field(1 << 20, ge=0)
+
+
+class SecretsModel(_Strict):
+    # the key that seals a submission's secrets (None: <data dir>/secrets.key); engines that
+    # share a PostgreSQL store must share it
+    key_file: str | None = None
 
 
 class EnvModel(_Strict):
@@ -231,6 +246,8 @@ class ConfigModel(_Strict):
     guardrails: str | None = None  # a YAML file of rules, merged over the shipped defaults
     oversight: OversightModel = OversightModel()
     approval_ttl_s: float = Field(3600.0, gt=0)  # a pending approval expires into a denial
+    output: OutputModel = OutputModel()
+    secrets: SecretsModel = SecretsModel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -244,10 +261,16 @@ class Config:
     source: Path | None
     sqlite_busy_timeout_ms: int = 5000
     core: CoreModel = field(default_factory=CoreModel)
+    secrets_key_file: Path | None = None  # None: <data dir>/secrets.key
 
     @property
     def db_path(self) -> Path:
         return self.data_dir / "corral.db"
+
+    @property
+    def secrets_key(self) -> Path:
+        """The key that seals submissions' secrets (workers/sealing.py)."""
+        return self.secrets_key_file or self.data_dir / "secrets.key"
 
 
 def default_data_dir() -> Path:
@@ -353,7 +376,7 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         system_prompt=m.system_prompt, description=m.description,
         fallback_workers=tuple(m.fallback_workers), rate=_rate(m.rate),
         workspace_policy=WorkspacePolicy(m.workspace_policy),
-        max_recursion_depth=m.max_recursion_depth,
+        max_recursion_depth=m.max_recursion_depth, max_output_bytes=m.max_output_bytes,
         retry_budget=RetryBudget(**m.retry_budget.model_dump()), detached=m.detached,
         limits=Limits(**m.limits.model_dump()), model=m.model, max_turns=m.max_turns,
         mcp_servers=mcp_servers, cost_estimate_usd=m.cost_estimate_usd,
@@ -392,6 +415,8 @@ def resolve(model: ConfigModel, source: str) -> Settings:
                         default_role=model.default_role, default_env=model.default_environment,
                         guardrails_file=_relative(model.guardrails, source),
                         approval_ttl_s=model.approval_ttl_s,
+                        output=OutputSpec(max_bytes=model.output.max_bytes,
+                                          tail_bytes=model.output.tail_bytes),
                         oversight=OversightSpec(
                             incident_threshold=model.oversight.incident_threshold,
                             window_s=model.oversight.window_s,
@@ -490,6 +515,8 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
             raise ConfigError(f"cannot read {path}: {err.strerror}") from err
         model, source = parse(text, str(path)), str(path)
     url = os.environ.get("CORRAL_STORE_URL") or model.store.url
+    key = _relative(model.secrets.key_file, source)
     return Config(settings=resolve(model, source), data_dir=ddir, store_url=url,
                   sqlite_synchronous=model.store.sqlite_synchronous, source=path,
-                  sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core)
+                  sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core,
+                  secrets_key_file=Path(key) if key else None)

@@ -23,6 +23,7 @@ from corral.domain.models import Job, JobSpec, Limits
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.assembly import build_store, submissions
 from corral.runtime.control import poke
+from corral.workers import privacy
 
 from . import governance, guard, mechanism, policy_cmds, views
 from .options import ConfigOpt, DataDir, JsonOpt
@@ -54,7 +55,12 @@ def fail(err: CorralError) -> NoReturn:
 
 
 def _config(data_dir: Path | None, config: Path | None) -> Config:
-    return load(data_dir=data_dir, config_path=config)
+    cfg = load(data_dir=data_dir, config_path=config)
+    # Private from its first file on, whichever command creates it (workers/privacy.py).
+    warning = privacy.secure_data_dir(cfg.data_dir)
+    if warning:
+        typer.echo(f"corral: warning: {warning}", err=True)
+    return cfg
 
 
 def with_store(cfg: Config, fn: Callable[[Store], Awaitable[T]]) -> T:
@@ -184,9 +190,9 @@ def submit(
     token_budget_out: Annotated[int | None, typer.Option(
         "--token-budget-out", help="Output tokens an agent attempt may use.")] = None,
     secret_env: Annotated[list[str] | None, typer.Option(
-        "--secret-env", help="NAME of a variable of the engine's environment to hand to the "
-        "job as a secret: only the name is stored, the value is redacted from traces and logs "
-        "(repeatable).")] = None,
+        "--secret-env", help="NAME of a variable the job gets as a secret: the value given "
+        "with --setenv NAME=VALUE, else the engine's own NAME. Its value is never stored in "
+        "clear and is redacted from logs, traces and output (repeatable).")] = None,
     wait: Annotated[bool, typer.Option(
         "--wait", help="Follow the job and exit with its exit code.")] = False,
     as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
@@ -534,6 +540,7 @@ app.add_typer(guard.app, name="guard")
 
 def main() -> None:
     """Entry point of the `corral` command."""
+    privacy.make_private()  # every file Corral creates is its user's alone, whatever the umask
     try:
         code = app(standalone_mode=False)  # returns the code of a `typer.Exit`
         sys.exit(code if isinstance(code, int) else 0)

@@ -83,6 +83,17 @@ class RoleSpec:
     # Jobs of this role submitted from inside another job are not stopped when their parent is
     # cancelled (they outlive it); by default cancellation reaches every descendant.
     detached: bool = False
+    max_output_bytes: int | None = None  # None: `output.max_bytes`
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputSpec:
+    """What one attempt may write (stdout and stderr together) before it is stopped with
+    `limit_hit = output`; its logs then keep the first part and the last `tail_bytes` of each
+    stream (workers/pump.py)."""
+
+    max_bytes: int = 128 << 20
+    tail_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,3 +234,11 @@ class Settings:
     guardrails_file: str | None = None  # rules merged over the shipped defaults
     oversight: OversightSpec = field(default_factory=lambda: OversightSpec())
     approval_ttl_s: float = 3600.0
+    output: OutputSpec = field(default_factory=OutputSpec)
+
+    def max_output_bytes(self, role: str) -> int:
+        """The output cap of one attempt of a job of `role`."""
+        spec = self.roles.get(role)
+        if spec is not None and spec.max_output_bytes is not None:
+            return spec.max_output_bytes
+        return self.output.max_bytes

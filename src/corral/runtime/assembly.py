@@ -15,6 +15,7 @@ from corral.core.ports import Store
 from corral.domain.errors import StoreError
 from corral.runtime.gate import PrerunGate
 from corral.scheduler.service import Submissions
+from corral.workers.sealing import Keeper, revealer
 
 
 def build_store(config: Config) -> Store:
@@ -65,9 +66,12 @@ def agent_kinds(config: Config) -> frozenset[str]:
 
 def submissions(store: Store, config: Config) -> Submissions:
     kinds = worker_kinds(config)
-    gate = PrerunGate(store, config.settings, guardrails_of(config.settings))
+    keeper = Keeper(config.secrets_key)
+    gate = PrerunGate(store, config.settings, guardrails_of(config.settings),
+                      reveal=revealer(keeper))
     return Submissions(store, config.settings, time.time, kinds,
-                       command_workers=kinds - agent_kinds(config), prerun=gate.at_submit)
+                       command_workers=kinds - agent_kinds(config), prerun=gate.at_submit,
+                       conceal=keeper.conceal)
 
 
 def settle_heap() -> None:

@@ -40,8 +40,10 @@ from corral.runtime.governor import Governor
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
+from corral.workers import privacy
 from corral.workers.agents import ADAPTERS
-from corral.workers.command import CommandWorker
+from corral.workers.command import CommandWorker, Launch
+from corral.workers.sealing import Keeper, revealer
 
 log = logging.getLogger("corral.engine")
 
@@ -52,7 +54,8 @@ REVIVE_WAIT_S = 7.0  # how long clearing a crash loop waits for the new core (th
 
 def build_core(config: Config) -> Core:
     gate = PermitGate(config.settings)
-    return Core(gate, {kind: build_worker(config, gate.validate, kind)
+    launch = Launch(keeper=Keeper(config.secrets_key), settings=config.settings)
+    return Core(gate, {kind: build_worker(config, gate.validate, kind, launch)
                        for kind in worker_kinds(config)})
 
 
@@ -74,12 +77,12 @@ def role_warnings(config: Config) -> list[str]:
 
 
 def build_worker(config: Config, validate: Callable[[Permit], None],
-                 kind: str) -> WorkerAdapter:
+                 kind: str, launch: Launch) -> WorkerAdapter:
     adapter = adapter_of(config, kind)
     if adapter == "command":
-        return CommandWorker(validate, kind)
+        return CommandWorker(validate, kind, launch)
     spec = config.settings.workers.get(kind) or WorkerSpec(name=kind, adapter=adapter)
-    return ADAPTERS[adapter](validate, spec, config.settings.roles, config.data_dir)
+    return ADAPTERS[adapter](validate, spec, config.settings.roles, config.data_dir, launch)
 
 
 class ServeLock:
@@ -139,9 +142,10 @@ class Engine:
             live=lambda job_id: self.dispatcher.live_claim(job_id),
             stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit,
                                                                             grace),
-            guardrails=rules)
+            guardrails=rules, keeper=Keeper(config.secrets_key))
         self.reporter = Reporter(self.store, config.settings.oversight)
-        self.gate = PrerunGate(self.store, config.settings, rules)
+        self.gate = PrerunGate(self.store, config.settings, rules,
+                               reveal=revealer(Keeper(config.secrets_key)))
         self.governor.overrun = self.gate.overrun
         self.dispatcher = Dispatcher(
             store=self.store, core=self.link, settings=config.settings,
@@ -202,6 +206,9 @@ class Engine:
 
     async def run(self, *, drain: bool = False,
                   on_ready: Callable[[Engine], None] | None = None) -> None:
+        warning = privacy.secure_data_dir(self.config.data_dir)
+        if warning:
+            log.warning("%s", warning)
         self.lock.acquire()
         try:
             await self.store.open()

@@ -32,6 +32,7 @@ from corral.domain.models import AttemptResult, Job
 from corral.domain.settings import Settings
 from corral.policy import prerun
 from corral.policy.guardrails import Guardrails, GuardVerdict
+from corral.policy.redact import Redactor
 
 REFRESH_S = 0.5
 
@@ -43,14 +44,21 @@ class Admission:
     message: str
 
 
+# The job as it really runs (its sealed secrets back in) and a redactor of those secrets.
+Reveal = Callable[[Job], tuple[Job, Redactor]]
+
+
 class PrerunGate:
     def __init__(self, store: Store, settings: Settings | None = None,
                  guardrails: Guardrails | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, reveal: Reveal | None = None) -> None:
         self.store = store
         self.settings = settings
         self.guardrails = guardrails
         self.clock = clock
+        # Guardrails judge the command that will run, not the redacted one the store keeps (a
+        # secret's value may be shell syntax); what they record is redacted again.
+        self.reveal = reveal
         self._switches: list[KillSwitch] = []
         self._pauses: list[Pause] = []
         self._ceilings: list[BudgetCeiling] = []
@@ -192,9 +200,14 @@ class PrerunGate:
         require one for every run instead)."""
         if self.guardrails is None or not job.command or job.prompt:
             return None
-        g = self.guardrails.spawn_check(job.role, job.command)  # as `corral guard check` does
+        real, redactor = self.reveal(job) if self.reveal else (job, Redactor())
+        g = self.guardrails.spawn_check(job.role, real.command)  # as `corral guard check` does
         if g is None or g.verdict == "allow":
             return None
+        g = replace(g, message=redactor.text(g.message),
+                    command=redactor.text(g.command) if g.command else g.command,
+                    approval_subject=(redactor.text(g.approval_subject)
+                                      if g.approval_subject else g.approval_subject))
         if g.verdict == "require_approval":
             return replace(g, message=f"guardrail {g.rule_id}: `{g.approval_subject}` needs a "
                            "human's approval; submit it in a role with requires_approval")

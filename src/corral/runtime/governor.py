@@ -33,6 +33,7 @@ from anyio.abc import SocketStream
 
 from corral.core.ports import Store
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
+from corral.domain.errors import WorkerError
 from corral.domain.governance import Approval, ApprovalState
 from corral.domain.ids import new_id
 from corral.domain.models import AttemptResult, Claimed, Job
@@ -52,6 +53,7 @@ from corral.workers.agents import (
     summarize_stream,
 )
 from corral.workers.process import STDOUT
+from corral.workers.sealing import Keeper, reveal_job
 from corral.workers.streams import StreamParser, UsageEvent
 
 log = logging.getLogger("corral.governor")
@@ -93,8 +95,9 @@ class Governor:
     def __init__(self, *, store: Store, settings: Settings, data_dir: Path,
                  adapter_of: Callable[[str], str], live: Live, stop: StopForLimit,
                  guardrails: Guardrails | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, keeper: Keeper | None = None) -> None:
         self.store = store
+        self.keeper = keeper  # opens the jobs' sealed secrets, to redact them
         self.settings = settings
         self.data_dir = data_dir
         self.adapter_of = adapter_of
@@ -193,10 +196,16 @@ class Governor:
         return m
 
     def redactor(self, job: Job) -> Redactor:
+        """Every secret of the attempt's job: its worker's, its role's MCP servers', and its
+        own (sealed at submission, or named by --secret-env)."""
         spec = self.settings.workers.get(job.worker) or WorkerSpec(name=job.worker)
         adapter = ADAPTERS.get(self.adapter_of(job.worker))
-        return Redactor(secret_values(spec, adapter, job.options,
-                                      self.settings.roles.get(job.role)))
+        values = secret_values(spec, adapter, job.options, self.settings.roles.get(job.role))
+        try:
+            values += reveal_job(job, self.keeper).secrets
+        except WorkerError as err:  # the attempt itself fails on this; redact what is known
+            log.warning("job %s: %s", job.id, err)
+        return Redactor(values)
 
     def _read_stream(self, m: _Monitor) -> None:
         """Feed what the attempt's stream gained since the last look into its live parser."""

@@ -8,6 +8,9 @@ from corral.domain.models import AttemptResult, Job
 from corral.domain.settings import RetryPolicy
 from corral.domain.states import JobState, Outcome
 
+# Limits a worker itself stops an attempt at (workers/pump.py: the output cap).
+WORKER_LIMITS = frozenset({"output"})
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryInput:
@@ -54,10 +57,12 @@ def retryable(result: AttemptResult, policy: RetryPolicy) -> bool:
 def decide(inp: RetryInput, now: float) -> RetryDecision:
     """Where the job goes after an attempt ended."""
     r, job = inp.result, inp.job
-    if inp.runtime_limit:  # stopped by policy: whatever it printed last, the run is over
+    # Stopped by policy (the governor's limits, or the output cap the worker enforced):
+    # whatever it printed last, the run is over.
+    runtime = inp.runtime_limit or (r.limit_hit if r.limit_hit in WORKER_LIMITS else None)
+    if runtime:
         return RetryDecision(state=JobState.FAILED, retry_at=None,
-                             error=f"runtime limit reached: {inp.runtime_limit}",
-                             limit_hit=inp.runtime_limit)
+                             error=f"runtime limit reached: {runtime}", limit_hit=runtime)
     if r.succeeded:
         return RetryDecision(state=JobState.SUCCEEDED, retry_at=None, error=None)
     error = r.describe()

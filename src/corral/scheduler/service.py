@@ -31,6 +31,9 @@ DETACHED = "detached"  # job option: the parent's cancellation does not reach th
 RUN_SUBJECT = "run"  # an approval's subject when it gates a whole run (policy/prerun.py)
 # The pre-run policy at submit: the evaluation of a would-be job (its verdict decides the state).
 PrerunCheck = Callable[[Job, float], Awaitable[PolicyEvaluation]]
+# A job as the store may keep it: its secrets redacted from the command, the environment and the
+# prompt, their real values sealed with a key kept outside the store (workers/sealing.py).
+Conceal = Callable[[Job], Job]
 
 MAX_ATTEMPTS_CEILING = 100
 RETRY_AFTER_CEILING_S = 3600.0
@@ -123,8 +126,10 @@ class Submissions:
     def __init__(self, store: Store, settings: Settings, clock: Callable[[], float],
                  workers: frozenset[str],
                  command_workers: frozenset[str] = frozenset({"command"}),
-                 prerun: PrerunCheck | None = None) -> None:
+                 prerun: PrerunCheck | None = None, conceal: Conceal | None = None) -> None:
         self.store = store
+        # the job as the store may keep it: secrets redacted, their real values sealed
+        self.conceal = conceal
         self.prerun = prerun  # the pre-run policy (runtime/gate.py): SUBMITTED → DENIED | …
         self.settings = settings
         self.command_workers = command_workers  # kinds that run a job's command
@@ -223,6 +228,8 @@ class Submissions:
         if spec.options.get("resume_from"):
             spec = await self._resuming(spec)
         job = self.build(spec, now)
+        if self.conceal is not None:  # before anything else sees it: evaluations, events …
+            job = self.conceal(job)
         role = self.settings.roles.get(job.role)
         verdict = await self.prerun(job, now) if self.prerun is not None else None
         gated = role is not None and role.requires_approval

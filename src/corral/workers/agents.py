@@ -1,13 +1,14 @@
 """Agent workers: Claude Code, Codex CLI and OpenCode under the shim, governed per tool call.
 
 Each attempt runs `corral-shim … -- python -m corral.workers.runner -- <cli> …`: the shim owns
-the process tree and the deadline, the runner redacts the CLI's stream on its way to the logs,
-and the CLI calls `corral-hook` before every tool call, which asks the engine (runtime/governor.py)
-and fails closed. What each CLI needs (flags, hook registration, resume, graceful signal) is
-described in docs/how-to/agents.md and docs/explanation/governance.md; the adapters below build
-it from the job, its role and the worker's configuration. Every file an adapter writes lives in
-the attempt directory or in the agent's home (`<data dir>/agent-home/<session root job>`), which
-a resumed session reuses.
+the process tree and the deadline, its output pump redacts the CLI's stream on its way to the logs
+(the API keys, the role's MCP secrets and the job's own among the values it hides), the runner
+passes a stop on the CLI's own way, and the CLI calls `corral-hook` before every tool call, which
+asks the engine (runtime/governor.py) and fails closed. What each CLI needs (flags, hook
+registration, resume, graceful signal) is described in docs/how-to/agents.md and
+docs/explanation/governance.md; the adapters below build it from the job, its role and the
+worker's configuration. Every file an adapter writes lives in the attempt directory or in the
+agent's home (`<data dir>/agent-home/<session root job>`), which a resumed session reuses.
 """
 
 from __future__ import annotations
@@ -27,15 +28,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from corral.domain.errors import WorkerError
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import RoleSpec, WorkerSpec
 from corral.domain.states import Outcome
-from corral.policy.redact import SECRET_NAME
+from corral.policy.redact import SECRET_NAME, Redactor
 from corral.policy.runtime import Scope, shell_command
-from corral.workers import process
+from corral.workers import privacy, process
 from corral.workers.codexcalls import codex_shell_call
-from corral.workers.command import ShimAttempt, job_env, to_result
+from corral.workers.command import Launch, ShimAttempt, job_env, to_result
 from corral.workers.process import STDOUT, ShimResult
 from corral.workers.streams import (
     ClaudeStreamParser,
@@ -81,13 +84,13 @@ def scope_tools(scope: Sequence[str]) -> list[str]:
 
 def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None,
                options: Mapping[str, Any]) -> dict[str, str]:
-    """An agent attempt's secret variables, name → value: the worker's secret-looking `env`
-    keys, then what the engine's environment holds of the worker's `pass_env`, the adapter's
-    API-key variables and the job's `secret_env` names (only names are ever stored). The runner
-    and the governor redact exactly these values."""
+    """An agent attempt's secret variables from its worker, name → value: the worker's
+    secret-looking `env` keys, then what the engine's environment holds of the worker's
+    `pass_env` and the adapter's API-key variables. (The job's own — `--secret-env`, sealed
+    values — come with the job: workers/sealing.py.) The pump and the governor redact them."""
+    del options  # the job's own secret variables are revealed with the job
     found = {k: v for k, v in spec.env.items() if SECRET_NAME.search(k)}
-    names = (*spec.pass_env, *(adapter.api_key_envs if adapter else ()),
-             *(options.get("secret_env") or ()))
+    names = (*spec.pass_env, *(adapter.api_key_envs if adapter else ()))
     found.update({n: os.environ[n] for n in names if n in os.environ})
     return found
 
@@ -132,12 +135,14 @@ class AgentWorker(ABC):
     turn_limit: str | None = "enforced"
 
     def __init__(self, validate: Callable[[Permit], None], spec: WorkerSpec,
-                 roles: Mapping[str, RoleSpec], data_dir: Path) -> None:
+                 roles: Mapping[str, RoleSpec], data_dir: Path,
+                 launch: Launch | None = None) -> None:
         self._validate = validate
         self.spec = spec
         self.kind = spec.name
         self.roles = roles
         self.data_dir = data_dir
+        self.launch = launch or Launch()
 
     # ---- what a CLI adapter provides ----------------------------------------------------
 
@@ -199,6 +204,7 @@ class AgentWorker(ABC):
 
     def start(self, permit: Permit, job: Job, attempt: Attempt) -> ShimAttempt:
         self._validate(permit)  # no process without a live permit, whoever calls
+        job, output = self.launch.prepare(job)
         binary = self.binary()
         version = self.version(binary)
         attempt_dir = Path(attempt.dir)
@@ -222,40 +228,54 @@ class AgentWorker(ABC):
         env.update(self.spec.env)
         secrets = secret_env(self.spec, type(self), job.options)
         env.update(secrets)
-        # The rest of what must be redacted goes to the runner in a private file it reads and
-        # deletes at once, so it does not reach the CLI's (and its tools') environment.
-        redact = attempt_dir / "redact.json"
-        extra = [v for v in mcp_secrets(ctx.role) if v not in secrets.values()]
-        if extra:
-            fd = os.open(redact, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(extra, f)
         env.update(self.prepare(job, ctx))
         env.update(self.shell_env())
         env["CORRAL_WORKER"] = self.kind
-        env["CORRAL_REDACT_ENV"] = ",".join(sorted(secrets))
         env.pop("CLAUDECODE", None)
+        # The pump redacts them all from the logs; the MCP servers' secrets reach it without
+        # passing through the CLI's (and its tools') environment.
+        output = replace(output, secrets=(*output.secrets, *secrets.values(),
+                                          *mcp_secrets(ctx.role)))
         argv = [sys.executable, "-m", "corral.workers.runner", "--graceful", self.graceful,
-                *(["--redact-file", str(redact)] if extra else []), "--", *self.argv(job, ctx)]
+                "--", *self.argv(job, ctx)]
         (attempt_dir / AGENT_FILE).write_text(json.dumps({
             "adapter": self.adapter, "cli_version": version, "binary": binary,
             "session_id": ctx.session_id, "resumed": bool(resume)}))
         proc = process.spawn(attempt_dir=attempt_dir, argv=argv, cwd=job.cwd, env=env,
                              grace_s=permit.grace_s, deadline_epoch_s=permit.deadline_at,
-                             term_child_only=True)
-        return AgentAttempt(proc, self)
+                             term_child_only=True, output=output)
+        return AgentAttempt(proc, self, job)
 
     def adopt(self, job: Job, attempt: Attempt) -> AgentAttempt | AttemptResult:
         found = process.probe(Path(attempt.dir))
         if found.state == "running" and found.process is not None:
-            return AgentAttempt(found.process, self)
+            return AgentAttempt(found.process, self, job)
         if found.state == "finished" and found.result is not None:
+            self.scrub_home(job)  # it ended while no engine watched
             return self.finished(found.result, Path(attempt.dir))
         if found.state == "vanished":
             return AttemptResult(outcome=Outcome.LOST,
                                  error="process vanished while the engine was down")
         return AttemptResult(outcome=Outcome.LOST,
                              error="engine stopped before the process started")
+
+    def secrets_of(self, job: Job) -> tuple[str, ...]:
+        """Every value an attempt of `job` must not leave anywhere: the job's own, its worker's
+        API keys and secret variables, its role's MCP servers' secrets."""
+        _, output = self.launch.prepare(job)
+        worker = secret_env(self.spec, type(self), job.options).values()
+        return (*output.secrets, *worker, *mcp_secrets(self.role(job)))
+
+    def scrub_home(self, job: Job) -> None:
+        """The CLI's session memory in the agent's home keeps what the model saw and what
+        Corral gave the CLI (its MCP servers' settings): once the attempt is over, every secret
+        of the job is masked there too, and the modes narrowed (docs/how-to/secrets.md). A
+        resumed session reads `****` where a secret was; the environment gives it again."""
+        try:
+            values = self.secrets_of(job)
+        except WorkerError:  # its secrets cannot be known (a missing key): shapes at least
+            values = ()
+        privacy.scrub_tree(self.home(job), Redactor(values))
 
     def finished(self, r: ShimResult, attempt_dir: Path) -> AttemptResult:
         """The shim's record, with the cost and verdict the agent's own stream reports: a CLI
@@ -286,15 +306,18 @@ def summarize_stream(parser: StreamParser, path: Path, exit_code: int | None,
 class AgentAttempt(ShimAttempt):
     """A running agent attempt; its result is read from the stream as well as the shim."""
 
-    def __init__(self, proc: process.ShimProcess, worker: AgentWorker) -> None:
+    def __init__(self, proc: process.ShimProcess, worker: AgentWorker, job: Job) -> None:
         super().__init__(proc)
         self.worker = worker
+        self.job = job
 
     async def wait(self) -> AttemptResult:
         try:
             shim = await self.proc.wait()
         finally:
             self.proc.close()
+        # file work off the event loop: the core keeps answering its heartbeats meanwhile
+        await anyio.to_thread.run_sync(self.worker.scrub_home, self.job)
         return self.worker.finished(shim, self.proc.attempt_dir)
 
 

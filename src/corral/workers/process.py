@@ -18,6 +18,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -27,10 +28,14 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import anyio
+import re2
 
+import corral
 from corral.domain.errors import WorkerError
+from corral.workers import privacy
 
 __all__ = [
+    "Output",
     "ProbeResult",
     "ProbeState",
     "ShimProcess",
@@ -44,8 +49,9 @@ __all__ = [
     "spawn",
 ]
 
-ShimReason = Literal["exited", "terminated", "deadline", "spawn_error", "lost"]
-_REASONS: frozenset[str] = frozenset(("exited", "terminated", "deadline", "spawn_error", "lost"))
+ShimReason = Literal["exited", "terminated", "deadline", "spawn_error", "output", "lost"]
+_REASONS: frozenset[str] = frozenset(
+    ("exited", "terminated", "deadline", "spawn_error", "output", "lost"))
 
 # The attempt directory itself is the lock: held (flock) by the shim for its whole life, so an
 # attempt costs no lock file of its own.
@@ -60,6 +66,32 @@ _PROBE_PID_WAIT_S = 1.0  # how long a held lock may go without shim.pid before w
 # Blocked from the very first instruction of the shim, so an early stop request is queued for its
 # signalfd instead of killing it by default action.
 _SHIM_SIGMASK = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+# The output pump (workers/pump.py) runs on the engine's own interpreter, isolated (-I: no
+# PYTHON* variable of the job's environment applies) and without site (-S: ~10 ms less per
+# start), importing Corral and RE2 from where this process found them.
+_PUMP_BOOT = ("import sys; sys.path[:0] = sys.argv[1].split(':'); "
+              "from corral.workers.pump import main; sys.exit(main(sys.argv[2:]))")
+_PUMP_PATHS = ":".join(dict.fromkeys(
+    str(Path(m.__file__ or "").resolve().parents[1]) for m in (corral, re2)))
+SECRETS_FD = 4  # where the shim finds the secrets its pump redacts (a memfd: never on disk)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Output:
+    """How an attempt's stdout and stderr reach its logs: through the pump, which redacts
+    `secrets` (and credential shapes) and stops the job once it has written more than
+    `max_bytes`, keeping the first part and the last `tail_bytes` of each stream."""
+
+    max_bytes: int = 128 << 20
+    tail_bytes: int = 1 << 20
+    secrets: tuple[str, ...] = ()
+
+    def pump_argv(self) -> list[str]:
+        argv = [sys.executable, "-I", "-S", "-c", _PUMP_BOOT, _PUMP_PATHS,
+                "--max-bytes", str(self.max_bytes), "--tail-bytes", str(self.tail_bytes)]
+        return argv + (["--secrets-fd", "5"] if self.secrets else [])
+
 
 _build_lock = threading.Lock()
 _built: dict[str, Path] = {}
@@ -290,7 +322,7 @@ def _pidfd_open(pid: int) -> int | None:
         return None
 
 
-def _open_high(path: Path, flags: int, mode: int = 0o644) -> int:
+def _open_high(path: Path, flags: int, mode: int = 0o600) -> int:
     """Open O_CLOEXEC at fd >= 4, so the dup2s onto 0-3 in file_actions can never collide."""
     fd = os.open(path, flags | os.O_CLOEXEC, mode)
     if fd >= 4:
@@ -311,33 +343,32 @@ def spawn(
     deadline_epoch_s: float | None,
     term_signal: int = signal.SIGTERM,
     term_child_only: bool = False,
+    output: Output | None = None,
 ) -> ShimProcess:
     """Start `argv` under a new shim for `attempt_dir` and return its handle.
 
     The shim runs in its own session with stdin=/dev/null, stdout/stderr appended to the
     attempt's log files and the attempt lock at fd 3.  `deadline_epoch_s` (wall clock) is
-    enforced by the shim itself, so it holds even if the engine dies.
+    enforced by the shim itself, so it holds even if the engine dies.  The job's own output
+    goes through the shim's pump (`output`), never straight to the logs; the job runs with the
+    umask Corral was started with (privacy.job_umask), not Corral's private one.
     """
+    output = output or Output()
     if not argv:
         raise WorkerError("cannot spawn an empty command")
     exe = str(shim_path())
     try:  # one mkdir in the common case: the attempt directory is new
-        attempt_dir.mkdir()
+        attempt_dir.mkdir(mode=0o700)
         fresh = True
     except FileNotFoundError:
-        attempt_dir.mkdir(parents=True)
+        attempt_dir.mkdir(mode=0o700, parents=True)
         fresh = True
     except FileExistsError:
         fresh = False
-    args = [exe, "--grace-ms", str(max(0, round(grace_s * 1000))), "--term-signal"]
-    args.append(str(int(term_signal)))
-    if term_child_only:  # the child passes the stop on its own way (the agent runner)
-        args += ["--term-child-only", "1"]
-    if cwd is not None:
-        args += ["--cwd", cwd]
-    if deadline_epoch_s is not None:
-        args += ["--deadline-ms", str(max(1, round(deadline_epoch_s * 1000)))]
-    args += [str(attempt_dir), "--", *argv]
+    args = [exe, *_shim_options(grace_s=grace_s, term_signal=term_signal,
+                                term_child_only=term_child_only, cwd=cwd,
+                                deadline_epoch_s=deadline_epoch_s, output=output),
+            str(attempt_dir), "--", *argv]
 
     fds: list[int] = []
     try:
@@ -357,13 +388,18 @@ def spawn(
         fds.append(out_fd)
         err_fd = _open_high(attempt_dir / STDERR, flags)
         fds.append(err_fd)
-        # Every parent fd is O_CLOEXEC; dup2 clears the flag on the targets, so exactly 0-3 leak.
+        # Every parent fd is O_CLOEXEC; dup2 clears the flag on the targets, so exactly 0-3 leak
+        # (and 4, the secrets, when there are any).
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_DUP2, out_fd, 1),
             (os.POSIX_SPAWN_DUP2, err_fd, 2),
             (os.POSIX_SPAWN_DUP2, lock_fd, 3),
         ]
+        if output.secrets:
+            secrets_fd = _secrets_memfd(output.secrets)
+            fds.append(secrets_fd)
+            actions.append((os.POSIX_SPAWN_DUP2, secrets_fd, SECRETS_FD))
         pid = os.posix_spawn(
             exe, args, env, file_actions=actions, setsid=True, setsigmask=_SHIM_SIGMASK
         )
@@ -374,6 +410,40 @@ def spawn(
             os.close(fd)
     # Our child: its pid cannot be reused before we reap it, so this cannot race.
     return ShimProcess(pid=pid, attempt_dir=attempt_dir, pidfd=_pidfd_open(pid), is_child=True)
+
+
+def _shim_options(*, grace_s: float, term_signal: int, term_child_only: bool, cwd: str | None,
+                  deadline_epoch_s: float | None, output: Output) -> list[str]:
+    args = ["--grace-ms", str(max(0, round(grace_s * 1000))), "--term-signal",
+            str(int(term_signal))]
+    if term_child_only:  # the child passes the stop on its own way (the agent runner)
+        args += ["--term-child-only", "1"]
+    if cwd is not None:
+        args += ["--cwd", cwd]
+    if deadline_epoch_s is not None:
+        args += ["--deadline-ms", str(max(1, round(deadline_epoch_s * 1000)))]
+    args += ["--umask", str(privacy.job_umask())]  # decimal, as every number the shim takes
+    for word in output.pump_argv():
+        args += ["--pump-arg", word]
+    if output.secrets:
+        args += ["--secrets-fd", str(SECRETS_FD)]
+    return args
+
+
+def _secrets_memfd(secrets: Sequence[str]) -> int:
+    """The secret values, NUL-separated (no value can hold a NUL), in an anonymous memory file
+    at fd >= 5: the shim hands it to its pump, and it is gone with them. Nothing of it is ever
+    written to disk."""
+    fd = os.memfd_create("corral-secrets", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, b"\0".join(s.encode("utf-8", "surrogateescape") for s in secrets))
+        os.lseek(fd, 0, os.SEEK_SET)
+        if fd >= 5:
+            return fd
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5)
+    finally:
+        if fd < 5:
+            os.close(fd)
 
 
 # --------------------------------------------------------------------------- recovery

@@ -2,7 +2,7 @@
  * corral-shim: a tiny supervisor that sits between Corral's engine and one job process.
  *
  *   corral-shim [--cwd DIR] [--grace-ms N] [--deadline-ms EPOCH_MS] [--term-signal N]
- *               <attempt_dir> -- <argv...>
+ *               [--umask N] [--pump-arg WORD]... [--secrets-fd 4] <attempt_dir> -- <argv...>
  *
  * Why it exists: the engine must survive its own crash without losing running jobs or their
  * exit codes, and nothing a job starts may outlive it -- not even grandchildren that setsid().
@@ -12,9 +12,18 @@
  * stderr on the attempt's log files, and fd 3 an flock()ed handle on <attempt_dir> itself.  We keep
  * fd 3 open until we exit, so "lock held" <=> "shim alive".  We write shim.pid, child.pid and, last
  * of all, result.json -- each atomically (tmp, fsync, rename) so a reader never sees half a file.
+ *
+ * Output: with --pump-arg, the job's stdout and stderr are pipes, never the log files.  When the
+ * job first writes, we start the pump (workers/pump.py: the --pump-arg words) with the pipes at
+ * fds 3 and 4, the logs at 1 and 2 and the secrets (--secrets-fd, a memfd) at 5; it writes the
+ * logs redacted.  A job that writes nothing never costs a pump.  The pump is ours but not the
+ * job's: tree kills spare it, and we write result.json only once it has written everything.  It
+ * asks us (SIGUSR1) to stop the job when the output cap is reached; if it dies while the job
+ * runs, we stop the job -- nothing may reach the logs unredacted.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -29,8 +38,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum reason { R_EXITED, R_TERMINATED, R_DEADLINE, R_SPAWN_ERROR };
-static const char *const reason_names[] = {"exited", "terminated", "deadline", "spawn_error"};
+enum reason { R_EXITED, R_TERMINATED, R_DEADLINE, R_SPAWN_ERROR, R_OUTPUT, R_LOST };
+static const char *const reason_names[] = {"exited", "terminated", "deadline", "spawn_error",
+                                           "output", "lost"};
 
 struct proc { pid_t pid, ppid, pgid; char state, mine; };
 
@@ -45,6 +55,12 @@ static struct proc *procs;                  /* scratch for the /proc walk, reuse
 static size_t procs_cap;
 static pid_t *killed;                       /* distinct descendants (not the job) we signalled */
 static size_t nkilled, killed_cap;
+static char **pump_argv;                    /* the pump's command line (NULL: no pump, no pipes) */
+static size_t npump;
+static int pipes[2] = {-1, -1};             /* read ends of the job's stdout and stderr */
+static int secrets_fd = -1;
+static pid_t pump_pid;
+static int pump_done, pump_status, output_capped;
 
 static long long clock_ms(clockid_t id)
 {
@@ -64,7 +80,7 @@ static int write_atomic(const char *name, const char *data, size_t len, int dura
 {
     char tmp[64];
     snprintf(tmp, sizeof tmp, ".%s.tmp", name);
-    int fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = openat(dir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
     for (size_t off = 0; off < len;) {
@@ -110,13 +126,17 @@ static void reap(void)
             child_done = 1;
             child_status = st;
             ended_at_ms = clock_ms(CLOCK_REALTIME);
+        } else if (p == pump_pid && !pump_done) {
+            pump_done = 1;
+            pump_status = st;
         }
     }
 }
 
 /* Drain the signalfd.  Reaps on SIGCHLD; returns a bitmask of the stop signals seen. */
-#define SEEN_STOP 1 /* SIGTERM or SIGINT: stop politely */
-#define SEEN_QUIT 2 /* SIGQUIT: kill now */
+#define SEEN_STOP 1   /* SIGTERM or SIGINT: stop politely */
+#define SEEN_QUIT 2   /* SIGQUIT: kill now */
+#define SEEN_OUTPUT 4 /* SIGUSR1 from the pump: the output cap is reached */
 static int drain_signals(void)
 {
     struct signalfd_siginfo si;
@@ -130,20 +150,42 @@ static int drain_signals(void)
         }
         if (si.ssi_signo == SIGCHLD)
             reap();
-        else if (si.ssi_signo == SIGQUIT)
+        else if (si.ssi_signo == SIGUSR1) {
+            if (pump_pid && (pid_t)si.ssi_pid == pump_pid) /* nobody else speaks for the pump */
+                seen |= SEEN_OUTPUT, output_capped = 1;
+        } else if (si.ssi_signo == SIGQUIT)
             seen |= SEEN_QUIT;
         else
             seen |= SEEN_STOP;
     }
 }
 
-/* Sleep until a signal is pending or timeout_ms passes (-1: no timeout). */
+static void start_pump(void);
+
+/* Sleep until a signal is pending or timeout_ms passes (-1: no timeout).  Until the pump runs,
+ * also watch the job's pipes: its first output starts the pump; a pipe closed unwritten is
+ * dropped. */
 static void wait_signals(long long timeout_ms)
 {
-    struct pollfd p = {.fd = sfd, .events = POLLIN};
+    struct pollfd p[3] = {{.fd = sfd, .events = POLLIN}, {.fd = -1}, {.fd = -1}};
+    for (int k = 0; k < 2; k++)
+        p[k + 1] = (struct pollfd){.fd = pump_pid ? -1 : pipes[k], .events = POLLIN};
     int t = timeout_ms < 0 ? -1 : timeout_ms > 1000000000 ? 1000000000 : (int)timeout_ms;
-    if (poll(&p, 1, t) < 0 && errno != EINTR)
-        die("poll");
+    if (poll(p, 3, t) < 0) {
+        if (errno != EINTR)
+            die("poll");
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (p[k + 1].revents & POLLIN) {
+            start_pump();
+            return;
+        }
+        if (p[k + 1].revents) { /* hung up (or an error) without a byte: nothing to pump */
+            close(pipes[k]);
+            pipes[k] = -1;
+        }
+    }
 }
 
 /* Fields 3-5 of /proc/<pid>/stat.  comm (field 2) may hold spaces and ')' so parse after the
@@ -209,8 +251,8 @@ static size_t scan_descendants(void)
     for (int changed = 1; changed;) {
         changed = 0;
         for (size_t i = 0; i < n; i++) {
-            if (procs[i].mine)
-                continue;
+            if (procs[i].mine || (pump_pid && procs[i].pid == pump_pid))
+                continue; /* the pump is ours, not the job's: it must outlive the tree */
             struct proc key = {.pid = procs[i].ppid};
             struct proc *parent = bsearch(&key, procs, n, sizeof *procs, by_pid);
             if (procs[i].ppid == self_pid || (parent && parent->mine))
@@ -278,20 +320,20 @@ static void kill_tree(void)
 
 /* Descriptors we inherited beyond 0-3 (say, a pipe the engine's own parent reads until EOF) must
  * neither be pinned open for the job's whole life nor reach the job. */
-static void close_stray_fds(void)
+static void close_stray_fds(int first)
 {
 #ifdef SYS_close_range
-    if (syscall(SYS_close_range, 4U, ~0U, 0U) == 0)
+    if (syscall(SYS_close_range, (unsigned)first, ~0U, 0U) == 0)
         return;
 #endif
     long max = sysconf(_SC_OPEN_MAX);
-    for (long fd = 4; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+    for (long fd = first; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
         close((int)fd); /* old kernels only */
 }
 
 /* The job side of fork(): a clean slate, its own process group, then exec.  A failure is
  * reported through the CLOEXEC pipe (which closes silently on a successful exec). */
-static void exec_child(char **argv, const char *cwd, int errpipe)
+static void exec_child(char **argv, const char *cwd, int errpipe, const int *out, long umask_v)
 {
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     for (int s = 1; s < NSIG; s++)
@@ -300,6 +342,10 @@ static void exec_child(char **argv, const char *cwd, int errpipe)
     sigemptyset(&empty);
     sigprocmask(SIG_SETMASK, &empty, NULL);
     setpgid(0, 0);
+    if (umask_v >= 0)
+        umask((mode_t)umask_v); /* the job's own, not the supervisor's private one */
+    if (out[0] >= 0) /* dup2 clears CLOEXEC on 1 and 2; the pipes' other fds close at exec */
+        dup2(out[0], 1), dup2(out[1], 2);
     int report[2] = {1, 0};
     if (cwd && chdir(cwd) < 0) {
         report[1] = errno;
@@ -311,6 +357,79 @@ static void exec_child(char **argv, const char *cwd, int errpipe)
         /* nothing we can do; the parent sees exit 127 without a reason */
     }
     _exit(127);
+}
+
+/* A descriptor at >= 10, close-on-exec, so the dup2s onto 3-5 in the pump cannot collide. */
+static int high_fd(int fd)
+{
+    int h = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    if (h < 0)
+        die("fcntl(F_DUPFD_CLOEXEC)");
+    close(fd);
+    return h;
+}
+
+static void start_pump(void)
+{
+    if (pump_pid || !pump_argv)
+        return;
+    pid_t pid = fork();
+    if (pid < 0) { /* cannot pump: the job cannot be allowed to write; the main loop stops it */
+        pump_done = 1, pump_status = 127 << 8;
+        pump_pid = -1;
+        return;
+    }
+    if (pid == 0) {
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        for (int s = 1; s < NSIG; s++)
+            sigaction(s, &dfl, NULL);
+        sigset_t empty;
+        sigemptyset(&empty);
+        sigprocmask(SIG_SETMASK, &empty, NULL);
+        setpgid(0, 0); /* out of the job's group whatever happens to it */
+        int src[3] = {pipes[0], pipes[1], secrets_fd};
+        for (int k = 0; k < 3; k++) {
+            int fd = src[k] >= 0 || k == 2 ? src[k] : open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (fd >= 0 && dup2(fd, 3 + k) < 0) /* a pipe closed unwritten reads as empty */
+                _exit(127);
+        }
+        execvp(pump_argv[0], pump_argv);
+        _exit(127);
+    }
+    pump_pid = pid;
+    for (int k = 0; k < 2; k++) { /* the pump reads them now; the job must see EPIPE if it dies */
+        if (pipes[k] >= 0)
+            close(pipes[k]);
+        pipes[k] = -1;
+    }
+}
+
+/* The job's tree is gone: pump what it left in the pipes, then wait (bounded) for the pump to
+ * write everything.  Returns 0 when the logs are complete. */
+static int finish_output(void)
+{
+    for (int k = 0; k < 2 && !pump_pid; k++) {
+        struct pollfd p = {.fd = pipes[k], .events = POLLIN};
+        if (pipes[k] >= 0 && poll(&p, 1, 0) > 0 && (p.revents & POLLIN))
+            start_pump();
+    }
+    for (int k = 0; k < 2; k++)
+        if (pipes[k] >= 0)
+            close(pipes[k]), pipes[k] = -1;
+    if (pump_pid <= 0)
+        return pump_pid < 0 ? -1 : 0;
+    long long give_up = clock_ms(CLOCK_MONOTONIC) + 30000;
+    while (!pump_done && clock_ms(CLOCK_MONOTONIC) < give_up) {
+        wait_signals(100);
+        drain_signals();
+    }
+    if (!pump_done) { /* a writer we could not kill still holds a pipe: stop waiting */
+        kill(pump_pid, SIGKILL);
+        while (waitpid(pump_pid, &pump_status, 0) < 0 && errno == EINTR)
+            ;
+        return -1;
+    }
+    return WIFEXITED(pump_status) && WEXITSTATUS(pump_status) == 0 ? 0 : -1;
 }
 
 static void json_escape(char *out, size_t cap, const char *s)
@@ -366,6 +485,10 @@ int main(int argc, char **argv)
 {
     const char *cwd = NULL;
     long long grace_ms = 10000, deadline_ms = 0, term_sig = SIGTERM, child_only = 0;
+    long umask_v = -1;
+    pump_argv = calloc((size_t)argc + 1, sizeof *pump_argv);
+    if (!pump_argv)
+        die("calloc");
     int i = 1;
     for (; i + 1 < argc && strncmp(argv[i], "--", 2) == 0 && argv[i][2]; i += 2) {
         if (!strcmp(argv[i], "--cwd"))
@@ -378,18 +501,36 @@ int main(int argc, char **argv)
             term_sig = parse_num(argv[i + 1], "signal");
         else if (!strcmp(argv[i], "--term-child-only")) /* the job stops its own tree politely */
             child_only = parse_num(argv[i + 1], "term-child-only");
+        else if (!strcmp(argv[i], "--umask"))
+            umask_v = (long)parse_num(argv[i + 1], "umask") & 0777;
+        else if (!strcmp(argv[i], "--pump-arg"))
+            pump_argv[npump++] = argv[i + 1];
+        else if (!strcmp(argv[i], "--secrets-fd"))
+            secrets_fd = (int)parse_num(argv[i + 1], "secrets-fd");
         else
             break;
     }
     if (i + 2 >= argc || strcmp(argv[i + 1], "--") != 0 || term_sig < 1 || term_sig >= NSIG) {
         fprintf(stderr, "usage: corral-shim [--cwd DIR] [--grace-ms N] [--deadline-ms EPOCH_MS]"
-                        " [--term-signal N] [--term-child-only 0|1] <attempt_dir> -- <argv...>\n");
+                        " [--term-signal N] [--term-child-only 0|1] [--umask N] [--pump-arg W]..."
+                        " [--secrets-fd 4] <attempt_dir> -- <argv...>\n");
         return 2;
+    }
+    if (!npump) {
+        free(pump_argv);
+        pump_argv = NULL;
     }
     char **job_argv = &argv[i + 2];
     self_pid = getpid();
 
-    close_stray_fds();
+    /* fd 4 (the secrets) only when announced, and then for the pump alone */
+    if (secrets_fd == 4 && pump_argv && fcntl(4, F_GETFD) >= 0) {
+        close_stray_fds(5);
+        secrets_fd = high_fd(4);
+    } else {
+        secrets_fd = -1;
+        close_stray_fds(4);
+    }
     /* fd 3 holds the attempt lock for our whole life; the job must not inherit it, or a stray
      * grandchild would make a dead shim look alive. */
     int fl = fcntl(3, F_GETFD);
@@ -400,7 +541,7 @@ int main(int argc, char **argv)
      * must not be SIG_IGN (inherited through exec) or the kernel would reap for us. */
     sigset_t mask;
     sigemptyset(&mask);
-    int handled[] = {SIGCHLD, SIGTERM, SIGINT, SIGQUIT};
+    int handled[] = {SIGCHLD, SIGTERM, SIGINT, SIGQUIT, SIGUSR1};
     for (size_t k = 0; k < sizeof handled / sizeof *handled; k++)
         sigaddset(&mask, handled[k]);
     sigprocmask(SIG_BLOCK, &mask, NULL);
@@ -416,16 +557,26 @@ int main(int argc, char **argv)
         die(argv[i]);
     write_pid_file("shim.pid", self_pid);
 
-    int errpipe[2];
+    int errpipe[2], out_w[2] = {-1, -1};
     if (pipe2(errpipe, O_CLOEXEC) < 0)
         die("pipe2");
+    for (int k = 0; k < 2 && pump_argv; k++) {
+        int pp[2];
+        if (pipe2(pp, O_CLOEXEC) < 0)
+            die("pipe2");
+        pipes[k] = high_fd(pp[0]);
+        out_w[k] = high_fd(pp[1]);
+    }
     enum reason reason = R_EXITED;
     char error[160] = "";
     long long started_at_ms = clock_ms(CLOCK_REALTIME);
     child_pid = fork();
     if (child_pid == 0)
-        exec_child(job_argv, cwd, errpipe[1]);
+        exec_child(job_argv, cwd, errpipe[1], out_w, umask_v);
     close(errpipe[1]);
+    for (int k = 0; k < 2; k++) /* the job (and what it starts) holds the only write ends */
+        if (out_w[k] >= 0)
+            close(out_w[k]);
     if (child_pid < 0) {
         snprintf(error, sizeof error, "fork: %s", strerror(errno));
         child_pid = 0;
@@ -469,9 +620,19 @@ int main(int argc, char **argv)
             break;
         now = clock_ms(CLOCK_MONOTONIC);
         int deadline_hit = deadline_ms && clock_ms(CLOCK_REALTIME) >= deadline_ms;
+        if (pump_done && !stopping && !(WIFEXITED(pump_status) && !WEXITSTATUS(pump_status))) {
+            /* the pump died: nothing the job writes could be redacted now */
+            stopping = 1;
+            reason = R_LOST;
+            kill_at = now;
+            snprintf(error, sizeof error, "the output pump ended while the job ran (status %d): "
+                     "job stopped, its output cannot be kept", pump_status);
+        }
         if (!stopping && (seen || deadline_hit)) {
             stopping = 1;
-            reason = seen ? R_TERMINATED : R_DEADLINE;
+            reason = seen & (SEEN_STOP | SEEN_QUIT) ? R_TERMINATED
+                     : seen & SEEN_OUTPUT           ? R_OUTPUT
+                                                    : R_DEADLINE;
             kill_at = now + grace_ms;
             if (!(seen & SEEN_QUIT)) {
                 if (child_only)
@@ -499,6 +660,17 @@ int main(int argc, char **argv)
     kill_tree();
     if (!child_done) /* stuck in the kernel past kill_tree's patience: report what we know */
         ended_at_ms = clock_ms(CLOCK_REALTIME);
+    if (finish_output() < 0 && reason == R_EXITED) {
+        /* the job ended by itself (maybe of the broken pipe), but its output was not kept */
+        reason = R_LOST;
+        snprintf(error, sizeof error, "the output pump ended while the job ran (status %d): "
+                 "its output cannot be kept", pump_status);
+    } else if (pump_done && pump_status && !error[0]) {
+        snprintf(error, sizeof error, "the output pump failed (status %d): the logs may be "
+                 "incomplete", pump_status);
+    }
+    if (output_capped && reason == R_EXITED) /* it ended by itself, but not all of it was kept */
+        reason = R_OUTPUT;
     write_result(reason, started_at_ms, error[0] ? error : NULL);
     free(procs);
     free(killed);
