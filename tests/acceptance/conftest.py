@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from corral.runtime.control import poke
+from corral.workers.proctab import alive as alive  # the acceptance tests import it from here
 from tests.helpers import eventually
 
 CORRAL = str(Path(sys.executable).with_name("corral"))

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from corral.workers.proctab import descendants
-from tests.acceptance.conftest import Corral, alive
+from corral.workers.proctab import alive, descendants
+from tests.acceptance.conftest import Corral
 from tests.agentmock import AnthropicMock, tool_names
 from tests.helpers import eventually
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.acceptance.conftest import CONFIG, CORRAL, Corral, alive
+from corral.workers.proctab import alive
+from tests.acceptance.conftest import CONFIG, CORRAL, Corral
 from tests.helpers import eventually
 
 
