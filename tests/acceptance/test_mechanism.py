@@ -3,6 +3,7 @@ failing workers, fallback kinds, the watchdog shedding under a stall, crash-loop
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.runtime.control import poke
-from tests.acceptance.conftest import Corral
+from tests.acceptance.conftest import Corral, alive
 from tests.helpers import eventually
 
 BASE = """\
@@ -38,6 +39,25 @@ def _attempt_times(c: Corral, job_id: str) -> tuple[str, str]:
     return a["started"], a["ended"]
 
 
+def worker_crash(c: Corral) -> str:
+    """A real failure of the worker, not of the job: a job's `corral-shim` SIGKILLed while its
+    command runs. The attempt is LOST (the worker's fault). The command goes first, while the
+    shim is stopped (it cannot see it end), so nothing of the job survives its supervisor."""
+    job = c.submit("sleep", "60")
+    assert c.wait(job, until="running") == 0
+    attempt = Path(c.job(job)["attempts"][-1]["log_dir"])
+    shim, child = (int((attempt / f).read_text()) for f in ("shim.pid", "child.pid"))
+    os.kill(shim, signal.SIGSTOP)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child, signal.SIGKILL)
+    eventually(lambda: not alive(child), what="the job's command to die")
+    os.kill(shim, signal.SIGKILL)
+    assert c.wait(job) != 0
+    [a] = c.job(job)["attempts"]
+    assert a["state"] == "LOST", a
+    return job
+
+
 def test_breaker_opens_on_real_failures_and_closes_through_one_probe(tmp_path: Path) -> None:
     c = Corral(tmp_path, BASE + """\
 breakers: {min_calls: 3, consecutive_failures: 3, open_s: 1.0, window_s: 60}
@@ -47,7 +67,7 @@ roles:
     try:
         c.serve()
         for _ in range(3):
-            assert c.run("submit", "--wait", "--", "sh", "-c", "exit 1").returncode == 1
+            worker_crash(c)
         opened = eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN"
                             and _breaker(c, "worker:command"), what="the breaker to open")
         assert opened["state"] == "OPEN"
@@ -85,8 +105,10 @@ roles:
     try:
         c.serve()
         script = 'test "$CORRAL_WORKER" = beta'  # only the fallback kind can do this job
+        assert c.run("submit", "--wait", "--", "sh", "-c", script).returncode == 1
+        assert _breaker(c, "worker:alpha").get("state") == "CLOSED", "a job's failure"
         for _ in range(2):
-            assert c.run("submit", "--wait", "--", "sh", "-c", script).returncode == 1
+            worker_crash(c)
         eventually(lambda: _breaker(c, "worker:alpha").get("state") == "OPEN",
                    what="alpha's breaker to open")
         assert c.run("submit", "--wait", "--", "sh", "-c", script).returncode == 0
@@ -138,8 +160,11 @@ roles:
 """)
     try:
         c.serve()
-        for _ in range(3):  # each attempt dies of a signal nobody sent it: a crash
+        for _ in range(4):  # a job's own command dying of a signal is no crash of the worker
             assert c.run("submit", "--wait", "--", "sh", "-c", "kill -9 $$").returncode == 1
+        assert json.loads(c.ok("escalations", "list", "--json")) == []
+        for _ in range(3):  # each attempt's supervisor dies: the worker crashed
+            worker_crash(c)
         items = eventually(lambda: json.loads(c.ok("escalations", "list", "--json")),
                            what="an escalation")
         assert [(e["scope"], e["target"], e["reason"]) for e in items] == [
@@ -167,7 +192,7 @@ roles:
     try:
         c.serve()
         for _ in range(2):
-            assert c.run("submit", "--wait", "--", "sh", "-c", "exit 1").returncode == 1
+            worker_crash(c)
         eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN",
                    what="the breaker to open")
         before = eventually(lambda: (a := poke(c.data, "ping")) and a["core_state_synced"] and a,

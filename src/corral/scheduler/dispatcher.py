@@ -11,7 +11,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -73,6 +73,8 @@ class RunGate(Protocol):
     async def settle(self, job: Job, result: AttemptResult) -> None: ...
 
     def stale(self) -> None: ...
+
+    def dispatched(self, job_ids: Iterable[str]) -> None: ...
 
 
 class AgentHooks(Protocol):
@@ -255,6 +257,8 @@ class Dispatcher:
         if not claims:
             return False
         won = await self.store.start_attempts(claims, now=now)
+        if self.gate is not None:
+            self.gate.dispatched(c.job.id for c in won)
         if any(c.job.workspace for c in won):
             await self._report_lock_waits(now)
         won_ids = {c.attempt.id for c in won}
@@ -442,10 +446,12 @@ class Dispatcher:
                 await self.agents.ended(claim, result)
             except Exception:  # the trace is best effort; the result is not
                 log.exception("writing the agent trace of %s failed", c.attempt.id)
+        fault = result.fault.value if result.fault else None
         events = [JobEvent(job_id=c.job.id, at=now, kind="attempt_ended", attempt=c.attempt.index,
-                           message=result.describe(),
+                           message=result.describe() + (
+                               f" ({fault} failure)" if fault and fault != "job" else ""),
                            data={"outcome": result.outcome.value, "exit_code": result.exit_code,
-                                 "signal": result.signal})]
+                                 "signal": result.signal, "fault": fault})]
         await self._write(finished=Finish(attempt=c.attempt, result=result, job_state=d.state,
                                           retry_at=d.retry_at, error=d.error, events=events))
         if d.retry_at is not None:

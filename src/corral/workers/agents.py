@@ -29,11 +29,12 @@ from typing import Any
 from corral.domain.errors import WorkerError
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import RoleSpec, WorkerSpec
-from corral.domain.states import Outcome
+from corral.domain.states import Fault, Outcome
 from corral.policy.redact import SECRET_NAME
 from corral.policy.runtime import Scope
 from corral.workers import process
 from corral.workers.command import ShimAttempt, job_env, to_result
+from corral.workers.faults import agent_fault
 from corral.workers.process import STDOUT, ShimResult
 from corral.workers.streams import (
     ClaudeStreamParser,
@@ -227,23 +228,40 @@ class AgentWorker(ABC):
         if found.state == "finished" and found.result is not None:
             return self.finished(found.result, Path(attempt.dir))
         if found.state == "vanished":
-            return AttemptResult(outcome=Outcome.LOST,
+            return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                                  error="process vanished while the engine was down")
-        return AttemptResult(outcome=Outcome.LOST,
+        return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                              error="engine stopped before the process started")
 
     def finished(self, r: ShimResult, attempt_dir: Path) -> AttemptResult:
-        """The shim's record, with the cost and verdict the agent's own stream reports: a CLI
-        may exit 0 after an error result (Claude Code 2.1.330 after SIGINT)."""
+        """The shim's record, with the cost, verdict and final error the agent's own stream
+        reports (a CLI may exit 0 after an error result: Claude Code 2.1.330 after SIGINT), and
+        whose failure it was (workers/faults.py)."""
         base = to_result(r)
         summary = summarize_stream(self.parser_for(), attempt_dir / STDOUT, base.exit_code)
+        fault = agent_fault(base, summary)
         if summary is None:
-            return base
-        out = replace(base, cost_usd=summary.cost_usd)
-        if base.outcome is Outcome.EXITED and base.exit_code == 0 and not summary.succeeded:
-            why = summary.error_message or summary.error_subtype or "no final result"
-            out = replace(out, error=f"agent reported failure: {why}")
-        return out
+            return replace(base, fault=fault)
+        out = replace(base, cost_usd=summary.cost_usd, fault=fault)
+        if base.outcome is not Outcome.EXITED or summary.succeeded:
+            return out
+        if summary.results_seen or summary.api_failed or summary.api_retrying:
+            return replace(out, error=agent_error(summary, fault))
+        return replace(out, error=f"agent CLI {base.describe()} before any result")
+
+
+def agent_error(summary: StreamSummary, fault: Fault | None) -> str:
+    """The agent's final error for people: its subtype, the API status, the CLI's own words."""
+    kind = summary.error_subtype
+    if kind in (None, "is_error"):
+        kind = summary.terminal_reason or kind
+    status = f"HTTP {summary.api_error_status}" if summary.api_error_status else None
+    detail = ", ".join(x for x in (kind, status) if x) or "no final result"
+    why = " ".join((summary.error_message or "").split()) or "the CLI gave no reason"
+    line = f"agent failed ({detail}): {why}"
+    if fault is Fault.CONFIG:
+        line += " [not retried: fix the worker's credentials or model]"
+    return line
 
 
 def summarize_stream(parser: StreamParser, path: Path, exit_code: int | None,

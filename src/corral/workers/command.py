@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
-from corral.domain.states import Outcome
+from corral.domain.states import Fault, Outcome
 from corral.workers import process
+from corral.workers.faults import command_fault
 from corral.workers.process import ShimProcess, ShimResult
 
 # The environment a job starts from; everything else of the engine's own environment (database
@@ -33,11 +35,12 @@ def to_result(r: ShimResult) -> AttemptResult:
     error = r.error
     if outcome is Outcome.TIMED_OUT:
         error = error or "deadline reached: process tree stopped"
-    return AttemptResult(
+    result = AttemptResult(
         outcome=outcome, exit_code=r.exit_code, signal=r.signal, error=error,
         limit_hit="max_duration_s" if outcome is Outcome.TIMED_OUT else None,
         started_at=r.started_at_ms / 1000 if r.started_at_ms else None,
         ended_at=r.ended_at_ms / 1000 if r.ended_at_ms else None)
+    return replace(result, fault=command_fault(result))
 
 
 class ShimAttempt:
@@ -98,7 +101,7 @@ class CommandWorker:
         if found.state == "finished" and found.result is not None:
             return to_result(found.result)
         if found.state == "vanished":
-            return AttemptResult(outcome=Outcome.LOST,
+            return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                                  error="process vanished while the engine was down")
-        return AttemptResult(outcome=Outcome.LOST,
+        return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                              error="engine stopped before the process started")
