@@ -4,9 +4,16 @@ Quickstart run in order, its failing examples included, and what `corral` says o
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.acceptance.conftest import Corral
+from tests.acceptance.test_agents import API_KEY, CLAUDE, clis  # noqa: F401 (a fixture)
+from tests.agentmock import AnthropicMock
+from tests.helpers import eventually
 
 
 def _breakers(c: Corral) -> list[dict[str, Any]]:
@@ -34,3 +41,80 @@ def test_the_quickstarts_failing_jobs_leave_the_command_breaker_closed(corral: C
     verdicts = json.loads(c.ok("policy", "log", "--job", job, "--json"))
     # at submission, then once at dispatch: not once per dispatch round
     assert [(v["verdict"], v["reason"]) for v in verdicts] == [("allow", "allowed")] * 2
+
+
+def claude_config(mock_url: str, *, max_attempts: int, extra: str = "") -> str:
+    """A `claude-code` role against the loopback mock; the CLI retries no failed API call."""
+    return f"""
+scheduler: {{poll_interval_s: 0.2}}
+roles:
+  agent:
+    worker: claude-code
+    tools: ["Bash(ls *)"]
+    retry: {{base_s: 0.05, cap_s: 0.2}}
+    limits: {{max_attempts: {max_attempts}, timeout_s: 60, grace_s: 2}}
+workers:
+  claude-code:
+    binary: {CLAUDE}
+    version: 2.1.330
+    summary_grace_s: 1
+    env: {{ANTHROPIC_BASE_URL: "{mock_url}", ANTHROPIC_API_KEY: "{API_KEY}",
+          CLAUDE_CODE_MAX_RETRIES: "0"}}
+{extra}"""
+
+
+@pytest.fixture
+def claude_mock(clis: None) -> Iterator[AnthropicMock]:  # noqa: F811
+    mock = AnthropicMock([]).start()
+    try:
+        yield mock
+    finally:
+        mock.close()
+
+
+def test_an_agent_that_cannot_authenticate_fails_at_once_with_the_clis_words(
+        tmp_path: Path, claude_mock: AnthropicMock) -> None:
+    claude_mock.script[:] = [{"status": 401, "message": "invalid x-api-key", "loop": True}]
+    c = Corral(tmp_path, claude_config(claude_mock.url, max_attempts=3))
+    try:
+        c.serve()
+        job = c.ok("submit", "--role", "agent", "--prompt", "list the files").strip()
+        assert c.wait(job, timeout=90) == 1
+        info = c.job(job)
+        assert info["state"] == "FAILED" and len(info["attempts"]) == 1, "not retried"
+        error = info["last_error"]
+        # Claude Code's own words for a refused key, not "exited with code 1"
+        assert error.startswith("agent failed (api_error, HTTP 401): Invalid API key"), error
+        assert info["attempts"][0]["error"] == error
+        assert [e["data"]["fault"] for e in info["timeline"]
+                if e["kind"] == "attempt_ended"] == ["config"]
+        assert "agent failed (api_error, HTTP 401)" in c.ok("show", job)
+        report = eventually(lambda: c.json("report", job).get("summary"),
+                            what="the run report")
+        assert "Invalid API key" in report
+    finally:
+        c.stop_all()
+
+
+def test_a_failing_model_api_opens_the_agent_kinds_breaker(
+        tmp_path: Path, claude_mock: AnthropicMock) -> None:
+    claude_mock.script[:] = [{"status": 529, "message": "overloaded", "loop": True}]
+    c = Corral(tmp_path, claude_config(
+        claude_mock.url, max_attempts=1,
+        extra="breakers: {min_calls: 2, consecutive_failures: 2, open_s: 300}\n"))
+    try:
+        c.serve()
+        for _ in range(2):
+            job = c.ok("submit", "--role", "agent", "--prompt", "list the files").strip()
+            assert c.wait(job, timeout=90) == 1
+            assert "HTTP 529" in c.job(job)["last_error"]
+        breakers = eventually(lambda: [b for b in _breakers(c) if b["state"] == "OPEN"],
+                              what="the breaker to open")
+        assert [b["name"] for b in breakers] == ["worker:claude-code"]
+        waiting = c.ok("submit", "--role", "agent", "--prompt", "list the files").strip()
+        rejected = eventually(lambda: [e for e in c.job(waiting)["timeline"]
+                                       if e["kind"] == "permit_rejected"], what="a refusal")
+        assert rejected[0]["data"]["reason"] == "CIRCUIT_OPEN"
+        assert c.job(waiting)["state"] == "QUEUED"
+    finally:
+        c.stop_all()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,7 @@ roles:
 
 def test_a_restarted_core_resumes_open_breakers(tmp_path: Path) -> None:
     c = Corral(tmp_path, BASE + """\
-core: {heartbeat_s: 0.2, heartbeat_timeout_s: 2.5}
+core: {heartbeat_s: 0.2, heartbeat_timeout_s: 10}  # a kill, not a busy machine, restarts it
 breakers: {min_calls: 2, consecutive_failures: 2, open_s: 300}
 roles:
   default: {concurrency: 2, limits: {max_attempts: 1}}
@@ -195,6 +196,13 @@ roles:
             worker_crash(c)
         eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN",
                    what="the breaker to open")
+        [row] = [line for line in c.ok("breakers").splitlines()
+                 if line.startswith("worker:command")]
+        # since when it is OPEN, and when it lets a probe through: times, not "-"
+        assert re.search(r"OPEN\s+│\s+\d\d:\d\d:\d\d\s+│\s+\d\d:\d\d:\d\d", row), row
+        recorded = eventually(lambda: c.ok("events", "--kind", "breaker").strip(),
+                              what="the transition recorded")
+        assert " worker:command → OPEN " in recorded and "worker:worker" not in recorded
         before = eventually(lambda: (a := poke(c.data, "ping")) and a["core_state_synced"] and a,
                             what="the engine to hold the core's state")
         os.kill(before["core_pid"], signal.SIGKILL)

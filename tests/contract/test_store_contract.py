@@ -166,6 +166,25 @@ def test_get_job_by_unique_prefix(use_store: UseStore) -> None:
     use_store(body)
 
 
+def test_get_job_by_unique_suffix_and_the_short_form_tables_print(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        a = await submit(store)
+        b = await submit(store, id=a.id[:12] + "b" * 6 + a.id[-8:])  # ends like a: 8 chars
+        c = await submit(store)
+        assert (await store.get_job(a.id[-9:])).id == a.id
+        assert (await store.get_job(c.id[-6:])).id == c.id
+        names = ", ".join(sorted((a.id, b.id)))
+        with pytest.raises(InvalidRequest, match=f"ambiguous: it names {names}"):
+            await store.get_job(a.id[-8:])
+        short = await store.short_ids([a.id, b.id, c.id])
+        assert short == {a.id: a.id[-9:], b.id: b.id[-9:], c.id: c.id[-6:]}
+        for job_id, form in short.items():  # what a table prints names the job again
+            assert (await store.get_job(form)).id == job_id
+        assert await store.short_ids([]) == {}
+
+    use_store(body)
+
+
 def test_queue_order_is_fifo_within_priority_and_by_priority(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         normal1 = await submit(store, priority=2)

@@ -312,12 +312,17 @@ def jobs(
 ) -> None:
     """List jobs, newest first."""
     cfg = _config_or_fail(data_dir, config)
-    found = with_store(cfg, lambda st: st.list_jobs(JobQuery(state=state, role=role,
-                                                             limit=limit)))
+    query = JobQuery(state=state, role=role, limit=limit)
     if as_json:
-        _emit([views.job_json(j) for j in found])
+        _emit([views.job_json(j) for j in with_store(cfg, lambda st: st.list_jobs(query))])
     else:
-        views.print_jobs(found)
+        found, short = with_store(cfg, lambda st: _with_short_ids(st, query))
+        views.print_jobs(found, short=short)
+
+
+async def _with_short_ids(st: Store, query: JobQuery) -> tuple[list[Job], dict[str, str]]:
+    found = await st.list_jobs(query)
+    return found, await st.short_ids([j.id for j in found])
 
 
 @app.command()
@@ -442,7 +447,7 @@ def events(kind: Annotated[str | None, typer.Option(
     if not found:
         typer.echo("no core events recorded")
     for e in found:
-        typer.echo(f"{views.short_time(e['at'])}  {e['kind']:<10} {e['scope']}:{e['name']} "
+        typer.echo(f"{views.short_time(e['at'])}  {e['kind']:<10} {views.event_subject(e)} "
                    f"→ {e['state']}  {e['reason']}  {e['message']}")
 
 
@@ -452,12 +457,12 @@ def dlq_list(limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
              config: ConfigOpt = None) -> None:
     """Dead-lettered jobs not yet requeued or purged."""
     cfg = _config_or_fail(data_dir, config)
-    found = with_store(cfg, lambda st: st.list_jobs(JobQuery(dead_lettered_unresolved=True,
-                                                             limit=limit)))
+    query = JobQuery(dead_lettered_unresolved=True, limit=limit)
     if as_json:
-        _emit([views.job_json(j) for j in found])
+        _emit([views.job_json(j) for j in with_store(cfg, lambda st: st.list_jobs(query))])
     else:
-        views.print_jobs(found, title="dead-letter queue")
+        found, short = with_store(cfg, lambda st: _with_short_ids(st, query))
+        views.print_jobs(found, title="dead-letter queue", short=short)
 
 
 @dlq_app.command("show")
@@ -509,14 +514,17 @@ def dlq_purge(jobs_: Annotated[list[str] | None, typer.Argument(
 
 @app.command()
 def demo(data_dir: Annotated[Path | None, typer.Option(
-             "--data-dir", help="Where the demo engine keeps its state (default: a fresh "
-             "temporary directory, kept afterwards for inspection).")] = None) -> None:
+             "--data-dir", help="Where the demo engine keeps its state, kept afterwards "
+             "(default: a fresh temporary directory, removed at the end unless --keep).")]
+         = None,
+         keep: Annotated[bool, typer.Option(
+             "--keep", help="Keep the temporary directory for inspection.")] = False) -> None:
     """Start an engine and govern a small demo fleet live: retries into the dead-letter queue,
     a timeout, a cancel, a deduplicated submission, a dependency chain."""
     from corral.cli.demo import run_demo
 
     try:
-        raise typer.Exit(run_demo(data_dir))
+        raise typer.Exit(run_demo(data_dir, keep=keep))
     except CorralError as err:
         fail(err)
 

@@ -194,7 +194,12 @@ class Store(Protocol):
         """Every job with a live attempt (STARTING or RUNNING), for recovery and cancels."""
 
     async def get_job(self, ref: str) -> Job:
-        """A job by id or unique id prefix; NotFound otherwise."""
+        """A job by id or a unique prefix or suffix of its id (domain.ids.resolve); NotFound,
+        or InvalidRequest naming the candidates when the reference is ambiguous."""
+
+    async def short_ids(self, ids: Sequence[str]) -> dict[str, str]:
+        """Each job id's shortest suffix (domain.ids.SHORT_MIN or more characters) that no
+        other job's id ends or begins with: what tables print."""
 
     async def list_jobs(self, query: JobQuery) -> list[Job]: ...
 

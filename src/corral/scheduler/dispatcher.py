@@ -134,6 +134,9 @@ class Dispatcher:
         self._tg: TaskGroup | None = None
         self._retry_due: float | None = None
         self._rejected: dict[str, str] = {}  # job id → last permit refusal reason recorded
+        # job id → why it is being stopped (cancel, kill switch), for its last_error: the
+        # claimed job is the one read before anybody asked
+        self._stop_reasons: dict[str, str] = {}
         self._rejections: list[JobEvent] = []
 
     # ---- public --------------------------------------------------------------------------
@@ -216,10 +219,10 @@ class Dispatcher:
         assert self.gate is not None
         running = [live.claimed.job for live in self._live.values() if live.stop_sent is None]
         for job, switch in await self.gate.to_kill(running, now):
+            reason = f"kill switch {switch.id}: {switch.reason}"
             with contextlib.suppress(CorralError):  # persisted first: a restart still kills it
-                await self.store.request_cancel(
-                    job.id, reason=f"kill switch {switch.id}: {switch.reason}", kind="kill",
-                    now=now)
+                await self.store.request_cancel(job.id, reason=reason, kind="kill", now=now)
+            self._stop_reasons[job.id] = reason
             await self._stop(job.id, "kill")
 
     async def _nothing_pending(self) -> bool:
@@ -353,6 +356,8 @@ class Dispatcher:
             if not job.cancel_requested:
                 continue
             live = self._live.get(job.id)
+            if live is not None:
+                self._stop_reasons[job.id] = job.cancel_requested
             kind = job.stop_kind or "cancel"
             if job.workspace and job.cancel_requested.startswith("superseded by") and (
                     live is None or live.stop_sent is None):
@@ -428,7 +433,8 @@ class Dispatcher:
         role = self.settings.roles.get(c.job.role)
         policy = role.retry if role else self.settings.roles[self.settings.default_role].retry
         now = self.clock()
-        job = c.job.with_(attempts=c.attempt.index)
+        job = c.job.with_(attempts=c.attempt.index, cancel_requested=self._stop_reasons.pop(
+            c.job.id, None) or c.job.cancel_requested)
         d = decide(RetryInput(job=job, result=result, policy=policy, stop_kind=stop_kind,
                               runtime_limit=limit_hit, jitter=self.jitter()), now)
         if stop_kind == "kill" and result.outcome is Outcome.CANCELLED:

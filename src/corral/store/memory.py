@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
+from corral.domain.ids import resolve, shortest
 from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
 from corral.domain.states import AttemptState, JobState
 from corral.scheduler.dedup import on_held_key
@@ -494,14 +495,12 @@ class MemoryStore(MemoryGovernance):
 
     async def get_job(self, ref: str) -> Job:
         job = self._jobs.get(ref)
-        if job is None and ref and len(ref) >= 4:
-            matches = [j for j in self._jobs.values() if j.id.startswith(ref)]
-            if len(matches) > 1:
-                raise InvalidRequest(f"job id prefix {ref!r} is ambiguous")
-            job = matches[0] if matches else None
         if job is None:
-            raise NotFound(f"no job {ref}")
+            job = self._jobs[resolve(ref, self._jobs)]
         return _out(job)
+
+    async def short_ids(self, ids: Sequence[str]) -> dict[str, str]:
+        return shortest(ids, self._jobs)
 
     async def list_jobs(self, query: JobQuery) -> list[Job]:
         def wanted(j: Job) -> bool:

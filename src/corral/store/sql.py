@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
+from corral.domain.ids import MIN_REF, SHORT_MIN, resolve
 from corral.domain.models import (
     Attempt,
     AttemptResult,
@@ -102,6 +103,21 @@ def core_event_params(e: Mapping[str, Any]) -> tuple[Any, ...]:
     """A core event (CoreEvent.to_dict()) as the columns of core_events."""
     return (*(e.get(f, "" if f != "at" else 0.0) for f in CORE_EVENT_FIELDS),
             json.dumps(e.get("data") or {}, sort_keys=True, default=str))
+
+
+async def _clashes(tx: Tx, tails: Mapping[str, str], n: int) -> set[str]:
+    """The ids whose `n`-character tail also ends, or begins, another job's id."""
+    values = sorted(set(tails.values()))
+    found: list[str] = []
+    for start in range(0, len(values), 400):
+        part = values[start:start + 400]
+        marks = ", ".join("?" * len(part))
+        rows = await tx.fetchall(f"SELECT id FROM jobs WHERE substr(id, length(id) - ? + 1) IN "
+                                 f"({marks}) OR substr(id, 1, ?) IN ({marks})",
+                                 (n, *part, n, *part))
+        found += [r["id"] for r in rows]
+    return {i for i, t in tails.items()
+            if any(o != i and (o.endswith(t) or o.startswith(t)) for o in found)}
 
 
 def check_transition(job: Job, to: JobState) -> None:
@@ -500,17 +516,31 @@ class SqlStore(SqlGovernance):
     async def get_job(self, ref: str) -> Job:
         async with self.driver.read() as tx:
             row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (ref,))
-            if row is None and ref and len(ref) >= 4:
+            if row is None and len(ref) >= MIN_REF:
                 # Not LIKE: `%`/`_` in user input are no wildcards, and case sensitivity would
                 # differ between SQLite and PostgreSQL.
-                rows = await tx.fetchall(_JOB_SELECT + " WHERE substr(id, 1, ?) = ? LIMIT 2",
-                                         (len(ref), ref))
-                if len(rows) > 1:
-                    raise InvalidRequest(f"job id prefix {ref!r} is ambiguous")
-                row = rows[0] if rows else None
+                rows = await tx.fetchall(
+                    "SELECT id FROM jobs WHERE substr(id, 1, ?) = ? "
+                    "OR substr(id, length(id) - ? + 1) = ? LIMIT 6",
+                    (len(ref), ref, len(ref), ref))
+                found = resolve(ref, [r["id"] for r in rows])
+                row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (found,))
         if row is None:
             raise NotFound(f"no job {ref}")
         return job_from_row(row)
+
+    async def short_ids(self, ids: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        todo = list(dict.fromkeys(ids))
+        n = SHORT_MIN
+        async with self.driver.read() as tx:
+            while todo:
+                tails = {i: i[-n:] for i in todo}
+                clashes = await _clashes(tx, tails, n)
+                out.update((i, t) for i, t in tails.items() if i not in clashes or len(i) <= n)
+                todo = [i for i in todo if i not in out]
+                n += 1
+        return out
 
     async def list_jobs(self, query: JobQuery) -> list[Job]:
         clauses, params = [], []
