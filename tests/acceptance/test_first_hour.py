@@ -118,3 +118,35 @@ def test_a_failing_model_api_opens_the_agent_kinds_breaker(
         assert c.job(waiting)["state"] == "QUEUED"
     finally:
         c.stop_all()
+
+
+def test_ids_are_short_whole_and_accepted_by_prefix_or_suffix(corral: Corral) -> None:
+    c = corral  # no engine: the store alone answers these
+    jobs = [c.submit("sh", "-c", f"echo {'x' * 60} {n}") for n in range(3)]
+    table = c.ok("jobs")  # not a terminal: rich lays it out for 80 columns
+    assert max(len(line) for line in table.splitlines()) <= 80
+    shown = [line.split()[0] for line in table.splitlines()[2:] if line[:1].isalnum()]
+    assert len(shown) == 3 and all(6 <= len(s) < 26 for s in shown), table
+    for form, job in zip(shown, reversed(jobs), strict=True):  # newest first
+        assert job.endswith(form)
+        assert c.json("show", form)["id"] == job  # what the table printed names the job
+        assert c.json("show", job[:12])["id"] == job  # a prefix too
+    common = jobs[0][:4]  # made within a second: they share their first characters
+    r = c.run("show", common)
+    assert r.returncode == 2 and "ambiguous: it names" in r.stderr and jobs[0] in r.stderr
+    assert c.run("show", "zzzzzzzz").returncode == 4
+
+
+def test_kill_switch_off_takes_a_short_id_and_says_which_switches_exist(corral: Corral) -> None:
+    c = corral
+    assert c.ok("kill-switch", "off").strip() == "no active kill switch: nothing to lift"
+    switch = c.json("kill-switch", "on", "--scope", "tenant", "--target", "acme",
+                    "--reason", "leak")
+    r = c.run("kill-switch", "off")  # the global scope has none: not "lifted 0"
+    assert r.returncode == 2, r.stderr
+    assert f"active: {switch['id']} (tenant acme)" in r.stderr and "\n" not in r.stderr.strip()
+    lifted = c.json("kill-switch", "off", switch["id"][-7:])
+    assert [s["id"] for s in lifted] == [switch["id"]]
+    assert c.json("kill-switch", "status") == []
+    r = c.run("kill-switch", "off", switch["id"][:10])
+    assert r.returncode == 4 and "no active kill switch" in r.stderr

@@ -283,7 +283,7 @@ def _follow(cfg: Config, job_id: str, *, until: str = "end", timeout: float | No
 
 
 @app.command("wait")
-def wait_cmd(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def wait_cmd(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
              until: Annotated[str, typer.Option(
                  "--for", help="`end` (default) or `running`.")] = "end",
              timeout: Annotated[float | None, typer.Option(
@@ -326,7 +326,7 @@ async def _with_short_ids(st: Store, query: JobQuery) -> tuple[list[Job], dict[s
 
 
 @app.command()
-def show(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def show(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
          as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
     """A job: its fields, its attempts and its timeline."""
     cfg = _config_or_fail(data_dir, config)
@@ -348,7 +348,7 @@ def show(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")
 
 
 @app.command()
-def trace(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def trace(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
           as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
     """An agent job's traces: per attempt, every tool call (input, output, duration, denied or
     not and why), tokens, cost, checkpoints and the policy decisions taken on the way."""
@@ -378,7 +378,7 @@ def trace(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix)."
 
 
 @app.command()
-def logs(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def logs(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
          follow: Annotated[bool, typer.Option("--follow", "-f",
                                               help="Keep printing until the job ends.")] = False,
          attempt: Annotated[int | None, typer.Option(
@@ -397,7 +397,7 @@ def logs(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")
 
 
 @app.command()
-def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
            reason: Annotated[str, typer.Option("--reason", help="Recorded on the job.")]
            = "cancelled by operator",
            as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:

@@ -23,7 +23,7 @@ from corral.domain.governance import (
     Pause,
     ScopeKind,
 )
-from corral.domain.ids import new_id
+from corral.domain.ids import new_id, resolve
 from corral.runtime.assembly import submissions
 from corral.runtime.control import poke
 
@@ -49,7 +49,7 @@ def register(app: typer.Typer, config_of: ConfigOf, with_store: WithStore, emit:
 def _register_report(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
                      emit: Emit) -> None:
     @app.command()
-    def report(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+    def report(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
                as_json: JsonOpt = False, data_dir: DataDir = None,
                config: ConfigOpt = None) -> None:
         """A job's run report: written once when the job ended, never changed."""
@@ -88,7 +88,7 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
                     emit: Emit) -> None:
     @app.command()
     def incidents(job: Annotated[str | None, typer.Argument(
-                      help="Only this job's (id or unique prefix).")] = None,
+                      help="Only this job's (id, or a unique prefix or suffix).")] = None,
                   open_only: Annotated[bool, typer.Option(
                       "--open", help="Only incidents without a resolution.")] = False,
                   limit: Annotated[int, typer.Option("--limit")] = 100,
@@ -172,7 +172,8 @@ def _print_incidents(items: list[Incident], empty: str = "") -> None:
 
 ScopeOpt = Annotated[ScopeKind, typer.Option("--scope", help="What it applies to.")]
 TargetOpt = Annotated[str | None, typer.Option(
-    "--target", help="The tenant, role or job (id or unique prefix); not for --scope global.")]
+    "--target", help="The tenant, role or job (id, or a unique prefix or suffix); not for "
+                     "--scope global.")]
 
 
 async def _target(st: Store, scope: ScopeKind, target: str | None) -> str | None:
@@ -218,7 +219,8 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
 
     @ks.command("off")
     def kill_off(switch_id: Annotated[str | None, typer.Argument(
-                     help="The switch (default: every active one in --scope/--target).")] = None,
+                     help="The switch: its id or a unique prefix or suffix (default: every "
+                          "active one in --scope/--target).")] = None,
                  scope: ScopeOpt = ScopeKind.GLOBAL, target: TargetOpt = None,
                  as_json: JsonOpt = False, data_dir: DataDir = None,
                  config: ConfigOpt = None) -> None:
@@ -228,13 +230,18 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
 
         async def run(st: Store) -> list[KillSwitch]:
             active = await st.kill_switches(active_at=now)
-            if switch_id:
-                chosen = [s for s in active if s.id == switch_id]
-                if not chosen:
-                    raise InvalidRequest(f"no active kill switch {switch_id}")
+            if switch_id:  # the id, or a unique prefix or suffix of it
+                chosen_id = resolve(switch_id, [s.id for s in active], "active kill switch")
+                chosen = [s for s in active if s.id == chosen_id]
             else:
                 tgt = await _target(st, scope, target)
                 chosen = [s for s in active if s.scope is scope and s.target == tgt]
+                if not chosen and active:  # say which exist rather than "lifted 0"
+                    raise InvalidRequest(
+                        f"no active kill switch in scope {_scope_of(scope, tgt)}; active: "
+                        + ", ".join(f"{s.id} ({_scope(s)})" for s in active)
+                        + " — lift one by id (`corral kill-switch off ID`) or give its "
+                          "--scope and --target")
             return [await st.lift_kill_switch(s.id, at=now, by=getpass.getuser())
                     for s in chosen]
 
@@ -242,6 +249,9 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
         poke(cfg.data_dir, "wake")
         if as_json:
             emit([record_json(s) for s in lifted])
+            return
+        if not lifted:
+            typer.echo("no active kill switch: nothing to lift")
             return
         typer.echo(f"lifted {len(lifted)} kill switch(es)"
                    + "".join(f"\n  {s.id} ({_scope(s)})" for s in lifted))
@@ -312,7 +322,11 @@ def _register_pause(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
 
 
 def _scope(s: KillSwitch | Pause) -> str:
-    return s.scope.value if s.target is None else f"{s.scope.value} {s.target}"
+    return _scope_of(s.scope, s.target)
+
+
+def _scope_of(scope: ScopeKind, target: str | None) -> str:
+    return scope.value if target is None else f"{scope.value} {target}"
 
 
 def _register_approvals(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
