@@ -150,3 +150,48 @@ def test_kill_switch_off_takes_a_short_id_and_says_which_switches_exist(corral: 
     assert c.json("kill-switch", "status") == []
     r = c.run("kill-switch", "off", switch["id"][:10])
     assert r.returncode == 4 and "no active kill switch" in r.stderr
+
+
+def test_without_an_engine_submit_says_so_and_wait_fails_fast(corral: Corral) -> None:
+    c = corral
+    r = c.run("submit", "--", "echo", "hi")
+    assert r.returncode == 0 and "no engine is serving" in r.stderr, r.stderr
+    queued = r.stdout.strip()
+    assert json.loads(c.ok("submit", "--json", "--", "echo", "hi"))["engine_serving"] is False
+    assert c.run("submit", "-q", "--", "echo", "hi").stderr == ""
+    r = c.run("submit", "--wait", "--", "echo", "hi")
+    assert r.returncode == 7 and "no engine is serving" in r.stderr and \
+        "--no-engine-ok" in r.stderr, r.stderr
+    r = c.run("wait", queued)
+    assert r.returncode == 7 and r.stderr.count("\n") == 1
+    r = c.run("wait", queued, "--no-engine-ok", "--timeout", "3")  # waits, and says why
+    assert r.returncode == 124, r.stderr
+    assert f"corral: {queued[-6:]} is QUEUED: no engine is serving {c.data}" in r.stderr
+
+
+def test_wait_says_why_a_job_waits_and_follow_streams_its_output(corral: Corral) -> None:
+    c = corral
+    c.serve()
+    r = c.run("submit", "--follow", "--max-attempts", "1", "--", "sh", "-c",
+              "echo out; echo err >&2; exit 3")
+    assert (r.returncode, r.stdout.splitlines()[1:], r.stderr) == (3, ["out"], "err\n")
+    c.ok("pause", "--reason", "maintenance")
+    job = c.submit("echo", "paused")
+    r = c.run("wait", job, "--timeout", "3")
+    assert r.returncode == 124
+    assert f"{job[-6:]} is QUEUED: paused (global: maintenance)" in r.stderr, r.stderr
+    quiet = c.run("wait", job, "--timeout", "2", "-q")
+    assert (quiet.returncode, quiet.stderr) == (124, f"corral: {job} is still QUEUED after "
+                                                     "2.0s\n")
+    c.ok("resume")
+    done = c.run("wait", job, "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["state"] == "SUCCEEDED"
+    assert done.stderr == ""
+    sleeper = c.submit("sleep", "60", opts=("--role", "serial"))
+    assert c.wait(sleeper, until="running") == 0
+    behind = c.submit("true", opts=("--role", "serial"))
+    r = c.run("wait", behind, "--timeout", "3")
+    assert r.returncode == 124
+    assert "is QUEUED: role serial is at its concurrency cap" in r.stderr, r.stderr
+    c.ok("cancel", sleeper)
+    assert c.wait(behind) == 0

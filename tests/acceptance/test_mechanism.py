@@ -203,6 +203,11 @@ roles:
         recorded = eventually(lambda: c.ok("events", "--kind", "breaker").strip(),
                               what="the transition recorded")
         assert " worker:command → OPEN " in recorded and "worker:worker" not in recorded
+        held = c.submit("true")  # `wait` says why it does not start, and until when
+        r = c.run("wait", held, "--timeout", "3")
+        assert r.returncode == 124
+        assert f"{held[-6:]} is QUEUED: breaker worker:command is OPEN until " in r.stderr, \
+            r.stderr
         before = eventually(lambda: (a := poke(c.data, "ping")) and a["core_state_synced"] and a,
                             what="the engine to hold the core's state")
         os.kill(before["core_pid"], signal.SIGKILL)

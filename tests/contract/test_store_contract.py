@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corral.core.ports import Finish, JobQuery, QueueFilter, Store
+from corral.core.ports import EngineConfig, Finish, JobQuery, QueueFilter, Store
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
 from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound
 from corral.domain.ids import new_id
@@ -920,5 +920,39 @@ def test_active_runs_are_a_tenants_jobs_with_a_live_attempt(use_store: UseStore)
         await start(store, other)
         assert await store.active_runs("acme") == [running.id]
         assert await store.active_runs("nobody") == []
+
+    use_store(body)
+
+
+def test_a_queued_jobs_place_counts_the_runnable_jobs_before_it(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        first = await submit(store)
+        urgent = await submit(store, priority=0)  # later, but ahead of a priority-2 job
+        blocked = await submit(store, after=(first.id,))  # not runnable: not counted
+        mine = await submit(store)
+        assert await store.queued_ahead(mine) == 2
+        assert await store.queued_ahead(urgent) == 0
+        assert await store.queued_ahead(first) == 1
+        await start(store, first)
+        assert await store.queued_ahead(mine) == 1
+        assert await store.queued_ahead(blocked) == 1
+
+    use_store(body)
+
+
+def test_live_engines_and_the_active_configuration(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        await store.register_engine("e1", pid=1, host="h", now=NOW)
+        await store.register_engine("e2", pid=2, host="h", now=NOW)
+        await store.heartbeat_engine("e2", now=NOW + 30)
+        assert await store.live_engines(since=NOW + 15) == ["e2"]
+        assert await store.live_engines(since=NOW) == ["e1", "e2"]
+        assert await store.active_config() is None
+        old = EngineConfig(engine_id="e1", at=NOW, hash="a" * 64, source=None, text="")
+        new = EngineConfig(engine_id="e2", at=NOW + 1, hash="b" * 64, source="/etc/c.yaml",
+                           text="roles: {notebook: {}}\n")
+        await store.publish_config(new)
+        await store.publish_config(old)  # an engine that started earlier, written later
+        assert await store.active_config() == new
 
     use_store(body)

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -19,13 +20,14 @@ from corral import __version__
 from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
 from corral.domain.errors import CorralError, InvalidRequest
-from corral.domain.models import Job, JobSpec, Limits
+from corral.domain.models import Job, JobSpec, Limits, SubmitResult
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.assembly import build_store, submissions
 from corral.runtime.control import poke
 
 from . import governance, guard, mechanism, policy_cmds, views
-from .options import ConfigOpt, DataDir, JsonOpt
+from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
+from .waiting import Follow, mode_for
 
 if TYPE_CHECKING:
     from corral.runtime.engine import Engine
@@ -188,7 +190,10 @@ def submit(
         "job as a secret: only the name is stored, the value is redacted from traces and logs "
         "(repeatable).")] = None,
     wait: Annotated[bool, typer.Option(
-        "--wait", help="Follow the job and exit with its exit code.")] = False,
+        "--wait", help="Follow the job and exit with its exit code; on a terminal a status "
+                       "line says why it waits.")] = False,
+    follow_output: FollowOpt = False, quiet: QuietOpt = False,
+    no_engine_ok: NoEngineOkOpt = False,
     as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
 ) -> None:
     """Queue a job and print its id.
@@ -224,20 +229,34 @@ def submit(
                        workspace=str(workspace.expanduser().resolve()) if workspace else None)
     except CorralError as err:
         fail(err)
-    result = with_store(cfg, lambda st: submissions(st, cfg).submit(spec))
-    poke(cfg.data_dir, "submitted")
+    result, serving = with_store(cfg, lambda st: _submit(st, cfg, spec))
     if as_json:
         _emit({"id": result.job.id, "created": result.created,
                "coalesced_on": result.coalesced_on, "superseded": result.superseded,
-               "state": result.job.state.value})
+               "state": result.job.state.value, "engine_serving": serving})
     else:
         typer.echo(result.job.id)
-        if not result.created:
+        if not result.created and not quiet:
             on = (f"workspace {result.job.workspace}" if result.coalesced_on == "workspace"
                   else f"key {key!r}")
             typer.echo(f"corral: coalesced into existing job {result.job.id} ({on})", err=True)
+    wait = wait or follow_output
+    if not serving and not wait and not quiet and not as_json and not result.job.state.terminal:
+        typer.echo(f"corral: no engine is serving {cfg.data_dir}: the job waits in the queue "
+                   "until `corral serve` runs there", err=True)
     if wait:
-        raise typer.Exit(_follow(cfg, result.job.id))
+        how = Follow(mode=mode_for(quiet=quiet or as_json), output=follow_output,
+                     no_engine_ok=no_engine_ok)
+        raise typer.Exit(_follow(cfg, result.job.id, how)[0])
+
+
+async def _submit(st: Store, cfg: Config, spec: JobSpec) -> tuple[SubmitResult, bool]:
+    """Submit, poke the engine, and say whether one serves the data directory."""
+    from corral.runtime.watch import engine_serving
+
+    result = await submissions(st, cfg).submit(spec)
+    poke(cfg.data_dir, "submitted")
+    return result, await engine_serving(cfg, st, time.time())
 
 
 def _or(value: int | None, default: int) -> int:
@@ -260,26 +279,21 @@ def exit_code_of(job: Job) -> int:
     return job.exit_code if job.exit_code not in (None, 0) else 1
 
 
-def _follow(cfg: Config, job_id: str, *, until: str = "end", timeout: float | None = None) -> int:
-    """Wait for the job to end (or to run); its exit code (see WAIT_EXIT for ends without one)."""
+def _follow(cfg: Config, ref: str, how: Follow) -> tuple[int, Job]:
+    """Follow the job (cli/waiting.py); the exit code `submit --wait` and `wait` give, and the
+    job as last seen."""
+    from corral.cli.waiting import follow
 
-    async def watch(store: Store) -> int:
-        delay = 0.02
-        deadline = None if timeout is None else anyio.current_time() + timeout
-        while True:
-            job = await store.get_job(job_id)
-            if job.state.terminal:
-                return exit_code_of(job)
-            if until == "running" and job.state is JobState.RUNNING:
-                return 0
-            if deadline is not None and anyio.current_time() >= deadline:
-                typer.echo(f"corral: {job.id} is still {job.state.value} after {timeout}s",
-                           err=True)
-                return 124
-            await anyio.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
-
-    return with_store(cfg, watch)
+    try:
+        job, done = with_store(cfg, lambda st: follow(cfg, st, ref, how))
+    except KeyboardInterrupt:
+        typer.echo(f"corral: stopped following {ref}; the job goes on (corral wait {ref})",
+                   err=True)
+        raise typer.Exit(130) from None
+    if done is None:
+        typer.echo(f"corral: {job.id} is still {job.state.value} after {how.timeout}s", err=True)
+        return 124, job
+    return (exit_code_of(job) if job.state.terminal else 0), job
 
 
 @app.command("wait")
@@ -288,17 +302,26 @@ def wait_cmd(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix
                  "--for", help="`end` (default) or `running`.")] = "end",
              timeout: Annotated[float | None, typer.Option(
                  "--timeout", help="Give up after this many seconds (exit 124).")] = None,
+             follow_output: FollowOpt = False, quiet: QuietOpt = False,
+             no_engine_ok: NoEngineOkOpt = False,
              as_json: Annotated[bool, typer.Option(
                  "--json", help="Then print the job as JSON (as `show --json` without its "
-                                "timeline).")] = False,
+                                "timeline); no status on the way.")] = False,
              data_dir: DataDir = None, config: ConfigOpt = None) -> None:
-    """Block until a job ends (exit with its exit code, as `submit --wait`) or starts running."""
+    """Block until a job ends (exit with its exit code, as `submit --wait`) or starts running.
+
+    On a terminal a status line says why the job waits (queued behind N, an open breaker and
+    until when, a pause, an approval, no engine); elsewhere a line on stderr when something
+    holds it back. It fails at once (exit 7) when no engine serves the data directory.
+    """
     if until not in ("end", "running"):
         fail(InvalidRequest(f"--for must be `end` or `running`, got {until!r}"))
     cfg = _config_or_fail(data_dir, config)
-    code = _follow(cfg, job, until=until, timeout=timeout)
+    how = Follow(until=until, timeout=timeout, mode=mode_for(quiet=quiet or as_json),
+                 output=follow_output, no_engine_ok=no_engine_ok)
+    code, seen = _follow(cfg, job, how)
     if as_json:
-        _emit(views.job_json(with_store(cfg, lambda st: st.get_job(job))))
+        _emit(views.job_json(with_store(cfg, lambda st: st.get_job(seen.id))))
     raise typer.Exit(code)
 
 

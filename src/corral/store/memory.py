@@ -18,16 +18,17 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
+from corral.core.ports import UNBOUNDED, Admission, EngineConfig, Finish, JobQuery, QueueFilter
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
-from corral.domain.ids import resolve, shortest
+from corral.domain.ids import resolve
 from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
 from corral.domain.states import AttemptState, JobState
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store.admission import acquired_event
 from corral.store.governance_memory import MemoryGovernance
+from corral.store.operator_memory import MemoryOperator
 from corral.store.sql import (
     CORE_EVENT_FIELDS,
     STOP_STATES,
@@ -58,7 +59,7 @@ def _normalise(job: Job) -> Job:
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
 
 
-class MemoryStore(MemoryGovernance):
+class MemoryStore(MemoryOperator, MemoryGovernance):
     """The store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
@@ -78,6 +79,7 @@ class MemoryStore(MemoryGovernance):
         self._events: dict[str, list[tuple[int, JobEvent]]] = {}
         self._event_seq = 0
         self._engines: dict[str, tuple[str, int, float, float]] = {}
+        self._configs: list[EngineConfig] = []
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:
@@ -498,9 +500,6 @@ class MemoryStore(MemoryGovernance):
         if job is None:
             job = self._jobs[resolve(ref, self._jobs)]
         return _out(job)
-
-    async def short_ids(self, ids: Sequence[str]) -> dict[str, str]:
-        return shortest(ids, self._jobs)
 
     async def list_jobs(self, query: JobQuery) -> list[Job]:
         def wanted(j: Job) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
-from corral.domain.ids import MIN_REF, SHORT_MIN, resolve
+from corral.domain.ids import MIN_REF, resolve
 from corral.domain.models import (
     Attempt,
     AttemptResult,
@@ -29,6 +29,7 @@ from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, workspace_seat
 from corral.store import admission as adm
 from corral.store.governance_sql import SqlGovernance
+from corral.store.operator_sql import SqlOperator
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
     JOB_COLUMNS,
@@ -105,21 +106,6 @@ def core_event_params(e: Mapping[str, Any]) -> tuple[Any, ...]:
             json.dumps(e.get("data") or {}, sort_keys=True, default=str))
 
 
-async def _clashes(tx: Tx, tails: Mapping[str, str], n: int) -> set[str]:
-    """The ids whose `n`-character tail also ends, or begins, another job's id."""
-    values = sorted(set(tails.values()))
-    found: list[str] = []
-    for start in range(0, len(values), 400):
-        part = values[start:start + 400]
-        marks = ", ".join("?" * len(part))
-        rows = await tx.fetchall(f"SELECT id FROM jobs WHERE substr(id, length(id) - ? + 1) IN "
-                                 f"({marks}) OR substr(id, 1, ?) IN ({marks})",
-                                 (n, *part, n, *part))
-        found += [r["id"] for r in rows]
-    return {i for i, t in tails.items()
-            if any(o != i and (o.endswith(t) or o.startswith(t)) for o in found)}
-
-
 def check_transition(job: Job, to: JobState) -> None:
     """The lifecycle table is enforced where states are written, whoever asks."""
     if not can_transition(job.state, to):
@@ -139,7 +125,7 @@ def job_event(job: Job, kind: str, now: float, message: str = "", *, to: JobStat
                     attempt=attempt, data=dict(data or {}))
 
 
-class SqlStore(SqlGovernance):
+class SqlStore(SqlOperator, SqlGovernance):
     """The store port implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:
@@ -528,19 +514,6 @@ class SqlStore(SqlGovernance):
         if row is None:
             raise NotFound(f"no job {ref}")
         return job_from_row(row)
-
-    async def short_ids(self, ids: Sequence[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        todo = list(dict.fromkeys(ids))
-        n = SHORT_MIN
-        async with self.driver.read() as tx:
-            while todo:
-                tails = {i: i[-n:] for i in todo}
-                clashes = await _clashes(tx, tails, n)
-                out.update((i, t) for i, t in tails.items() if i not in clashes or len(i) <= n)
-                todo = [i for i in todo if i not in out]
-                n += 1
-        return out
 
     async def list_jobs(self, query: JobQuery) -> list[Job]:
         clauses, params = [], []
