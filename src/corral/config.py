@@ -233,6 +233,7 @@ class Config:
     source: Path | None
     sqlite_busy_timeout_ms: int = 5000
     core: CoreModel = field(default_factory=CoreModel)
+    text: str = ""  # the file as read ("" for the built-in defaults): what an engine publishes
 
     @property
     def db_path(self) -> Path:
@@ -486,6 +487,7 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
     """Read the configuration the way every `corral` command does."""
     ddir = (data_dir or default_data_dir()).expanduser().resolve()
     path = find_config(config_path, ddir)
+    text = ""
     if path is None:
         model, source = ConfigModel(), "(defaults)"
     else:
@@ -497,4 +499,5 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
     url = os.environ.get("CORRAL_STORE_URL") or model.store.url
     return Config(settings=resolve(model, source), data_dir=ddir, store_url=url,
                   sqlite_synchronous=model.store.sqlite_synchronous, source=path,
-                  sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core)
+                  sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core,
+                  text=text)

@@ -195,3 +195,57 @@ def test_wait_says_why_a_job_waits_and_follow_streams_its_output(corral: Corral)
     assert "is QUEUED: role serial is at its concurrency cap" in r.stderr, r.stderr
     c.ok("cancel", sleeper)
     assert c.wait(behind) == 0
+
+
+SECRET = "sk-ant-api03-corral-config-secret-0123456789"
+
+
+def test_one_configuration_wherever_the_command_runs(corral: Corral) -> None:
+    c = corral
+    engine_config = f"""scheduler: {{poll_interval_s: 0.2}}
+roles:
+  default: {{}}
+  notebook: {{concurrency: 2}}
+workers:
+  claude-code:
+    env: {{ANTHROPIC_API_KEY: "{SECRET}"}}
+"""
+    c.config.write_text(engine_config)
+    c.serve()
+    c.config.write_text("roles: {default: {}}\n")  # this shell's file: no notebook role
+    r = c.run("submit", "--wait", "--role", "notebook", "--", "echo", "hi")
+    assert r.returncode == 0, r.stderr  # checked against the roles the engine runs
+    assert "is not the configuration the engine runs" in r.stderr and \
+        "`corral config show` prints it" in r.stderr, r.stderr
+    shown = c.json("config", "show")
+    assert shown["active"] and shown["source"] == str(c.config) and not shown["local"]["same"]
+    assert "notebook:" in shown["text"] and SECRET not in shown["text"]
+    assert "ANTHROPIC_API_KEY: '[REDACTED]'" in shown["text"]
+    text = c.ok("config", "show")
+    assert text.startswith("# the configuration engine ") and "differs from the local" in text
+    assert SECRET.encode() not in (c.data / "corral.db").read_bytes()
+    c.config.write_text(engine_config)  # the same file again: nothing to say
+    r = c.run("submit", "--role", "notebook", "--", "echo", "hi")
+    assert r.returncode == 0 and "note" not in r.stderr, r.stderr
+    assert c.json("config", "show")["local"]["same"]
+
+
+def test_serve_warns_per_worker_kind_whose_cli_cannot_authenticate(
+        corral: Corral, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
+                 "OPENAI_API_KEY", "CODEX_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    c = corral
+    c.config.write_text("""roles:
+  default: {}
+  writer: {worker: claude-code, tools: [Read]}
+  coder: {worker: codex, tools: [Read]}
+workers:
+  codex: {env: {OPENAI_API_KEY: sk-test-0123456789abcdef}}
+""")
+    c.serve()
+    log = eventually(lambda: "cannot authenticate" in c.engine_log() and c.engine_log(),
+                     what="the warning")
+    [line] = [x for x in log.splitlines() if "cannot authenticate" in x]
+    assert "WARNING" in line and "worker claude-code: its CLI cannot authenticate: none of " \
+        "ANTHROPIC_API_KEY" in line and "not retried" in line

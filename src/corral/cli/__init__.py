@@ -24,8 +24,10 @@ from corral.domain.models import Job, JobSpec, Limits, SubmitResult
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.assembly import build_store, submissions
 from corral.runtime.control import poke
+from corral.runtime.published import active_config
+from corral.scheduler.service import Submissions
 
-from . import governance, guard, mechanism, policy_cmds, views
+from . import configs, governance, guard, mechanism, policy_cmds, views
 from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
 from .waiting import Follow, mode_for
 
@@ -203,8 +205,10 @@ def submit(
     """
     cfg = _config_or_fail(data_dir, config)
     argv = tuple(command or ())
-    try:
-        s = cfg.settings
+
+    def make(active: Config) -> JobSpec:
+        """The spec, with the defaults of the configuration the engine runs."""
+        s = active.settings
         role_name = role or s.default_role
         role_spec = s.roles.get(role_name)
         base = role_spec.limits if role_spec else Limits()
@@ -220,16 +224,15 @@ def submit(
             options["resume_from"] = resume_from
         if secret_env:
             options["secret_env"] = sorted(set(secret_env))
-        spec = JobSpec(command=argv, prompt=prompt, options=options, role=role_name,
+        return JobSpec(command=argv, prompt=prompt, options=options, role=role_name,
                        env_name=env_name or s.default_env,
                        priority=priority, tenant=tenant, key=key, dedup=dedup, limits=limits,
                        after=tuple(after or ()),
                        cwd=str(cwd.expanduser().resolve()) if cwd else str(Path.cwd()),
                        env=_parse_env(setenv or []), worker=worker, parent_id=parent,
                        workspace=str(workspace.expanduser().resolve()) if workspace else None)
-    except CorralError as err:
-        fail(err)
-    result, serving = with_store(cfg, lambda st: _submit(st, cfg, spec))
+
+    result, serving = with_store(cfg, lambda st: _submit(st, cfg, make, quiet=quiet))
     if as_json:
         _emit({"id": result.job.id, "created": result.created,
                "coalesced_on": result.coalesced_on, "superseded": result.superseded,
@@ -250,13 +253,26 @@ def submit(
         raise typer.Exit(_follow(cfg, result.job.id, how)[0])
 
 
-async def _submit(st: Store, cfg: Config, spec: JobSpec) -> tuple[SubmitResult, bool]:
-    """Submit, poke the engine, and say whether one serves the data directory."""
+async def _submit(st: Store, local: Config, make: Callable[[Config], JobSpec], *,
+                  quiet: bool) -> tuple[SubmitResult, bool]:
+    """Submit against the engine's configuration, poke the engine, and say whether one serves
+    the data directory."""
     from corral.runtime.watch import engine_serving
 
-    result = await submissions(st, cfg).submit(spec)
+    svc, cfg = await active_submissions(st, local, quiet=quiet)
+    result = await svc.submit(make(cfg))
     poke(cfg.data_dir, "submitted")
     return result, await engine_serving(cfg, st, time.time())
+
+
+async def active_submissions(st: Store, local: Config, *,
+                             quiet: bool = False) -> tuple[Submissions, Config]:
+    """The submission service over the configuration the engine runs (runtime/published.py);
+    a note on stderr when the local file is not that one."""
+    cfg, note = await active_config(st, local)
+    if note and not quiet:
+        typer.echo(f"corral: note: {note}", err=True)
+    return submissions(st, cfg), cfg
 
 
 def _or(value: int | None, default: int) -> int:
@@ -500,7 +516,10 @@ def dlq_requeue(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
                 config: ConfigOpt = None) -> None:
     """Submit a fresh copy of a dead-lettered job with a fresh attempt budget (recorded on both)."""
     cfg = _config_or_fail(data_dir, config)
-    new = with_store(cfg, lambda st: submissions(st, cfg).dlq_requeue(job))
+    async def requeue(st: Store) -> Job:
+        return await (await active_submissions(st, cfg))[0].dlq_requeue(job)
+
+    new = with_store(cfg, requeue)
     poke(cfg.data_dir)
     if as_json:
         _emit({"id": new.id, "requeued_from": new.requeued_from, "state": new.state.value})
@@ -558,6 +577,7 @@ def _data_dir_of(data_dir: Path | None) -> Path:
 
 mechanism.register(app, _data_dir_of)
 governance.register(app, _config_or_fail, with_store, _emit)
+configs.register(app, _config_or_fail, with_store, _emit)
 policy_cmds.register(app, _config_or_fail, with_store, _emit)
 app.add_typer(guard.app, name="guard")
 

@@ -26,6 +26,7 @@ from corral.domain.governance import (
 from corral.domain.ids import new_id, resolve
 from corral.runtime.assembly import submissions
 from corral.runtime.control import poke
+from corral.runtime.published import active_config
 
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, new_table, record_json, short_time, ts
@@ -366,8 +367,13 @@ def _register_approvals(app: typer.Typer, config_of: ConfigOf, with_store: WithS
     def decide(approval_id: str, state: ApprovalState, note: str, as_json: bool,
                data_dir: Path | None, config: Path | None) -> None:
         cfg = config_of(data_dir, config)
-        a = with_store(cfg, lambda st: submissions(st, cfg).decide_approval(
-            approval_id, state is ApprovalState.APPROVED, by=getpass.getuser(), note=note))
+
+        async def run(st: Store) -> Approval:
+            active, _ = await active_config(st, cfg)  # the engine's roles and scheduler
+            return await submissions(st, active).decide_approval(
+                approval_id, state is ApprovalState.APPROVED, by=getpass.getuser(), note=note)
+
+        a = with_store(cfg, run)
         poke(cfg.data_dir, "wake")
         if as_json:
             emit(record_json(a))

@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,6 +26,7 @@ from corral.domain.errors import CorralError, EngineRunning
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Permit
 from corral.domain.settings import WorkerSpec
+from corral.runtime import published
 from corral.runtime.assembly import (
     adapter_of,
     advertise,
@@ -40,6 +41,7 @@ from corral.runtime.governor import Governor
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
+from corral.workers import credentials
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker
 
@@ -69,6 +71,28 @@ def role_warnings(config: Config) -> list[str]:
                     else f"only asks the model to stop after max_turns {role.max_turns}")
             out.append(f"role {role.name}: worker {kind} {what} (max_tool_calls "
                        f"{role.limits.max_tool_calls} bounds it)")
+    return out
+
+
+def credential_warnings(config: Config, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Each agent worker kind a role uses whose CLI visibly cannot authenticate, one line each,
+    for the engine to log when it starts (its jobs would fail, unretried)."""
+    roles = config.settings.roles.values()
+    out = []
+    for kind in sorted({k for r in roles for k in (r.worker, *r.fallback_workers)}):
+        adapter = adapter_of(config, kind)
+        cls = ADAPTERS.get(adapter)
+        if cls is None:
+            continue
+        spec = config.settings.workers.get(kind) or WorkerSpec(name=kind, adapter=adapter)
+        models = {r.model or spec.model for r in roles if kind in (r.worker, *r.fallback_workers)}
+        why = next((w for m in sorted(models, key=str)
+                    if (w := credentials.missing(adapter, spec, m, cls.api_key_envs, environ))),
+                   None)
+        if why:
+            out.append(f"worker {kind}: its CLI cannot authenticate: {why} (in workers.{kind}.env"
+                       f" or, through pass_env, in the engine's environment; a login in your own"
+                       f" home does not reach it): its jobs will fail, and are not retried")
     return out
 
 
@@ -214,7 +238,8 @@ class Engine:
         await self.store.register_engine(self.id, pid=os.getpid(), host=socket.gethostname(),
                                          now=now)
         self._stale = await self._stale_engines(now)
-        for warning in role_warnings(self.config):
+        await self.store.publish_config(published.record(self.config, self.id, now))
+        for warning in (*role_warnings(self.config), *credential_warnings(self.config)):
             log.warning("%s", warning)
         settle_heap()
         ready = anyio.Event()
