@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 LOOK_S = 1.0  # how often the reasons are looked at again (the state: every 0.25 s at most)
 SETTLE_S = 1.0  # a reason shown as a line once it held this long (no noise for a quick start)
+ENGINE_GRACE_S = 5.0  # how long a wait gives an engine that was just started to answer
 CHUNK = 1 << 16
 
 
@@ -174,6 +175,10 @@ async def follow(cfg: Config, store: Store, ref: str, how: Follow) -> tuple[Job,
     job = await store.get_job(ref)
     label = (await store.short_ids([job.id])).get(job.id, job.id)
     engine = await engine_serving(cfg, store, time.time())
+    grace = time.monotonic() + ENGINE_GRACE_S  # `corral serve &` may be starting right now
+    while not engine and not job.state.terminal and time.monotonic() < grace:
+        await anyio.sleep(0.2)
+        engine = await engine_serving(cfg, store, time.time())
     if not engine and not job.state.terminal and not how.no_engine_ok:
         raise EngineNotRunning(
             f"no engine is serving {cfg.data_dir}: job {label} stays {job.state.value} until "

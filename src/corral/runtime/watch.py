@@ -3,6 +3,8 @@ engine serves it, and the facts of its wait (scheduler/waiting.py turns them int
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from corral.config import Config
@@ -19,11 +21,27 @@ LIVE_ENGINE_S = 15.0
 
 
 async def engine_serving(cfg: Config, store: Store, now: float) -> bool:
-    """Whether an engine serves this data directory (its socket answers) or, on a shared store,
-    any engine heart-beats: a job submitted here will run."""
-    if poke(cfg.data_dir, "ping") is not None:
+    """Whether an engine serves this data directory — it holds the directory's lock (also while
+    it starts, before its socket answers) or its socket answers — or, on a shared store, any
+    engine heart-beats: a job submitted here will run."""
+    if engine_holds(cfg.data_dir) or poke(cfg.data_dir, "ping") is not None:
         return True
     return is_shared(cfg) and bool(await store.live_engines(since=now - LIVE_ENGINE_S))
+
+
+def engine_holds(data_dir: Path) -> bool:
+    """Whether a process holds `<data dir>/engine.lock` (runtime/engine.py ServeLock), read
+    from /proc/locks: testing it by taking the lock, even shared, could make a starting engine
+    believe another one serves the directory."""
+    try:
+        st = os.stat(data_dir / "engine.lock")
+        with open("/proc/locks") as f:
+            table = f.read()
+    except OSError:
+        return False
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any(len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where
+               for parts in (line.split() for line in table.splitlines()))
 
 
 class Watcher:
