@@ -236,16 +236,21 @@ def test_serve_warns_per_worker_kind_whose_cli_cannot_authenticate(
                  "OPENAI_API_KEY", "CODEX_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     c = corral
-    c.config.write_text("""roles:
-  default: {}
-  writer: {worker: claude-code, tools: [Read]}
-  coder: {worker: codex, tools: [Read]}
+    c.config.write_text(f"""roles:
+  default: {{}}
+  writer: {{worker: claude-code, tools: [Read]}}
+  coder: {{worker: codex, tools: [Read]}}
+  other: {{worker: opencode, tools: [Read]}}
 workers:
-  codex: {env: {OPENAI_API_KEY: sk-test-0123456789abcdef}}
+  claude-code: {{binary: {CLAUDE}}}
+  codex: {{binary: {CLAUDE.with_name("codex")}, env: {{OPENAI_API_KEY: sk-test-0123456789ab}}}}
+  opencode: {{binary: /nonexistent/opencode}}
 """)
     c.serve()
-    log = eventually(lambda: "cannot authenticate" in c.engine_log() and c.engine_log(),
-                     what="the warning")
-    [line] = [x for x in log.splitlines() if "cannot authenticate" in x]
-    assert "WARNING" in line and "worker claude-code: its CLI cannot authenticate: none of " \
-        "ANTHROPIC_API_KEY" in line and "not retried" in line
+    log = eventually(lambda: "opencode" in c.engine_log() and c.engine_log(),
+                     what="the warnings")
+    lines = [x for x in log.splitlines() if "WARNING" in x and ": its CLI " in x]
+    assert len(lines) == 2, lines  # codex has its key
+    assert "worker claude-code: its CLI cannot authenticate: none of ANTHROPIC_API_KEY" in \
+        lines[0] and "not retried" in lines[0]
+    assert "worker opencode: its CLI '/nonexistent/opencode' is not found" in lines[1]

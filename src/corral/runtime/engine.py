@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -75,8 +76,8 @@ def role_warnings(config: Config) -> list[str]:
 
 
 def credential_warnings(config: Config, environ: Mapping[str, str] = os.environ) -> list[str]:
-    """Each agent worker kind a role uses whose CLI visibly cannot authenticate, one line each,
-    for the engine to log when it starts (its jobs would fail, unretried)."""
+    """Each agent worker kind a role uses whose CLI is missing or visibly cannot authenticate,
+    one line each, for the engine to log when it starts (its jobs would fail, unretried)."""
     roles = config.settings.roles.values()
     out = []
     for kind in sorted({k for r in roles for k in (r.worker, *r.fallback_workers)}):
@@ -85,6 +86,12 @@ def credential_warnings(config: Config, environ: Mapping[str, str] = os.environ)
         if cls is None:
             continue
         spec = config.settings.workers.get(kind) or WorkerSpec(name=kind, adapter=adapter)
+        binary = spec.binary or cls.default_binary
+        if shutil.which(binary) is None:
+            out.append(f"worker {kind}: its CLI {binary!r} is not found (set workers.{kind}."
+                       "binary, or run scripts/agent-clis and put agent-clis/node_modules/.bin "
+                       "on PATH): its jobs will fail, and are not retried")
+            continue
         models = {r.model or spec.model for r in roles if kind in (r.worker, *r.fallback_workers)}
         why = next((w for m in sorted(models, key=str)
                     if (w := credentials.missing(adapter, spec, m, cls.api_key_envs, environ))),

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from corral.domain.errors import WorkerError
+from corral.domain.errors import WorkerError, WorkerMisconfigured
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import RoleSpec, WorkerSpec
 from corral.domain.states import Fault, Outcome
@@ -155,15 +155,16 @@ class AgentWorker(ABC):
         name = self.spec.binary or self.default_binary
         found = shutil.which(name)
         if found is None:
-            raise WorkerError(f"{self.kind}: agent CLI {name!r} not found (set "
-                              f"workers.{self.kind}.binary, or run scripts/agent-clis)")
+            raise WorkerMisconfigured(f"{self.kind}: agent CLI {name!r} not found (set "
+                                      f"workers.{self.kind}.binary, or run scripts/agent-clis "
+                                      "and put agent-clis/node_modules/.bin on PATH)")
         return found
 
     def version(self, binary: str) -> str:
         found = _version_of(binary, os.stat(binary).st_mtime)
         if self.spec.version and found != self.spec.version:
-            raise WorkerError(f"{self.kind}: pinned to {self.spec.version} but {binary} is "
-                              f"{found}")
+            raise WorkerMisconfigured(f"{self.kind}: pinned to {self.spec.version} but {binary} "
+                                      f"is {found}")
         return found
 
     def role(self, job: Job) -> RoleSpec:
