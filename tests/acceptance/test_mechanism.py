@@ -72,7 +72,7 @@ roles:
         opened = eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN"
                             and _breaker(c, "worker:command"), what="the breaker to open")
         assert opened["state"] == "OPEN"
-        probe = c.submit("sh", "-c", "sleep 3")
+        probe = c.submit("sh", "-c", "sleep 8")  # long enough for the others to be refused
         others = [c.submit("sh", "-c", "sleep 0.2") for _ in range(3)]
         for job_id in (probe, *others):
             assert c.wait(job_id) == 0

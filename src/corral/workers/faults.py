@@ -64,8 +64,8 @@ def agent_fault(result: AttemptResult, summary: StreamSummary | None) -> Fault |
     """An agent attempt, from the shim's record and what the CLI's stream said."""
     if result.succeeded or result.outcome in (Outcome.CANCELLED, Outcome.KILLED):
         return None
-    if result.outcome in (Outcome.LOST, Outcome.SPAWN_ERROR):
-        return command_fault(result) if result.outcome is Outcome.LOST else Fault.WORKER
+    if result.outcome in (Outcome.LOST, Outcome.SPAWN_ERROR):  # the runner or the CLI itself
+        return Fault.WORKER
     if summary is None:  # the CLI wrote nothing at all
         return Fault.WORKER
     if summary.api_failed or summary.api_retrying:
