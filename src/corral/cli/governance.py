@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from corral.config import Config
-from corral.core.ports import Store
+from corral.core.ports import Store, UnifiedRun
 from corral.domain.errors import InvalidRequest
 from corral.domain.governance import (
     Approval,
@@ -29,7 +29,7 @@ from corral.runtime.control import poke
 from corral.runtime.published import active_config
 
 from .options import ConfigOpt, DataDir, JsonOpt
-from .views import console, new_table, record_json, short_time, ts
+from .views import console, id_column, new_table, record_json, short_time, ts
 
 T = TypeVar("T")
 ConfigOf = Callable[[Path | None, Path | None], Config]
@@ -98,15 +98,16 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         """Incidents attached to run reports (append-only; a resolution is a new record)."""
         cfg = config_of(data_dir, config)
 
-        async def fetch(st: Store) -> list[Incident]:
+        async def fetch(st: Store) -> tuple[list[Incident], dict[str, str]]:
             job_id = (await st.get_job(job)).id if job else None
-            return await st.incidents(job_id, open_only=open_only, limit=limit)
+            found = await st.incidents(job_id, open_only=open_only, limit=limit)
+            return found, await st.short_ids([i.job_id for i in found]) if not as_json else {}
 
-        found = with_store(cfg, fetch)
+        found, short = with_store(cfg, fetch)
         if as_json:
             emit([record_json(i) for i in found])
             return
-        _print_incidents(found, empty="no incidents")
+        _print_incidents(found, empty="no incidents", short=short)
 
     @app.command()
     def runs(state: Annotated[str | None, typer.Option("--state", help="Only this job state.")]
@@ -116,15 +117,22 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         """The unified read model (`v_run_unified`): jobs with their report, incident counts
         and latest policy verdict, newest first."""
         cfg = config_of(data_dir, config)
-        rows = with_store(cfg, lambda st: st.run_unified(limit, state=state))
         if as_json:
-            emit([dataclasses.asdict(r) for r in rows])
+            emit([dataclasses.asdict(r)
+                  for r in with_store(cfg, lambda st: st.run_unified(limit, state=state))])
             return
+
+        async def fetch(st: Store) -> tuple[list[UnifiedRun], dict[str, str]]:
+            found = await st.run_unified(limit, state=state)
+            return found, await st.short_ids([r.job_id for r in found])
+
+        rows, short = with_store(cfg, fetch)
         table = new_table()
-        for col in ("job", "state", "role", "outcome", "cost", "incidents", "last verdict"):
+        id_column(table, "job", list(short.values()))
+        for col in ("state", "role", "outcome", "cost", "incidents", "last verdict"):
             table.add_column(col)
         for r in rows:
-            table.add_row(r.job_id, r.state, r.role, r.outcome or "-",
+            table.add_row(short.get(r.job_id, r.job_id), r.state, r.role, r.outcome or "-",
                           f"${r.cost_usd:.4f}" if r.cost_usd is not None else "-",
                           f"{r.incidents_open}/{r.incidents_total}" if r.incidents_total else "-",
                           f"{r.policy_verdict} {r.policy_reason}" if r.policy_verdict else "-")
@@ -156,17 +164,23 @@ def _register_audit(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
             raise typer.Exit(1)
 
 
-def _print_incidents(items: list[Incident], empty: str = "") -> None:
+def _print_incidents(items: list[Incident], empty: str = "",
+                     short: dict[str, str] | None = None) -> None:
+    """Incidents as a table; `short`: the short forms of their jobs' ids (Store.short_ids)."""
     if not items:
         if empty:
             console.print(empty)
         return
+    jobs = [(short or {}).get(i.job_id, i.job_id) for i in items]
     table = new_table(title="incidents")
-    for col in ("id", "at", "job", "type", "severity", "message"):
-        table.add_column(col)
-    for i in items:
+    id_column(table, "id", [i.id for i in items])
+    table.add_column("at", no_wrap=True)
+    id_column(table, "job", jobs)
+    for col in ("type", "severity", "message"):
+        table.add_column(col, overflow="fold")
+    for i, job in zip(items, jobs, strict=True):
         message = i.message if i.resolves is None else f"resolves {i.resolves}: {i.message}"
-        table.add_row(i.id, short_time(i.created_at), i.job_id, i.type.value, i.severity.value,
+        table.add_row(i.id, short_time(i.created_at), job, i.type.value, i.severity.value,
                       message)
     console.print(table)
 
