@@ -11,11 +11,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from corral import config_check
 from corral.core.watchdog import GAUGES
 from corral.domain.errors import ConfigError
 from corral.domain.models import Limits
@@ -262,6 +263,7 @@ class Config:
     sqlite_busy_timeout_ms: int = 5000
     core: CoreModel = field(default_factory=CoreModel)
     secrets_key_file: Path | None = None  # None: <data dir>/secrets.key
+    text: str = ""  # the file as read ("" for the built-in defaults): what an engine publishes
 
     @property
     def db_path(self) -> Path:
@@ -298,10 +300,6 @@ def find_config(explicit: Path | None, data_dir: Path) -> Path | None:
     return None
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(x) for x in loc) or "(top level)"
-
-
 def parse(text: str, source: str) -> ConfigModel:
     """Parse and validate YAML text, or ConfigError naming the key and the reason."""
     try:
@@ -315,12 +313,46 @@ def parse(text: str, source: str) -> ConfigModel:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys")
+    found = config_check.kind_problems(raw, AGENT_ADAPTERS)
     try:
-        return ConfigModel.model_validate(raw)
+        model = ConfigModel.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-        raise ConfigError(f"{source}: {_where(first['loc'])}: {first['msg']}{more}") from err
+        errors = err.errors()
+        known = {loc: keys for e in errors if e["type"] == "extra_forbidden"
+                 for loc in [tuple(e["loc"][:-1])] if (keys := _keys_at(loc)) is not None}
+        found = config_check.problems(errors, known) + found
+    if found:
+        raise ConfigError(config_check.one_line(source, found))
+    return model
+
+
+def _keys_at(loc: tuple[int | str, ...]) -> set[str] | None:
+    """The keys the configuration allows at a location (None when it is no fixed mapping)."""
+    model: Any = ConfigModel
+    expect_name = False  # the next part names an entry of a `dict[str, Model]`
+    for part in loc:
+        if expect_name:
+            expect_name = False
+            continue
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return None
+        model, expect_name = _model_of(field.annotation)
+        if model is None:
+            return None
+    return None if expect_name else set(model.model_fields)
+
+
+def _model_of(annotation: Any) -> tuple[Any, bool]:
+    """(the model a field holds, whether through a `dict[str, Model]`), or (None, False)."""
+    args = [a for a in get_args(annotation) if a is not type(None)] or [annotation]
+    if get_origin(annotation) is dict:
+        inner, _ = _model_of(args[-1])
+        return inner, inner is not None
+    for arg in args:
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg, False
+    return None, False
 
 
 _MCP_NAME = re.compile(r"[A-Za-z0-9_-]+")
@@ -506,6 +538,7 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
     """Read the configuration the way every `corral` command does."""
     ddir = (data_dir or default_data_dir()).expanduser().resolve()
     path = find_config(config_path, ddir)
+    text = ""
     if path is None:
         model, source = ConfigModel(), "(defaults)"
     else:
@@ -519,4 +552,4 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
     return Config(settings=resolve(model, source), data_dir=ddir, store_url=url,
                   sqlite_synchronous=model.store.sqlite_synchronous, source=path,
                   sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core,
-                  secrets_key_file=Path(key) if key else None)
+                  secrets_key_file=Path(key) if key else None, text=text)

@@ -55,9 +55,9 @@ def test_a_group_without_its_command_prints_its_help(corral: Corral) -> None:
 
 
 @pytest.mark.parametrize(("text", "needles"), [
-    ("roles:\n  a: {concurrency: 0}\n", ("roles.a.concurrency", "greater than or equal to 1")),
+    ("roles:\n  a: {concurrency: 0}\n", ("roles.a.concurrency: must be at least 1",)),
     ("roles:\n  a: [1\n", ("malformed YAML", "line")),
-    ("rolez: {}\n", ("rolez", "Extra inputs")),
+    ("rolez: {}\n", ("rolez: unknown key (did you mean 'roles'?",)),
     ("- a list\n", ("top level must be a mapping",)),
     ("environments:\n  gpu: {kind: ray}\n", ("environments.gpu.address",)),
 ])

@@ -92,6 +92,7 @@ def test_kill_switch_stops_running_attempts_within_a_second_and_denies_new_runs(
     for job in running:
         info = corral.job(job)
         assert info["state"] == "KILLED"
+        assert info["last_error"] == f"kill switch {switch['id']}: leak"  # not "cancelled"
         ended = dt.datetime.fromisoformat(info["attempts"][0]["ended"])
         assert (ended - on_at).total_seconds() < 1.0  # the bound: within a second
     assert corral.job(other)["state"] == "RUNNING"  # out of scope

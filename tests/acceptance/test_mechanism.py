@@ -3,14 +3,16 @@ failing workers, fallback kinds, the watchdog shedding under a stall, crash-loop
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
 
 from corral.runtime.control import poke
-from tests.acceptance.conftest import Corral
+from tests.acceptance.conftest import Corral, alive
 from tests.helpers import eventually
 
 BASE = """\
@@ -38,6 +40,25 @@ def _attempt_times(c: Corral, job_id: str) -> tuple[str, str]:
     return a["started"], a["ended"]
 
 
+def worker_crash(c: Corral) -> str:
+    """A real failure of the worker, not of the job: a job's `corral-shim` SIGKILLed while its
+    command runs. The attempt is LOST (the worker's fault). The command goes first, while the
+    shim is stopped (it cannot see it end), so nothing of the job survives its supervisor."""
+    job = c.submit("sleep", "60")
+    assert c.wait(job, until="running") == 0
+    attempt = Path(c.job(job)["attempts"][-1]["log_dir"])
+    shim, child = (int((attempt / f).read_text()) for f in ("shim.pid", "child.pid"))
+    os.kill(shim, signal.SIGSTOP)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(child, signal.SIGKILL)
+    eventually(lambda: not alive(child), what="the job's command to die")
+    os.kill(shim, signal.SIGKILL)
+    assert c.wait(job) != 0
+    [a] = c.job(job)["attempts"]
+    assert a["state"] == "LOST", a
+    return job
+
+
 def test_breaker_opens_on_real_failures_and_closes_through_one_probe(tmp_path: Path) -> None:
     c = Corral(tmp_path, BASE + """\
 breakers: {min_calls: 3, consecutive_failures: 3, open_s: 1.0, window_s: 60}
@@ -47,11 +68,11 @@ roles:
     try:
         c.serve()
         for _ in range(3):
-            assert c.run("submit", "--wait", "--", "sh", "-c", "exit 1").returncode == 1
+            worker_crash(c)
         opened = eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN"
                             and _breaker(c, "worker:command"), what="the breaker to open")
         assert opened["state"] == "OPEN"
-        probe = c.submit("sh", "-c", "sleep 3")
+        probe = c.submit("sh", "-c", "sleep 8")  # long enough for the others to be refused
         others = [c.submit("sh", "-c", "sleep 0.2") for _ in range(3)]
         for job_id in (probe, *others):
             assert c.wait(job_id) == 0
@@ -85,8 +106,10 @@ roles:
     try:
         c.serve()
         script = 'test "$CORRAL_WORKER" = beta'  # only the fallback kind can do this job
+        assert c.run("submit", "--wait", "--", "sh", "-c", script).returncode == 1
+        assert _breaker(c, "worker:alpha").get("state") == "CLOSED", "a job's failure"
         for _ in range(2):
-            assert c.run("submit", "--wait", "--", "sh", "-c", script).returncode == 1
+            worker_crash(c)
         eventually(lambda: _breaker(c, "worker:alpha").get("state") == "OPEN",
                    what="alpha's breaker to open")
         assert c.run("submit", "--wait", "--", "sh", "-c", script).returncode == 0
@@ -138,8 +161,11 @@ roles:
 """)
     try:
         c.serve()
-        for _ in range(3):  # each attempt dies of a signal nobody sent it: a crash
+        for _ in range(4):  # a job's own command dying of a signal is no crash of the worker
             assert c.run("submit", "--wait", "--", "sh", "-c", "kill -9 $$").returncode == 1
+        assert json.loads(c.ok("escalations", "list", "--json")) == []
+        for _ in range(3):  # each attempt's supervisor dies: the worker crashed
+            worker_crash(c)
         items = eventually(lambda: json.loads(c.ok("escalations", "list", "--json")),
                            what="an escalation")
         assert [(e["scope"], e["target"], e["reason"]) for e in items] == [
@@ -159,7 +185,7 @@ roles:
 
 def test_a_restarted_core_resumes_open_breakers(tmp_path: Path) -> None:
     c = Corral(tmp_path, BASE + """\
-core: {heartbeat_s: 0.2, heartbeat_timeout_s: 2.5}
+core: {heartbeat_s: 0.2, heartbeat_timeout_s: 10}  # a kill, not a busy machine, restarts it
 breakers: {min_calls: 2, consecutive_failures: 2, open_s: 300}
 roles:
   default: {concurrency: 2, limits: {max_attempts: 1}}
@@ -167,9 +193,21 @@ roles:
     try:
         c.serve()
         for _ in range(2):
-            assert c.run("submit", "--wait", "--", "sh", "-c", "exit 1").returncode == 1
+            worker_crash(c)
         eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN",
                    what="the breaker to open")
+        [row] = [line for line in c.ok("breakers").splitlines()
+                 if line.startswith("worker:command")]
+        # since when it is OPEN, and when it lets a probe through: times, not "-"
+        assert re.search(r"OPEN\s+│\s+\d\d:\d\d:\d\d\s+│\s+\d\d:\d\d:\d\d", row), row
+        recorded = eventually(lambda: c.ok("events", "--kind", "breaker").strip(),
+                              what="the transition recorded")
+        assert " worker:command → OPEN " in recorded and "worker:worker" not in recorded
+        held = c.submit("true")  # `wait` says why it does not start, and until when
+        r = c.run("wait", held, "--timeout", "3")
+        assert r.returncode == 124
+        assert f"{held[-6:]} is QUEUED: breaker worker:command is OPEN until " in r.stderr, \
+            r.stderr
         before = eventually(lambda: (a := poke(c.data, "ping")) and a["core_state_synced"] and a,
                             what="the engine to hold the core's state")
         os.kill(before["core_pid"], signal.SIGKILL)

@@ -17,7 +17,13 @@ A list of dicts, one per *model turn* (one API round trip that the agent loop ma
      "usage": {"input_tokens": int, "output_tokens": int}, # optional (defaults 100 / 20)
      "delay_s": float,                    # optional: wait this long before answering
      "hang": bool,                        # optional: accept the request, never answer
+     "status": int,                       # optional: answer with this HTTP error instead
+     "message": str,                      #   and this error message (the API's own shape)
      "loop": bool}                        # optional: repeat this turn forever
+
+A ``status`` turn is the model API failing: 401 (bad credentials), 404 (unknown model), 429
+(rate limited), 500/529 (the provider's trouble). The CLIs retry some of these themselves
+(Claude Code: ``CLAUDE_CODE_MAX_RETRIES``), each retry consuming a turn unless it loops.
 
 Tool names are given in Claude Code terms and mapped to each CLI's native tool; the mapping
 may depend on the tools the request offers:
@@ -243,6 +249,18 @@ class MockServer:
             return False
         return True
 
+    def _failed(self, turn: Turn, handler: _Handler) -> bool:
+        """Answer a ``status`` turn with its HTTP error; False when the turn is not one."""
+        status = turn.get("status")
+        if not status:
+            return False
+        message = str(turn.get("message") or f"mock {status}")
+        handler.send_json(self.error_body(int(status), message), int(status))
+        return True
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        return {"error": {"message": message, "type": "mock_error", "code": status}}
+
     @staticmethod
     def is_turn(body: Any) -> bool:
         return isinstance(body, dict) and bool(body.get("tools"))
@@ -256,8 +274,17 @@ class MockServer:
 # ---------------------------------------------------------------------------------------------
 
 
+_ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error",
+                     403: "permission_error", 404: "not_found_error", 429: "rate_limit_error",
+                     529: "overloaded_error"}
+
+
 class AnthropicMock(MockServer):
     """Anthropic Messages API: ``POST /v1/messages[?beta=true]`` (SSE or JSON)."""
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        kind = _ANTHROPIC_ERRORS.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
 
     def _handle(self, handler: _Handler, method: str, body: Any) -> None:
         path = handler.path.split("?", 1)[0]
@@ -276,7 +303,7 @@ class AnthropicMock(MockServer):
         if self.is_turn(body):
             self._record(method, handler.path, "turn", body)
             turn = self.next_turn()
-            if not self._wait_or_hang(turn, handler):
+            if not self._wait_or_hang(turn, handler) or self._failed(turn, handler):
                 return
         else:
             self._record(method, handler.path, "aux", body)
@@ -404,7 +431,7 @@ class OpenAIResponsesMock(MockServer):
         if self.is_turn(body):
             self._record(method, handler.path, "turn", body)
             turn = self.next_turn()
-            if not self._wait_or_hang(turn, handler):
+            if not self._wait_or_hang(turn, handler) or self._failed(turn, handler):
                 return
         else:
             self._record(method, handler.path, "aux", body)

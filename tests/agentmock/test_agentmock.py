@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -390,6 +391,26 @@ def test_mock_script_semantics_loop_aux_and_hang() -> None:
     with OpenAIResponsesMock([], dialect="codex") as m3:
         done = _post(f"{m3.url}/v1/responses", {"tools": [{"name": "exec_command"}]})
         assert '"text": "done"' in done and "response.completed" in done
+
+
+def test_a_status_turn_is_an_api_error_in_the_apis_own_shape() -> None:
+    tools = [{"name": "Bash", "input_schema": {}}]
+    with AnthropicMock([{"status": 401, "message": "invalid x-api-key"},
+                        {"status": 529, "loop": True}]) as m:
+        url = f"{m.url}/v1/messages?beta=true"
+        for status, kind in ((401, "authentication_error"), (529, "overloaded_error"),
+                             (529, "overloaded_error")):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                _post(url, {"stream": True, "tools": tools})
+            assert err.value.code == status
+            assert json.loads(err.value.read())["error"]["type"] == kind
+    with OpenAIResponsesMock([{"status": 429}], dialect="codex") as m2:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            _post(f"{m2.url}/v1/responses", {"tools": [{"name": "exec_command"}]})
+        assert err.value.code == 429
+        assert json.loads(err.value.read())["error"]["message"] == "mock 429"
+        assert '"text": "done"' in _post(f"{m2.url}/v1/responses",
+                                         {"tools": [{"name": "exec_command"}]})
 
 
 # ---------------------------------------------------------------------------------------------

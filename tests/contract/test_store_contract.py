@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corral.core.ports import Finish, JobQuery, QueueFilter, Store
+from corral.core.ports import EngineConfig, Finish, JobQuery, QueueFilter, Store
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
 from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound
 from corral.domain.ids import new_id
@@ -162,6 +162,25 @@ def test_get_job_by_unique_prefix(use_store: UseStore) -> None:
         for wildcard in ("%%%%", "____", a.id[:6] + "%"):  # user input is not a pattern
             with pytest.raises(NotFound):
                 await store.get_job(wildcard)
+
+    use_store(body)
+
+
+def test_get_job_by_unique_suffix_and_the_short_form_tables_print(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        a = await submit(store)
+        b = await submit(store, id=a.id[:12] + "b" * 6 + a.id[-8:])  # ends like a: 8 chars
+        c = await submit(store)
+        assert (await store.get_job(a.id[-9:])).id == a.id
+        assert (await store.get_job(c.id[-6:])).id == c.id
+        names = ", ".join(sorted((a.id, b.id)))
+        with pytest.raises(InvalidRequest, match=f"ambiguous: it names {names}"):
+            await store.get_job(a.id[-8:])
+        short = await store.short_ids([a.id, b.id, c.id])
+        assert short == {a.id: a.id[-9:], b.id: b.id[-9:], c.id: c.id[-6:]}
+        for job_id, form in short.items():  # what a table prints names the job again
+            assert (await store.get_job(form)).id == job_id
+        assert await store.short_ids([]) == {}
 
     use_store(body)
 
@@ -901,5 +920,39 @@ def test_active_runs_are_a_tenants_jobs_with_a_live_attempt(use_store: UseStore)
         await start(store, other)
         assert await store.active_runs("acme") == [running.id]
         assert await store.active_runs("nobody") == []
+
+    use_store(body)
+
+
+def test_a_queued_jobs_place_counts_the_runnable_jobs_before_it(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        first = await submit(store)
+        urgent = await submit(store, priority=0)  # later, but ahead of a priority-2 job
+        blocked = await submit(store, after=(first.id,))  # not runnable: not counted
+        mine = await submit(store)
+        assert await store.queued_ahead(mine) == 2
+        assert await store.queued_ahead(urgent) == 0
+        assert await store.queued_ahead(first) == 1
+        await start(store, first)
+        assert await store.queued_ahead(mine) == 1
+        assert await store.queued_ahead(blocked) == 1
+
+    use_store(body)
+
+
+def test_live_engines_and_the_active_configuration(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        await store.register_engine("e1", pid=1, host="h", now=NOW)
+        await store.register_engine("e2", pid=2, host="h", now=NOW)
+        await store.heartbeat_engine("e2", now=NOW + 30)
+        assert await store.live_engines(since=NOW + 15) == ["e2"]
+        assert await store.live_engines(since=NOW) == ["e1", "e2"]
+        assert await store.active_config() is None
+        old = EngineConfig(engine_id="e1", at=NOW, hash="a" * 64, source=None, text="")
+        new = EngineConfig(engine_id="e2", at=NOW + 1, hash="b" * 64, source="/etc/c.yaml",
+                           text="roles: {notebook: {}}\n")
+        await store.publish_config(new)
+        await store.publish_config(old)  # an engine that started earlier, written later
+        assert await store.active_config() == new
 
     use_store(body)

@@ -21,7 +21,7 @@ from corral.core.permits import CIRCUIT_OPEN
 from corral.domain.errors import NotFound
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
 from corral.domain.settings import BreakerSpec, RoleSpec, Settings
-from corral.domain.states import AttemptState, Outcome
+from corral.domain.states import AttemptState, Fault, Outcome
 from tests.unit.test_permits import (
     NOW,
     failed,
@@ -60,6 +60,13 @@ def feed(b: BreakerBoard, results: list[AttemptResult], start: float = NOW,
     (failed(Outcome.SPAWN_ERROR, 127), False, "failure"),
     (failed(Outcome.CANCELLED, None), False, "neutral"),
     (failed(Outcome.KILLED, None), False, "neutral"),
+    (failed(code=1, fault=Fault.CONFIG), False, "failure"),  # cannot authenticate
+    # the job's own failures say the worker works: they count as healthy calls
+    (failed(code=3, fault=Fault.JOB), False, "success"),
+    (failed(code=None, sig=9, fault=Fault.JOB), False, "success"),
+    (failed(Outcome.TIMED_OUT, None, fault=Fault.JOB), False, "success"),
+    (failed(Outcome.SPAWN_ERROR, None, fault=Fault.JOB), False, "success"),
+    (failed(code=1, fault=None), False, "success"),  # unclassified: never the provider's
 ])
 def test_verdict(result: AttemptResult, stopped: bool, expected: str) -> None:
     assert verdict(result, stop_requested=stopped) == expected

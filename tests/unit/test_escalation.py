@@ -22,7 +22,7 @@ from corral.domain.settings import (
     RoleSpec,
     TenantSpec,
 )
-from corral.domain.states import AttemptState, Outcome
+from corral.domain.states import AttemptState, Fault, Outcome
 from tests.unit.test_permits import NOW, failed, granted, make_core, of, ok, refused, run, settings
 from tests.unit.test_retry import job
 
@@ -50,6 +50,10 @@ def codex(i: int | str, **kw: Any) -> Job:
     (failed(code=1), False, False),  # an ordinary failure
     (failed(Outcome.TIMED_OUT, None), False, False),
     (failed(Outcome.CANCELLED, None), False, False),
+    # a job's own command that dies of a signal, or names no program, is no worker crash
+    (failed(code=None, sig=11, fault=Fault.JOB), False, False),
+    (failed(Outcome.SPAWN_ERROR, 127, fault=Fault.JOB), False, False),
+    (failed(Outcome.SPAWN_ERROR, None, fault=Fault.CONFIG), False, True),  # no CLI binary
 ])
 def test_what_counts_as_a_crash(result: AttemptResult, stop_requested: bool,
                                 crash: bool) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from corral.domain.ids import new_id
+import pytest
+
+from corral.domain.errors import InvalidRequest, NotFound
+from corral.domain.ids import new_id, resolve, shortest
 
 
 def test_ids_sort_by_millisecond_and_are_unique() -> None:
@@ -11,3 +14,36 @@ def test_ids_sort_by_millisecond_and_are_unique() -> None:
     assert all(len(i) == 26 and i.isalnum() and i == i.lower() for i in ids)
     many = {new_id(5) for _ in range(10_000)}
     assert len(many) == 10_000
+
+
+A = "06h0n33sb74qz84115d9eee97g"
+B = "06h0n33pwpj0txdm552bqkjtjg"
+C = "06h0n34yn1bhx7npy46wy6z97g"  # ends like A for three characters
+
+
+@pytest.mark.parametrize(("ref", "expected"), [
+    (A, A), ("06h0n33s", A), ("ee97g", A), ("d9eee97g", A), ("tjg", None),  # 3: too short
+    ("jtjg", B), ("06h0n34", C), ("zzzzzz", None), ("%%%%", None),
+])
+def test_a_reference_is_the_id_or_a_unique_prefix_or_suffix(ref: str,
+                                                            expected: str | None) -> None:
+    if expected is None:
+        with pytest.raises(NotFound):
+            resolve(ref, [A, B, C])
+    else:
+        assert resolve(ref, [A, B, C]) == expected
+
+
+@pytest.mark.parametrize("ref", ["06h0n3", "06h0"])
+def test_an_ambiguous_reference_names_the_candidates(ref: str) -> None:
+    with pytest.raises(InvalidRequest, match="ambiguous: it names 06h0n3"):
+        resolve(ref, [A, B, C, "06h0n3zzzz97g"])
+
+
+def test_the_short_form_is_the_shortest_unique_suffix_of_six_or_more() -> None:
+    assert shortest([A, B, C], [A, B, C]) == {A: A[-6:], B: B[-6:], C: C[-6:]}
+    twin = "06h0n35000000000000d9eee97g"  # ends with A's last 8 characters
+    assert twin.endswith(A[-8:]) and not twin.endswith(A[-9:])
+    assert shortest([A], [A, twin]) == {A: A[-9:]}
+    head = A[-6:] + "0" * 20  # a prefix that reads like A's suffix
+    assert shortest([A], [A, head])[A] == A[-7:]

@@ -28,7 +28,7 @@ from corral.core.permits import (
 from corral.domain.errors import PermitError
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Limits, Permit
 from corral.domain.settings import EnvSpec, RoleSpec, Settings, TenantSpec, WorkerSpec
-from corral.domain.states import AttemptState, JobState, Outcome
+from corral.domain.states import AttemptState, Fault, JobState, Outcome
 from corral.workers.command import CommandWorker
 from tests.unit.test_retry import job
 
@@ -167,8 +167,13 @@ def ok() -> AttemptResult:
 
 
 def failed(outcome: Outcome = Outcome.EXITED, code: int | None = 1,
-           sig: int | None = None, cost: float | None = None) -> AttemptResult:
-    return AttemptResult(outcome=outcome, exit_code=code, signal=sig, cost_usd=cost)
+           sig: int | None = None, cost: float | None = None,
+           fault: Fault | None = Fault.WORKER) -> AttemptResult:
+    """A failed attempt; by default one its worker classified as the worker's own failure."""
+    if outcome in (Outcome.CANCELLED, Outcome.KILLED):
+        fault = None
+    return AttemptResult(outcome=outcome, exit_code=code, signal=sig, cost_usd=cost,
+                         fault=fault)
 
 
 def granted(core: Core, j: Job, now: float = NOW, attempt: int = 1) -> Permit:

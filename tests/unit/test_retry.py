@@ -6,7 +6,7 @@ import pytest
 
 from corral.domain.models import AttemptResult, Job, Limits
 from corral.domain.settings import RetryPolicy
-from corral.domain.states import DedupMode, JobState, Outcome
+from corral.domain.states import DedupMode, Fault, JobState, Outcome
 from corral.scheduler.retry import RetryInput, backoff_s, decide, retryable
 
 NOW = 1000.0
@@ -23,8 +23,8 @@ def job(attempts: int = 1, max_attempts: int = 4, **kw: object) -> Job:
 
 
 def res(outcome: Outcome = Outcome.EXITED, code: int | None = 1,
-        sig: int | None = None) -> AttemptResult:
-    return AttemptResult(outcome=outcome, exit_code=code, signal=sig)
+        sig: int | None = None, fault: Fault | None = None) -> AttemptResult:
+    return AttemptResult(outcome=outcome, exit_code=code, signal=sig, fault=fault)
 
 
 DEFAULT = RetryPolicy(base_s=2, cap_s=60)
@@ -46,6 +46,9 @@ DEFAULT = RetryPolicy(base_s=2, cap_s=60)
     (res(code=75), RetryPolicy(retry_exit_codes=frozenset({75})), True),
     (res(code=1), RetryPolicy(retry_exit_codes=frozenset({75})), False),
     (res(code=0), DEFAULT, False),
+    (res(code=1, fault=Fault.WORKER), DEFAULT, True),  # a model API 5xx: worth another try
+    (res(code=1, fault=Fault.CONFIG), DEFAULT, False),  # not logged in: never retried
+    (res(Outcome.LOST, None, fault=Fault.CONFIG), DEFAULT, False),
 ])
 def test_retryable(result: AttemptResult, policy: RetryPolicy, expected: bool) -> None:
     assert retryable(result, policy) is expected

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -19,14 +20,17 @@ from corral import __version__
 from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
 from corral.domain.errors import CorralError, InvalidRequest
-from corral.domain.models import Job, JobSpec, Limits
+from corral.domain.models import Job, JobSpec, Limits, SubmitResult
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.assembly import build_store, submissions
 from corral.runtime.control import poke
+from corral.runtime.published import active_config
+from corral.scheduler.service import Submissions
 from corral.workers import privacy
 
-from . import governance, guard, mechanism, policy_cmds, views
-from .options import ConfigOpt, DataDir, JsonOpt
+from . import configs, governance, guard, mechanism, policy_cmds, views
+from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
+from .waiting import Follow, mode_for
 
 if TYPE_CHECKING:
     from corral.runtime.engine import Engine
@@ -194,7 +198,10 @@ def submit(
         "with --setenv NAME=VALUE, else the engine's own NAME. Its value is never stored in "
         "clear and is redacted from logs, traces and output (repeatable).")] = None,
     wait: Annotated[bool, typer.Option(
-        "--wait", help="Follow the job and exit with its exit code.")] = False,
+        "--wait", help="Follow the job and exit with its exit code; on a terminal a status "
+                       "line says why it waits.")] = False,
+    follow_output: FollowOpt = False, quiet: QuietOpt = False,
+    no_engine_ok: NoEngineOkOpt = False,
     as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
 ) -> None:
     """Queue a job and print its id.
@@ -204,8 +211,10 @@ def submit(
     """
     cfg = _config_or_fail(data_dir, config)
     argv = tuple(command or ())
-    try:
-        s = cfg.settings
+
+    def make(active: Config) -> JobSpec:
+        """The spec, with the defaults of the configuration the engine runs."""
+        s = active.settings
         role_name = role or s.default_role
         role_spec = s.roles.get(role_name)
         base = role_spec.limits if role_spec else Limits()
@@ -221,29 +230,55 @@ def submit(
             options["resume_from"] = resume_from
         if secret_env:
             options["secret_env"] = sorted(set(secret_env))
-        spec = JobSpec(command=argv, prompt=prompt, options=options, role=role_name,
+        return JobSpec(command=argv, prompt=prompt, options=options, role=role_name,
                        env_name=env_name or s.default_env,
                        priority=priority, tenant=tenant, key=key, dedup=dedup, limits=limits,
                        after=tuple(after or ()),
                        cwd=str(cwd.expanduser().resolve()) if cwd else str(Path.cwd()),
                        env=_parse_env(setenv or []), worker=worker, parent_id=parent,
                        workspace=str(workspace.expanduser().resolve()) if workspace else None)
-    except CorralError as err:
-        fail(err)
-    result = with_store(cfg, lambda st: submissions(st, cfg).submit(spec))
-    poke(cfg.data_dir, "submitted")
+
+    result, serving = with_store(cfg, lambda st: _submit(st, cfg, make, quiet=quiet))
     if as_json:
         _emit({"id": result.job.id, "created": result.created,
                "coalesced_on": result.coalesced_on, "superseded": result.superseded,
-               "state": result.job.state.value})
+               "state": result.job.state.value, "engine_serving": serving})
     else:
         typer.echo(result.job.id)
-        if not result.created:
+        if not result.created and not quiet:
             on = (f"workspace {result.job.workspace}" if result.coalesced_on == "workspace"
                   else f"key {key!r}")
             typer.echo(f"corral: coalesced into existing job {result.job.id} ({on})", err=True)
+    wait = wait or follow_output
+    if not serving and not wait and not quiet and not as_json and not result.job.state.terminal:
+        typer.echo(f"corral: no engine is serving {cfg.data_dir}: the job waits in the queue "
+                   "until `corral serve` runs there", err=True)
     if wait:
-        raise typer.Exit(_follow(cfg, result.job.id))
+        how = Follow(mode=mode_for(quiet=quiet or as_json), output=follow_output,
+                     no_engine_ok=no_engine_ok)
+        raise typer.Exit(_follow(cfg, result.job.id, how)[0])
+
+
+async def _submit(st: Store, local: Config, make: Callable[[Config], JobSpec], *,
+                  quiet: bool) -> tuple[SubmitResult, bool]:
+    """Submit against the engine's configuration, poke the engine, and say whether one serves
+    the data directory."""
+    from corral.runtime.watch import engine_serving
+
+    svc, cfg = await active_submissions(st, local, quiet=quiet)
+    result = await svc.submit(make(cfg))
+    poke(cfg.data_dir, "submitted")
+    return result, await engine_serving(cfg, st, time.time())
+
+
+async def active_submissions(st: Store, local: Config, *,
+                             quiet: bool = False) -> tuple[Submissions, Config]:
+    """The submission service over the configuration the engine runs (runtime/published.py);
+    a note on stderr when the local file is not that one."""
+    cfg, note = await active_config(st, local)
+    if note and not quiet:
+        typer.echo(f"corral: note: {note}", err=True)
+    return submissions(st, cfg), cfg
 
 
 def _or(value: int | None, default: int) -> int:
@@ -266,45 +301,49 @@ def exit_code_of(job: Job) -> int:
     return job.exit_code if job.exit_code not in (None, 0) else 1
 
 
-def _follow(cfg: Config, job_id: str, *, until: str = "end", timeout: float | None = None) -> int:
-    """Wait for the job to end (or to run); its exit code (see WAIT_EXIT for ends without one)."""
+def _follow(cfg: Config, ref: str, how: Follow) -> tuple[int, Job]:
+    """Follow the job (cli/waiting.py); the exit code `submit --wait` and `wait` give, and the
+    job as last seen."""
+    from corral.cli.waiting import follow
 
-    async def watch(store: Store) -> int:
-        delay = 0.02
-        deadline = None if timeout is None else anyio.current_time() + timeout
-        while True:
-            job = await store.get_job(job_id)
-            if job.state.terminal:
-                return exit_code_of(job)
-            if until == "running" and job.state is JobState.RUNNING:
-                return 0
-            if deadline is not None and anyio.current_time() >= deadline:
-                typer.echo(f"corral: {job.id} is still {job.state.value} after {timeout}s",
-                           err=True)
-                return 124
-            await anyio.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
-
-    return with_store(cfg, watch)
+    try:
+        job, done = with_store(cfg, lambda st: follow(cfg, st, ref, how))
+    except KeyboardInterrupt:
+        typer.echo(f"corral: stopped following {ref}; the job goes on (corral wait {ref})",
+                   err=True)
+        raise typer.Exit(130) from None
+    if done is None:
+        typer.echo(f"corral: {job.id} is still {job.state.value} after {how.timeout}s", err=True)
+        return 124, job
+    return (exit_code_of(job) if job.state.terminal else 0), job
 
 
 @app.command("wait")
-def wait_cmd(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def wait_cmd(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
              until: Annotated[str, typer.Option(
                  "--for", help="`end` (default) or `running`.")] = "end",
              timeout: Annotated[float | None, typer.Option(
                  "--timeout", help="Give up after this many seconds (exit 124).")] = None,
+             follow_output: FollowOpt = False, quiet: QuietOpt = False,
+             no_engine_ok: NoEngineOkOpt = False,
              as_json: Annotated[bool, typer.Option(
                  "--json", help="Then print the job as JSON (as `show --json` without its "
-                                "timeline).")] = False,
+                                "timeline); no status on the way.")] = False,
              data_dir: DataDir = None, config: ConfigOpt = None) -> None:
-    """Block until a job ends (exit with its exit code, as `submit --wait`) or starts running."""
+    """Block until a job ends (exit with its exit code, as `submit --wait`) or starts running.
+
+    On a terminal a status line says why the job waits (queued behind N, an open breaker and
+    until when, a pause, an approval, no engine); elsewhere a line on stderr when something
+    holds it back. It fails at once (exit 7) when no engine serves the data directory.
+    """
     if until not in ("end", "running"):
         fail(InvalidRequest(f"--for must be `end` or `running`, got {until!r}"))
     cfg = _config_or_fail(data_dir, config)
-    code = _follow(cfg, job, until=until, timeout=timeout)
+    how = Follow(until=until, timeout=timeout, mode=mode_for(quiet=quiet or as_json),
+                 output=follow_output, no_engine_ok=no_engine_ok)
+    code, seen = _follow(cfg, job, how)
     if as_json:
-        _emit(views.job_json(with_store(cfg, lambda st: st.get_job(job))))
+        _emit(views.job_json(with_store(cfg, lambda st: st.get_job(seen.id))))
     raise typer.Exit(code)
 
 
@@ -318,16 +357,21 @@ def jobs(
 ) -> None:
     """List jobs, newest first."""
     cfg = _config_or_fail(data_dir, config)
-    found = with_store(cfg, lambda st: st.list_jobs(JobQuery(state=state, role=role,
-                                                             limit=limit)))
+    query = JobQuery(state=state, role=role, limit=limit)
     if as_json:
-        _emit([views.job_json(j) for j in found])
+        _emit([views.job_json(j) for j in with_store(cfg, lambda st: st.list_jobs(query))])
     else:
-        views.print_jobs(found)
+        found, short = with_store(cfg, lambda st: _with_short_ids(st, query))
+        views.print_jobs(found, short=short)
+
+
+async def _with_short_ids(st: Store, query: JobQuery) -> tuple[list[Job], dict[str, str]]:
+    found = await st.list_jobs(query)
+    return found, await st.short_ids([j.id for j in found])
 
 
 @app.command()
-def show(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def show(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
          as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
     """A job: its fields, its attempts and its timeline."""
     cfg = _config_or_fail(data_dir, config)
@@ -349,7 +393,7 @@ def show(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")
 
 
 @app.command()
-def trace(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def trace(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
           as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
     """An agent job's traces: per attempt, every tool call (input, output, duration, denied or
     not and why), tokens, cost, checkpoints and the policy decisions taken on the way."""
@@ -379,7 +423,7 @@ def trace(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix)."
 
 
 @app.command()
-def logs(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def logs(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
          follow: Annotated[bool, typer.Option("--follow", "-f",
                                               help="Keep printing until the job ends.")] = False,
          attempt: Annotated[int | None, typer.Option(
@@ -398,7 +442,7 @@ def logs(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")
 
 
 @app.command()
-def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
            reason: Annotated[str, typer.Option("--reason", help="Recorded on the job.")]
            = "cancelled by operator",
            as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
@@ -449,7 +493,7 @@ def events(kind: Annotated[str | None, typer.Option(
     if not found:
         typer.echo("no core events recorded")
     for e in found:
-        typer.echo(f"{views.short_time(e['at'])}  {e['kind']:<10} {e['scope']}:{e['name']} "
+        typer.echo(f"{views.short_time(e['at'])}  {e['kind']:<10} {views.event_subject(e)} "
                    f"→ {e['state']}  {e['reason']}  {e['message']}")
 
 
@@ -459,12 +503,12 @@ def dlq_list(limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
              config: ConfigOpt = None) -> None:
     """Dead-lettered jobs not yet requeued or purged."""
     cfg = _config_or_fail(data_dir, config)
-    found = with_store(cfg, lambda st: st.list_jobs(JobQuery(dead_lettered_unresolved=True,
-                                                             limit=limit)))
+    query = JobQuery(dead_lettered_unresolved=True, limit=limit)
     if as_json:
-        _emit([views.job_json(j) for j in found])
+        _emit([views.job_json(j) for j in with_store(cfg, lambda st: st.list_jobs(query))])
     else:
-        views.print_jobs(found, title="dead-letter queue")
+        found, short = with_store(cfg, lambda st: _with_short_ids(st, query))
+        views.print_jobs(found, title="dead-letter queue", short=short)
 
 
 @dlq_app.command("show")
@@ -479,7 +523,10 @@ def dlq_requeue(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
                 config: ConfigOpt = None) -> None:
     """Submit a fresh copy of a dead-lettered job with a fresh attempt budget (recorded on both)."""
     cfg = _config_or_fail(data_dir, config)
-    new = with_store(cfg, lambda st: submissions(st, cfg).dlq_requeue(job))
+    async def requeue(st: Store) -> Job:
+        return await (await active_submissions(st, cfg))[0].dlq_requeue(job)
+
+    new = with_store(cfg, requeue)
     poke(cfg.data_dir)
     if as_json:
         _emit({"id": new.id, "requeued_from": new.requeued_from, "state": new.state.value})
@@ -516,14 +563,17 @@ def dlq_purge(jobs_: Annotated[list[str] | None, typer.Argument(
 
 @app.command()
 def demo(data_dir: Annotated[Path | None, typer.Option(
-             "--data-dir", help="Where the demo engine keeps its state (default: a fresh "
-             "temporary directory, kept afterwards for inspection).")] = None) -> None:
+             "--data-dir", help="Where the demo engine keeps its state, kept afterwards "
+             "(default: a fresh temporary directory, removed at the end unless --keep).")]
+         = None,
+         keep: Annotated[bool, typer.Option(
+             "--keep", help="Keep the temporary directory for inspection.")] = False) -> None:
     """Start an engine and govern a small demo fleet live: retries into the dead-letter queue,
     a timeout, a cancel, a deduplicated submission, a dependency chain."""
     from corral.cli.demo import run_demo
 
     try:
-        raise typer.Exit(run_demo(data_dir))
+        raise typer.Exit(run_demo(data_dir, keep=keep))
     except CorralError as err:
         fail(err)
 
@@ -534,6 +584,7 @@ def _data_dir_of(data_dir: Path | None) -> Path:
 
 mechanism.register(app, _data_dir_of)
 governance.register(app, _config_or_fail, with_store, _emit)
+configs.register(app, _config_or_fail, with_store, _emit)
 policy_cmds.register(app, _config_or_fail, with_store, _emit)
 app.add_typer(guard.app, name="guard")
 

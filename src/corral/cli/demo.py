@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,13 +18,14 @@ from rich.table import Table
 
 from corral.config import load
 from corral.core.ports import Store
-from corral.domain.errors import CorralError, WorkerError
+from corral.domain.errors import WorkerError
 from corral.domain.governance import KillSwitch, ScopeKind
 from corral.domain.ids import new_id
 from corral.domain.models import Job, JobSpec, Limits
 from corral.domain.states import JobState
 from corral.runtime.assembly import build_store, submissions
 from corral.runtime.control import poke
+from corral.scheduler.service import Submissions
 
 from .views import styled
 
@@ -112,29 +114,26 @@ def _table(entries: list[Entry], jobs: dict[str, Job], elapsed: float) -> Table:
     return table
 
 
-async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Console) -> bool:
+async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Console,
+                 ids: dict[str, str]) -> bool:
+    """Submit the fleet (its ids go into `ids`), show it live until every job ended, check."""
     cfg = load(data_dir=cfg_dir, config_path=cfg_dir / "corral.yaml")
     svc = submissions(store, cfg)
-    ids: dict[str, str] = {}
     for e in entries:
         after = (ids["compile"],) if e.name == "test" else ()
         spec = replace(e.spec, after=after)
         ids[e.name] = (await svc.submit(spec)).job.id
         poke(cfg_dir)
     start = time.monotonic()
-    cancelled = False
+    pending = {"cancel-me", "runaway"}  # the operator's acts, each once its job runs
     with Live(console=console, refresh_per_second=8, transient=False) as live:
         while True:
             jobs = {name: await store.get_job(i) for name, i in ids.items()}
             live.update(_table(entries, jobs, time.monotonic() - start))
-            if not cancelled and time.monotonic() - start > 1.0:
-                await svc.cancel(ids["cancel-me"], "cancelled by the demo operator")
-                await store.activate_kill_switch(KillSwitch(
-                    id=new_id(), scope=ScopeKind.TENANT, target="sandbox",
-                    reason="the demo operator stops a runaway tenant", created_at=time.time(),
-                    created_by="corral demo"))
+            for name in [n for n in pending if jobs[n].state is JobState.RUNNING]:
+                pending.discard(name)
+                await _operator(store, svc, name, ids[name])
                 poke(cfg_dir)
-                cancelled = True
             if all(j.state.terminal for j in jobs.values()):
                 break
             await anyio.sleep(0.15)
@@ -152,46 +151,90 @@ async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Con
     console.print(f"  {'[green]✓[/green]' if audit.ok else '[red]✗[/red]'} audit: "
                   f"{audit.checked} append-only records, chain "
                   f"{'intact' if audit.ok else 'BROKEN'}")
-    console.print(f"\n  inspect: corral jobs --data-dir {cfg_dir}   |   "
-                  f"corral show {ids['flaky']} --data-dir {cfg_dir}")
-    console.print(f"           corral trace {ids['delete pods']} --data-dir {cfg_dir}   |   "
-                  f"corral incidents --data-dir {cfg_dir}")
     return ok and coalesced and audit.ok
 
 
+async def _operator(store: Store, svc: Submissions, name: str, job_id: str) -> None:
+    """What the demo's operator does to a running job: cancel it, or kill its tenant."""
+    if name == "cancel-me":
+        await svc.cancel(job_id, "cancelled by the demo operator")
+        return
+    await store.activate_kill_switch(KillSwitch(
+        id=new_id(), scope=ScopeKind.TENANT, target="sandbox",
+        reason="the demo operator stops a runaway tenant", created_at=time.time(),
+        created_by="corral demo"))
 
-def run_demo(data_dir: Path | None) -> int:
-    console = Console(highlight=False)
-    ddir = (data_dir or Path(tempfile.mkdtemp(prefix="corral-demo-"))).resolve()
-    ddir.mkdir(parents=True, exist_ok=True)
-    (ddir / "corral.yaml").write_text(DEMO_CONFIG)
-    work = ddir / "work"
-    work.mkdir(exist_ok=True)
-    console.print(f"[bold]corral demo[/bold]: engine on {ddir} (SQLite, embedded default)")
-    engine = _start_engine(ddir, ddir / "corral.yaml")
-    ok = False
-    try:
-        cfg = load(data_dir=ddir, config_path=ddir / "corral.yaml")
-        store = build_store(cfg)
+
+class Demo:
+    """One demo run: its data directory, its engine process and the ids of its jobs."""
+
+    def __init__(self, console: Console, ddir: Path) -> None:
+        self.console = console
+        self.ddir = ddir
+        self.engine: subprocess.Popen[bytes] | None = None
+        self.ids: dict[str, str] = {}
+
+    def run(self) -> bool:
+        """Start the engine, govern the fleet to its end; whether every job ended as expected."""
+        ddir = self.ddir
+        ddir.mkdir(parents=True, exist_ok=True)
+        (ddir / "corral.yaml").write_text(DEMO_CONFIG)
+        work = ddir / "work"
+        work.mkdir(exist_ok=True)
+        self.console.print(f"[bold]corral demo[/bold]: engine on {ddir} (SQLite, embedded "
+                           "default)")
+        self.engine = _start_engine(ddir, ddir / "corral.yaml")
+        store = build_store(load(data_dir=ddir, config_path=ddir / "corral.yaml"))
 
         async def main() -> bool:
             await store.open()
             try:
-                return await _drive(store, ddir, fleet(str(work)), console)
+                return await _drive(store, ddir, fleet(str(work)), self.console, self.ids)
             finally:
                 await store.close()
 
-        ok = anyio.run(main)
-    except CorralError:
-        raise
-    finally:
-        engine.send_signal(signal.SIGTERM)
+        return anyio.run(main)
+
+    def stop(self) -> bool:
+        """Stop the engine (every job ended: nothing is left to re-adopt); whether it exited."""
+        if self.engine is None:
+            return True
+        self.engine.send_signal(signal.SIGTERM)
         try:
-            engine.wait(timeout=10)
+            self.engine.wait(timeout=10)
+            return True
         except subprocess.TimeoutExpired:
-            engine.kill()
+            self.engine.kill()
+            self.engine.wait()
+            return False
+
+    def hints(self) -> None:
+        if {"flaky", "delete pods"} <= self.ids.keys():
+            d = self.ddir
+            self.console.print(f"\n  inspect: corral jobs --data-dir {d}   |   "
+                               f"corral show {self.ids['flaky']} --data-dir {d}")
+            self.console.print(f"           corral trace {self.ids['delete pods']} --data-dir "
+                               f"{d}   |   corral incidents --data-dir {d}")
+
+
+def run_demo(data_dir: Path | None, *, keep: bool = False) -> int:
+    """Run the demo. A temporary data directory is removed afterwards, unless `keep` or the
+    demo went wrong (then it stays, for inspection); a given `data_dir` is always kept."""
+    console = Console(highlight=False)
+    temporary = data_dir is None
+    demo = Demo(console, (data_dir or Path(tempfile.mkdtemp(prefix="corral-demo-"))).resolve())
+    ok = False
+    try:
+        ok = demo.run()
+    finally:
+        stopped = demo.stop()
+        kept = not temporary or keep or not ok or not stopped
+        if not kept:
+            shutil.rmtree(demo.ddir, ignore_errors=True)
+    if kept:
+        demo.hints()
     console.print("[green]demo finished: every job ended as governed[/green]" if ok
-                  else f"[red]demo: some jobs did not end as expected; see {ddir}[/red]")
+                  else f"[red]demo: some jobs did not end as expected; see {demo.ddir}[/red]")
+    if kept and temporary and ok:
+        console.print(f"  (kept {demo.ddir} for inspection: remove it when done)")
     return 0 if ok else 1
-
-

@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from corral.config import Config
-from corral.core.ports import Store
+from corral.core.ports import Store, UnifiedRun
 from corral.domain.errors import InvalidRequest
 from corral.domain.governance import (
     Approval,
@@ -23,12 +23,13 @@ from corral.domain.governance import (
     Pause,
     ScopeKind,
 )
-from corral.domain.ids import new_id
+from corral.domain.ids import new_id, resolve
 from corral.runtime.assembly import submissions
 from corral.runtime.control import poke
+from corral.runtime.published import active_config
 
 from .options import ConfigOpt, DataDir, JsonOpt
-from .views import console, new_table, record_json, short_time, ts
+from .views import console, id_column, new_table, record_json, short_time, ts
 
 T = TypeVar("T")
 ConfigOf = Callable[[Path | None, Path | None], Config]
@@ -49,7 +50,7 @@ def register(app: typer.Typer, config_of: ConfigOf, with_store: WithStore, emit:
 def _register_report(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
                      emit: Emit) -> None:
     @app.command()
-    def report(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix).")],
+    def report(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
                as_json: JsonOpt = False, data_dir: DataDir = None,
                config: ConfigOpt = None) -> None:
         """A job's run report: written once when the job ended, never changed."""
@@ -88,7 +89,7 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
                     emit: Emit) -> None:
     @app.command()
     def incidents(job: Annotated[str | None, typer.Argument(
-                      help="Only this job's (id or unique prefix).")] = None,
+                      help="Only this job's (id, or a unique prefix or suffix).")] = None,
                   open_only: Annotated[bool, typer.Option(
                       "--open", help="Only incidents without a resolution.")] = False,
                   limit: Annotated[int, typer.Option("--limit")] = 100,
@@ -97,15 +98,16 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         """Incidents attached to run reports (append-only; a resolution is a new record)."""
         cfg = config_of(data_dir, config)
 
-        async def fetch(st: Store) -> list[Incident]:
+        async def fetch(st: Store) -> tuple[list[Incident], dict[str, str]]:
             job_id = (await st.get_job(job)).id if job else None
-            return await st.incidents(job_id, open_only=open_only, limit=limit)
+            found = await st.incidents(job_id, open_only=open_only, limit=limit)
+            return found, await st.short_ids([i.job_id for i in found]) if not as_json else {}
 
-        found = with_store(cfg, fetch)
+        found, short = with_store(cfg, fetch)
         if as_json:
             emit([record_json(i) for i in found])
             return
-        _print_incidents(found, empty="no incidents")
+        _print_incidents(found, empty="no incidents", short=short)
 
     @app.command()
     def runs(state: Annotated[str | None, typer.Option("--state", help="Only this job state.")]
@@ -115,15 +117,22 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         """The unified read model (`v_run_unified`): jobs with their report, incident counts
         and latest policy verdict, newest first."""
         cfg = config_of(data_dir, config)
-        rows = with_store(cfg, lambda st: st.run_unified(limit, state=state))
         if as_json:
-            emit([dataclasses.asdict(r) for r in rows])
+            emit([dataclasses.asdict(r)
+                  for r in with_store(cfg, lambda st: st.run_unified(limit, state=state))])
             return
+
+        async def fetch(st: Store) -> tuple[list[UnifiedRun], dict[str, str]]:
+            found = await st.run_unified(limit, state=state)
+            return found, await st.short_ids([r.job_id for r in found])
+
+        rows, short = with_store(cfg, fetch)
         table = new_table()
-        for col in ("job", "state", "role", "outcome", "cost", "incidents", "last verdict"):
+        id_column(table, "job", list(short.values()))
+        for col in ("state", "role", "outcome", "cost", "incidents", "last verdict"):
             table.add_column(col)
         for r in rows:
-            table.add_row(r.job_id, r.state, r.role, r.outcome or "-",
+            table.add_row(short.get(r.job_id, r.job_id), r.state, r.role, r.outcome or "-",
                           f"${r.cost_usd:.4f}" if r.cost_usd is not None else "-",
                           f"{r.incidents_open}/{r.incidents_total}" if r.incidents_total else "-",
                           f"{r.policy_verdict} {r.policy_reason}" if r.policy_verdict else "-")
@@ -155,24 +164,31 @@ def _register_audit(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
             raise typer.Exit(1)
 
 
-def _print_incidents(items: list[Incident], empty: str = "") -> None:
+def _print_incidents(items: list[Incident], empty: str = "",
+                     short: dict[str, str] | None = None) -> None:
+    """Incidents as a table; `short`: the short forms of their jobs' ids (Store.short_ids)."""
     if not items:
         if empty:
             console.print(empty)
         return
+    jobs = [(short or {}).get(i.job_id, i.job_id) for i in items]
     table = new_table(title="incidents")
-    for col in ("id", "at", "job", "type", "severity", "message"):
-        table.add_column(col)
-    for i in items:
+    id_column(table, "id", [i.id for i in items])
+    table.add_column("at", no_wrap=True)
+    id_column(table, "job", jobs)
+    for col in ("type", "severity", "message"):
+        table.add_column(col, overflow="fold")
+    for i, job in zip(items, jobs, strict=True):
         message = i.message if i.resolves is None else f"resolves {i.resolves}: {i.message}"
-        table.add_row(i.id, short_time(i.created_at), i.job_id, i.type.value, i.severity.value,
+        table.add_row(i.id, short_time(i.created_at), job, i.type.value, i.severity.value,
                       message)
     console.print(table)
 
 
 ScopeOpt = Annotated[ScopeKind, typer.Option("--scope", help="What it applies to.")]
 TargetOpt = Annotated[str | None, typer.Option(
-    "--target", help="The tenant, role or job (id or unique prefix); not for --scope global.")]
+    "--target", help="The tenant, role or job (id, or a unique prefix or suffix); not for "
+                     "--scope global.")]
 
 
 async def _target(st: Store, scope: ScopeKind, target: str | None) -> str | None:
@@ -218,7 +234,8 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
 
     @ks.command("off")
     def kill_off(switch_id: Annotated[str | None, typer.Argument(
-                     help="The switch (default: every active one in --scope/--target).")] = None,
+                     help="The switch: its id or a unique prefix or suffix (default: every "
+                          "active one in --scope/--target).")] = None,
                  scope: ScopeOpt = ScopeKind.GLOBAL, target: TargetOpt = None,
                  as_json: JsonOpt = False, data_dir: DataDir = None,
                  config: ConfigOpt = None) -> None:
@@ -228,13 +245,18 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
 
         async def run(st: Store) -> list[KillSwitch]:
             active = await st.kill_switches(active_at=now)
-            if switch_id:
-                chosen = [s for s in active if s.id == switch_id]
-                if not chosen:
-                    raise InvalidRequest(f"no active kill switch {switch_id}")
+            if switch_id:  # the id, or a unique prefix or suffix of it
+                chosen_id = resolve(switch_id, [s.id for s in active], "active kill switch")
+                chosen = [s for s in active if s.id == chosen_id]
             else:
                 tgt = await _target(st, scope, target)
                 chosen = [s for s in active if s.scope is scope and s.target == tgt]
+                if not chosen and active:  # say which exist rather than "lifted 0"
+                    raise InvalidRequest(
+                        f"no active kill switch in scope {_scope_of(scope, tgt)}; active: "
+                        + ", ".join(f"{s.id} ({_scope(s)})" for s in active)
+                        + " — lift one by id (`corral kill-switch off ID`) or give its "
+                          "--scope and --target")
             return [await st.lift_kill_switch(s.id, at=now, by=getpass.getuser())
                     for s in chosen]
 
@@ -242,6 +264,9 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
         poke(cfg.data_dir, "wake")
         if as_json:
             emit([record_json(s) for s in lifted])
+            return
+        if not lifted:
+            typer.echo("no active kill switch: nothing to lift")
             return
         typer.echo(f"lifted {len(lifted)} kill switch(es)"
                    + "".join(f"\n  {s.id} ({_scope(s)})" for s in lifted))
@@ -312,7 +337,11 @@ def _register_pause(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
 
 
 def _scope(s: KillSwitch | Pause) -> str:
-    return s.scope.value if s.target is None else f"{s.scope.value} {s.target}"
+    return _scope_of(s.scope, s.target)
+
+
+def _scope_of(scope: ScopeKind, target: str | None) -> str:
+    return scope.value if target is None else f"{scope.value} {target}"
 
 
 def _register_approvals(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
@@ -352,8 +381,13 @@ def _register_approvals(app: typer.Typer, config_of: ConfigOf, with_store: WithS
     def decide(approval_id: str, state: ApprovalState, note: str, as_json: bool,
                data_dir: Path | None, config: Path | None) -> None:
         cfg = config_of(data_dir, config)
-        a = with_store(cfg, lambda st: submissions(st, cfg).decide_approval(
-            approval_id, state is ApprovalState.APPROVED, by=getpass.getuser(), note=note))
+
+        async def run(st: Store) -> Approval:
+            active, _ = await active_config(st, cfg)  # the engine's roles and scheduler
+            return await submissions(st, active).decide_approval(
+                approval_id, state is ApprovalState.APPROVED, by=getpass.getuser(), note=note)
+
+        a = with_store(cfg, run)
         poke(cfg.data_dir, "wake")
         if as_json:
             emit(record_json(a))

@@ -15,7 +15,7 @@ from corral.domain.errors import CorralError, EngineNotRunning
 from corral.runtime.control import poke
 
 from .options import DataDir, JsonOpt
-from .views import console, new_table
+from .views import console, id_column, new_table
 
 
 def ask_engine(data_dir: Path, core_op: str, **fields: Any) -> dict[str, Any]:
@@ -50,17 +50,29 @@ def _t(at: float | None) -> str:
     return "-" if not at else dt.datetime.fromtimestamp(at).strftime("%H:%M:%S")
 
 
+def breaker_since(b: dict[str, Any]) -> float | None:
+    """When a breaker entered its state: its last transition (an OPEN one: when it opened)."""
+    history = b.get("history") or []
+    if history and history[-1].get("to") == b.get("state"):
+        return float(history[-1]["at"])
+    return b.get("opened_at") if b.get("state") == "OPEN" else None
+
+
 def print_breakers(snapshot: dict[str, Any]) -> None:
     breakers = snapshot.get("breakers") or []
     if not breakers:
         console.print("no breaker has seen a result yet (all CLOSED)")
         return
     table = new_table()
-    for col in ("breaker", "state", "since", "calls", "failures", "rate", "reason"):
-        table.add_column(col)
+    id_column(table, "breaker", [str(b.get("name", "?")) for b in breakers])
+    for col in ("state", "since", "probe at", "calls", "failures", "rate", "reason"):
+        table.add_column(col, no_wrap=col != "reason", overflow="fold")
+    at = snapshot.get("at")
     for b in breakers:
-        table.add_row(b.get("name", "?"), b.get("state", "?"), _t(b.get("since")),
-                      str(b.get("calls", "")), str(b.get("failures", "")),
+        after = b.get("retry_after_s")
+        probe = at + after if at is not None and after is not None else None
+        table.add_row(b.get("name", "?"), b.get("state", "?"), _t(breaker_since(b)),
+                      _t(probe), str(b.get("calls", "")), str(b.get("failures", "")),
                       f"{b.get('failure_rate', 0):.2f}" if "failure_rate" in b else "",
                       str(b.get("reason") or ""))
     console.print(table)
@@ -76,7 +88,8 @@ def print_escalations(items: list[dict[str, Any]]) -> None:
         console.print("no active escalations")
         return
     table = new_table()
-    for col in ("id", "scope", "target", "reason", "severity", "action", "opened", "message"):
+    id_column(table, "id", [e["id"] for e in items])
+    for col in ("scope", "target", "reason", "severity", "action", "opened", "message"):
         table.add_column(col, overflow="fold" if col == "message" else "ellipsis")
     for e in items:
         table.add_row(e["id"], e["scope"], e["target"], e["reason"], e.get("severity", ""),

@@ -30,6 +30,7 @@ from corral.domain.governance import BudgetCeiling, DarkLaunch, Period, PrerunVe
 from corral.domain.settings import Settings
 from corral.policy import prerun
 from corral.runtime.control import poke
+from corral.runtime.published import active_config
 
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, evaluation_json, new_table, ts
@@ -374,14 +375,16 @@ def _register_policy_check(policy: typer.Typer, config_of: ConfigOf, with_store:
         Exit status: 0 allow, 1 deny, 8 require_approval, 9 pause.
         """
         cfg = config_of(data_dir, config)
-        try:
-            estimate = _estimate(cfg, role, estimate_usd)
-        except CorralError as err:
-            _fail(err)
         job = prerun.JobRef(id=CHECK_JOB_ID, role=role, tenant=tenant,
                             workflow=workflow or None)
         now = time.time()
-        inp = with_store(cfg, lambda st: _check_input(st, cfg.settings, job, estimate, now))
+
+        async def build(st: Store) -> prerun.PrerunInput:
+            active, _ = await active_config(st, cfg)  # the roles the engine runs
+            estimate = _estimate(active, role, estimate_usd)
+            return await _check_input(st, active.settings, job, estimate, now)
+
+        inp = with_store(cfg, build)
         d = prerun.decide(inp, now)
         if as_json:
             emit({"verdict": d.verdict.value, "reason": d.reason.value, "step": d.step.value,

@@ -6,7 +6,7 @@ import dataclasses
 import datetime as dt
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from corral.domain.agents import AgentEvent, PolicyEvaluation
@@ -102,6 +102,13 @@ def event_json(e: JobEvent) -> dict[str, Any]:
             "attempt": e.attempt, "message": e.message, "data": dict(e.data)}
 
 
+def event_subject(e: dict[str, Any]) -> str:
+    """What a core event is about: `worker:command` (a breaker's name says its scope already),
+    `workerKind:codex`, `job:<id>`."""
+    scope, name = str(e.get("scope") or ""), str(e.get("name") or "")
+    return name if not scope or name.startswith(f"{scope}:") else f"{scope}:{name}"
+
+
 def styled(state: JobState) -> str:
     style = STATE_STYLE.get(state, "white")
     return f"[{style}]{state.value}[/{style}]"
@@ -112,16 +119,28 @@ def _command(j: Job, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def print_jobs(jobs: Sequence[Job], *, title: str | None = None) -> None:
+def id_column(table: Table, header: str, values: Sequence[str]) -> None:
+    """A column of identifiers: never cut or wrapped, whatever the terminal's width (the other
+    columns give way), so that what is printed can be copied into the next command."""
+    width = max((len(v) for v in values), default=len(header))
+    table.add_column(header, no_wrap=True, overflow="fold", min_width=max(width, len(header)))
+
+
+def print_jobs(jobs: Sequence[Job], *, title: str | None = None,
+               short: Mapping[str, str] | None = None) -> None:
+    """Jobs as a table; `short`: each id's short form (Store.short_ids), the whole id without."""
     if not jobs:
         console.print("no jobs" + (f" in the {title}" if title else ""))
         return
     table = new_table(title=title)
-    for col in ("id", "state", "role", "prio", "tries", "command", "note"):
-        table.add_column(col, overflow="fold" if col == "note" else "ellipsis")
-    for j in jobs:
+    ids = [(short or {}).get(j.id, j.id) for j in jobs]
+    id_column(table, "id", ids)
+    for col in ("state", "role", "prio", "tries", "command", "note"):
+        table.add_column(col, overflow="fold" if col == "note" else "ellipsis",
+                         no_wrap=col in ("state", "prio", "tries"))
+    for shown, j in zip(ids, jobs, strict=True):
         note = j.last_error or (f"key {j.key}" if j.key else "")
-        table.add_row(j.id, styled(j.state), j.role, str(j.priority),
+        table.add_row(shown, styled(j.state), j.role, str(j.priority),
                       f"{j.attempts}/{j.limits.max_attempts}", _command(j), note or "")
     console.print(table)
 
@@ -162,6 +181,8 @@ def print_agent_events(events: Sequence[AgentEvent], *, full: bool = False) -> N
             f"{e.tokens_out}  cost {cost}  checkpoints {e.checkpoint_count}  "
             f"limit_hit {e.limit_hit or '-'}  exit {_s(e.exit_code)}  "
             f"duration {_s(e.duration_ms)} ms", markup=False, highlight=False)
+        if e.error:  # the agent's own final error and its subtype
+            console.print(f"  error: {_clip(e.error, 200)}", markup=False, highlight=False)
         if not full:
             continue
         for n, t in enumerate(e.tool_calls, 1):

@@ -1,5 +1,7 @@
 """Circuit breakers per worker kind, provider and model: the core's final authority (seed 004 §9).
 
+Breakers judge the worker kinds and providers, never the jobs: a result counts as a failure only
+when its worker classified it as the worker's or provider's fault (domain.states.Fault).
 CLOSED → OPEN when, among the results of the last `window_s`, the failure rate reaches
 `failure_rate` (once there are `min_calls`) or `consecutive_failures` failures came in a row.
 OPEN → HALF_OPEN at the first permit request `open_s` after opening; HALF_OPEN admits exactly one
@@ -18,7 +20,7 @@ from corral.core.events import BREAKER, INFO, WARNING, CoreEvent, EventSink
 from corral.domain.errors import NotFound
 from corral.domain.models import AttemptResult, Job
 from corral.domain.settings import BreakerSpec
-from corral.domain.states import Outcome
+from corral.domain.states import Fault, Outcome
 
 CLOSED = "CLOSED"
 OPEN = "OPEN"
@@ -30,14 +32,17 @@ NEUTRAL = "neutral"  # cancels and kills are operator actions, not the dependenc
 
 
 def verdict(result: AttemptResult, *, stop_requested: bool = False) -> str:
-    """What one attempt result says about the health of the thing that ran it.
+    """What one attempt result says about the health of the worker and provider that ran it.
 
-    A signal death after we asked the attempt to stop is our doing, not a failure."""
+    Only a failure the worker classified as its own (`Fault.WORKER` or `Fault.CONFIG`) is a
+    failure here: a job that ran and failed on its own (a command's exit 3, a deadline, an
+    agent that gave up) shows a worker that works. A signal death after we asked the attempt
+    to stop is our doing, not a failure."""
     if result.outcome in (Outcome.CANCELLED, Outcome.KILLED):
         return NEUTRAL
     if stop_requested and result.outcome is Outcome.EXITED and result.signal is not None:
         return NEUTRAL
-    return SUCCESS if result.succeeded and result.signal is None else FAILURE
+    return FAILURE if result.fault in (Fault.WORKER, Fault.CONFIG) else SUCCESS
 
 
 def breaker_names(job: Job, kind: str) -> list[str]:

@@ -46,7 +46,7 @@ from corral.core.watchdog import (
 from corral.domain.errors import InvalidRequest, NotFound, WorkerError
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
 from corral.domain.settings import RetryBudget
-from corral.domain.states import Outcome
+from corral.domain.states import Fault, Outcome
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -460,7 +460,11 @@ def _budget_left(budget: RetryBudget, seen: JobAttempts | None, now: float) -> s
 
 
 def _is_crash(result: AttemptResult, stop_requested: bool) -> bool:
-    """LOST, SPAWN_ERROR, or a signal death we did not ask for (seed 004 §11.1)."""
+    """LOST, SPAWN_ERROR, or a signal death we did not ask for — of the worker itself: a job's
+    own command that dies of a signal (or names no program) is the job's failure, and must not
+    isolate the worker kind every other job runs on."""
+    if result.fault not in (Fault.WORKER, Fault.CONFIG):
+        return False
     if result.outcome in (Outcome.LOST, Outcome.SPAWN_ERROR):
         return True
     return (result.outcome is Outcome.EXITED and result.signal is not None

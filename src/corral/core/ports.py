@@ -139,6 +139,18 @@ class UnifiedRun:
     policy_at: float | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """The configuration an engine serves with, as it recorded it when it started: the file's
+    text with secret-looking values redacted, and that text's sha256 (`hash`)."""
+
+    engine_id: str
+    at: float
+    hash: str
+    source: str | None  # the file it read (None: the built-in defaults)
+    text: str
+
+
 class Store(Protocol):
     """Domain operations on durable state. Every state change is a compare-and-set."""
 
@@ -194,7 +206,24 @@ class Store(Protocol):
         """Every job with a live attempt (STARTING or RUNNING), for recovery and cancels."""
 
     async def get_job(self, ref: str) -> Job:
-        """A job by id or unique id prefix; NotFound otherwise."""
+        """A job by id or a unique prefix or suffix of its id (domain.ids.resolve); NotFound,
+        or InvalidRequest naming the candidates when the reference is ambiguous."""
+
+    async def short_ids(self, ids: Sequence[str]) -> dict[str, str]:
+        """Each job id's shortest suffix (domain.ids.SHORT_MIN or more characters) that no
+        other job's id ends or begins with: what tables print."""
+
+    async def queued_ahead(self, job: Job) -> int:
+        """How many runnable QUEUED jobs come before this one in queue order."""
+
+    async def live_engines(self, *, since: float) -> list[str]:
+        """Ids of the engines that heart-beat (or started) at or after `since`."""
+
+    async def publish_config(self, config: EngineConfig) -> None:
+        """Record the configuration an engine starts with (rows are only added)."""
+
+    async def active_config(self) -> EngineConfig | None:
+        """The configuration the engine that started last recorded; None if none ever did."""
 
     async def list_jobs(self, query: JobQuery) -> list[Job]: ...
 

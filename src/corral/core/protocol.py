@@ -14,7 +14,7 @@ from typing import Any
 
 from corral.domain.errors import CorralError
 from corral.domain.models import Attempt, AttemptResult, Job, Limits, Permit
-from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+from corral.domain.states import AttemptState, DedupMode, Fault, JobState, Outcome
 
 MAX_LINE = 1 << 20  # 1 MiB: a job with a large prompt fits; a runaway writer does not
 VERSION = 1
@@ -164,7 +164,8 @@ def permit_in(d: Mapping[str, Any]) -> Permit:
 def result_out(r: AttemptResult) -> dict[str, Any]:
     return {"outcome": r.outcome.value, "exit_code": r.exit_code, "signal": r.signal,
             "error": r.error, "limit_hit": r.limit_hit, "started_at": r.started_at,
-            "ended_at": r.ended_at, "cost_usd": r.cost_usd}
+            "ended_at": r.ended_at, "cost_usd": r.cost_usd,
+            "fault": r.fault.value if r.fault else None}
 
 
 def result_in(d: Mapping[str, Any]) -> AttemptResult:
@@ -172,6 +173,7 @@ def result_in(d: Mapping[str, Any]) -> AttemptResult:
         return AttemptResult(outcome=Outcome(d["outcome"]), exit_code=d.get("exit_code"),
                              signal=d.get("signal"), error=d.get("error"),
                              limit_hit=d.get("limit_hit"), started_at=d.get("started_at"),
-                             ended_at=d.get("ended_at"), cost_usd=d.get("cost_usd"))
+                             ended_at=d.get("ended_at"), cost_usd=d.get("cost_usd"),
+                             fault=Fault(d["fault"]) if d.get("fault") else None)
     except (KeyError, TypeError, ValueError) as err:
         raise ProtocolError(f"invalid result: {err!r}") from None

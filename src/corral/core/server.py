@@ -25,9 +25,9 @@ from corral.core.gateway import Core
 from corral.core.permits import PERMIT_USED, Rejected
 from corral.core.ports import AttemptHandle
 from corral.core.state import CoreState
-from corral.domain.errors import CorralError, PermitError
+from corral.domain.errors import CorralError, PermitError, WorkerMisconfigured
 from corral.domain.models import AttemptResult, Claimed
-from corral.domain.states import Outcome
+from corral.domain.states import Fault, Outcome
 
 log = logging.getLogger("corral.core")
 
@@ -151,8 +151,9 @@ class CoreServer:
         except PermitError as err:  # nothing started; the permit's holder keeps its slot
             await self._refuse(msg, claimed, err)
             return
-        except CorralError as err:
-            result = AttemptResult(outcome=Outcome.SPAWN_ERROR, error=str(err))
+        except CorralError as err:  # the worker could not start it: its fault, not the job's
+            fault = Fault.CONFIG if isinstance(err, WorkerMisconfigured) else Fault.WORKER
+            result = AttemptResult(outcome=Outcome.SPAWN_ERROR, error=str(err), fault=fault)
             await self._completed(claimed, result, msg.get("id"))
             return
         self.running[job.id] = _Running(claimed=claimed, handle=handle)

@@ -77,6 +77,11 @@ class WorkerError(CorralError):
     """A worker could not be started or supervised."""
 
 
+class WorkerMisconfigured(WorkerError):
+    """A worker cannot start as configured (its CLI is missing, another version, cannot
+    authenticate): the worker's fault, and trying again without a fix cannot help."""
+
+
 class EngineRunning(CorralError):
     """Another engine already serves this data directory."""
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import base64
 import os
 import time
+from collections.abc import Iterable
+
+from corral.domain.errors import InvalidRequest, NotFound
 
 # RFC 4648 base32 digits, in value order, onto Crockford's (also in ASCII order): ids made in
 # a later millisecond sort after earlier ones as plain strings.
@@ -17,3 +20,45 @@ def new_id(now_ms: int | None = None) -> str:
     ms = int(time.time() * 1000) if now_ms is None else now_ms
     raw = (ms & 0xFFFF_FFFF_FFFF).to_bytes(6, "big") + os.urandom(10)
     return base64.b32encode(raw)[:26].translate(_CROCKFORD).decode()
+
+
+# A reference to an id: the whole id, or a unique prefix or suffix of at least MIN_REF
+# characters. Ids are time-ordered, so ids made close together share their first characters
+# and differ at the end: tables print the shortest unique suffix, of at least SHORT_MIN
+# characters so that it stays unique while more ids are made (docs/reference/cli.md).
+MIN_REF = 4
+SHORT_MIN = 6
+
+
+def matches(ref: str, candidate: str) -> bool:
+    """Whether `ref` names `candidate`: equal, or a prefix or suffix of at least MIN_REF."""
+    if ref == candidate:
+        return True
+    return len(ref) >= MIN_REF and (candidate.startswith(ref) or candidate.endswith(ref))
+
+
+def resolve(ref: str, ids: Iterable[str], what: str = "job") -> str:
+    """The one id among `ids` that `ref` names; NotFound, or InvalidRequest when ambiguous."""
+    found = sorted({i for i in ids if matches(ref, i)})
+    if ref in found:
+        return ref
+    if not found:
+        raise NotFound(f"no {what} {ref}")
+    if len(found) > 1:
+        raise InvalidRequest(f"{what} id {ref!r} is ambiguous: it names "
+                             f"{', '.join(found[:5])}{' …' if len(found) > 5 else ''}")
+    return found[0]
+
+
+def shortest(wanted: Iterable[str], everything: Iterable[str]) -> dict[str, str]:
+    """Each wanted id's shortest suffix (at least SHORT_MIN long) that names no other id of
+    `everything`, neither as a suffix nor as a prefix."""
+    others = list(everything)
+    out = {}
+    for i in wanted:
+        n = min(SHORT_MIN, len(i))
+        while n < len(i) and any(o != i and (o.endswith(i[-n:]) or o.startswith(i[-n:]))
+                                 for o in others):
+            n += 1
+        out[i] = i[-n:]
+    return out

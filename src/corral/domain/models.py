@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+from corral.domain.states import AttemptState, DedupMode, Fault, JobState, Outcome
 
 PRIORITY_CRITICAL = 0
 PRIORITY_BACKLOG = 4
@@ -143,6 +143,7 @@ class AttemptResult:
     started_at: float | None = None
     ended_at: float | None = None
     cost_usd: float | None = None  # what the attempt cost, when the worker knows (seed 004 §4.4)
+    fault: Fault | None = None  # whose failure it was (None: it succeeded, or was stopped)
 
     @property
     def succeeded(self) -> bool:

@@ -100,3 +100,15 @@ class Outcome(StrEnum):
     KILLED = "killed"  # the kill switch stopped it
     LOST = "lost"  # the process vanished while nobody watched
     SPAWN_ERROR = "spawn_error"  # it could not start (no such binary, bad cwd …)
+
+
+class Fault(StrEnum):
+    """Whose failure an attempt's end was. Circuit breakers and the crash-loop rule count only
+    the worker's (docs/explanation/design.md, "Whose failure"); a job's own failure says nothing
+    about the provider that ran it."""
+
+    JOB = "job"  # the job's own: its command's exit, its deadline, the agent's own verdict
+    WORKER = "worker"  # the worker or its provider: a failed spawn, a crashed supervisor or
+    # CLI, a model API answering 429/5xx or not at all
+    CONFIG = "config"  # the worker's configuration: a CLI that cannot authenticate, an unknown
+    # model. The worker's fault too, and trying again cannot help: never retried

@@ -6,11 +6,12 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,6 +27,7 @@ from corral.domain.errors import CorralError, EngineRunning
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Permit
 from corral.domain.settings import WorkerSpec
+from corral.runtime import published
 from corral.runtime.assembly import (
     adapter_of,
     advertise,
@@ -40,7 +42,7 @@ from corral.runtime.governor import Governor
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
-from corral.workers import privacy
+from corral.workers import credentials, privacy
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
 from corral.workers.sealing import Keeper, revealer
@@ -73,6 +75,34 @@ def role_warnings(config: Config) -> list[str]:
                     else f"only asks the model to stop after max_turns {role.max_turns}")
             out.append(f"role {role.name}: worker {kind} {what} (max_tool_calls "
                        f"{role.limits.max_tool_calls} bounds it)")
+    return out
+
+
+def credential_warnings(config: Config, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Each agent worker kind a role uses whose CLI is missing or visibly cannot authenticate,
+    one line each, for the engine to log when it starts (its jobs would fail, unretried)."""
+    roles = config.settings.roles.values()
+    out = []
+    for kind in sorted({k for r in roles for k in (r.worker, *r.fallback_workers)}):
+        adapter = adapter_of(config, kind)
+        cls = ADAPTERS.get(adapter)
+        if cls is None:
+            continue
+        spec = config.settings.workers.get(kind) or WorkerSpec(name=kind, adapter=adapter)
+        binary = spec.binary or cls.default_binary
+        if shutil.which(binary) is None:
+            out.append(f"worker {kind}: its CLI {binary!r} is not found (set workers.{kind}."
+                       "binary, or run scripts/agent-clis and put agent-clis/node_modules/.bin "
+                       "on PATH): its jobs will fail, and are not retried")
+            continue
+        models = {r.model or spec.model for r in roles if kind in (r.worker, *r.fallback_workers)}
+        why = next((w for m in sorted(models, key=str)
+                    if (w := credentials.missing(adapter, spec, m, cls.api_key_envs, environ))),
+                   None)
+        if why:
+            out.append(f"worker {kind}: its CLI cannot authenticate: {why} (in workers.{kind}.env"
+                       f" or, through pass_env, in the engine's environment; a login in your own"
+                       f" home does not reach it): its jobs will fail, and are not retried")
     return out
 
 
@@ -224,7 +254,8 @@ class Engine:
         await self.store.register_engine(self.id, pid=os.getpid(), host=socket.gethostname(),
                                          now=now)
         self._stale = await self._stale_engines(now)
-        for warning in role_warnings(self.config):
+        await self.store.publish_config(published.record(self.config, self.id, now))
+        for warning in (*role_warnings(self.config), *credential_warnings(self.config)):
             log.warning("%s", warning)
         settle_heap()
         ready = anyio.Event()

@@ -4,8 +4,9 @@ and the kill switch applied to what already runs.
 Before the dispatcher asks the core for a permit, each job passes the gate: a kill switch in its
 scope denies it for good (DENIED, `kill_switch_active`), a pause leaves it queued, a dark launch
 that excludes its workflow denies it; the rest goes on. Every decision is appended as a policy
-evaluation (stage `pre_run`) with the inputs it used — once per job and verdict, so a job that
-waits out a long pause is not recorded on every dispatch round. Running attempts in the scope of
+evaluation (stage `pre_run`) with the inputs it used — once per attempt and decision: a job that
+waits out a long pause, or is allowed but waits for a permit (an open breaker), is recorded again
+only when the decision changes, not on every dispatch round. Running attempts in the scope of
 an active kill switch are stopped (KILLED): the dispatcher asks on every round and on every poke,
 so `corral kill-switch on` reaches them within a second.
 
@@ -35,6 +36,7 @@ from corral.policy.guardrails import Guardrails, GuardVerdict
 from corral.policy.redact import Redactor
 
 REFRESH_S = 0.5
+REMEMBERED = 20_000  # waiting jobs whose last recorded decision is kept (then the oldest go)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,8 @@ class PrerunGate:
         self._pauses: list[Pause] = []
         self._ceilings: list[BudgetCeiling] = []
         self._read_at = float("-inf")
-        self._recorded: dict[str, str] = {}  # job id → verdict last recorded
+        # job id → (attempt, verdict, reason) last recorded, while the job waits
+        self._recorded: dict[str, tuple[int, str, str]] = {}
 
     def stale(self) -> None:
         """Something may have changed (a poke): read again on the next look."""
@@ -148,14 +151,30 @@ class PrerunGate:
                 active[job.tenant].add(job.id)  # the batch's own admissions count too
             out[job.id] = Admission(verdict=PrerunVerdict(e.verdict), reason=e.reason,
                                     message=e.message)
-            if self._recorded.get(job.id) != e.verdict:
-                self._recorded[job.id] = e.verdict
+            if self._changed(job.id, e):
                 records.append(e)
-            if e.verdict != PrerunVerdict.PAUSE.value:
-                self._recorded.pop(job.id, None)  # decided: nothing more to remember
         if records:
             await self.store.append_policy_evaluations(records)
         return out
+
+    def _changed(self, job_id: str, e: PolicyEvaluation) -> bool:
+        """Whether this decision differs from the last one recorded for the job's attempt."""
+        key = (e.attempt or 0, e.verdict, e.reason)
+        if self._recorded.get(job_id) == key:
+            return False
+        if e.verdict == PrerunVerdict.DENY.value:  # decided for good: nothing to remember
+            self._recorded.pop(job_id, None)
+            return True
+        self._recorded[job_id] = key
+        if len(self._recorded) > REMEMBERED:  # forget the oldest; worst case one more record
+            for old in list(self._recorded)[:REMEMBERED // 4]:
+                del self._recorded[old]
+        return True
+
+    def dispatched(self, job_ids: Iterable[str]) -> None:
+        """These jobs' attempts started: nothing to remember until their next attempt waits."""
+        for job_id in job_ids:
+            self._recorded.pop(job_id, None)
 
     async def at_submit(self, job: Job, now: float) -> PolicyEvaluation:
         """The pre-run evaluation of a job being submitted: a deny stores it DENIED at once (it

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -77,6 +77,8 @@ class RunGate(Protocol):
 
     def stale(self) -> None: ...
 
+    def dispatched(self, job_ids: Iterable[str]) -> None: ...
+
 
 class AgentHooks(Protocol):
     """What the dispatcher tells the governor of agent attempts (runtime/governor.py)."""
@@ -135,6 +137,9 @@ class Dispatcher:
         self._tg: TaskGroup | None = None
         self._retry_due: float | None = None
         self._rejected: dict[str, str] = {}  # job id → last permit refusal reason recorded
+        # job id → why it is being stopped (cancel, kill switch), for its last_error: the
+        # claimed job is the one read before anybody asked
+        self._stop_reasons: dict[str, str] = {}
         self._rejections: list[JobEvent] = []
 
     # ---- public --------------------------------------------------------------------------
@@ -217,10 +222,10 @@ class Dispatcher:
         assert self.gate is not None
         running = [live.claimed.job for live in self._live.values() if live.stop_sent is None]
         for job, switch in await self.gate.to_kill(running, now):
+            reason = f"kill switch {switch.id}: {switch.reason}"
             with contextlib.suppress(CorralError):  # persisted first: a restart still kills it
-                await self.store.request_cancel(
-                    job.id, reason=f"kill switch {switch.id}: {switch.reason}", kind="kill",
-                    now=now)
+                await self.store.request_cancel(job.id, reason=reason, kind="kill", now=now)
+            self._stop_reasons[job.id] = reason
             await self._stop(job.id, "kill")
             self._check_stops = True  # its children were flagged too
 
@@ -259,6 +264,8 @@ class Dispatcher:
         if not claims:
             return False
         won = await self.store.start_attempts(claims, now=now)
+        if self.gate is not None:
+            self.gate.dispatched(c.job.id for c in won)
         if any(c.job.workspace for c in won):
             await self._report_lock_waits(now)
         won_ids = {c.attempt.id for c in won}
@@ -353,6 +360,8 @@ class Dispatcher:
             if not job.cancel_requested:
                 continue
             live = self._live.get(job.id)
+            if live is not None:
+                self._stop_reasons[job.id] = job.cancel_requested
             kind = job.stop_kind or "cancel"
             if job.workspace and job.cancel_requested.startswith("superseded by") and (
                     live is None or live.stop_sent is None):
@@ -428,7 +437,8 @@ class Dispatcher:
         role = self.settings.roles.get(c.job.role)
         policy = role.retry if role else self.settings.roles[self.settings.default_role].retry
         now = self.clock()
-        job = c.job.with_(attempts=c.attempt.index)
+        job = c.job.with_(attempts=c.attempt.index, cancel_requested=self._stop_reasons.pop(
+            c.job.id, None) or c.job.cancel_requested)
         d = decide(RetryInput(job=job, result=result, policy=policy, stop_kind=stop_kind,
                               runtime_limit=limit_hit, jitter=self.jitter()), now)
         if stop_kind == "kill" and result.outcome is Outcome.CANCELLED:
@@ -446,10 +456,13 @@ class Dispatcher:
                 await self.agents.ended(claim, result)
             except Exception:  # the trace is best effort; the result is not
                 log.exception("writing the agent trace of %s failed", c.attempt.id)
+        fault = result.fault.value if result.fault else None
         events = [JobEvent(job_id=c.job.id, at=now, kind="attempt_ended", attempt=c.attempt.index,
-                           message=result.describe(),
+                           message=result.describe() + (
+                               f" ({fault} failure)" if fault and fault != "job" else ""),
                            data={"outcome": result.outcome.value, "exit_code": result.exit_code,
-                                 "signal": result.signal, "cost_usd": result.cost_usd})]
+                                 "signal": result.signal, "cost_usd": result.cost_usd,
+                                 "fault": fault})]
         await self._write(finished=Finish(attempt=c.attempt, result=result, job_state=d.state,
                                           retry_at=d.retry_at, error=d.error, events=events))
         if d.retry_at is not None:

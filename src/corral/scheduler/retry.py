@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from corral.domain.models import AttemptResult, Job
 from corral.domain.settings import RetryPolicy
-from corral.domain.states import JobState, Outcome
+from corral.domain.states import Fault, JobState, Outcome
 
 # Limits a worker itself stops an attempt at (workers/pump.py: the output cap).
 WORKER_LIMITS = frozenset({"output"})
@@ -37,7 +37,10 @@ def backoff_s(policy: RetryPolicy, attempt: int, jitter: float) -> float:
 
 
 def retryable(result: AttemptResult, policy: RetryPolicy) -> bool:
-    """Is this failure worth another attempt under the role's policy?"""
+    """Is this failure worth another attempt under the role's policy? A configuration fault
+    of the worker (a CLI that cannot authenticate, an unknown model) never is."""
+    if result.fault is Fault.CONFIG:
+        return False
     match result.outcome:
         case Outcome.LOST:
             return policy.retry_lost

@@ -18,9 +18,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
+from corral.core.ports import UNBOUNDED, Admission, EngineConfig, Finish, JobQuery, QueueFilter
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
+from corral.domain.ids import resolve
 from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
 from corral.domain.states import AttemptState, JobState
 from corral.scheduler.dedup import on_held_key
@@ -28,6 +29,7 @@ from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store import cascade
 from corral.store.admission import acquired_event
 from corral.store.governance_memory import MemoryGovernance
+from corral.store.operator_memory import MemoryOperator
 from corral.store.sql import (
     CORE_EVENT_FIELDS,
     STOP_STATES,
@@ -58,7 +60,7 @@ def _normalise(job: Job) -> Job:
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
 
 
-class MemoryStore(MemoryGovernance):
+class MemoryStore(MemoryOperator, MemoryGovernance):
     """The store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
@@ -78,6 +80,7 @@ class MemoryStore(MemoryGovernance):
         self._events: dict[str, list[tuple[int, JobEvent]]] = {}
         self._event_seq = 0
         self._engines: dict[str, tuple[str, int, float, float]] = {}
+        self._configs: list[EngineConfig] = []
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:
@@ -511,13 +514,8 @@ class MemoryStore(MemoryGovernance):
 
     async def get_job(self, ref: str) -> Job:
         job = self._jobs.get(ref)
-        if job is None and ref and len(ref) >= 4:
-            matches = [j for j in self._jobs.values() if j.id.startswith(ref)]
-            if len(matches) > 1:
-                raise InvalidRequest(f"job id prefix {ref!r} is ambiguous")
-            job = matches[0] if matches else None
         if job is None:
-            raise NotFound(f"no job {ref}")
+            job = self._jobs[resolve(ref, self._jobs)]
         return _out(job)
 
     async def list_jobs(self, query: JobQuery) -> list[Job]:

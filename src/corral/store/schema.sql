@@ -330,3 +330,13 @@ SELECT j.id AS job_id, j.state AS state, j.role AS role, j.tenant AS tenant,
   LEFT JOIN run_reports r ON r.job_id = j.id
   LEFT JOIN policy_evaluations p
     ON p.id = (SELECT MAX(q.id) FROM policy_evaluations q WHERE q.job_id = j.id);
+
+-- The configuration each engine serves with, recorded when it starts (issue 13), redacted.
+CREATE TABLE engine_configs (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    engine_id TEXT NOT NULL,
+    at        REAL NOT NULL,
+    hash      TEXT NOT NULL,
+    source    TEXT,
+    text      TEXT NOT NULL
+);

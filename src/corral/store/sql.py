@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
+from corral.domain.ids import MIN_REF, resolve
 from corral.domain.models import (
     Attempt,
     AttemptResult,
@@ -29,6 +30,7 @@ from corral.scheduler.service import Seat, workspace_seat
 from corral.store import admission as adm
 from corral.store import cascade
 from corral.store.governance_sql import SqlGovernance
+from corral.store.operator_sql import SqlOperator
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
     JOB_COLUMNS,
@@ -124,7 +126,7 @@ def job_event(job: Job, kind: str, now: float, message: str = "", *, to: JobStat
                     attempt=attempt, data=dict(data or {}))
 
 
-class SqlStore(SqlGovernance):
+class SqlStore(SqlOperator, SqlGovernance):
     """The store port implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:
@@ -527,14 +529,15 @@ class SqlStore(SqlGovernance):
     async def get_job(self, ref: str) -> Job:
         async with self.driver.read() as tx:
             row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (ref,))
-            if row is None and ref and len(ref) >= 4:
+            if row is None and len(ref) >= MIN_REF:
                 # Not LIKE: `%`/`_` in user input are no wildcards, and case sensitivity would
                 # differ between SQLite and PostgreSQL.
-                rows = await tx.fetchall(_JOB_SELECT + " WHERE substr(id, 1, ?) = ? LIMIT 2",
-                                         (len(ref), ref))
-                if len(rows) > 1:
-                    raise InvalidRequest(f"job id prefix {ref!r} is ambiguous")
-                row = rows[0] if rows else None
+                rows = await tx.fetchall(
+                    "SELECT id FROM jobs WHERE substr(id, 1, ?) = ? "
+                    "OR substr(id, length(id) - ? + 1) = ? LIMIT 6",
+                    (len(ref), ref, len(ref), ref))
+                found = resolve(ref, [r["id"] for r in rows])
+                row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (found,))
         if row is None:
             raise NotFound(f"no job {ref}")
         return job_from_row(row)

@@ -30,15 +30,16 @@ from typing import Any
 
 import anyio
 
-from corral.domain.errors import WorkerError
+from corral.domain.errors import WorkerError, WorkerMisconfigured
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import RoleSpec, WorkerSpec
-from corral.domain.states import Outcome
+from corral.domain.states import Fault, Outcome
 from corral.policy.redact import SECRET_NAME, Redactor
 from corral.policy.runtime import Scope, shell_command
 from corral.workers import privacy, process
 from corral.workers.codexcalls import codex_shell_call
 from corral.workers.command import Launch, ShimAttempt, job_env, to_result
+from corral.workers.faults import agent_fault
 from corral.workers.process import STDOUT, ShimResult
 from corral.workers.streams import (
     ClaudeStreamParser,
@@ -167,15 +168,16 @@ class AgentWorker(ABC):
         name = self.spec.binary or self.default_binary
         found = shutil.which(name)
         if found is None:
-            raise WorkerError(f"{self.kind}: agent CLI {name!r} not found (set "
-                              f"workers.{self.kind}.binary, or run scripts/agent-clis)")
+            raise WorkerMisconfigured(f"{self.kind}: agent CLI {name!r} not found (set "
+                                      f"workers.{self.kind}.binary, or run scripts/agent-clis "
+                                      "and put agent-clis/node_modules/.bin on PATH)")
         return found
 
     def version(self, binary: str) -> str:
         found = _version_of(binary, os.stat(binary).st_mtime)
         if self.spec.version and found != self.spec.version:
-            raise WorkerError(f"{self.kind}: pinned to {self.spec.version} but {binary} is "
-                              f"{found}")
+            raise WorkerMisconfigured(f"{self.kind}: pinned to {self.spec.version} but {binary} "
+                                      f"is {found}")
         return found
 
     def role(self, job: Job) -> RoleSpec:
@@ -254,9 +256,9 @@ class AgentWorker(ABC):
             self.scrub_home(job)  # it ended while no engine watched
             return self.finished(found.result, Path(attempt.dir))
         if found.state == "vanished":
-            return AttemptResult(outcome=Outcome.LOST,
+            return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                                  error="process vanished while the engine was down")
-        return AttemptResult(outcome=Outcome.LOST,
+        return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                              error="engine stopped before the process started")
 
     def secrets_of(self, job: Job) -> tuple[str, ...]:
@@ -278,17 +280,34 @@ class AgentWorker(ABC):
         privacy.scrub_tree(self.home(job), Redactor(values))
 
     def finished(self, r: ShimResult, attempt_dir: Path) -> AttemptResult:
-        """The shim's record, with the cost and verdict the agent's own stream reports: a CLI
-        may exit 0 after an error result (Claude Code 2.1.330 after SIGINT)."""
+        """The shim's record, with the cost, verdict and final error the agent's own stream
+        reports (a CLI may exit 0 after an error result: Claude Code 2.1.330 after SIGINT), and
+        whose failure it was (workers/faults.py)."""
         base = to_result(r)
         summary = summarize_stream(self.parser_for(), attempt_dir / STDOUT, base.exit_code)
+        fault = agent_fault(base, summary)
         if summary is None:
-            return base
-        out = replace(base, cost_usd=summary.cost_usd)
-        if base.outcome is Outcome.EXITED and base.exit_code == 0 and not summary.succeeded:
-            why = summary.error_message or summary.error_subtype or "no final result"
-            out = replace(out, error=f"agent reported failure: {why}")
-        return out
+            return replace(base, fault=fault)
+        out = replace(base, cost_usd=summary.cost_usd, fault=fault)
+        if base.outcome is not Outcome.EXITED or summary.succeeded:
+            return out
+        if summary.results_seen or summary.api_failed or summary.api_retrying:
+            return replace(out, error=agent_error(summary, fault))
+        return replace(out, error=f"agent CLI {base.describe()} before any result")
+
+
+def agent_error(summary: StreamSummary, fault: Fault | None) -> str:
+    """The agent's final error for people: its subtype, the API status, the CLI's own words."""
+    kind = summary.error_subtype
+    if kind in (None, "is_error"):
+        kind = summary.terminal_reason or kind
+    status = f"HTTP {summary.api_error_status}" if summary.api_error_status else None
+    detail = ", ".join(x for x in (kind, status) if x) or "no final result"
+    why = " ".join((summary.error_message or "").split()) or "the CLI gave no reason"
+    line = f"agent failed ({detail}): {why}"
+    if fault is Fault.CONFIG:
+        line += " [not retried: fix the worker's credentials or model]"
+    return line
 
 
 def summarize_stream(parser: StreamParser, path: Path, exit_code: int | None,

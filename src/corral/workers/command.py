@@ -18,8 +18,9 @@ from pathlib import Path
 
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import Settings
-from corral.domain.states import Outcome
+from corral.domain.states import Fault, Outcome
 from corral.workers import process, proctab
+from corral.workers.faults import command_fault
 from corral.workers.process import Output, ShimProcess, ShimResult
 from corral.workers.sealing import Keeper, reveal_job
 
@@ -77,10 +78,11 @@ def to_result(r: ShimResult) -> AttemptResult:
         limit = OUTPUT_LIMIT
         error = error or ("output cap reached: the job was stopped; its log keeps the first "
                           "part and the last part of what it wrote")
-    return AttemptResult(
+    result = AttemptResult(
         outcome=outcome, exit_code=r.exit_code, signal=r.signal, error=error, limit_hit=limit,
         started_at=r.started_at_ms / 1000 if r.started_at_ms else None,
         ended_at=r.ended_at_ms / 1000 if r.ended_at_ms else None)
+    return replace(result, fault=command_fault(result))
 
 
 def reported_cost(path: Path) -> tuple[float | None, str | None]:
@@ -201,7 +203,7 @@ class CommandWorker:
         if found.state == "finished" and found.result is not None:
             return with_reported_cost(to_result(found.result), Path(attempt.dir))
         if found.state == "vanished":
-            return AttemptResult(outcome=Outcome.LOST,
+            return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                                  error="process vanished while the engine was down")
-        return AttemptResult(outcome=Outcome.LOST,
+        return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                              error="engine stopped before the process started")

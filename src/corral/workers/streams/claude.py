@@ -131,6 +131,8 @@ class ClaudeStreamParser(LineParser):
         self._results_seen = 0
         self._last_result: JsonObj | None = None
         self._cost: float | None = None
+        self._retry_status: int | None = None  # HTTP status of the last failed API call retried
+        self._retrying = False  # an `api_retry` is the last word about the model API
 
     def _system(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         subtype = obj.get("subtype")
@@ -141,6 +143,10 @@ class ClaudeStreamParser(LineParser):
             call_id = get_str(obj, "tool_use_id")
             if call_id:
                 self.calls.deny(call_id)
+        elif subtype == "api_retry":  # a failed model call, retried (`error_status`, `error`)
+            status = obj.get("error_status")
+            self._retry_status = status if isinstance(status, int) else None
+            self._retrying = True
         elif subtype == "task_notification":  # a sub-agent's own timing for its Agent call
             call_id = get_str(obj, "tool_use_id")
             duration = get_dict(obj, "usage").get("duration_ms")
@@ -149,6 +155,8 @@ class ClaudeStreamParser(LineParser):
 
     def _assistant(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         message = get_dict(obj, "message")
+        if get_str(message, "model") != "<synthetic>":  # the CLI's own words are no answer
+            self._retrying = False
         parent = get_str(obj, "parent_tool_use_id")
         if self.model is None and parent is None:
             self.model = get_str(message, "model")
@@ -187,6 +195,7 @@ class ClaudeStreamParser(LineParser):
 
     def _result(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         self._results_seen += 1
+        self._retrying = False
         self._last_result = obj
         cost = get_float(obj, "total_cost_usd")
         if cost is not None:  # cumulative for the process: the last one holds the total
@@ -206,6 +215,7 @@ class ClaudeStreamParser(LineParser):
 
     def _stream_event(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         event = get_dict(obj, "event")
+        self._retrying = False  # the model is answering
         parent = get_str(obj, "parent_tool_use_id")
         kind = event.get("type")
         if kind == "message_start":
@@ -250,6 +260,12 @@ class ClaudeStreamParser(LineParser):
             error_subtype = "is_error"
         errors = [e for e in get_list(last, "errors") if isinstance(e, str)]
         result_text = get_str(last, "result")
+        status = last.get("api_error_status")
+        api_failed = terminal_reason == "api_error" or isinstance(status, int)
+        if not isinstance(status, int):
+            status = self._retry_status if api_failed or self._retrying else None
+        # An API error's result carries its message as the result text ("Not logged in · …")
+        message = "; ".join(errors) or (result_text if is_error else None)
         cost, source = self._cost_and_source()
         t = self._tokens
         return StreamSummary(
@@ -257,9 +273,10 @@ class ClaudeStreamParser(LineParser):
             tool_calls=self.calls.frozen(), tokens_in=t.tokens_in, tokens_out=t.tokens_out,
             tokens_cached_in=t.cached, cost_usd=cost, cost_source=source,
             final_text=result_text if result_text is not None else self._last_text,
-            error_subtype=error_subtype, error_message="; ".join(errors) or None,
+            error_subtype=error_subtype, error_message=message or None,
             terminal_reason=terminal_reason, results_seen=self._results_seen,
             denied_calls=self.calls.denied_count(), warnings=self.warnings,
             succeeded=(exited_ok(exit_code) and self._results_seen > 0 and subtype == "success"
                        and not is_error and terminal_reason in _COMPLETED),
+            api_failed=api_failed, api_retrying=self._retrying, api_error_status=status,
         )

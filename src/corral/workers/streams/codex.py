@@ -9,6 +9,7 @@ on the hook side. SIGINT/SIGTERM end the process with no final event.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from corral.workers.streams.model import (
@@ -28,6 +29,15 @@ from corral.workers.streams.model import (
 )
 
 _TOOL_ITEMS = frozenset({"command_execution", "file_change", "mcp_tool_call", "web_search"})
+# "unexpected status 401 Unauthorized: …", "exceeded retry limit, last status: 429 …"
+_STATUS = re.compile(r"\bstatus:?\s+([1-5]\d\d)\b")
+_RECONNECTING = "Reconnecting..."
+
+
+def api_status(message: str | None) -> int | None:
+    """The HTTP status a Codex error message names, if it names one."""
+    found = _STATUS.search(message or "")
+    return int(found.group(1)) if found else None
 _FAILED = frozenset({"failed", "declined"})
 
 
@@ -97,6 +107,7 @@ class CodexStreamParser(LineParser):
         self._final_text: str | None = None
         self._results_seen = 0
         self._failure: str | None = None  # the last terminal event was turn.failed: its message
+        self._retrying: str | None = None  # the last word was "Reconnecting…": its message
 
     def _thread_started(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         self.see_session(obj.get("thread_id"), now, out)
@@ -105,6 +116,8 @@ class CodexStreamParser(LineParser):
         item = get_dict(obj, "item")
         kind = item.get("type")
         completed = obj["type"] == "item.completed"
+        if kind != "error":
+            self._retrying = None  # the model answered
         if kind in _TOOL_ITEMS:
             self._tool_item(item, completed, now, out)
         elif kind == "agent_message" and completed:
@@ -147,13 +160,17 @@ class CodexStreamParser(LineParser):
 
     def _terminal(self, failure: str | None, now: float, out: list[StreamEvent]) -> None:
         self._results_seen += 1
+        self._retrying = None
         self._failure = failure
         subtype = "turn_completed" if failure is None else "turn_failed"
         out.append(ResultEvent(at=now, subtype=subtype, is_error=failure is not None,
                                text=self._final_text if failure is None else failure))
 
     def _error(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
-        self.warn(out, now, f"codex error: {get_str(obj, 'message')}")  # e.g. reconnecting
+        message = get_str(obj, "message")
+        if (message or "").startswith(_RECONNECTING):  # a failed model call, retried
+            self._retrying = message
+        self.warn(out, now, f"codex error: {message}")
 
     def _cost(self) -> float | None:
         if self._tokens is None:
@@ -173,7 +190,10 @@ class CodexStreamParser(LineParser):
             tokens_cached_in=cached, cost_usd=cost,
             cost_source=None if cost is None else "price_table", final_text=self._final_text,
             error_subtype=None if self._failure is None else "turn_failed",
-            error_message=self._failure, terminal_reason=None,
+            error_message=self._failure or self._retrying, terminal_reason=None,
             results_seen=self._results_seen, denied_calls=self.calls.denied_count(),
             warnings=self.warnings, succeeded=exited_ok(exit_code) and completed,
+            # a turn fails when its model calls do (the agent itself cannot fail a turn)
+            api_failed=self._failure is not None, api_retrying=self._retrying is not None,
+            api_error_status=api_status(self._failure or self._retrying),
         )

@@ -135,6 +135,11 @@ class StreamSummary:
     denied_calls: int = 0
     warnings: int = 0
     succeeded: bool = False
+    # The model API's side (workers/faults.py): the run ended on a failed call to it, the CLI
+    # was still retrying one when it ended, and the HTTP status of the last such failure.
+    api_failed: bool = False
+    api_retrying: bool = False
+    api_error_status: int | None = None
 
 
 class StreamParser(Protocol):

@@ -44,6 +44,21 @@ def _duration_ms(state: JsonObj) -> int | None:
     return None
 
 
+# Errors of the model provider, and the HTTP status a named one stands for (an APIError carries
+# its own `statusCode`); other errors (context overflow, aborted) are the run's own.
+_API_ERRORS = {"APIError": None, "ProviderAuthError": 401, "ProviderModelNotFoundError": 404}
+
+
+def _api_status(error: Any) -> int | None:
+    """The HTTP status of a provider error event's `error` (None when it names none)."""
+    if not isinstance(error, dict):
+        return None
+    status = get_dict(error, "data").get("statusCode")
+    if isinstance(status, int) and not isinstance(status, bool):
+        return status
+    return _API_ERRORS.get(get_str(error, "name") or "")
+
+
 def _error_text(error: Any) -> tuple[str, str | None]:
     """(name, message) of an `error` event's `error` field, whatever shape it has."""
     if isinstance(error, str):
@@ -70,6 +85,7 @@ class OpenCodeStreamParser(LineParser):
         self._results_seen = 0
         self._last_reason: str | None = None  # of the last step_finish, or the error's name
         self._failure: tuple[str, str | None] | None = None  # set while an error is the last word
+        self._api_status: int | None = None  # of the last provider error
 
     def _nothing(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         """Known lines with nothing to take but the session id (the base reads that)."""
@@ -126,6 +142,7 @@ class OpenCodeStreamParser(LineParser):
 
     def _error_event(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         self._failure = _error_text(obj.get("error"))
+        self._api_status = _api_status(obj.get("error"))
         self._last_reason = self._failure[0]
         self._results_seen += 1
         out.append(ResultEvent(at=now, subtype=self._failure[0], is_error=True,
@@ -153,4 +170,6 @@ class OpenCodeStreamParser(LineParser):
             results_seen=self._results_seen, denied_calls=self.calls.denied_count(),
             warnings=self.warnings,
             succeeded=exited_ok(exit_code) and self._last_reason == "stop",
+            api_failed=name in _API_ERRORS,
+            api_error_status=self._api_status if self._failure else None,
         )
