@@ -79,7 +79,7 @@ CASES: tuple[tuple[str, dict[str, Any], str], ...] = (
               "new_string": "lr: 0.01"}, "deny"),
 )
 
-# Where each CLI's stream comes from (copies of shared/reference/agent-cli-fixtures/).
+# Where each CLI's stream comes from (recorded CLI outputs).
 STREAMS: tuple[tuple[str, str, type[ClaudeStreamParser | CodexStreamParser |
                                      OpenCodeStreamParser]], ...] = (
     ("claude-code", "claude-code-2.1.330/stream-json_basic.jsonl", ClaudeStreamParser),

@@ -17,7 +17,7 @@
   strings as the baseline: the share of parsing. Each verdict is checked against what the rules
   give.
 
-The target is DESIGN.md's in-engine decision bar, p99 < 200 µs, for the pure decision and for
+The target is the in-engine decision bar, p99 < 200 µs, for the pure decision and for
 the guardrail check (which the governor runs after the scope check, so the two add up).
 """
 

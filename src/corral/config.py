@@ -54,7 +54,7 @@ class _Strict(BaseModel):
 
 class LimitsModel(_Strict):
     max_attempts: int = Field(4, ge=1, le=100)
-    timeout_s: float = Field(3600.0, gt=0)  # seed 000's max_duration_s
+    timeout_s: float = Field(3600.0, gt=0)  # the job's maximum duration
     grace_s: float = Field(10.0, ge=0)
     max_tool_calls: int = Field(50, ge=0)
     token_budget_in: int = Field(100_000, ge=0)
@@ -223,7 +223,7 @@ class EscalationModel(_Strict):
 
 
 class OversightModel(_Strict):
-    """Human oversight (seed 001): pause dispatch for a role whose incident rate is too high."""
+    """Human oversight: pause dispatch for a role whose incident rate is too high."""
 
     incident_threshold: int | None = Field(None, ge=1)  # None: no automatic pause
     window_s: float = Field(300.0, gt=0)

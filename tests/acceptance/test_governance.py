@@ -198,7 +198,7 @@ def test_parallel_limit_and_spawn_guardrails_deny_before_anything_runs(tmp_path:
         assert info["state"] == "DENIED" and "max_parallel_runs_exceeded" in info["last_error"]
         other = c.submit("true", opts=("--tenant", "globex"))  # no limit of its own
         assert c.wait(other, timeout=20) == 0
-        # seed 000: the NotebookAgent refuses `kubectl delete` of running jobs, also at spawn
+        # the shipped NotebookAgent role refuses `kubectl delete` of running jobs, also at spawn
         bad = c.submit("kubectl", "delete", "pod", "trainer-0", opts=("--role", "notebook"))
         c.wait(bad, timeout=20)
         info = c.job(bad)

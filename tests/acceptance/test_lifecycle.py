@@ -130,7 +130,7 @@ def test_idempotency_keys_coalesce_reject_and_latest_wins(corral: Corral) -> Non
     assert corral.wait(first) == 130
     assert "superseded by" in corral.job(first)["cancel_requested"]
     superseded = Path(corral.job(first)["attempts"][0]["log_dir"])
-    assert not alive(int((superseded / "child.pid").read_text())), "no residue (seed 004 §14)"
+    assert not alive(int((superseded / "child.pid").read_text())), "no residue"
     assert corral.wait(newer) == 0
     # released on success: the key now makes a new job
     assert corral.submit("true", opts=("--key", "k1")) not in (first, newer)

@@ -1,7 +1,8 @@
 """The store contract for admission: queue bounds (backpressure) and workspace locks.
 
 Runs on the memory, SQLite and PostgreSQL stores like test_store_contract.py, with its helpers and
-fixed fake clock. "Queued" is QUEUED or RETRY_WAIT; workspace policies are seed 004 §14 item 4.
+fixed fake clock. "Queued" is QUEUED or RETRY_WAIT; workspace policies are in
+docs/reference/config.md.
 """
 
 from __future__ import annotations

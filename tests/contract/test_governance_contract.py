@@ -1,4 +1,4 @@
-"""The governance contract (seed 003, issue 5), on the memory, SQLite and PostgreSQL stores: run
+"""The governance contract, on the memory, SQLite and PostgreSQL stores: run
 reports, incidents, kill switches, pauses, budgets, dark launches, approvals, the unified read
 model; append-only in the database itself and hash-chained (store/chain.py)."""
 

@@ -1,4 +1,4 @@
-"""Circuit breakers (seed 004 §9): open on rate or concentration, one half-open probe, fallback."""
+"""Circuit breakers: open on rate or concentration, one half-open probe, fallback."""
 
 from __future__ import annotations
 

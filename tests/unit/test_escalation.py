@@ -1,4 +1,4 @@
-"""Escalation (seed 004 §11): FATAL conditions, their actions by scope, clearing, and restore."""
+"""Escalation: FATAL conditions, their actions by scope, clearing, and restore."""
 
 from __future__ import annotations
 

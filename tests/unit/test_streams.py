@@ -1,4 +1,4 @@
-"""Stream parsers against the recorded CLI outputs (shared/reference/agent-clis.md §8).
+"""Stream parsers against the recorded CLI outputs (tests/fixtures/agent-cli/).
 
 Each fixture is fed all at once and line by line on a fake clock; the figures asserted are the
 ones the recordings hold (tokens, cost, session id, tool calls, the run's verdict). Exit codes

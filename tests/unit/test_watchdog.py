@@ -1,4 +1,4 @@
-"""The watchdog (seed 004 §10): gauges from the core's own calls, stalls, staged defense."""
+"""The watchdog: gauges from the core's own calls, stalls, staged defense."""
 
 from __future__ import annotations
 

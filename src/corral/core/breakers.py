@@ -1,4 +1,4 @@
-"""Circuit breakers per worker kind, provider and model: the core's final authority (seed 004 §9).
+"""Circuit breakers per worker kind, provider and model: the core's final authority.
 
 Breakers judge the worker kinds and providers, never the jobs: a result counts as a failure only
 when its worker classified it as the worker's or provider's fault (domain.states.Fault).

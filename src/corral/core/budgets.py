@@ -1,4 +1,4 @@
-"""Rate and cost budgets checked at permit time (seed 004 §2.2 #2, §8.1).
+"""Rate and cost budgets checked at permit time.
 
 Rate limits are token buckets per role, per worker kind and per provider (the job's
 `options["provider"]`, else its worker kind): a permit takes one token from each bucket that

@@ -1,4 +1,4 @@
-"""Escalation: FATAL conditions and what they stop, until an operator clears them (seed 004 §11).
+"""Escalation: FATAL conditions and what they stop, until an operator clears them.
 
 Conditions: a worker kind crashing `crash_loop_per_min` times in a minute (a crash is a LOST
 or SPAWN_ERROR attempt, or a signal death nobody asked for); processes that survived a cancel

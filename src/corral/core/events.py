@@ -1,8 +1,8 @@
 """What the core's mechanism tells the outside world: one frozen event per decision worth keeping.
 
-Every breaker transition, defense stage change, escalation and refused permit is a `CoreEvent`
-(seed 004 §2.2 #7, observability). The core hands them to one callback; the engine persists them
-and `corral breakers` / `corral escalations` show them.
+Every breaker transition, defense stage change, escalation and refused permit is a `CoreEvent`.
+The core hands them to one callback; the engine persists them and `corral breakers` /
+`corral escalations` show them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Worker delegation (seed 004 §5.4, §6): permits in, processes out, results back.
+"""Worker delegation: permits in, processes out, results back.
 
-The `Core` is the one place the mechanism lives (seed 004 §2.2, §12.2): the permit gate and its
+The `Core` is the one place the mechanism lives: the permit gate and its
 budgets, circuit breakers, the watchdog and escalation. It is driven only by the engine's calls
 — `request_permit`, `launch`, `adopt`, `release`, `complete` for every attempt, `tick` every
 ~0.5 s, and the `note_*` / `report_metric` reports — each with the time it happens, and it tells
@@ -107,7 +107,7 @@ class Core:
     # ---- permits -------------------------------------------------------------------------
 
     def request_permit(self, job: Job, attempt_index: int, now: float) -> Permit | Rejected:
-        """A permit for the job's next attempt, or a machine reason (seed 004 §5.2)."""
+        """A permit for the job's next attempt, or a machine reason."""
         if attempt_index < 1:
             raise InvalidRequest(f"attempt index must be 1 or more, got {attempt_index}")
         self._now = max(self._now, now)
@@ -312,7 +312,7 @@ class Core:
         self.watchdog.sample(name, float(value), now, worker)
 
     def note_ghosts(self, job_id: str, pids: Iterable[int], now: float) -> Escalation | None:
-        """Processes of this job survived its cancel and grace: FATAL (seed 004 §11.1)."""
+        """Processes of this job survived its cancel and grace: FATAL."""
         live = self._live_of(job_id)
         kind = live.worker if live is not None else self._recent.get(job_id)
         return self.escalations.ghosts(job_id, kind, pids, now)

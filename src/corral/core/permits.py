@@ -1,6 +1,6 @@
 """The permit gate: the only issuer of permits, and the ledger of the slots they hold.
 
-No worker process starts without a live permit from this gate (seed 004 §2.2): permits carry an
+No worker process starts without a live permit from this gate: permits carry an
 HMAC seal made with a key that never leaves the gate, and `validate` checks the seal and that the
 permit has not been released. A permit authorises exactly one attempt — of the job and attempt
 index it was issued for, once, before its deadline: `consume` checks that and marks it used, and
@@ -26,7 +26,7 @@ from corral.domain.settings import Settings
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rejected:
-    """A permit request refused, with a machine reason (seed 004 §5.2) and a line for people.
+    """A permit request refused, with a machine reason and a line for people.
 
     `retry_after_s`: when asking again makes sense (None: when a slot frees up). `final`: the
     job should fail instead of waiting (only a global safe stop configured to fail queued work).
@@ -38,7 +38,7 @@ class Rejected:
     final: bool = False
 
 
-# Machine reasons a permit request can be refused with (seed 004 §5.2, plus the core's own).
+# Machine reasons a permit request can be refused with.
 QUEUE_STALL = "QUEUE_STALL"  # the watchdog sees stalled attempts and sheds/throttles for them
 CIRCUIT_OPEN = "CIRCUIT_OPEN"  # the worker kind's (or provider's, model's) breaker is open
 RATE_LIMIT = "RATE_LIMIT"  # a token bucket (role, worker kind, provider) is empty

@@ -64,7 +64,7 @@ class JobQuery:
 class Admission:
     """What a submission must pass besides its idempotency key, checked atomically with the insert.
 
-    Queue bounds count the jobs waiting to run: QUEUED or RETRY_WAIT (seed 000 backpressure).
+    Queue bounds count the jobs waiting to run: QUEUED or RETRY_WAIT.
     The workspace policy applies when another active job already holds the job's workspace.
     """
 
@@ -267,7 +267,7 @@ class Store(Protocol):
         """The latest `limit` policy evaluations across jobs (of this stage and verdict, at or
         after `since`, when given), newest last; none when `limit` ≤ 0."""
 
-    # ---- governance (seed 003): append-only, hash-chained (store/chain.py) -------------------
+    # ---- governance: append-only, hash-chained (store/chain.py) -------------------
 
     async def record_report(self, report: RunReport,
                             incidents: Sequence[Incident] = ()) -> RunReport:
@@ -399,7 +399,7 @@ class AttemptHandle(Protocol):
 
 
 class WorkerAdapter(Protocol):
-    """Runs attempts of one worker kind (DESIGN.md §Vocabulary: start, events, cancel, result)."""
+    """Runs attempts of one worker kind (start, events, cancel, result)."""
 
     kind: str
 

@@ -1,4 +1,4 @@
-"""The core protocol: JSON Lines between a scheduler and the core (seed 004 §3, §5).
+"""The core protocol: JSON Lines between a scheduler and the core.
 
 One JSON object per line, UTF-8, at most MAX_LINE bytes. Every message has a `type`; requests
 that expect a reply carry an `id` the reply repeats. docs/reference/core-protocol.md is the

@@ -1,4 +1,4 @@
-"""The core's side of the protocol: permits and attempts as messages (seed 004 §5).
+"""The core's side of the protocol: permits and attempts as messages.
 
 The server owns the running attempts: it starts them under the permits it granted, watches
 them, completes them in the core (which releases their permits) and reports every end as one
@@ -287,7 +287,7 @@ class CoreServer:
         self._log_sizes.pop(claimed.job.id, None)
         if result.outcome is not Outcome.EXITED:
             ghosts = handle.survivors()
-            if ghosts:  # stopped, yet its process is still there: a ghost (seed 004 §11.1)
+            if ghosts:  # stopped, yet its process is still there: a ghost
                 self.core.note_ghosts(claimed.job.id, ghosts, self.clock())
         await self._completed(claimed, result, None)
 

@@ -1,4 +1,4 @@
-"""The watchdog: gauges fed by the core's own calls, stall detection, staged defense (seed 004 §10).
+"""The watchdog: gauges fed by the core's own calls, stall detection, staged defense.
 
 Gauges (each also per worker kind):
 - `worker_inflight_count`: live permits.

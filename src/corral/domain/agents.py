@@ -11,7 +11,7 @@ Verdict = Literal["allow", "deny", "pause", "require_approval"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallTrace:
-    """One tool call of an attempt, as the AgentEvent carries it (seed 000 `tool_calls`)."""
+    """One tool call of an attempt, as the AgentEvent carries it."""
 
     tool: str
     input: Mapping[str, Any] = field(default_factory=dict)
@@ -89,7 +89,7 @@ class AgentEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Checkpoint:
-    """An agent's state at a tool-call boundary (seed 000 state stabiliser): enough to resume it
+    """An agent's state at a tool-call boundary: enough to resume it
     through the CLI's own session resume."""
 
     job_id: str

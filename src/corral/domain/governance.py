@@ -1,4 +1,4 @@
-"""Governance values (seed 003, DESIGN.md §Pre-run policy order): run reports, incidents, kill
+"""Governance values: run reports, incidents, kill
 switches, pauses, budget ceilings, dark launches and approvals. Pure values; the pre-run engine
 (policy/prerun.py) decides from them and the store keeps them append-only."""
 
@@ -46,7 +46,7 @@ class Period(StrEnum):
 
 
 class ReportOutcome(StrEnum):
-    """A run report's outcome (DESIGN.md: a cancel is not a kill)."""
+    """A run report's outcome (a cancel is not a kill)."""
 
     SUCCESS = "success"
     FAILED = "failed"

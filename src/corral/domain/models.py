@@ -15,9 +15,9 @@ DEFAULT_PRIORITY = 2
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
-    """Per-job bounds. `max_attempts` counts every try (seed 000: 3 retries ⇒ 4 attempts).
+    """Per-job bounds. `max_attempts` counts every try.
 
-    `timeout_s` is seed 000's `max_duration_s`; the tool-call and token budgets are the runtime
+    `timeout_s` is the job's maximum duration; the tool-call and token budgets are the runtime
     policies every governed agent attempt is held to (a plain command has no tool calls).
     """
 
@@ -95,7 +95,7 @@ class Job:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Permit:
-    """The core's authorisation for one attempt (seed 004 §4.2). Only the core's gate seals one."""
+    """The core's authorisation for one attempt. Only the core's gate seals one."""
 
     id: str
     job_id: str
@@ -142,7 +142,7 @@ class AttemptResult:
     limit_hit: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
-    cost_usd: float | None = None  # what the attempt cost, when the worker knows (seed 004 §4.4)
+    cost_usd: float | None = None  # what the attempt cost, when the worker knows
     fault: Fault | None = None  # whose failure it was (None: it succeeded, or was stopped)
 
     @property

@@ -47,7 +47,7 @@ class RetryBudget:
 
 
 class WorkspacePolicy(StrEnum):
-    """What a job does when another active job already holds its workspace (seed 004 §14 #4)."""
+    """What a job does when another active job already holds its workspace."""
 
     REJECT = "reject"  # the submission is refused (Conflict naming the holder)
     COALESCE = "coalesce"  # the submission returns the holder, as an idempotency key would
@@ -71,13 +71,13 @@ class RoleSpec:
     cost_estimate_usd: float = 0.0  # reserved per attempt against budget ceilings
     requires_approval: bool = False  # every job waits (AWAITING_APPROVAL) for a human
     description: str = ""
-    # Worker kinds to use, in order, while this role's worker kind has an open breaker (seed 004
-    # §9.2); the core grants the permit for the first one whose breaker is closed.
+    # Worker kinds to use, in order, while this role's worker kind has an open breaker; the core
+    # grants the permit for the first one whose breaker is closed.
     fallback_workers: tuple[str, ...] = ()
     rate: RateSpec | None = None  # permits per second for this role (None: unlimited)
     workspace_policy: WorkspacePolicy = WorkspacePolicy.SERIALIZE
     # Jobs submitted from inside a job carry their parent and depth; deeper chains are refused
-    # (seed 000's runtime policy against recursive planning loops).
+    # (against recursive planning loops).
     max_recursion_depth: int = 5
     retry_budget: RetryBudget = field(default_factory=RetryBudget)
     # Jobs of this role submitted from inside another job are not stopped when their parent is
@@ -101,7 +101,7 @@ class EnvSpec:
     name: str
     kind: str = "local"  # "local" | "ray"
     address: str | None = None
-    max_inflight: int = 4  # seed 000: 4 concurrent attempts per environment
+    max_inflight: int = 4  # concurrent attempts per environment
     max_queued: int | None = None  # jobs waiting in this environment (None: only the global bound)
 
 
@@ -163,7 +163,7 @@ class TenantSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BreakerSpec:
-    """When a circuit breaker opens and how long it stays open (seed 004 §9)."""
+    """When a circuit breaker opens and how long it stays open."""
 
     window_s: float = 60.0
     min_calls: int = 5  # results in the window before the failure rate counts
@@ -184,7 +184,7 @@ class Thresholds:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WatchdogSpec:
-    """Gauges' thresholds and the staged defense (seed 004 §10)."""
+    """Gauges' thresholds and the staged defense."""
 
     gauges: Mapping[str, Thresholds] = field(default_factory=dict)
     window_s: float = 60.0  # results window of worker_timeout_rate
@@ -198,7 +198,7 @@ class WatchdogSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EscalationSpec:
-    """FATAL conditions and what a global escalation does (seed 004 §11)."""
+    """FATAL conditions and what a global escalation does."""
 
     crash_loop_per_min: int = 5
     superseded_max: int = 5

@@ -1,4 +1,4 @@
-"""Job and attempt states, and the only transitions between them (DESIGN.md §Job lifecycle)."""
+"""Job and attempt states, and the only transitions between them (docs/explanation/design.md)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ class AttemptState(StrEnum):
 
 
 class DedupMode(StrEnum):
-    """What a second submission with a held idempotency key does (seed 004 §7)."""
+    """What a second submission with a held idempotency key does."""
 
     COALESCE = "coalesce"
     LATEST_WINS = "latest-wins"

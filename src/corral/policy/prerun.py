@@ -1,4 +1,4 @@
-"""Pre-run policy: may this job be dispatched now? (seed 003, DESIGN.md §Pre-run policy order)
+"""Pre-run policy: may this job be dispatched now?
 
 `decide(inp, now)` is a pure function of a snapshot the engine gathers (`PrerunInput`): no I/O,
 no clock reads. Seven steps, first match wins:
@@ -28,7 +28,7 @@ else its idempotency key, else none (a job without a workflow is never dark-laun
 
 Budgets are reserve-then-commit (`reserve`, `commit`, `release`, `crossed`): the arithmetic and
 the rules; the store applies them inside one transaction so that parallel admissions cannot
-overshoot. The incident-rate breaker (`should_pause`) is human oversight (seed 001): it names
+overshoot. The incident-rate breaker (`should_pause`) is human oversight: it names
 the scopes whose recent incidents cross a threshold, for the engine to pause.
 """
 

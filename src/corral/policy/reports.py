@@ -1,4 +1,4 @@
-"""Run reports and incidents, derived once from a terminal job (seed 003, DESIGN.md).
+"""Run reports and incidents, derived once from a terminal job.
 
 Both are pure functions of what the store holds when the job reaches its terminal state; the
 store writes their result exactly once (append-only, hash-chained) and never updates it.

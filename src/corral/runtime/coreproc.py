@@ -1,4 +1,4 @@
-"""`corral core`: the core as a process speaking JSON Lines on stdin/stdout (seed 004 §3).
+"""`corral core`: the core as a process speaking JSON Lines on stdin/stdout.
 
 Any scheduler can drive it (docs/reference/core-protocol.md). Its attempts run in their own
 sessions under corral-shim, so when this process dies they keep running and a new core adopts

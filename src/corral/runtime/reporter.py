@@ -107,7 +107,7 @@ class Reporter:
         return costs
 
     async def _oversee(self, now: float) -> None:
-        """Human oversight (seed 001): a role whose incident rate crosses the threshold stops
+        """Human oversight: a role whose incident rate crosses the threshold stops
         getting new runs (a pause an operator lifts with `corral resume`)."""
         o = self.oversight
         if o.incident_threshold is None:

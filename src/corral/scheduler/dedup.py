@@ -1,4 +1,4 @@
-"""Idempotency keys (seed 004 §7): what a submission does when its key is already held."""
+"""Idempotency keys: what a submission does when its key is already held."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retry classification and backoff: a pure decision from an attempt's result (seed 004 §8)."""
+"""Retry classification and backoff: a pure decision from an attempt's result."""
 
 from __future__ import annotations
 

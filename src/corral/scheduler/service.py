@@ -63,7 +63,7 @@ class Seat(StrEnum):
 
 def workspace_seat(job: Job, policy: WorkspacePolicy, occupant: Job | None,
                    held: bool) -> Seat:
-    """A workspace policy decision (seed 004 §13: policy in the scheduler, enforcement below).
+    """A workspace policy decision.
 
     `occupant` is the job the workspace belongs to now: its lock holder (`held`), else the first
     active job naming it. `reject` and `coalesce` take the lock at submission, so that "is anybody
@@ -182,7 +182,7 @@ class Submissions:
     def _workspace(name: str | None) -> str | None:
         """A workspace is an exact name: by convention the absolute path of a repository root.
 
-        Lock granularity is the whole name (seed 004 §15.2): /repo and /repo/sub are different
+        Lock granularity is the whole name: /repo and /repo/sub are different
         workspaces. Absolute paths are normalised (no trailing slash, no `..`) so that one
         directory written two ways is still one workspace.
         """
@@ -274,7 +274,7 @@ class Submissions:
         return replace(spec, parent_id=parent.id, depth=depth)
 
     async def _resuming(self, spec: JobSpec) -> JobSpec:
-        """A job that continues an earlier agent job's session (seed 001's polling pattern):
+        """A job that continues an earlier agent job's session:
         same worker kind, same session lineage (the CLI's state lives with its root job)."""
         earlier = await self.store.get_job(str(spec.options["resume_from"]))
         role = self.settings.roles.get(spec.role)

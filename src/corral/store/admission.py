@@ -1,6 +1,6 @@
 """Queue bounds and workspace locks in SQL, run inside SqlStore's transactions.
 
-Backpressure (seed 000): a submission counts the jobs waiting to run (QUEUED or RETRY_WAIT) in
+Backpressure: a submission counts the jobs waiting to run (QUEUED or RETRY_WAIT) in
 its environment and overall, then inserts, in one transaction. SQLite write transactions are
 serialised (BEGIN IMMEDIATE), so the bound is exact there. PostgreSQL runs submissions
 concurrently at READ COMMITTED, where two of them may both count one below the bound and both
@@ -9,7 +9,7 @@ and counts again. The bound is then exact unless more than `PG_NEAR_BOUND` other
 commit while one is in flight, and never overshot by more than the submit transactions open at
 once (each engine's pool holds at most 4 connections; each `corral submit` one).
 
-Workspace locks (seed 004 §14 #4, §15.2): `workspace_locks` holds, per workspace, the one job
+Workspace locks: `workspace_locks` holds, per workspace, the one job
 that may run on it. `reject`/`coalesce` jobs take it at submission, `serialize` jobs in
 `start_attempts` together with QUEUED → STARTING (a claim whose workspace another job holds
 loses). It is held through RETRY_WAIT and released on every terminal path (`SqlStore._end` and

@@ -1,4 +1,4 @@
-"""Governance records over SQL (seed 003, issue 5): every table here is append-only in the
+"""Governance records over SQL: every table here is append-only in the
 database (triggers, migration 0006) and hash-chained (store/chain.py).
 
 Every write takes its chain's tip first (`ChainWriter.take`), which serialises writers of that

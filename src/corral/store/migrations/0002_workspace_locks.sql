@@ -14,7 +14,7 @@ CREATE TABLE workspace_locks (
     acquired_at REAL NOT NULL
 );
 
--- Lock waits (seed 004 §10.1 workspace_lock_wait_ms): since when a job found its workspace
+-- Lock waits: since when a job found its workspace
 -- held by another job, and when it finally took the lock.
 CREATE TABLE workspace_waits (
     job_id      TEXT PRIMARY KEY,

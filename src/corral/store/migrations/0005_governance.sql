@@ -1,4 +1,4 @@
--- Corral schema v5: governance (seed 003, issue 5). Run reports, incidents, kill switches and
+-- Corral schema v5: governance. Run reports, incidents, kill switches and
 -- pauses, budget ceilings and reservations, dark launches and approvals, all append-only and
 -- hash-chained (store/chain.py); policy evaluations join their chain. The append-only triggers
 -- come with 0006, after store/migrate.py has put existing policy evaluations on the chain.

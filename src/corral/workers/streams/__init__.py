@@ -2,7 +2,8 @@
 
 One parser per worker process: `feed(line, now)` for each stdout line returns `StreamEvent`s
 (session known, tool started/finished, running usage, results, warnings); `finish(exit_code,
-now)` at process exit returns the `StreamSummary`. See shared/reference/agent-clis.md §7.
+now)` at process exit returns the `StreamSummary`. The recorded runs in
+tests/fixtures/agent-cli/ show each format.
 """
 
 from __future__ import annotations

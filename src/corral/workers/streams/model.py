@@ -2,8 +2,9 @@
 
 Each parser (claude.py, codex.py, opencode.py) takes one NDJSON line at a time and returns
 `StreamEvent`s for live governance; at process exit `finish` returns one `StreamSummary`.
-The stream facts they rely on are in shared/reference/agent-clis.md (§2.2, §2.3, §3.2, §4.2,
-§7). A parser never raises on what a CLI prints: lines it cannot use become `warning` events.
+The stream facts they rely on are the recorded runs in tests/fixtures/agent-cli/ (one folder
+per CLI version), which tests/unit/test_streams.py replays. A parser never raises on what a
+CLI prints: lines it cannot use become `warning` events.
 """
 
 from __future__ import annotations
