@@ -461,13 +461,9 @@ def resolve(model: ConfigModel, source: str) -> Settings:
 
 def _check_budget(name: str, role: RoleSpec, source: str) -> None:
     """A role whose default limits its own retry budget refuses would deny every job."""
-    b, lim = role.retry_budget, role.limits
-    if b.max_attempts is not None and lim.max_attempts > b.max_attempts:
-        raise ConfigError(f"{source}: roles.{name}.limits.max_attempts: {lim.max_attempts} is "
-                          f"more than retry_budget.max_attempts {b.max_attempts}")
-    if b.max_timeout_s is not None and lim.timeout_s > b.max_timeout_s:
-        raise ConfigError(f"{source}: roles.{name}.limits.timeout_s: {lim.timeout_s:g} is more "
-                          f"than retry_budget.max_timeout_s {b.max_timeout_s:g}")
+    excess = role.retry_budget.excess(role.limits)
+    if excess is not None:
+        raise ConfigError(f"{source}: roles.{name}.limits.{excess[0]}: {excess[1]}")
 
 
 def guardrails_of(settings: Settings, source: str = "corral.yaml") -> Guardrails:

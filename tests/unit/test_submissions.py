@@ -26,10 +26,10 @@ def _svc() -> tuple[MemoryStore, Submissions]:
 
 
 @pytest.mark.parametrize(("limits", "message"), [
-    (Limits(max_attempts=4, timeout_s=60), "max attempts 4 is more than role capped's "
-                                           "retry_budget.max_attempts 3"),
-    (Limits(max_attempts=3, timeout_s=121), "timeout 121s is more than role capped's "
-                                            "retry_budget.max_timeout_s 120"),
+    (Limits(max_attempts=4, timeout_s=60), "max_attempts 4 is more than "
+                                           "retry_budget.max_attempts 3 of role capped"),
+    (Limits(max_attempts=3, timeout_s=121), "timeout_s 121 is more than "
+                                            "retry_budget.max_timeout_s 120 of role capped"),
 ])
 def test_limits_the_core_would_refuse_are_refused_at_submission(limits: Limits,
                                                                 message: str) -> None:

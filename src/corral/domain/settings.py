@@ -45,6 +45,17 @@ class RetryBudget:
     window_s: float | None = None  # no attempt starts this long after the job's first started
     cost_usd: float | None = None  # no attempt starts once the job's attempts cost this much
 
+    def excess(self, limits: Limits) -> tuple[str, str] | None:
+        """(the limit, why) when `limits` ask for more than these ceilings allow: the core would
+        refuse every permit of such a job, so configurations and submissions refuse it first."""
+        if self.max_attempts is not None and limits.max_attempts > self.max_attempts:
+            return "max_attempts", (f"{limits.max_attempts} is more than "
+                                    f"retry_budget.max_attempts {self.max_attempts}")
+        if self.max_timeout_s is not None and limits.timeout_s > self.max_timeout_s:
+            return "timeout_s", (f"{limits.timeout_s:g} is more than "
+                                 f"retry_budget.max_timeout_s {self.max_timeout_s:g}")
+        return None
+
 
 class WorkspacePolicy(StrEnum):
     """What a job does when another active job already holds its workspace."""

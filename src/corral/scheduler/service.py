@@ -97,13 +97,9 @@ def queue_full(*, queued: int, bound: int, env: str | None, started: int,
 
 def _within_budget(limits: Limits, role: RoleSpec) -> None:
     """Limits the core would refuse every permit for are refused at once, naming the bound."""
-    b = role.retry_budget
-    if b.max_attempts is not None and limits.max_attempts > b.max_attempts:
-        raise InvalidRequest(f"max attempts {limits.max_attempts} is more than role "
-                             f"{role.name}'s retry_budget.max_attempts {b.max_attempts}")
-    if b.max_timeout_s is not None and limits.timeout_s > b.max_timeout_s:
-        raise InvalidRequest(f"timeout {limits.timeout_s:g}s is more than role {role.name}'s "
-                             f"retry_budget.max_timeout_s {b.max_timeout_s:g}")
+    excess = role.retry_budget.excess(limits)
+    if excess is not None:
+        raise InvalidRequest(f"{excess[0]} {excess[1]} of role {role.name}")
 
 
 def _options(spec: JobSpec, role: RoleSpec) -> dict[str, Any]:
