@@ -19,6 +19,7 @@ import typer
 from corral import __version__
 from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
+from corral.domain import bounds
 from corral.domain.errors import CorralError, InvalidRequest
 from corral.domain.models import Job, JobSpec, Limits, SubmitResult
 from corral.domain.states import DedupMode, JobState
@@ -215,7 +216,7 @@ def submit(
     def make(active: Config) -> JobSpec:
         """The spec, with the defaults of the configuration the engine runs."""
         s = active.settings
-        role_name = role or s.default_role
+        role_name = role if role is not None else s.default_role
         role_spec = s.roles.get(role_name)
         base = role_spec.limits if role_spec else Limits()
         limits = Limits(
@@ -338,6 +339,8 @@ def wait_cmd(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix
     """
     if until not in ("end", "running"):
         fail(InvalidRequest(f"--for must be `end` or `running`, got {until!r}"))
+    if timeout is not None:  # a one-line error (exit 2) from main()
+        bounds.number("--timeout", timeout, low=0, high=bounds.MAX_EXPIRES_S, unit="seconds")
     cfg = _config_or_fail(data_dir, config)
     how = Follow(until=until, timeout=timeout, mode=mode_for(quiet=quiet or as_json),
                  output=follow_output, no_engine_ok=no_engine_ok)

@@ -14,6 +14,7 @@ import typer
 
 from corral.config import Config
 from corral.core.ports import Store, UnifiedRun
+from corral.domain import bounds
 from corral.domain.errors import InvalidRequest
 from corral.domain.governance import (
     Approval,
@@ -215,6 +216,9 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
                 as_json: JsonOpt = False, data_dir: DataDir = None,
                 config: ConfigOpt = None) -> None:
         """Activate a kill switch."""
+        if expires_in is not None:  # a one-line error (exit 2) from main()
+            bounds.number("--expires-in", expires_in, low=0, high=bounds.MAX_EXPIRES_S,
+                          low_open=True, unit="seconds")
         cfg = config_of(data_dir, config)
         now = time.time()
 

@@ -24,6 +24,7 @@ import typer
 
 from corral.config import Config
 from corral.core.ports import Store
+from corral.domain import bounds
 from corral.domain.agents import PolicyEvaluation, Verdict
 from corral.domain.errors import CorralError, InvalidRequest, NotFound
 from corral.domain.governance import BudgetCeiling, DarkLaunch, Period, PrerunVerdict, ScopeKind
@@ -162,9 +163,7 @@ def _nonempty(value: str, option: str) -> str:
 
 
 def _usd(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise InvalidRequest(f"--ceiling-usd must be a finite amount ≥ 0, not {value}")
-    return value
+    return bounds.usd("--ceiling-usd", value)
 
 
 def _register_budget_status(budget: typer.Typer, config_of: ConfigOf, with_store: WithStore,
@@ -328,9 +327,7 @@ def _estimate(cfg: Config, role: str, given: float | None) -> float:
                              f"{', '.join(sorted(cfg.settings.roles)) or 'none'})")
     if given is None:
         return spec.cost_estimate_usd
-    if not math.isfinite(given) or given < 0:
-        raise InvalidRequest(f"--estimate-usd must be a finite amount ≥ 0, not {given}")
-    return given
+    return bounds.usd("--estimate-usd", given)
 
 
 async def _check_input(st: Store, settings: Settings, job: prerun.JobRef, estimate: float,

@@ -25,6 +25,7 @@ from corral.core.gateway import Core
 from corral.core.permits import PERMIT_USED, Rejected
 from corral.core.ports import AttemptHandle
 from corral.core.state import CoreState
+from corral.domain import bounds
 from corral.domain.errors import CorralError, PermitError, WorkerMisconfigured
 from corral.domain.models import AttemptResult, Claimed
 from corral.domain.states import Fault, Outcome
@@ -207,6 +208,7 @@ class CoreServer:
         usd = p.field(msg, "cost_usd", (int, float))
         if isinstance(usd, bool):
             raise p.ProtocolError("report_cost: field `cost_usd` is not a number")
+        usd = bounds.usd("report_cost: cost_usd", usd)
         charged = self.core.report_cost(job_id, float(usd), self.clock())
         await self.send({"type": p.COST_REPORTED, "id": msg.get("id"), **charged})
 
