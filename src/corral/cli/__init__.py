@@ -185,6 +185,10 @@ def submit(
         "role's workspace_policy (reject, coalesce or serialize).")] = None,
     prompt: Annotated[str | None, typer.Option(
         "--prompt", help="The task for an agent worker (claude-code, codex, opencode).")] = None,
+    prompt_file: Annotated[str | None, typer.Option(
+        "--prompt-file", metavar="PATH",
+        help="Read the prompt from this file (`-`: standard input), for prompts too long "
+             "for the command line.")] = None,
     resume_from: Annotated[str | None, typer.Option(
         "--resume-from", help="Continue this earlier agent job's session (same worker kind).")]
     = None,
@@ -210,6 +214,10 @@ def submit(
     Examples: corral submit --role default -- make test;
     corral submit --role notebook --prompt "Check the nightly training job"
     """
+    if prompt_file is not None:
+        if prompt is not None:
+            fail(InvalidRequest("give the prompt once: --prompt or --prompt-file, not both"))
+        prompt = _read_prompt(prompt_file)
     cfg = _config_or_fail(data_dir, config)
     argv = tuple(command or ())
 
@@ -280,6 +288,27 @@ async def active_submissions(st: Store, local: Config, *,
     if note and not quiet:
         typer.echo(f"corral: note: {note}", err=True)
     return submissions(st, cfg), cfg
+
+
+def _read_prompt(path: str) -> str:
+    """The prompt in a file, or on standard input for `-`: UTF-8 text within the prompt bound
+    (domain/bounds.py); a one-line error otherwise."""
+    limit = bounds.MAX_PROMPT_BYTES
+    where = "standard input" if path == "-" else path
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(limit + 1)
+    except OSError as err:
+        fail(InvalidRequest(f"--prompt-file: cannot read {where}: {err.strerror or err}"))
+    if len(raw) > limit:
+        fail(InvalidRequest(f"--prompt-file: {where} is over the {limit}-byte prompt limit"))
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        fail(InvalidRequest(f"--prompt-file: {where} is not UTF-8 text"))
 
 
 def _or(value: int | None, default: int) -> int:

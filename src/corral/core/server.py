@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -233,8 +234,9 @@ class CoreServer:
             elif op == "clear_escalation":
                 result = self.core.clear_escalation(p.field(msg, "escalation", str), now).id
             elif op == "report_metric":
-                self.core.report_metric(p.field(msg, "name", str),
-                                        float(p.field(msg, "value", (int, float))), now)
+                value = bounds.number("report_metric: value", p.field(msg, "value", (int, float)),
+                                      low=-sys.float_info.max, high=sys.float_info.max)
+                self.core.report_metric(p.field(msg, "name", str), value, now)
                 result = None
             elif op == "note_superseded":
                 self.core.note_superseded(p.field(msg, "workspace", str), now)

@@ -25,7 +25,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
 from corral.domain.bounds import BoundError, loads_bounded
-from corral.runtime.peers import IsJob, Peer, Refused, admit, restrict
+from corral.runtime.peers import IsJob, Peer, Refused, admit, refuse, restrict
 
 log = logging.getLogger("corral.sockets")
 
@@ -103,9 +103,8 @@ async def _answer(stream: SocketStream, handle: Handler, group: int | None,
             peer = await admit(stream.extra(SocketAttribute.raw_socket), group=group,
                                is_job=is_job, what="engine.sock")
         except Refused as err:
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await stream.send(json.dumps({"ok": False, "error": f"refused: {err}"}).encode()
-                                  + b"\n")
+            await refuse(stream, json.dumps({"ok": False, "error": f"refused: {err}"}).encode()
+                         + b"\n")
             return
         data = b""
         with anyio.move_on_after(2.0):

@@ -44,7 +44,7 @@ from corral.policy import toolcall
 from corral.policy.guardrails import Guardrails, approval_digest
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.redact import Redactor
-from corral.runtime.peers import Refused, check_user, credentials, restrict
+from corral.runtime.peers import Refused, check_user, credentials, refuse, restrict
 from corral.workers.agents import (
     ADAPTERS,
     AGENT_FILE,
@@ -137,8 +137,7 @@ class Governor:
                 check_user(pid, uid, gid, group=self.socket_group)
             except (OSError, Refused) as err:
                 log.warning("governance.sock: refused: %s", err)
-                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    await stream.send(f"2\ncorral: tool call denied: refused: {err}".encode())
+                await refuse(stream, f"2\ncorral: tool call denied: refused: {err}".encode())
                 return
             data = b""
             with anyio.move_on_after(REQUEST_TIMEOUT_S):

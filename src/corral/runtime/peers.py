@@ -14,6 +14,7 @@ docs/explanation/governance.md for what this protects against and what it does n
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -22,6 +23,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import anyio
+from anyio.abc import SocketStream
 
 log = logging.getLogger("corral.sockets")
 
@@ -140,6 +144,20 @@ def _groups(pid: int) -> set[int]:
         if line.startswith("Groups:"):
             return {int(g) for g in line.split()[1:] if g.isdigit()}
     return set()
+
+
+async def refuse(stream: SocketStream, answer: bytes) -> None:
+    """Answer a refused caller: read what it sent first (a little, briefly), since closing a
+    unix socket with unread data resets it before the caller reads the answer."""
+    with anyio.move_on_after(1.0):
+        data = b""
+        while b"\n" not in data and len(data) < 65536:
+            try:
+                data += await stream.receive(4096)
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                break
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stream.send(answer)
 
 
 def restrict(path: Path, group: int | None) -> None:
