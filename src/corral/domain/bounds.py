@@ -38,6 +38,9 @@ class BoundError(InvalidRequest, ValueError):
 
 
 def _show(value: float) -> str:
+    """2592000 rather than 2.592e+06; 0.5 as is."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
