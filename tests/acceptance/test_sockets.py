@@ -100,3 +100,17 @@ def test_a_job_cannot_run_operator_commands_the_operator_can(corral: Corral) -> 
     r = corral.run("breakers", "reset", "worker:command")  # the operator may
     assert r.returncode == 0, r.stderr
     assert "reset to CLOSED" in r.stdout
+
+
+def test_a_member_of_the_socket_group_is_admitted(tmp_path: Path) -> None:
+    c = Corral(tmp_path / ("long-path-" * 8))
+    c.config.write_text(c.config.read_text() + "engine:\n  socket_group: nogroup\n")
+    try:
+        c.serve()
+        control = socket_path(c.data)
+        mode = control.stat()
+        assert (stat.S_IMODE(mode.st_mode), mode.st_gid) == (0o660, NOBODY)
+        answer = json.loads(_as_nobody(control, b'{"op": "ping"}\n'))  # gid 65534: nogroup
+        assert answer["ok"] is True, answer
+    finally:
+        c.stop_all()

@@ -9,12 +9,13 @@ counts; write it whole (a temporary file renamed over it) so it is never read ha
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from corral.domain.bounds import BoundError, loads_bounded, usd
+from corral.domain.bounds import MAX_USD, loads_bounded
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import Settings
 from corral.domain.states import Fault, Outcome
@@ -103,12 +104,12 @@ def reported_cost(path: Path) -> tuple[float | None, str | None]:
     cost = doc.get("cost_usd") if isinstance(doc, dict) else None
     if cost is None:
         return None, None if isinstance(doc, dict) else "it is not a JSON object"
-    if isinstance(cost, bool) or not isinstance(cost, int | float):
+    if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) \
+            or cost < 0:
         return None, f"cost_usd must be a finite number ≥ 0, got {cost!r}"
-    try:
-        return usd("cost_usd", cost), None
-    except BoundError as err:
-        return None, str(err)
+    if cost > MAX_USD:
+        return None, f"cost_usd must be at most {MAX_USD:.0f}, got {cost!r}"
+    return float(cost), None
 
 
 def with_reported_cost(result: AttemptResult, attempt_dir: Path) -> AttemptResult:
