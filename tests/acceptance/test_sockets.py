@@ -114,3 +114,29 @@ def test_a_member_of_the_socket_group_is_admitted(tmp_path: Path) -> None:
         assert answer["ok"] is True, answer
     finally:
         c.stop_all()
+
+
+def test_a_job_may_cancel_its_children_but_no_operator_write(corral: Corral) -> None:
+    corral.serve()
+    other = corral.submit("sleep", "60")
+    script = (
+        f"child=$({CORRAL} submit -- sleep 60) && {CORRAL} cancel $child >/dev/null "
+        "&& echo child-cancelled; "
+        f"{CORRAL} cancel {other}; echo cancel-other=$?; "
+        f"{CORRAL} kill-switch on --reason mine; echo kill=$?; "
+        f"{CORRAL} pause --reason mine; echo pause=$?; "
+        f"{CORRAL} budget set --scope role --target default --period daily --ceiling-usd 0; "
+        "echo budget=$?")
+    job = corral.submit("sh", "-c", script)
+    assert corral.wait(job) == 0
+    out, err = corral.ok("logs", job), corral.run("logs", job).stderr
+    assert "child-cancelled" in out, (out, err)
+    for line in ("cancel-other=77", "kill=77", "pause=77", "budget=77"):
+        assert line in out, (out, err)
+    assert f"job {job} may cancel itself and the jobs it submitted, not job {other}" in err
+    assert f"`corral kill-switch on` is an operator command; job {job} may not run it" in err
+    assert corral.job(other)["state"] == "RUNNING"
+    assert corral.json("kill-switch", "status") == []  # nothing was written
+
+    corral.ok("cancel", other)  # the operator may
+    assert corral.wait(other) == 130

@@ -20,11 +20,11 @@ from corral import __version__
 from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
 from corral.domain import bounds
-from corral.domain.errors import CorralError, InvalidRequest
+from corral.domain.errors import CorralError, InvalidRequest, NotPermitted
 from corral.domain.models import Job, JobSpec, Limits, SubmitResult
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.assembly import build_store, submissions
-from corral.runtime.control import poke
+from corral.runtime.control import caller_job, operator_only, poke
 from corral.runtime.published import active_config
 from corral.scheduler.service import Submissions
 from corral.workers import privacy
@@ -482,7 +482,7 @@ def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix o
     `detached`). The request is stored first, then the engine stops each attempt's whole
     process tree (SIGTERM, grace, SIGKILL)."""
     cfg = _config_or_fail(data_dir, config)
-    j = with_store(cfg, lambda st: submissions(st, cfg).cancel(job, reason))
+    j = with_store(cfg, lambda st: _cancel(st, cfg, job, reason, caller_job(cfg.data_dir)))
     answered = poke(cfg.data_dir) is not None
     if as_json:
         _emit({"id": j.id, "state": j.state.value, "cancel_requested": j.cancel_requested})
@@ -493,6 +493,21 @@ def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix o
         typer.echo(f"{j.id} cancel requested; " + (
             "the engine is stopping it" if answered
             else "no engine is running: it will be stopped when one starts"))
+
+
+async def _cancel(st: Store, cfg: Config, ref: str, reason: str, caller: str | None) -> Job:
+    """Cancel a job; one of the engine's jobs (`caller`) may cancel itself and the jobs it
+    submitted (its descendants), not anyone else's: NotPermitted."""
+    if caller is not None:
+        target = await st.get_job(ref)
+        seen, cursor = set(), target
+        while cursor.id != caller and cursor.parent_id and cursor.id not in seen:
+            seen.add(cursor.id)
+            cursor = await st.get_job(cursor.parent_id)
+        if cursor.id != caller:
+            raise NotPermitted(f"refused: job {caller} may cancel itself and the jobs it "
+                               f"submitted, not job {target.id}")
+    return await submissions(st, cfg).cancel(ref, reason)
 
 
 @app.command()
@@ -555,6 +570,7 @@ def dlq_requeue(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
                 config: ConfigOpt = None) -> None:
     """Submit a fresh copy of a dead-lettered job with a fresh attempt budget (recorded on both)."""
     cfg = _config_or_fail(data_dir, config)
+    operator_only(cfg.data_dir, "dlq requeue")
     async def requeue(st: Store) -> Job:
         return await (await active_submissions(st, cfg))[0].dlq_requeue(job)
 
@@ -575,6 +591,7 @@ def dlq_purge(jobs_: Annotated[list[str] | None, typer.Argument(
               config: ConfigOpt = None) -> None:
     """Drop jobs from the dead-letter queue. Their records, attempts and logs stay."""
     cfg = _config_or_fail(data_dir, config)
+    operator_only(cfg.data_dir, "dlq purge")
     if not jobs_ and not all_:
         fail(InvalidRequest("name the jobs to purge, or pass --all"))
 

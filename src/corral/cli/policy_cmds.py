@@ -30,7 +30,7 @@ from corral.domain.errors import CorralError, InvalidRequest, NotFound
 from corral.domain.governance import BudgetCeiling, DarkLaunch, Period, PrerunVerdict, ScopeKind
 from corral.domain.settings import Settings
 from corral.policy import prerun
-from corral.runtime.control import poke
+from corral.runtime.control import operator_only, poke
 from corral.runtime.published import active_config
 
 from .options import ConfigOpt, DataDir, JsonOpt
@@ -136,6 +136,7 @@ def _register_budget_set(budget: typer.Typer, config_of: ConfigOf, with_store: W
         except CorralError as err:
             _fail(err)
         cfg = config_of(data_dir, config)
+        operator_only(cfg.data_dir, "budget set")
 
         async def run(st: Store) -> tuple[BudgetCeiling | None, list[dict[str, Any]]]:
             before = [b for b in await st.budgets()
@@ -268,6 +269,7 @@ def _set_launch(cfg: Config, with_store: WithStore, emit: Emit, workflow: str, a
                 *, percentage: int | None, enabled: bool) -> None:
     if not workflow.strip():
         _fail(InvalidRequest("the workflow id is empty"))
+    operator_only(cfg.data_dir, "dark-launch enable" if enabled else "dark-launch disable")
 
     async def run(st: Store) -> DarkLaunch:
         current = await st.dark_launch(workflow)

@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
 from corral.domain.bounds import BoundError, loads_bounded
+from corral.domain.errors import NotPermitted
 from corral.runtime.peers import IsJob, Peer, Refused, admit, refuse, restrict
 
 log = logging.getLogger("corral.sockets")
@@ -39,6 +40,24 @@ def socket_path(data_dir: Path) -> Path:
         return p
     digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"corral-{digest}.sock"
+
+
+def caller_job(data_dir: Path) -> str | None:
+    """The job this process belongs to in the eyes of the engine serving `data_dir` (None: the
+    operator, or no engine answers)."""
+    answer = poke(data_dir, "whoami")
+    if answer and answer.get("capability") == "job":
+        return str(answer.get("job"))
+    return None
+
+
+def operator_only(data_dir: Path, command: str) -> None:
+    """NotPermitted when one of the engine's jobs runs an operator command (`kill-switch on`,
+    `approvals approve` …): the engine, which sees who calls, says whether it is one."""
+    job = caller_job(data_dir)
+    if job is not None:
+        raise NotPermitted(f"refused: `corral {command}` is an operator command; job {job} may "
+                           "not run it")
 
 
 def poke(data_dir: Path, op: str = "wake", timeout: float = 0.5,
@@ -68,8 +87,9 @@ def poke(data_dir: Path, op: str = "wake", timeout: float = 0.5,
 Handler = Callable[[dict[str, Any], Peer], Awaitable[dict[str, Any]]]
 
 # What one of the engine's jobs may ask: is the engine there, look now (after it submitted a
-# child or cancelled), and the core's state. Everything else is the operator's.
-JOB_OPS = frozenset({"ping", "wake", "submitted"})
+# child or cancelled), who am I (the CLI asks before an operator command), and the core's
+# state. Everything else is the operator's.
+JOB_OPS = frozenset({"ping", "wake", "submitted", "whoami"})
 JOB_CORE_OPS = frozenset({"snapshot"})
 
 
@@ -124,8 +144,9 @@ async def _answer(stream: SocketStream, handle: Handler, group: int | None,
                 what = request.get("core_op") if request.get("op") == "core" else request.get("op")
                 log.warning("engine.sock: refused %r from %s: an operator command",
                             what, peer.describe())
-                reply = {"ok": False, "error": f"refused: {what!r} is an operator command; "
-                         f"job {peer.job} may not run it"}
+                reply = {"ok": False, "refused": True,
+                         "error": f"refused: {what!r} is an operator command; "
+                                  f"job {peer.job} may not run it"}
             else:
                 try:
                     reply = await handle(request, peer)

@@ -218,6 +218,8 @@ class Engine:
                     "core_given_up": sup.given_up if sup else False,
                     "core_state_synced": not (self._state_dirty
                                               or self._state_changed.is_set())}
+        if op == "whoami":  # what the caller may do (runtime/peers.py)
+            return {"ok": True, "capability": peer.capability, "job": peer.job}
         if op == "core":
             return await self._core_control(request)
         return {"ok": False, "error": f"unknown op {op!r}"}
