@@ -92,7 +92,7 @@ def test_a_job_cannot_run_operator_commands_the_operator_can(corral: Corral) -> 
     out = corral.ok("logs", job)
     err = corral.run("logs", job).stderr
     assert "status-ok" in out, (out, err)  # a job may read the core's state
-    assert out.count("rc=1") == 2, (out, err)  # … but not reset a breaker, env or no env
+    assert out.count("rc=10") == 2, (out, err)  # … but not reset a breaker, env or no env
     assert err.count("refused: 'reset_breaker' is an operator command") == 2, err
     assert f"job {job} may not run it" in err
     assert "engine.sock: refused 'reset_breaker'" in corral.engine_log()
@@ -131,7 +131,7 @@ def test_a_job_may_cancel_its_children_but_no_operator_write(corral: Corral) -> 
     assert corral.wait(job) == 0
     out, err = corral.ok("logs", job), corral.run("logs", job).stderr
     assert "child-cancelled" in out, (out, err)
-    for line in ("cancel-other=77", "kill=77", "pause=77", "budget=77"):
+    for line in ("cancel-other=10", "kill=10", "pause=10", "budget=10"):
         assert line in out, (out, err)
     assert f"job {job} may cancel itself and the jobs it submitted, not job {other}" in err
     assert f"`corral kill-switch on` is an operator command; job {job} may not run it" in err

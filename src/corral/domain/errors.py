@@ -91,7 +91,7 @@ class EngineRunning(CorralError):
 class NotPermitted(CorralError):
     """An operator command asked by one of the engine's jobs (runtime/peers.py)."""
 
-    exit_code = 77  # EX_NOPERM
+    exit_code = 10
 
 
 class EngineNotRunning(CorralError):
