@@ -6,6 +6,7 @@ Where the file comes from: `--config`, else `$CORRAL_CONFIG`, else `./corral.yam
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import re
@@ -18,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from corral import config_check
 from corral.core.watchdog import GAUGES
+from corral.domain import bounds
+from corral.domain.bounds import yaml_too_deep
 from corral.domain.errors import ConfigError
 from corral.domain.models import Limits
 from corral.domain.settings import (
@@ -49,16 +52,18 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x fa
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # every number finite: `timeout_s: .inf` is a configuration error, not a stuck job
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LimitsModel(_Strict):
-    max_attempts: int = Field(4, ge=1, le=100)
-    timeout_s: float = Field(3600.0, gt=0)  # the job's maximum duration
-    grace_s: float = Field(10.0, ge=0)
-    max_tool_calls: int = Field(50, ge=0)
-    token_budget_in: int = Field(100_000, ge=0)
-    token_budget_out: int = Field(10_000, ge=0)
+    # the bounds of domain/bounds.py, which every submission is held to as well
+    max_attempts: int = Field(4, ge=1, le=bounds.MAX_ATTEMPTS)
+    timeout_s: float = Field(3600.0, gt=0, le=bounds.MAX_TIMEOUT_S)  # the job's maximum duration
+    grace_s: float = Field(10.0, ge=0, le=bounds.MAX_GRACE_S)
+    max_tool_calls: int = Field(50, ge=0, le=bounds.MAX_TOOL_CALLS)
+    token_budget_in: int = Field(100_000, ge=0, le=bounds.MAX_TOKENS)
+    token_budget_out: int = Field(10_000, ge=0, le=bounds.MAX_TOKENS)
 
 
 class RetryModel(_Strict):
@@ -230,7 +235,13 @@ class OversightModel(_Strict):
     min_severity: Literal["low", "medium", "high", "critical"] = "high"
 
 
+class EngineModel(_Strict):
+    # a group whose members may use the engine's sockets too (None: the engine's user alone)
+    socket_group: str | None = None
+
+
 class ConfigModel(_Strict):
+    engine: EngineModel = EngineModel()
     core: CoreModel = field(default_factory=CoreModel)
     store: StoreModel = StoreModel()
     scheduler: SchedulerModel = SchedulerModel()
@@ -264,6 +275,7 @@ class Config:
     core: CoreModel = field(default_factory=CoreModel)
     secrets_key_file: Path | None = None  # None: <data dir>/secrets.key
     text: str = ""  # the file as read ("" for the built-in defaults): what an engine publishes
+    socket_group: int | None = None  # engine.socket_group's gid (runtime/peers.py)
 
     @property
     def db_path(self) -> Path:
@@ -273,6 +285,18 @@ class Config:
     def secrets_key(self) -> Path:
         """The key that seals submissions' secrets (workers/sealing.py)."""
         return self.secrets_key_file or self.data_dir / "secrets.key"
+
+
+def group_id(name: str | None) -> int | None:
+    """The gid of `engine.socket_group` (None: no group); ValueError for an unknown group."""
+    if not name:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        if name.isdigit():
+            return int(name)
+        raise ValueError(f"no such group {name!r}") from None
 
 
 def default_data_dir() -> Path:
@@ -302,6 +326,9 @@ def find_config(explicit: Path | None, data_dir: Path) -> Path | None:
 
 def parse(text: str, source: str) -> ConfigModel:
     """Parse and validate YAML text, or ConfigError naming the key and the reason."""
+    deep = yaml_too_deep(text)
+    if deep:
+        raise ConfigError(f"{source}: {deep}")
     try:
         raw = yaml.load(text, Loader=_YAML_LOADER)
     except yaml.YAMLError as err:
@@ -545,7 +572,11 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
         model, source = parse(text, str(path)), str(path)
     url = os.environ.get("CORRAL_STORE_URL") or model.store.url
     key = _relative(model.secrets.key_file, source)
-    return Config(settings=resolve(model, source), data_dir=ddir, store_url=url,
+    try:
+        group = group_id(model.engine.socket_group)
+    except ValueError as err:
+        raise ConfigError(f"{source}: engine.socket_group: {err}") from None
+    return Config(socket_group=group, settings=resolve(model, source), data_dir=ddir, store_url=url,
                   sqlite_synchronous=model.store.sqlite_synchronous, source=path,
                   sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core,
                   secrets_key_file=Path(key) if key else None, text=text)

@@ -42,7 +42,9 @@ def plain(error: Mapping[str, Any]) -> str:
     if kind in _BOUNDS:
         key, text = _BOUNDS[kind]
         bound = ctx.get(key)
-        return text.format(f"{bound:g}" if isinstance(bound, float) else bound)
+        if isinstance(bound, float):  # 2592000, not 2.592e+06; 0.5 as is
+            bound = int(bound) if bound.is_integer() and abs(bound) < 1e15 else f"{bound:g}"
+        return text.format(bound)
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')}"
     if kind in ("value_error", "assertion_error"):

@@ -19,11 +19,12 @@ import typer
 from corral import __version__
 from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
-from corral.domain.errors import CorralError, InvalidRequest
+from corral.domain import bounds
+from corral.domain.errors import CorralError, InvalidRequest, NotPermitted
 from corral.domain.models import Job, JobSpec, Limits, SubmitResult
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.assembly import build_store, submissions
-from corral.runtime.control import poke
+from corral.runtime.control import caller_job, operator_only, poke
 from corral.runtime.published import active_config
 from corral.scheduler.service import Submissions
 from corral.workers import privacy
@@ -184,6 +185,10 @@ def submit(
         "role's workspace_policy (reject, coalesce or serialize).")] = None,
     prompt: Annotated[str | None, typer.Option(
         "--prompt", help="The task for an agent worker (claude-code, codex, opencode).")] = None,
+    prompt_file: Annotated[str | None, typer.Option(
+        "--prompt-file", metavar="PATH",
+        help="Read the prompt from this file (`-`: standard input), for prompts too long "
+             "for the command line.")] = None,
     resume_from: Annotated[str | None, typer.Option(
         "--resume-from", help="Continue this earlier agent job's session (same worker kind).")]
     = None,
@@ -209,13 +214,17 @@ def submit(
     Examples: corral submit --role default -- make test;
     corral submit --role notebook --prompt "Check the nightly training job"
     """
+    if prompt_file is not None:
+        if prompt is not None:
+            fail(InvalidRequest("give the prompt once: --prompt or --prompt-file, not both"))
+        prompt = _read_prompt(prompt_file)
     cfg = _config_or_fail(data_dir, config)
     argv = tuple(command or ())
 
     def make(active: Config) -> JobSpec:
         """The spec, with the defaults of the configuration the engine runs."""
         s = active.settings
-        role_name = role or s.default_role
+        role_name = role if role is not None else s.default_role
         role_spec = s.roles.get(role_name)
         base = role_spec.limits if role_spec else Limits()
         limits = Limits(
@@ -281,6 +290,27 @@ async def active_submissions(st: Store, local: Config, *,
     return submissions(st, cfg), cfg
 
 
+def _read_prompt(path: str) -> str:
+    """The prompt in a file, or on standard input for `-`: UTF-8 text within the prompt bound
+    (domain/bounds.py); a one-line error otherwise."""
+    limit = bounds.MAX_PROMPT_BYTES
+    where = "standard input" if path == "-" else path
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(limit + 1)
+    except OSError as err:
+        fail(InvalidRequest(f"--prompt-file: cannot read {where}: {err.strerror or err}"))
+    if len(raw) > limit:
+        fail(InvalidRequest(f"--prompt-file: {where} is over the {limit}-byte prompt limit"))
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        fail(InvalidRequest(f"--prompt-file: {where} is not UTF-8 text"))
+
+
 def _or(value: int | None, default: int) -> int:
     return default if value is None else value
 
@@ -338,6 +368,8 @@ def wait_cmd(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix
     """
     if until not in ("end", "running"):
         fail(InvalidRequest(f"--for must be `end` or `running`, got {until!r}"))
+    if timeout is not None:  # a one-line error (exit 2) from main()
+        bounds.number("--timeout", timeout, low=0, high=bounds.MAX_EXPIRES_S, unit="seconds")
     cfg = _config_or_fail(data_dir, config)
     how = Follow(until=until, timeout=timeout, mode=mode_for(quiet=quiet or as_json),
                  output=follow_output, no_engine_ok=no_engine_ok)
@@ -450,7 +482,7 @@ def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix o
     `detached`). The request is stored first, then the engine stops each attempt's whole
     process tree (SIGTERM, grace, SIGKILL)."""
     cfg = _config_or_fail(data_dir, config)
-    j = with_store(cfg, lambda st: submissions(st, cfg).cancel(job, reason))
+    j = with_store(cfg, lambda st: _cancel(st, cfg, job, reason, caller_job(cfg.data_dir)))
     answered = poke(cfg.data_dir) is not None
     if as_json:
         _emit({"id": j.id, "state": j.state.value, "cancel_requested": j.cancel_requested})
@@ -461,6 +493,21 @@ def cancel(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix o
         typer.echo(f"{j.id} cancel requested; " + (
             "the engine is stopping it" if answered
             else "no engine is running: it will be stopped when one starts"))
+
+
+async def _cancel(st: Store, cfg: Config, ref: str, reason: str, caller: str | None) -> Job:
+    """Cancel a job; one of the engine's jobs (`caller`) may cancel itself and the jobs it
+    submitted (its descendants), not anyone else's: NotPermitted."""
+    if caller is not None:
+        target = await st.get_job(ref)
+        seen, cursor = set(), target
+        while cursor.id != caller and cursor.parent_id and cursor.id not in seen:
+            seen.add(cursor.id)
+            cursor = await st.get_job(cursor.parent_id)
+        if cursor.id != caller:
+            raise NotPermitted(f"refused: job {caller} may cancel itself and the jobs it "
+                               f"submitted, not job {target.id}")
+    return await submissions(st, cfg).cancel(ref, reason)
 
 
 @app.command()
@@ -523,6 +570,7 @@ def dlq_requeue(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
                 config: ConfigOpt = None) -> None:
     """Submit a fresh copy of a dead-lettered job with a fresh attempt budget (recorded on both)."""
     cfg = _config_or_fail(data_dir, config)
+    operator_only(cfg.data_dir, "dlq requeue")
     async def requeue(st: Store) -> Job:
         return await (await active_submissions(st, cfg))[0].dlq_requeue(job)
 
@@ -543,6 +591,7 @@ def dlq_purge(jobs_: Annotated[list[str] | None, typer.Argument(
               config: ConfigOpt = None) -> None:
     """Drop jobs from the dead-letter queue. Their records, attempts and logs stay."""
     cfg = _config_or_fail(data_dir, config)
+    operator_only(cfg.data_dir, "dlq purge")
     if not jobs_ and not all_:
         fail(InvalidRequest("name the jobs to purge, or pass --all"))
 

@@ -14,6 +14,7 @@ import typer
 
 from corral.config import Config
 from corral.core.ports import Store, UnifiedRun
+from corral.domain import bounds
 from corral.domain.errors import InvalidRequest
 from corral.domain.governance import (
     Approval,
@@ -25,7 +26,7 @@ from corral.domain.governance import (
 )
 from corral.domain.ids import new_id, resolve
 from corral.runtime.assembly import submissions
-from corral.runtime.control import poke
+from corral.runtime.control import operator_only, poke
 from corral.runtime.published import active_config
 
 from .options import ConfigOpt, DataDir, JsonOpt
@@ -215,7 +216,11 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
                 as_json: JsonOpt = False, data_dir: DataDir = None,
                 config: ConfigOpt = None) -> None:
         """Activate a kill switch."""
+        if expires_in is not None:  # a one-line error (exit 2) from main()
+            bounds.number("--expires-in", expires_in, low=0, high=bounds.MAX_EXPIRES_S,
+                          low_open=True, unit="seconds")
         cfg = config_of(data_dir, config)
+        operator_only(cfg.data_dir, "kill-switch on")
         now = time.time()
 
         async def run(st: Store) -> KillSwitch:
@@ -241,6 +246,7 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
                  config: ConfigOpt = None) -> None:
         """Lift kill switches (recorded as a new event; the activation stays on record)."""
         cfg = config_of(data_dir, config)
+        operator_only(cfg.data_dir, "kill-switch off")
         now = time.time()
 
         async def run(st: Store) -> list[KillSwitch]:
@@ -302,6 +308,7 @@ def _register_pause(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
               config: ConfigOpt = None) -> None:
         """Stop dispatching new runs in a scope; running attempts finish."""
         cfg = config_of(data_dir, config)
+        operator_only(cfg.data_dir, "pause")
 
         async def run(st: Store) -> Pause:
             return await st.activate_pause(Pause(
@@ -321,6 +328,7 @@ def _register_pause(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
                config: ConfigOpt = None) -> None:
         """Lift the pauses of a scope."""
         cfg = config_of(data_dir, config)
+        operator_only(cfg.data_dir, "resume")
 
         async def run(st: Store) -> list[Pause]:
             tgt = await _target(st, scope, target)
@@ -381,6 +389,8 @@ def _register_approvals(app: typer.Typer, config_of: ConfigOf, with_store: WithS
     def decide(approval_id: str, state: ApprovalState, note: str, as_json: bool,
                data_dir: Path | None, config: Path | None) -> None:
         cfg = config_of(data_dir, config)
+        operator_only(cfg.data_dir, "approvals approve" if state is ApprovalState.APPROVED
+                      else "approvals deny")
 
         async def run(st: Store) -> Approval:
             active, _ = await active_config(st, cfg)  # the engine's roles and scheduler

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.domain.errors import CorralError, EngineNotRunning
+from corral.domain.errors import CorralError, EngineNotRunning, NotPermitted
 from corral.runtime.control import poke
 
 from .options import DataDir, JsonOpt
@@ -24,6 +24,8 @@ def ask_engine(data_dir: Path, core_op: str, **fields: Any) -> dict[str, Any]:
     if answer is None:
         raise EngineNotRunning(f"no engine is serving {data_dir}: start `corral serve` first")
     if not answer.get("ok"):
+        if answer.get("refused"):  # an operator command from one of the engine's jobs
+            raise NotPermitted(str(answer.get("error")))
         raise CorralError(str(answer.get("error")))
     return answer
 

@@ -24,12 +24,13 @@ import typer
 
 from corral.config import Config
 from corral.core.ports import Store
+from corral.domain import bounds
 from corral.domain.agents import PolicyEvaluation, Verdict
 from corral.domain.errors import CorralError, InvalidRequest, NotFound
 from corral.domain.governance import BudgetCeiling, DarkLaunch, Period, PrerunVerdict, ScopeKind
 from corral.domain.settings import Settings
 from corral.policy import prerun
-from corral.runtime.control import poke
+from corral.runtime.control import operator_only, poke
 from corral.runtime.published import active_config
 
 from .options import ConfigOpt, DataDir, JsonOpt
@@ -135,6 +136,7 @@ def _register_budget_set(budget: typer.Typer, config_of: ConfigOf, with_store: W
         except CorralError as err:
             _fail(err)
         cfg = config_of(data_dir, config)
+        operator_only(cfg.data_dir, "budget set")
 
         async def run(st: Store) -> tuple[BudgetCeiling | None, list[dict[str, Any]]]:
             before = [b for b in await st.budgets()
@@ -162,9 +164,7 @@ def _nonempty(value: str, option: str) -> str:
 
 
 def _usd(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise InvalidRequest(f"--ceiling-usd must be a finite amount ≥ 0, not {value}")
-    return value
+    return bounds.usd("--ceiling-usd", value)
 
 
 def _register_budget_status(budget: typer.Typer, config_of: ConfigOf, with_store: WithStore,
@@ -269,6 +269,7 @@ def _set_launch(cfg: Config, with_store: WithStore, emit: Emit, workflow: str, a
                 *, percentage: int | None, enabled: bool) -> None:
     if not workflow.strip():
         _fail(InvalidRequest("the workflow id is empty"))
+    operator_only(cfg.data_dir, "dark-launch enable" if enabled else "dark-launch disable")
 
     async def run(st: Store) -> DarkLaunch:
         current = await st.dark_launch(workflow)
@@ -328,9 +329,7 @@ def _estimate(cfg: Config, role: str, given: float | None) -> float:
                              f"{', '.join(sorted(cfg.settings.roles)) or 'none'})")
     if given is None:
         return spec.cost_estimate_usd
-    if not math.isfinite(given) or given < 0:
-        raise InvalidRequest(f"--estimate-usd must be a finite amount ≥ 0, not {given}")
-    return given
+    return bounds.usd("--estimate-usd", given)
 
 
 async def _check_input(st: Store, settings: Settings, job: prerun.JobRef, estimate: float,

@@ -1,8 +1,10 @@
 """The core protocol: JSON Lines between a scheduler and the core.
 
-One JSON object per line, UTF-8, at most MAX_LINE bytes. Every message has a `type`; requests
-that expect a reply carry an `id` the reply repeats. docs/reference/core-protocol.md is the
-specification for other schedulers; this module is its single implementation of the encoding.
+One JSON object per line, UTF-8, at most MAX_LINE bytes, nested at most
+bounds.MAX_JSON_DEPTH levels (a deeper line is answered with an error, never parsed). Every
+message has a `type`; requests that expect a reply carry an `id` the reply repeats.
+docs/reference/core-protocol.md is the specification for other schedulers; this module is its
+single implementation of the encoding.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from corral.domain import bounds
+from corral.domain.bounds import BoundError
 from corral.domain.errors import CorralError
 from corral.domain.models import Attempt, AttemptResult, Job, Limits, Permit
 from corral.domain.states import AttemptState, DedupMode, Fault, JobState, Outcome
@@ -62,7 +66,9 @@ def decode(line: bytes | str) -> dict[str, Any]:
     if len(line) > MAX_LINE or line == OVERSIZED:
         raise ProtocolError(f"line exceeds the {MAX_LINE}-byte limit; skipped")
     try:
-        msg = json.loads(line)
+        msg = bounds.loads_bounded(line)
+    except BoundError as err:
+        raise ProtocolError(f"malformed JSON: {err}") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise ProtocolError(f"malformed JSON: {err}") from None
     if not isinstance(msg, dict):
@@ -114,6 +120,8 @@ def job_in(d: Mapping[str, Any]) -> Job:
             updated_at=float(d["updated_at"]), sort_at=float(d["sort_at"]),
             attempts=int(d.get("attempts", 0)), cancel_requested=d.get("cancel_requested"),
             stop_kind=d.get("stop_kind"))
+    except BoundError as err:
+        raise ProtocolError(f"invalid job: {err}") from None
     except (KeyError, TypeError, ValueError) as err:
         raise ProtocolError(f"invalid job: {err!r}") from None
 
@@ -124,8 +132,8 @@ def _limits_in(d: Mapping[str, Any]) -> Limits:
     values: dict[str, Any] = {}
     for name, value in d.items():
         if name in known:
-            values[name] = float(value) if known[name] == "float" else int(value)
-    return Limits(**values)
+            values[name] = float(value) if known[name] == "float" else value
+    return bounds.check_limits(Limits(**values))
 
 
 def attempt_out(a: Attempt) -> dict[str, Any]:

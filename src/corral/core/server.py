@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from corral.core.gateway import Core
 from corral.core.permits import PERMIT_USED, Rejected
 from corral.core.ports import AttemptHandle
 from corral.core.state import CoreState
+from corral.domain import bounds
 from corral.domain.errors import CorralError, PermitError, WorkerMisconfigured
 from corral.domain.models import AttemptResult, Claimed
 from corral.domain.states import Fault, Outcome
@@ -211,6 +213,7 @@ class CoreServer:
         usd = p.field(msg, "cost_usd", (int, float))
         if isinstance(usd, bool):
             raise p.ProtocolError("report_cost: field `cost_usd` is not a number")
+        usd = bounds.usd("report_cost: cost_usd", usd)
         charged = self.core.report_cost(job_id, float(usd), self.clock())
         await self.send({"type": p.COST_REPORTED, "id": msg.get("id"), **charged})
 
@@ -235,8 +238,9 @@ class CoreServer:
             elif op == "clear_escalation":
                 result = self.core.clear_escalation(p.field(msg, "escalation", str), now).id
             elif op == "report_metric":
-                self.core.report_metric(p.field(msg, "name", str),
-                                        float(p.field(msg, "value", (int, float))), now)
+                value = bounds.number("report_metric: value", p.field(msg, "value", (int, float)),
+                                      low=-sys.float_info.max, high=sys.float_info.max)
+                self.core.report_metric(p.field(msg, "name", str), value, now)
                 result = None
             elif op == "note_superseded":
                 self.core.note_superseded(p.field(msg, "workspace", str), now)

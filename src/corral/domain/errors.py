@@ -88,6 +88,12 @@ class EngineRunning(CorralError):
     exit_code = 6
 
 
+class NotPermitted(CorralError):
+    """An operator command asked by one of the engine's jobs (runtime/peers.py)."""
+
+    exit_code = 10
+
+
 class EngineNotRunning(CorralError):
     """The request needs a running engine and none answers on this data directory."""
 

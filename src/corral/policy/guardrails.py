@@ -89,6 +89,7 @@ from typing import Any, Literal, cast
 
 import yaml
 
+from corral.domain.bounds import yaml_too_deep
 from corral.policy.runtime import SHELL_TOOLS, shell_command
 from corral.policy.shell import DIALECTS as SHELLS
 from corral.policy.shell import Pattern, SimpleCommand, parse, parse_pattern
@@ -696,6 +697,9 @@ def load_rules(source: str | Path) -> Guardrails:
             raise ValueError(f"guardrails: {path} is not UTF-8 text") from None
     else:
         text = source
+    deep = yaml_too_deep(text)
+    if deep:
+        raise ValueError(f"guardrails: {deep}")
     try:
         data = yaml.load(text, Loader=_YAML_LOADER)
     except yaml.YAMLError as err:

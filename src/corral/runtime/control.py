@@ -2,6 +2,11 @@
 
 The store is the source of truth; a poke only says "look now" (a submission, a cancel). If no
 engine listens, the poke is a no-op and the engine finds the change on its next periodic look.
+
+Every connection is checked (runtime/peers.py): a caller of another user is refused, and one of
+the engine's jobs may only use the operations a job needs (`JOB_OPS`, `JOB_CORE_OPS`), never
+an operator command relayed to the core. A request nested deeper than the JSON depth bound is
+answered with an error, never parsed (domain/bounds.py).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import socket
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -16,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import SocketAttribute, SocketStream
+
+from corral.domain.bounds import BoundError, loads_bounded
+from corral.domain.errors import NotPermitted
+from corral.runtime.peers import IsJob, Peer, Refused, admit, refuse, restrict
+
+log = logging.getLogger("corral.sockets")
 
 MAX_LINE = 64 * 1024
 
@@ -28,6 +40,24 @@ def socket_path(data_dir: Path) -> Path:
         return p
     digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"corral-{digest}.sock"
+
+
+def caller_job(data_dir: Path) -> str | None:
+    """The job this process belongs to in the eyes of the engine serving `data_dir` (None: the
+    operator, or no engine answers)."""
+    answer = poke(data_dir, "whoami")
+    if answer and answer.get("capability") == "job":
+        return str(answer.get("job"))
+    return None
+
+
+def operator_only(data_dir: Path, command: str) -> None:
+    """NotPermitted when one of the engine's jobs runs an operator command (`kill-switch on`,
+    `approvals approve` …): the engine, which sees who calls, says whether it is one."""
+    job = caller_job(data_dir)
+    if job is not None:
+        raise NotPermitted(f"refused: `corral {command}` is an operator command; job {job} may "
+                           "not run it")
 
 
 def poke(data_dir: Path, op: str = "wake", timeout: float = 0.5,
@@ -54,22 +84,48 @@ def poke(data_dir: Path, op: str = "wake", timeout: float = 0.5,
     return answer
 
 
-Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+Handler = Callable[[dict[str, Any], Peer], Awaitable[dict[str, Any]]]
+
+# What one of the engine's jobs may ask: is the engine there, look now (after it submitted a
+# child or cancelled), who am I (the CLI asks before an operator command), and the core's
+# state. Everything else is the operator's.
+JOB_OPS = frozenset({"ping", "wake", "submitted", "whoami"})
+JOB_CORE_OPS = frozenset({"snapshot"})
 
 
-async def serve_control(data_dir: Path, handle: Handler) -> None:
+def job_may(request: dict[str, Any]) -> bool:
+    """Whether a job's capability covers this request."""
+    op = request.get("op")
+    return op in JOB_OPS or (op == "core" and request.get("core_op") in JOB_CORE_OPS)
+
+
+async def _no_jobs(job: str) -> bool:
+    return False
+
+
+async def serve_control(data_dir: Path, handle: Handler, *, group: int | None = None,
+                        is_job: IsJob = _no_jobs) -> None:
     """Answer one JSON line per connection until cancelled."""
     path = socket_path(data_dir)
     path.unlink(missing_ok=True)
     listener = await anyio.create_unix_listener(path)
+    restrict(path, group)
     try:
-        await listener.serve(lambda stream: _answer(stream, handle))
+        await listener.serve(lambda stream: _answer(stream, handle, group, is_job))
     finally:
         path.unlink(missing_ok=True)
 
 
-async def _answer(stream: SocketStream, handle: Handler) -> None:
+async def _answer(stream: SocketStream, handle: Handler, group: int | None,
+                  is_job: IsJob) -> None:
     async with stream:
+        try:
+            peer = await admit(stream.extra(SocketAttribute.raw_socket), group=group,
+                               is_job=is_job, what="engine.sock")
+        except Refused as err:
+            await refuse(stream, json.dumps({"ok": False, "error": f"refused: {err}"}).encode()
+                         + b"\n")
+            return
         data = b""
         with anyio.move_on_after(2.0):
             while not data.endswith(b"\n") and len(data) <= MAX_LINE:
@@ -78,11 +134,23 @@ async def _answer(stream: SocketStream, handle: Handler) -> None:
                 except (anyio.EndOfStream, anyio.BrokenResourceError):
                     break
         try:
-            request = json.loads(data)
+            request = loads_bounded(data)
             if not isinstance(request, dict):
                 raise ValueError("not an object")
-            reply = await handle(request)
-        except ValueError as err:
+        except (ValueError, BoundError) as err:
             reply = {"ok": False, "error": f"malformed request: {err}"}
+        else:
+            if peer.capability == "job" and not job_may(request):
+                what = request.get("core_op") if request.get("op") == "core" else request.get("op")
+                log.warning("engine.sock: refused %r from %s: an operator command",
+                            what, peer.describe())
+                reply = {"ok": False, "refused": True,
+                         "error": f"refused: {what!r} is an operator command; "
+                                  f"job {peer.job} may not run it"}
+            else:
+                try:
+                    reply = await handle(request, peer)
+                except ValueError as err:
+                    reply = {"ok": False, "error": f"malformed request: {err}"}
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await stream.send(json.dumps(reply).encode() + b"\n")

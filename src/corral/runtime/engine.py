@@ -12,6 +12,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,6 +40,7 @@ from corral.runtime.assembly import (
 from corral.runtime.control import serve_control
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
+from corral.runtime.peers import Peer
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
@@ -173,6 +175,7 @@ class Engine:
             stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit,
                                                                             grace),
             guardrails=rules, keeper=Keeper(config.secrets_key))
+        self.governor.socket_group = config.socket_group
         self.reporter = Reporter(self.store, config.settings.oversight)
         self.gate = PrerunGate(self.store, config.settings, rules,
                                reveal=revealer(Keeper(config.secrets_key)))
@@ -189,7 +192,17 @@ class Engine:
         # PostgreSQL: only attempts of engines that stopped heart-beating.
         return not is_shared(self.config) or attempt.engine_id in self._stale
 
-    async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def _is_job(self, job_id: str) -> bool:
+        """Whether a socket's caller that names this job is one of this engine's jobs (runtime/
+        peers.py): a live one, or one the store knows."""
+        if self.dispatcher.live_claim(job_id) is not None:
+            return True
+        try:
+            return (await self.store.get_job(job_id)).id == job_id
+        except CorralError:
+            return False
+
+    async def _control(self, request: dict[str, Any], peer: Peer) -> dict[str, Any]:
         op = request.get("op")
         if op in ("wake", "submitted"):  # a submission needs no look at the running jobs
             self.dispatcher.wake(stops=op == "wake")
@@ -205,6 +218,8 @@ class Engine:
                     "core_given_up": sup.given_up if sup else False,
                     "core_state_synced": not (self._state_dirty
                                               or self._state_changed.is_set())}
+        if op == "whoami":  # what the caller may do (runtime/peers.py)
+            return {"ok": True, "capability": peer.capability, "job": peer.job}
         if op == "core":
             return await self._core_control(request)
         return {"ok": False, "error": f"unknown op {op!r}"}
@@ -262,7 +277,8 @@ class Engine:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             await self._start_core(tg)
-            tg.start_soon(serve_control, self.config.data_dir, self._control)
+            tg.start_soon(partial(serve_control, self.config.data_dir, self._control,
+                                  group=self.config.socket_group, is_job=self._is_job))
             tg.start_soon(self.governor.serve)
             tg.start_soon(self.reporter.run)
             tg.start_soon(self._heartbeat)

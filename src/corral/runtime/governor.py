@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import SocketAttribute, SocketStream
 
 from corral.core.ports import Store
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
+from corral.domain.bounds import loads_bounded
 from corral.domain.errors import WorkerError
 from corral.domain.governance import Approval, ApprovalState
 from corral.domain.ids import new_id
@@ -43,6 +44,7 @@ from corral.policy import toolcall
 from corral.policy.guardrails import Guardrails, approval_digest
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.redact import Redactor
+from corral.runtime.peers import Refused, check_user, credentials, refuse, restrict
 from corral.workers.agents import (
     ADAPTERS,
     AGENT_FILE,
@@ -111,6 +113,7 @@ class Governor:
         self.overrun: Callable[[Job, float, float], Awaitable[bool]] | None = None
         self._monitors: dict[str, _Monitor] = {}
         self._lock = anyio.Lock()
+        self.socket_group: int | None = None  # engine.socket_group's gid (runtime/peers.py)
 
     def is_agent(self, kind: str) -> bool:
         return self.adapter_of(kind) in ADAPTERS
@@ -121,7 +124,7 @@ class Governor:
         path = governance_socket(self.data_dir)
         path.unlink(missing_ok=True)
         listener = await anyio.create_unix_listener(path)
-        os.chmod(path, 0o600)
+        restrict(path, self.socket_group)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch)
@@ -131,6 +134,13 @@ class Governor:
 
     async def _connection(self, stream: SocketStream) -> None:
         async with stream:
+            try:  # the hook runs as the engine's user; anyone else is refused, and logged
+                pid, uid, gid = credentials(stream.extra(SocketAttribute.raw_socket))
+                check_user(pid, uid, gid, group=self.socket_group)
+            except (OSError, Refused) as err:
+                log.warning("governance.sock: refused: %s", err)
+                await refuse(stream, f"2\ncorral: tool call denied: refused: {err}".encode())
+                return
             data = b""
             with anyio.move_on_after(REQUEST_TIMEOUT_S):
                 while len(data) <= MAX_REQUEST:
@@ -150,9 +160,9 @@ class Governor:
         """(exit code, text) for one hook request: header line, then the CLI's payload."""
         head, _, body = data.partition(b"\n")
         try:
-            header = json.loads(head)
-            payload = json.loads(body)
-        except ValueError:
+            header = loads_bounded(head)
+            payload = loads_bounded(body)
+        except ValueError:  # a BoundError too: nested deeper than anyone's tool input
             return 2, "corral: tool call denied: malformed governance request"
         if not isinstance(header, dict) or not isinstance(payload, dict):
             return 2, "corral: tool call denied: malformed governance request"

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from corral.core.ports import Admission, Store
+from corral.domain import bounds
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.errors import Backpressure, Conflict, InvalidRequest
 from corral.domain.governance import Approval, ApprovalState
@@ -35,7 +36,7 @@ PrerunCheck = Callable[[Job, float], Awaitable[PolicyEvaluation]]
 # prompt, their real values sealed with a key kept outside the store (workers/sealing.py).
 Conceal = Callable[[Job], Job]
 
-MAX_ATTEMPTS_CEILING = 100
+MAX_ATTEMPTS_CEILING = bounds.MAX_ATTEMPTS
 RETRY_AFTER_CEILING_S = 3600.0
 
 
@@ -135,6 +136,9 @@ class Submissions:
     def build(self, spec: JobSpec, now: float) -> Job:
         """A QUEUED job from a spec, or InvalidRequest saying which field is wrong and why."""
         s = self.settings
+        bounds.text("role", spec.role)
+        bounds.text("environment", spec.env_name)
+        bounds.text("tenant", spec.tenant)
         role = s.roles.get(spec.role)
         if role is None:
             raise InvalidRequest(f"unknown role {spec.role!r} (configured: {_names(s.roles)})")
@@ -145,9 +149,10 @@ class Submissions:
         if env.kind != "local":
             raise InvalidRequest(f"environment {env.name!r} is a {env.kind} cluster; this build "
                                  "runs attempts on `local` environments only")
-        if not PRIORITY_CRITICAL <= spec.priority <= PRIORITY_BACKLOG:
+        if (isinstance(spec.priority, bool) or not isinstance(spec.priority, int)
+                or not PRIORITY_CRITICAL <= spec.priority <= PRIORITY_BACKLOG):
             raise InvalidRequest(
-                f"priority must be 0 (critical) … 4 (backlog), got {spec.priority}")
+                f"priority must be 0 (critical) … 4 (backlog), got {spec.priority!r}")
         worker = spec.worker or self._default_worker(spec, role.worker)
         if worker not in self.workers:
             raise InvalidRequest(f"worker kind {worker!r} is not available "
@@ -157,8 +162,10 @@ class Submissions:
         if worker not in self.command_workers and not (spec.prompt and spec.prompt.strip()):
             raise InvalidRequest(f"worker kind {worker!r} runs an agent: give it a prompt "
                                  "(--prompt)")
-        limits = spec.limits or role.limits
-        self._check_limits(limits)
+        if spec.prompt is not None and len(spec.prompt.encode()) > bounds.MAX_PROMPT_BYTES:
+            raise InvalidRequest(f"prompt of {len(spec.prompt.encode())} bytes is over the "
+                                 f"{bounds.MAX_PROMPT_BYTES}-byte limit")
+        limits = bounds.check_limits(spec.limits or role.limits)
         _within_budget(limits, role)
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
             raise InvalidRequest(f"working directory does not exist: {spec.cwd}")
@@ -205,16 +212,6 @@ class Submissions:
         if not spec.command:
             return role_worker
         return role_worker if role_worker in self.command_workers else "command"
-
-    @staticmethod
-    def _check_limits(limits: Limits) -> None:
-        if not 1 <= limits.max_attempts <= MAX_ATTEMPTS_CEILING:
-            raise InvalidRequest(
-                f"max attempts must be 1 … {MAX_ATTEMPTS_CEILING}, got {limits.max_attempts}")
-        if limits.timeout_s <= 0:
-            raise InvalidRequest(f"timeout must be positive, got {limits.timeout_s}")
-        if limits.grace_s < 0:
-            raise InvalidRequest(f"grace must not be negative, got {limits.grace_s}")
 
     async def submit(self, spec: JobSpec) -> SubmitResult:
         """Persist a job; Backpressure past a queue bound, Conflict on a rejected workspace."""

@@ -8,7 +8,6 @@ counts; write it whole (a temporary file renamed over it) so it is never read ha
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -16,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from corral.domain.bounds import MAX_USD, loads_bounded
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import Settings
 from corral.domain.states import Fault, Outcome
@@ -98,8 +98,8 @@ def reported_cost(path: Path) -> tuple[float | None, str | None]:
     if len(raw) > MAX_RESULT_BYTES:
         return None, f"it is larger than {MAX_RESULT_BYTES} bytes"
     try:
-        doc = json.loads(raw)
-    except ValueError as err:
+        doc = loads_bounded(raw)
+    except ValueError as err:  # a BoundError too: nested too deep to parse
         return None, f"it is not JSON: {err}"
     cost = doc.get("cost_usd") if isinstance(doc, dict) else None
     if cost is None:
@@ -107,6 +107,8 @@ def reported_cost(path: Path) -> tuple[float | None, str | None]:
     if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) \
             or cost < 0:
         return None, f"cost_usd must be a finite number ≥ 0, got {cost!r}"
+    if cost > MAX_USD:
+        return None, f"cost_usd must be at most {MAX_USD:.0f}, got {cost!r}"
     return float(cost), None
 
 
