@@ -84,7 +84,8 @@ class Checkpointer:
     async def tick(self, *, force: bool = False) -> int:
         """Write what is due; the number of checkpoints written."""
         heads = await self.store.audit_heads()
-        moved = {c: h for c, h in heads.items() if self._written.get(c) != (h.seq, h.hash)}
+        moved = {c: h for c, h in heads.items()
+                 if h.seq and self._written.get(c) != (h.seq, h.hash)}
         if not moved:
             return 0
         now = self.clock()
