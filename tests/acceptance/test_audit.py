@@ -140,6 +140,11 @@ def test_the_engine_refuses_to_serve_without_an_append_only_trigger(corral: Corr
                            " is missing or disabled: refusing to serve")
     code, out = verify(corral)
     assert code == 1 and "trigger job_events_no_update: append-only trigger missing" in out
+    assert corral.ok("audit", "restore-triggers") == "restored 1 trigger(s): job_events_no_update\n"
+    assert verify(corral)[0] == 0
+    corral.serve()  # serves again
+    job = corral.submit("true")
+    assert corral.wait(job) == 0
 
 
 def test_the_engine_checkpoints_while_it_runs(corral: Corral) -> None:

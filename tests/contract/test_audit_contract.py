@@ -300,6 +300,10 @@ def test_a_missing_or_disabled_trigger_is_reported(store_kind: str,
             report = await store.verify_audit()
             assert report.problems == (("triggers", gone,
                                         "append-only trigger missing or disabled"),)
+            assert await store.restore_triggers() == [gone]
+            assert await store.missing_triggers() == []
+            assert await store.restore_triggers() == []
+            assert (await store.verify_audit()).ok
         finally:
             await store.close()
 

@@ -172,6 +172,20 @@ def _register_audit(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         if not result.ok:
             raise typer.Exit(1)
 
+    _register_restore(audit, config_of, with_store)
+
+
+def _register_restore(audit: typer.Typer, config_of: ConfigOf, with_store: WithStore) -> None:
+    @audit.command("restore-triggers")
+    def restore_triggers(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+        """Put back the append-only triggers that are missing or disabled (an engine refuses to
+        serve without them). History changed meanwhile stays visible to `corral audit
+        verify`."""
+        cfg = config_of(data_dir, config)
+        restored = with_store(cfg, lambda st: st.restore_triggers())
+        typer.echo(f"restored {len(restored)} trigger(s): {', '.join(restored)}" if restored
+                   else "every append-only trigger is in place")
+
 
 def _where(table: str, row: str) -> str:
     if table == "checkpoints":

@@ -406,6 +406,9 @@ class Store(Protocol):
     async def missing_triggers(self) -> list[str]:
         """The append-only triggers that are missing or disabled (none on a sound store)."""
 
+    async def restore_triggers(self) -> list[str]:
+        """Put back every missing or disabled append-only trigger; the ones put back."""
+
     async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
                           admission: Admission = UNBOUNDED) -> Job:
         """Resolve a dead-lettered job by submitting a fresh copy with a fresh attempt budget."""

@@ -36,8 +36,8 @@ async def refuse_without_triggers(store: Store) -> None:
         raise StoreError(
             f"the store's append-only trigger{'s' if len(missing) > 1 else ''} "
             f"{', '.join(missing)} {'are' if len(missing) > 1 else 'is'} missing or disabled: "
-            "refusing to serve (run `corral audit verify`, then restore them: "
-            "docs/explanation/audit.md)")
+            "refusing to serve (see what changed with `corral audit verify`, then put them back "
+            "with `corral audit restore-triggers`)")
 
 
 async def verify(store: Store, config: Config) -> AuditReport:

@@ -362,3 +362,6 @@ class MemoryGovernance:
 
     async def missing_triggers(self) -> list[str]:
         return []  # nothing but the store's own code can change its rows
+
+    async def restore_triggers(self) -> list[str]:
+        return []

@@ -8,6 +8,7 @@ approval's latest state, the budget sums) cannot change before it commits.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -450,6 +451,23 @@ class SqlGovernance:
     async def missing_triggers(self) -> list[str]:
         async with self.driver.read() as tx:
             return await self._missing_triggers(tx)
+
+    async def restore_triggers(self) -> list[str]:
+        from corral.store.migrate import current_schema, statements  # it imports this module
+
+        missing = await self.missing_triggers()
+        if not missing:
+            return []
+        ddl = {m.group(1): stmt for stmt in statements(current_schema(self.driver.dialect))
+               if (m := re.match(r"CREATE TRIGGER (\w+) ", stmt))}
+        async with self.driver.write() as tx:
+            for name in missing:
+                table = re.search(r" ON (\w+) ", ddl[name])
+                assert table is not None
+                if self.driver.dialect == "postgres":  # disabled, or gone
+                    await tx.execute(f"DROP TRIGGER IF EXISTS {name} ON {table.group(1)}")
+                await tx.execute(ddl[name])
+        return missing
 
     async def _missing_triggers(self, tx: Tx) -> list[str]:
         if self.driver.dialect == "sqlite":
