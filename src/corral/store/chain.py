@@ -206,9 +206,11 @@ class ChainCheck:
                                   f" seq {last.seq})"))
         if (self._keyed_from is not None and tip.keyed_from != self._keyed_from
                 and tip.seq >= self._keyed_from):
+            said = (f"starts at seq {tip.keyed_from}" if tip.keyed_from is not None
+                    else "has no keyed record")
             self.problems.append((self.table, str(tip.seq),
-                                  f"the head says the keyed chain starts at seq"
-                                  f" {tip.keyed_from}, the checkpoints say {self._keyed_from}"))
+                                  f"the head says the keyed chain {said}, the checkpoints say"
+                                  f" it starts at seq {self._keyed_from}"))
         if self.unchecked:
             self.problems.append((self.table, str(self._first_keyed),
                                   f"{self.unchecked} keyed records cannot be checked: no audit"
