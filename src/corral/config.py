@@ -125,6 +125,18 @@ class SecretsModel(_Strict):
     key_file: str | None = None
 
 
+class AuditModel(_Strict):
+    """The audit chain's key and its signed checkpoints (docs/explanation/audit.md)."""
+
+    # the key the audit chains are hashed with (None: <data dir>/audit.key); engines that share
+    # a PostgreSQL store must share it
+    key_file: str | None = None
+    # a checkpoint of every chain that moved, after this many records on one chain or this many
+    # seconds, whichever comes first (and when the engine stops cleanly)
+    checkpoint_every_records: int = Field(1000, ge=1, le=10_000_000)
+    checkpoint_every_s: float = Field(60.0, gt=0, le=86_400)
+
+
 class EnvModel(_Strict):
     kind: Literal["local", "ray"] = "local"
     address: str | None = None
@@ -260,6 +272,7 @@ class ConfigModel(_Strict):
     approval_ttl_s: float = Field(3600.0, gt=0)  # a pending approval expires into a denial
     output: OutputModel = OutputModel()
     secrets: SecretsModel = SecretsModel()
+    audit: AuditModel = AuditModel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -274,6 +287,7 @@ class Config:
     sqlite_busy_timeout_ms: int = 5000
     core: CoreModel = field(default_factory=CoreModel)
     secrets_key_file: Path | None = None  # None: <data dir>/secrets.key
+    audit: AuditModel = field(default_factory=AuditModel)
     text: str = ""  # the file as read ("" for the built-in defaults): what an engine publishes
     socket_group: int | None = None  # engine.socket_group's gid (runtime/peers.py)
 
@@ -285,6 +299,16 @@ class Config:
     def secrets_key(self) -> Path:
         """The key that seals submissions' secrets (workers/sealing.py)."""
         return self.secrets_key_file or self.data_dir / "secrets.key"
+
+    @property
+    def audit_key(self) -> Path:
+        """The key the audit chains are hashed with (store/chain.py)."""
+        return Path(self.audit.key_file) if self.audit.key_file else self.data_dir / "audit.key"
+
+    @property
+    def audit_checkpoints(self) -> Path:
+        """The signed checkpoints of the chains' heads (store/checkpoints.py)."""
+        return self.data_dir / "audit-checkpoints.jsonl"
 
 
 def group_id(name: str | None) -> int | None:
@@ -576,7 +600,9 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
         group = group_id(model.engine.socket_group)
     except ValueError as err:
         raise ConfigError(f"{source}: engine.socket_group: {err}") from None
-    return Config(socket_group=group, settings=resolve(model, source), data_dir=ddir, store_url=url,
+    audit = model.audit.model_copy(update={"key_file": _relative(model.audit.key_file, source)})
+    return Config(socket_group=group, settings=resolve(model, source), data_dir=ddir,
+                  store_url=url,
                   sqlite_synchronous=model.store.sqlite_synchronous, source=path,
                   sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core,
-                  secrets_key_file=Path(key) if key else None, text=text)
+                  secrets_key_file=Path(key) if key else None, audit=audit, text=text)

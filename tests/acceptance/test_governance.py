@@ -34,7 +34,7 @@ def test_every_terminal_job_gets_one_report_and_its_incidents(corral: Corral) ->
     assert reports[queued]["outcome"] == "failed"
     kinds = {i["type"] for i in reports[flaky]["incidents"]}
     assert "retry_exhausted" in kinds
-    assert all(len(str(r["hash"])) == 64 for r in reports.values())
+    assert all(str(r["hash"]).startswith("k1:") for r in reports.values())  # keyed
 
     runs = {r["job_id"]: r for r in corral.json("runs")}
     assert runs[flaky]["outcome"] == "dead_lettered" and runs[flaky]["incidents_total"] >= 1

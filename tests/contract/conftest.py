@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +18,7 @@ from corral.core.ports import Store
 from corral.store.memory import MemoryStore
 from corral.store.postgres import PostgresStore
 from corral.store.sqlite import SqliteStore
+from corral.workers.sealing import KeyFile
 from tests.pg import PgSchemas
 
 Body = Callable[[Store], Awaitable[None]]
@@ -26,14 +28,25 @@ UseStore = Callable[[Body], None]
 
 
 def _factory(kind: str, tmp_path: Path, pg_schemas: PgSchemas) -> Callable[[], Store]:
+    """Stores that chain with the audit key of `tmp_path` (as every engine's store does)."""
+    key = KeyFile(tmp_path / "audit.key")
     if kind == "memory":
         shared = MemoryStore()  # "one database": every instance is the same store
+        shared.use_audit_key(key)
         return lambda: shared
     if kind == "sqlite":
         path = tmp_path / "corral.db"
-        return lambda: SqliteStore(path)
+        return lambda: keyed(SqliteStore(path), key)
     dsn = pg_schemas.new()
-    return lambda: PostgresStore(dsn)
+    return lambda: keyed(PostgresStore(dsn), key)
+
+
+S = TypeVar("S", bound=Store)
+
+
+def keyed(store: S, key: KeyFile) -> S:
+    store.use_audit_key(key)
+    return store
 
 
 @pytest.fixture(

@@ -119,7 +119,7 @@ def test_one_run_report_per_job_written_once(use_store: UseStore) -> None:
         assert await store.report(job.id) is None
         report = report_for(job)
         recorded = await store.record_report(report)
-        assert len(recorded.hash) == 64
+        assert recorded.hash.startswith("k1:") and len(recorded.hash) == 3 + 64
         assert recorded == replace(report, hash=recorded.hash)
         assert await store.report(job.id) == recorded
         with pytest.raises(Conflict, match="already has run report"):
@@ -149,7 +149,8 @@ def test_incidents_are_appended_and_resolved_by_a_new_record(use_store: UseStore
         a, b = incident(job), incident(job, severity=Severity.HIGH, type=IncidentType.TIMEOUT)
         c = incident(other)
         got = await store.append_incidents([a, b, c])
-        assert [i.id for i in got] == [a.id, b.id, c.id] and all(len(i.hash) == 64 for i in got)
+        assert [i.id for i in got] == [a.id, b.id, c.id] and all(
+            i.hash.startswith("k1:") for i in got)
         assert await store.incidents(job.id) == got[:2]
         fix = incident(job, resolves=a.id, message="retried by hand", type=IncidentType.ANOMALY)
         [resolution] = await store.append_incidents([fix])
@@ -401,7 +402,7 @@ def test_every_chain_verifies(use_store: UseStore) -> None:
         await fill_every_chain(store)
         report = await store.verify_audit()
         assert report.ok, report.problems
-        assert report.checked == 13
+        assert report.checked == 13 + 2  # and the job's timeline: submitted, cancelled
 
     use_store(body)
 
@@ -580,7 +581,7 @@ def test_two_engines_appending_keep_one_unbroken_chain(
                 for store in (one, two)))
             report = await one.verify_audit()
             assert report.ok, report.problems
-            assert report.checked == 120
+            assert report.checked == 120 + 1  # and the job's timeline: submitted
 
     asyncio.run(main())
 

@@ -13,12 +13,13 @@ import pytest
 
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.states import JobState
-from corral.store.chain import CHAINS
+from corral.store.chain import CHAINS, link
 from corral.store.migrate import migrate, migrations, statements
 from corral.store.postgres import PostgresDriver, PostgresStore
 from corral.store.rows import JOB_COLUMNS, job_params
 from corral.store.sql import Driver, SqlStore
 from corral.store.sqlite import SqliteDriver, SqliteStore
+from corral.workers.sealing import KeyFile
 from tests.contract.test_store_contract import make_job
 
 if TYPE_CHECKING:
@@ -238,3 +239,65 @@ def test_postgres_upgrade_puts_old_policy_evaluations_on_the_chain(
         pg_schemas: PgSchemas) -> None:
     dsn = pg_schemas.new()
     asyncio.run(_upgrade_from_v4(PostgresDriver(dsn), lambda: PostgresStore(dsn)))
+
+
+async def _upgrade_to_keyed(driver: Driver, reopen: Callable[[], SqlStore], key: Path) -> None:
+    """A database from before migration 0012: its plain chain stays verifiable, its job events
+    stay outside the timeline's chain, and what is written after is keyed."""
+    await driver.open()
+    try:
+        async with driver.write() as tx:
+            await tx.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                             " name TEXT NOT NULL, applied_at REAL NOT NULL)")
+            for v, name, sql in migrations(driver.dialect):
+                if v >= 12:
+                    break
+                for stmt in statements(sql):
+                    await tx.execute(stmt)
+                await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v, name, 0.0))
+            for n in range(2):
+                await tx.execute(
+                    "INSERT INTO job_events (job_id, at, kind, message, data)"
+                    " VALUES (?, ?, ?, ?, ?)", ("j1", 100.0 + n, "submitted", "", "{}"))
+            plain = link("policy_evaluations", {
+                "at": 100.0, "job_id": "j1", "attempt": 1, "stage": "tool_call",
+                "subject": "Bash", "verdict": "allow", "reason": "allowed", "message": "",
+                "inputs": "{}"}, 1, "")
+            cols = CHAINS["policy_evaluations"] + ("hash",)
+            await tx.execute(f"INSERT INTO policy_evaluations ({', '.join(cols)}) VALUES"
+                             f" ({', '.join('?' * len(cols))})", [plain[c] for c in cols])
+            await tx.execute("INSERT INTO audit_heads (chain, seq, hash) VALUES (?, 1, ?)",
+                             ("policy_evaluations", plain["hash"]))
+    finally:
+        await driver.close()
+    store = reopen()
+    store.use_audit_key(KeyFile(key))
+    await store.open()  # migrates 0012
+    try:
+        before = await store.verify_audit()
+        assert (before.ok, before.checked, before.prechain) == (True, 3, 2), before.problems
+        await store.append_policy_evaluations([PolicyEvaluation(
+            at=200.0, job_id="j1", attempt=2, stage="tool_call", subject="Bash",
+            verdict="deny", reason="out_of_scope")])
+        await store.submit(make_job(), now=300.0, aging_s=60.0)
+        heads = await store.audit_heads()
+        assert (heads["policy_evaluations"].seq, heads["policy_evaluations"].keyed_from) == (2, 2)
+        assert (heads["job_events"].seq, heads["job_events"].keyed_from) == (1, 1)
+        after = await store.verify_audit()
+        assert (after.ok, after.checked, after.prechain) == (True, 5, 2), after.problems
+    finally:
+        await store.close()
+
+
+def test_sqlite_upgrade_keeps_the_plain_chain_and_keys_what_follows(tmp_path: Path) -> None:
+    path = tmp_path / "v11.db"
+    asyncio.run(_upgrade_to_keyed(SqliteDriver(path), lambda: SqliteStore(path),
+                                  tmp_path / "audit.key"))
+
+
+@pytest.mark.postgres
+def test_postgres_upgrade_keeps_the_plain_chain_and_keys_what_follows(
+        pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    dsn = pg_schemas.new()
+    asyncio.run(_upgrade_to_keyed(PostgresDriver(dsn), lambda: PostgresStore(dsn),
+                                  tmp_path / "audit.key"))

@@ -26,6 +26,7 @@ from corral.domain.governance import (
 )
 from corral.domain.ids import new_id, resolve
 from corral.runtime.assembly import submissions
+from corral.runtime.audit import verify as verify_audit
 from corral.runtime.control import operator_only, poke
 from corral.runtime.published import active_config
 
@@ -148,21 +149,51 @@ def _register_audit(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
     @audit.command("verify")
     def audit_verify(as_json: JsonOpt = False, data_dir: DataDir = None,
                      config: ConfigOpt = None) -> None:
-        """Check every hash chain (policy evaluations, reports, incidents, switches, budgets,
-        approvals); exit 1 and name the first broken row if anything was changed or removed."""
+        """Check every audit chain (policy evaluations, reports, incidents, switches, budgets,
+        approvals, job timelines) against the audit key and the signed checkpoints in the data
+        directory, and that every append-only trigger is in place; exit 1 and say exactly what
+        was changed or removed."""
         cfg = config_of(data_dir, config)
-        result = with_store(cfg, lambda st: st.verify_audit())
+        result = with_store(cfg, lambda st: verify_audit(st, cfg))
         if as_json:
             emit(dataclasses.asdict(result))
         elif result.ok:
-            typer.echo(f"audit ok: {result.checked} records, every chain intact")
+            extra = f", {result.prechain} older job events before the chain" if (
+                result.prechain) else ""
+            typer.echo(f"audit ok: {result.checked} records, every chain intact, "
+                       f"{result.checkpoints} checkpoints matched{extra}")
         else:
             typer.echo(f"audit FAILED: {len(result.problems)} problem(s) in {result.checked} "
                        "records", err=True)
             for table, row, why in result.problems[:20]:
-                typer.echo(f"  {table} row {row}: {why}", err=True)
+                typer.echo(f"  {_where(table, row)}: {why}", err=True)
+            if len(result.problems) > 20:
+                typer.echo(f"  … and {len(result.problems) - 20} more (--json lists them all)",
+                           err=True)
         if not result.ok:
             raise typer.Exit(1)
+
+    _register_restore(audit, config_of, with_store)
+
+
+def _register_restore(audit: typer.Typer, config_of: ConfigOf, with_store: WithStore) -> None:
+    @audit.command("restore-triggers")
+    def restore_triggers(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+        """Put back the append-only triggers that are missing or disabled (an engine refuses to
+        serve without them). History changed meanwhile stays visible to `corral audit
+        verify`."""
+        cfg = config_of(data_dir, config)
+        restored = with_store(cfg, lambda st: st.restore_triggers())
+        typer.echo(f"restored {len(restored)} trigger(s): {', '.join(restored)}" if restored
+                   else "every append-only trigger is in place")
+
+
+def _where(table: str, row: str) -> str:
+    if table == "checkpoints":
+        return f"checkpoint file {row}"
+    if table == "triggers":
+        return f"trigger {row}"
+    return f"{table} row {row}"
 
 
 def _print_incidents(items: list[Incident], empty: str = "",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -78,15 +79,49 @@ class Admission:
 UNBOUNDED = Admission()
 
 
+class AuditKey(Protocol):
+    """Where the audit chain's key comes from (workers/sealing.py KeyFile: `audit.key`)."""
+
+    def get(self, *, create: bool) -> bytes | None:
+        """The key (created first when `create`), or None when there is none."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """A chain's tip as the store records it; `keyed_from`: its first keyed seq."""
+
+    seq: int
+    hash: str
+    keyed_from: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainMark:
+    """A signed checkpoint of one chain's head, read from outside the database."""
+
+    chain: str
+    seq: int
+    hash: str
+    at: float
+    keyed_from: int | None = None
+
+    @property
+    def when(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.at))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditReport:
     """What `verify_audit` found: every append-only table's hash chain, row by row.
 
     `first_bad` is (table, row id, why) of the first row that breaks its chain; `problems` lists
-    every one found (a tampered row breaks only itself: the next row still links to its hash)."""
+    every one found (a tampered row breaks only itself: the next row still links to its hash).
+    `prechain`: job events written before the timeline was chained (migration 0012)."""
 
     ok: bool
     checked: int
+    prechain: int = 0
+    checkpoints: int = 0
     first_bad: tuple[str, str, str] | None = None
     problems: tuple[tuple[str, str, str], ...] = ()
 
@@ -357,8 +392,22 @@ class Store(Protocol):
     async def unreported(self, limit: int = 100) -> list[str]:
         """Ids of terminal jobs that have no run report yet, oldest change first."""
 
-    async def verify_audit(self) -> AuditReport:
-        """Recompute every append-only table's hash chain."""
+    async def verify_audit(self, marks: Sequence[ChainMark] = ()) -> AuditReport:
+        """Recompute every append-only table's hash chain (keyed rows with the audit key), check
+        it passes through every checkpoint in `marks` and reaches the last, and that every
+        append-only trigger is in place."""
+
+    def use_audit_key(self, key: AuditKey) -> None:
+        """Hash the audit chains with HMAC-SHA256 under this key from now on."""
+
+    async def audit_heads(self) -> dict[str, ChainHead]:
+        """Every chain's tip (what a checkpoint records)."""
+
+    async def missing_triggers(self) -> list[str]:
+        """The append-only triggers that are missing or disabled (none on a sound store)."""
+
+    async def restore_triggers(self) -> list[str]:
+        """Put back every missing or disabled append-only trigger; the ones put back."""
 
     async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
                           admission: Admission = UNBOUNDED) -> Job:

@@ -15,11 +15,18 @@ from corral.core.ports import Store
 from corral.domain.errors import StoreError
 from corral.runtime.gate import PrerunGate
 from corral.scheduler.service import Submissions
-from corral.workers.sealing import Keeper, revealer
+from corral.workers.sealing import Keeper, KeyFile, revealer
 
 
 def build_store(config: Config) -> Store:
-    """The store named by the configuration: PostgreSQL for a postgresql:// URL, else SQLite."""
+    """The store named by the configuration: PostgreSQL for a postgresql:// URL, else SQLite;
+    its audit chains keyed with the data directory's audit key (store/chain.py)."""
+    store = _store(config)
+    store.use_audit_key(KeyFile(config.audit_key))
+    return store
+
+
+def _store(config: Config) -> Store:
     url = config.store_url
     if url and is_shared(config):
         from corral.store.postgres import PostgresStore

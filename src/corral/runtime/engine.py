@@ -28,7 +28,7 @@ from corral.domain.errors import CorralError, EngineRunning
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Permit
 from corral.domain.settings import WorkerSpec
-from corral.runtime import published
+from corral.runtime import audit, published
 from corral.runtime.assembly import (
     adapter_of,
     advertise,
@@ -155,6 +155,7 @@ class Engine:
         self.id = new_id()
         self.lock = ServeLock(config.data_dir)
         self.store: Store = build_store(config)
+        self.checkpointer = audit.Checkpointer(self.store, config)
         self.link = CoreLink()
         self.supervisor: CoreSupervisor | None = None
         self._tg: TaskGroup | None = None
@@ -258,7 +259,11 @@ class Engine:
         try:
             await self.store.open()
             try:
+                await audit.refuse_without_triggers(self.store)
+                for warning in await self.checkpointer.start():
+                    log.error("%s", warning)
                 await self._run(drain, on_ready)
+                await self.checkpointer.flush()
             finally:
                 await self.store.close()
         finally:
@@ -282,6 +287,7 @@ class Engine:
             tg.start_soon(self.governor.serve)
             tg.start_soon(self.reporter.run)
             tg.start_soon(self._heartbeat)
+            tg.start_soon(self.checkpointer.run)
             tg.start_soon(self._keep_core_state)
             tg.start_soon(self._record_core_events)
             tg.start_soon(self._signals, tg.cancel_scope)

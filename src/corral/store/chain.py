@@ -12,16 +12,37 @@ reads after taking the tip (the budget ledger's sums) cannot change under it. Th
 verification notice a truncated chain. Why per table rather than one ledger: the per-tool-call
 policy evaluations do not queue behind approvals and reports, and a chain is verified on its own.
 
-The tables also refuse UPDATE and DELETE by trigger (migrations 0006); the chain is what shows
-tampering by someone who went around the triggers.
+The tables also refuse UPDATE and DELETE by trigger (migrations 0006, 0012); the chain is what
+shows tampering by someone who went around the triggers.
+
+Keyed chain (migration 0012, issue 11). A plain SHA-256 chain can be recomputed by whoever can
+write the database. Rows are therefore hashed with HMAC-SHA256 under a key kept outside the
+database (`<data dir>/audit.key`, 0600, the same key-file mechanism as the sealing key); such a
+hash is stored as `k1:<hex>`, a plain one as 64 hex digits. `audit_heads.keyed_from` records the
+first keyed seq of each chain: rows before it (written before the key existed) stay verifiable
+with plain SHA-256, and the first keyed row's HMAC covers their tip through its `prev_hash`; a
+plain row at or after it, or after any keyed row, is a chain recomputed without the key. What
+the database cannot show (its newest rows removed with the head rewound, `keyed_from` reset) the
+signed checkpoints written outside it do (store/checkpoints.py): verification takes them as
+`Mark`s.
+
+The job timeline (`job_events`) is chained too since 0012; its rows from before are outside
+the chain (seq NULL) and reported as such, never as tampering, while they precede the chain.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from corral.core.ports import AuditKey
+from corral.core.ports import ChainHead as Head
+from corral.core.ports import ChainMark as Mark
+
+__all__ = ["AuditKey", "Head", "Mark"]
 
 if TYPE_CHECKING:
     from corral.store.sql import Tx
@@ -45,9 +66,17 @@ CHAINS: dict[str, tuple[str, ...]] = {
     "approval_events": ("seq", "approval_id", "job_id", "subject", "digest", "reason",
                         "requested_at", "expires_at", "state", "at", "actor", "note",
                         "prev_hash"),
+    "job_events": ("job_id", "at", "kind", "from_state", "to_state", "attempt", "message",
+                   "data", "seq", "prev_hash"),
 }
 # The id a problem is reported under: the table's own id, else its chain position.
-ROW_ID = {"policy_evaluations": "id", "run_reports": "id", "incidents": "id"}
+ROW_ID = {"policy_evaluations": "id", "run_reports": "id", "incidents": "id",
+          "job_events": "id"}
+# Tables whose rows from before their chain began stay outside it (seq NULL): not a problem
+# while they precede the chain's first row.
+PRECHAIN = frozenset({"job_events"})
+# A keyed (HMAC-SHA256) hash is stored with this prefix; a plain SHA-256 one without.
+KEYED = "k1:"
 # REAL columns: hashed as floats whatever the caller passed (SQLite gives 1 back as 1.0).
 _REAL = frozenset({"at", "cost_usd", "started_at", "ended_at", "created_at", "expires_at",
                    "ceiling_usd", "amount", "charged_at", "requested_at"})
@@ -74,26 +103,43 @@ def canonical(table: str, row: Mapping[str, Any]) -> str:
                       ensure_ascii=False, allow_nan=False)
 
 
-def row_hash(table: str, row: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical(table, row).encode()).hexdigest()
+def row_hash(table: str, row: Mapping[str, Any], key: bytes | None = None) -> str:
+    """The row's hash: HMAC-SHA256 under `key` (`k1:` + hex), plain SHA-256 without one."""
+    text = canonical(table, row).encode()
+    if key is None:
+        return hashlib.sha256(text).hexdigest()
+    return KEYED + hmac.new(key, text, hashlib.sha256).hexdigest()
 
 
-def link(table: str, row: Mapping[str, Any], seq: int, prev_hash: str) -> dict[str, Any]:
+def link(table: str, row: Mapping[str, Any], seq: int, prev_hash: str,
+         key: bytes | None = None) -> dict[str, Any]:
     """The row placed at `seq` after `prev_hash`, with its own hash."""
     linked = {**normalise(row), "seq": seq, "prev_hash": prev_hash}
-    linked["hash"] = row_hash(table, linked)
+    linked["hash"] = row_hash(table, linked, key)
     return linked
 
 
 class ChainCheck:
-    """Walks one chain in seq order and notes every row that breaks it."""
+    """Walks one chain in seq order and notes every row that breaks it.
 
-    def __init__(self, table: str) -> None:
+    `key`: the chain's key (None: keyed rows cannot be checked, which is itself reported);
+    `marks`: the chain's signed checkpoints, which the walk must pass through unchanged."""
+
+    def __init__(self, table: str, key: bytes | None = None,
+                 marks: Sequence[Mark] = ()) -> None:
         self.table = table
+        self.key = key
         self.checked = 0
+        self.prechain = 0  # rows from before the chain began (job_events), not on it
+        self.chain_starts_at: int | None = None  # the id of the chain's first row (PRECHAIN)
+        self.unchecked = 0  # keyed rows not checked for want of the key
         self.problems: list[Problem] = []
+        self.marks = sorted(marks, key=lambda m: m.seq)
+        self._mark = 0
         self._seq = 0
         self._hash = ""
+        self._first_keyed: int | None = None
+        self._keyed_from = min((m.keyed_from for m in self.marks if m.keyed_from), default=None)
 
     def _bad(self, row: Mapping[str, Any], why: str) -> None:
         self.problems.append((self.table, str(row.get(ROW_ID.get(self.table, "seq"))), why))
@@ -102,30 +148,80 @@ class ChainCheck:
         self.checked += 1
         seq = row.get("seq")
         if seq is None or row.get("hash") is None:
+            if (self.table in PRECHAIN and self._seq == 0 and row.get("id") is not None
+                    and (self.chain_starts_at is None or int(row["id"]) < self.chain_starts_at)):
+                self.prechain += 1
+                return
             self._bad(row, "row is not on the chain (no seq or hash)")
             return
-        if int(seq) != self._seq + 1:
-            self._bad(row, f"seq {seq} follows {self._seq}: rows {self._seq + 1}…{int(seq) - 1}"
+        seq = int(seq)
+        if seq != self._seq + 1:
+            self._bad(row, f"seq {seq} follows {self._seq}: rows {self._seq + 1}…{seq - 1}"
                            " are missing")
         elif row.get("prev_hash") != self._hash:
             self._bad(row, "prev_hash does not match the previous row's hash")
-        if row_hash(self.table, row) != row.get("hash"):
-            self._bad(row, "content does not match its hash (the row was changed)")
-        self._seq, self._hash = int(seq), str(row["hash"])
+        self._check_hash(row, seq, str(row["hash"]))
+        while self._mark < len(self.marks) and self.marks[self._mark].seq <= seq:
+            mark = self.marks[self._mark]
+            self._mark += 1
+            if mark.seq == seq and mark.hash != row["hash"]:
+                self._bad(row, f"record seq {seq} differs from the checkpoint at {mark.when}"
+                               " (the chain was rewritten from here)")
+        self._seq, self._hash = seq, str(row["hash"])
 
-    def finish(self, head: tuple[int, str] | None) -> None:
-        """Compare the walk's end with the recorded tip (catches a truncated chain)."""
-        tip = head or (0, "")
-        if (self._seq, self._hash) != tip:
-            self.problems.append((self.table, str(tip[0]),
-                                  f"chain head is seq {tip[0]} but the rows end at seq"
+    def _check_hash(self, row: Mapping[str, Any], seq: int, stored: str) -> None:
+        if stored.startswith(KEYED):
+            if self._first_keyed is None:
+                self._first_keyed = seq
+            if self.key is None:
+                self.unchecked += 1
+                return
+            if not hmac.compare_digest(row_hash(self.table, row, self.key), stored):
+                self._bad(row, f"record seq {seq} changed: its HMAC does not match (changed,"
+                               " or recomputed without the key)")
+            return
+        keyed_from = self._keyed_from
+        if self._first_keyed is not None or (keyed_from is not None and seq >= keyed_from):
+            self._bad(row, f"record seq {seq} has a plain hash inside the keyed part of the"
+                           f" chain (from seq {self._first_keyed or keyed_from}): recomputed"
+                           " without the key")
+        elif row_hash(self.table, row) != stored:
+            self._bad(row, "content does not match its hash (the row was changed)")
+
+    def finish(self, head: Head | tuple[int, str] | None) -> None:
+        """Compare the walk's end with the recorded tip (catches a truncated chain) and with
+        the last checkpoint (catches one truncated with its tip rewound)."""
+        if isinstance(head, tuple):
+            head = Head(*head)
+        tip = head or Head(0, "")
+        if (self._seq, self._hash) != (tip.seq, tip.hash):
+            self.problems.append((self.table, str(tip.seq),
+                                  f"chain head is seq {tip.seq} but the rows end at seq"
                                   f" {self._seq} (rows were removed or the head was changed)"))
+        if self.marks and self.marks[-1].seq > self._seq:
+            last = self.marks[-1]
+            self.problems.append((self.table, str(self._seq),
+                                  f"chain {self.table}: {last.seq - self._seq} records after seq"
+                                  f" {self._seq} missing (checkpoint at {last.when} says head"
+                                  f" seq {last.seq})"))
+        if (self._keyed_from is not None and tip.keyed_from != self._keyed_from
+                and tip.seq >= self._keyed_from):
+            said = (f"starts at seq {tip.keyed_from}" if tip.keyed_from is not None
+                    else "has no keyed record")
+            self.problems.append((self.table, str(tip.seq),
+                                  f"the head says the keyed chain {said}, the checkpoints say"
+                                  f" it starts at seq {self._keyed_from}"))
+        if self.unchecked:
+            self.problems.append((self.table, str(self._first_keyed),
+                                  f"{self.unchecked} keyed records cannot be checked: no audit"
+                                  " key (audit.key is missing)"))
 
 
 def verify_rows(table: str, rows: Sequence[Mapping[str, Any]],
-                head: tuple[int, str] | None) -> ChainCheck:
+                head: Head | tuple[int, str] | None, key: bytes | None = None,
+                marks: Sequence[Mark] = ()) -> ChainCheck:
     """Check a whole chain held in memory (unchained rows first, then by seq)."""
-    check = ChainCheck(table)
+    check = ChainCheck(table, key, marks)
     for row in sorted(rows, key=lambda r: (r.get("seq") is not None, r.get("seq") or 0)):
         check.feed(row)
     check.finish(head)
@@ -134,20 +230,22 @@ def verify_rows(table: str, rows: Sequence[Mapping[str, Any]],
 
 # ---- SQL --------------------------------------------------------------------------------------
 
-_TAKE = "UPDATE audit_heads SET seq = seq WHERE chain = ? RETURNING seq, hash"
+_TAKE = "UPDATE audit_heads SET seq = seq WHERE chain = ? RETURNING seq, hash, keyed_from"
 
 
 class ChainWriter:
-    """Appends to one chain inside an open write transaction (take → append… → flush)."""
+    """Appends to one chain inside an open write transaction (take → append… → flush);
+    keyed when given a key."""
 
-    def __init__(self, tx: Tx, table: str, seq: int, tip: str) -> None:
-        self.tx, self.table, self.seq, self.tip = tx, table, seq, tip
+    def __init__(self, tx: Tx, table: str, head: Head, key: bytes | None = None) -> None:
+        self.tx, self.table, self.seq, self.tip = tx, table, head.seq, head.hash
+        self.key, self.keyed_from = key, head.keyed_from
         cols = (*CHAINS[table], "hash")
         self._insert = (f"INSERT INTO {table} ({', '.join(cols)})"
                         f" VALUES ({', '.join('?' * len(cols))})")
 
     @classmethod
-    async def take(cls, tx: Tx, table: str) -> ChainWriter:
+    async def take(cls, tx: Tx, table: str, key: bytes | None = None) -> ChainWriter:
         """Lock the chain's tip for the rest of the transaction."""
         row = await tx.fetchone(_TAKE, (table,))
         if row is None:  # the chain's first append ever
@@ -155,31 +253,51 @@ class ChainWriter:
                              " ON CONFLICT (chain) DO NOTHING", (table,))
             row = await tx.fetchone(_TAKE, (table,))
         assert row is not None
-        return cls(tx, table, int(row["seq"]), str(row["hash"]))
+        keyed_from = row["keyed_from"]
+        return cls(tx, table, Head(int(row["seq"]), str(row["hash"]),
+                                   None if keyed_from is None else int(keyed_from)), key)
 
     async def append(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        linked = link(self.table, row, self.seq + 1, self.tip)
+        linked = link(self.table, row, self.seq + 1, self.tip, self.key)
         await self.tx.execute(self._insert, [linked[c] for c in (*CHAINS[self.table], "hash")])
         self.seq, self.tip = linked["seq"], linked["hash"]
+        if self.key is not None and self.keyed_from is None:
+            self.keyed_from = self.seq
         return linked
 
     async def flush(self) -> None:
-        await self.tx.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE chain = ?",
-                              (self.seq, self.tip, self.table))
+        await self.tx.execute("UPDATE audit_heads SET seq = ?, hash = ?, keyed_from = ?"
+                              " WHERE chain = ?", (self.seq, self.tip, self.keyed_from,
+                                                   self.table))
 
 
-async def verify_table(tx: Tx, table: str, *, page: int = 1000) -> ChainCheck:
+async def read_heads(tx: Tx) -> dict[str, Head]:
+    """Every chain's tip as the database records it."""
+    rows = await tx.fetchall("SELECT chain, seq, hash, keyed_from FROM audit_heads")
+    return {str(r["chain"]): Head(int(r["seq"]), str(r["hash"]),
+                                  None if r["keyed_from"] is None else int(r["keyed_from"]))
+            for r in rows}
+
+
+async def verify_table(tx: Tx, table: str, *, key: bytes | None = None,
+                       marks: Sequence[Mark] = (), page: int = 1000) -> ChainCheck:
     """Walk one table's chain from the database, a page at a time.
 
     The tip is read first and the walk stops there: rows appended meanwhile by another engine
     (committed with a later tip) are left for the next verification."""
-    head = await tx.fetchone("SELECT seq, hash FROM audit_heads WHERE chain = ?", (table,))
-    tip = (int(head["seq"]), str(head["hash"])) if head else None
-    check = ChainCheck(table)
-    cols = ", ".join(dict.fromkeys((ROW_ID.get(table, "seq"), *CHAINS[table], "hash")))
-    for row in await tx.fetchall(f"SELECT {cols} FROM {table} WHERE seq IS NULL OR hash IS NULL"):
+    tip = (await read_heads(tx)).get(table)
+    check = ChainCheck(table, key, marks)
+    id_col = ROW_ID.get(table, "seq")
+    cols = ", ".join(dict.fromkeys((id_col, *CHAINS[table], "hash")))
+    if table in PRECHAIN:
+        first = await tx.fetchone(f"SELECT MIN({id_col}) AS id FROM {table}"
+                                  " WHERE seq IS NOT NULL")
+        check.chain_starts_at = None if first is None or first["id"] is None else int(
+            first["id"])
+    for row in await tx.fetchall(f"SELECT {cols} FROM {table} WHERE seq IS NULL OR hash IS NULL"
+                                 f" ORDER BY {id_col}"):
         check.feed(dict(row))
-    after, last = 0, tip[0] if tip else 0
+    after, last = 0, tip.seq if tip else 0
     while True:
         rows = await tx.fetchall(f"SELECT {cols} FROM {table} WHERE seq > ? AND seq <= ?"
                                  " AND hash IS NOT NULL ORDER BY seq LIMIT ?", (after, last, page))
@@ -191,7 +309,7 @@ async def verify_table(tx: Tx, table: str, *, page: int = 1000) -> ChainCheck:
     if tip is None:  # no tip: every row is past it (the head row itself was removed)
         for row in await tx.fetchall(f"SELECT {cols} FROM {table} WHERE seq IS NOT NULL"
                                      " AND hash IS NOT NULL ORDER BY seq LIMIT 1"):
-            check.problems.append((table, str(row[ROW_ID.get(table, "seq")]),
+            check.problems.append((table, str(row[id_col]),
                                    "rows exist but the chain has no head"))
     check.finish(tip)
     return check
@@ -205,11 +323,25 @@ async def seal_legacy_evaluations(tx: Tx) -> None:
                              " ORDER BY id")
     if not rows:
         return
-    writer = await ChainWriter.take(tx, "policy_evaluations")
+    row = await tx.fetchone("UPDATE audit_heads SET seq = seq WHERE chain = ?"
+                            " RETURNING seq, hash", ("policy_evaluations",))
+    if row is None:
+        await tx.execute("INSERT INTO audit_heads (chain, seq, hash) VALUES (?, 0, '')"
+                         " ON CONFLICT (chain) DO NOTHING", ("policy_evaluations",))
+    writer = ChainWriter(tx, "policy_evaluations",
+                         Head(int(row["seq"]), str(row["hash"])) if row else Head(0, ""))
     for row in rows:
         linked = link("policy_evaluations", dict(row), writer.seq + 1, writer.tip)
         await tx.execute("UPDATE policy_evaluations SET seq = ?, prev_hash = ?, hash = ?"
                          " WHERE id = ?", (linked["seq"], linked["prev_hash"], linked["hash"],
                                            row["id"]))
         writer.seq, writer.tip = linked["seq"], linked["hash"]
-    await writer.flush()
+    await tx.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE chain = ?",
+                     (writer.seq, writer.tip, "policy_evaluations"))
+
+
+def append_only_triggers(dialect: str) -> list[str]:
+    """The triggers that make every chained table append-only (migrations 0006, 0012)."""
+    suffixes = ("_no_update", "_no_delete") if dialect == "sqlite" else (
+        "_append_only", "_no_truncate")
+    return [t + s for t in CHAINS for s in suffixes]

@@ -25,7 +25,7 @@ from corral.domain.governance import (
 )
 from corral.domain.models import Job
 from corral.store import govrows as g
-from corral.store.chain import CHAINS, Problem, link, verify_rows
+from corral.store.chain import CHAINS, ROW_ID, AuditKey, Head, Mark, Problem, link, verify_rows
 
 Row = dict[str, Any]
 
@@ -37,16 +37,36 @@ class MemoryGovernance:
 
     def _init_governance(self) -> None:
         self._chains: dict[str, list[Row]] = {t: [] for t in CHAINS}
-        self._heads: dict[str, tuple[int, str]] = {}
+        self._heads: dict[str, Head] = {}
+        self.audit_key: AuditKey | None = None
+        self._audit_key_bytes: bytes | None = None
+
+    def use_audit_key(self, key: AuditKey) -> None:
+        self.audit_key, self._audit_key_bytes = key, None
+
+    def _chain_key(self, *, create: bool = True) -> bytes | None:
+        if self._audit_key_bytes is None and self.audit_key is not None:
+            self._audit_key_bytes = self.audit_key.get(create=create)
+        return self._audit_key_bytes
 
     def _append(self, table: str, row: Mapping[str, Any]) -> Row:
-        seq, tip = self._heads.get(table, (0, ""))
-        linked = link(table, row, seq + 1, tip)
-        if table == "policy_evaluations":
+        head = self._heads.get(table, Head(0, ""))
+        key = self._chain_key()
+        linked = link(table, row, head.seq + 1, head.hash, key)
+        if table in ROW_ID and "id" not in linked:
             linked["id"] = linked["seq"]  # the SQL stores' autoincrement id
         self._chains[table].append(linked)
-        self._heads[table] = (linked["seq"], linked["hash"])
+        keyed_from = head.keyed_from or (linked["seq"] if key is not None else None)
+        self._heads[table] = Head(linked["seq"], linked["hash"], keyed_from)
         return dict(linked)
+
+    def _unappend(self, table: str, head: Head | None) -> None:
+        """Undo the chain's last append (a rolled-back operation)."""
+        self._chains[table].pop()
+        if head is None:
+            self._heads.pop(table, None)
+        else:
+            self._heads[table] = head
 
     def _rows(self, table: str) -> Iterator[Row]:
         return iter(self._chains[table])
@@ -326,11 +346,22 @@ class MemoryGovernance:
                       key=lambda j: (j.updated_at, j.id))
         return [j.id for j in jobs[:limit]]
 
-    async def verify_audit(self) -> AuditReport:
+    async def verify_audit(self, marks: Sequence[Mark] = ()) -> AuditReport:
         checked, problems = 0, list[Problem]()
+        key = self._chain_key(create=False)
         for table, rows in self._chains.items():
-            check = verify_rows(table, rows, self._heads.get(table))
+            check = verify_rows(table, rows, self._heads.get(table), key,
+                                [m for m in marks if m.chain == table])
             checked += check.checked
             problems += check.problems
         return AuditReport(ok=not problems, checked=checked,
                            first_bad=problems[0] if problems else None, problems=tuple(problems))
+
+    async def audit_heads(self) -> dict[str, Head]:
+        return dict(self._heads)
+
+    async def missing_triggers(self) -> list[str]:
+        return []  # nothing but the store's own code can change its rows
+
+    async def restore_triggers(self) -> list[str]:
+        return []

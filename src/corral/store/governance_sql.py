@@ -8,6 +8,7 @@ approval's latest state, the budget sums) cannot change before it commits.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,16 @@ from corral.domain.governance import (
 )
 from corral.store import govrows as g
 from corral.store.admission import TERMINAL_SQL
-from corral.store.chain import CHAINS, ChainWriter, verify_table
+from corral.store.chain import (
+    CHAINS,
+    AuditKey,
+    ChainWriter,
+    Head,
+    Mark,
+    append_only_triggers,
+    read_heads,
+    verify_table,
+)
 
 if TYPE_CHECKING:
     from corral.store.sql import Driver, Tx
@@ -63,6 +73,18 @@ class SqlGovernance:
     """The governance half of the store port (mixed into SqlStore)."""
 
     driver: Driver
+    audit_key: AuditKey | None
+    _audit_key_bytes: bytes | None
+
+    def use_audit_key(self, key: AuditKey) -> None:
+        self.audit_key, self._audit_key_bytes = key, None
+
+    def _chain_key(self, *, create: bool = True) -> bytes | None:
+        """The audit chain's key (created on first use), or None when the store has no key
+        source (plain SHA-256, as before migration 0012)."""
+        if self._audit_key_bytes is None and self.audit_key is not None:
+            self._audit_key_bytes = self.audit_key.get(create=create)
+        return self._audit_key_bytes
 
     # ---- policy evaluations (written by the governor and the pre-run engine) ---------------
 
@@ -70,7 +92,7 @@ class SqlGovernance:
         if not evaluations:
             return
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "policy_evaluations")
+            chain = await ChainWriter.take(tx, "policy_evaluations", self._chain_key())
             for e in evaluations:
                 await chain.append(g.evaluation_row(e))
             await chain.flush()
@@ -113,7 +135,7 @@ class SqlGovernance:
     async def record_report(self, report: RunReport,
                             incidents: Sequence[Incident] = ()) -> RunReport:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "run_reports")
+            chain = await ChainWriter.take(tx, "run_reports", self._chain_key())
             job = await tx.fetchone("SELECT state FROM jobs WHERE id = ?", (report.job_id,))
             g.check_reportable(report.job_id, job["state"] if job else None)
             found = await tx.fetchone("SELECT id, job_id FROM run_reports WHERE job_id = ?"
@@ -140,7 +162,7 @@ class SqlGovernance:
             return await self._append_incidents(tx, incidents)
 
     async def _append_incidents(self, tx: Tx, incidents: Sequence[Incident]) -> list[Incident]:
-        chain = await ChainWriter.take(tx, "incidents")
+        chain = await ChainWriter.take(tx, "incidents", self._chain_key())
         out = []
         for incident in incidents:
             await self._check_incident(tx, incident)
@@ -184,7 +206,7 @@ class SqlGovernance:
 
     async def _activate(self, row: dict[str, Any]) -> dict[str, Any]:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "switch_events")
+            chain = await ChainWriter.take(tx, "switch_events", self._chain_key())
             if await tx.fetchone("SELECT 1 AS x FROM switch_events WHERE kind = ?"
                                  " AND switch_id = ?", (row["kind"], row["switch_id"])):
                 raise Conflict(f"{row['kind']} {row['switch_id']} exists already")
@@ -194,7 +216,7 @@ class SqlGovernance:
 
     async def _lift(self, kind: str, switch_id: str, at: float, by: str) -> tuple[Row, Row]:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "switch_events")
+            chain = await ChainWriter.take(tx, "switch_events", self._chain_key())
             rows = await tx.fetchall(_SWITCHES + " AND a.switch_id = ?", (kind, switch_id))
             if not rows:
                 raise NotFound(f"no {kind} {switch_id}")
@@ -235,7 +257,7 @@ class SqlGovernance:
         if ceiling.ceiling_usd < 0:
             raise InvalidRequest(f"a budget ceiling cannot be negative: {ceiling.ceiling_usd}")
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "budget_ceilings")
+            chain = await ChainWriter.take(tx, "budget_ceilings", self._chain_key())
             await chain.append(g.ceiling_row(ceiling, time.time() if at is None else at, by))
             await chain.flush()
 
@@ -268,7 +290,8 @@ class SqlGovernance:
             raise InvalidRequest(f"cannot reserve a negative amount: {amount}")
         scope = ScopeKind(scope)
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "budget_ledger")  # the budget lock, too
+            # the budget lock, too
+            chain = await ChainWriter.take(tx, "budget_ledger", self._chain_key())
             held = await tx.fetchone(_OPEN_RESERVATIONS + " AND b.scope = ? AND b.target = ?",
                                      (job_id, scope.value, target))
             if held is not None:
@@ -288,7 +311,7 @@ class SqlGovernance:
                             at: float | None = None) -> int:
         when = time.time() if at is None else at
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "budget_ledger")
+            chain = await ChainWriter.take(tx, "budget_ledger", self._chain_key())
             held = await tx.fetchall(_OPEN_RESERVATIONS + " ORDER BY b.seq", (job_id,))
             for r in held:
                 await chain.append({"kind": g.COMMIT, "job_id": job_id, "scope": r["scope"],
@@ -310,7 +333,7 @@ class SqlGovernance:
         if not 0 <= launch.percentage <= 100:
             raise InvalidRequest(f"a dark launch percentage is 0…100, not {launch.percentage}")
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "dark_launches")
+            chain = await ChainWriter.take(tx, "dark_launches", self._chain_key())
             await chain.append(g.launch_row(launch, time.time() if at is None else at, by))
             await chain.flush()
 
@@ -332,7 +355,7 @@ class SqlGovernance:
 
     async def request_approval(self, approval: Approval) -> Approval:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "approval_events")
+            chain = await ChainWriter.take(tx, "approval_events", self._chain_key())
             if await tx.fetchone("SELECT 1 AS x FROM approval_events WHERE approval_id = ?",
                                  (approval.id,)):
                 raise Conflict(f"approval {approval.id} exists already")
@@ -348,7 +371,7 @@ class SqlGovernance:
         if state not in (ApprovalState.APPROVED, ApprovalState.DENIED):
             raise InvalidRequest(f"an approval is decided approved or denied, not {state}")
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "approval_events")
+            chain = await ChainWriter.take(tx, "approval_events", self._chain_key())
             current = await tx.fetchone(_LATEST_APPROVAL + " AND e.approval_id = ?",
                                         (approval_id,))
             if current is None:
@@ -381,7 +404,7 @@ class SqlGovernance:
 
     async def expire_approvals(self, now: float) -> list[Approval]:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "approval_events")
+            chain = await ChainWriter.take(tx, "approval_events", self._chain_key())
             due = await tx.fetchall(_LATEST_APPROVAL + " AND e.state = 'pending'"
                                     " AND e.expires_at <= ? ORDER BY e.seq", (now,))
             out = [g.approval_from_row(await chain.append(g.expiry_row(r, now))) for r in due]
@@ -406,12 +429,53 @@ class SqlGovernance:
                 " ORDER BY j.updated_at, j.id LIMIT ?", (limit,))
         return [str(r["id"]) for r in rows]
 
-    async def verify_audit(self) -> AuditReport:
-        checked, problems = 0, []
+    async def verify_audit(self, marks: Sequence[Mark] = ()) -> AuditReport:
+        checked, prechain, problems = 0, 0, []
+        key = self._chain_key(create=False)
         async with self.driver.read() as tx:
             for table in CHAINS:
-                check = await verify_table(tx, table)
+                check = await verify_table(tx, table, key=key,
+                                           marks=[m for m in marks if m.chain == table])
                 checked += check.checked
+                prechain += check.prechain
                 problems += check.problems
-        return AuditReport(ok=not problems, checked=checked,
+            problems += [("triggers", name, "append-only trigger missing or disabled")
+                         for name in await self._missing_triggers(tx)]
+        return AuditReport(ok=not problems, checked=checked, prechain=prechain,
                            first_bad=problems[0] if problems else None, problems=tuple(problems))
+
+    async def audit_heads(self) -> dict[str, Head]:
+        async with self.driver.read() as tx:
+            return await read_heads(tx)
+
+    async def missing_triggers(self) -> list[str]:
+        async with self.driver.read() as tx:
+            return await self._missing_triggers(tx)
+
+    async def restore_triggers(self) -> list[str]:
+        from corral.store.migrate import current_schema, statements  # it imports this module
+
+        missing = await self.missing_triggers()
+        if not missing:
+            return []
+        ddl = {m.group(1): stmt for stmt in statements(current_schema(self.driver.dialect))
+               if (m := re.match(r"CREATE TRIGGER (\w+) ", stmt))}
+        async with self.driver.write() as tx:
+            for name in missing:
+                table = re.search(r" ON (\w+) ", ddl[name])
+                assert table is not None
+                if self.driver.dialect == "postgres":  # disabled, or gone
+                    await tx.execute(f"DROP TRIGGER IF EXISTS {name} ON {table.group(1)}")
+                await tx.execute(ddl[name])
+        return missing
+
+    async def _missing_triggers(self, tx: Tx) -> list[str]:
+        if self.driver.dialect == "sqlite":
+            rows = await tx.fetchall("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        else:
+            rows = await tx.fetchall(
+                "SELECT t.tgname AS name FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+                " WHERE c.relnamespace = current_schema()::regnamespace AND NOT t.tgisinternal"
+                " AND t.tgenabled <> 'D'")
+        present = {str(r["name"]) for r in rows}
+        return [n for n in append_only_triggers(self.driver.dialect) if n not in present]

@@ -11,6 +11,7 @@ There are no reservation leases (PostgreSQL's accelerator for several engines): 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -35,6 +36,7 @@ from corral.store.sql import (
     STOP_STATES,
     attempt_state_for,
     check_transition,
+    event_row,
     job_event,
     requeue_blocked,
 )
@@ -123,6 +125,9 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
             log = self._events.setdefault(e.job_id, [])
             log.append((self._event_seq, replace(e, at=float(e.at), data=_json_copy(e.data))))
             self._undo.append(log.pop)
+            head = self._heads.get("job_events")
+            self._append("job_events", {"id": self._event_seq, **event_row(e)})
+            self._undo.append(functools.partial(self._unappend, "job_events", head))
 
     # ---- helpers (as in SqlStore) ----------------------------------------------------------
 

@@ -18,3 +18,5 @@ CREATE TRIGGER dark_launches_append_only BEFORE UPDATE OR DELETE ON dark_launche
 CREATE TRIGGER dark_launches_no_truncate BEFORE TRUNCATE ON dark_launches FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
 CREATE TRIGGER approval_events_append_only BEFORE UPDATE OR DELETE ON approval_events FOR EACH ROW EXECUTE FUNCTION corral_append_only();
 CREATE TRIGGER approval_events_no_truncate BEFORE TRUNCATE ON approval_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER job_events_append_only BEFORE UPDATE OR DELETE ON job_events FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER job_events_no_truncate BEFORE TRUNCATE ON job_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();

@@ -93,8 +93,10 @@ CREATE TABLE job_events (
     attempt    INTEGER,
     message    TEXT NOT NULL,
     data       TEXT NOT NULL
-);
+    -- appended by migration 0012: the timeline's audit chain (store/chain.py)
+, seq INTEGER, prev_hash TEXT, hash TEXT);
 CREATE INDEX job_events_by_job ON job_events (job_id, id);
+CREATE UNIQUE INDEX job_events_chain ON job_events (seq);
 
 CREATE TABLE engines (
     id           TEXT PRIMARY KEY,
@@ -180,11 +182,13 @@ CREATE INDEX policy_evaluations_by_job ON policy_evaluations (job_id, attempt, i
 CREATE UNIQUE INDEX policy_evaluations_chain ON policy_evaluations (seq);
 
 -- Each chain's tip (store/chain.py): appends take it with an UPDATE, which serialises them.
+-- keyed_from (migration 0012): the chain's first seq hashed with the key (NULL: none yet).
 CREATE TABLE audit_heads (
     chain TEXT PRIMARY KEY,
     seq   INTEGER NOT NULL,
     hash  TEXT NOT NULL
-);
+    -- appended by migration 0012
+, keyed_from INTEGER);
 
 -- One immutable report per job, written when it reaches a terminal state (seed §5.3).
 CREATE TABLE run_reports (

@@ -17,3 +17,5 @@ CREATE TRIGGER dark_launches_no_update BEFORE UPDATE ON dark_launches BEGIN SELE
 CREATE TRIGGER dark_launches_no_delete BEFORE DELETE ON dark_launches BEGIN SELECT RAISE(ABORT, 'dark_launches is append-only'); END;
 CREATE TRIGGER approval_events_no_update BEFORE UPDATE ON approval_events BEGIN SELECT RAISE(ABORT, 'approval_events is append-only'); END;
 CREATE TRIGGER approval_events_no_delete BEFORE DELETE ON approval_events BEGIN SELECT RAISE(ABORT, 'approval_events is append-only'); END;
+CREATE TRIGGER job_events_no_update BEFORE UPDATE ON job_events BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
+CREATE TRIGGER job_events_no_delete BEFORE DELETE ON job_events BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;

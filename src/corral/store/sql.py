@@ -8,8 +8,8 @@ PostgreSQL's `FOR UPDATE SKIP LOCKED` lease when several engines share a databas
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
@@ -29,6 +29,7 @@ from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, workspace_seat
 from corral.store import admission as adm
 from corral.store import cascade
+from corral.store.chain import ChainWriter
 from corral.store.governance_sql import SqlGovernance
 from corral.store.operator_sql import SqlOperator
 from corral.store.rows import (
@@ -53,10 +54,7 @@ _ATTEMPT_INSERT = (
     f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
 )
-_EVENT_INSERT = (
-    "INSERT INTO job_events (job_id, at, kind, from_state, to_state, attempt, message, data) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
+EVENT_COLUMNS = ("job_id", "at", "kind", "from_state", "to_state", "attempt", "message", "data")
 _LIVE = ("STARTING", "RUNNING")
 # How long a PostgreSQL reservation keeps other engines off a queued job (seconds).
 LEASE_S = 5.0
@@ -126,11 +124,46 @@ def job_event(job: Job, kind: str, now: float, message: str = "", *, to: JobStat
                     attempt=attempt, data=dict(data or {}))
 
 
+class _EventTx:
+    """A write transaction that chains the job events it writes at its end, after every job row
+    it locks: the timeline's chain tip is always the last lock a transaction takes, so two
+    transactions never wait on each other for it (PostgreSQL)."""
+
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+        self.pending: list[JobEvent] = []
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return await self.tx.execute(sql, params)
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        return await self.tx.fetchone(sql, params)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return await self.tx.fetchall(sql, params)
+
+
+def event_row(e: JobEvent) -> dict[str, Any]:
+    """A job event as the columns of job_events (its chain columns apart)."""
+    return dict(zip(EVENT_COLUMNS, event_params(e), strict=True))
+
+
 class SqlStore(SqlOperator, SqlGovernance):
     """The store port implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
+        self.audit_key = None
+        self._audit_key_bytes = None
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[Tx]:
+        """A write transaction whose job events are chained just before it commits."""
+        async with self.driver.write() as tx:
+            etx = _EventTx(tx)
+            yield etx
+            if etx.pending:
+                await self._chain_events(tx, etx.pending)
 
     async def open(self) -> None:
         await self.driver.open()
@@ -145,8 +178,16 @@ class SqlStore(SqlOperator, SqlGovernance):
         return job_from_row(row) if row else None
 
     async def _insert_events(self, tx: Tx, events: Sequence[JobEvent]) -> None:
+        if isinstance(tx, _EventTx):
+            tx.pending.extend(events)
+        elif events:
+            await self._chain_events(tx, events)
+
+    async def _chain_events(self, tx: Tx, events: Sequence[JobEvent]) -> None:
+        chain = await ChainWriter.take(tx, "job_events", self._chain_key())
         for e in events:
-            await tx.execute(_EVENT_INSERT, event_params(e))
+            await chain.append(event_row(e))
+        await chain.flush()
 
     async def _move(self, tx: Tx, job: Job, to: JobState, now: float, **cols: Any) -> None:
         """Compare-and-set a job from its current state to `to`, setting extra columns."""
@@ -244,7 +285,7 @@ class SqlStore(SqlOperator, SqlGovernance):
                      admission: Admission = UNBOUNDED) -> SubmitResult:
         for _ in range(5):
             try:
-                async with self.driver.write() as tx:
+                async with self._write() as tx:
                     return await self._submit(tx, job, now, admission)
             except StaleState:
                 continue  # a concurrent submission took the key or workspace first: look again
@@ -376,14 +417,14 @@ class SqlStore(SqlOperator, SqlGovernance):
                  " LIMIT ? FOR UPDATE SKIP LOCKED")
         sql = (f"UPDATE jobs SET lease_owner = ?, lease_until = ? WHERE id IN ({inner})"
                f" RETURNING {', '.join(JOB_COLUMNS)}")
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             rows = await tx.fetchall(sql, (engine_id, now + LEASE_S, *params, now, engine_id,
                                            limit))
         return sorted((job_from_row(r) for r in rows), key=lambda j: (j.sort_at, j.id))
 
     async def start_attempts(self, claims: Sequence[Claimed], *, now: float) -> list[Claimed]:
         won: list[Claimed] = []
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             for c in claims:
                 if await self._start_one(tx, c, now):
                     won.append(Claimed(job=c.job.with_(state=JobState.STARTING,
@@ -417,7 +458,7 @@ class SqlStore(SqlOperator, SqlGovernance):
 
     async def mark_running(self, started: Sequence[tuple[Attempt, int]], *, now: float) -> int:
         count = 0
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             for attempt, pid in started:
                 n = await tx.execute(
                     "UPDATE attempts SET state = 'RUNNING', pid = ?, started_at = ?"
@@ -427,14 +468,14 @@ class SqlStore(SqlOperator, SqlGovernance):
                     " WHERE id = ? AND state = 'STARTING'", (now, attempt.job_id))
                 if n and m:
                     count += 1
-                    await tx.execute(_EVENT_INSERT, event_params(JobEvent(
+                    await self._insert_events(tx, [JobEvent(
                         job_id=attempt.job_id, at=now, kind="running", from_state="STARTING",
-                        to_state="RUNNING", attempt=attempt.index, message=f"pid {pid}")))
+                        to_state="RUNNING", attempt=attempt.index, message=f"pid {pid}")])
         return count
 
     async def finish(self, finishes: Sequence[Finish], *, now: float) -> list[Job]:
         done: list[Job] = []
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             for f in finishes:
                 job = await self._finish_one(tx, f, now)
                 if job is not None:
@@ -466,7 +507,7 @@ class SqlStore(SqlOperator, SqlGovernance):
     async def request_cancel(self, job_id: str, *, reason: str, kind: str, now: float) -> Job:
         for _ in range(5):
             try:
-                async with self.driver.write() as tx:
+                async with self._write() as tx:
                     job = await self._job(tx, job_id)
                     if job is None:
                         raise NotFound(f"no job {job_id}")
@@ -476,7 +517,7 @@ class SqlStore(SqlOperator, SqlGovernance):
         raise Conflict(f"job {job_id} keeps changing state; try again")
 
     async def release_approved(self, job_id: str, *, now: float, aging_s: float) -> Job:
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             job = await self._job(tx, job_id)
             if job is None:
                 raise NotFound(f"no job {job_id}")
@@ -487,15 +528,15 @@ class SqlStore(SqlOperator, SqlGovernance):
             return job.with_(state=JobState.QUEUED, updated_at=now, sort_at=sort_at)
 
     async def promote_retries(self, *, now: float, aging_s: float) -> int:
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             rows = await tx.fetchall(
                 "UPDATE jobs SET state = 'QUEUED', sort_at = ? + priority * ?, retry_at = NULL,"
                 " updated_at = ? WHERE state = 'RETRY_WAIT' AND retry_at <= ?"
                 " RETURNING id, attempts", (now, aging_s, now, now))
             for row in rows:
-                await tx.execute(_EVENT_INSERT, event_params(JobEvent(
+                await self._insert_events(tx, [JobEvent(
                     job_id=row["id"], at=now, kind="requeued", from_state="RETRY_WAIT",
-                    to_state="QUEUED", message=f"attempt {int(row['attempts']) + 1} queued")))
+                    to_state="QUEUED", message=f"attempt {int(row['attempts']) + 1} queued")])
         return len(rows)
 
     async def next_retry_at(self) -> float | None:
@@ -572,11 +613,11 @@ class SqlStore(SqlOperator, SqlGovernance):
         return [(int(r["id"]), event_from_row(r)) for r in rows]
 
     async def append_events(self, events: Sequence[JobEvent]) -> None:
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             await self._insert_events(tx, events)
 
     async def append_core_events(self, events: Sequence[Mapping[str, Any]]) -> None:
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             for e in events:
                 await tx.execute(
                     "INSERT INTO core_events (at, kind, scope, name, state, severity, reason,"
@@ -594,7 +635,7 @@ class SqlStore(SqlOperator, SqlGovernance):
     # ---- agents ---------------------------------------------------------------------------
 
     async def record_agent_event(self, event: AgentEvent) -> bool:
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             found = await tx.fetchone("SELECT 1 AS x FROM agent_events WHERE job_id = ?"
                                       " AND attempt = ?", (event.job_id, event.attempt))
             if found is not None:
@@ -615,7 +656,7 @@ class SqlStore(SqlOperator, SqlGovernance):
 
     async def append_checkpoint(self, checkpoint: Checkpoint) -> None:
         c = checkpoint
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             await tx.execute(
                 "INSERT INTO checkpoints (job_id, attempt, at, worker, session_id,"
                 " tool_call_count, last_tool, last_output_digest, call_id, duration_ms)"
@@ -660,7 +701,7 @@ class SqlStore(SqlOperator, SqlGovernance):
 
     async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
                           admission: Admission = UNBOUNDED) -> Job:
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             await self._resolve_dlq(tx, job_id, f"requeued:{new_job.id}", now)
             result = await self._submit(tx, new_job, now, admission)
             if not result.created:  # rolls the resolution back with it
@@ -678,19 +719,19 @@ class SqlStore(SqlOperator, SqlGovernance):
             return await adm.waits(tx, since)
 
     async def dlq_purge(self, job_id: str, *, now: float) -> Job:
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             return await self._resolve_dlq(tx, job_id, "purged", now)
 
     # ---- engines -------------------------------------------------------------------------
 
     async def register_engine(self, engine_id: str, *, pid: int, host: str, now: float) -> None:
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             await tx.execute(
                 "INSERT INTO engines (id, host, pid, started_at, heartbeat_at)"
                 " VALUES (?, ?, ?, ?, ?)", (engine_id, host, pid, now, now))
 
     async def heartbeat_engine(self, engine_id: str, *, now: float) -> None:
-        async with self.driver.write() as tx:
+        async with self._write() as tx:
             await tx.execute("UPDATE engines SET heartbeat_at = ? WHERE id = ?", (now, engine_id))
 
     async def stale_engines(self, *, before: float, exclude: str) -> list[str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from corral.domain.errors import WorkerError
+from corral.domain.errors import CorralError, WorkerError
 from corral.domain.models import Job
 from corral.policy.redact import Redactor
 from corral.policy.secrets import SEALED, Parts, conceal, reveal, secret_values
@@ -39,6 +39,7 @@ class Keeper:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._file = KeyFile(path)
         self._key: bytes | None = None
 
     def conceal(self, job: Job) -> Job:
@@ -82,23 +83,57 @@ class Keeper:
 
     def _load(self, *, create: bool) -> bytes:
         if self._key is None:
-            self._key = self._read() if not create or self.path.exists() else self._create()
+            try:
+                self._key = self._file.load(create=create)
+            except KeyFileMissing:
+                raise WorkerError(f"the key that sealed this job's secrets is missing: "
+                                  f"{self.path}") from None
+            except KeyFileError as err:
+                raise WorkerError(str(err)) from None
         return self._key
+
+
+class KeyFileError(CorralError):
+    """A key file cannot be read, or holds no key."""
+
+
+class KeyFileMissing(KeyFileError):
+    """The key file does not exist (and was not to be created)."""
+
+
+class KeyFile:
+    """A secret key kept outside the database: a file of `KEY_BYTES` random bytes as hex, 0600,
+    created by the first process that needs it. The sealing key (`Keeper`) and the audit chain's
+    key (store/chain.py) are both kept this way."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self, *, create: bool) -> bytes:
+        """The key; created first when `create` and the file does not exist yet
+        (KeyFileMissing when it does not and not `create`)."""
+        return self._read() if not create or self.path.exists() else self._create()
+
+    def get(self, *, create: bool) -> bytes | None:
+        """The key, or None when the file does not exist and `create` is false."""
+        try:
+            return self.load(create=create)
+        except KeyFileMissing:
+            return None
 
     def _read(self) -> bytes:
         try:
             text = self.path.read_text().strip()
         except FileNotFoundError:
-            raise WorkerError(f"the key that sealed this job's secrets is missing: {self.path}"
-                              ) from None
+            raise KeyFileMissing(f"{self.path} is missing") from None
         except OSError as err:
-            raise WorkerError(f"cannot read {self.path}: {err.strerror}") from None
+            raise KeyFileError(f"cannot read {self.path}: {err.strerror}") from None
         try:
             key = bytes.fromhex(text)
         except ValueError:
             key = b""
         if len(key) != KEY_BYTES:
-            raise WorkerError(f"{self.path} is not a key ({KEY_BYTES} bytes as hex)")
+            raise KeyFileError(f"{self.path} is not a key ({KEY_BYTES} bytes as hex)")
         return key
 
     def _create(self) -> bytes:
