@@ -253,6 +253,7 @@ class CoreServer:
             await anyio.sleep(TICK_S)
             now = self.clock()
             for job_id, r in list(self.running.items()):
+                r.handle.check(now)  # a supervisor that stopped answering is replaced by us
                 size = _log_size(r.claimed.attempt.dir)
                 if size != self._log_sizes.get(job_id):
                     self._log_sizes[job_id] = size
@@ -283,7 +284,7 @@ class CoreServer:
         self._log_sizes.pop(claimed.job.id, None)
         if result.outcome is not Outcome.EXITED:
             ghosts = handle.survivors()
-            if ghosts:  # stopped, yet its process is still there: a ghost (seed 004 §11.1)
+            if ghosts:  # stopped, yet its processes were still there: ghosts (now stopped)
                 self.core.note_ghosts(claimed.job.id, ghosts, self.clock())
         await self._completed(claimed, result, None)
 
