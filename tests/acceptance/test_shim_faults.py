@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.workers.process import attempt_processes
-from corral.workers.proctab import alive, read_stat
+from corral.workers.proctab import alive
 from tests.acceptance.conftest import Corral
 from tests.helpers import eventually
 
@@ -95,36 +95,68 @@ def invariants(c: Corral, runs: Path) -> None:
                 job["state"], job["updated_at"], len(job["attempts"])), "terminal is absorbing"
 
 
+def _escaping_job(tmp_path: Path) -> str:
+    """A job whose first attempt starts two escapees (setsid, a double fork), records the three
+    pids and sleeps; a later attempt records which of those pids are still alive (in
+    `overlap`) and succeeds."""
+    pids, overlap, first_try = tmp_path / "pids", tmp_path / "overlap", tmp_path / "first-try"
+    check = (f'for p in $(cat {pids}); do if [ -e /proc/$p ] && '
+             f'! grep -q "^State:.*Z" /proc/$p/status 2>/dev/null; then '
+             f'echo $p >> {overlap}; fi; done')
+    return (RAN + f"if [ -e {first_try} ]; then {check}; exit 0; fi; touch {first_try}; "
+            f"echo $$ >> {pids}; "
+            f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
+            f"(sh -c 'echo $$ >> {pids}; exec sleep 300' &) ; "
+            "exec sleep 300")
+
+
+def _no_overlap(c: Corral, job_id: str, tmp_path: Path, attempt_dir: Path) -> None:
+    job = c.job(job_id)
+    assert [a["state"] for a in job["attempts"]] == ["LOST", "SUCCEEDED"]
+    assert "3 process(es) of the attempt stopped" in job["attempts"][0]["error"]
+    overlap = tmp_path / "overlap"
+    assert not overlap.exists(), f"attempt 2 ran beside attempt 1's {_lines(overlap)}"
+    assert _live(_pids(tmp_path / "pids")) == [] and attempt_processes(attempt_dir) == []
+    assert c.json("status")["escalations"] == [], "one ghost isolates nothing"
+
+
 def test_a_killed_shims_processes_are_stopped_before_the_retry_starts(
         corral: Corral, tmp_path: Path) -> None:
     """The shim is SIGKILLed while its job and two escapees (setsid, double fork) run: the
     attempt ends LOST only once all of them are gone, the retry finds none of them alive, and
     the `command` kind keeps running other jobs (a single ghost is not a crash loop)."""
-    runs, pids, overlap = tmp_path / "runs", tmp_path / "pids", tmp_path / "overlap"
-    first_try = tmp_path / "first-try"
-    check = (f'for p in $(cat {pids}); do if [ -e /proc/$p ] && '
-             f'! grep -q "^State:.*Z" /proc/$p/status 2>/dev/null; then '
-             f'echo $p >> {overlap}; fi; done')
-    script = (RAN + f"if [ -e {first_try} ]; then {check}; exit 0; fi; touch {first_try}; "
-              f"echo $$ >> {pids}; "
-              f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
-              f"(sh -c 'echo $$ >> {pids}; exec sleep 300' &) ; "
-              "exec sleep 300")
-    job_id = corral.submit("sh", "-c", script, opts=("--setenv", f"RUNS={runs}"))
+    runs = tmp_path / "runs"
+    job_id = corral.submit("sh", "-c", _escaping_job(tmp_path),
+                           opts=("--setenv", f"RUNS={runs}"))
     corral.serve()
     shim, attempt_dir = _shim_pid(corral, job_id)
-    eventually(lambda: len(_pids(pids)) == 3, what="the job and its two escapees running")
-    left = _pids(pids)
-    assert all(read_stat(p) is not None for p in left)
+    eventually(lambda: len(_pids(tmp_path / "pids")) == 3,
+               what="the job and its two escapees running")
     os.kill(shim, signal.SIGKILL)
-
     assert corral.wait(job_id) == 0, corral.engine_log()[-3000:]
-    job = corral.job(job_id)
-    assert [a["state"] for a in job["attempts"]] == ["LOST", "SUCCEEDED"]
-    assert "3 process(es) of the attempt stopped" in job["attempts"][0]["error"]
-    assert not overlap.exists(), f"attempt 2 ran beside attempt 1's {_lines(overlap)}"
-    assert _live(left) == [] and attempt_processes(attempt_dir) == []
-    assert corral.json("status")["escalations"] == [], "one ghost isolates nothing"
+    _no_overlap(corral, job_id, tmp_path, attempt_dir)
+    invariants(corral, runs)
+
+
+def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
+        corral: Corral, tmp_path: Path) -> None:
+    """The engine is SIGKILLed, then the shim: the restarted engine finds the attempt vanished,
+    stops what it left behind, and only then retries it."""
+    runs = tmp_path / "runs"
+    job_id = corral.submit("sh", "-c", _escaping_job(tmp_path),
+                           opts=("--setenv", f"RUNS={runs}"))
+    engine = corral.serve()
+    shim, attempt_dir = _shim_pid(corral, job_id)
+    eventually(lambda: len(_pids(tmp_path / "pids")) == 3,
+               what="the job and its two escapees running")
+    engine.send_signal(signal.SIGKILL)
+    engine.wait()
+    os.kill(shim, signal.SIGKILL)
+    eventually(lambda: not alive(shim), what="the shim gone")
+    assert len(_live(_pids(tmp_path / "pids"))) == 3, "its job runs on without it"
+    corral.serve()
+    assert corral.wait(job_id) == 0, corral.engine_log()[-3000:]
+    _no_overlap(corral, job_id, tmp_path, attempt_dir)
     invariants(corral, runs)
 
 
