@@ -162,12 +162,12 @@ def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
 
 def test_a_stopped_shim_cannot_keep_its_job_past_the_deadline(
         corral: Corral, tmp_path: Path) -> None:
-    """SIGSTOP the shim of a job with a 2 s deadline: the core notices the shim did not act
+    """SIGSTOP the shim of a job with an 8 s deadline: the core notices the shim did not act
     after the deadline and its grace, kills it and the job's processes: TIMED_OUT."""
     runs, pids = tmp_path / "runs", tmp_path / "pids"
     script = RAN + f"echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; wait"
     job_id = corral.submit("sh", "-c", script, opts=(
-        "--setenv", f"RUNS={runs}", "--timeout", "2", "--grace", "0.5",
+        "--setenv", f"RUNS={runs}", "--timeout", "8", "--grace", "0.5",
         "--max-attempts", "1"))
     corral.serve()
     shim, attempt_dir = _shim_pid(corral, job_id)

@@ -347,6 +347,40 @@ def test_a_vanished_shims_escapees_are_found_by_their_marker_and_stopped(start: 
     assert attempt_processes(proc.attempt_dir) == []
 
 
+def test_an_escapee_that_scrubs_its_environment_is_caught_by_the_attempts_cgroup(
+        start: Start) -> None:
+    """`env -i` drops the marker; the attempt's cgroup (where the host has a writable cgroup
+    v2) still holds the process. Without one, the marker is all there is: the escapee lives
+    on, as docs/explanation/design.md says."""
+    proc = start("sh", "-c", "env -i setsid sleep 300 & exec sleep 300")
+    child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
+    escapee = eventually(lambda: next((p for p in descendants(proc.pid) if p != child), None),
+                         what="the escapee running")
+    assert escapee not in attempt_processes(proc.attempt_dir) or process.cgroup_base()
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        lost = wait(proc)
+        assert lost.reason == "lost" and not alive(child)
+        if process.cgroup_base() is not None:
+            assert not alive(escapee), "the cgroup holds what the marker cannot find"
+            cgroup = Path((proc.attempt_dir / "cgroup").read_text())
+            assert not cgroup.exists(), "the attempt's cgroup is removed once empty"
+        else:
+            assert alive(escapee)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(escapee, signal.SIGKILL)
+
+
+def test_an_attempts_cgroup_is_removed_when_it_ends(start: Start) -> None:
+    proc = start("sh", "-c", "exit 3")
+    assert wait(proc).exit_code == 3
+    recorded = proc.attempt_dir / "cgroup"
+    assert recorded.exists() == (process.cgroup_base() is not None)
+    if recorded.exists():
+        assert not Path(recorded.read_text()).exists()
+
+
 def test_a_stopped_shim_is_killed_with_its_job_once_its_deadline_and_grace_are_past(
         start: Start) -> None:
     proc = start("sh", "-c", "sleep 300 & exec sleep 300", grace_s=0.2,

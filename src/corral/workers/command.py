@@ -145,7 +145,7 @@ class ShimAttempt:
         self.proc.check(now)
 
     def survivors(self) -> list[int]:
-        return survivors(self.proc.attempt_dir)
+        return sorted({*self.proc.leftovers, *survivors(self.proc.attempt_dir)})
 
 
 def survivors(attempt_dir: Path) -> list[int]:

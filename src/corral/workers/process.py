@@ -11,7 +11,10 @@ attempt directory) in the environment of the shim, its job and everything the jo
 that an attempt whose shim died (SIGKILL, OOM killer) or stopped answering (SIGSTOP) can still
 be found and stopped from outside (`sweep`): a process that left the tree (`setsid`, a double
 fork, a parent that died) keeps its environment. Only a process that scrubs its environment
-before an exec escapes the marker.
+before an exec escapes the marker — but not the attempt's cgroup: where a cgroup v2 hierarchy is
+writable (root, or a delegated subtree), each attempt also gets a cgroup of its own (its path in
+`<dir>/cgroup`), which the shim joins before it starts anything; no process leaves it on its
+own, and `sweep` empties it (cgroup.kill) before it removes it.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ _REASONS: frozenset[str] = frozenset(
 # attempt costs no lock file of its own.
 SHIM_PID = "shim.pid"
 CHILD_PID = "child.pid"
+CGROUP = "cgroup"  # the attempt's cgroup directory, when it has one
 RESULT = "result.json"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
@@ -254,7 +258,7 @@ class ShimProcess:
     """A running (or finished) shim: spawned by us (`is_child`) or adopted after a restart."""
 
     __slots__ = ("_forced", "_result", "_stop_at", "attempt_dir", "deadline_at", "grace_s",
-                 "is_child", "pid", "pidfd", "swept")
+                 "is_child", "leftovers", "pid", "pidfd", "swept")
 
     def __init__(self, *, pid: int, attempt_dir: Path, pidfd: int | None, is_child: bool,
                  deadline_at: float | None = None, grace_s: float = 10.0) -> None:
@@ -265,6 +269,7 @@ class ShimProcess:
         self.deadline_at = deadline_at  # wall clock; the shim enforces it, `check` checks it
         self.grace_s = grace_s
         self.swept = 0  # processes of the attempt stopped from outside (its shim could not)
+        self.leftovers: list[int] = []  # what its cgroup still held after the shim ended
         self._result: ShimResult | None = None
         self._stop_at: float | None = None  # wall clock of the first stop request
         self._forced: tuple[ShimReason, str] | None = None  # why we killed the shim, and how
@@ -306,6 +311,9 @@ class ShimProcess:
             self.swept = await anyio.to_thread.run_sync(sweep, self.attempt_dir)
             result = self._lost_result(result)
             self._result = result
+        elif not _drop_cgroup(self.attempt_dir):  # its shim ended, yet something is left in it
+            self.leftovers = [p for p in _cgroup_pids(self.attempt_dir) if p != self.pid]
+            await anyio.to_thread.run_sync(sweep, self.attempt_dir)
         return result
 
     def _lost_result(self, lost: ShimResult) -> ShimResult:
@@ -455,10 +463,9 @@ def spawn(
     except FileExistsError:
         fresh = False
     env = {**env, ATTEMPT_ENV: str(attempt_dir.resolve())}
-    args = [exe, *_shim_options(grace_s=grace_s, term_signal=term_signal,
-                                term_child_only=term_child_only, cwd=cwd,
-                                deadline_epoch_s=deadline_epoch_s, output=output),
-            str(attempt_dir), "--", *argv]
+    options = _shim_options(grace_s=grace_s, term_signal=term_signal,
+                            term_child_only=term_child_only, cwd=cwd,
+                            deadline_epoch_s=deadline_epoch_s, output=output)
 
     fds: list[int] = []
     try:
@@ -470,9 +477,13 @@ def spawn(
             raise WorkerError(f"attempt dir already in use: {attempt_dir}") from None
         # No shim lives here (we hold the lock), so files left by an earlier one are stale; drop
         # them so that result.json and shim.pid always belong to the shim we start now.
-        for name in (RESULT, SHIM_PID, CHILD_PID) if not fresh else ():
+        for name in (RESULT, SHIM_PID, CHILD_PID, CGROUP) if not fresh else ():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(attempt_dir / name)
+        cgroup = _new_cgroup(attempt_dir)
+        if cgroup is not None:
+            options += ["--cgroup", str(cgroup)]
+        args = [exe, *options, str(attempt_dir), "--", *argv]
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         out_fd = _open_high(attempt_dir / STDOUT, flags)
         fds.append(out_fd)
@@ -605,6 +616,7 @@ def probe(attempt_dir: Path) -> ProbeResult:
         if not _lock_held(lock_path):
             result = read_result(attempt_dir)
             if result is not None:
+                _drop_cgroup(attempt_dir)  # it ended while nobody watched: tidy up after it
                 return ProbeResult(state=ProbeState.FINISHED, result=result)
             if (attempt_dir / SHIM_PID).exists():
                 return ProbeResult(state=ProbeState.VANISHED)
@@ -626,25 +638,134 @@ def _marker(attempt_dir: Path) -> bytes:
 
 
 def attempt_processes(attempt_dir: Path) -> list[int]:
-    """Every live process of the attempt, found by its marker (`CORRAL_ATTEMPT_DIR`), wherever
-    it moved: the shim, its job, the output pump, `setsid` and double-fork escapees."""
-    return proctab.marked(_marker(attempt_dir))
+    """Every live process of the attempt, wherever it moved: in its cgroup, or carrying its
+    marker (`CORRAL_ATTEMPT_DIR`): the shim, its job, the output pump, `setsid` and double-fork
+    escapees."""
+    found = set(proctab.marked(_marker(attempt_dir)))
+    found.update(p for p in _cgroup_pids(attempt_dir) if proctab.alive(p))
+    return sorted(found)
 
 
 def sweep(attempt_dir: Path) -> int:
-    """SIGKILL every process of the attempt until none is left (bounded, like the shim's own
-    kill: a process stuck in the kernel dies when it wakes). Returns how many were killed."""
+    """SIGKILL every process of the attempt (its cgroup, its marker) until none is left, and
+    remove its cgroup. Bounded, like the shim's own kill: a process stuck in the kernel dies
+    when it wakes. Returns how many were killed."""
     entry = _marker(attempt_dir)
+    cgroup = _cgroup_of(attempt_dir)
     killed: set[int] = set()
     give_up = time.monotonic() + _SWEEP_GIVE_UP_S
-    while pids := proctab.marked(entry):
+    while True:
+        in_cgroup = [p for p in _cgroup_pids(attempt_dir) if proctab.alive(p)]
+        if in_cgroup and cgroup is not None:
+            killed.update(in_cgroup)
+            _kill_cgroup(cgroup, in_cgroup)
+        pids = proctab.marked(entry)
         for pid in pids:
             if _kill_marked(pid, entry):
                 killed.add(pid)
-        if time.monotonic() >= give_up:
+        if (not pids and not in_cgroup) or time.monotonic() >= give_up:
             break
         time.sleep(0.005)
+    _drop_cgroup(attempt_dir)
     return len(killed)
+
+
+# --------------------------------------------------------------------------- cgroups
+
+_CGROUP_OFF = "off"  # CORRAL_CGROUP=off: markers only
+_cgroup_lock = threading.Lock()
+_cgroup_base: list[Path | None] = []  # [] not looked yet; [None] none usable
+
+
+def cgroup_base() -> Path | None:
+    """Where attempts' cgroups go: `corral/` under this process's own cgroup v2, if it can be
+    made (root, or a delegated subtree); None otherwise (or with CORRAL_CGROUP=off)."""
+    with _cgroup_lock:
+        if not _cgroup_base:
+            _cgroup_base.append(_find_cgroup_base())
+        return _cgroup_base[0]
+
+
+def _find_cgroup_base() -> Path | None:
+    if os.environ.get("CORRAL_CGROUP", "").lower() == _CGROUP_OFF:
+        return None
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        own = next((line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                    if line.startswith("0::")), None)
+    except OSError:
+        return None
+    mount = next((line.split()[4] for line in mounts
+                  if " - cgroup2 " in line and len(line.split()) > 4), None)
+    if mount is None or own is None:
+        return None
+    base = Path(mount) / own.strip().lstrip("/") / "corral"
+    try:
+        base.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return base if (base / "cgroup.procs").exists() else None
+
+
+def _new_cgroup(attempt_dir: Path) -> Path | None:
+    """A fresh cgroup for the attempt, its path recorded in `<dir>/cgroup`; None without one."""
+    base = cgroup_base()
+    if base is None:
+        return None
+    path = str(attempt_dir.resolve())
+    name = f"{attempt_dir.name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+    cgroup = base / name
+    try:
+        cgroup.mkdir(exist_ok=True)
+        (attempt_dir / CGROUP).write_text(str(cgroup))
+    except OSError:
+        return None
+    return cgroup
+
+
+def _cgroup_of(attempt_dir: Path) -> Path | None:
+    try:
+        text = (attempt_dir / CGROUP).read_text().strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
+
+
+def _cgroup_pids(attempt_dir: Path) -> list[int]:
+    cgroup = _cgroup_of(attempt_dir)
+    if cgroup is None:
+        return []
+    try:
+        return [int(w) for w in (cgroup / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill_cgroup(cgroup: Path, pids: list[int]) -> None:
+    """SIGKILL everything in the cgroup: one write to cgroup.kill (Linux 5.14+), else each pid
+    (a pid the cgroup lists is its member until it is reaped: no reuse to fear)."""
+    try:
+        (cgroup / "cgroup.kill").write_text("1")
+        return
+    except OSError:
+        pass
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _drop_cgroup(attempt_dir: Path) -> bool:
+    """Remove the attempt's cgroup; False while processes are still in it."""
+    cgroup = _cgroup_of(attempt_dir)
+    if cgroup is None:
+        return True
+    try:
+        cgroup.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return not _cgroup_pids(attempt_dir)  # busy, or not ours to remove: empty is enough
+    return True
 
 
 def _kill_marked(pid: int, entry: bytes) -> bool:
