@@ -235,6 +235,8 @@ class EscalationModel(_Strict):
     crash_loop_per_min: int = Field(5, ge=1)
     superseded_max: int = Field(5, ge=1)
     superseded_window_s: float = Field(60.0, gt=0)
+    ghost_max: int = Field(3, ge=1)
+    ghost_window_s: float = Field(600.0, gt=0)
     safe_stop: Literal["finish", "cancel"] = "finish"
     safe_stop_queued: Literal["wait", "fail"] = "wait"
 
@@ -578,6 +580,7 @@ def _mechanism(model: ConfigModel) -> _Mechanism:
         escalation=EscalationSpec(crash_loop_per_min=e.crash_loop_per_min,
                                   superseded_max=e.superseded_max,
                                   superseded_window_s=e.superseded_window_s,
+                                  ghost_max=e.ghost_max, ghost_window_s=e.ghost_window_s,
                                   safe_stop=e.safe_stop, safe_stop_queued=e.safe_stop_queued))
 
 

@@ -440,9 +440,12 @@ def test_latest_wins_flags_a_running_holder_and_moves_the_key(use_store: UseStor
         assert "cancel_requested" in await kinds(store, old.id)
         coalesced = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
         assert coalesced.job.id == result.job.id
+        other = await submit(store, key="other-key")
+        assert await reservable(store) == [other.id], "not beside the job it superseded"
         # the old job ending does not release the key it no longer holds
         await end_attempt(store, c, JobState.CANCELLED, exit_code=None,
                           outcome=Outcome.CANCELLED)
+        assert sorted(await reservable(store)) == sorted([result.job.id, other.id])
         coalesced = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
         assert coalesced.job.id == result.job.id and not coalesced.created
 

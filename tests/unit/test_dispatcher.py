@@ -47,6 +47,9 @@ class FakeHandle:
         self.stopped.append(now_kill)
         self.done.set()
 
+    def check(self, now: float) -> None:
+        pass
+
     def survivors(self) -> list[int]:
         return []
 

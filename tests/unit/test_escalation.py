@@ -97,19 +97,35 @@ def test_an_isolated_kind_falls_back_like_an_open_breaker() -> None:
     assert granted(core, codex(2), NOW + 1).granted["worker"] == "claude"
 
 
-def test_ghosts_isolate_the_kind_they_ran_as() -> None:
+def test_one_ghost_is_noted_repeated_ghosts_isolate_the_kind_they_ran_as() -> None:
     core, events = esc_core()
     run(core, codex(1), failed(Outcome.CANCELLED, None), NOW)  # ended; its kind is remembered
-    e = core.note_ghosts("j1", [4242, 4243], NOW + 15)
+    assert core.note_ghosts("j1", [4242, 4243], NOW + 15) is None, "one ghost: that attempt's"
+    noted = of(events, "escalation")
+    assert [(e.state, e.severity, e.reason) for e in noted] == [
+        ("noted", "warning", "ghost_processes")]
+    assert noted[0].data["pids"] == [4242, 4243] and noted[0].data["ghosts"] == 1
+    assert granted(core, codex(2), NOW + 16).granted["worker"] == "codex", "not isolated"
+    assert core.note_ghosts("j1", [4244], NOW + 17) is None
+    e = core.note_ghosts("j1", [4245], NOW + 18)  # the third in the window
     assert e is not None and (e.scope, e.target, e.reason) == ("workerKind", "codex",
                                                                "ghost_processes")
-    assert of(events, "escalation")[0].data["pids"] == [4242, 4243]
-    assert refused(core, codex(2), NOW + 16).reason == FATAL_MODE
+    assert e.data["ghosts"] == 3 and "3 attempts with ghosts in 600s" in e.message
+    assert refused(core, codex(3), NOW + 19).reason == FATAL_MODE
 
 
-def test_ghosts_of_an_unknown_job_stop_everything() -> None:
-    core, _ = esc_core()
-    e = core.note_ghosts("never-seen", [7], NOW)
+def test_ghosts_outside_the_window_never_isolate() -> None:
+    core, _ = esc_core(ghost_max=2, ghost_window_s=60.0)
+    run(core, codex(1), failed(Outcome.CANCELLED, None), NOW)
+    assert core.note_ghosts("j1", [1], NOW) is None
+    assert core.note_ghosts("j1", [2], NOW + 61) is None, "the first one left the window"
+    assert core.note_ghosts("j1", [3], NOW + 62) is not None
+
+
+def test_repeated_ghosts_of_unknown_jobs_stop_everything() -> None:
+    core, _ = esc_core(ghost_max=2)
+    assert core.note_ghosts("never-seen", [7], NOW) is None
+    e = core.note_ghosts("never-seen-either", [8], NOW + 1)
     assert e is not None and (e.scope, e.target) == ("global", "*")
     assert refused(core, job(id="any", role="r", worker="command"), NOW).reason == FATAL_MODE
 

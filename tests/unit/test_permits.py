@@ -122,6 +122,9 @@ class FakeHandle:
     def stop(self, *, now_kill: bool = False) -> None:  # pragma: no cover
         raise AssertionError("not used")
 
+    def check(self, now: float) -> None:
+        pass
+
     def survivors(self) -> list[int]:  # pragma: no cover
         raise AssertionError("not used")
 

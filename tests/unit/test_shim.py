@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from corral.workers.process import (
     ProbeState,
     ShimProcess,
     ShimResult,
+    attempt_processes,
     probe,
     read_result,
     spawn,
@@ -67,6 +69,9 @@ def start(tmp_path: Path) -> Iterator[Start]:
 
     yield _start
     for proc in procs:
+        if proc.poll() is None:  # a test may have stopped it (SIGSTOP)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
         proc.kill_now()
         if proc.is_child:
             wait(proc)
@@ -310,14 +315,108 @@ def test_probe_reports_a_killed_shim_as_vanished(start: Start) -> None:
     child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
     try:
         os.kill(proc.pid, signal.SIGKILL)
-        lost = wait(proc)
+        eventually(lambda: probe(proc.attempt_dir).state is ProbeState.VANISHED,
+                   what="the lock released")
         assert alive(child)  # orphaned to init, yet it does not hold the attempt lock
-        assert probe(proc.attempt_dir).state is ProbeState.VANISHED
+        lost = wait(proc)
+        assert not alive(child), "waiting for a vanished shim stops what it left behind"
     finally:
-        os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
     assert (lost.reason, lost.exit_code, lost.signal) == ("lost", None, None)
-    assert lost.error == "shim vanished without a result"
+    assert lost.error == ("shim vanished without a result: 1 process(es) of the attempt "
+                          "stopped by the engine")
+    assert lost.descendants_killed == 1
     assert probe(proc.attempt_dir).state is ProbeState.VANISHED
+
+
+def test_a_vanished_shims_escapees_are_found_by_their_marker_and_stopped(start: Start) -> None:
+    """setsid and a double fork take a process out of every tree and session; the attempt's
+    marker in its environment still finds it once the shim is gone."""
+    proc = start("sh", "-c", "setsid sh -c '(sleep 300 &); sleep 300' & exec sleep 300")
+    child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
+    marked = eventually(lambda: (lambda p: p if len(p) >= 4 else None)(
+        attempt_processes(proc.attempt_dir)), what="shim, job and escapees running")
+    assert proc.pid in marked and child in marked
+    others = [pid for pid in marked if pid not in (proc.pid, child)]
+    assert all(read_stat(pid).sid != proc.pid for pid in others)  # type: ignore[union-attr]
+    os.kill(proc.pid, signal.SIGKILL)
+    lost = wait(proc)
+    assert lost.reason == "lost" and lost.descendants_killed >= 3
+    assert not any(alive(pid) for pid in marked)
+    assert attempt_processes(proc.attempt_dir) == []
+
+
+def test_an_escapee_that_scrubs_its_environment_is_caught_by_the_attempts_cgroup(
+        start: Start) -> None:
+    """`env -i` drops the marker; the attempt's cgroup (where the host has a writable cgroup
+    v2) still holds the process. Without one, the marker is all there is: the escapee lives
+    on, as docs/explanation/design.md says."""
+    proc = start("sh", "-c", "env -i setsid sleep 300 & exec sleep 300")
+    child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
+    escapee = eventually(lambda: next((p for p in descendants(proc.pid) if p != child), None),
+                         what="the escapee running")
+    assert escapee not in attempt_processes(proc.attempt_dir) or process.cgroup_base()
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        lost = wait(proc)
+        assert lost.reason == "lost" and not alive(child)
+        if process.cgroup_base() is not None:
+            assert not alive(escapee), "the cgroup holds what the marker cannot find"
+            cgroup = Path((proc.attempt_dir / "cgroup").read_text())
+            assert not cgroup.exists(), "the attempt's cgroup is removed once empty"
+        else:
+            assert alive(escapee)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(escapee, signal.SIGKILL)
+
+
+def test_an_attempts_cgroup_is_removed_when_it_ends(start: Start) -> None:
+    proc = start("sh", "-c", "exit 3")
+    assert wait(proc).exit_code == 3
+    recorded = proc.attempt_dir / "cgroup"
+    assert recorded.exists() == (process.cgroup_base() is not None)
+    if recorded.exists():
+        assert not Path(recorded.read_text()).exists()
+
+
+def test_a_stopped_shim_is_killed_with_its_job_once_its_deadline_and_grace_are_past(
+        start: Start) -> None:
+    proc = start("sh", "-c", "sleep 300 & exec sleep 300", grace_s=0.2,
+                 deadline_epoch_s=time.time() + 600)
+    child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
+    os.kill(proc.pid, signal.SIGSTOP)
+    eventually(lambda: getattr(read_stat(proc.pid), "state", "") == "T", what="shim stopped")
+    now = time.time()
+    assert proc.check(now) is False, "before its deadline a stopped shim is left alone"
+    proc.deadline_at = now - 0.2 - 2.0  # the deadline and the grace and the slack are past
+    assert proc.check(now) is True
+    result = wait(proc)
+    assert result.reason == "deadline" and "stopped (SIGSTOP)" in (result.error or "")
+    assert not alive(child) and attempt_processes(proc.attempt_dir) == []
+
+
+def test_a_stopped_shim_that_does_not_carry_out_a_stop_is_killed(start: Start) -> None:
+    proc = start("sleep", "300", grace_s=0.1)
+    child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
+    os.kill(proc.pid, signal.SIGSTOP)
+    eventually(lambda: getattr(read_stat(proc.pid), "state", "") == "T", what="shim stopped")
+    proc.terminate()  # queued: the shim cannot act on it
+    assert proc.check(time.time()) is False, "within the grace and slack: not yet"
+    assert proc.check(time.time() + 0.1 + 2.0) is True
+    result = wait(proc)
+    assert result.reason == "terminated" and not alive(child)
+
+
+def test_a_stopped_shim_whose_job_ended_is_continued_to_report_it(start: Start) -> None:
+    proc = start("sh", "-c", "sleep 0.3; exit 5")
+    child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
+    os.kill(proc.pid, signal.SIGSTOP)
+    eventually(lambda: not alive(child), what="the job ended under a stopped shim")
+    assert proc.check(time.time()) is False  # nothing is late: only continued
+    result = wait(proc)
+    assert (result.reason, result.exit_code) == ("exited", 5)
 
 
 def test_probe_of_an_attempt_never_started(tmp_path: Path) -> None:

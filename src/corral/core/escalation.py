@@ -1,9 +1,11 @@
 """Escalation: FATAL conditions and what they stop, until an operator clears them.
 
 Conditions: a worker kind crashing `crash_loop_per_min` times in a minute (a crash is a LOST
-or SPAWN_ERROR attempt, or a signal death nobody asked for); processes that survived a cancel
-and its grace ("ghosts"); a workspace whose latest-wins submissions superseded running work
-`superseded_max` times in `superseded_window_s` (its changes do not converge).
+or SPAWN_ERROR attempt, or a signal death nobody asked for); attempts of one worker kind whose
+processes survived their stop ("ghosts") `ghost_max` times in `ghost_window_s` — one ghost is
+that attempt's problem (its processes are stopped, a WARNING event records it), only repeated
+ones say the kind's stop does not work; a workspace whose latest-wins submissions superseded
+running work `superseded_max` times in `superseded_window_s` (its changes do not converge).
 Actions by scope: `workerKind` isolates the kind, `workspace` locks the workspace, `global` is a
 safe stop (no new permits; with `safe_stop: cancel` the running attempts are stopped too).
 One escalation per (scope, target) is active at a time; only `clear` ends it.
@@ -16,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.core.events import ESCALATION, FATAL, INFO, CoreEvent, EventSink
+from corral.core.events import ESCALATION, FATAL, INFO, WARNING, CoreEvent, EventSink
 from corral.domain.errors import NotFound
 from corral.domain.ids import new_id
 from corral.domain.settings import EscalationSpec
@@ -61,6 +63,7 @@ class Escalations:
         self.active: dict[str, Escalation] = {}
         self._crashes: dict[str, deque[float]] = {}
         self._superseded: dict[str, deque[float]] = {}
+        self._ghosts: dict[str, deque[float]] = {}
 
     # ---- conditions ----------------------------------------------------------------------
 
@@ -75,10 +78,25 @@ class Escalations:
 
     def ghosts(self, job_id: str, kind: str | None, pids: Iterable[int],
                now: float) -> Escalation | None:
-        """Processes outlived a cancel and its grace: the kind's stop does not work."""
+        """Processes of an attempt outlived its stop (they have been stopped since). Isolates
+        the kind when it happens `ghost_max` times in `ghost_window_s`; before that, a WARNING
+        event records it (`state` "noted")."""
         pid_list = sorted(pids)
-        data = {"job_id": job_id, "pids": pid_list, "worker": kind}
-        message = f"job {job_id}: {len(pid_list)} process(es) survived the cancel: {pid_list}"
+        window = self.spec.ghost_window_s
+        n = _count(self._ghosts.setdefault(kind or "*", deque()), now, window)
+        data = {"job_id": job_id, "pids": pid_list, "worker": kind, "ghosts": n,
+                "window_s": window}
+        message = (f"job {job_id}: {len(pid_list)} process(es) survived the stop of its "
+                   f"attempt: {pid_list}")
+        if n < self.spec.ghost_max:
+            self.emit(CoreEvent(kind=ESCALATION, at=now, scope=WORKER_KIND if kind else GLOBAL,
+                                name=kind or "*", state="noted", severity=WARNING,
+                                reason="ghost_processes",
+                                message=f"{message} (stopped; {n} of {self.spec.ghost_max} in "
+                                        f"{window:g}s before the kind is isolated)",
+                                data=data))
+            return None
+        message = f"{message}; {n} attempts with ghosts in {window:g}s"
         if kind is None:  # whose they are is unknown: nothing narrower is safe
             return self.open(GLOBAL, "*", "ghost_processes", now, message, data)
         return self.open(WORKER_KIND, kind, "ghost_processes", now, message, data)
@@ -116,6 +134,9 @@ class Escalations:
             raise NotFound(f"no active escalation {escalation_id!r}")
         if e.scope == WORKER_KIND:
             self._crashes.pop(e.target, None)
+            self._ghosts.pop(e.target, None)
+        elif e.scope == GLOBAL:
+            self._ghosts.pop("*", None)
         elif e.scope == WORKSPACE:
             self._superseded.pop(e.target, None)
         self.emit(CoreEvent(kind=ESCALATION, at=now, scope=e.scope, name=e.target,

@@ -443,8 +443,13 @@ class AttemptHandle(Protocol):
     def stop(self, *, now_kill: bool = False) -> None:
         """Ask the attempt to stop: graceful signal, then the whole tree after the grace."""
 
+    def check(self, now: float) -> None:
+        """Every tick of the core (`now`: wall clock): a supervisor that stopped answering past
+        a stop request or the deadline (and its grace) is killed with the attempt's processes."""
+
     def survivors(self) -> list[int]:
-        """After `wait`: processes of the attempt still alive although it was stopped (ghosts)."""
+        """After `wait`: processes of the attempt still alive although it was stopped (ghosts);
+        they are stopped as they are found."""
 
 
 class WorkerAdapter(Protocol):

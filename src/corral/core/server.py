@@ -261,6 +261,7 @@ class CoreServer:
             await anyio.sleep(TICK_S)
             now = self.clock()
             for job_id, r in list(self.running.items()):
+                r.handle.check(now)  # a supervisor that stopped answering is replaced by us
                 size = _log_size(r.claimed.attempt.dir)
                 if size != self._log_sizes.get(job_id):
                     self._log_sizes[job_id] = size
@@ -291,7 +292,7 @@ class CoreServer:
         self._log_sizes.pop(claimed.job.id, None)
         if result.outcome is not Outcome.EXITED:
             ghosts = handle.survivors()
-            if ghosts:  # stopped, yet its process is still there: a ghost
+            if ghosts:  # stopped, yet its processes were still there: ghosts (now stopped)
                 self.core.note_ghosts(claimed.job.id, ghosts, self.clock())
         await self._completed(claimed, result, None)
 

@@ -214,6 +214,8 @@ class EscalationSpec:
     crash_loop_per_min: int = 5
     superseded_max: int = 5
     superseded_window_s: float = 60.0
+    ghost_max: int = 3  # attempts with ghosts of one worker kind that isolate it …
+    ghost_window_s: float = 600.0  # … within this window
     safe_stop: str = "finish"  # "finish": running attempts finish; "cancel": they are stopped
     safe_stop_queued: str = "wait"  # "wait": queued jobs wait; "fail": their permits are final
 

@@ -57,6 +57,15 @@ RUNNABLE_ON_WORKSPACE = (
     " AND o.state = 'QUEUED' AND o.deps_pending = 0"
     " AND (o.sort_at < jobs.sort_at OR (o.sort_at = jobs.sort_at AND o.id < jobs.id))))))"
 )
+# Latest-wins (scheduler/dedup.py): the job a submission superseded keeps its attempt until its
+# whole process tree is gone, so a queued job waits while another job with its idempotency key
+# still has an attempt in flight: the old and the new never run side by side. The subquery walks
+# the live attempts (attempts_live), as many as run at once.
+RUNNABLE_ON_KEY = (
+    "(jobs.idem_key IS NULL OR NOT EXISTS (SELECT 1 FROM attempts a JOIN jobs o"
+    " ON o.id = a.job_id WHERE a.state IN ('STARTING', 'RUNNING')"
+    " AND o.idem_key = jobs.idem_key AND o.id <> jobs.id))"
+)
 _HOLDER_SELECT = (
     "SELECT " + ", ".join(f"h.{c}" for c in JOB_COLUMNS)
     + " FROM workspace_locks w JOIN jobs h ON h.id = w.job_id"

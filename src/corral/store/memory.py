@@ -309,6 +309,13 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
                        and o.deps_pending == 0 and (o.sort_at, o.id) < (job.sort_at, job.id)
                        for o in self._jobs.values())
 
+    def _runnable_on_key(self, job: Job) -> bool:
+        """As admission.RUNNABLE_ON_KEY: not while a job it superseded still runs."""
+        return job.key is None or not any(
+            o.key == job.key and o.id != job.id and o.state in (JobState.STARTING,
+                                                                JobState.RUNNING)
+            for o in self._jobs.values())
+
     def _acquire_for_start(self, job: Job, now: float) -> bool | None:
         """As admission.acquire_for_start: True taken now, False held already, None lost."""
         assert job.workspace is not None
@@ -377,6 +384,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
             if j.state is JobState.QUEUED and j.deps_pending == 0
             and j.role not in where.exclude_roles and j.env_name not in where.exclude_envs
             and j.worker not in where.exclude_workers and self._runnable_on_workspace(j)
+            and self._runnable_on_key(j)
         ]
         runnable.sort(key=lambda j: (j.sort_at, j.id))
         return [_out(j) for j in runnable[:max(limit, 0)]]

@@ -391,7 +391,8 @@ class SqlStore(SqlOperator, SqlGovernance):
 
     async def reserve(self, *, engine_id: str, now: float, limit: int,
                       where: QueueFilter) -> list[Job]:
-        clauses = ["state = 'QUEUED'", "deps_pending = 0", adm.RUNNABLE_ON_WORKSPACE]
+        clauses = ["state = 'QUEUED'", "deps_pending = 0", adm.RUNNABLE_ON_WORKSPACE,
+                   adm.RUNNABLE_ON_KEY]
         params: list[Any] = []
         for col, values in (("role", where.exclude_roles), ("env_name", where.exclude_envs),
                             ("worker", where.exclude_workers)):

@@ -38,7 +38,7 @@ from corral.policy.redact import SECRET_NAME, Redactor
 from corral.policy.runtime import Scope, shell_command
 from corral.workers import privacy, process
 from corral.workers.codexcalls import codex_shell_call
-from corral.workers.command import Launch, ShimAttempt, job_env, to_result
+from corral.workers.command import Launch, ShimAttempt, job_env, to_result, vanished
 from corral.workers.faults import agent_fault
 from corral.workers.process import STDOUT, ShimResult
 from corral.workers.streams import (
@@ -261,13 +261,14 @@ class AgentWorker(ABC):
     def adopt(self, job: Job, attempt: Attempt) -> AgentAttempt | AttemptResult:
         found = process.probe(Path(attempt.dir))
         if found.state == "running" and found.process is not None:
+            found.process.deadline_at = attempt.deadline_at
+            found.process.grace_s = job.limits.grace_s
             return AgentAttempt(found.process, self, job)
         if found.state == "finished" and found.result is not None:
             self.scrub_home(job)  # it ended while no engine watched
             return self.finished(found.result, Path(attempt.dir))
         if found.state == "vanished":
-            return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                                 error="process vanished while the engine was down")
+            return vanished(Path(attempt.dir))
         return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                              error="engine stopped before the process started")
 

@@ -19,7 +19,7 @@ from corral.domain.bounds import MAX_USD, loads_bounded
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import Settings
 from corral.domain.states import Fault, Outcome
-from corral.workers import process, proctab
+from corral.workers import process
 from corral.workers.faults import command_fault
 from corral.workers.process import Output, ShimProcess, ShimResult
 from corral.workers.sealing import Keeper, reveal_job
@@ -143,19 +143,30 @@ class ShimAttempt:
         else:
             self.proc.terminate()
 
+    def check(self, now: float) -> None:
+        self.proc.check(now)
+
     def survivors(self) -> list[int]:
-        return survivors(self.proc.attempt_dir)
+        return sorted({*self.proc.leftovers, *survivors(self.proc.attempt_dir)})
 
 
 def survivors(attempt_dir: Path) -> list[int]:
-    """The job's own process, if it outlived its shim's stop (not a zombie, and still in the
-    shim's session, so not a newcomer that reused the pid)."""
-    try:
-        child, shim = (int((attempt_dir / name).read_text()) for name in ("child.pid", "shim.pid"))
-    except (OSError, ValueError):
-        return []
-    stat = proctab.read_stat(child)
-    return [child] if stat is not None and stat.live and stat.sid == shim else []
+    """Processes of the attempt (by its marker) that outlived its shim's stop: ghosts. They are
+    stopped here (`process.sweep`); the list says who they were."""
+    found = process.attempt_processes(attempt_dir)
+    if found:
+        process.sweep(attempt_dir)
+    return found
+
+
+def vanished(attempt_dir: Path) -> AttemptResult:
+    """An attempt whose shim died without a result while no engine watched: whatever of it is
+    still alive is stopped first, so a next attempt never runs beside it."""
+    swept = process.sweep(attempt_dir)
+    return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
+                         error="process vanished while the engine was down"
+                               + (f": {swept} process(es) of the attempt stopped by the engine"
+                                  if swept else ""))
 
 
 class CommandAttempt(ShimAttempt):
@@ -204,11 +215,12 @@ class CommandWorker:
     def adopt(self, job: Job, attempt: Attempt) -> CommandAttempt | AttemptResult:
         found = process.probe(Path(attempt.dir))
         if found.state == "running" and found.process is not None:
+            found.process.deadline_at = attempt.deadline_at
+            found.process.grace_s = job.limits.grace_s
             return CommandAttempt(found.process)
         if found.state == "finished" and found.result is not None:
             return with_reported_cost(to_result(found.result), Path(attempt.dir))
         if found.state == "vanished":
-            return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                                 error="process vanished while the engine was down")
+            return vanished(Path(attempt.dir))
         return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
                              error="engine stopped before the process started")

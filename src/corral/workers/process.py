@@ -5,6 +5,16 @@ shim, which inherits the lock as fd 3 and keeps it until it exits: *lock held â‡
 shim writes `shim.pid`, `child.pid` and finally `result.json` (atomically), so an engine that
 restarts after a crash can tell from the directory alone whether an attempt is still running,
 finished (and how), or was lost with its shim (`probe`).
+
+The shim is not the only way to an attempt's processes. `spawn` puts `CORRAL_ATTEMPT_DIR` (the
+attempt directory) in the environment of the shim, its job and everything the job starts, so
+that an attempt whose shim died (SIGKILL, OOM killer) or stopped answering (SIGSTOP) can still
+be found and stopped from outside (`sweep`): a process that left the tree (`setsid`, a double
+fork, a parent that died) keeps its environment. Only a process that scrubs its environment
+before an exec escapes the marker â€” but not the attempt's cgroup: where a cgroup v2 hierarchy is
+writable (root, or a delegated subtree), each attempt also gets a cgroup of its own (its path in
+`<dir>/cgroup`), which the shim joins before it starts anything; no process leaves it on its
+own, and `sweep` empties it (cgroup.kill) before it removes it.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ import re2
 
 import corral
 from corral.domain.errors import WorkerError
-from corral.workers import privacy
+from corral.workers import privacy, proctab
 
 __all__ = [
     "Output",
@@ -41,12 +51,14 @@ __all__ = [
     "ShimProcess",
     "ShimReason",
     "ShimResult",
+    "attempt_processes",
     "hook_path",
     "native_binary",
     "probe",
     "read_result",
     "shim_path",
     "spawn",
+    "sweep",
 ]
 
 ShimReason = Literal["exited", "terminated", "deadline", "spawn_error", "output", "lost"]
@@ -57,6 +69,7 @@ _REASONS: frozenset[str] = frozenset(
 # attempt costs no lock file of its own.
 SHIM_PID = "shim.pid"
 CHILD_PID = "child.pid"
+CGROUP = "cgroup"  # the attempt's cgroup directory, when it has one
 RESULT = "result.json"
 STDOUT = "stdout.log"
 STDERR = "stderr.log"
@@ -74,6 +87,13 @@ _PUMP_BOOT = ("import sys; sys.path[:0] = sys.argv[1].split(':'); "
               "from corral.workers.pump import main; sys.exit(main(sys.argv[2:]))")
 _PUMP_PATHS = ":".join(dict.fromkeys(
     str(Path(m.__file__ or "").resolve().parents[1]) for m in (corral, re2)))
+ATTEMPT_ENV = "CORRAL_ATTEMPT_DIR"  # the marker every process of an attempt is started with
+_SWEEP_GIVE_UP_S = 10.0  # like the shim's kill_tree: a process stuck in the kernel cannot hang us
+# A stop or deadline the shim should have carried out by now: after the grace, this much more
+# when the shim is stopped (SIGSTOP: it cannot act), or far more when it runs (its own bounds:
+# 10 s to kill the tree, 30 s for the pump to write the logs).
+STOPPED_SLACK_S = 2.0
+RUNNING_SLACK_S = 60.0
 SECRETS_FD = 4  # where the shim finds the secrets its pump redacts (a memfd: never on disk)
 
 
@@ -237,14 +257,22 @@ def _result_from(data: Any) -> ShimResult:
 class ShimProcess:
     """A running (or finished) shim: spawned by us (`is_child`) or adopted after a restart."""
 
-    __slots__ = ("_result", "attempt_dir", "is_child", "pid", "pidfd")
+    __slots__ = ("_forced", "_result", "_stop_at", "attempt_dir", "deadline_at", "grace_s",
+                 "is_child", "leftovers", "pid", "pidfd", "swept")
 
-    def __init__(self, *, pid: int, attempt_dir: Path, pidfd: int | None, is_child: bool) -> None:
+    def __init__(self, *, pid: int, attempt_dir: Path, pidfd: int | None, is_child: bool,
+                 deadline_at: float | None = None, grace_s: float = 10.0) -> None:
         self.pid = pid
         self.attempt_dir = attempt_dir
         self.pidfd = pidfd
         self.is_child = is_child  # ours to reap with waitpid, or it stays a zombie
+        self.deadline_at = deadline_at  # wall clock; the shim enforces it, `check` checks it
+        self.grace_s = grace_s
+        self.swept = 0  # processes of the attempt stopped from outside (its shim could not)
+        self.leftovers: list[int] = []  # what its cgroup still held after the shim ended
         self._result: ShimResult | None = None
+        self._stop_at: float | None = None  # wall clock of the first stop request
+        self._forced: tuple[ShimReason, str] | None = None  # why we killed the shim, and how
 
     def __repr__(self) -> str:
         return f"<ShimProcess pid={self.pid} dir={str(self.attempt_dir)!r} child={self.is_child}>"
@@ -273,7 +301,34 @@ class ShimProcess:
         return self._result
 
     async def wait(self) -> ShimResult:
-        """Wait (without a thread) until the shim exits and return its result."""
+        """Wait (without a thread) until the shim exits and return its result.
+
+        A shim that left no result (killed, or killed by `check`) left its job's processes
+        behind: they are swept (`sweep`) before this returns, so that nothing of the attempt is
+        alive when its end is reported and a next attempt may start."""
+        result = await self._wait_shim()
+        if result is _LOST:
+            self.swept = await anyio.to_thread.run_sync(sweep, self.attempt_dir)
+            result = self._lost_result(result)
+            self._result = result
+        elif not _drop_cgroup(self.attempt_dir):  # its shim ended, yet something is left in it
+            self.leftovers = [p for p in _cgroup_pids(self.attempt_dir) if p != self.pid]
+            await anyio.to_thread.run_sync(sweep, self.attempt_dir)
+        return result
+
+    def _lost_result(self, lost: ShimResult) -> ShimResult:
+        swept = f"{self.swept} process(es) of the attempt stopped by the engine"
+        if self._forced is not None:
+            reason, why = self._forced
+            return ShimResult(exit_code=None, signal=None, reason=reason,
+                              started_at_ms=0, ended_at_ms=round(time.time() * 1000),
+                              child_pid=0, descendants_killed=self.swept,
+                              error=f"{why}: {swept}")
+        return ShimResult(exit_code=None, signal=None, reason="lost", started_at_ms=0,
+                          ended_at_ms=0, child_pid=0, descendants_killed=self.swept,
+                          error=f"{lost.error}: {swept}")
+
+    async def _wait_shim(self) -> ShimResult:
         while True:
             result = self.poll()
             if result is not None:
@@ -291,11 +346,53 @@ class ShimProcess:
 
     def terminate(self) -> None:
         """Ask the shim to stop the job: term signal now, SIGKILL after the grace."""
+        self._note_stop(self.grace_s)
         self._signal(signal.SIGTERM)
 
     def kill_now(self) -> None:
         """Ask the shim to SIGKILL the job and everything it started, skipping the grace."""
+        self._note_stop(0.0)
         self._signal(signal.SIGQUIT)
+
+    def _note_stop(self, grace_s: float) -> None:
+        due = time.time() - self.grace_s + grace_s  # `check` adds the grace back
+        self._stop_at = due if self._stop_at is None else min(self._stop_at, due)
+
+    def check(self, now: float) -> bool:
+        """Hold the shim to its word (`now`: wall clock): a stop asked for, or a deadline
+        reached, must end the attempt within the grace. A shim that has not by then, and is
+        stopped (SIGSTOP: it cannot act) or far past it, is killed with every process of the
+        attempt; `wait` then reports the attempt as the shim would have (cancelled, timed out).
+        A stopped shim whose job has ended is only continued (SIGCONT), so it reports the job's
+        real result. True when the shim was killed."""
+        if self._result is not None or self._forced is not None:
+            return False
+        stat = proctab.read_stat(self.pid)
+        if stat is None or not stat.live:
+            return False
+        stopped = stat.state in ("T", "t")
+        slack = STOPPED_SLACK_S if stopped else RUNNING_SLACK_S
+        late: tuple[ShimReason, str] | None = None
+        if self._stop_at is not None and now >= self._stop_at + self.grace_s + slack:
+            late = ("terminated", "the stop was not carried out")
+        elif self.deadline_at is not None and now >= self.deadline_at + self.grace_s + slack:
+            late = ("deadline", "deadline reached")
+        if late is None:
+            if stopped and not self._job_alive():
+                self._signal(signal.SIGCONT)  # the job is over: let the shim report it
+            return False
+        how = "stopped (SIGSTOP)" if stopped else "not answering"
+        self._forced = (late[0], f"{late[1]}, but corral-shim {self.pid} was {how}: the "
+                                 "engine killed it")
+        self._signal(signal.SIGKILL)
+        return True
+
+    def _job_alive(self) -> bool:
+        try:
+            child = int((self.attempt_dir / CHILD_PID).read_text())
+        except (OSError, ValueError):
+            return True  # not started yet, as far as we can tell
+        return proctab.alive(child)
 
     def _signal(self, sig: int) -> None:
         if self._result is not None:  # reaped: the pid may belong to someone else by now
@@ -365,10 +462,10 @@ def spawn(
         fresh = True
     except FileExistsError:
         fresh = False
-    args = [exe, *_shim_options(grace_s=grace_s, term_signal=term_signal,
-                                term_child_only=term_child_only, cwd=cwd,
-                                deadline_epoch_s=deadline_epoch_s, output=output),
-            str(attempt_dir), "--", *argv]
+    env = {**env, ATTEMPT_ENV: str(attempt_dir.resolve())}
+    options = _shim_options(grace_s=grace_s, term_signal=term_signal,
+                            term_child_only=term_child_only, cwd=cwd,
+                            deadline_epoch_s=deadline_epoch_s, output=output)
 
     fds: list[int] = []
     try:
@@ -380,9 +477,13 @@ def spawn(
             raise WorkerError(f"attempt dir already in use: {attempt_dir}") from None
         # No shim lives here (we hold the lock), so files left by an earlier one are stale; drop
         # them so that result.json and shim.pid always belong to the shim we start now.
-        for name in (RESULT, SHIM_PID, CHILD_PID) if not fresh else ():
+        for name in (RESULT, SHIM_PID, CHILD_PID, CGROUP) if not fresh else ():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(attempt_dir / name)
+        cgroup = _new_cgroup(attempt_dir)
+        if cgroup is not None:
+            options += ["--cgroup", str(cgroup)]
+        args = [exe, *options, str(attempt_dir), "--", *argv]
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         out_fd = _open_high(attempt_dir / STDOUT, flags)
         fds.append(out_fd)
@@ -409,7 +510,8 @@ def spawn(
         for fd in fds:  # the shim holds its own copies (and the lock) now
             os.close(fd)
     # Our child: its pid cannot be reused before we reap it, so this cannot race.
-    return ShimProcess(pid=pid, attempt_dir=attempt_dir, pidfd=_pidfd_open(pid), is_child=True)
+    return ShimProcess(pid=pid, attempt_dir=attempt_dir, pidfd=_pidfd_open(pid), is_child=True,
+                       deadline_at=deadline_epoch_s, grace_s=grace_s)
 
 
 def _shim_options(*, grace_s: float, term_signal: int, term_child_only: bool, cwd: str | None,
@@ -514,6 +616,7 @@ def probe(attempt_dir: Path) -> ProbeResult:
         if not _lock_held(lock_path):
             result = read_result(attempt_dir)
             if result is not None:
+                _drop_cgroup(attempt_dir)  # it ended while nobody watched: tidy up after it
                 return ProbeResult(state=ProbeState.FINISHED, result=result)
             if (attempt_dir / SHIM_PID).exists():
                 return ProbeResult(state=ProbeState.VANISHED)
@@ -525,3 +628,159 @@ def probe(attempt_dir: Path) -> ProbeResult:
         if time.monotonic() >= give_up:
             raise WorkerError(f"{lock_path} is held but no live shim wrote {SHIM_PID}")
         time.sleep(0.01)
+
+
+# --------------------------------------------------------------------------- without the shim
+
+
+def _marker(attempt_dir: Path) -> bytes:
+    return os.fsencode(f"{ATTEMPT_ENV}={attempt_dir.resolve()}")
+
+
+def attempt_processes(attempt_dir: Path) -> list[int]:
+    """Every live process of the attempt, wherever it moved: in its cgroup, or carrying its
+    marker (`CORRAL_ATTEMPT_DIR`): the shim, its job, the output pump, `setsid` and double-fork
+    escapees."""
+    found = set(proctab.marked(_marker(attempt_dir)))
+    found.update(p for p in _cgroup_pids(attempt_dir) if proctab.alive(p))
+    return sorted(found)
+
+
+def sweep(attempt_dir: Path) -> int:
+    """SIGKILL every process of the attempt (its cgroup, its marker) until none is left, and
+    remove its cgroup. Bounded, like the shim's own kill: a process stuck in the kernel dies
+    when it wakes. Returns how many were killed."""
+    entry = _marker(attempt_dir)
+    cgroup = _cgroup_of(attempt_dir)
+    killed: set[int] = set()
+    give_up = time.monotonic() + _SWEEP_GIVE_UP_S
+    while True:
+        in_cgroup = [p for p in _cgroup_pids(attempt_dir) if proctab.alive(p)]
+        if in_cgroup and cgroup is not None:
+            killed.update(in_cgroup)
+            _kill_cgroup(cgroup, in_cgroup)
+        pids = proctab.marked(entry)
+        for pid in pids:
+            if _kill_marked(pid, entry):
+                killed.add(pid)
+        if (not pids and not in_cgroup) or time.monotonic() >= give_up:
+            break
+        time.sleep(0.005)
+    _drop_cgroup(attempt_dir)
+    return len(killed)
+
+
+# --------------------------------------------------------------------------- cgroups
+
+_CGROUP_OFF = "off"  # CORRAL_CGROUP=off: markers only
+_cgroup_lock = threading.Lock()
+_cgroup_base: list[Path | None] = []  # [] not looked yet; [None] none usable
+
+
+def cgroup_base() -> Path | None:
+    """Where attempts' cgroups go: `corral/` under this process's own cgroup v2, if it can be
+    made (root, or a delegated subtree); None otherwise (or with CORRAL_CGROUP=off)."""
+    with _cgroup_lock:
+        if not _cgroup_base:
+            _cgroup_base.append(_find_cgroup_base())
+        return _cgroup_base[0]
+
+
+def _find_cgroup_base() -> Path | None:
+    if os.environ.get("CORRAL_CGROUP", "").lower() == _CGROUP_OFF:
+        return None
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        own = next((line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                    if line.startswith("0::")), None)
+    except OSError:
+        return None
+    mount = next((line.split()[4] for line in mounts
+                  if " - cgroup2 " in line and len(line.split()) > 4), None)
+    if mount is None or own is None:
+        return None
+    base = Path(mount) / own.strip().lstrip("/") / "corral"
+    try:
+        base.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return base if (base / "cgroup.procs").exists() else None
+
+
+def _new_cgroup(attempt_dir: Path) -> Path | None:
+    """A fresh cgroup for the attempt, its path recorded in `<dir>/cgroup`; None without one."""
+    base = cgroup_base()
+    if base is None:
+        return None
+    path = str(attempt_dir.resolve())
+    name = f"{attempt_dir.name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+    cgroup = base / name
+    try:
+        cgroup.mkdir(exist_ok=True)
+        (attempt_dir / CGROUP).write_text(str(cgroup))
+    except OSError:
+        return None
+    return cgroup
+
+
+def _cgroup_of(attempt_dir: Path) -> Path | None:
+    try:
+        text = (attempt_dir / CGROUP).read_text().strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
+
+
+def _cgroup_pids(attempt_dir: Path) -> list[int]:
+    cgroup = _cgroup_of(attempt_dir)
+    if cgroup is None:
+        return []
+    try:
+        return [int(w) for w in (cgroup / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill_cgroup(cgroup: Path, pids: list[int]) -> None:
+    """SIGKILL everything in the cgroup: one write to cgroup.kill (Linux 5.14+), else each pid
+    (a pid the cgroup lists is its member until it is reaped: no reuse to fear)."""
+    try:
+        (cgroup / "cgroup.kill").write_text("1")
+        return
+    except OSError:
+        pass
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _drop_cgroup(attempt_dir: Path) -> bool:
+    """Remove the attempt's cgroup; False while processes are still in it."""
+    cgroup = _cgroup_of(attempt_dir)
+    if cgroup is None:
+        return True
+    try:
+        cgroup.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return not _cgroup_pids(attempt_dir)  # busy, or not ours to remove: empty is enough
+    return True
+
+
+def _kill_marked(pid: int, entry: bytes) -> bool:
+    """SIGKILL `pid` if it still is the marked process: the pidfd pins it, so the check and the
+    kill cannot land on a newcomer that reused the pid."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if not proctab.environ_has(pid, entry):
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

@@ -88,3 +88,32 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             stack.append(child)
     return sorted(found)
+
+
+def environ_has(pid: int, entry: bytes) -> bool:
+    """Whether process `pid` started with `entry` (`NAME=value`) in its environment.
+
+    `/proc/<pid>/environ` is the environment the process was exec'd with, NUL-separated; it is
+    unreadable (or empty) for a process that is gone or going, hidden from us, or a kernel
+    thread: all of these read as "not marked", never as an exception."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return False
+    return entry in raw.split(b"\0")
+
+
+def marked(entry: bytes) -> list[int]:
+    """Live processes (not this one) whose environment holds `entry`, by pid.
+
+    The marker survives what escapes a process tree walk: `setsid`, a double fork, a parent
+    that died and left its children to init. Only a process that scrubs its environment
+    before an exec loses it."""
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != me and environ_has(int(name), entry) \
+                and alive(int(name)):
+            found.append(int(name))
+    return sorted(found)

@@ -2,7 +2,8 @@
  * corral-shim: a tiny supervisor that sits between Corral's engine and one job process.
  *
  *   corral-shim [--cwd DIR] [--grace-ms N] [--deadline-ms EPOCH_MS] [--term-signal N]
- *               [--umask N] [--pump-arg WORD]... [--secrets-fd 4] <attempt_dir> -- <argv...>
+ *               [--umask N] [--pump-arg WORD]... [--secrets-fd 4] [--cgroup DIR]
+ *               <attempt_dir> -- <argv...>
  *
  * Why it exists: the engine must survive its own crash without losing running jobs or their
  * exit codes, and nothing a job starts may outlive it -- not even grandchildren that setsid().
@@ -20,6 +21,11 @@
  * job's: tree kills spare it, and we write result.json only once it has written everything.  It
  * asks us (SIGUSR1) to stop the job when the output cap is reached; if it dies while the job
  * runs, we stop the job -- nothing may reach the logs unredacted.
+ *
+ * Cgroup: with --cgroup (a cgroup v2 directory the engine made for this attempt) we move
+ * ourselves into it before anything else starts, so the job and all it starts stay in it -- the
+ * engine can find and kill them there even if we die.  A failure to join is not fatal: the
+ * engine still finds the attempt's processes by the marker in their environment.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -61,6 +67,21 @@ static int pipes[2] = {-1, -1};             /* read ends of the job's stdout and
 static int secrets_fd = -1;
 static pid_t pump_pid;
 static int pump_done, pump_status, output_capped;
+
+/* Move this process into the cgroup DIR (best effort; see the header). */
+static void join_cgroup(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/cgroup.procs", dir) >= (int)sizeof path)
+        return;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (write(fd, "0", 1) < 0) {
+        /* not allowed here (a container, no delegation): the marker remains */
+    }
+    close(fd);
+}
 
 static long long clock_ms(clockid_t id)
 {
@@ -483,7 +504,7 @@ static long long parse_num(const char *s, const char *what)
 
 int main(int argc, char **argv)
 {
-    const char *cwd = NULL;
+    const char *cwd = NULL, *cgroup = NULL;
     long long grace_ms = 10000, deadline_ms = 0, term_sig = SIGTERM, child_only = 0;
     long umask_v = -1;
     pump_argv = calloc((size_t)argc + 1, sizeof *pump_argv);
@@ -507,13 +528,15 @@ int main(int argc, char **argv)
             pump_argv[npump++] = argv[i + 1];
         else if (!strcmp(argv[i], "--secrets-fd"))
             secrets_fd = (int)parse_num(argv[i + 1], "secrets-fd");
+        else if (!strcmp(argv[i], "--cgroup"))
+            cgroup = argv[i + 1];
         else
             break;
     }
     if (i + 2 >= argc || strcmp(argv[i + 1], "--") != 0 || term_sig < 1 || term_sig >= NSIG) {
         fprintf(stderr, "usage: corral-shim [--cwd DIR] [--grace-ms N] [--deadline-ms EPOCH_MS]"
                         " [--term-signal N] [--term-child-only 0|1] [--umask N] [--pump-arg W]..."
-                        " [--secrets-fd 4] <attempt_dir> -- <argv...>\n");
+                        " [--secrets-fd 4] [--cgroup DIR] <attempt_dir> -- <argv...>\n");
         return 2;
     }
     if (!npump) {
@@ -522,6 +545,8 @@ int main(int argc, char **argv)
     }
     char **job_argv = &argv[i + 2];
     self_pid = getpid();
+    if (cgroup)
+        join_cgroup(cgroup); /* before the job, the pump or anything else is forked */
 
     /* fd 4 (the secrets) only when announced, and then for the pump alone */
     if (secrets_fd == 4 && pump_argv && fcntl(4, F_GETFD) >= 0) {

@@ -1,0 +1,234 @@
+"""Faults of the per-attempt supervisor, `corral-shim`, under a real `corral serve` (issue 12).
+
+A SIGKILLed shim leaves its job's processes behind: they are found by the attempt's marker and
+stopped before the attempt ends LOST, so its retry never runs beside them, and one such ghost
+does not isolate the whole worker kind. A SIGSTOPped shim cannot enforce its deadline or a
+cancel: the core does, killing the shim and the attempt's processes. A latest-wins submission
+starts only once the job it replaced has no process left.
+
+After every fault, `invariants` checks what must hold whatever broke: every job in one state,
+terminal states absorbing, each attempt's command run at most once, no process of a finished
+job alive, as many permits as attempts in flight, and the engine answering and running a new
+job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from corral.workers.process import attempt_processes
+from corral.workers.proctab import alive
+from tests.acceptance.conftest import Corral
+from tests.helpers import eventually
+
+TERMINAL = {"SUCCEEDED", "FAILED", "DEAD_LETTERED", "TIMED_OUT", "CANCELLED", "KILLED", "DENIED"}
+IN_FLIGHT = {"STARTING", "RUNNING"}
+
+# Appends "<job id> <attempt>" to $RUNS once per start of the command: the record of how often
+# each attempt's command ran.
+RAN = 'echo "$CORRAL_JOB_ID $CORRAL_ATTEMPT" >> "$RUNS"; '
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _pids(path: Path) -> list[int]:
+    return [int(w) for w in path.read_text().split()] if path.exists() else []
+
+
+def _live(pids: list[int]) -> list[int]:
+    return [p for p in pids if alive(p)]
+
+
+def _shim_pid(c: Corral, job_id: str, index: int = 1) -> tuple[int, Path]:
+    def started() -> tuple[int, Path] | None:
+        attempts = c.job(job_id)["attempts"]
+        if len(attempts) < index or not attempts[index - 1]["log_dir"]:
+            return None
+        d = Path(attempts[index - 1]["log_dir"])
+        text = (d / "shim.pid").read_text() if (d / "shim.pid").exists() else ""
+        return (int(text), d) if text.strip() else None
+    return eventually(started, timeout=30, what=f"attempt {index} of {job_id} started")
+
+
+def _permits(c: Corral) -> int:
+    return int(c.json("status")["permits"]["live"])
+
+
+def invariants(c: Corral, runs: Path) -> None:
+    """What must hold after any fault (issue 12, "Done means")."""
+    listed: list[dict[str, Any]] = c.json("jobs", "--limit", "500")
+    ids = [j["id"] for j in listed]
+    assert len(ids) == len(set(ids)), "every job listed once"
+    jobs = {i: c.job(i) for i in ids}
+    for j in listed:  # one state: the list and the job itself agree
+        assert jobs[j["id"]]["state"] == j["state"] or j["state"] not in TERMINAL
+
+    # Each attempt's command ran at most once.
+    seen = _lines(runs)
+    assert len(seen) == len(set(seen)), f"an attempt's command ran twice: {seen}"
+
+    # No process of a finished job (or of an ended attempt) is alive.
+    for job in jobs.values():
+        for a in job["attempts"]:
+            if (job["state"] in TERMINAL or a["state"] not in IN_FLIGHT) and a["log_dir"]:
+                assert attempt_processes(Path(a["log_dir"])) == [], (
+                    f"job {job['id']} attempt {a['index']} ({a['state']}) left processes")
+
+    # As many permits as attempts in flight (the engine settles them within a moment).
+    def balanced() -> bool:
+        in_flight = sum(1 for j in c.json("jobs", "--limit", "500") if j["state"] in IN_FLIGHT)
+        return _permits(c) == in_flight
+    eventually(balanced, what="permits equal to attempts in flight")
+
+    # The engine answers and runs a new job; terminal states stayed as they were.
+    fresh = c.submit("sh", "-c", "echo fresh")
+    assert c.wait(fresh) == 0, c.engine_log()[-3000:]
+    for job_id, job in jobs.items():
+        if job["state"] in TERMINAL:
+            again = c.job(job_id)
+            assert (again["state"], again["updated_at"], len(again["attempts"])) == (
+                job["state"], job["updated_at"], len(job["attempts"])), "terminal is absorbing"
+
+
+def _escaping_job(tmp_path: Path) -> str:
+    """A job whose first attempt starts two escapees (setsid, a double fork), records the three
+    pids and sleeps; a later attempt records which of those pids are still alive (in
+    `overlap`) and succeeds."""
+    pids, overlap, first_try = tmp_path / "pids", tmp_path / "overlap", tmp_path / "first-try"
+    check = (f'for p in $(cat {pids}); do if [ -e /proc/$p ] && '
+             f'! grep -q "^State:.*Z" /proc/$p/status 2>/dev/null; then '
+             f'echo $p >> {overlap}; fi; done')
+    return (RAN + f"if [ -e {first_try} ]; then {check}; exit 0; fi; touch {first_try}; "
+            f"echo $$ >> {pids}; "
+            f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
+            f"(sh -c 'echo $$ >> {pids}; exec sleep 300' &) ; "
+            "exec sleep 300")
+
+
+def _no_overlap(c: Corral, job_id: str, tmp_path: Path, attempt_dir: Path) -> None:
+    job = c.job(job_id)
+    assert [a["state"] for a in job["attempts"]] == ["LOST", "SUCCEEDED"]
+    assert "3 process(es) of the attempt stopped" in job["attempts"][0]["error"]
+    overlap = tmp_path / "overlap"
+    assert not overlap.exists(), f"attempt 2 ran beside attempt 1's {_lines(overlap)}"
+    assert _live(_pids(tmp_path / "pids")) == [] and attempt_processes(attempt_dir) == []
+    assert c.json("status")["escalations"] == [], "one ghost isolates nothing"
+
+
+def test_a_killed_shims_processes_are_stopped_before_the_retry_starts(
+        corral: Corral, tmp_path: Path) -> None:
+    """The shim is SIGKILLed while its job and two escapees (setsid, double fork) run: the
+    attempt ends LOST only once all of them are gone, the retry finds none of them alive, and
+    the `command` kind keeps running other jobs (a single ghost is not a crash loop)."""
+    runs = tmp_path / "runs"
+    job_id = corral.submit("sh", "-c", _escaping_job(tmp_path),
+                           opts=("--setenv", f"RUNS={runs}"))
+    corral.serve()
+    shim, attempt_dir = _shim_pid(corral, job_id)
+    eventually(lambda: len(_pids(tmp_path / "pids")) == 3,
+               what="the job and its two escapees running")
+    os.kill(shim, signal.SIGKILL)
+    assert corral.wait(job_id) == 0, corral.engine_log()[-3000:]
+    _no_overlap(corral, job_id, tmp_path, attempt_dir)
+    invariants(corral, runs)
+
+
+def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
+        corral: Corral, tmp_path: Path) -> None:
+    """The engine is SIGKILLed, then the shim: the restarted engine finds the attempt vanished,
+    stops what it left behind, and only then retries it."""
+    runs = tmp_path / "runs"
+    job_id = corral.submit("sh", "-c", _escaping_job(tmp_path),
+                           opts=("--setenv", f"RUNS={runs}"))
+    engine = corral.serve()
+    shim, attempt_dir = _shim_pid(corral, job_id)
+    eventually(lambda: len(_pids(tmp_path / "pids")) == 3,
+               what="the job and its two escapees running")
+    engine.send_signal(signal.SIGKILL)
+    engine.wait()
+    os.kill(shim, signal.SIGKILL)
+    eventually(lambda: not alive(shim), what="the shim gone")
+    assert len(_live(_pids(tmp_path / "pids"))) == 3, "its job runs on without it"
+    corral.serve()
+    assert corral.wait(job_id) == 0, corral.engine_log()[-3000:]
+    _no_overlap(corral, job_id, tmp_path, attempt_dir)
+    invariants(corral, runs)
+
+
+def test_a_stopped_shim_cannot_keep_its_job_past_the_deadline(
+        corral: Corral, tmp_path: Path) -> None:
+    """SIGSTOP the shim of a job with an 8 s deadline: the core notices the shim did not act
+    after the deadline and its grace, kills it and the job's processes: TIMED_OUT."""
+    runs, pids = tmp_path / "runs", tmp_path / "pids"
+    script = RAN + f"echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; wait"
+    job_id = corral.submit("sh", "-c", script, opts=(
+        "--setenv", f"RUNS={runs}", "--timeout", "8", "--grace", "0.5",
+        "--max-attempts", "1"))
+    corral.serve()
+    shim, attempt_dir = _shim_pid(corral, job_id)
+    eventually(lambda: len(_pids(pids)) == 2, what="the job running")
+    os.kill(shim, signal.SIGSTOP)
+    try:
+        assert corral.wait(job_id, timeout=30) != 0
+        job = corral.job(job_id)
+        assert job["state"] == "TIMED_OUT", job
+        error = job["attempts"][0]["error"]
+        assert "deadline reached" in error and "stopped (SIGSTOP)" in error
+        assert _live([shim, *_pids(pids)]) == [] and attempt_processes(attempt_dir) == []
+    finally:
+        if alive(shim):
+            os.kill(shim, signal.SIGCONT)
+    invariants(corral, runs)
+
+
+def test_a_stopped_shim_cannot_ignore_a_cancel(corral: Corral, tmp_path: Path) -> None:
+    runs, pids = tmp_path / "runs", tmp_path / "pids"
+    script = RAN + f"echo $$ >> {pids}; exec sleep 300"
+    job_id = corral.submit("sh", "-c", script, opts=("--setenv", f"RUNS={runs}",
+                                                     "--grace", "0.5"))
+    corral.serve()
+    shim, attempt_dir = _shim_pid(corral, job_id)
+    eventually(lambda: len(_pids(pids)) == 1, what="the job running")
+    os.kill(shim, signal.SIGSTOP)
+    try:
+        corral.ok("cancel", job_id)
+        assert corral.wait(job_id, timeout=30) != 0
+        job = corral.job(job_id)
+        assert job["state"] == "CANCELLED" and job["attempts"][0]["state"] == "CANCELLED"
+        assert "stop was not carried out" in job["attempts"][0]["error"]
+        assert _live([shim, *_pids(pids)]) == [] and attempt_processes(attempt_dir) == []
+    finally:
+        if alive(shim):
+            os.kill(shim, signal.SIGCONT)
+    invariants(corral, runs)
+
+
+def test_latest_wins_starts_the_new_job_only_once_the_old_tree_is_gone(
+        corral: Corral, tmp_path: Path) -> None:
+    """The replaced job takes its time to stop (a TERM trap, a child that ignores TERM): the
+    new job on the same key starts only after the last of its processes is gone."""
+    runs, log, pids = tmp_path / "runs", tmp_path / "log", tmp_path / "pids"
+    old = (RAN + f"echo $$ >> {pids}; sh -c 'trap \"\" TERM; echo $$ >> {pids}; "
+           f"exec sleep 300' & trap 'sleep 1; echo old-stopped >> {log}; exit 143' TERM; "
+           f"echo old-started >> {log}; wait")
+    alive_check = (f'for p in $(cat {pids}); do if [ -e /proc/$p ] && '
+                   f'! grep -q "^State:.*Z" /proc/$p/status 2>/dev/null; then '
+                   f'echo "overlap $p" >> {log}; fi; done')
+    new = RAN + f"{alive_check}; echo new-started >> {log}"
+    opts = ("--key", "deploy", "--dedup", "latest-wins", "--setenv", f"RUNS={runs}",
+            "--grace", "2")
+    old_id = corral.submit("sh", "-c", old, opts=opts)
+    corral.serve()
+    eventually(lambda: len(_pids(pids)) == 2 and "old-started" in _lines(log),
+               what="the old job running")
+    new_id = corral.submit("sh", "-c", new, opts=opts)
+    assert corral.wait(new_id) == 0
+    assert corral.job(old_id)["state"] == "CANCELLED"
+    assert _lines(log) == ["old-started", "old-stopped", "new-started"], _lines(log)
+    assert _live(_pids(pids)) == []
+    invariants(corral, runs)
