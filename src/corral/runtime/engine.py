@@ -23,7 +23,7 @@ from corral.core.gateway import Core
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Store, WorkerAdapter
-from corral.domain.errors import CorralError, EngineRunning
+from corral.domain.errors import CorralError, EngineRunning, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Permit
 from corral.domain.settings import WorkerSpec
@@ -42,6 +42,7 @@ from corral.runtime.governor import Governor
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
+from corral.scheduler.outage import StoreHealth
 from corral.workers import credentials, privacy
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
@@ -153,6 +154,7 @@ class Engine:
         self.id = new_id()
         self.lock = ServeLock(config.data_dir)
         self.store: Store = build_store(config)
+        self.health = StoreHealth()  # the store's outages, ridden out (scheduler/outage.py)
         self.link = CoreLink()
         self.supervisor: CoreSupervisor | None = None
         self._tg: TaskGroup | None = None
@@ -182,7 +184,8 @@ class Engine:
             options=DispatchOptions(engine_id=self.id,
                                     attempts_root=config.data_dir / "attempts",
                                     owns=self._owns),
-            agents=self.governor, gate=self.gate, on_settled=self.reporter.wake)
+            agents=self.governor, gate=self.gate, on_settled=self.reporter.wake,
+            health=self.health)
 
     def _owns(self, attempt: Attempt) -> bool:
         # SQLite: we hold the data dir, so every attempt in flight is ours to recover.
@@ -204,7 +207,8 @@ class Engine:
                     "core_restarts": (sup.generation - 1) if sup else 0,
                     "core_given_up": sup.given_up if sup else False,
                     "core_state_synced": not (self._state_dirty
-                                              or self._state_changed.is_set())}
+                                              or self._state_changed.is_set()),
+                    "store": self.health.snapshot()}
         if op == "core":
             return await self._core_control(request)
         return {"ok": False, "error": f"unknown op {op!r}"}
@@ -230,6 +234,7 @@ class Engine:
             result["core"] = {"pid": sup.pid if sup else os.getpid(),
                               "restarts": (sup.generation - 1) if sup else 0,
                               "given_up": sup.given_up if sup else False}
+            result["store"] = self.health.snapshot()
         if core_op in ("reset_breaker", "clear_escalation"):
             self._state_changed.set()
         return {"ok": True, "result": result}
@@ -346,8 +351,13 @@ class Engine:
         while True:
             await anyio.sleep(0.5)
             events, self._events = self._events, []
-            if events:
+            if not events:
+                continue
+            try:
                 await self.store.append_core_events(events)
+            except StoreError as err:  # kept for the next look: the outage is ridden out
+                self._events[:0] = events
+                await anyio.sleep(self.health.failed("recording core events", err))
 
     async def _keep_core_state(self) -> None:
         """Fetch the core's state as soon as it changed, so a restarted core can resume it."""
@@ -374,7 +384,8 @@ class Engine:
     async def _heartbeat(self) -> None:
         while True:
             await anyio.sleep(HEARTBEAT_S)
-            await self.store.heartbeat_engine(self.id, now=time.time())
+            await self.health.retry("heart-beat",
+                                    lambda: self.store.heartbeat_engine(self.id, now=time.time()))
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -22,11 +22,12 @@ from anyio.abc import TaskGroup
 from corral.core.link import CoreLink, CoreUnavailable
 from corral.core.permits import Rejected
 from corral.core.ports import Finish, QueueFilter, Store
-from corral.domain.errors import CorralError
+from corral.domain.errors import CorralError, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobEvent, Permit
 from corral.domain.settings import Settings
 from corral.domain.states import AttemptState, JobState, Outcome
+from corral.scheduler.outage import StoreHealth
 from corral.scheduler.retry import RetryInput, decide
 
 log = logging.getLogger("corral.dispatch")
@@ -117,6 +118,7 @@ class Dispatcher:
                  agents: AgentHooks | None = None,
                  gate: RunGate | None = None,
                  on_settled: Callable[[], None] = lambda: None,
+                 health: StoreHealth | None = None,
                  clock: Callable[[], float] = time.time,
                  jitter: Callable[[], float] = random.random) -> None:
         self.store = store
@@ -126,6 +128,7 @@ class Dispatcher:
         self.agents = agents
         self.gate = gate
         self.on_settled = on_settled  # an attempt's end is written (a job may have ended)
+        self.health = health or StoreHealth(clock=clock)
         self.clock = clock
         self.jitter = jitter
         self._live: dict[str, _Live] = {}
@@ -180,15 +183,21 @@ class Dispatcher:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._writer)
-            await self.recover()
-            self._retry_due = await self.store.next_retry_at()
+            await self.health.retry("recovering attempts in flight", self.recover)
+            self._retry_due = await self.health.retry("reading retries", self.store.next_retry_at)
             if ready is not None:
                 ready.set()
             while True:
                 self._wake = anyio.Event()
-                runnable = await self._tick()
-                if drain and not runnable and not self._live and await self._nothing_pending():
-                    break
+                try:
+                    runnable = await self._tick()
+                    if drain and not runnable and not self._live and (
+                            await self._nothing_pending()):
+                        break
+                except StoreError as err:  # an outage: attempts keep running, we wait it out
+                    self._check_stops = True
+                    await anyio.sleep(self.health.failed("dispatching", err))
+                    continue
                 if runnable:
                     continue
                 woken = False
@@ -197,7 +206,8 @@ class Dispatcher:
                     woken = True
                 if not woken:  # the periodic look: other writers (CLI, other engines) may
                     self._check_stops = True  # have changed things without telling us
-                    self._retry_due = await self.store.next_retry_at()
+                    with contextlib.suppress(StoreError):  # the next round retries it
+                        self._retry_due = await self.store.next_retry_at()
             await self._flush_now()
             tg.cancel_scope.cancel()
 
@@ -206,6 +216,9 @@ class Dispatcher:
     async def _tick(self) -> bool:
         """One round; True when a full batch was dispatched and more may be waiting."""
         now = self.clock()
+        if self.health.degraded:  # is the outage over? A small write tells (reads may work)
+            await self.store.heartbeat_engine(self.opts.engine_id, now=now)
+            self.health.answered()
         if self._retry_due is not None and now >= self._retry_due:
             await self.store.promote_retries(now=now, aging_s=self.settings.scheduler.aging_s)
             self._retry_due = await self.store.next_retry_at()
@@ -263,20 +276,29 @@ class Dispatcher:
             await self._record_rejections()
         if not claims:
             return False
-        won = await self.store.start_attempts(claims, now=now)
+        try:
+            won = await self.store.start_attempts(claims, now=now)
+        except StoreError:
+            # Nothing starts; the permits go back. Should the commit have reached the store
+            # after all (its answer lost with the connection), the attempts are ours, in
+            # flight and never started: `adopt_orphans` finds them and they are LOST, retried.
+            for c in claims:
+                with contextlib.suppress(CoreUnavailable):
+                    await self.core.release(c.permit)
+            raise
+        assert self._tg is not None
+        for c in won:
+            self._live[c.job.id] = _Live(claimed=c)
+            self._tg.start_soon(self._supervise, c, False)
         if self.gate is not None:
             self.gate.dispatched(c.job.id for c in won)
-        if any(c.job.workspace for c in won):
-            await self._report_lock_waits(now)
         won_ids = {c.attempt.id for c in won}
         for c in claims:
             if c.attempt.id not in won_ids:  # another engine (or a cancel) got there first
                 with contextlib.suppress(CoreUnavailable):
                     await self.core.release(c.permit)
-        assert self._tg is not None
-        for c in won:
-            self._live[c.job.id] = _Live(claimed=c)
-            self._tg.start_soon(self._supervise, c, False)
+        if any(c.job.workspace for c in won):
+            await self._report_lock_waits(now)
         return len(jobs) == free and bool(won)
 
     async def _admit(self, jobs: list[Job], now: float) -> list[Job]:
@@ -390,7 +412,9 @@ class Dispatcher:
         live = self._live.setdefault(c.job.id, _Live(claimed=c))
         if not adopt and self.agents is not None and self.agents.is_agent(
                 c.permit.granted.get("worker") or c.job.worker):
-            session = await self.agents.resume_session(c)
+            agents = self.agents
+            session = await self.health.retry("reading the agent's session",
+                                              lambda: agents.resume_session(c))
             if session:
                 c = replace(c, job=c.job.with_(options={**c.job.options,
                                                         "resume_session": session}))
@@ -537,12 +561,23 @@ class Dispatcher:
                         if f.attempt.id in pids else f for f in batch.finished]
             ending = {f.attempt.id for f in finished}
             started = [s for s in batch.started if s[0].id not in ending]
-            with anyio.CancelScope(shield=True):  # a result, once decided, is always written
-                if started:
-                    await self.store.mark_running(started, now=now)
-                if finished:
-                    await self.store.finish(finished, now=now)
-        except Exception as err:  # the store is down: every waiter sees the error
+            # An outage is waited out: the write is tried again until the store answers (the
+            # attempts keep running meanwhile; their waiters wait). Both writes are idempotent
+            # compare-and-sets, so a batch is simply written again. Only the wait between two
+            # tries may be cancelled (the engine stops: the next one collects the results).
+            while True:
+                try:
+                    with anyio.CancelScope(shield=True):  # a decided result is always written
+                        if started:
+                            await self.store.mark_running(started, now=now)
+                        if finished:
+                            await self.store.finish(finished, now=now)
+                except StoreError as err:
+                    await anyio.sleep(self.health.failed("writing attempt states", err))
+                    continue
+                self.health.answered()
+                break
+        except Exception as err:  # not the store being away: every waiter sees the error
             log.error("store write failed: %s", err)
             batch.error = err
         finally:
