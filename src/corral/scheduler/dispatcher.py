@@ -420,8 +420,7 @@ class Dispatcher:
                                                         "resume_session": session}))
                 live.claimed = c
         try:
-            started = await (self.core.adopt(c.job, c.attempt) if adopt
-                             else self.core.submit(c))
+            started = await (self._adopt(c) if adopt else self.core.submit(c))
         except CoreUnavailable:
             started = None  # in limbo: the restarted core is told (readopt) and reports its end
         if isinstance(started, AttemptResult):
@@ -445,6 +444,22 @@ class Dispatcher:
             await self._stop(c.job.id, live.stop_sent or "timeout", now=True)
             result = await self.core.result(c.job.id)
         await self._complete(c, result)
+
+    async def _adopt(self, c: Claimed) -> int | AttemptResult:
+        """Hand an attempt found in flight to the core. When the core cannot decide yet (its
+        shim holds the lock but wrote no pid — a full disk — or a process of it survives), the
+        attempt is neither adopted nor declared lost: it is looked at again, with backoff."""
+        delay = 0.5
+        while True:
+            try:
+                return await self.core.adopt(c.job, c.attempt)
+            except CoreUnavailable:
+                raise
+            except CorralError as err:
+                log.warning("attempt %s cannot be adopted yet (%s); looking again in %.0f s",
+                            c.attempt.id, err, delay)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
     async def _complete(self, c: Claimed, result: AttemptResult) -> None:
         live = self._live.get(c.job.id)

@@ -255,11 +255,14 @@ class AgentWorker(ABC):
         if found.state == "finished" and found.result is not None:
             self.scrub_home(job)  # it ended while no engine watched
             return self.finished(found.result, Path(attempt.dir))
+        # Never lost while something of it lives: what its shim left behind is stopped first.
+        left = process.stop_leftovers(job.id, attempt.index)
+        note = f" (its processes {left} outlived the shim and were stopped)" if left else ""
         if found.state == "vanished":
             return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                                 error="process vanished while the engine was down")
+                                 error="process vanished while the engine was down" + note)
         return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                             error="engine stopped before the process started")
+                             error="engine stopped before the process started" + note)
 
     def secrets_of(self, job: Job) -> tuple[str, ...]:
         """Every value an attempt of `job` must not leave anywhere: the job's own, its worker's

@@ -202,8 +202,11 @@ class CommandWorker:
             return CommandAttempt(found.process)
         if found.state == "finished" and found.result is not None:
             return with_reported_cost(to_result(found.result), Path(attempt.dir))
+        # Never lost while something of it lives: what its shim left behind is stopped first.
+        left = process.stop_leftovers(job.id, attempt.index)
+        note = f" (its processes {left} outlived the shim and were stopped)" if left else ""
         if found.state == "vanished":
             return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                                 error="process vanished while the engine was down")
+                                 error="process vanished while the engine was down" + note)
         return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                             error="engine stopped before the process started")
+                             error="engine stopped before the process started" + note)

@@ -32,7 +32,7 @@ import re2
 
 import corral
 from corral.domain.errors import WorkerError
-from corral.workers import privacy
+from corral.workers import privacy, proctab
 
 __all__ = [
     "Output",
@@ -525,3 +525,25 @@ def probe(attempt_dir: Path) -> ProbeResult:
         if time.monotonic() >= give_up:
             raise WorkerError(f"{lock_path} is held but no live shim wrote {SHIM_PID}")
         time.sleep(0.01)
+
+
+def stop_leftovers(job_id: str, attempt_index: int, *, wait_s: float = 5.0) -> list[int]:
+    """SIGKILL every process still carrying this attempt's marker in its environment (its shim
+    is gone, so nothing else would stop them) and wait until they are gone: an attempt is only
+    declared lost, and retried, once nothing of it runs. Returns the pids that were found."""
+    own = {os.getpid(), os.getppid()}
+    marker = {"CORRAL_JOB_ID": job_id, "CORRAL_ATTEMPT": str(attempt_index)}
+    found = [p for p in proctab.carrying(marker) if p not in own]
+    give_up = time.monotonic() + wait_s
+    left = found
+    while left:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        left = [p for p in left if proctab.alive(p)]
+        if left and time.monotonic() >= give_up:
+            raise WorkerError(f"attempt {attempt_index} of job {job_id}: processes {left} "
+                              "survive SIGKILL; not retried while they live")
+        if left:
+            time.sleep(0.01)
+    return found

@@ -88,3 +88,20 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             stack.append(child)
     return sorted(found)
+
+
+def carrying(marker: dict[str, str]) -> list[int]:
+    """Live processes whose environment holds every `NAME=value` of `marker` (the processes of
+    one attempt carry its job id and attempt index, whatever session or parent they have now).
+    A process whose environment we cannot read (gone, or not ours) does not match."""
+    wanted = {f"{k}={v}".encode() for k, v in marker.items()}
+    found = []
+    for stat in live_processes():
+        try:
+            with open(f"/proc/{stat.pid}/environ", "rb") as f:
+                env = set(f.read().split(b"\0"))
+        except OSError:
+            continue
+        if wanted <= env:
+            found.append(stat.pid)
+    return sorted(found)
