@@ -23,9 +23,9 @@ from corral.core.gateway import Core
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Store, WorkerAdapter
-from corral.domain.errors import CorralError, EngineRunning, StoreError
+from corral.domain.errors import CorralError, EngineFenced, EngineRunning, StoreError
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt, Permit
+from corral.domain.models import Permit
 from corral.domain.settings import WorkerSpec
 from corral.runtime import published
 from corral.runtime.assembly import (
@@ -158,7 +158,6 @@ class Engine:
         self.link = CoreLink()
         self.supervisor: CoreSupervisor | None = None
         self._tg: TaskGroup | None = None
-        self._stale: set[str] = set()
         # Escalations raised by the engine itself (a core crash loop), shown with the core's.
         self.escalations: dict[str, dict[str, Any]] = {}
         # The core's breakers, escalations and spend, kept here so a restarted core resumes them.
@@ -183,14 +182,10 @@ class Engine:
             store=self.store, core=self.link, settings=config.settings,
             options=DispatchOptions(engine_id=self.id,
                                     attempts_root=config.data_dir / "attempts",
-                                    owns=self._owns),
+                                    shared=is_shared(config), host=socket.gethostname(),
+                                    stale_s=STALE_ENGINE_S, scan_s=HEARTBEAT_S),
             agents=self.governor, gate=self.gate, on_settled=self.reporter.wake,
             health=self.health)
-
-    def _owns(self, attempt: Attempt) -> bool:
-        # SQLite: we hold the data dir, so every attempt in flight is ours to recover.
-        # PostgreSQL: only attempts of engines that stopped heart-beating.
-        return not is_shared(self.config) or attempt.engine_id in self._stale
 
     async def _control(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
@@ -249,6 +244,11 @@ class Engine:
             await self.store.open()
             try:
                 await self._run(drain, on_ready)
+            except BaseExceptionGroup as group:  # a task's own error, as itself (one line)
+                fenced, _ = group.split(EngineFenced)
+                if fenced is None:
+                    raise
+                raise _first_leaf(fenced) from None
             finally:
                 await self.store.close()
         finally:
@@ -258,7 +258,6 @@ class Engine:
         now = time.time()
         await self.store.register_engine(self.id, pid=os.getpid(), host=socket.gethostname(),
                                          now=now)
-        self._stale = await self._stale_engines(now)
         await self.store.publish_config(published.record(self.config, self.id, now))
         for warning in (*role_warnings(self.config), *credential_warnings(self.config)):
             log.warning("%s", warning)
@@ -378,14 +377,18 @@ class Engine:
                 await self.link.control("restore", state=self._core_state)
         await self.dispatcher.core_restarted()
 
-    async def _stale_engines(self, now: float) -> set[str]:
-        return set(await self.store.stale_engines(before=now - STALE_ENGINE_S, exclude=self.id))
-
     async def _heartbeat(self) -> None:
         while True:
             await anyio.sleep(HEARTBEAT_S)
-            await self.health.retry("heart-beat",
-                                    lambda: self.store.heartbeat_engine(self.id, now=time.time()))
+            beat = await self.health.retry(
+                "heart-beat", lambda: self.store.heartbeat_engine(self.id, now=time.time()))
+            if not beat:
+                log.error("this engine was declared dead by a peer (no heart-beat for %.0f s: "
+                          "paused, or cut off from the database) and its attempts were taken "
+                          "over; exiting without touching them", STALE_ENGINE_S)
+                raise EngineFenced(
+                    f"engine {self.id} lost its attempts to a peer after missing its heart-beat"
+                    " (paused or cut off from the database); start it again to rejoin")
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -394,6 +397,12 @@ class Engine:
                          "re-adopted by the next engine", signal.Signals(signum).name)
                 scope.cancel()
                 return
+
+
+def _first_leaf(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
 
 
 async def _when_ready(ready: anyio.Event, callback: Callable[[], None]) -> None:

@@ -24,7 +24,15 @@ from corral.core.permits import Rejected
 from corral.core.ports import Finish, QueueFilter, Store
 from corral.domain.errors import CorralError, StoreError
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobEvent, Permit
+from corral.domain.models import (
+    Attempt,
+    AttemptResult,
+    Claimed,
+    EngineInfo,
+    Job,
+    JobEvent,
+    Permit,
+)
 from corral.domain.settings import Settings
 from corral.domain.states import AttemptState, JobState, Outcome
 from corral.scheduler.outage import StoreHealth
@@ -107,7 +115,14 @@ class _Batch:
 class DispatchOptions:
     engine_id: str
     attempts_root: Path
-    owns: Callable[[Attempt], bool] = lambda a: True  # which in-flight attempts to recover
+    # Several engines share the store (PostgreSQL): only attempts of engines that stopped
+    # heart-beating for `stale_s` (or that served this data directory before) are taken over,
+    # and the store is looked at for them every `scan_s`. Otherwise (SQLite) this engine owns
+    # every attempt in flight.
+    shared: bool = False
+    host: str = ""
+    stale_s: float = 15.0
+    scan_s: float = 5.0
 
 
 class Dispatcher:
@@ -144,6 +159,7 @@ class Dispatcher:
         # claimed job is the one read before anybody asked
         self._stop_reasons: dict[str, str] = {}
         self._rejections: list[JobEvent] = []
+        self._next_scan = 0.0  # when to look for attempts whose engine died (shared store)
 
     # ---- public --------------------------------------------------------------------------
 
@@ -222,6 +238,9 @@ class Dispatcher:
         if self._retry_due is not None and now >= self._retry_due:
             await self.store.promote_retries(now=now, aging_s=self.settings.scheduler.aging_s)
             self._retry_due = await self.store.next_retry_at()
+        if self.opts.shared and now >= self._next_scan:  # peers die while we run, too
+            self._next_scan = now + self.opts.scan_s
+            await self.recover()
         if self._check_stops:
             self._check_stops = False
             if self.gate is not None:
@@ -515,20 +534,63 @@ class Dispatcher:
     # ---- recovery ------------------------------------------------------------------------
 
     async def recover(self) -> int:
-        """Re-adopt attempts left in flight by a previous engine; collect those that ended."""
-        count = 0
+        """Take over the attempts in flight that no live engine looks after: re-adopt those
+        still running, collect those that ended, and declare lost (then retry within bounds)
+        those that vanished. Each takeover moves the attempt's owner in the store (a
+        compare-and-set: of two peers one wins) and fences the engine it came from, whose
+        writes of the attempt's state are refused from then on."""
         assert self._tg is not None
-        for job, attempt in await self.store.inflight():
-            if job.id in self._live or not self.opts.owns(attempt):
-                continue
-            c = Claimed(job=job, attempt=attempt, permit=_adopted_permit(job, attempt))
-            await self.store.append_events([JobEvent(
-                job_id=job.id, at=self.clock(), kind="recovered", attempt=attempt.index,
-                message="handed back to the core after an engine restart")])
+        now = self.clock()
+        found = [(j, a) for j, a in await self.store.inflight() if j.id not in self._live]
+        if not found:
+            return 0
+        engines = {e.id: e for e in await self.store.engines()} if self.opts.shared else {}
+        picked = [(j, a, why) for j, a in found
+                  if (why := self._orphaned(j, a, engines.get(a.engine_id), now)) is not None]
+        me = self.opts.engine_id
+        fence = sorted({a.engine_id for _, a, _ in picked if a.engine_id != me})
+        taken = set(await self.store.take_over(me, [a for _, a, _ in picked], fence=fence,
+                                               now=now))
+        events = []
+        for job, attempt, why in picked:
+            if attempt.id not in taken:
+                continue  # a peer took it first
+            mine = replace(attempt, engine_id=me)
+            c = Claimed(job=job, attempt=mine, permit=_adopted_permit(job, mine))
             self._live[job.id] = _Live(claimed=c)
             self._tg.start_soon(self._supervise, c, True)
-            count += 1
-        return count
+            events.append(JobEvent(job_id=job.id, at=now, kind="recovered",
+                                   attempt=attempt.index, message=why,
+                                   data={"from_engine": attempt.engine_id, "engine": me}))
+        if events:
+            with contextlib.suppress(StoreError):  # the timeline line is not worth a retry
+                await self.store.append_events(events)
+        return len(events)
+
+    def _orphaned(self, job: Job, a: Attempt, owner: EngineInfo | None,
+                  now: float) -> str | None:
+        """Why this engine takes the attempt over, or None when it must leave it alone."""
+        if a.engine_id == self.opts.engine_id:  # our start committed, its answer got lost
+            return "found in flight after a store outage; handed back to the core"
+        if not self.opts.shared:  # we hold the data directory: its attempts are ours
+            return "handed back to the core after an engine restart"
+        here = owner is not None and owner.host == self.opts.host
+        if here and _under(a.dir, self.opts.attempts_root):
+            # an earlier engine of this data directory (we hold its lock: it is gone)
+            return (f"engine {a.engine_id} served this data directory before; taken over at "
+                    "restart")
+        if owner is not None and owner.fenced_at is None and (
+                owner.heartbeat_at >= now - self.opts.stale_s):
+            return None  # its engine is alive
+        if here:  # its shim, its lock and its result are on this host: adopt or collect
+            return f"engine {a.engine_id} stopped heart-beating; taken over by a peer"
+        # Another host: nothing of it can be seen from here. Once past its deadline its shim
+        # has stopped it, so a retry cannot run beside it.
+        if now > a.deadline_at + job.limits.grace_s + DEADLINE_SLACK_S:
+            where = owner.host if owner is not None else "an unknown host"
+            return (f"engine {a.engine_id} on {where} stopped heart-beating and the attempt's "
+                    "deadline has passed; its end cannot be seen from here")
+        return None
 
     async def core_restarted(self) -> None:
         """A new core process: tell it about every attempt we still wait on."""
@@ -597,6 +659,10 @@ class Dispatcher:
             batch.error = err
         finally:
             batch.done.set()
+
+
+def _under(attempt_dir: str, root: Path) -> bool:
+    return Path(attempt_dir).resolve().parent == root.resolve()
 
 
 def _adopted_permit(job: Job, attempt: Attempt) -> Permit:
