@@ -812,6 +812,42 @@ def test_stale_engines_are_those_that_stopped_heart_beating(use_store: UseStore)
     use_store(body)
 
 
+def test_a_takeover_fences_the_old_owner_out_of_the_attempt(use_store: UseStore) -> None:
+    """A peer takes a dead engine's attempt over: the old engine's heart-beat is refused and
+    its writes of the attempt's state change nothing; the new owner's apply."""
+    async def body(store: Store) -> None:
+        await store.register_engine("e-old", pid=1, host="h", now=NOW)
+        await store.register_engine("e-new", pid=2, host="h", now=NOW)
+        c = claim(await submit(store), engine="e-old")
+        await store.start_attempts([c], now=NOW)
+        assert await store.heartbeat_engine("e-old", now=NOW + 1)
+        [(_, seen)] = await store.inflight()
+        assert await store.take_over("e-new", [seen], fence=["e-old"], now=NOW + 20) == [
+            c.attempt.id]
+        assert await store.take_over("e-other", [seen], fence=[], now=NOW + 20) == [], (
+            "a second peer loses the compare-and-set")
+        assert not await store.heartbeat_engine("e-old", now=NOW + 21)
+        assert await store.heartbeat_engine("e-new", now=NOW + 21)
+        fenced = {e.id: e.fenced_at for e in await store.engines()}
+        assert fenced == {"e-old": NOW + 20, "e-new": None}
+        # The old owner wakes up: its writes are refused.
+        assert await store.mark_running([(c.attempt, 111)], now=NOW + 22) == 0
+        assert await store.finish([ending(c.attempt, JobState.FAILED, exit_code=9)],
+                                  now=NOW + 22) == []
+        [(job, attempt)] = await store.inflight()
+        assert job.state is JobState.STARTING and attempt.engine_id == "e-new"
+        assert attempt.state is AttemptState.STARTING and attempt.pid is None
+        # The new owner's apply.
+        mine = attempt
+        assert await store.mark_running([(mine, 222)], now=NOW + 23) == 1
+        [done] = await store.finish([ending(mine, JobState.SUCCEEDED)], now=NOW + 24)
+        assert done.state is JobState.SUCCEEDED
+        [final] = await store.attempts(job.id)
+        assert final.pid == 222 and final.exit_code == 0 and final.engine_id == "e-new"
+
+    use_store(body)
+
+
 def test_a_final_refusal_denies_a_queued_job_and_the_lifecycle_is_enforced(
         use_store: UseStore) -> None:
     async def body(store: Store) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -113,6 +114,17 @@ def _clear(data_dir: Path, escalation: str, as_json: bool) -> None:
     _say(as_json, data, cleared_text(str(cleared), core))
 
 
+def _print_store(store: dict[str, Any]) -> None:
+    """The store's health as the engine sees it (scheduler/outage.py)."""
+    if store.get("degraded"):
+        since = time.strftime("%H:%M:%S", time.localtime(float(store.get("since") or 0)))
+        console.print(f"store DEGRADED since {since} ({store.get('failed_tries')} failed "
+                      f"tries): {store.get('error')}; running attempts keep running, "
+                      "writes are retried", markup=False)
+    elif store:
+        console.print(f"store ok ({store.get('outages')} outages ridden out)", markup=False)
+
+
 def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     """Add the mechanism commands to the `corral` app."""
     breakers = typer.Typer(help="Circuit breakers per worker kind and provider: state, history, "
@@ -173,6 +185,7 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
             console.print(f"core pid {core.get('pid')}  restarts {core.get('restarts')}  "
                           f"permits live {snap.get('permits', {}).get('live')}  defense stage "
                           f"{wd.get('stage_name')} ({wd.get('cause') or 'no cause'})")
+        _print_store(snap.get("store") or {})
         for name, value in (wd.get("gauges") or {}).items():
             console.print(f"  {name:<28} {value:g}")
         print_escalations(snap.get("escalations", []))

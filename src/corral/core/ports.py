@@ -23,6 +23,7 @@ from corral.domain.models import (
     Attempt,
     AttemptResult,
     Claimed,
+    EngineInfo,
     Job,
     JobEvent,
     Permit,
@@ -425,7 +426,19 @@ class Store(Protocol):
 
     async def register_engine(self, engine_id: str, *, pid: int, host: str, now: float) -> None: ...
 
-    async def heartbeat_engine(self, engine_id: str, *, now: float) -> None: ...
+    async def heartbeat_engine(self, engine_id: str, *, now: float) -> bool:
+        """Record that the engine is alive; False when a peer declared it dead (fenced it) and
+        took its attempts over: it must not act on them any more."""
+
+    async def engines(self) -> list[EngineInfo]:
+        """Every engine registered, by id."""
+
+    async def take_over(self, engine_id: str, attempts: Sequence[Attempt], *,
+                        fence: Sequence[str], now: float) -> list[str]:
+        """Make `engine_id` the owner of each attempt still in flight and still owned by the
+        engine its `engine_id` names (a compare-and-set: of two peers, one wins), and fence the
+        engines in `fence`, in one transaction. Returns the ids of the attempts taken. Attempt
+        state writes (`mark_running`, `finish`) only apply for the owner their attempt names."""
 
     async def stale_engines(self, *, before: float, exclude: str) -> list[str]:
         """Engines whose last heartbeat is older than `before` (their attempts need a home)."""

@@ -94,6 +94,13 @@ class NotPermitted(CorralError):
     exit_code = 10
 
 
+class EngineFenced(CorralError):
+    """A peer declared this engine dead (it did not heart-beat in time: paused, cut off from
+    the database) and took its attempts over; it must not act on them any more."""
+
+    exit_code = 3
+
+
 class EngineNotRunning(CorralError):
     """The request needs a running engine and none answers on this data directory."""
 

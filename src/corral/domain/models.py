@@ -132,6 +132,17 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EngineInfo:
+    """An engine as the store knows it: where it runs, when it last heart-beat, and whether a
+    peer declared it dead and took its attempts over (`fenced_at`)."""
+
+    id: str
+    host: str
+    heartbeat_at: float
+    fenced_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptResult:
     """What the worker layer reports when an attempt ends."""
 

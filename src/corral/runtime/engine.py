@@ -24,9 +24,9 @@ from corral.core.gateway import Core
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Store, WorkerAdapter
-from corral.domain.errors import CorralError, EngineRunning
+from corral.domain.errors import CorralError, EngineFenced, EngineRunning, StoreError
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt, Permit
+from corral.domain.models import Permit
 from corral.domain.settings import WorkerSpec
 from corral.runtime import audit, published
 from corral.runtime.assembly import (
@@ -44,6 +44,7 @@ from corral.runtime.peers import Peer
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
+from corral.scheduler.outage import StoreHealth
 from corral.workers import credentials, privacy
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
@@ -156,10 +157,10 @@ class Engine:
         self.lock = ServeLock(config.data_dir)
         self.store: Store = build_store(config)
         self.checkpointer = audit.Checkpointer(self.store, config)
+        self.health = StoreHealth()  # the store's outages, ridden out (scheduler/outage.py)
         self.link = CoreLink()
         self.supervisor: CoreSupervisor | None = None
         self._tg: TaskGroup | None = None
-        self._stale: set[str] = set()
         # Escalations raised by the engine itself (a core crash loop), shown with the core's.
         self.escalations: dict[str, dict[str, Any]] = {}
         # The core's breakers, escalations and spend, kept here so a restarted core resumes them.
@@ -185,13 +186,10 @@ class Engine:
             store=self.store, core=self.link, settings=config.settings,
             options=DispatchOptions(engine_id=self.id,
                                     attempts_root=config.data_dir / "attempts",
-                                    owns=self._owns),
-            agents=self.governor, gate=self.gate, on_settled=self.reporter.wake)
-
-    def _owns(self, attempt: Attempt) -> bool:
-        # SQLite: we hold the data dir, so every attempt in flight is ours to recover.
-        # PostgreSQL: only attempts of engines that stopped heart-beating.
-        return not is_shared(self.config) or attempt.engine_id in self._stale
+                                    shared=is_shared(config), host=socket.gethostname(),
+                                    stale_s=STALE_ENGINE_S, scan_s=HEARTBEAT_S),
+            agents=self.governor, gate=self.gate, on_settled=self.reporter.wake,
+            health=self.health)
 
     async def _is_job(self, job_id: str) -> bool:
         """Whether a socket's caller that names this job is one of this engine's jobs (runtime/
@@ -218,7 +216,8 @@ class Engine:
                     "core_restarts": (sup.generation - 1) if sup else 0,
                     "core_given_up": sup.given_up if sup else False,
                     "core_state_synced": not (self._state_dirty
-                                              or self._state_changed.is_set())}
+                                              or self._state_changed.is_set()),
+                    "store": self.health.snapshot()}
         if op == "whoami":  # what the caller may do (runtime/peers.py)
             return {"ok": True, "capability": peer.capability, "job": peer.job}
         if op == "core":
@@ -246,6 +245,7 @@ class Engine:
             result["core"] = {"pid": sup.pid if sup else os.getpid(),
                               "restarts": (sup.generation - 1) if sup else 0,
                               "given_up": sup.given_up if sup else False}
+            result["store"] = self.health.snapshot()
         if core_op in ("reset_breaker", "clear_escalation"):
             self._state_changed.set()
         return {"ok": True, "result": result}
@@ -264,6 +264,11 @@ class Engine:
                     log.error("%s", warning)
                 await self._run(drain, on_ready)
                 await self.checkpointer.flush()
+            except BaseExceptionGroup as group:  # a task's own error, as itself (one line)
+                fenced, _ = group.split(EngineFenced)
+                if fenced is None:
+                    raise
+                raise _first_leaf(fenced) from None
             finally:
                 await self.store.close()
         finally:
@@ -273,7 +278,6 @@ class Engine:
         now = time.time()
         await self.store.register_engine(self.id, pid=os.getpid(), host=socket.gethostname(),
                                          now=now)
-        self._stale = await self._stale_engines(now)
         await self.store.publish_config(published.record(self.config, self.id, now))
         for warning in (*role_warnings(self.config), *credential_warnings(self.config)):
             log.warning("%s", warning)
@@ -368,8 +372,13 @@ class Engine:
         while True:
             await anyio.sleep(0.5)
             events, self._events = self._events, []
-            if events:
+            if not events:
+                continue
+            try:
                 await self.store.append_core_events(events)
+            except StoreError as err:  # kept for the next look: the outage is ridden out
+                self._events[:0] = events
+                await anyio.sleep(self.health.failed("recording core events", err))
 
     async def _keep_core_state(self) -> None:
         """Fetch the core's state as soon as it changed, so a restarted core can resume it."""
@@ -390,13 +399,18 @@ class Engine:
                 await self.link.control("restore", state=self._core_state)
         await self.dispatcher.core_restarted()
 
-    async def _stale_engines(self, now: float) -> set[str]:
-        return set(await self.store.stale_engines(before=now - STALE_ENGINE_S, exclude=self.id))
-
     async def _heartbeat(self) -> None:
         while True:
             await anyio.sleep(HEARTBEAT_S)
-            await self.store.heartbeat_engine(self.id, now=time.time())
+            beat = await self.health.retry(
+                "heart-beat", lambda: self.store.heartbeat_engine(self.id, now=time.time()))
+            if not beat:
+                log.error("this engine was declared dead by a peer (no heart-beat for %.0f s: "
+                          "paused, or cut off from the database) and its attempts were taken "
+                          "over; exiting without touching them", STALE_ENGINE_S)
+                raise EngineFenced(
+                    f"engine {self.id} lost its attempts to a peer after missing its heart-beat"
+                    " (paused or cut off from the database); start it again to rejoin")
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -405,6 +419,12 @@ class Engine:
                          "re-adopted by the next engine", signal.Signals(signum).name)
                 scope.cancel()
                 return
+
+
+def _first_leaf(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
 
 
 async def _when_ready(ready: anyio.Event, callback: Callable[[], None]) -> None:

@@ -22,11 +22,20 @@ from anyio.abc import TaskGroup
 from corral.core.link import CoreLink, CoreUnavailable
 from corral.core.permits import Rejected
 from corral.core.ports import Finish, QueueFilter, Store
-from corral.domain.errors import CorralError
+from corral.domain.errors import CorralError, StoreError
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobEvent, Permit
+from corral.domain.models import (
+    Attempt,
+    AttemptResult,
+    Claimed,
+    EngineInfo,
+    Job,
+    JobEvent,
+    Permit,
+)
 from corral.domain.settings import Settings
 from corral.domain.states import AttemptState, JobState, Outcome
+from corral.scheduler.outage import StoreHealth
 from corral.scheduler.retry import RetryInput, decide
 
 log = logging.getLogger("corral.dispatch")
@@ -106,7 +115,14 @@ class _Batch:
 class DispatchOptions:
     engine_id: str
     attempts_root: Path
-    owns: Callable[[Attempt], bool] = lambda a: True  # which in-flight attempts to recover
+    # Several engines share the store (PostgreSQL): only attempts of engines that stopped
+    # heart-beating for `stale_s` (or that served this data directory before) are taken over,
+    # and the store is looked at for them every `scan_s`. Otherwise (SQLite) this engine owns
+    # every attempt in flight.
+    shared: bool = False
+    host: str = ""
+    stale_s: float = 15.0
+    scan_s: float = 5.0
 
 
 class Dispatcher:
@@ -117,6 +133,7 @@ class Dispatcher:
                  agents: AgentHooks | None = None,
                  gate: RunGate | None = None,
                  on_settled: Callable[[], None] = lambda: None,
+                 health: StoreHealth | None = None,
                  clock: Callable[[], float] = time.time,
                  jitter: Callable[[], float] = random.random) -> None:
         self.store = store
@@ -126,6 +143,7 @@ class Dispatcher:
         self.agents = agents
         self.gate = gate
         self.on_settled = on_settled  # an attempt's end is written (a job may have ended)
+        self.health = health or StoreHealth(clock=clock)
         self.clock = clock
         self.jitter = jitter
         self._live: dict[str, _Live] = {}
@@ -141,6 +159,7 @@ class Dispatcher:
         # claimed job is the one read before anybody asked
         self._stop_reasons: dict[str, str] = {}
         self._rejections: list[JobEvent] = []
+        self._next_scan = 0.0  # when to look for attempts whose engine died (shared store)
 
     # ---- public --------------------------------------------------------------------------
 
@@ -180,15 +199,21 @@ class Dispatcher:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._writer)
-            await self.recover()
-            self._retry_due = await self.store.next_retry_at()
+            await self.health.retry("recovering attempts in flight", self.recover)
+            self._retry_due = await self.health.retry("reading retries", self.store.next_retry_at)
             if ready is not None:
                 ready.set()
             while True:
                 self._wake = anyio.Event()
-                runnable = await self._tick()
-                if drain and not runnable and not self._live and await self._nothing_pending():
-                    break
+                try:
+                    runnable = await self._tick()
+                    if drain and not runnable and not self._live and (
+                            await self._nothing_pending()):
+                        break
+                except StoreError as err:  # an outage: attempts keep running, we wait it out
+                    self._check_stops = True
+                    await anyio.sleep(self.health.failed("dispatching", err))
+                    continue
                 if runnable:
                     continue
                 woken = False
@@ -197,7 +222,8 @@ class Dispatcher:
                     woken = True
                 if not woken:  # the periodic look: other writers (CLI, other engines) may
                     self._check_stops = True  # have changed things without telling us
-                    self._retry_due = await self.store.next_retry_at()
+                    with contextlib.suppress(StoreError):  # the next round retries it
+                        self._retry_due = await self.store.next_retry_at()
             await self._flush_now()
             tg.cancel_scope.cancel()
 
@@ -206,9 +232,15 @@ class Dispatcher:
     async def _tick(self) -> bool:
         """One round; True when a full batch was dispatched and more may be waiting."""
         now = self.clock()
+        if self.health.degraded:  # is the outage over? A small write tells (reads may work)
+            await self.store.heartbeat_engine(self.opts.engine_id, now=now)
+            self.health.answered()
         if self._retry_due is not None and now >= self._retry_due:
             await self.store.promote_retries(now=now, aging_s=self.settings.scheduler.aging_s)
             self._retry_due = await self.store.next_retry_at()
+        if self.opts.shared and now >= self._next_scan:  # peers die while we run, too
+            self._next_scan = now + self.opts.scan_s
+            await self.recover()
         if self._check_stops:
             self._check_stops = False
             if self.gate is not None:
@@ -263,20 +295,29 @@ class Dispatcher:
             await self._record_rejections()
         if not claims:
             return False
-        won = await self.store.start_attempts(claims, now=now)
+        try:
+            won = await self.store.start_attempts(claims, now=now)
+        except StoreError:
+            # Nothing starts; the permits go back. Should the commit have reached the store
+            # after all (its answer lost with the connection), the attempts are ours, in
+            # flight and never started: `adopt_orphans` finds them and they are LOST, retried.
+            for c in claims:
+                with contextlib.suppress(CoreUnavailable):
+                    await self.core.release(c.permit)
+            raise
+        assert self._tg is not None
+        for c in won:
+            self._live[c.job.id] = _Live(claimed=c)
+            self._tg.start_soon(self._supervise, c, False)
         if self.gate is not None:
             self.gate.dispatched(c.job.id for c in won)
-        if any(c.job.workspace for c in won):
-            await self._report_lock_waits(now)
         won_ids = {c.attempt.id for c in won}
         for c in claims:
             if c.attempt.id not in won_ids:  # another engine (or a cancel) got there first
                 with contextlib.suppress(CoreUnavailable):
                     await self.core.release(c.permit)
-        assert self._tg is not None
-        for c in won:
-            self._live[c.job.id] = _Live(claimed=c)
-            self._tg.start_soon(self._supervise, c, False)
+        if any(c.job.workspace for c in won):
+            await self._report_lock_waits(now)
         return len(jobs) == free and bool(won)
 
     async def _admit(self, jobs: list[Job], now: float) -> list[Job]:
@@ -390,14 +431,15 @@ class Dispatcher:
         live = self._live.setdefault(c.job.id, _Live(claimed=c))
         if not adopt and self.agents is not None and self.agents.is_agent(
                 c.permit.granted.get("worker") or c.job.worker):
-            session = await self.agents.resume_session(c)
+            agents = self.agents
+            session = await self.health.retry("reading the agent's session",
+                                              lambda: agents.resume_session(c))
             if session:
                 c = replace(c, job=c.job.with_(options={**c.job.options,
                                                         "resume_session": session}))
                 live.claimed = c
         try:
-            started = await (self.core.adopt(c.job, c.attempt) if adopt
-                             else self.core.submit(c))
+            started = await (self._adopt(c) if adopt else self.core.submit(c))
         except CoreUnavailable:
             started = None  # in limbo: the restarted core is told (readopt) and reports its end
         if isinstance(started, AttemptResult):
@@ -421,6 +463,22 @@ class Dispatcher:
             await self._stop(c.job.id, live.stop_sent or "timeout", now=True)
             result = await self.core.result(c.job.id)
         await self._complete(c, result)
+
+    async def _adopt(self, c: Claimed) -> int | AttemptResult:
+        """Hand an attempt found in flight to the core. When the core cannot decide yet (its
+        shim holds the lock but wrote no pid — a full disk — or a process of it survives), the
+        attempt is neither adopted nor declared lost: it is looked at again, with backoff."""
+        delay = 0.5
+        while True:
+            try:
+                return await self.core.adopt(c.job, c.attempt)
+            except CoreUnavailable:
+                raise
+            except CorralError as err:
+                log.warning("attempt %s cannot be adopted yet (%s); looking again in %.0f s",
+                            c.attempt.id, err, delay)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
     async def _complete(self, c: Claimed, result: AttemptResult) -> None:
         live = self._live.get(c.job.id)
@@ -476,20 +534,63 @@ class Dispatcher:
     # ---- recovery ------------------------------------------------------------------------
 
     async def recover(self) -> int:
-        """Re-adopt attempts left in flight by a previous engine; collect those that ended."""
-        count = 0
+        """Take over the attempts in flight that no live engine looks after: re-adopt those
+        still running, collect those that ended, and declare lost (then retry within bounds)
+        those that vanished. Each takeover moves the attempt's owner in the store (a
+        compare-and-set: of two peers one wins) and fences the engine it came from, whose
+        writes of the attempt's state are refused from then on."""
         assert self._tg is not None
-        for job, attempt in await self.store.inflight():
-            if job.id in self._live or not self.opts.owns(attempt):
-                continue
-            c = Claimed(job=job, attempt=attempt, permit=_adopted_permit(job, attempt))
-            await self.store.append_events([JobEvent(
-                job_id=job.id, at=self.clock(), kind="recovered", attempt=attempt.index,
-                message="handed back to the core after an engine restart")])
+        now = self.clock()
+        found = [(j, a) for j, a in await self.store.inflight() if j.id not in self._live]
+        if not found:
+            return 0
+        engines = {e.id: e for e in await self.store.engines()} if self.opts.shared else {}
+        picked = [(j, a, why) for j, a in found
+                  if (why := self._orphaned(j, a, engines.get(a.engine_id), now)) is not None]
+        me = self.opts.engine_id
+        fence = sorted({a.engine_id for _, a, _ in picked if a.engine_id != me})
+        taken = set(await self.store.take_over(me, [a for _, a, _ in picked], fence=fence,
+                                               now=now))
+        events = []
+        for job, attempt, why in picked:
+            if attempt.id not in taken:
+                continue  # a peer took it first
+            mine = replace(attempt, engine_id=me)
+            c = Claimed(job=job, attempt=mine, permit=_adopted_permit(job, mine))
             self._live[job.id] = _Live(claimed=c)
             self._tg.start_soon(self._supervise, c, True)
-            count += 1
-        return count
+            events.append(JobEvent(job_id=job.id, at=now, kind="recovered",
+                                   attempt=attempt.index, message=why,
+                                   data={"from_engine": attempt.engine_id, "engine": me}))
+        if events:
+            with contextlib.suppress(StoreError):  # the timeline line is not worth a retry
+                await self.store.append_events(events)
+        return len(events)
+
+    def _orphaned(self, job: Job, a: Attempt, owner: EngineInfo | None,
+                  now: float) -> str | None:
+        """Why this engine takes the attempt over, or None when it must leave it alone."""
+        if a.engine_id == self.opts.engine_id:  # our start committed, its answer got lost
+            return "found in flight after a store outage; handed back to the core"
+        if not self.opts.shared:  # we hold the data directory: its attempts are ours
+            return "handed back to the core after an engine restart"
+        here = owner is not None and owner.host == self.opts.host
+        if here and _under(a.dir, self.opts.attempts_root):
+            # an earlier engine of this data directory (we hold its lock: it is gone)
+            return (f"engine {a.engine_id} served this data directory before; taken over at "
+                    "restart")
+        if owner is not None and owner.fenced_at is None and (
+                owner.heartbeat_at >= now - self.opts.stale_s):
+            return None  # its engine is alive
+        if here:  # its shim, its lock and its result are on this host: adopt or collect
+            return f"engine {a.engine_id} stopped heart-beating; taken over by a peer"
+        # Another host: nothing of it can be seen from here. Once past its deadline its shim
+        # has stopped it, so a retry cannot run beside it.
+        if now > a.deadline_at + job.limits.grace_s + DEADLINE_SLACK_S:
+            where = owner.host if owner is not None else "an unknown host"
+            return (f"engine {a.engine_id} on {where} stopped heart-beating and the attempt's "
+                    "deadline has passed; its end cannot be seen from here")
+        return None
 
     async def core_restarted(self) -> None:
         """A new core process: tell it about every attempt we still wait on."""
@@ -537,16 +638,31 @@ class Dispatcher:
                         if f.attempt.id in pids else f for f in batch.finished]
             ending = {f.attempt.id for f in finished}
             started = [s for s in batch.started if s[0].id not in ending]
-            with anyio.CancelScope(shield=True):  # a result, once decided, is always written
-                if started:
-                    await self.store.mark_running(started, now=now)
-                if finished:
-                    await self.store.finish(finished, now=now)
-        except Exception as err:  # the store is down: every waiter sees the error
+            # An outage is waited out: the write is tried again until the store answers (the
+            # attempts keep running meanwhile; their waiters wait). Both writes are idempotent
+            # compare-and-sets, so a batch is simply written again. Only the wait between two
+            # tries may be cancelled (the engine stops: the next one collects the results).
+            while True:
+                try:
+                    with anyio.CancelScope(shield=True):  # a decided result is always written
+                        if started:
+                            await self.store.mark_running(started, now=now)
+                        if finished:
+                            await self.store.finish(finished, now=now)
+                except StoreError as err:
+                    await anyio.sleep(self.health.failed("writing attempt states", err))
+                    continue
+                self.health.answered()
+                break
+        except Exception as err:  # not the store being away: every waiter sees the error
             log.error("store write failed: %s", err)
             batch.error = err
         finally:
             batch.done.set()
+
+
+def _under(attempt_dir: str, root: Path) -> bool:
+    return Path(attempt_dir).resolve().parent == root.resolve()
 
 
 def _adopted_permit(job: Job, attempt: Attempt) -> Permit:

@@ -23,7 +23,7 @@ from corral.core.ports import UNBOUNDED, Admission, EngineConfig, Finish, JobQue
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
 from corral.domain.ids import resolve
-from corral.domain.models import Attempt, Claimed, Job, JobEvent, SubmitResult
+from corral.domain.models import Attempt, Claimed, EngineInfo, Job, JobEvent, SubmitResult
 from corral.domain.states import AttemptState, JobState
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
@@ -82,6 +82,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
         self._events: dict[str, list[tuple[int, JobEvent]]] = {}
         self._event_seq = 0
         self._engines: dict[str, tuple[str, int, float, float]] = {}
+        self._fenced: dict[str, float] = {}  # engine id → when a peer fenced it
         self._configs: list[EngineConfig] = []
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
@@ -425,10 +426,12 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
         with self._tx():
             for attempt, pid in started:
                 row = self._attempts.get(attempt.id)
-                n = row is not None and row.state is AttemptState.STARTING
-                if row is not None and n:
-                    self._set(self._attempts, row.id,
-                              replace(row, state=AttemptState.RUNNING, pid=pid, started_at=now))
+                n = (row is not None and row.state is AttemptState.STARTING
+                     and row.engine_id == attempt.engine_id)  # the owner only (fencing)
+                if row is None or not n:
+                    continue
+                self._set(self._attempts, row.id,
+                          replace(row, state=AttemptState.RUNNING, pid=pid, started_at=now))
                 job = self._jobs.get(attempt.job_id)
                 m = job is not None and job.state is JobState.STARTING
                 if job is not None and m:
@@ -449,7 +452,8 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
     def _finish_one(self, f: Finish, now: float) -> Job | None:
         r, a = f.result, f.attempt
         row = self._attempts.get(a.id)
-        closed = row is not None and not row.state.terminal
+        closed = (row is not None and not row.state.terminal
+                  and row.engine_id == a.engine_id)  # the owner only (fencing)
         if row is not None and closed:
             self._set(self._attempts, row.id, replace(
                 row, state=attempt_state_for(r), ended_at=r.ended_at or now,
@@ -621,10 +625,31 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
             raise Conflict(f"engine {engine_id} is already registered")
         self._engines[engine_id] = (host, pid, now, now)
 
-    async def heartbeat_engine(self, engine_id: str, *, now: float) -> None:
-        if engine_id in self._engines:
-            host, pid, started_at, _ = self._engines[engine_id]
-            self._engines[engine_id] = (host, pid, started_at, now)
+    async def heartbeat_engine(self, engine_id: str, *, now: float) -> bool:
+        if engine_id not in self._engines or engine_id in self._fenced:
+            return False
+        host, pid, started_at, _ = self._engines[engine_id]
+        self._engines[engine_id] = (host, pid, started_at, now)
+        return True
+
+    async def engines(self) -> list[EngineInfo]:
+        return [EngineInfo(id=eid, host=host, heartbeat_at=beat, fenced_at=self._fenced.get(eid))
+                for eid, (host, _, _, beat) in sorted(self._engines.items())]
+
+    async def take_over(self, engine_id: str, attempts: Sequence[Attempt], *,
+                        fence: Sequence[str], now: float) -> list[str]:
+        taken = []
+        with self._tx():
+            for eid in fence:
+                if eid in self._engines:
+                    self._fenced.setdefault(eid, now)
+            for a in attempts:
+                row = self._attempts.get(a.id)
+                if row is not None and row.engine_id == a.engine_id and row.state in (
+                        AttemptState.STARTING, AttemptState.RUNNING):
+                    self._set(self._attempts, row.id, replace(row, engine_id=engine_id))
+                    taken.append(a.id)
+        return taken
 
     async def stale_engines(self, *, before: float, exclude: str) -> list[str]:
         return [eid for eid, (_, _, _, beat) in self._engines.items()

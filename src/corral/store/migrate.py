@@ -77,6 +77,10 @@ async def migrate(driver: Driver, *, fresh_from_schema: bool = True) -> int:
     """Bring the database to the latest version; returns the version reached."""
     steps = migrations(driver.dialect)
     latest = steps[-1][0] if steps else 0
+    if await _version(driver) == latest:
+        # Up to date: no write, so a command that only reads works while another process holds
+        # the store's write lock (an outage the engine rides out).
+        return latest
     async with driver.write() as tx:
         if driver.dialect == "postgres":
             # Several engines may start at once on one database: migrate one at a time.
@@ -99,3 +103,13 @@ async def migrate(driver: Driver, *, fresh_from_schema: bool = True) -> int:
                     await _AFTER[v](tx)
                 await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v, name, now))
     return latest
+
+
+async def _version(driver: Driver) -> int | None:
+    """The version the database is at, or None when it has no migrations table yet."""
+    try:
+        async with driver.read() as tx:
+            row = await tx.fetchone("SELECT MAX(version) AS v FROM schema_migrations")
+    except Exception:  # no table yet (a fresh database): the write below creates it
+        return None
+    return int(row["v"]) if row and row["v"] is not None else None

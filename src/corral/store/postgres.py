@@ -17,6 +17,7 @@ from corral.store.migrate import migrate
 from corral.store.sql import Row, SqlStore
 
 _PLACEHOLDER = re.compile(r"\?")
+POOL_WAIT_S = 10.0  # how long a transaction waits for a connection before it fails
 
 
 @functools.lru_cache(maxsize=512)
@@ -52,8 +53,10 @@ class PostgresDriver:
 
     def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 4) -> None:
         self.dsn = dsn
+        # A connection the server terminated fails its transaction once (a StoreError the
+        # engine retries: scheduler/outage.py); the pool drops it on return and connects anew.
         self._pool = AsyncConnectionPool(dsn, min_size=min_size, max_size=max_size, open=False,
-                                         kwargs={"autocommit": True})
+                                         kwargs={"autocommit": True}, timeout=POOL_WAIT_S)
 
     async def open(self) -> None:
         # One direct connection first: it fails at once with the server's own reason, where the
@@ -79,8 +82,11 @@ class PostgresDriver:
             async with (self._pool.connection() as conn, conn.transaction(),
                         conn.cursor(row_factory=dict_row) as cur):
                 yield _Tx(cur)
-        except psycopg.OperationalError as err:
-            raise StoreError(f"PostgreSQL error: {err}") from err
+        except (psycopg.OperationalError, psycopg.InterfaceError) as err:
+            # The server went away or ended our connection (pg_terminate_backend, a restart),
+            # or no connection could be had in POOL_WAIT_S: an outage, retried by the caller.
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise StoreError(f"PostgreSQL error: {reason}") from err
 
     def write(self) -> Any:
         return self._tx()

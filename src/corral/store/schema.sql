@@ -104,7 +104,8 @@ CREATE TABLE engines (
     pid          INTEGER NOT NULL,
     started_at   REAL NOT NULL,
     heartbeat_at REAL NOT NULL
-);
+    -- appended by migration 0013: when a peer declared it dead and took its attempts over
+, fenced_at REAL);
 
 -- The job that may run on a workspace, until it ends (store/sql.py: workspace locks).
 CREATE TABLE workspace_locks (

@@ -20,6 +20,7 @@ from corral.domain.models import (
     Attempt,
     AttemptResult,
     Claimed,
+    EngineInfo,
     Job,
     JobEvent,
     SubmitResult,
@@ -463,7 +464,10 @@ class SqlStore(SqlOperator, SqlGovernance):
             for attempt, pid in started:
                 n = await tx.execute(
                     "UPDATE attempts SET state = 'RUNNING', pid = ?, started_at = ?"
-                    " WHERE id = ? AND state = 'STARTING'", (pid, now, attempt.id))
+                    " WHERE id = ? AND state = 'STARTING' AND engine_id = ?",
+                    (pid, now, attempt.id, attempt.engine_id))
+                if not n:  # not STARTING any more, or another engine owns it now (fenced)
+                    continue
                 m = await tx.execute(
                     "UPDATE jobs SET state = 'RUNNING', updated_at = ?"
                     " WHERE id = ? AND state = 'STARTING'", (now, attempt.job_id))
@@ -488,9 +492,11 @@ class SqlStore(SqlOperator, SqlGovernance):
         n = await tx.execute(
             "UPDATE attempts SET state = ?, ended_at = ?, exit_code = ?, signal = ?,"
             " outcome = ?, error = ?, limit_hit = ?, started_at = COALESCE(started_at, ?),"
-            " pid = COALESCE(pid, ?) WHERE id = ? AND state IN ('STARTING', 'RUNNING')",
+            " pid = COALESCE(pid, ?) WHERE id = ? AND state IN ('STARTING', 'RUNNING')"
+            " AND engine_id = ?",  # the owner only: a fenced engine's write changes nothing
             (attempt_state_for(r).value, r.ended_at or now, r.exit_code,
-             r.signal, r.outcome.value, r.error, r.limit_hit, r.started_at, a.pid, a.id))
+             r.signal, r.outcome.value, r.error, r.limit_hit, r.started_at, a.pid, a.id,
+             a.engine_id))
         job = await self._job(tx, a.job_id)
         if n != 1 or job is None or not job.state.in_flight or job.attempts != a.index:
             return None  # already finished by another path (recovery, a second engine)
@@ -731,9 +737,35 @@ class SqlStore(SqlOperator, SqlGovernance):
                 "INSERT INTO engines (id, host, pid, started_at, heartbeat_at)"
                 " VALUES (?, ?, ?, ?, ?)", (engine_id, host, pid, now, now))
 
-    async def heartbeat_engine(self, engine_id: str, *, now: float) -> None:
-        async with self._write() as tx:
-            await tx.execute("UPDATE engines SET heartbeat_at = ? WHERE id = ?", (now, engine_id))
+    async def heartbeat_engine(self, engine_id: str, *, now: float) -> bool:
+        async with self.driver.write() as tx:
+            n = await tx.execute("UPDATE engines SET heartbeat_at = ?"
+                                 " WHERE id = ? AND fenced_at IS NULL", (now, engine_id))
+        return n == 1
+
+    async def engines(self) -> list[EngineInfo]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                "SELECT id, host, heartbeat_at, fenced_at FROM engines ORDER BY id")
+        return [EngineInfo(id=str(r["id"]), host=str(r["host"]),
+                           heartbeat_at=float(r["heartbeat_at"]),
+                           fenced_at=None if r["fenced_at"] is None else float(r["fenced_at"]))
+                for r in rows]
+
+    async def take_over(self, engine_id: str, attempts: Sequence[Attempt], *,
+                        fence: Sequence[str], now: float) -> list[str]:
+        taken = []
+        async with self.driver.write() as tx:
+            for eid in fence:
+                await tx.execute("UPDATE engines SET fenced_at = ? WHERE id = ?"
+                                 " AND fenced_at IS NULL", (now, eid))
+            for a in attempts:
+                n = await tx.execute(
+                    "UPDATE attempts SET engine_id = ? WHERE id = ? AND engine_id = ?"
+                    " AND state IN ('STARTING', 'RUNNING')", (engine_id, a.id, a.engine_id))
+                if n == 1:
+                    taken.append(a.id)
+        return taken
 
     async def stale_engines(self, *, before: float, exclude: str) -> list[str]:
         async with self.driver.read() as tx:

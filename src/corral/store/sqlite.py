@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from corral.domain.errors import StoreError
 from corral.store.migrate import migrate
 from corral.store.sql import Row, SqlStore
@@ -77,12 +79,27 @@ class SqliteDriver:
             raise StoreError("the SQLite store is not open")
         return self._conn
 
+    async def _begin(self, conn: sqlite3.Connection) -> None:
+        """BEGIN IMMEDIATE: inline when the write lock is free (the common case, microseconds),
+        else waited for in a thread, so that another process holding the lock up to the busy
+        timeout does not freeze the event loop (the engine keeps answering meanwhile)."""
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err).lower() and "busy" not in str(err).lower():
+                raise
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        await anyio.to_thread.run_sync(conn.execute, "BEGIN IMMEDIATE")
+
     @asynccontextmanager
     async def write(self) -> AsyncIterator[_Tx]:
         async with self._lock:
             conn = self._connection()
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                await self._begin(conn)
             except sqlite3.Error as err:
                 raise _explain(self.path, err) from err
             try:

@@ -269,8 +269,7 @@ class AgentWorker(ABC):
             return self.finished(found.result, Path(attempt.dir))
         if found.state == "vanished":
             return vanished(Path(attempt.dir))
-        return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                             error="engine stopped before the process started")
+        return vanished(Path(attempt.dir), "engine stopped before the process started")
 
     def secrets_of(self, job: Job) -> tuple[str, ...]:
         """Every value an attempt of `job` must not leave anywhere: the job's own, its worker's

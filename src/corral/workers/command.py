@@ -222,5 +222,4 @@ class CommandWorker:
             return with_reported_cost(to_result(found.result), Path(attempt.dir))
         if found.state == "vanished":
             return vanished(Path(attempt.dir))
-        return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                             error="engine stopped before the process started")
+        return vanished(Path(attempt.dir), "engine stopped before the process started")

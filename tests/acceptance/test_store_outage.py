@@ -1,0 +1,76 @@
+"""The store goes away under a running engine: the engine rides the outage out.
+
+A SQLite write lock held by another process longer than the busy timeout makes every write of
+the engine fail; the engine keeps its attempts running, keeps answering, says it is degraded
+(`corral status`, its log), and writes what it owes once the lock is gone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from corral.runtime.control import poke
+from tests.acceptance.conftest import Corral
+from tests.acceptance.faults import check_invariants, runs_of, tracked
+from tests.helpers import eventually
+
+CONFIG = """\
+scheduler: {poll_interval_s: 0.2}
+store: {sqlite_busy_timeout_ms: 200}
+roles:
+  default: {concurrency: 4, retry: {base_s: 0.05, cap_s: 0.2}}
+environments:
+  local: {max_inflight: 8}
+"""
+
+# Holds SQLite's write lock (BEGIN IMMEDIATE) until its stdin closes.
+_HOLD = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_sqlite_lock_held_past_the_busy_timeout_is_ridden_out(tmp_path: Path) -> None:
+    c = Corral(tmp_path, CONFIG)
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    try:
+        engine = c.serve()
+        # Each job waits for the gate file, then ends: it ends while the lock is held.
+        ids = [c.submit(*tracked(runs, f"while [ ! -e {gate} ]; do sleep 0.05; done"))
+               for _ in range(3)]
+        eventually(lambda: len(runs_of(runs)) == 3, what="three attempts running")
+        for i in ids:
+            assert c.wait(i, until="running") == 0
+        holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(c.data / "corral.db")],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+            gate.touch()  # the attempts end; writing their ends fails while the lock is held
+            eventually(lambda: "store unavailable" in c.engine_log(), what="the outage logged")
+            assert engine.poll() is None, c.engine_log()
+            status = c.json("status")
+            assert status["store"]["degraded"] is True and "locked" in status["store"]["error"]
+            assert "store DEGRADED" in c.ok("status")
+            assert poke(c.data, "ping"), "the engine keeps answering"
+            assert {c.job(i)["state"] for i in ids} == {"RUNNING"}  # reads still work
+        finally:
+            assert holder.stdin is not None
+            holder.stdin.close()
+            holder.wait(timeout=10)
+        for i in ids:
+            assert c.wait(i) == 0, c.engine_log()
+        assert engine.poll() is None
+        log = c.engine_log()
+        assert log.count("store unavailable") == 1, "one line per outage"
+        assert "store answers again" in log
+        assert c.json("status")["store"]["degraded"] is False
+        assert all(len(c.job(i)["attempts"]) == 1 for i in ids), "nothing ran twice"
+        check_invariants(c, runs)
+    finally:
+        c.stop_all()
