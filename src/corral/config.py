@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -25,6 +26,7 @@ from corral.domain.settings import (
     CostPeriod,
     EnvSpec,
     EscalationSpec,
+    GatewaySpec,
     OutputSpec,
     OversightSpec,
     ProviderSpec,
@@ -156,6 +158,20 @@ class CoreModel(_Strict):
 AGENT_ADAPTERS = ("claude-code", "codex", "opencode")
 
 
+class GatewayModel(_Strict):
+    upstream: str
+    key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    provider: str | None = None
+
+    @field_validator("upstream")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"upstream must be an http(s) URL, got {v!r}")
+        return v.rstrip("/")
+
+
 class WorkerModel(_Strict):
     # a kind of your own that runs commands, or an agent CLI configured your way
     adapter: Literal["command", "claude-code", "codex", "opencode"] | None = None
@@ -170,6 +186,7 @@ class WorkerModel(_Strict):
     config: dict[str, Any] = {}
     hook_timeout_s: float = Field(10.0, gt=0, le=600)
     summary_grace_s: float = Field(5.0, ge=0, le=600)
+    gateway: GatewayModel | None = None
 
 
 class ProviderModel(_Strict):
@@ -513,7 +530,11 @@ def _mechanism(model: ConfigModel) -> _Mechanism:
                                model=m.model, env=dict(m.env), pass_env=tuple(m.pass_env),
                                args=tuple(m.args), config=dict(m.config),
                                hook_timeout_s=m.hook_timeout_s,
-                               summary_grace_s=m.summary_grace_s)
+                               summary_grace_s=m.summary_grace_s,
+                               gateway=GatewaySpec(upstream=m.gateway.upstream,
+                                                   key_env=m.gateway.key_env,
+                                                   provider=m.gateway.provider)
+                               if m.gateway else None)
                  for n, m in model.workers.items()},
         providers={n: ProviderSpec(name=n, rate=_rate(m.rate))
                    for n, m in model.providers.items()},

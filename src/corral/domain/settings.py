@@ -118,6 +118,17 @@ class SchedulerSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GatewaySpec:
+    """A worker's model calls through Corral's model gateway (runtime/modelgate.py): the CLI is
+    pointed at the gateway with a per-attempt token; the gateway forwards to `upstream` with the
+    provider key it alone holds."""
+
+    upstream: str  # the provider's base URL: scheme://host[:port][/prefix]
+    key_env: str | None = None  # the provider key's variable: the worker's env, else the engine's
+    provider: str | None = None  # OpenCode: the provider id to point (None: the model's prefix)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerSpec:
     """One worker kind: its budgets, whichever role uses it, and how its adapter runs the CLI."""
 
@@ -134,6 +145,7 @@ class WorkerSpec:
     config: Mapping[str, Any] = field(default_factory=dict)  # CLI settings (Codex -c, OpenCode)
     hook_timeout_s: float = 10.0  # a governance answer slower than this denies the tool call
     summary_grace_s: float = 5.0  # after a runtime limit: time to emit a summary before the stop
+    gateway: GatewaySpec | None = None  # model calls through Corral's gateway (None: direct)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -39,6 +39,7 @@ from corral.runtime.assembly import (
 from corral.runtime.control import serve_control
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
+from corral.runtime.modelgate import ModelGateway
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
@@ -177,6 +178,13 @@ class Engine:
         self.gate = PrerunGate(self.store, config.settings, rules,
                                reveal=revealer(Keeper(config.secrets_key)))
         self.governor.overrun = self.gate.overrun
+        self.modelgate = ModelGateway(
+            settings=config.settings, data_dir=config.data_dir,
+            live=lambda job_id: self.dispatcher.live_claim(job_id),
+            stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit,
+                                                                            grace),
+            overrun=self.gate.overrun)
+        self.governor.gateway = self.modelgate
         self.dispatcher = Dispatcher(
             store=self.store, core=self.link, settings=config.settings,
             options=DispatchOptions(engine_id=self.id,
@@ -261,6 +269,8 @@ class Engine:
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            if self.modelgate.wanted():  # before the core: its workers read where it listens
+                await tg.start(self.modelgate.serve)
             await self._start_core(tg)
             tg.start_soon(serve_control, self.config.data_dir, self._control)
             tg.start_soon(self.governor.serve)

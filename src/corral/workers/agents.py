@@ -24,7 +24,7 @@ import sys
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from corral.workers import privacy, process
 from corral.workers.codexcalls import codex_shell_call
 from corral.workers.command import Launch, ShimAttempt, job_env, to_result
 from corral.workers.faults import agent_fault
+from corral.workers.modelgate import TOKEN_ENV, read_endpoint
 from corral.workers.process import STDOUT, ShimResult
 from corral.workers.streams import (
     ClaudeStreamParser,
@@ -93,7 +94,27 @@ def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None,
     found = {k: v for k, v in spec.env.items() if SECRET_NAME.search(k)}
     names = (*spec.pass_env, *(adapter.api_key_envs if adapter else ()))
     found.update({n: os.environ[n] for n in names if n in os.environ})
+    if (key := gateway_key(spec)) and spec.gateway and spec.gateway.key_env:
+        found[spec.gateway.key_env] = key  # never given to the CLI, redacted all the same
     return found
+
+
+def provider_key_names(spec: WorkerSpec, adapter: type[AgentWorker] | None) -> set[str]:
+    """The variables that hold a provider key: the adapter's API-key variables and the
+    gateway's `key_env`. A worker behind the model gateway hands none of them to its CLI."""
+    names = set(adapter.api_key_envs if adapter else ())
+    if spec.gateway is not None and spec.gateway.key_env:
+        names.add(spec.gateway.key_env)
+    return names
+
+
+def gateway_key(spec: WorkerSpec, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The provider key the gateway sends upstream for a worker: its `key_env` from the
+    worker's `env`, else from the engine's environment."""
+    name = spec.gateway.key_env if spec.gateway else None
+    if not name:
+        return None
+    return spec.env.get(name) or environ.get(name)
 
 
 def mcp_secrets(role: RoleSpec | None) -> list[str]:
@@ -212,13 +233,18 @@ class AgentWorker(ABC):
         attempt_dir = Path(attempt.dir)
         attempt_dir.mkdir(parents=True, exist_ok=True)
         resume = job.options.get("resume_session")
+        gateway = None
+        if self.spec.gateway is not None:
+            endpoint = read_endpoint(self.data_dir)
+            gateway = Gateway(url=endpoint.url,
+                              token=endpoint.token(attempt_ref(job, attempt.index), permit.id))
         ctx = Context(
             binary=binary, attempt_dir=attempt_dir, home=self.home(job),
             hook=[str(process.hook_path()), str(governance_socket(self.data_dir)),
                   attempt_ref(job, attempt.index), permit.id, self.adapter,
                   str(round(self.spec.hook_timeout_s * 1000))],
             role=self.role(job), resume=str(resume) if resume else None,
-            session_id=str(resume) if resume else self.new_session_id())
+            session_id=str(resume) if resume else self.new_session_id(), gateway=gateway)
         # The CLI's own session state (transcripts it needs to resume): private to this user.
         # It is the agent's memory, kept as the CLI wrote it, not Corral's record.
         ctx.home.mkdir(parents=True, exist_ok=True)
@@ -230,6 +256,9 @@ class AgentWorker(ABC):
         env.update(self.spec.env)
         secrets = secret_env(self.spec, type(self), job.options)
         env.update(secrets)
+        if gateway is not None:  # the provider key stays in the engine: the CLI has a token
+            for name in provider_key_names(self.spec, type(self)):
+                env.pop(name, None)
         env.update(self.prepare(job, ctx))
         env.update(self.shell_env())
         env["CORRAL_WORKER"] = self.kind
@@ -340,11 +369,21 @@ class AgentAttempt(ShimAttempt):
         return self.worker.finished(shim, self.proc.attempt_dir)
 
 
+@dataclass(frozen=True, slots=True)
+class Gateway:
+    """Where the attempt's CLI sends its model calls, and the token it shows there."""
+
+    url: str
+    token: str
+
+
 class Context:
     """What one attempt's invocation is built from."""
 
     def __init__(self, *, binary: str, attempt_dir: Path, home: Path, hook: list[str],
-                 role: RoleSpec, resume: str | None, session_id: str | None) -> None:
+                 role: RoleSpec, resume: str | None, session_id: str | None,
+                 gateway: Gateway | None = None) -> None:
+        self.gateway = gateway
         self.binary = binary
         self.attempt_dir = attempt_dir
         self.home = home
@@ -394,8 +433,11 @@ class ClaudeCodeWorker(AgentWorker):
         # The role's MCP servers and no others (--strict-mcp-config: not a project .mcp.json),
         # in the agent's private home: their `env` may hold secrets
         (ctx.home / "mcp.json").write_text(json.dumps({"mcpServers": ctx.mcp_servers}))
-        return {"CLAUDE_CONFIG_DIR": str(ctx.home), "DISABLE_AUTOUPDATER": "1",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+        env = {"CLAUDE_CONFIG_DIR": str(ctx.home), "DISABLE_AUTOUPDATER": "1",
+               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+        if ctx.gateway is not None:
+            env.update(ANTHROPIC_BASE_URL=ctx.gateway.url, ANTHROPIC_API_KEY=ctx.gateway.token)
+        return env
 
     def shell_env(self) -> dict[str, str]:
         env = super().shell_env()  # Claude Code takes CLAUDE_CODE_SHELL first, then SHELL
@@ -498,7 +540,10 @@ class CodexWorker(AgentWorker):
         hooks = {"hooks": {event: [{"matcher": "*", "hooks": [hook]}]
                            for event in ("PreToolUse", "PostToolUse")}}
         (ctx.home / "hooks.json").write_text(json.dumps(hooks))
-        return {"CODEX_HOME": str(ctx.home)}
+        env = {"CODEX_HOME": str(ctx.home)}
+        if ctx.gateway is not None:
+            env[TOKEN_ENV] = ctx.gateway.token
+        return env
 
     def argv(self, job: Job, ctx: Context) -> list[str]:
         role = ctx.role
@@ -518,6 +563,12 @@ class CodexWorker(AgentWorker):
         if model := ctx.model(self.spec):
             argv += ["-m", model]
         config = dict(self.spec.config)
+        if ctx.gateway is not None:  # Corral's gateway as the model provider
+            config["model_provider"] = "corral"
+            config["model_providers"] = {
+                **(config.get("model_providers") or {}),
+                "corral": {"name": "corral", "base_url": f"{ctx.gateway.url}/v1",
+                           "env_key": TOKEN_ENV, "wire_api": "responses"}}
         if servers := _codex_mcp(ctx.mcp_servers, ctx.scope):
             config["mcp_servers"] = {**(config.get("mcp_servers") or {}), **servers}
         for key, value in _flatten("", config):
@@ -637,6 +688,20 @@ def opencode_mcp(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str
     return out
 
 
+def opencode_gateway(providers: Any, gateway: Gateway, spec: WorkerSpec,
+                     model: str | None) -> dict[str, Any]:
+    """OpenCode's `provider` config with the gateway as the model's provider: its `baseURL`,
+    and the attempt's token as its `apiKey`."""
+    out = dict(providers) if isinstance(providers, Mapping) else {}
+    pid = (spec.gateway.provider if spec.gateway else None) or \
+        (model.split("/", 1)[0] if model and "/" in model else "openai")
+    entry = dict(out.get(pid) or {})
+    entry["options"] = {**(entry.get("options") or {}), "baseURL": f"{gateway.url}/v1",
+                        "apiKey": gateway.token}
+    out[pid] = entry
+    return out
+
+
 def _opencode_agent(args: Sequence[str]) -> str:
     """The OpenCode agent a run uses: `--agent NAME` among the worker's args, else `build`."""
     for i, arg in enumerate(args):
@@ -669,6 +734,9 @@ class OpenCodeWorker(AgentWorker):
             {"lockfileVersion": 3, "packages": {"": {"dependencies": dep}}}))
         config = {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
                   "share": "disabled", **self.spec.config}
+        if ctx.gateway is not None:
+            config["provider"] = opencode_gateway(config.get("provider"), ctx.gateway,
+                                                  self.spec, ctx.model(self.spec))
         if mcp := {**(config.get("mcp") or {}), **opencode_mcp(ctx.mcp_servers)}:
             config["mcp"] = mcp
         config["permission"] = opencode_permission(ctx.scope, config.get("permission"), list(mcp))
