@@ -257,8 +257,8 @@ class ModelGateway:
             usage.coalesced += 1
             if flight.done:  # an abandoned answer, now delivered: not kept any longer
                 self._flights.pop(fkey or (), None)
-            elif flight.subscribers == 0 and flight.payer is not usage:
-                self._move(flight, usage)
+            elif flight.payer is not usage and self._job(flight.payer) is None:
+                self._move(flight, usage)  # its attempt is over: the one it answers pays
         else:
             flight = Flight(fkey, usage, CallMeter(api=api, model=model,
                                                    request_chars=len(req.body)))
@@ -347,10 +347,14 @@ class ModelGateway:
             flight.meter.sse = "text/event-stream" in ctype
             flight.notify()
             checked = self.clock()
+            pending = b""
             async for chunk in read_body(reader, headers):
                 flight.meter.feed(chunk)
-                flight.chunks.append(chunk)
-                flight.notify()
+                if flight.meter.sse:  # callers get whole events: a cut never splits one
+                    chunk, pending = _whole_events(pending + chunk)
+                if chunk:
+                    flight.chunks.append(chunk)
+                    flight.notify()
                 if status >= 400:
                     continue
                 now = self.clock()
@@ -367,6 +371,8 @@ class ModelGateway:
                                                  streaming=flight.meter.sse)[1])
                     await self._limit(usage, limit)
                     return  # the rest of the answer is not read: the call is cut
+            if pending:
+                flight.chunks.append(pending)
 
     def _job(self, usage: Usage) -> Job | None:
         claimed = self.live(usage.job_id)
@@ -426,6 +432,13 @@ def idempotency_key(api: str, model: str | None, body: Mapping[str, Any]) -> str
 def _digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _whole_events(data: bytes) -> tuple[bytes, bytes]:
+    """`data` split after its last complete SSE event: (whole events, the rest)."""
+    lf, crlf = data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n")
+    cut = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+    return data[:cut], data[cut:]
 
 
 def _json_body(req: Request) -> dict[str, Any]:
