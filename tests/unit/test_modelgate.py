@@ -60,8 +60,9 @@ async def gateway(tmp_path: Path, upstream: str, api: str = OPENAI,
     async def stop(job_id: str, limit: str, grace: float) -> None:
         world.stops.append((job_id, limit))
 
-    gw = ModelGateway(settings=Settings(roles={}, environments={}, workers={"w": spec}), data_dir=tmp_path,
-                      live=jobs.get, stop=stop, linger_s=linger_s)
+    settings = Settings(roles={}, environments={}, workers={"w": spec})
+    gw = ModelGateway(settings=settings, data_dir=tmp_path, live=jobs.get, stop=stop,
+                      linger_s=linger_s)
     world = World(gw, jobs)
     async with anyio.create_task_group() as tg:
         await tg.start(gw.serve)
