@@ -565,10 +565,12 @@ class CodexWorker(AgentWorker):
         config = dict(self.spec.config)
         if ctx.gateway is not None:  # Corral's gateway as the model provider
             config["model_provider"] = "corral"
-            config["model_providers"] = {
-                **(config.get("model_providers") or {}),
-                "corral": {"name": "corral", "base_url": f"{ctx.gateway.url}/v1",
-                           "env_key": TOKEN_ENV, "wire_api": "responses"}}
+            providers = dict(config.get("model_providers") or {})
+            # the operator's own settings of it (retries, timeouts) kept; where it is, ours
+            providers["corral"] = {**(providers.get("corral") or {}), "name": "corral",
+                                   "base_url": f"{ctx.gateway.url}/v1", "env_key": TOKEN_ENV,
+                                   "wire_api": "responses"}
+            config["model_providers"] = providers
         if servers := _codex_mcp(ctx.mcp_servers, ctx.scope):
             config["mcp_servers"] = {**(config.get("mcp_servers") or {}), **servers}
         for key, value in _flatten("", config):
@@ -691,13 +693,13 @@ def opencode_mcp(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str
 def opencode_gateway(providers: Any, gateway: Gateway, spec: WorkerSpec,
                      model: str | None) -> dict[str, Any]:
     """OpenCode's `provider` config with the gateway as the model's provider: its `baseURL`,
-    and the attempt's token as its `apiKey`."""
+    and as its `apiKey` the attempt's token, read from the environment (`{env:…}`)."""
     out = dict(providers) if isinstance(providers, Mapping) else {}
     pid = (spec.gateway.provider if spec.gateway else None) or \
         (model.split("/", 1)[0] if model and "/" in model else "openai")
     entry = dict(out.get(pid) or {})
     entry["options"] = {**(entry.get("options") or {}), "baseURL": f"{gateway.url}/v1",
-                        "apiKey": gateway.token}
+                        "apiKey": f"{{env:{TOKEN_ENV}}}"}
     out[pid] = entry
     return out
 
@@ -750,7 +752,9 @@ class OpenCodeWorker(AgentWorker):
             agents[name] = {**(agents.get(name) or {}), "steps": ctx.role.max_turns}
             config["agent"] = agents
         (opencode / "opencode.json").write_text(json.dumps(config))
-        return {"XDG_CONFIG_HOME": str(config_home), "XDG_DATA_HOME": str(ctx.home / "data"),
+        gateway = {TOKEN_ENV: ctx.gateway.token} if ctx.gateway is not None else {}
+        return {**gateway,
+                "XDG_CONFIG_HOME": str(config_home), "XDG_DATA_HOME": str(ctx.home / "data"),
                 "XDG_STATE_HOME": str(ctx.home / "state"),
                 "XDG_CACHE_HOME": str(ctx.home / "cache"),
                 "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
