@@ -189,3 +189,26 @@ def test_a_codex_token_explosion_is_cut_by_the_gateway_at_the_output_budget(
     calls = event["model_calls"]
     assert calls["refused"] >= 1 and calls["upstream_calls"] == len(mock.turn_requests) == 1
     assert event["tool_calls"] == []  # no turn ever completed
+
+
+@pytest.mark.parametrize("setup", ["codex"], indirect=True)
+def test_a_retried_identical_call_joins_the_one_in_flight(
+        setup: tuple[str, Corral, MockServer]) -> None:
+    """The provider is slow; Codex gives up waiting and sends the same call again. The gateway
+    does not call the provider twice: the retry gets the answer of the call in flight."""
+    _, c, mock = setup
+    c.config.write_text(config("codex", mock.url, provider_extra=(
+        ", stream_idle_timeout_ms: 1000, stream_max_retries: 5")))
+    mock.script[:] = [{"text": "Slow but here.", "stall_s": 3.5,
+                       "tool_calls": [{"name": "Bash", "input": {"command": "touch once.txt"}}]},
+                      {"text": "Done."}]
+    c.serve()
+    job = submit(c)
+    c.wait(job, timeout=120)
+    info = c.job(job)
+    event: dict[str, Any] = c.json("trace", job)["agent_events"][0]
+    assert info["state"] == "SUCCEEDED", (info, c.engine_log()[-3000:])
+    calls = event["model_calls"]
+    assert calls["coalesced"] >= 1
+    assert calls["upstream_calls"] == len(mock.turn_requests) == 2  # one per distinct call
+    assert calls["requests"] == calls["upstream_calls"] + calls["coalesced"]

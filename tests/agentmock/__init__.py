@@ -20,6 +20,7 @@ A list of dicts, one per *model turn* (one API round trip that the agent loop ma
      "status": int,                       # optional: answer with this HTTP error instead
      "message": str,                      #   and this error message (the API's own shape)
      "loop": bool,                        # optional: repeat this turn forever
+     "stall_s": float,                    # optional: after the first SSE event, wait this long
      "repeat": int}                       # optional: stream the text delta this many times
                                           #   (a token explosion: len(text) * repeat chars)
 
@@ -153,16 +154,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def send_sse(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
+    def send_sse(self, events: Iterator[tuple[str, dict[str, Any]]], stall_s: float = 0) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        for name, data in events:
+        for i, (name, data) in enumerate(events):
             self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
+            if i == 0 and stall_s and self.server.mock._closing.wait(stall_s):
+                return
 
 
 class MockServer:
@@ -316,7 +319,8 @@ class AnthropicMock(MockServer):
         stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
         if (body or {}).get("stream"):
             handler.send_sse(_anthropic_events(model, blocks, usage, stop,
-                                               int(turn.get("repeat") or 1)))
+                                               int(turn.get("repeat") or 1)),
+                             float(turn.get("stall_s") or 0))
         else:
             handler.send_json(_anthropic_message(model, blocks, usage, stop))
 
@@ -448,7 +452,8 @@ class OpenAIResponsesMock(MockServer):
         text = turn.get("text") or ("" if items else FINAL_TEXT)
         usage = {**DEFAULT_USAGE, **(turn.get("usage") or {})}
         handler.send_sse(_responses_events(model, text, items, usage,
-                                           int(turn.get("repeat") or 1)))
+                                           int(turn.get("repeat") or 1)),
+                         float(turn.get("stall_s") or 0))
 
     def _native(self, call: dict[str, Any], offered: set[str]) -> dict[str, Any]:
         """Map a Claude-terms tool call to this dialect's function/custom tool call item."""

@@ -285,3 +285,13 @@ def test_callers_get_whole_sse_events_only() -> None:
     assert _whole_events(b"data: {}\n\ndata: {\"a") == (b"data: {}\n\n", b'data: {"a')
     assert _whole_events(b"data: {") == (b"", b"data: {")
     assert _whole_events(b"data: 1\r\n\r\ndata") == (b"data: 1\r\n\r\n", b"data")
+
+
+def test_a_worker_behind_the_gateway_authenticates_with_its_key_env() -> None:
+    from corral.workers.credentials import missing
+
+    spec = WorkerSpec(name="codex", adapter="codex",
+                      gateway=GatewaySpec(upstream="https://api.openai.com", key_env="PK"))
+    assert missing("codex", spec, "gpt-5", ("OPENAI_API_KEY",), {}) == \
+        "PK (gateway.key_env) is not set"
+    assert missing("codex", spec, "gpt-5", ("OPENAI_API_KEY",), {"PK": "sk-x"}) is None
