@@ -295,3 +295,15 @@ def test_a_worker_behind_the_gateway_authenticates_with_its_key_env() -> None:
     assert missing("codex", spec, "gpt-5", ("OPENAI_API_KEY",), {}) == \
         "PK (gateway.key_env) is not set"
     assert missing("codex", spec, "gpt-5", ("OPENAI_API_KEY",), {"PK": "sk-x"}) is None
+
+
+def test_the_meter_reads_crlf_events_split_anywhere() -> None:
+    raw = (b'data: {"type": "response.output_text.delta", "delta": "abcd"}\r\n\r\n'
+           b'data: {"type": "response.completed", "response": {"usage": {"input_tokens": 5, '
+           b'"output_tokens": 2}}}\r\n\r\n')
+    for cut in range(len(raw)):
+        m = CallMeter(api=OPENAI)
+        m.feed(raw[:cut])
+        m.feed(raw[cut:])
+        m.end()
+        assert (m.input_tokens, m.output_tokens, m.out_chars) == (5, 2, 4), cut

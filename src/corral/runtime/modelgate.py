@@ -398,12 +398,15 @@ class ModelGateway:
         try:
             while True:
                 changed = flight.changed
+                out = b""
                 if not head and flight.status is not None:
-                    await client.send(_head(flight.status, flight.headers))
-                    head = True
-                while head and sent < len(flight.chunks):
-                    await client.send(flight.chunks[sent])
-                    sent += 1
+                    out, head = _head(flight.status, flight.headers), True
+                if head and sent < len(flight.chunks):  # all there is, in one send
+                    end = len(flight.chunks)
+                    out += b"".join(flight.chunks[sent:end])
+                    sent = end
+                if out:
+                    await client.send(out)
                 if flight.done and head and sent == len(flight.chunks):
                     flight.delivered = True
                     return

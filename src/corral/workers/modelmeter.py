@@ -80,14 +80,15 @@ class CallMeter:
         self._buf += chunk
         if not self.sse:
             return  # read whole at the end
-        while True:
-            cut = _event_end(self._buf)
-            if cut is None:
-                if len(self._buf) > MAX_EVENT:
-                    self._buf = b""
-                return
-            event, self._buf = self._buf[:cut[0]], self._buf[cut[1]:]
+        if b"\r" in self._buf:  # CRLF (or CR) line ends: read as LF
+            self._buf = self._buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n") \
+                if not self._buf.endswith(b"\r") else \
+                self._buf[:-1].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + b"\r"
+        *events, self._buf = self._buf.split(b"\n\n")
+        for event in events:
             self._event(event)
+        if len(self._buf) > MAX_EVENT:
+            self._buf = b""
 
     def end(self) -> None:
         """The body is complete: read a plain JSON answer, or an unterminated last event."""
@@ -166,16 +167,6 @@ class CallMeter:
         out = usage.get("output_tokens")
         if isinstance(out, int):
             self.reported_out = out
-
-
-def _event_end(buf: bytes) -> tuple[int, int] | None:
-    """Where the first SSE event of `buf` ends and the next begins (blank-line separated)."""
-    best: tuple[int, int] | None = None
-    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
-        i = buf.find(sep)
-        if i >= 0 and (best is None or i < best[0]):
-            best = (i, i + len(sep))
-    return best
 
 
 def refusal(api: str, message: str, *, streaming: bool, status: int = 400) -> tuple[int, bytes]:
