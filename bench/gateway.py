@@ -120,6 +120,12 @@ def call(url: str, token: str, i: int, *, marker: bytes) -> tuple[float, float, 
     return (first - t0) * 1000, (end - t0) * 1000, total, events
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -154,11 +160,13 @@ def measure(calls: int, big_calls: int, big_mb: float, tmp: Path) -> dict[str, A
             call(*direct["small"], -i, marker=marker)
             call(*via["small"], -i - 100, marker=marker)
         ttft: dict[str, list[float]] = {"direct": [], "gateway": []}
+        cpu0 = cpu_s(gw.pid)
         for i in range(calls):  # alternate which goes first
             order = ("direct", "gateway") if i % 2 == 0 else ("gateway", "direct")
             for path in order:
                 url, token = (direct if path == "direct" else via)["small"]
                 ttft[path].append(call(url, token, i, marker=marker)[0])
+        gateway_cpu_ms = (cpu_s(gw.pid) - cpu0) * 1000 / calls
         big: dict[str, list[tuple[float, int, int]]] = {"direct": [], "gateway": []}
         for i in range(big_calls):
             for path in ("direct", "gateway") if i % 2 == 0 else ("gateway", "direct"):
@@ -173,6 +181,7 @@ def measure(calls: int, big_calls: int, big_mb: float, tmp: Path) -> dict[str, A
     added = out["ttft"]["gateway"]["p50_ms"] - out["ttft"]["direct"]["p50_ms"]
     out["ttft"]["added_p50_ms"] = round(added, 3)
     out["ttft"]["meets_target"] = added < TTFT_TARGET_ADDED_P50_MS
+    out["ttft"]["gateway_cpu_ms_per_call"] = round(gateway_cpu_ms, 3)
     tp = {}
     for path, runs in big.items():
         ms = pct([r[0] for r in runs], 0.5)
@@ -230,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
               f"p99 {s['p99_ms']:7.3f}")
     mark = "PASS" if t["meets_target"] else "MISS"
     print(f"  added at p50: {t['added_p50_ms']:.3f} ms (target < "
-          f"{TTFT_TARGET_ADDED_P50_MS} ms) {mark}")
+          f"{TTFT_TARGET_ADDED_P50_MS} ms) {mark}; the gateway's CPU per call: "
+          f"{t['gateway_cpu_ms_per_call']:.3f} ms; load average {os.getloadavg()[0]:.1f}")
     print(f"throughput ({big_mb:g} MB of output deltas, {big_calls} call(s) per path):")
     for path in ("direct", "gateway"):
         s = tp[path]
