@@ -189,6 +189,8 @@ def test_a_codex_token_explosion_is_cut_by_the_gateway_at_the_output_budget(
     calls = event["model_calls"]
     assert calls["refused"] >= 1 and calls["upstream_calls"] == len(mock.turn_requests) == 1
     assert event["tool_calls"] == []  # no turn ever completed
+    shown = c.ok("trace", job)
+    assert "model calls" in shown and "through the gateway" in shown
 
 
 @pytest.mark.parametrize("setup", ["codex"], indirect=True)
