@@ -101,6 +101,7 @@ class RoleModel(_Strict):
     cost_estimate_usd: float = Field(0.0, ge=0)
     requires_approval: bool = False
     fallback_workers: list[str] = []  # kinds to use while `worker`'s breaker is open
+    fallback_models: list[str] = []  # models the gateway uses while the model's breaker is open
     rate: RateModel | None = None
     workspace_policy: Literal["reject", "coalesce", "serialize"] = "serialize"
     max_recursion_depth: int = Field(5, ge=0, le=100)
@@ -424,6 +425,7 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         name=name, worker=m.worker, concurrency=m.concurrency, tools=tuple(m.tools),
         system_prompt=m.system_prompt, description=m.description,
         fallback_workers=tuple(m.fallback_workers), rate=_rate(m.rate),
+        fallback_models=tuple(m.fallback_models),
         workspace_policy=WorkspacePolicy(m.workspace_policy),
         max_recursion_depth=m.max_recursion_depth, max_output_bytes=m.max_output_bytes,
         retry_budget=RetryBudget(**m.retry_budget.model_dump()), detached=m.detached,

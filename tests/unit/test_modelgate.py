@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from corral.domain.models import Limits
-from corral.domain.settings import GatewaySpec, Settings, WorkerSpec
+from corral.domain.settings import BreakerSpec, GatewaySpec, RoleSpec, Settings, WorkerSpec
 from corral.runtime.modelgate import ModelGateway, idempotency_key
 from corral.workers.modelgate import read_endpoint
 from corral.workers.modelmeter import ANTHROPIC, OPENAI, CallMeter
@@ -43,14 +43,14 @@ class World:
 
     def add(self, job_id: str, index: int = 1, **limits: Any) -> None:
         self.jobs[job_id] = SimpleNamespace(
-            job=SimpleNamespace(id=job_id, worker="w", limits=Limits(**limits)),
+            job=SimpleNamespace(id=job_id, worker="w", role="r", limits=Limits(**limits)),
             attempt=SimpleNamespace(index=index),
             permit=SimpleNamespace(id=f"permit-{job_id}-{index}"))
 
 
 @asynccontextmanager
-async def gateway(tmp_path: Path, upstream: str, api: str = OPENAI,
-                  linger_s: float = 30.0) -> AsyncIterator[World]:
+async def gateway(tmp_path: Path, upstream: str, api: str = OPENAI, linger_s: float = 30.0,
+                  fallback_models: tuple[str, ...] = ()) -> AsyncIterator[World]:
     spec = WorkerSpec(name="w", adapter="codex" if api == OPENAI else "claude-code",
                       env={"REAL_KEY": REAL_KEY},
                       gateway=GatewaySpec(upstream=upstream, key_env="REAL_KEY"))
@@ -60,7 +60,9 @@ async def gateway(tmp_path: Path, upstream: str, api: str = OPENAI,
     async def stop(job_id: str, limit: str, grace: float) -> None:
         world.stops.append((job_id, limit))
 
-    settings = Settings(roles={}, environments={}, workers={"w": spec})
+    settings = Settings(roles={"r": RoleSpec(name="r", fallback_models=fallback_models)},
+                        environments={}, workers={"w": spec},
+                        breakers=BreakerSpec(consecutive_failures=2, open_s=3600))
     gw = ModelGateway(settings=settings, data_dir=tmp_path, live=jobs.get, stop=stop,
                       linger_s=linger_s)
     world = World(gw, jobs)
@@ -307,3 +309,63 @@ def test_the_meter_reads_crlf_events_split_anywhere() -> None:
         m.feed(raw[cut:])
         m.end()
         assert (m.input_tokens, m.output_tokens, m.out_chars) == (5, 2, 4), cut
+
+
+@pytest.mark.anyio
+async def test_429s_open_the_models_breaker_and_the_role_falls_back(tmp_path: Path) -> None:
+    script = [{"status": 429, "message": "slow down"}, {"status": 429, "message": "slow down"},
+              {"text": "from the fallback"}]
+    with OpenAIResponsesMock(script) as mock:
+        async with gateway(tmp_path, mock.url, fallback_models=("gpt-5-mini",)) as w:
+            w.add("j1")
+            url = read_endpoint(tmp_path).url
+            for i, expected in enumerate((429, 429)):
+                status, _ = await in_thread(lambda i=i: post(url, turn_body(f"a{i}"),
+                                                             w.token("j1")))
+                assert status == expected
+            status, raw = await in_thread(lambda: post(url, turn_body("b"), w.token("j1")))
+            assert status == 200 and b"from the fallback" in raw
+            assert [r["model"] for r in mock.turn_requests] == ["gpt-5.5", "gpt-5.5",
+                                                                 "gpt-5-mini"]
+            states = {b["name"]: b["state"] for b in w.gw.breakers.snapshot(0)}
+            assert states["model:gpt-5.5"] == "OPEN" and states["model:gpt-5-mini"] == "CLOSED"
+            assert states["provider:" + mock.url.split("//")[1]] == "CLOSED"  # a rate limit
+            usage = w.gw.usage("j1", 1)
+            assert usage is not None and usage.fallbacks == 1
+
+
+@pytest.mark.anyio
+async def test_an_open_provider_breaker_refuses_without_calling_it(tmp_path: Path) -> None:
+    script = [{"status": 503, "message": "down"}, {"status": 503, "message": "down"}]
+    with AnthropicMock(script) as mock:
+        async with gateway(tmp_path, mock.url, api=ANTHROPIC) as w:
+            w.add("j1")
+            url = read_endpoint(tmp_path).url
+            body = {"model": "claude-sonnet-4-5", "stream": True, "tools": [{"name": "Bash"}],
+                    "messages": [{"role": "user", "content": "go"}]}
+            for i in range(2):
+                status, _ = await in_thread(lambda i=i: post(
+                    url, {**body, "system": str(i)}, w.token("j1"), "/v1/messages", ANTHROPIC))
+                assert status == 503
+            status, raw = await in_thread(lambda: post(url, body, w.token("j1"), "/v1/messages",
+                                                       ANTHROPIC))
+            assert status == 529 and json.loads(raw)["error"]["type"] == "overloaded_error"
+            assert "breaker provider:127.0.0.1" in json.loads(raw)["error"]["message"]
+            assert len(mock.turn_requests) == 2
+
+
+def test_a_breaker_probes_after_open_s_and_closes_on_success() -> None:
+    from corral.runtime.modelbreakers import ModelBreakers
+
+    board = ModelBreakers(BreakerSpec(consecutive_failures=1, open_s=10))
+    names = ("provider:p", "model:m")
+    board.record(names, True, now=100)
+    assert board.open_one(names, now=105) is not None  # open
+    assert board.open_one(names, now=111) is None  # half open: this call is the probe
+    board.admitted(names)
+    assert board.open_one(names, now=111) is not None  # one probe at a time
+    board.record(names, False, now=112)
+    assert board.open_one(names, now=112) is None
+    assert {b["state"] for b in board.snapshot(112)} == {"CLOSED"}
+    board.record(names, None, now=113)  # a 400: says nothing of the provider
+    assert {b["state"] for b in board.snapshot(113)} == {"CLOSED"}

@@ -74,6 +74,9 @@ class RoleSpec:
     # Worker kinds to use, in order, while this role's worker kind has an open breaker (seed 004
     # §9.2); the core grants the permit for the first one whose breaker is closed.
     fallback_workers: tuple[str, ...] = ()
+    # Models to send a call to, in order, while the role's model has an open breaker in the
+    # model gateway (runtime/modelbreakers.py)
+    fallback_models: tuple[str, ...] = ()
     rate: RateSpec | None = None  # permits per second for this role (None: unlimited)
     workspace_policy: WorkspacePolicy = WorkspacePolicy.SERIALIZE
     # Jobs submitted from inside a job carry their parent and depth; deeper chains are refused

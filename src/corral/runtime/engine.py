@@ -234,6 +234,9 @@ class Engine:
             return {"ok": False, "error": str(err)}
         if core_op == "snapshot" and isinstance(result, dict):
             result["escalations"] = [*self.escalations.values(), *result.get("escalations", [])]
+            # the model gateway's breakers (per provider and model) live in the engine
+            result["breakers"] = [*result.get("breakers", []),
+                                  *self.modelgate.breakers.snapshot(time.time())]
             sup = self.supervisor
             result["core"] = {"pid": sup.pid if sup else os.getpid(),
                               "restarts": (sup.generation - 1) if sup else 0,

@@ -41,6 +41,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from corral.domain.models import Claimed, Job
 from corral.domain.settings import Settings, WorkerSpec
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
+from corral.runtime.modelbreakers import ModelBreakers, failed
 from corral.workers.agents import gateway_key
 from corral.workers.modelgate import (
     Endpoint,
@@ -60,6 +61,7 @@ MAX_HEAD = 64 << 10
 MAX_BODY = 64 << 20
 COST_CHECK_S = 1.0  # how often a running call's cost is held against the budget ceiling
 CONNECT_TIMEOUT_S = 30.0
+HEAD_TIMEOUT_S = 300.0  # from the request sent to the answer's status line
 HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
                  "trailer", "upgrade", "content-length", "host", "accept-encoding",
                  "authorization", "x-api-key", "proxy-authorization"})
@@ -99,6 +101,7 @@ class Usage:
     upstream_calls: int = 0  # calls sent to the provider
     coalesced: int = 0  # calls answered by another identical call's answer
     refused: int = 0  # calls refused (a budget crossed, a breaker open) or cut
+    fallbacks: int = 0  # calls sent to a fallback model (the role's model's breaker open)
     tokens_in: int = 0  # settled calls
     tokens_out: int = 0
     cost_usd: float = 0.0
@@ -116,15 +119,18 @@ class Usage:
     def to_dict(self) -> dict[str, Any]:
         tin, tout, cost = self.totals()
         return {"requests": self.requests, "upstream_calls": self.upstream_calls,
-                "coalesced": self.coalesced, "refused": self.refused, "tokens_in": tin,
+                "coalesced": self.coalesced, "refused": self.refused,
+                "fallbacks": self.fallbacks, "tokens_in": tin,
                 "tokens_out": tout, "cost_usd": round(cost, 6), "limit_hit": self.limit_hit}
 
 
 class Flight:
     """One upstream call and the bytes it has answered so far, for every caller waiting on it."""
 
-    def __init__(self, key: tuple[str, ...] | None, payer: Usage, meter: CallMeter) -> None:
+    def __init__(self, key: tuple[str, ...] | None, payer: Usage, meter: CallMeter,
+                 breakers: tuple[str, ...] = ()) -> None:
         self.key = key
+        self.breakers = breakers  # the breakers its result feeds
         self.payer = payer
         self.meter = meter
         self.status: int | None = None
@@ -163,6 +169,7 @@ class ModelGateway:
         self._usage: dict[tuple[str, int], Usage] = {}
         self._flights: dict[tuple[str, ...], Flight] = {}
         self._tg: TaskGroup | None = None
+        self.breakers = ModelBreakers(settings.breakers)
 
     def wanted(self) -> bool:
         return any(w.gateway is not None for w in self.settings.workers.values())
@@ -250,6 +257,20 @@ class ModelGateway:
         parsed = _json_body(req)
         model = parsed.get("model") if isinstance(parsed.get("model"), str) else None
         upstream = spec.gateway.upstream if spec.gateway else ""
+        role = self.settings.roles.get(job.role)
+        provider = f"provider:{urlsplit(upstream).netloc}"
+        routed, refused = self._route(provider, model, role.fallback_models if role else ())
+        if refused is not None:
+            usage.refused += 1
+            await _send_error(client, 529 if api == ANTHROPIC else 503, api, refused)
+            return
+        if routed != model and parsed:  # the role's fallback while its model's breaker is open
+            usage.fallbacks += 1
+            model = parsed["model"] = routed
+            req = Request(method=req.method, target=req.target, body=json.dumps(parsed).encode(),
+                          headers=[(k, v) for k, v in req.headers
+                                   if k.lower() != "content-encoding"])
+        names = (provider, f"model:{model}") if model else (provider,)
         fkey = (job.id, upstream, idempotency_key(api, model, parsed)) if parsed else None
         joined = self._flights.get(fkey) if fkey else None
         if joined is not None and (not joined.done or not joined.delivered):
@@ -261,7 +282,8 @@ class ModelGateway:
                 self._move(flight, usage)  # its attempt is over: the one it answers pays
         else:
             flight = Flight(fkey, usage, CallMeter(api=api, model=model,
-                                                   request_chars=len(req.body)))
+                                                   request_chars=len(req.body)), names)
+            self.breakers.admitted(names)
             usage.upstream_calls += 1
             usage.live.add(flight)
             if fkey:
@@ -274,6 +296,21 @@ class ModelGateway:
         flight.payer.live.discard(flight)
         flight.payer = to
         to.live.add(flight)
+
+    def _route(self, provider: str, model: str | None,
+               fallbacks: tuple[str, ...]) -> tuple[str | None, str | None]:
+        """(the model to send a call to: its own, or the first fallback whose breaker is
+        closed; why it cannot go upstream now, if it cannot)."""
+        now = self.clock()
+        if (b := self.breakers.open_one([provider], now)) is not None:
+            return model, _open(b.name, b.retry_after(now))
+        if model is None:
+            return None, None
+        for candidate in (model, *fallbacks):
+            if self.breakers.open_one([f"model:{candidate}"], now) is None:
+                return candidate, None
+        b = self.breakers.get(f"model:{model}")
+        return model, _open(b.name, b.retry_after(now), fallbacks)
 
     async def _over(self, usage: Usage, job: Job, *, cost_too: bool = True) -> str | None:
         if usage.limit_hit is not None:
@@ -318,6 +355,13 @@ class ModelGateway:
                     flight.chunks.append(refusal(api, message, streaming=True)[1])
         flight.meter.end()
         flight.done = True
+        if flight.breakers:  # what the provider's answer says of its health
+            outcome = None if flight.scope.cancel_called else failed(flight.status)
+            now = self.clock()
+            # a 429 is the model's rate limit: the provider's breaker counts the rest
+            self.breakers.record(flight.breakers[:1], None if flight.status == 429 else outcome,
+                                 now)
+            self.breakers.record(flight.breakers[1:], outcome, now)
         self._settle(flight)
         flight.notify()
         keep = not (flight.delivered or flight.status != 200 or flight.subscribers)
@@ -341,7 +385,8 @@ class ModelGateway:
             await stream.send(_upstream_request(req, up.path.rstrip("/"), up.netloc,
                                                 flight.meter.api, gateway_key(spec, self.environ)))
             reader = BufferedByteReceiveStream(stream)
-            status, headers = await read_head(reader)
+            with anyio.fail_after(HEAD_TIMEOUT_S):  # no answer at all: the provider's failure
+                status, headers = await read_head(reader)
             flight.status, flight.headers = status, headers
             ctype = next((v for k, v in headers if k.lower() == "content-type"), "")
             flight.meter.sse = "text/event-stream" in ctype
@@ -456,6 +501,12 @@ def _json_body(req: Request) -> dict[str, Any]:
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}
+
+
+def _open(name: str, retry_after: float | None, fallbacks: tuple[str, ...] = ()) -> str:
+    when = f"; retry in {retry_after:.0f} s" if retry_after is not None else ""
+    also = f" (and its fallback models {', '.join(fallbacks)})" if fallbacks else ""
+    return f"Corral gateway: breaker {name}{also} is open: the provider is failing{when}"
 
 
 def _why(limit: str, usage: Usage, job: Job) -> str:

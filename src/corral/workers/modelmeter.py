@@ -173,12 +173,14 @@ def refusal(api: str, message: str, *, streaming: bool, status: int = 400) -> tu
     """An error the CLI understands, (HTTP status, body): mid-stream an SSE error event (the
     HTTP status has already gone), else a JSON error in the provider's shape."""
     if api == ANTHROPIC:
-        kind = "rate_limit_error" if status == 429 else "invalid_request_error"
+        kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(
+            status, "api_error" if status >= 500 else "invalid_request_error")
         body = {"type": "error", "error": {"type": kind, "message": message}}
         if streaming:
             return 200, f"event: error\ndata: {json.dumps(body)}\n\n".encode()
         return status, json.dumps(body).encode()
-    error = {"code": "corral_budget_exceeded", "message": message, "type": "invalid_request"}
+    error = {"code": "corral_budget_exceeded" if status < 500 else "corral_unavailable",
+             "message": message, "type": "invalid_request" if status < 500 else "server_error"}
     if streaming:
         ev = {"type": "response.failed", "sequence_number": 1_000_000,
               "response": {"id": "resp_corral", "object": "response", "status": "failed",
