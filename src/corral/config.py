@@ -163,6 +163,7 @@ class GatewayModel(_Strict):
     upstream: str
     key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     provider: str | None = None
+    breakers: BreakersModel | None = None
 
     @field_validator("upstream")
     @classmethod
@@ -521,6 +522,16 @@ def _rate(m: RateModel | None) -> RateSpec | None:
     return None if m is None else RateSpec(per_s=m.per_s, burst=m.burst)
 
 
+def _breakers(b: BreakersModel) -> BreakerSpec:
+    return BreakerSpec(window_s=b.window_s, min_calls=b.min_calls, failure_rate=b.failure_rate,
+                       consecutive_failures=b.consecutive_failures, open_s=b.open_s)
+
+
+def _gateway(m: GatewayModel) -> GatewaySpec:
+    return GatewaySpec(upstream=m.upstream, key_env=m.key_env, provider=m.provider,
+                       breakers=_breakers(m.breakers) if m.breakers else None)
+
+
 def _mechanism(model: ConfigModel) -> _Mechanism:
     """The core's mechanism settings: budgets, breakers, watchdog, escalation."""
     w, b, e = model.watchdog, model.breakers, model.escalation
@@ -533,10 +544,7 @@ def _mechanism(model: ConfigModel) -> _Mechanism:
                                args=tuple(m.args), config=dict(m.config),
                                hook_timeout_s=m.hook_timeout_s,
                                summary_grace_s=m.summary_grace_s,
-                               gateway=GatewaySpec(upstream=m.gateway.upstream,
-                                                   key_env=m.gateway.key_env,
-                                                   provider=m.gateway.provider)
-                               if m.gateway else None)
+                               gateway=_gateway(m.gateway) if m.gateway else None)
                  for n, m in model.workers.items()},
         providers={n: ProviderSpec(name=n, rate=_rate(m.rate))
                    for n, m in model.providers.items()},

@@ -22,7 +22,8 @@ BIN = Path(CLAUDE).parent
 PROVIDER_KEY = "sk-provider-real-7f3a9c2e51d04b8a"
 
 
-def config(kind: str, upstream: str, *, limits: str = "", provider_extra: str = "") -> str:
+def config(kind: str, upstream: str, *, limits: str = "", provider_extra: str = "",
+           retries: int = 0, role_extra: str = "", top: str = "") -> str:
     gateway = f'gateway: {{upstream: "{upstream}", key_env: PROVIDER_KEY}}'
     workers = {
         "claude-code": f"""
@@ -41,7 +42,7 @@ def config(kind: str, upstream: str, *, limits: str = "", provider_extra: str = 
     summary_grace_s: 1
     env: {{PROVIDER_KEY: {PROVIDER_KEY}}}
     {gateway}
-    config: {{model_providers: {{corral: {{request_max_retries: 0{provider_extra}}}}}}}
+    config: {{model_providers: {{corral: {{request_max_retries: {retries}{provider_extra}}}}}}}
 """,
         "opencode": f"""
   opencode:
@@ -54,7 +55,7 @@ def config(kind: str, upstream: str, *, limits: str = "", provider_extra: str = 
     config:
       permission: {{bash: allow, edit: allow}}
 """}
-    return f"""
+    return f"""{top}
 scheduler:
   poll_interval_s: 0.2
 roles:
@@ -63,7 +64,7 @@ roles:
     worker: {kind}
     tools: ["Bash(echo *)", "Bash(touch *)"]
     limits: {{max_attempts: 1, timeout_s: 90, grace_s: 2{limits}}}
-workers:{workers[kind]}"""
+{role_extra}workers:{workers[kind]}"""
 
 
 def mock_for(kind: str) -> MockServer:
@@ -214,3 +215,37 @@ def test_a_retried_identical_call_joins_the_one_in_flight(
     assert calls["coalesced"] >= 1
     assert calls["upstream_calls"] == len(mock.turn_requests) == 2  # one per distinct call
     assert calls["requests"] == calls["upstream_calls"] + calls["coalesced"]
+
+
+@pytest.mark.parametrize("setup", ["codex"], indirect=True)
+def test_429s_open_the_models_breaker_and_the_role_falls_back(
+        setup: tuple[str, Corral, MockServer]) -> None:
+    """The provider rate-limits the role's model: the gateway's breaker for the model opens,
+    and the job's retry goes to the role's fallback model without asking for the first one."""
+    _, c, mock = setup
+    text = config("codex", mock.url, role_extra="    fallback_models: [gpt-5.4-mini]\n",
+                  limits="").replace(
+        "key_env: PROVIDER_KEY}", "key_env: PROVIDER_KEY, breakers: {consecutive_failures: 1, "
+        "open_s: 600}}").replace("max_attempts: 1,", "max_attempts: 2,").replace(
+        "  agent:\n", "  agent:\n    retry: {base_s: 0.05, cap_s: 0.2}\n")
+    c.config.write_text(text)
+    mock.script[:] = [{"status": 429, "message": "Rate limit reached for gpt-5.5"},
+                      {"text": "On the fallback.",
+                       "tool_calls": [{"name": "Bash", "input": {"command": "touch fb.txt"}}]},
+                      {"text": "Done."}]
+    c.serve()
+    job = submit(c)
+    c.wait(job, timeout=120)
+    info = c.job(job)
+    assert info["state"] == "SUCCEEDED", (info, c.engine_log()[-3000:])
+    assert (c.work / "fb.txt").exists()
+    models = [r["model"] for r in mock.turn_requests]
+    assert models[0] == "gpt-5.5" and set(models[1:]) == {"gpt-5.4-mini"}, models
+    first, second = c.json("trace", job)["agent_events"]
+    assert first["model_calls"]["fallbacks"] == 0
+    assert second["model_calls"]["fallbacks"] == len(models) - 1 >= 2
+    breakers = {b["name"]: b for b in c.json("breakers")}
+    assert breakers["model:gpt-5.5"]["state"] == "OPEN"
+    assert breakers["model:gpt-5.5"]["scope"] == "gateway"
+    assert breakers["model:gpt-5.4-mini"]["state"] == "CLOSED"
+    assert breakers["worker:codex"]["state"] == "CLOSED"  # the core's keep their own settings

@@ -369,3 +369,27 @@ def test_a_breaker_probes_after_open_s_and_closes_on_success() -> None:
     assert {b["state"] for b in board.snapshot(112)} == {"CLOSED"}
     board.record(names, None, now=113)  # a 400: says nothing of the provider
     assert {b["state"] for b in board.snapshot(113)} == {"CLOSED"}
+
+
+def test_the_gateway_configuration_is_read_and_checked(tmp_path: Path) -> None:
+    from corral.config import load
+    from corral.domain.errors import ConfigError
+
+    path = tmp_path / "corral.yaml"
+    path.write_text("""
+roles:
+  agent: {worker: codex, fallback_models: [gpt-5.4-mini]}
+workers:
+  codex:
+    gateway: {upstream: "https://api.openai.com/", key_env: OPENAI_KEY,
+              breakers: {consecutive_failures: 2}}
+""")
+    settings = load(data_dir=tmp_path / "d", config_path=path).settings
+    gw = settings.workers["codex"].gateway
+    assert gw is not None and gw.upstream == "https://api.openai.com"
+    assert gw.key_env == "OPENAI_KEY" and gw.breakers is not None
+    assert gw.breakers.consecutive_failures == 2
+    assert settings.roles["agent"].fallback_models == ("gpt-5.4-mini",)
+    path.write_text("workers:\n  codex:\n    gateway: {upstream: ftp://x}\n")
+    with pytest.raises(ConfigError, match=r"workers\.codex\.gateway\.upstream: .*http\(s\) URL"):
+        load(data_dir=tmp_path / "d", config_path=path)

@@ -129,6 +129,7 @@ class GatewaySpec:
     upstream: str  # the provider's base URL: scheme://host[:port][/prefix]
     key_env: str | None = None  # the provider key's variable: the worker's env, else the engine's
     provider: str | None = None  # OpenCode: the provider id to point (None: the model's prefix)
+    breakers: BreakerSpec | None = None  # its provider and model breakers (None: `breakers`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,8 @@ provider's health: it counts as neither). They open, stay open and probe like th
 core's breakers (core/breakers.py, same `breakers:` settings): OPEN after `consecutive_failures`
 failures in a row, or a `failure_rate` over the last `window_s` once there are `min_calls`;
 `open_s` later one call goes through as a probe (HALF_OPEN) and its result closes or re-opens
-the breaker.
+the breaker. A worker's `gateway.breakers` sets these figures for its provider and models
+instead of the top-level `breakers` (which the core's worker breakers keep).
 
 While a model's breaker is open the gateway sends the call to the first of the role's
 `fallback_models` whose breaker is closed (the request's `model` rewritten), and refuses it
@@ -34,11 +35,13 @@ class ModelBreakers:
         self.spec = spec
         self.breakers: dict[str, Breaker] = {}
 
-    def get(self, name: str) -> Breaker:
+    def get(self, name: str, spec: BreakerSpec | None = None) -> Breaker:
         b = self.breakers.get(name)
         if b is None:
-            b = self.breakers[name] = Breaker(name=name, spec=self.spec,
+            b = self.breakers[name] = Breaker(name=name, spec=spec or self.spec,
                                               history=deque(maxlen=20))
+        elif spec is not None and spec != b.spec:
+            b.spec = spec  # the configuration changed
         return b
 
     def open_one(self, names: Iterable[str], now: float) -> Breaker | None:
@@ -48,7 +51,7 @@ class ModelBreakers:
             b = self.breakers.get(name)
             if b is None or b.state == CLOSED:
                 continue
-            if b.state == OPEN and now >= (b.opened_at or 0) + self.spec.open_s:
+            if b.state == OPEN and now >= (b.opened_at or 0) + b.spec.open_s:
                 self._move(b, HALF_OPEN, now, b.reason)
             if b.state == HALF_OPEN and b.probe is None:
                 continue  # this call may be the probe
@@ -62,10 +65,11 @@ class ModelBreakers:
             if b is not None and b.state == HALF_OPEN and b.probe is None:
                 b.probe = GATEWAY
 
-    def record(self, names: Iterable[str], failed: bool | None, now: float) -> None:
+    def record(self, names: Iterable[str], failed: bool | None, now: float,
+               spec: BreakerSpec | None = None) -> None:
         """One upstream call's result (None: neither a success nor a failure)."""
         for name in names:
-            b = self.get(name)
+            b = self.get(name, spec)
             if failed is not None:
                 b.calls.append((now, failed))
                 b.consecutive = b.consecutive + 1 if failed else 0

@@ -39,7 +39,7 @@ from anyio.abc import ByteStream, SocketAttribute, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from corral.domain.models import Claimed, Job
-from corral.domain.settings import Settings, WorkerSpec
+from corral.domain.settings import BreakerSpec, Settings, WorkerSpec
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.runtime.modelbreakers import ModelBreakers, failed
 from corral.workers.agents import gateway_key
@@ -128,9 +128,10 @@ class Flight:
     """One upstream call and the bytes it has answered so far, for every caller waiting on it."""
 
     def __init__(self, key: tuple[str, ...] | None, payer: Usage, meter: CallMeter,
-                 breakers: tuple[str, ...] = ()) -> None:
+                 breakers: tuple[str, ...] = (), spec: BreakerSpec | None = None) -> None:
         self.key = key
         self.breakers = breakers  # the breakers its result feeds
+        self.spec = spec  # and their settings
         self.payer = payer
         self.meter = meter
         self.status: int | None = None
@@ -282,7 +283,8 @@ class ModelGateway:
                 self._move(flight, usage)  # its attempt is over: the one it answers pays
         else:
             flight = Flight(fkey, usage, CallMeter(api=api, model=model,
-                                                   request_chars=len(req.body)), names)
+                                                   request_chars=len(req.body)), names,
+                            spec.gateway.breakers if spec.gateway else None)
             self.breakers.admitted(names)
             usage.upstream_calls += 1
             usage.live.add(flight)
@@ -360,8 +362,8 @@ class ModelGateway:
             now = self.clock()
             # a 429 is the model's rate limit: the provider's breaker counts the rest
             self.breakers.record(flight.breakers[:1], None if flight.status == 429 else outcome,
-                                 now)
-            self.breakers.record(flight.breakers[1:], outcome, now)
+                                 now, flight.spec)
+            self.breakers.record(flight.breakers[1:], outcome, now, flight.spec)
         self._settle(flight)
         flight.notify()
         keep = not (flight.delivered or flight.status != 200 or flight.subscribers)
