@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -28,6 +29,7 @@ from corral.domain.settings import (
     CostPeriod,
     EnvSpec,
     EscalationSpec,
+    GatewaySpec,
     OutputSpec,
     OversightSpec,
     ProviderSpec,
@@ -104,6 +106,7 @@ class RoleModel(_Strict):
     cost_estimate_usd: float = Field(0.0, ge=0)
     requires_approval: bool = False
     fallback_workers: list[str] = []  # kinds to use while `worker`'s breaker is open
+    fallback_models: list[str] = []  # models the gateway uses while the model's breaker is open
     rate: RateModel | None = None
     workspace_policy: Literal["reject", "coalesce", "serialize"] = "serialize"
     max_recursion_depth: int = Field(5, ge=0, le=100)
@@ -173,6 +176,21 @@ class CoreModel(_Strict):
 AGENT_ADAPTERS = ("claude-code", "codex", "opencode")
 
 
+class GatewayModel(_Strict):
+    upstream: str
+    key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    provider: str | None = None
+    breakers: BreakersModel | None = None
+
+    @field_validator("upstream")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"upstream must be an http(s) URL, got {v!r}")
+        return v.rstrip("/")
+
+
 class WorkerModel(_Strict):
     # a kind of your own that runs commands, or an agent CLI configured your way
     adapter: Literal["command", "claude-code", "codex", "opencode"] | None = None
@@ -187,6 +205,7 @@ class WorkerModel(_Strict):
     config: dict[str, Any] = {}
     hook_timeout_s: float = Field(10.0, gt=0, le=600)
     summary_grace_s: float = Field(5.0, ge=0, le=600)
+    gateway: GatewayModel | None = None
 
 
 class ProviderModel(_Strict):
@@ -460,6 +479,7 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         name=name, worker=m.worker, concurrency=m.concurrency, tools=tuple(m.tools),
         system_prompt=m.system_prompt, description=m.description,
         fallback_workers=tuple(m.fallback_workers), rate=_rate(m.rate),
+        fallback_models=tuple(m.fallback_models),
         workspace_policy=WorkspacePolicy(m.workspace_policy),
         max_recursion_depth=m.max_recursion_depth, max_output_bytes=m.max_output_bytes,
         retry_budget=RetryBudget(**m.retry_budget.model_dump()), detached=m.detached,
@@ -551,6 +571,16 @@ def _rate(m: RateModel | None) -> RateSpec | None:
     return None if m is None else RateSpec(per_s=m.per_s, burst=m.burst)
 
 
+def _breakers(b: BreakersModel) -> BreakerSpec:
+    return BreakerSpec(window_s=b.window_s, min_calls=b.min_calls, failure_rate=b.failure_rate,
+                       consecutive_failures=b.consecutive_failures, open_s=b.open_s)
+
+
+def _gateway(m: GatewayModel) -> GatewaySpec:
+    return GatewaySpec(upstream=m.upstream, key_env=m.key_env, provider=m.provider,
+                       breakers=_breakers(m.breakers) if m.breakers else None)
+
+
 def _mechanism(model: ConfigModel) -> _Mechanism:
     """The core's mechanism settings: budgets, breakers, watchdog, escalation."""
     w, b, e = model.watchdog, model.breakers, model.escalation
@@ -562,7 +592,8 @@ def _mechanism(model: ConfigModel) -> _Mechanism:
                                model=m.model, env=dict(m.env), pass_env=tuple(m.pass_env),
                                args=tuple(m.args), config=dict(m.config),
                                hook_timeout_s=m.hook_timeout_s,
-                               summary_grace_s=m.summary_grace_s)
+                               summary_grace_s=m.summary_grace_s,
+                               gateway=_gateway(m.gateway) if m.gateway else None)
                  for n, m in model.workers.items()},
         providers={n: ProviderSpec(name=n, rate=_rate(m.rate))
                    for n, m in model.providers.items()},

@@ -19,7 +19,10 @@ A list of dicts, one per *model turn* (one API round trip that the agent loop ma
      "hang": bool,                        # optional: accept the request, never answer
      "status": int,                       # optional: answer with this HTTP error instead
      "message": str,                      #   and this error message (the API's own shape)
-     "loop": bool}                        # optional: repeat this turn forever
+     "loop": bool,                        # optional: repeat this turn forever
+     "stall_s": float,                    # optional: after the first SSE event, wait this long
+     "repeat": int}                       # optional: stream the text delta this many times
+                                          #   (a token explosion: len(text) * repeat chars)
 
 A ``status`` turn is the model API failing: 401 (bad credentials), 404 (unknown model), 429
 (rate limited), 500/529 (the provider's trouble). The CLIs retry some of these themselves
@@ -151,16 +154,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def send_sse(self, events: Iterator[tuple[str, dict[str, Any]]]) -> None:
+    def send_sse(self, events: Iterator[tuple[str, dict[str, Any]]], stall_s: float = 0) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        for name, data in events:
+        for i, (name, data) in enumerate(events):
             self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
+            if i == 0 and stall_s and self.server.mock._closing.wait(stall_s):
+                return
 
 
 class MockServer:
@@ -313,7 +318,9 @@ class AnthropicMock(MockServer):
         usage = {**DEFAULT_USAGE, **(turn.get("usage") or {})}
         stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
         if (body or {}).get("stream"):
-            handler.send_sse(_anthropic_events(model, blocks, usage, stop))
+            handler.send_sse(_anthropic_events(model, blocks, usage, stop,
+                                               int(turn.get("repeat") or 1)),
+                             float(turn.get("stall_s") or 0))
         else:
             handler.send_json(_anthropic_message(model, blocks, usage, stop))
 
@@ -367,7 +374,8 @@ def _anthropic_message(
 
 
 def _anthropic_events(
-    model: str, blocks: list[dict[str, Any]], usage: dict[str, int], stop: str
+    model: str, blocks: list[dict[str, Any]], usage: dict[str, int], stop: str,
+    repeat: int = 1,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     message = _anthropic_message(model, [], usage, stop)
     message.update(stop_reason=None)
@@ -388,7 +396,9 @@ def _anthropic_events(
                 "content_block": start,
             },
         )
-        yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+        for _ in range(repeat if block["type"] == "text" else 1):
+            yield "content_block_delta", {"type": "content_block_delta", "index": index,
+                                          "delta": delta}
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
     yield (
         "message_delta",
@@ -441,7 +451,9 @@ class OpenAIResponsesMock(MockServer):
         items = [self._native(call, offered) for call in turn.get("tool_calls") or ()]
         text = turn.get("text") or ("" if items else FINAL_TEXT)
         usage = {**DEFAULT_USAGE, **(turn.get("usage") or {})}
-        handler.send_sse(_responses_events(model, text, items, usage))
+        handler.send_sse(_responses_events(model, text, items, usage,
+                                           int(turn.get("repeat") or 1)),
+                         float(turn.get("stall_s") or 0))
 
     def _native(self, call: dict[str, Any], offered: set[str]) -> dict[str, Any]:
         """Map a Claude-terms tool call to this dialect's function/custom tool call item."""
@@ -539,7 +551,8 @@ def _sh_quote(s: str) -> str:
 
 
 def _responses_events(
-    model: str, text: str, calls: list[dict[str, Any]], usage: dict[str, int]
+    model: str, text: str, calls: list[dict[str, Any]], usage: dict[str, int],
+    repeat: int = 1,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     seq = iter(range(1_000_000))
     resp_id = _id("resp_")
@@ -570,14 +583,15 @@ def _responses_events(
             content_index=0,
             part=part,
         )
-        yield ev(
-            "response.output_text.delta",
-            item_id=item_id,
-            output_index=index,
-            content_index=0,
-            delta=text,
-            logprobs=[],
-        )
+        for _ in range(repeat):
+            yield ev(
+                "response.output_text.delta",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
         yield ev(
             "response.output_text.done",
             item_id=item_id,

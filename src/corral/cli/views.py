@@ -181,6 +181,11 @@ def print_agent_events(events: Sequence[AgentEvent], *, full: bool = False) -> N
             f"{e.tokens_out}  cost {cost}  checkpoints {e.checkpoint_count}  "
             f"limit_hit {e.limit_hit or '-'}  exit {_s(e.exit_code)}  "
             f"duration {_s(e.duration_ms)} ms", markup=False, highlight=False)
+        if m := e.model_calls:  # through the model gateway
+            console.print(
+                f"  model calls {m.get('requests', 0)} through the gateway (upstream "
+                f"{m.get('upstream_calls', 0)}, coalesced {m.get('coalesced', 0)}, refused "
+                f"{m.get('refused', 0)})", markup=False, highlight=False)
         if e.error:  # the agent's own final error and its subtype
             console.print(f"  error: {_clip(e.error, 200)}", markup=False, highlight=False)
         if not full:

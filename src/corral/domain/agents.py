@@ -59,6 +59,9 @@ class AgentEvent:
     duration_ms: int | None = None
     final_text: str | None = None
     error: str | None = None
+    # The model gateway's figures (requests, upstream_calls, coalesced, refused, tokens, cost),
+    # for a worker whose model calls go through it
+    model_calls: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"event_id": self.event_id, "job_id": self.job_id, "attempt": self.attempt,
@@ -69,7 +72,8 @@ class AgentEvent:
                 "cost_usd": self.cost_usd, "exit_code": self.exit_code, "outcome": self.outcome,
                 "limit_hit": self.limit_hit, "retry_count": self.retry_count,
                 "checkpoint_count": self.checkpoint_count, "duration_ms": self.duration_ms,
-                "final_text": self.final_text, "error": self.error}
+                "final_text": self.final_text, "error": self.error,
+                "model_calls": dict(self.model_calls) if self.model_calls else None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> AgentEvent:
@@ -84,7 +88,7 @@ class AgentEvent:
             limit_hit=d.get("limit_hit"), retry_count=int(d.get("retry_count") or 0),
             checkpoint_count=int(d.get("checkpoint_count") or 0),
             duration_ms=d.get("duration_ms"), final_text=d.get("final_text"),
-            error=d.get("error"))
+            error=d.get("error"), model_calls=d.get("model_calls"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -85,6 +85,9 @@ class RoleSpec:
     # Worker kinds to use, in order, while this role's worker kind has an open breaker; the core
     # grants the permit for the first one whose breaker is closed.
     fallback_workers: tuple[str, ...] = ()
+    # Models to send a call to, in order, while the role's model has an open breaker in the
+    # model gateway (runtime/modelbreakers.py)
+    fallback_models: tuple[str, ...] = ()
     rate: RateSpec | None = None  # permits per second for this role (None: unlimited)
     workspace_policy: WorkspacePolicy = WorkspacePolicy.SERIALIZE
     # Jobs submitted from inside a job carry their parent and depth; deeper chains are refused
@@ -129,6 +132,18 @@ class SchedulerSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GatewaySpec:
+    """A worker's model calls through Corral's model gateway (runtime/modelgate.py): the CLI is
+    pointed at the gateway with a per-attempt token; the gateway forwards to `upstream` with the
+    provider key it alone holds."""
+
+    upstream: str  # the provider's base URL: scheme://host[:port][/prefix]
+    key_env: str | None = None  # the provider key's variable: the worker's env, else the engine's
+    provider: str | None = None  # OpenCode: the provider id to point (None: the model's prefix)
+    breakers: BreakerSpec | None = None  # its provider and model breakers (None: `breakers`)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerSpec:
     """One worker kind: its budgets, whichever role uses it, and how its adapter runs the CLI."""
 
@@ -145,6 +160,7 @@ class WorkerSpec:
     config: Mapping[str, Any] = field(default_factory=dict)  # CLI settings (Codex -c, OpenCode)
     hook_timeout_s: float = 10.0  # a governance answer slower than this denies the tool call
     summary_grace_s: float = 5.0  # after a runtime limit: time to emit a summary before the stop
+    gateway: GatewaySpec | None = None  # model calls through Corral's gateway (None: direct)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

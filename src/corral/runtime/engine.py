@@ -40,6 +40,7 @@ from corral.runtime.assembly import (
 from corral.runtime.control import serve_control
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
+from corral.runtime.modelgate import ModelGateway
 from corral.runtime.peers import Peer
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
@@ -182,6 +183,13 @@ class Engine:
         self.gate = PrerunGate(self.store, config.settings, rules,
                                reveal=revealer(Keeper(config.secrets_key)))
         self.governor.overrun = self.gate.overrun
+        self.modelgate = ModelGateway(
+            settings=config.settings, data_dir=config.data_dir,
+            live=lambda job_id: self.dispatcher.live_claim(job_id),
+            stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit,
+                                                                            grace),
+            overrun=self.gate.overrun)
+        self.governor.gateway = self.modelgate
         self.dispatcher = Dispatcher(
             store=self.store, core=self.link, settings=config.settings,
             options=DispatchOptions(engine_id=self.id,
@@ -241,6 +249,9 @@ class Engine:
             return {"ok": False, "error": str(err)}
         if core_op == "snapshot" and isinstance(result, dict):
             result["escalations"] = [*self.escalations.values(), *result.get("escalations", [])]
+            # the model gateway's breakers (per provider and model) live in the engine
+            result["breakers"] = [*result.get("breakers", []),
+                                  *self.modelgate.breakers.snapshot(time.time())]
             sup = self.supervisor
             result["core"] = {"pid": sup.pid if sup else os.getpid(),
                               "restarts": (sup.generation - 1) if sup else 0,
@@ -285,6 +296,8 @@ class Engine:
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            if self.modelgate.wanted():  # before the core: its workers read where it listens
+                await tg.start(self.modelgate.serve)
             await self._start_core(tg)
             tg.start_soon(partial(serve_control, self.config.data_dir, self._control,
                                   group=self.config.socket_group, is_job=self._is_job))

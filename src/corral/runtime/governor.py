@@ -44,6 +44,7 @@ from corral.policy import toolcall
 from corral.policy.guardrails import Guardrails, approval_digest
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.redact import Redactor
+from corral.runtime.modelgate import ModelGateway
 from corral.runtime.peers import Refused, check_user, credentials, refuse, restrict
 from corral.workers.agents import (
     ADAPTERS,
@@ -111,6 +112,7 @@ class Governor:
         self.guardrails = guardrails or Guardrails(roles={})
         # Would this running cost cross a budget ceiling? (runtime/gate.py; None: no budgets)
         self.overrun: Callable[[Job, float, float], Awaitable[bool]] | None = None
+        self.gateway: ModelGateway | None = None  # its figures join the stream's
         self._monitors: dict[str, _Monitor] = {}
         self._lock = anyio.Lock()
         self.socket_group: int | None = None  # engine.socket_group's gid (runtime/peers.py)
@@ -229,11 +231,13 @@ class Governor:
         path = m.stream
         try:
             if os.stat(path).st_size == m.offset:
+                self._gateway_figures(m)
                 return  # nothing new (the common case between two tool calls of one turn)
             with path.open("rb") as f:
                 f.seek(m.offset)
                 chunk = f.read()
         except FileNotFoundError:
+            self._gateway_figures(m)
             return
         m.offset += len(chunk)
         *lines, m.partial = (m.partial + chunk).split(b"\n")
@@ -244,6 +248,17 @@ class Governor:
                     m.tokens_in, m.tokens_out = ev.tokens_in, ev.tokens_out
                     if ev.cost_usd is not None:
                         m.cost_usd = ev.cost_usd
+        self._gateway_figures(m)
+
+    def _gateway_figures(self, m: _Monitor) -> None:
+        """What the model gateway metered, when it saw more than the CLI reported (Codex
+        reports its usage only at the end)."""
+        usage = self.gateway.usage(m.claimed.job.id, m.claimed.attempt.index) \
+            if self.gateway else None
+        if usage is not None:
+            tin, tout, cost = usage.totals()
+            m.tokens_in, m.tokens_out = max(m.tokens_in, tin), max(m.tokens_out, tout)
+            m.cost_usd = max(m.cost_usd, cost)
 
     async def _pre(self, m: _Monitor, cli: str, payload: Mapping[str, Any],
                    deadline: float | None = None) -> tuple[int, str]:
@@ -430,6 +445,14 @@ class Governor:
                 calls.append(ToolCallTrace(tool=e.subject, input=dict(e.inputs.get("input") or {}),
                                            denied=True, reason=e.message, call_id=call_id))
         started, ended = result.started_at, result.ended_at
+        gw = self.gateway.forget(job.id, attempt.index) if self.gateway else None
+        tokens_in = summary.tokens_in if summary else 0
+        tokens_out = summary.tokens_out if summary else 0
+        cost = summary.cost_usd if summary else result.cost_usd
+        if gw is not None:  # the gateway saw every model call as it happened
+            g_in, g_out, g_cost = gw.totals()
+            tokens_in, tokens_out = max(tokens_in, g_in), max(tokens_out, g_out)
+            cost = g_cost if cost is None else max(cost, g_cost)
         event = AgentEvent(
             event_id=new_id(), job_id=job.id, attempt=attempt.index, at=self.clock(),
             role=job.role, worker=job.worker, tenant=job.tenant,
@@ -437,9 +460,8 @@ class Governor:
             cli_version=_str(meta.get("cli_version")) or (summary.cli_version if summary
                                                            else None),
             model=summary.model if summary else None, tool_calls=tuple(calls),
-            tokens_in=summary.tokens_in if summary else 0,
-            tokens_out=summary.tokens_out if summary else 0,
-            cost_usd=summary.cost_usd if summary else result.cost_usd,
+            tokens_in=tokens_in, tokens_out=tokens_out, cost_usd=cost,
+            model_calls=gw.to_dict() if gw is not None else None,
             exit_code=result.exit_code, outcome=result.outcome.value,
             limit_hit=result.limit_hit, retry_count=attempt.index - 1,
             checkpoint_count=len(checkpoints),

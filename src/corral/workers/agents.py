@@ -24,7 +24,7 @@ import sys
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from corral.workers import privacy, process
 from corral.workers.codexcalls import codex_shell_call
 from corral.workers.command import Launch, ShimAttempt, job_env, to_result, vanished
 from corral.workers.faults import agent_fault
+from corral.workers.modelgate import TOKEN_ENV, read_endpoint
 from corral.workers.process import STDOUT, ShimResult
 from corral.workers.streams import (
     ClaudeStreamParser,
@@ -93,7 +94,27 @@ def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None,
     found = {k: v for k, v in spec.env.items() if SECRET_NAME.search(k)}
     names = (*spec.pass_env, *(adapter.api_key_envs if adapter else ()))
     found.update({n: os.environ[n] for n in names if n in os.environ})
+    if (key := gateway_key(spec)) and spec.gateway and spec.gateway.key_env:
+        found[spec.gateway.key_env] = key  # never given to the CLI, redacted all the same
     return found
+
+
+def provider_key_names(spec: WorkerSpec, adapter: type[AgentWorker] | None) -> set[str]:
+    """The variables that hold a provider key: the adapter's API-key variables and the
+    gateway's `key_env`. A worker behind the model gateway hands none of them to its CLI."""
+    names = set(adapter.api_key_envs if adapter else ())
+    if spec.gateway is not None and spec.gateway.key_env:
+        names.add(spec.gateway.key_env)
+    return names
+
+
+def gateway_key(spec: WorkerSpec, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The provider key the gateway sends upstream for a worker: its `key_env` from the
+    worker's `env`, else from the engine's environment."""
+    name = spec.gateway.key_env if spec.gateway else None
+    if not name:
+        return None
+    return spec.env.get(name) or environ.get(name)
 
 
 def mcp_secrets(role: RoleSpec | None) -> list[str]:
@@ -222,13 +243,18 @@ class AgentWorker(ABC):
         attempt_dir = Path(attempt.dir)
         attempt_dir.mkdir(parents=True, exist_ok=True)
         resume = job.options.get("resume_session")
+        gateway = None
+        if self.spec.gateway is not None:
+            endpoint = read_endpoint(self.data_dir)
+            gateway = Gateway(url=endpoint.url,
+                              token=endpoint.token(attempt_ref(job, attempt.index), permit.id))
         ctx = Context(
             binary=binary, attempt_dir=attempt_dir, home=self.home(job),
             hook=[str(process.hook_path()), str(governance_socket(self.data_dir)),
                   attempt_ref(job, attempt.index), permit.id, self.adapter,
                   str(round(self.spec.hook_timeout_s * 1000))],
             role=self.role(job), resume=str(resume) if resume else None,
-            session_id=str(resume) if resume else self.new_session_id())
+            session_id=str(resume) if resume else self.new_session_id(), gateway=gateway)
         # The CLI's own session state (transcripts it needs to resume): private to this user.
         # It is the agent's memory, kept as the CLI wrote it, not Corral's record.
         ctx.home.mkdir(parents=True, exist_ok=True)
@@ -240,6 +266,9 @@ class AgentWorker(ABC):
         env.update(self.spec.env)
         secrets = secret_env(self.spec, type(self), job.options)
         env.update(secrets)
+        if gateway is not None:  # the provider key stays in the engine: the CLI has a token
+            for name in provider_key_names(self.spec, type(self)):
+                env.pop(name, None)
         env.update(self.prepare(job, ctx))
         env.update(self.shell_env())
         env["CORRAL_WORKER"] = self.kind
@@ -350,11 +379,21 @@ class AgentAttempt(ShimAttempt):
         return self.worker.finished(shim, self.proc.attempt_dir)
 
 
+@dataclass(frozen=True, slots=True)
+class Gateway:
+    """Where the attempt's CLI sends its model calls, and the token it shows there."""
+
+    url: str
+    token: str
+
+
 class Context:
     """What one attempt's invocation is built from."""
 
     def __init__(self, *, binary: str, attempt_dir: Path, home: Path, hook: list[str],
-                 role: RoleSpec, resume: str | None, session_id: str | None) -> None:
+                 role: RoleSpec, resume: str | None, session_id: str | None,
+                 gateway: Gateway | None = None) -> None:
+        self.gateway = gateway
         self.binary = binary
         self.attempt_dir = attempt_dir
         self.home = home
@@ -404,8 +443,11 @@ class ClaudeCodeWorker(AgentWorker):
         # The role's MCP servers and no others (--strict-mcp-config: not a project .mcp.json),
         # in the agent's private home: their `env` may hold secrets
         (ctx.home / "mcp.json").write_text(json.dumps({"mcpServers": ctx.mcp_servers}))
-        return {"CLAUDE_CONFIG_DIR": str(ctx.home), "DISABLE_AUTOUPDATER": "1",
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+        env = {"CLAUDE_CONFIG_DIR": str(ctx.home), "DISABLE_AUTOUPDATER": "1",
+               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+        if ctx.gateway is not None:
+            env.update(ANTHROPIC_BASE_URL=ctx.gateway.url, ANTHROPIC_API_KEY=ctx.gateway.token)
+        return env
 
     def shell_env(self) -> dict[str, str]:
         env = super().shell_env()  # Claude Code takes CLAUDE_CODE_SHELL first, then SHELL
@@ -508,7 +550,10 @@ class CodexWorker(AgentWorker):
         hooks = {"hooks": {event: [{"matcher": "*", "hooks": [hook]}]
                            for event in ("PreToolUse", "PostToolUse")}}
         (ctx.home / "hooks.json").write_text(json.dumps(hooks))
-        return {"CODEX_HOME": str(ctx.home)}
+        env = {"CODEX_HOME": str(ctx.home)}
+        if ctx.gateway is not None:
+            env[TOKEN_ENV] = ctx.gateway.token
+        return env
 
     def argv(self, job: Job, ctx: Context) -> list[str]:
         role = ctx.role
@@ -528,6 +573,14 @@ class CodexWorker(AgentWorker):
         if model := ctx.model(self.spec):
             argv += ["-m", model]
         config = dict(self.spec.config)
+        if ctx.gateway is not None:  # Corral's gateway as the model provider
+            config["model_provider"] = "corral"
+            providers = dict(config.get("model_providers") or {})
+            # the operator's own settings of it (retries, timeouts) kept; where it is, ours
+            providers["corral"] = {**(providers.get("corral") or {}), "name": "corral",
+                                   "base_url": f"{ctx.gateway.url}/v1", "env_key": TOKEN_ENV,
+                                   "wire_api": "responses"}
+            config["model_providers"] = providers
         if servers := _codex_mcp(ctx.mcp_servers, ctx.scope):
             config["mcp_servers"] = {**(config.get("mcp_servers") or {}), **servers}
         for key, value in _flatten("", config):
@@ -647,6 +700,20 @@ def opencode_mcp(servers: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str
     return out
 
 
+def opencode_gateway(providers: Any, gateway: Gateway, spec: WorkerSpec,
+                     model: str | None) -> dict[str, Any]:
+    """OpenCode's `provider` config with the gateway as the model's provider: its `baseURL`,
+    and as its `apiKey` the attempt's token, read from the environment (`{env:…}`)."""
+    out = dict(providers) if isinstance(providers, Mapping) else {}
+    pid = (spec.gateway.provider if spec.gateway else None) or \
+        (model.split("/", 1)[0] if model and "/" in model else "openai")
+    entry = dict(out.get(pid) or {})
+    entry["options"] = {**(entry.get("options") or {}), "baseURL": f"{gateway.url}/v1",
+                        "apiKey": f"{{env:{TOKEN_ENV}}}"}
+    out[pid] = entry
+    return out
+
+
 def _opencode_agent(args: Sequence[str]) -> str:
     """The OpenCode agent a run uses: `--agent NAME` among the worker's args, else `build`."""
     for i, arg in enumerate(args):
@@ -679,6 +746,9 @@ class OpenCodeWorker(AgentWorker):
             {"lockfileVersion": 3, "packages": {"": {"dependencies": dep}}}))
         config = {"$schema": "https://opencode.ai/config.json", "autoupdate": False,
                   "share": "disabled", **self.spec.config}
+        if ctx.gateway is not None:
+            config["provider"] = opencode_gateway(config.get("provider"), ctx.gateway,
+                                                  self.spec, ctx.model(self.spec))
         if mcp := {**(config.get("mcp") or {}), **opencode_mcp(ctx.mcp_servers)}:
             config["mcp"] = mcp
         config["permission"] = opencode_permission(ctx.scope, config.get("permission"), list(mcp))
@@ -692,7 +762,9 @@ class OpenCodeWorker(AgentWorker):
             agents[name] = {**(agents.get(name) or {}), "steps": ctx.role.max_turns}
             config["agent"] = agents
         (opencode / "opencode.json").write_text(json.dumps(config))
-        return {"XDG_CONFIG_HOME": str(config_home), "XDG_DATA_HOME": str(ctx.home / "data"),
+        gateway = {TOKEN_ENV: ctx.gateway.token} if ctx.gateway is not None else {}
+        return {**gateway,
+                "XDG_CONFIG_HOME": str(config_home), "XDG_DATA_HOME": str(ctx.home / "data"),
                 "XDG_STATE_HOME": str(ctx.home / "state"),
                 "XDG_CACHE_HOME": str(ctx.home / "cache"),
                 "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",

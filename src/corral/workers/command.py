@@ -159,14 +159,15 @@ def survivors(attempt_dir: Path) -> list[int]:
     return found
 
 
-def vanished(attempt_dir: Path) -> AttemptResult:
-    """An attempt whose shim died without a result while no engine watched: whatever of it is
-    still alive is stopped first, so a next attempt never runs beside it."""
+def vanished(attempt_dir: Path, why: str = "process vanished while the engine was down"
+             ) -> AttemptResult:
+    """An attempt whose shim died without a result while no engine watched (or that never
+    started): whatever of it is still alive is stopped first, so that it is never declared
+    lost, and retried, while something of it runs."""
     swept = process.sweep(attempt_dir)
     return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                         error="process vanished while the engine was down"
-                               + (f": {swept} process(es) of the attempt stopped by the engine"
-                                  if swept else ""))
+                         error=why + (f": {swept} process(es) of the attempt stopped by the "
+                                      "engine" if swept else ""))
 
 
 class CommandAttempt(ShimAttempt):

@@ -32,6 +32,11 @@ def missing(adapter: str, spec: WorkerSpec, model: str | None, api_key_envs: Seq
             environ: Mapping[str, str]) -> str | None:
     """What the CLI lacks to authenticate, in words; None when it has it (or we cannot tell)."""
     have = visible(spec, api_key_envs, environ)
+    if spec.gateway is not None:  # the gateway authenticates, with its key_env
+        key = spec.gateway.key_env
+        if key is None or key in have or environ.get(key):
+            return None
+        return f"{key} (gateway.key_env) is not set"
     if adapter == "claude-code":
         if have & set(_CLAUDE) or "apiKeyHelper" in spec.config:
             return None
