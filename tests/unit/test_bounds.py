@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from corral.domain.bounds import BoundError
 from corral.domain.errors import InvalidRequest
 from corral.domain.models import Limits
 from corral.runtime.peers import job_marks
+from corral.workers import process
 from tests.helpers import eventually
 
 
@@ -111,3 +113,33 @@ def test_job_marks_find_the_job_of_a_process_that_dropped_its_environment(
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_process_that_left_its_session_and_environment_is_its_jobs_by_its_cgroup(
+        tmp_path: Path) -> None:
+    """setsid + env -i + a double fork, then its shim SIGKILLed: nothing in the environment or
+    the ancestry names the job any more; the attempt's cgroup, which the kernel keeps, still
+    does (where the host gives attempts a cgroup: this machine does, and CI runs on one like
+    it)."""
+    assert process.cgroup_base() is not None, "this host gives attempts no cgroup"
+    pidfile = tmp_path / "escapee.pid"
+    proc = process.spawn(
+        attempt_dir=tmp_path / "J-9.1", cwd=None, grace_s=1.0, deadline_epoch_s=None,
+        env={"PATH": os.environ["PATH"], "CORRAL_JOB_ID": "J-9"},
+        argv=["sh", "-c", f"(setsid env -i sh -c 'echo $$ > {pidfile}; exec sleep 30' &); "
+                          "sleep 30"])
+    try:
+        escapee = int(eventually(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                                 what="the escapee to write its pid"))
+        eventually(lambda: Path(f"/proc/{escapee}/cmdline").read_bytes().startswith(b"sleep"),
+                   what="the escapee to exec sleep")
+        os.kill(proc.pid, signal.SIGKILL)  # the shim, its subreaper, is gone
+        eventually(lambda: Path(f"/proc/{escapee}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                   != str(proc.pid), what="the escapee to be reparented")
+        assert b"CORRAL_JOB_ID" not in Path(f"/proc/{escapee}/environ").read_bytes()
+        assert job_marks(escapee) == ["J-9"]
+        with pytest.MonkeyPatch.context() as mp:  # the environment and ancestry alone lose it
+            mp.setattr("corral.runtime.peers.cgroup_job", lambda pid: None)
+            assert job_marks(escapee) == []
+    finally:
+        process.sweep(proc.attempt_dir)

@@ -4,9 +4,11 @@ The kernel says who connected (SO_PEERCRED: pid, uid, gid, taken when it connect
 engine's own user may use its sockets, or a member of `engine.socket_group` when one is
 configured; anyone else is refused with a logged line, whatever the file's modes let through.
 
-An admitted caller is the *operator* unless it is one of the engine's jobs: a process whose
-environment, or an ancestor's, or its session leader's, names a job of this engine
-(`CORRAL_JOB_ID`, which every attempt starts with). A job may do what a job does — ask whether
+An admitted caller is the *operator* unless it is one of the engine's jobs: a process in an
+attempt's cgroup (where the host gives attempts one: the kernel keeps that membership whatever
+the process does to its environment, session or parent), or whose environment, an ancestor's,
+or its session leader's, names a job of this engine (`CORRAL_JOB_ID`, which every attempt
+starts with). A job may do what a job does — ask whether
 the engine is there, poke it after submitting children or a cancel of its own, read the core's
 state — but not operator commands (reset a breaker, clear an escalation). See
 docs/explanation/governance.md for what this protects against and what it does not.
@@ -91,9 +93,13 @@ async def admit(sock: socket.socket, *, group: int | None, is_job: IsJob,
 
 
 def job_marks(pid: int) -> list[str]:
-    """The job ids named by the environment of `pid`, of its ancestors up to (not including)
-    this process, and of its session leader: the jobs it may belong to, nearest first."""
+    """The job ids `pid` may belong to, surest first: the job of the attempt cgroup it is in,
+    then those named by its environment, its ancestors' up to (not including) this process,
+    and its session leader's."""
     found: list[str] = []
+    in_cgroup = cgroup_job(pid)
+    if in_cgroup:
+        found.append(in_cgroup)
     me = os.getpid()
     seen: set[int] = set()
     current = pid
@@ -107,6 +113,24 @@ def job_marks(pid: int) -> list[str]:
     if session > 1 and session not in seen and session != me:
         _mark(session, found)
     return found
+
+
+def cgroup_job(pid: int) -> str | None:
+    """The job whose attempt cgroup holds `pid`: `…/corral/<job id>.<attempt>-<hash>`
+    (workers/process.py); None outside one, or where attempts get no cgroup."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if not line.startswith("0::"):
+            continue
+        parts = line[3:].strip().split("/")
+        if "corral" in parts[:-1]:
+            attempt = parts[len(parts) - 1 - parts[::-1].index("corral") + 1]
+            job = attempt.rpartition("-")[0].rpartition(".")[0]
+            return job or None
+    return None
 
 
 def _mark(pid: int, found: list[str]) -> None:
