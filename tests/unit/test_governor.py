@@ -220,3 +220,19 @@ def test_a_request_read_after_the_hook_gave_up_is_recorded_as_its_denial(tmp_pat
     evaluations = anyio.run(h.store.policy_evaluations, h.claimed.job.id)
     assert [(e.verdict, e.reason) for e in evaluations] == [
         ("deny", "hook_timeout"), ("allow", "allowed"), ("allow", "allowed")]
+
+
+def test_a_call_to_a_tool_the_model_was_never_offered_is_shown_refused(tmp_path: Path) -> None:
+    """Claude Code offers only the scope's tools (--tools): a call to another one was refused by
+    the CLI and ran nothing, so the trace shows it refused, not "ok"."""
+    h = Harness(tmp_path)
+    fixture = Path("tests/fixtures/agent-cli/claude-code-2.1.197/stream-json_basic.jsonl")
+    stream = fixture.read_text().replace('"name":"Read"', '"name":"Write"')
+    Path(h.claimed.attempt.dir, STDOUT).write_text(stream)
+    result = AttemptResult(outcome=Outcome.EXITED, exit_code=0, started_at=time.time() - 1,
+                           ended_at=time.time())
+    anyio.run(h.governor.ended, h.claimed, result)
+    [event] = anyio.run(h.store.agent_events, h.claimed.job.id)
+    shown = {t.tool: (t.denied, t.reason) for t in event.tool_calls}
+    assert shown["Bash"] == (False, None)
+    assert shown["Write"][0] is True and "never offered" in str(shown["Write"][1])

@@ -70,6 +70,8 @@ MAX_RECORDED_CHARS = 2000  # of a tool input or output kept in a policy evaluati
 LIMITS = frozenset({"max_tool_calls", "token_budget_in", "token_budget_out"})
 # A call the hook denied by its own timeout before the engine answered: recorded, never a use.
 HOOK_TIMEOUT = "hook_timeout"
+NOT_OFFERED = ("refused by the CLI: a tool outside this role's scope, which the model was never "
+               "offered")
 ALL = 1 << 31  # read every evaluation of an attempt (the store's default page is 1,000)
 
 
@@ -431,15 +433,19 @@ class Governor:
         durations = {c.call_id: c.duration_ms for c in checkpoints if c.call_id}
         calls: list[ToolCallTrace] = []
         seen: set[str] = set()
+        role = self.settings.roles.get(job.role)
+        scope = policy.Scope.parse(role.tools if role else ())
         for call in summary.tool_calls if summary else ():
             seen.add(call.id)
             denial = denials.get(call.id)
+            reason = denial.message if denial else None
+            if reason is None and adapter.hides_tools and not scope.offers(call.tool):
+                reason = NOT_OFFERED  # the model asked for a tool it was never given
             calls.append(ToolCallTrace(
                 tool=call.tool, input=redactor.obj(dict(call.input)),
                 output=redactor.text(call.output) if call.output is not None else None,
                 duration_ms=durations.get(call.id, call.duration_ms),
-                denied=call.denied or denial is not None,
-                reason=denial.message if denial else None, call_id=call.id))
+                denied=call.denied or reason is not None, reason=reason, call_id=call.id))
         for call_id, e in denials.items():  # Codex writes no item for a call a hook blocked
             if call_id not in seen:
                 calls.append(ToolCallTrace(tool=e.subject, input=dict(e.inputs.get("input") or {}),

@@ -158,6 +158,10 @@ class AgentWorker(ABC):
     # What the CLI makes of a role's max_turns: "enforced", "advisory" (the model is told to
     # stop), or None (no turn limit at all)
     turn_limit: str | None = "enforced"
+    # Whether the CLI offers the model only the tools the role's scope can allow (so a call to
+    # any other was refused by the CLI itself, never run): Claude Code's --tools, OpenCode's
+    # denied permissions. Codex cannot remove its built-in tools.
+    hides_tools = True
 
     def __init__(self, validate: Callable[[Permit], None], spec: WorkerSpec,
                  roles: Mapping[str, RoleSpec], data_dir: Path,
@@ -543,6 +547,7 @@ class CodexWorker(AgentWorker):
     graceful = "TERM"
     api_key_envs = ("OPENAI_API_KEY", "CODEX_API_KEY")
     turn_limit = None  # `codex exec` has no max-turns flag
+    hides_tools = False  # its hook refuses out-of-scope calls instead
 
     def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
         hook = {"type": "command", "command": ctx.hook_command(),
