@@ -131,9 +131,9 @@ def test_post_tool_use_checkpoints_and_the_trace_is_built_from_records(tmp_path:
                            ended_at=time.time())
     anyio.run(h.governor.ended, h.claimed, result)
     [event] = anyio.run(h.store.agent_events, h.claimed.job.id)
-    # No stream was written: the refused call still appears (as Codex would leave it).
+    # No stream was written: every evaluated call still appears (as Codex would leave it).
     assert [(t.tool, t.denied, t.call_id) for t in event.tool_calls] == [
-        ("Bash", True, "toolu_no")]
+        ("Bash", True, "toolu_no"), ("Bash", False, "toolu_ok")]
     assert event.checkpoint_count == 1 and event.retry_count == 0
     assert 900 <= (event.duration_ms or 0) <= 1500
 
@@ -236,3 +236,25 @@ def test_a_call_to_a_tool_the_model_was_never_offered_is_shown_refused(tmp_path:
     shown = {t.tool: (t.denied, t.reason) for t in event.tool_calls}
     assert shown["Bash"] == (False, None)
     assert shown["Write"][0] is True and "never offered" in str(shown["Write"][1])
+
+
+def test_every_allowed_call_is_in_the_trace_even_one_the_cli_wrote_no_item_for(
+        tmp_path: Path) -> None:
+    """An attempt stopped right after its hook allowed a call leaves no item for it in the
+    stream: the trace still lists it, as many calls as were evaluated."""
+    h = Harness(tmp_path, Limits(max_tool_calls=5))
+    fixture = Path("tests/fixtures/agent-cli/claude-code-2.1.197/stream-json_basic.jsonl")
+    bash_id = "toolu_01f2a778f68c5149bebfff5d"
+    read_id = "toolu_0194cbdf53e716449fae991d"  # the Read call: gone from this stream
+    lines = [line for line in fixture.read_text().splitlines() if read_id not in line]
+    Path(h.claimed.attempt.dir, STDOUT).write_text("\n".join(lines) + "\n")
+    assert bash_id in Path(h.claimed.attempt.dir, STDOUT).read_text()
+    assert h.ask(pre("ls", bash_id))[0] == 0
+    assert h.ask(pre("ls -l", "toolu_never_written"))[0] == 0
+    result = AttemptResult(outcome=Outcome.EXITED, exit_code=0, started_at=time.time() - 1,
+                           ended_at=time.time())
+    anyio.run(h.governor.ended, h.claimed, result)
+    [event] = anyio.run(h.store.agent_events, h.claimed.job.id)
+    assert [(t.call_id, t.denied) for t in event.tool_calls] == [
+        (bash_id, False), ("toolu_never_written", False)]
+    assert event.tool_calls[1].input == {"command": "ls -l"}

@@ -450,6 +450,16 @@ class Governor:
             if call_id not in seen:
                 calls.append(ToolCallTrace(tool=e.subject, input=dict(e.inputs.get("input") or {}),
                                            denied=True, reason=e.message, call_id=call_id))
+        # Every allowed call is in the trace, even one the CLI wrote no item for (an attempt
+        # stopped right after its hook allowed it). Codex's items have ids of their own, so
+        # the surplus of allowed evaluations over the calls shown says how many are missing.
+        allowed = [e for e in evaluations if e.verdict == "allow"]
+        surplus = len(allowed) - sum(1 for c in calls if not c.denied)
+        unmatched = [e for e in allowed if str(e.inputs.get("call_id")) not in seen]
+        for e in unmatched[len(unmatched) - surplus:] if surplus > 0 else ():
+            given = e.inputs.get("call_id")
+            calls.append(ToolCallTrace(tool=e.subject, input=dict(e.inputs.get("input") or {}),
+                                       call_id=given if isinstance(given, str) else None))
         started, ended = result.started_at, result.ended_at
         gw = self.gateway.forget(job.id, attempt.index) if self.gateway else None
         tokens_in = summary.tokens_in if summary else 0
