@@ -165,3 +165,18 @@ def test_the_engine_checkpoints_while_it_runs(corral: Corral) -> None:
     assert set(CHAINS) >= {json.loads(line)["chain"] for line in marks.read_text().splitlines()}
     code, out = verify(corral)
     assert code == 0, out
+
+
+def test_the_engine_refuses_to_serve_when_the_key_of_its_records_is_gone(corral: Corral) -> None:
+    run_jobs(corral, 1)
+    (corral.data / "audit.key").rename(corral.work / "audit.key.bak")
+    r = corral.run("serve", timeout=60)
+    assert r.returncode != 0
+    [line] = [line for line in r.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"corral: error: the audit key {corral.data / 'audit.key'} is"
+                           " missing, but the records of ")
+    assert not (corral.data / "audit.key").exists()  # no new key made up in its place
+    code, out = verify(corral)
+    assert code == 1 and "keyed records cannot be checked: no audit key" in out
+    (corral.work / "audit.key.bak").rename(corral.data / "audit.key")  # back from the backup
+    assert verify(corral)[0] == 0

@@ -33,7 +33,8 @@ def test_two_engines_on_one_database_run_each_job_exactly_once(
         tmp_path: Path, pg_schemas: PgSchemas) -> None:
     dsn = pg_schemas.new()
     runs = tmp_path / "runs"
-    a, b = Corral(tmp_path / "a", CONFIG), Corral(tmp_path / "b", CONFIG)
+    shared = CONFIG + f"audit: {{key_file: {tmp_path / 'audit.key'}}}\n"  # one key for both
+    a, b = Corral(tmp_path / "a", shared), Corral(tmp_path / "b", shared)
     submit = subprocess.run(
         [str(Path(CORRAL).with_name("python")), "-c", _SUBMIT_500, str(runs)],
         env=_on_pg(a, dsn), capture_output=True, text=True, timeout=120)
@@ -61,6 +62,12 @@ def test_two_engines_on_one_database_run_each_job_exactly_once(
          "SELECT count(DISTINCT engine_id) FROM attempts"],
         capture_output=True, text=True, timeout=30)
     assert owners.stdout.split()[-1] == "2", owners.stderr
+    # one unbroken timeline chain, written by both, matching each engine's checkpoints
+    for c in (a, b):
+        audit = subprocess.run([CORRAL, "audit", "verify"], env=_on_pg(c, dsn),
+                               capture_output=True, text=True, timeout=120)
+        assert audit.returncode == 0, audit.stderr
+        assert audit.stdout.startswith("audit ok: ") and "0 checkpoints" not in audit.stdout
 
 
 _SUBMIT_500 = """

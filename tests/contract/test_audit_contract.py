@@ -10,19 +10,21 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from corral.core.ports import AuditKey, ChainHead, ChainMark, Store
-from corral.domain.errors import Conflict
+from corral.domain.errors import Conflict, StoreError
 from corral.store.chain import CHAINS, KEYED, link
 from corral.store.memory import MemoryStore
 from corral.store.postgres import PostgresStore
 from corral.store.sqlite import SqliteStore
+from corral.workers.sealing import KeyFile
 from tests.contract.test_governance_contract import evaluation, fill_every_chain
-from tests.contract.test_store_contract import NOW, UseStore, submit
+from tests.contract.test_store_contract import NOW, UseStore, make_job, submit
 
 ATTACKER_KEY = b"\x01" * 32
 
@@ -175,7 +177,7 @@ def test_rows_hashed_before_the_key_stay_verifiable_and_cannot_be_downgraded(
         use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         key = key_of(store)
-        job = await submit(store)
+        job = make_job()
         store.use_audit_key(NoKey())  # as before migration 0012
         await store.append_policy_evaluations([evaluation(job, at=NOW + n) for n in range(2)])
         store.use_audit_key(key)
@@ -304,6 +306,29 @@ def test_a_missing_or_disabled_trigger_is_reported(store_kind: str,
             assert await store.missing_triggers() == []
             assert await store.restore_triggers() == []
             assert (await store.verify_audit()).ok
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("store_kind", ["sqlite", pytest.param("postgres",
+                                                                marks=pytest.mark.postgres)],
+                         indirect=True)
+def test_a_lost_key_is_not_silently_replaced(store_kind: str, new_store: Callable[[], Store],
+                                             tmp_path: Path) -> None:
+    async def main() -> None:
+        store = new_store()
+        await store.open()
+        try:
+            job = await submit(store)
+            lost = KeyFile(tmp_path / "elsewhere" / "audit.key")
+            store.use_audit_key(lost)
+            with pytest.raises(StoreError, match=r"the audit key .*elsewhere/audit.key is"
+                                                 r" missing, but this store's records were"
+                                                 r" hashed with one"):
+                await store.append_policy_evaluations([evaluation(job)])
+            assert not lost.path.exists()
         finally:
             await store.close()
 

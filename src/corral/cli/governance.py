@@ -143,7 +143,8 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
 
 def _register_audit(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
                     emit: Emit) -> None:
-    audit = typer.Typer(no_args_is_help=True, help="The append-only, hash-chained records.")
+    audit = typer.Typer(no_args_is_help=True, help="The append-only records, hash-chained under a"
+                        " key kept outside the database, and their signed checkpoints.")
     app.add_typer(audit, name="audit")
 
     @audit.command("verify")

@@ -40,6 +40,19 @@ async def refuse_without_triggers(store: Store) -> None:
             "with `corral audit restore-triggers`)")
 
 
+async def refuse_without_key(store: Store, config: Config) -> None:
+    """StoreError when records were hashed with an audit key and it is gone: a new key would
+    make every one of them fail verification (restore it from a backup)."""
+    key = audit_key(config)
+    if key.get(create=False) is not None:
+        return
+    keyed = sorted(c for c, h in (await store.audit_heads()).items() if h.keyed_from is not None)
+    if keyed:
+        raise StoreError(f"the audit key {key} is missing, but the records of {', '.join(keyed)}"
+                         " were hashed with one: refusing to serve (restore it from your backup:"
+                         " docs/explanation/audit.md)")
+
+
 async def verify(store: Store, config: Config) -> AuditReport:
     """The store's chains checked against the key and the data directory's checkpoints."""
     key = audit_key(config).get(create=False)
@@ -64,6 +77,7 @@ class Checkpointer:
         self.clock = clock
         self._written: dict[str, tuple[int, str]] = {}
         self._at = clock()
+        self._key_bytes: bytes | None = None
 
     async def start(self) -> list[str]:
         """Read the newest checkpoints; a warning for each chain whose head is now behind its
@@ -100,9 +114,10 @@ class Checkpointer:
         return n
 
     def _key(self) -> bytes:
-        key = self.key.get(create=True)
-        assert key is not None
-        return key
+        """The key, read once (the store created it with the first keyed record)."""
+        if self._key_bytes is None:
+            self._key_bytes = self.key.load(create=True)
+        return self._key_bytes
 
     async def run(self) -> None:
         while True:

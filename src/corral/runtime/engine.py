@@ -271,6 +271,7 @@ class Engine:
             await self.store.open()
             try:
                 await audit.refuse_without_triggers(self.store)
+                await audit.refuse_without_key(self.store, self.config)
                 for warning in await self.checkpointer.start():
                     log.error("%s", warning)
                 await self._run(drain, on_ready)

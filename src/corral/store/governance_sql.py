@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from corral.core.ports import AuditReport, BudgetStatus, UnifiedRun
 from corral.domain.agents import PolicyEvaluation
-from corral.domain.errors import Conflict, InvalidRequest, NotFound
+from corral.domain.errors import Conflict, InvalidRequest, NotFound, StoreError
 from corral.domain.governance import (
     Approval,
     ApprovalState,
@@ -79,11 +79,21 @@ class SqlGovernance:
     def use_audit_key(self, key: AuditKey) -> None:
         self.audit_key, self._audit_key_bytes = key, None
 
-    def _chain_key(self, *, create: bool = True) -> bytes | None:
-        """The audit chain's key (created on first use), or None when the store has no key
-        source (plain SHA-256, as before migration 0012)."""
+    async def _chain_key(self, tx: Tx) -> bytes | None:
+        """The audit chain's key, created on first use — unless records were keyed already:
+        a new key would make every one of them fail verification, so its loss is an error
+        (None: the store has no key source, plain SHA-256 as before migration 0012)."""
         if self._audit_key_bytes is None and self.audit_key is not None:
-            self._audit_key_bytes = self.audit_key.get(create=create)
+            key = self.audit_key.get(create=False)
+            if key is None:
+                keyed = await tx.fetchone("SELECT chain FROM audit_heads"
+                                          " WHERE keyed_from IS NOT NULL LIMIT 1")
+                if keyed is not None:
+                    raise StoreError(f"the audit key {self.audit_key} is missing, but this"
+                                     " store's records were hashed with one: restore it from"
+                                     " your backup (docs/explanation/audit.md)")
+                key = self.audit_key.get(create=True)
+            self._audit_key_bytes = key
         return self._audit_key_bytes
 
     # ---- policy evaluations (written by the governor and the pre-run engine) ---------------
@@ -92,7 +102,7 @@ class SqlGovernance:
         if not evaluations:
             return
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "policy_evaluations", self._chain_key())
+            chain = await ChainWriter.take(tx, "policy_evaluations", await self._chain_key(tx))
             for e in evaluations:
                 await chain.append(g.evaluation_row(e))
             await chain.flush()
@@ -135,7 +145,7 @@ class SqlGovernance:
     async def record_report(self, report: RunReport,
                             incidents: Sequence[Incident] = ()) -> RunReport:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "run_reports", self._chain_key())
+            chain = await ChainWriter.take(tx, "run_reports", await self._chain_key(tx))
             job = await tx.fetchone("SELECT state FROM jobs WHERE id = ?", (report.job_id,))
             g.check_reportable(report.job_id, job["state"] if job else None)
             found = await tx.fetchone("SELECT id, job_id FROM run_reports WHERE job_id = ?"
@@ -162,7 +172,7 @@ class SqlGovernance:
             return await self._append_incidents(tx, incidents)
 
     async def _append_incidents(self, tx: Tx, incidents: Sequence[Incident]) -> list[Incident]:
-        chain = await ChainWriter.take(tx, "incidents", self._chain_key())
+        chain = await ChainWriter.take(tx, "incidents", await self._chain_key(tx))
         out = []
         for incident in incidents:
             await self._check_incident(tx, incident)
@@ -206,7 +216,7 @@ class SqlGovernance:
 
     async def _activate(self, row: dict[str, Any]) -> dict[str, Any]:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "switch_events", self._chain_key())
+            chain = await ChainWriter.take(tx, "switch_events", await self._chain_key(tx))
             if await tx.fetchone("SELECT 1 AS x FROM switch_events WHERE kind = ?"
                                  " AND switch_id = ?", (row["kind"], row["switch_id"])):
                 raise Conflict(f"{row['kind']} {row['switch_id']} exists already")
@@ -216,7 +226,7 @@ class SqlGovernance:
 
     async def _lift(self, kind: str, switch_id: str, at: float, by: str) -> tuple[Row, Row]:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "switch_events", self._chain_key())
+            chain = await ChainWriter.take(tx, "switch_events", await self._chain_key(tx))
             rows = await tx.fetchall(_SWITCHES + " AND a.switch_id = ?", (kind, switch_id))
             if not rows:
                 raise NotFound(f"no {kind} {switch_id}")
@@ -257,7 +267,7 @@ class SqlGovernance:
         if ceiling.ceiling_usd < 0:
             raise InvalidRequest(f"a budget ceiling cannot be negative: {ceiling.ceiling_usd}")
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "budget_ceilings", self._chain_key())
+            chain = await ChainWriter.take(tx, "budget_ceilings", await self._chain_key(tx))
             await chain.append(g.ceiling_row(ceiling, time.time() if at is None else at, by))
             await chain.flush()
 
@@ -291,7 +301,7 @@ class SqlGovernance:
         scope = ScopeKind(scope)
         async with self.driver.write() as tx:
             # the budget lock, too
-            chain = await ChainWriter.take(tx, "budget_ledger", self._chain_key())
+            chain = await ChainWriter.take(tx, "budget_ledger", await self._chain_key(tx))
             held = await tx.fetchone(_OPEN_RESERVATIONS + " AND b.scope = ? AND b.target = ?",
                                      (job_id, scope.value, target))
             if held is not None:
@@ -311,7 +321,7 @@ class SqlGovernance:
                             at: float | None = None) -> int:
         when = time.time() if at is None else at
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "budget_ledger", self._chain_key())
+            chain = await ChainWriter.take(tx, "budget_ledger", await self._chain_key(tx))
             held = await tx.fetchall(_OPEN_RESERVATIONS + " ORDER BY b.seq", (job_id,))
             for r in held:
                 await chain.append({"kind": g.COMMIT, "job_id": job_id, "scope": r["scope"],
@@ -333,7 +343,7 @@ class SqlGovernance:
         if not 0 <= launch.percentage <= 100:
             raise InvalidRequest(f"a dark launch percentage is 0…100, not {launch.percentage}")
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "dark_launches", self._chain_key())
+            chain = await ChainWriter.take(tx, "dark_launches", await self._chain_key(tx))
             await chain.append(g.launch_row(launch, time.time() if at is None else at, by))
             await chain.flush()
 
@@ -355,7 +365,7 @@ class SqlGovernance:
 
     async def request_approval(self, approval: Approval) -> Approval:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "approval_events", self._chain_key())
+            chain = await ChainWriter.take(tx, "approval_events", await self._chain_key(tx))
             if await tx.fetchone("SELECT 1 AS x FROM approval_events WHERE approval_id = ?",
                                  (approval.id,)):
                 raise Conflict(f"approval {approval.id} exists already")
@@ -371,7 +381,7 @@ class SqlGovernance:
         if state not in (ApprovalState.APPROVED, ApprovalState.DENIED):
             raise InvalidRequest(f"an approval is decided approved or denied, not {state}")
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "approval_events", self._chain_key())
+            chain = await ChainWriter.take(tx, "approval_events", await self._chain_key(tx))
             current = await tx.fetchone(_LATEST_APPROVAL + " AND e.approval_id = ?",
                                         (approval_id,))
             if current is None:
@@ -404,7 +414,7 @@ class SqlGovernance:
 
     async def expire_approvals(self, now: float) -> list[Approval]:
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "approval_events", self._chain_key())
+            chain = await ChainWriter.take(tx, "approval_events", await self._chain_key(tx))
             due = await tx.fetchall(_LATEST_APPROVAL + " AND e.state = 'pending'"
                                     " AND e.expires_at <= ? ORDER BY e.seq", (now,))
             out = [g.approval_from_row(await chain.append(g.expiry_row(r, now))) for r in due]
@@ -431,7 +441,8 @@ class SqlGovernance:
 
     async def verify_audit(self, marks: Sequence[Mark] = ()) -> AuditReport:
         checked, prechain, problems = 0, 0, []
-        key = self._chain_key(create=False)
+        key = self._audit_key_bytes or (self.audit_key.get(create=False) if self.audit_key
+                                        else None)
         async with self.driver.read() as tx:
             for table in CHAINS:
                 check = await verify_table(tx, table, key=key,

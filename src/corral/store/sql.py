@@ -185,7 +185,7 @@ class SqlStore(SqlOperator, SqlGovernance):
             await self._chain_events(tx, events)
 
     async def _chain_events(self, tx: Tx, events: Sequence[JobEvent]) -> None:
-        chain = await ChainWriter.take(tx, "job_events", self._chain_key())
+        chain = await ChainWriter.take(tx, "job_events", await self._chain_key(tx))
         for e in events:
             await chain.append(event_row(e))
         await chain.flush()

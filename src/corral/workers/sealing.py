@@ -109,6 +109,9 @@ class KeyFile:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    def __str__(self) -> str:
+        return str(self.path)
+
     def load(self, *, create: bool) -> bytes:
         """The key; created first when `create` and the file does not exist yet
         (KeyFileMissing when it does not and not `create`)."""
