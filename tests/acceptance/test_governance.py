@@ -190,7 +190,7 @@ def test_parallel_limit_and_spawn_guardrails_deny_before_anything_runs(tmp_path:
     c = Corral(tmp_path, LIMITED)
     try:
         c.serve()
-        first = c.submit("sleep", "30", opts=("--tenant", "acme"))
+        first = c.submit("sleep", "600", opts=("--tenant", "acme"))  # until cancelled
         assert c.wait(first, until="running") == 0
         second = c.submit("true", opts=("--tenant", "acme"))
         c.wait(second, timeout=20)

@@ -133,7 +133,7 @@ roles:
 """)
     try:
         c.serve()
-        silent = c.submit("sleep", "30", opts=("--priority", "1"))  # no output: a stall
+        silent = c.submit("sleep", "600", opts=("--priority", "1"))  # silent: a stall
         eventually(lambda: _snapshot(c)["watchdog"]["stage_name"] != "normal",
                    what="the watchdog to react to the stall")
         low = c.submit("true", opts=("--priority", "4"))

@@ -98,7 +98,7 @@ def test_budget_status_counts_a_running_reservation_and_check_denies_past_it(
     corral.ok("budget", "set", "--scope", "role", "--target", "metered", "--period", "daily",
               "--ceiling-usd", "1")
     corral.serve()
-    job = corral.submit("sleep", "30", opts=("--role", "metered", "--tenant", "acme"))
+    job = corral.submit("sleep", "600", opts=("--role", "metered", "--tenant", "acme"))
     assert corral.wait(job, until="running") == 0
     # the tenant's parallel limit (1) counts the running job; a role that needs approval asks
     code, d = check(corral, "--role", "default", "--tenant", "acme")
