@@ -63,11 +63,15 @@ def test_a_process_that_died_during_the_outage_is_lost_and_retried(
 
 
 def test_a_job_that_finished_during_the_outage_is_collected(corral: Corral) -> None:
-    job_id = corral.submit("sh", "-c", "sleep 3; exit 7", opts=("--max-attempts", "1"))
+    go = corral.work / "go"  # the job ends only once the engine is down
+    job_id = corral.submit("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 7",
+                           opts=("--max-attempts", "1"))
     engine = corral.serve()
     assert corral.wait(job_id, until="running") == 0
     engine.send_signal(signal.SIGKILL)
     engine.wait()
+    go.parent.mkdir(parents=True, exist_ok=True)
+    go.touch()
     attempt_dir = Path(corral.job(job_id)["attempts"][0]["log_dir"])
     eventually(lambda: (attempt_dir / "result.json").exists(), what="the shim's result")
     corral.drain()
