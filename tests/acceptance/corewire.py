@@ -32,7 +32,7 @@ class CoreProcess:
     def send(self, msg: dict[str, Any]) -> None:
         self.send_raw(json.dumps(msg).encode() + b"\n")
 
-    def recv(self, timeout: float = 10) -> dict[str, Any]:
+    def recv(self, timeout: float = 30) -> dict[str, Any]:  # a guard against a hang
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout
@@ -47,7 +47,7 @@ class CoreProcess:
         return msg
 
     def until(self, match: Callable[[dict[str, Any]], bool],
-              timeout: float = 10) -> dict[str, Any]:
+              timeout: float = 30) -> dict[str, Any]:
         """The next message that matches; the others are kept in `seen`."""
         deadline = time.monotonic() + timeout
         while True:
