@@ -500,21 +500,25 @@ def test_a_guardrail_sends_a_tool_call_to_a_human_and_only_that_call_is_approved
         agents: tuple[Corral, AnthropicMock]) -> None:
     c, mock = agents
     uninstall = "helm uninstall web --force"  # a typed --force is not consent
+    approved = c.work.parent / "approved"
     configure(c, mock, [
         {"tool_calls": [bash(uninstall)]},
-        {"tool_calls": [bash("helm uninstall db --force")], "delay_s": 4},  # another release
-        {"tool_calls": [bash(uninstall)]},  # the exact command, after the approval
+        {"tool_calls": [bash("helm uninstall db --force")]},  # another release
+        # the exact command, once the operator approved it
+        {"tool_calls": [bash(uninstall)], "wait_for": str(approved)},
         {"text": "done"},
     ], tools='["Bash(helm *)"]', extra_role="")
     c.config.write_text(c.config.read_text().replace("  agent:\n", "  cluster:\n"))
     c.serve()
     job = c.ok("submit", "--role", "cluster", "--prompt", "remove web", "--cwd",
                str(c.work)).strip()
-    pending = eventually(lambda: c.json("approvals", "list"), timeout=30,
+    pending = eventually(lambda: [a for a in c.json("approvals", "list")
+                                  if a["subject"] == uninstall], timeout=30,
                          what="an approval request")
     assert [(a["job_id"], a["subject"], a["state"]) for a in pending] == [
         (job, uninstall, "pending")]
     c.ok("approvals", "approve", pending[0]["id"], "--note", "ok for web only")
+    approved.touch()
     assert c.wait(job, timeout=60) == 0
     verdicts = [(e["stage"], e["verdict"], e["reason"])
                 for e in trace(c, job)["policy_evaluations"]]

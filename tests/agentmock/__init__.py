@@ -16,6 +16,7 @@ A list of dicts, one per *model turn* (one API round trip that the agent loop ma
      "tool_calls": [{"name": str, "input": {...}}, ...],   # optional; several = a storm
      "usage": {"input_tokens": int, "output_tokens": int}, # optional (defaults 100 / 20)
      "delay_s": float,                    # optional: wait this long before answering
+     "wait_for": str,                     # optional: answer once this file exists
      "hang": bool,                        # optional: accept the request, never answer
      "status": int,                       # optional: answer with this HTTP error instead
      "message": str,                      #   and this error message (the API's own shape)
@@ -80,6 +81,7 @@ never a dropped connection, because a dropped connection makes the CLIs silently
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import traceback
@@ -244,10 +246,14 @@ class MockServer:
                 (self.turn_requests if kind == "turn" else self.aux_requests).append(body)
 
     def _wait_or_hang(self, turn: Turn, handler: _Handler) -> bool:
-        """Apply ``delay_s``/``hang``; False when the request must get no answer."""
+        """Apply ``delay_s``/``wait_for``/``hang``; False when the request must get no answer."""
         delay = float(turn.get("delay_s") or 0)
         if delay and self._closing.wait(delay):
             return False
+        wait_for = turn.get("wait_for")
+        while wait_for and not os.path.exists(wait_for):  # a condition the test makes true
+            if self._closing.wait(0.02):
+                return False
         if turn.get("hang"):
             self._closing.wait()
             handler.close_connection = True
