@@ -209,3 +209,23 @@ def test_a_long_prompt_from_a_file_or_stdin(corral: Corral, tmp_path: Path) -> N
     path.write_text("x" * (512 * 1024 + 1))
     _one_line_error(corral.run("submit", "--role", "agent", "--prompt-file", str(path)), 2,
                     "over the 524288-byte prompt limit")
+
+
+@pytest.mark.parametrize("stored", ["1e308", "9e999", "-5"])  # 9e999: SQLite's infinity
+def test_a_job_row_out_of_bounds_is_denied_and_the_engine_serves_on(
+        corral: Corral, stored: str) -> None:
+    """A row written past the submission's checks (by hand, or by an older version): the core
+    refuses it, the job is DENIED saying why, and the next job runs."""
+    bad = corral.submit("true")
+    db = sqlite3.connect(corral.data / "corral.db", isolation_level=None)
+    try:
+        db.execute(f"UPDATE jobs SET timeout_s = {stored} WHERE id = ?", (bad,))
+    finally:
+        db.close()
+    engine = corral.serve()
+    assert corral.wait(bad) != 0
+    job = corral.job(bad)
+    assert job["state"] == "DENIED", job
+    assert "invalid_job" in job["last_error"] and "timeout must be" in job["last_error"]
+    assert corral.wait(corral.submit("true")) == 0
+    assert engine.poll() is None
