@@ -82,6 +82,9 @@ class FakeWorker:
         handle.wait = wait  # type: ignore[method-assign]
         return handle
 
+    def ready(self) -> None:
+        pass
+
     def adopt(self, job: Job, attempt: Attempt) -> FakeHandle | AttemptResult:
         return self.adoptable[attempt.id]
 

@@ -185,3 +185,38 @@ def test_a_governor_that_never_answers_times_out_into_a_denial(tmp_path: Path) -
         server.close()
     assert r.returncode == 2 and "timed out" in r.stderr
     assert took < 2.0
+
+
+def test_a_request_read_after_the_hook_gave_up_is_recorded_as_its_denial(tmp_path: Path) -> None:
+    """An engine stalled past the hook's timeout reads the request late: the hook has already
+    denied the call, so the record says so, and the call is not a use of the budget."""
+    import socket as so
+
+    h = Harness(tmp_path)
+    path = tmp_path / "stalled.sock"
+    server = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        r = subprocess.run([str(hook_path()), str(path), f"{h.claimed.job.id}.1",
+                            h.claimed.permit.id, "codex", "200"],
+                           input=json.dumps(pre("ls", "late")), capture_output=True, text=True,
+                           timeout=10)
+        conn, _ = server.accept()  # the engine wakes up: the request waits in the socket
+        with conn:
+            stale = b""
+            while chunk := conn.recv(65536):
+                stale += chunk
+    finally:
+        server.close()
+    assert r.returncode == 2 and "timed out" in r.stderr
+    assert json.loads(stale.partition(b"\n")[0])["deadline_ms"] > 0
+    code, text = anyio.run(h.governor.answer, stale)
+    assert code == 2 and "gave up waiting" in text
+    # Both calls of the budget are still there: the late one was never a use.
+    assert h.ask(pre("ls", "a"), cli="codex")[0] == 0
+    h.governor = h.new_governor()  # and a restart counts it the same way
+    assert h.ask(pre("ls", "b"), cli="codex")[0] == 0
+    evaluations = anyio.run(h.store.policy_evaluations, h.claimed.job.id)
+    assert [(e.verdict, e.reason) for e in evaluations] == [
+        ("deny", "hook_timeout"), ("allow", "allowed"), ("allow", "allowed")]

@@ -139,6 +139,9 @@ class FakeAdapter:
         self.started.append((job.id, job.worker))
         return FakeHandle(4000 + len(self.started))
 
+    def ready(self) -> None:
+        pass
+
     def adopt(self, job: Job, attempt: Attempt) -> FakeHandle | AttemptResult:
         return FakeHandle(99)
 

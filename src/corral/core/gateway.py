@@ -154,6 +154,13 @@ class Core:
                   "worker": job.worker, "tenant": job.tenant, "priority": job.priority,
                   "retry_after_s": r.retry_after_s, "final": r.final}))
 
+    def ready(self, claimed: Claimed) -> None:
+        """The blocking checks of the worker kind that will start the claimed attempt (see
+        WorkerAdapter.ready); a caller with an event loop runs this in a thread."""
+        worker = self.workers.get(claimed.permit.granted.get("worker", claimed.job.worker))
+        if worker is not None:
+            worker.ready()
+
     def launch(self, claimed: Claimed, now: float | None = None) -> AttemptHandle:
         """Start a claimed attempt with the worker kind its permit grants (a fallback kind when
         the job's own kind has an open breaker). The permit is used up here (PermitError with

@@ -403,6 +403,11 @@ class WorkerAdapter(Protocol):
 
     kind: str
 
+    def ready(self) -> None:
+        """The checks a start needs that may block (asking a CLI its version): the core runs
+        them off its event loop before `start`, which then finds them done. Raises what
+        `start` would."""
+
     def start(self, permit: Permit, job: Job, attempt: Attempt) -> AttemptHandle:
         """Start the attempt's process; refuses (PermitError) without a live permit."""
 

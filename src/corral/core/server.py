@@ -148,6 +148,10 @@ class CoreServer:
             await self.send({"type": p.ERROR, "id": msg.get("id"),
                              "error": f"job {job.id} already has a running attempt"})
             return
+        # Off the event loop: a CLI asked its version must not cost the core its heartbeats.
+        # What it finds wrong is cached: launch raises it again and reports the attempt's end.
+        with contextlib.suppress(CorralError):
+            await anyio.to_thread.run_sync(self.core.ready, claimed)
         try:
             handle = self.core.launch(claimed, self.clock())
         except PermitError as err:  # nothing started; the permit's holder keeps its slot

@@ -22,7 +22,7 @@ from corral.policy.runtime import decide as decide_scope
 
 __all__ = ["CallVerdict", "DecidedBy", "decide"]
 
-DecidedBy = Literal["budget", "scope", "guardrail"]
+DecidedBy = Literal["budget", "scope", "guardrail", "timeout"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

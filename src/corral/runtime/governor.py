@@ -67,6 +67,8 @@ MAX_RECORDED_CHARS = 2000  # of a tool input or output kept in a policy evaluati
 # The decisions that spend the tool-call budget: a call refused for scope counts too, or an agent
 # looping on refused calls would never reach its limit.
 LIMITS = frozenset({"max_tool_calls", "token_budget_in", "token_budget_out"})
+# A call the hook denied by its own timeout before the engine answered: recorded, never a use.
+HOOK_TIMEOUT = "hook_timeout"
 ALL = 1 << 31  # read every evaluation of an attempt (the store's default page is 1,000)
 
 
@@ -174,7 +176,9 @@ class Governor:
         event = str(payload.get("hook_event_name", ""))
         monitor = await self._monitor(claimed)
         if event == "PreToolUse":
-            return await self._pre(monitor, cli, payload)
+            deadline = header.get("deadline_ms")
+            return await self._pre(monitor, cli, payload,
+                                   deadline / 1000 if isinstance(deadline, int) else None)
         if event in ("PostToolUse", "PostToolUseFailure"):
             await self._post(monitor, payload)
         return 0, ""  # PostToolUse, or an event we do not govern
@@ -201,7 +205,8 @@ class Governor:
         evaluations = await self.store.policy_evaluations(job.id, attempt=claimed.attempt.index,
                                                           limit=ALL)
         m.calls = sum(1 for e in evaluations
-                      if e.stage in ("tool_call", "guardrail") and e.reason not in LIMITS)
+                      if e.stage in ("tool_call", "guardrail") and e.reason not in LIMITS
+                      and e.reason != HOOK_TIMEOUT)
         self._monitors[ref] = m
         return m
 
@@ -240,7 +245,10 @@ class Governor:
                     if ev.cost_usd is not None:
                         m.cost_usd = ev.cost_usd
 
-    async def _pre(self, m: _Monitor, cli: str, payload: Mapping[str, Any]) -> tuple[int, str]:
+    async def _pre(self, m: _Monitor, cli: str, payload: Mapping[str, Any],
+                   deadline: float | None = None) -> tuple[int, str]:
+        """Decide one tool call. `deadline` (monotonic seconds) is when the hook gives up and
+        denies the call itself: a decision reached later is recorded as that denial."""
         self._read_stream(m)
         tool = str(payload.get("tool_name") or "?")
         raw_input = payload.get("tool_input")
@@ -268,6 +276,15 @@ class Governor:
             m.calls += 1
         if d.verdict == "require_approval":
             d = await self._approval(m, d, now)
+        if deadline is not None and time.monotonic() > deadline:
+            # The hook already denied it (an engine stalled past the hook's timeout read the
+            # request late): the record says what happened, and it was never a use.
+            if d.limit is None:
+                m.calls -= 1
+            d = toolcall.CallVerdict(
+                verdict="deny", reason=HOOK_TIMEOUT, limit=None, decided_by="timeout",
+                message="the hook gave up waiting for the engine and denied the call "
+                        f"(the engine would have said {d.verdict}: {d.reason})")
         if d.verdict == "allow" and isinstance(call_id, str):
             m.pre_at[call_id] = now
         await self.store.append_policy_evaluations([PolicyEvaluation(

@@ -111,16 +111,19 @@ def secret_values(spec: WorkerSpec, adapter: type[AgentWorker] | None,
 
 
 @functools.cache
-def _version_of(binary: str, mtime: float) -> str:
-    del mtime  # part of the cache key: a reinstalled binary is asked again
+def _version_of(binary: str, mtime: float) -> str | WorkerError:
+    """The version `binary --version` prints, or why it cannot be told. Both are cached (per
+    binary and modification time: a reinstalled binary is asked again), so a CLI that hangs
+    costs its 30 s once, off the core's event loop (`AgentWorker.ready`)."""
+    del mtime
     try:
         out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30,
                              stdin=subprocess.DEVNULL, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise WorkerError(f"cannot run {binary} --version: {exc}") from exc
+        return WorkerError(f"cannot run {binary} --version: {exc}")
     found = re.search(r"\d+\.\d+\.\d+[\w.\-]*", out.stdout + out.stderr)
     if found is None:
-        raise WorkerError(f"{binary} --version printed no version")
+        return WorkerError(f"{binary} --version printed no version")
     return found.group(0)
 
 
@@ -173,8 +176,15 @@ class AgentWorker(ABC):
                                       "and put agent-clis/node_modules/.bin on PATH)")
         return found
 
+    def ready(self) -> None:
+        """Find the CLI and ask its version (a node CLI takes a second or more to answer): the
+        core runs this in a thread before `start`, which then reads the cached answer."""
+        self.version(self.binary())
+
     def version(self, binary: str) -> str:
         found = _version_of(binary, os.stat(binary).st_mtime)
+        if isinstance(found, WorkerError):
+            raise WorkerError(str(found))
         if self.spec.version and found != self.spec.version:
             raise WorkerMisconfigured(f"{self.kind}: pinned to {self.spec.version} but {binary} "
                                       f"is {found}")

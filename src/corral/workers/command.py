@@ -186,6 +186,9 @@ class CommandWorker:
     def argv(self, job: Job) -> list[str]:
         return list(job.command)
 
+    def ready(self) -> None:
+        """Nothing to check before a command starts."""
+
     def start(self, permit: Permit, job: Job, attempt: Attempt) -> CommandAttempt:
         self._validate(permit)  # no process without a live permit, whoever calls
         attempt_dir = Path(attempt.dir)

@@ -5,8 +5,10 @@
  *
  * It forwards the CLI's hook payload to the engine's governance socket and relays the decision:
  *
- *   request  = one header line {"op":"hook","attempt":…,"token":…,"cli":…} + the payload bytes,
- *              then end-of-file (shutdown of the write side)
+ *   request  = one header line {"op":"hook","attempt":…,"token":…,"cli":…,"deadline_ms":…} + the
+ *              payload bytes, then end-of-file (shutdown of the write side). deadline_ms is when
+ *              this hook gives up (CLOCK_MONOTONIC, shared by every process of the machine): an
+ *              engine that reads the request later records the call as denied by the timeout.
  *   response = "<exit code>\n" + the bytes to print: on stdout for exit 0, on stderr for exit 2
  *
  * It fails closed: if the engine cannot be reached, does not answer within TIMEOUT_MS, or answers
@@ -133,8 +135,9 @@ int main(int argc, char **argv) {
 
     char header[1024];
     int hl = snprintf(header, sizeof header,
-                      "{\"op\":\"hook\",\"attempt\":\"%s\",\"token\":\"%s\",\"cli\":\"%s\"}\n",
-                      argv[2], argv[3], argv[4]);
+                      "{\"op\":\"hook\",\"attempt\":\"%s\",\"token\":\"%s\",\"cli\":\"%s\","
+                      "\"deadline_ms\":%lld}\n",
+                      argv[2], argv[3], argv[4], deadline);
     send_all(fd, header, (size_t)hl, deadline);
     send_all(fd, payload, have, deadline);
     shutdown(fd, SHUT_WR);
