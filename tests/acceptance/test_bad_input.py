@@ -44,6 +44,7 @@ def _one_line_error(r: subprocess.CompletedProcess[str], code: int, *needles: st
     (("--token-budget-out", "-5", "--", "true"), ("token budget out must be 0 …",)),
     (("--role", "", "--", "true"), ("role must not be empty",)),
     (("--env", " ", "--", "true"), ("environment must not be empty",)),
+    (("--env", "", "--", "true"), ("environment must not be empty",)),
     (("--prompt-file", "/no/such/file", "--", "true"),
      ("--prompt-file: cannot read /no/such/file",)),
     (("--prompt", "a", "--prompt-file", "-"), ("--prompt or --prompt-file, not both",)),
