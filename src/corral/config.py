@@ -112,13 +112,14 @@ class RoleModel(_Strict):
     max_recursion_depth: int = Field(5, ge=0, le=100)
     retry_budget: RetryBudgetModel = RetryBudgetModel()
     detached: bool = False  # jobs of this role outlive the job that submitted them
-    max_output_bytes: int | None = Field(None, ge=64 << 10)  # None: output.max_bytes
+    max_output_bytes: int | None = Field(None, ge=bounds.MIN_OUTPUT_BYTES,
+                                         le=bounds.MAX_OUTPUT_BYTES)  # None: output.max_bytes
 
 
 class OutputModel(_Strict):
     """Per attempt, stdout and stderr together (docs/reference/config.md)."""
 
-    max_bytes: int = Field(128 << 20, ge=64 << 10)
+    max_bytes: int = Field(128 << 20, ge=bounds.MIN_OUTPUT_BYTES, le=bounds.MAX_OUTPUT_BYTES)
     tail_bytes: int = Field(1 << 20, ge=0)
 
 

@@ -44,6 +44,7 @@ def _one_line_error(r: subprocess.CompletedProcess[str], code: int, *needles: st
     (("--token-budget-out", "-5", "--", "true"), ("token budget out must be 0 …",)),
     (("--role", "", "--", "true"), ("role must not be empty",)),
     (("--env", " ", "--", "true"), ("environment must not be empty",)),
+    (("--env", "", "--", "true"), ("environment must not be empty",)),
     (("--prompt-file", "/no/such/file", "--", "true"),
      ("--prompt-file: cannot read /no/such/file",)),
     (("--prompt", "a", "--prompt-file", "-"), ("--prompt or --prompt-file, not both",)),
@@ -209,3 +210,23 @@ def test_a_long_prompt_from_a_file_or_stdin(corral: Corral, tmp_path: Path) -> N
     path.write_text("x" * (512 * 1024 + 1))
     _one_line_error(corral.run("submit", "--role", "agent", "--prompt-file", str(path)), 2,
                     "over the 524288-byte prompt limit")
+
+
+@pytest.mark.parametrize("stored", ["1e308", "9e999", "-5"])  # 9e999: SQLite's infinity
+def test_a_job_row_out_of_bounds_is_denied_and_the_engine_serves_on(
+        corral: Corral, stored: str) -> None:
+    """A row written past the submission's checks (by hand, or by an older version): the core
+    refuses it, the job is DENIED saying why, and the next job runs."""
+    bad = corral.submit("true")
+    db = sqlite3.connect(corral.data / "corral.db", isolation_level=None)
+    try:
+        db.execute(f"UPDATE jobs SET timeout_s = {stored} WHERE id = ?", (bad,))
+    finally:
+        db.close()
+    engine = corral.serve()
+    assert corral.wait(bad) != 0
+    job = corral.job(bad)
+    assert job["state"] == "DENIED", job
+    assert "invalid_job" in job["last_error"] and "timeout must be" in job["last_error"]
+    assert corral.wait(corral.submit("true")) == 0
+    assert engine.poll() is None

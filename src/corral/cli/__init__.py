@@ -240,7 +240,7 @@ def submit(
         if secret_env:
             options["secret_env"] = sorted(set(secret_env))
         return JobSpec(command=argv, prompt=prompt, options=options, role=role_name,
-                       env_name=env_name or s.default_env,
+                       env_name=env_name if env_name is not None else s.default_env,
                        priority=priority, tenant=tenant, key=key, dedup=dedup, limits=limits,
                        after=tuple(after or ()),
                        cwd=str(cwd.expanduser().resolve()) if cwd else str(Path.cwd()),

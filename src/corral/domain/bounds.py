@@ -23,6 +23,7 @@ MAX_ATTEMPTS = 100
 MAX_TOOL_CALLS = 1_000_000
 MAX_TOKENS = 10**12  # a token budget, in or out
 MAX_EXPIRES_S = 366 * 24 * 3600.0  # a kill switch that lifts by itself, a wait
+MIN_OUTPUT_BYTES, MAX_OUTPUT_BYTES = 64 << 10, 1 << 40  # an attempt's output cap: 64 KiB … 1 TiB
 # Money: a budget or a reported cost
 MAX_USD = 1e9
 # Job fields

@@ -357,7 +357,14 @@ class Dispatcher:
 
     async def _claim(self, job: Job, now: float) -> Claimed | None:
         index = job.attempts + 1
-        permit = await self.core.request_permit(job, index)
+        try:
+            permit = await self.core.request_permit(job, index)
+        except CoreUnavailable:
+            raise
+        except CorralError as err:
+            # The core refused the job itself: a value out of its bounds (a row written past the
+            # submission checks, or before them). It never runs; the engine keeps serving.
+            permit = Rejected(reason="invalid_job", message=str(err), final=True)
         if isinstance(permit, Rejected) and permit.final:  # refused for good: it never runs
             with contextlib.suppress(CorralError):
                 await self.store.request_cancel(job.id, reason=f"{permit.reason}: "
