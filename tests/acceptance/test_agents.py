@@ -473,6 +473,42 @@ def test_a_tool_call_while_the_engine_is_down_is_denied(
     assert [x["denied"] for x in event["tool_calls"]] == [True]
 
 
+def test_a_tool_call_the_hook_gave_up_on_is_recorded_as_what_happened(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    """The engine stalls (SIGSTOP) while the agent asks about a tool call: the hook gives up
+    after hook_timeout_s and denies it; the engine, resumed, reads the request late and records
+    that denial (hook_timeout), not the `allow` it would have given."""
+    c, mock = agents
+    stopped, resumed = c.work.parent / "engine-stopped", c.work.parent / "engine-resumed"
+    configure(c, mock, [
+        {"text": "Working.", "tool_calls": [bash("touch while-stalled.txt")],
+         "wait_for": str(stopped)},
+        {"text": "The call was refused; stopping here.", "wait_for": str(resumed)},
+    ])
+    c.config.write_text(c.config.read_text().replace(
+        "    summary_grace_s: 1\n", "    summary_grace_s: 1\n    hook_timeout_s: 1\n"))
+    engine = c.serve()
+    job = c.ok("submit", "--role", "agent", "--prompt", "go", "--cwd", str(c.work)).strip()
+    eventually(lambda: len(mock.turn_requests) >= 1, timeout=30, what="the agent's first turn")
+    engine.send_signal(signal.SIGSTOP)
+    try:
+        stopped.touch()  # the model answers with the tool call; nobody reads the hook's request
+        eventually(lambda: len(mock.turn_requests) >= 2, timeout=30,
+                   what="the hook to give up and the agent to go on")
+    finally:
+        engine.send_signal(signal.SIGCONT)
+    assert not (c.work / "while-stalled.txt").exists()  # the call never ran
+    verdicts = eventually(lambda: [(e["verdict"], e["reason"])
+                                   for e in trace(c, job)["policy_evaluations"]
+                                   if e["stage"] != "pre_run"],
+                          what="the late request to be recorded")
+    assert verdicts == [("deny", "hook_timeout")]
+    resumed.touch()
+    assert c.wait(job, timeout=60) == 0
+    [event] = trace(c, job)["agent_events"]
+    assert [x["denied"] for x in event["tool_calls"]] == [True]
+
+
 def test_cancel_interrupts_the_agent_first_so_it_can_write_its_result(
         agents: tuple[Corral, AnthropicMock]) -> None:
     c, mock = agents
