@@ -37,7 +37,7 @@ def test_an_attempt_whose_shim_died_with_the_engine_is_stopped_before_it_is_retr
     job = corral.job(job_id)
     assert job["state"] == "SUCCEEDED", corral.engine_log()
     assert [a["state"] for a in job["attempts"]] == ["LOST", "SUCCEEDED"]
-    assert "were stopped" in job["attempts"][0]["error"]
+    assert "stopped by the engine" in job["attempts"][0]["error"]
     assert not overlap.exists(), "attempt 2 started while attempt 1 still ran"
     assert not alive(child)
     assert [(j, a) for j, a, _ in runs_of(runs)] == [(job_id, 1), (job_id, 2)]

@@ -31,7 +31,8 @@ class PgCorral(Corral):
     """A data directory whose engine and commands use one PostgreSQL schema."""
 
     def __init__(self, root: Path, dsn: str) -> None:
-        super().__init__(root, CONFIG)
+        # Engines on one database share its audit key (beside their data directories).
+        super().__init__(root, CONFIG + f"audit: {{key_file: {root.parent / 'audit.key'}}}\n")
         self.dsn = dsn
 
     def env(self) -> dict[str, str]:
