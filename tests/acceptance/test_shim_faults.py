@@ -14,13 +14,43 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from corral.workers.process import attempt_processes
 from corral.workers.proctab import alive
-from tests.acceptance.conftest import Corral
+from tests.acceptance.conftest import CONFIG, Corral
 from tests.acceptance.invariants import RAN, invariants
 from tests.helpers import eventually
+from tests.pg import PgSchemas
+
+
+class PgCorral(Corral):
+    """The same `corral` command, on a PostgreSQL schema of its own."""
+
+    def __init__(self, root: Path, dsn: str) -> None:
+        super().__init__(root, CONFIG)
+        self.dsn = dsn
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "CORRAL_STORE_URL": self.dsn}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def on_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Corral]:
+    """An engine's data directory on SQLite, then on PostgreSQL: the faults are the shim's, the
+    invariants hold on either store."""
+    if request.param == "sqlite":
+        c = Corral(tmp_path / "c")
+    else:
+        schemas: PgSchemas = request.getfixturevalue("pg_schemas")
+        c = PgCorral(tmp_path / "c", schemas.new())
+    try:
+        yield c
+    finally:
+        c.stop_all()
 
 
 def _lines(path: Path) -> list[str]:
@@ -72,21 +102,21 @@ def _no_overlap(c: Corral, job_id: str, tmp_path: Path, attempt_dir: Path) -> No
 
 
 def test_a_killed_shims_processes_are_stopped_before_the_retry_starts(
-        corral: Corral, tmp_path: Path) -> None:
+        on_store: Corral, tmp_path: Path) -> None:
     """The shim is SIGKILLed while its job and two escapees (setsid, double fork) run: the
     attempt ends LOST only once all of them are gone, the retry finds none of them alive, and
     the `command` kind keeps running other jobs (a single ghost is not a crash loop)."""
+    c = on_store
     runs = tmp_path / "runs"
-    job_id = corral.submit("sh", "-c", _escaping_job(tmp_path),
-                           opts=("--setenv", f"RUNS={runs}"))
-    corral.serve()
-    shim, attempt_dir = _shim_pid(corral, job_id)
+    job_id = c.submit("sh", "-c", _escaping_job(tmp_path), opts=("--setenv", f"RUNS={runs}"))
+    c.serve()
+    shim, attempt_dir = _shim_pid(c, job_id)
     eventually(lambda: len(_pids(tmp_path / "pids")) == 3,
                what="the job and its two escapees running")
     os.kill(shim, signal.SIGKILL)
-    assert corral.wait(job_id) == 0, corral.engine_log()[-3000:]
-    _no_overlap(corral, job_id, tmp_path, attempt_dir)
-    invariants(corral, runs)
+    assert c.wait(job_id) == 0, c.engine_log()[-3000:]
+    _no_overlap(c, job_id, tmp_path, attempt_dir)
+    invariants(c, runs)
 
 
 def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
@@ -112,21 +142,22 @@ def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
 
 
 def test_a_stopped_shim_cannot_keep_its_job_past_the_deadline(
-        corral: Corral, tmp_path: Path) -> None:
+        on_store: Corral, tmp_path: Path) -> None:
     """SIGSTOP the shim of a job with an 8 s deadline: the core notices the shim did not act
     after the deadline and its grace, kills it and the job's processes: TIMED_OUT."""
+    c = on_store
     runs, pids = tmp_path / "runs", tmp_path / "pids"
     script = RAN + f"echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; wait"
-    job_id = corral.submit("sh", "-c", script, opts=(
+    job_id = c.submit("sh", "-c", script, opts=(
         "--setenv", f"RUNS={runs}", "--timeout", "8", "--grace", "0.5",
         "--max-attempts", "1"))
-    corral.serve()
-    shim, attempt_dir = _shim_pid(corral, job_id)
+    c.serve()
+    shim, attempt_dir = _shim_pid(c, job_id)
     eventually(lambda: len(_pids(pids)) == 2, what="the job running")
     os.kill(shim, signal.SIGSTOP)
     try:
-        assert corral.wait(job_id, timeout=30) != 0
-        job = corral.job(job_id)
+        assert c.wait(job_id, timeout=30) != 0
+        job = c.job(job_id)
         assert job["state"] == "TIMED_OUT", job
         error = job["attempts"][0]["error"]
         assert "deadline reached" in error and "stopped (SIGSTOP)" in error
@@ -134,7 +165,7 @@ def test_a_stopped_shim_cannot_keep_its_job_past_the_deadline(
     finally:
         if alive(shim):
             os.kill(shim, signal.SIGCONT)
-    invariants(corral, runs)
+    invariants(c, runs)
 
 
 def test_a_stopped_shim_cannot_ignore_a_cancel(corral: Corral, tmp_path: Path) -> None:
@@ -160,9 +191,10 @@ def test_a_stopped_shim_cannot_ignore_a_cancel(corral: Corral, tmp_path: Path) -
 
 
 def test_latest_wins_starts_the_new_job_only_once_the_old_tree_is_gone(
-        corral: Corral, tmp_path: Path) -> None:
+        on_store: Corral, tmp_path: Path) -> None:
     """The replaced job takes its time to stop (a TERM trap, a child that ignores TERM): the
     new job on the same key starts only after the last of its processes is gone."""
+    c = on_store
     runs, log, pids = tmp_path / "runs", tmp_path / "log", tmp_path / "pids"
     old = (RAN + f"echo $$ >> {pids}; sh -c 'trap \"\" TERM; echo $$ >> {pids}; "
            f"exec sleep 300' & trap 'sleep 1; echo old-stopped >> {log}; exit 143' TERM; "
@@ -173,13 +205,13 @@ def test_latest_wins_starts_the_new_job_only_once_the_old_tree_is_gone(
     new = RAN + f"{alive_check}; echo new-started >> {log}"
     opts = ("--key", "deploy", "--dedup", "latest-wins", "--setenv", f"RUNS={runs}",
             "--grace", "2")
-    old_id = corral.submit("sh", "-c", old, opts=opts)
-    corral.serve()
+    old_id = c.submit("sh", "-c", old, opts=opts)
+    c.serve()
     eventually(lambda: len(_pids(pids)) == 2 and "old-started" in _lines(log),
                what="the old job running")
-    new_id = corral.submit("sh", "-c", new, opts=opts)
-    assert corral.wait(new_id) == 0
-    assert corral.job(old_id)["state"] == "CANCELLED"
+    new_id = c.submit("sh", "-c", new, opts=opts)
+    assert c.wait(new_id) == 0
+    assert c.job(old_id)["state"] == "CANCELLED"
     assert _lines(log) == ["old-started", "old-stopped", "new-started"], _lines(log)
     assert _live(_pids(pids)) == []
-    invariants(corral, runs)
+    invariants(c, runs)
