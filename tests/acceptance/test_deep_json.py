@@ -13,6 +13,7 @@ from corral.runtime.control import poke, socket_path
 from tests.acceptance.conftest import Corral
 from tests.acceptance.corewire import CoreProcess
 from tests.acceptance.corewire import job as _job
+from tests.acceptance.invariants import RAN, invariants
 
 DEPTH = 30_000  # 60 kB: within both line limits (1 MB for the core, 64 kB for the socket)
 DEEP_OBJECT = b'{"type": "heartbeat", "pad": ' + b"[" * DEPTH + b"]" * DEPTH + b"}\n"
@@ -51,12 +52,14 @@ def _raw(data_dir: Path, line: bytes) -> bytes:
 
 
 def test_the_engine_socket_answers_a_deeply_nested_line_and_keeps_running(
-        corral: Corral) -> None:
+        corral: Corral, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    running = corral.submit("sh", "-c", RAN + "sleep 1", opts=("--setenv", f"RUNS={runs}"))
     engine = corral.serve()
     for line in (DEEP_OBJECT.replace(b'"type": "heartbeat"', b'"op": "ping"'), DEEP_ARRAY):
         answer = json.loads(_raw(corral.data, line))
         assert answer["ok"] is False and answer["error"], answer
         assert engine.poll() is None, corral.engine_log()[-3000:]
         assert poke(corral.data, "ping"), "the engine answers the next request"
-    job_id = corral.submit("sh", "-c", "exit 0")
-    assert corral.wait(job_id) == 0
+    assert corral.wait(running) == 0
+    invariants(corral, runs)

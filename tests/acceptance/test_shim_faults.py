@@ -6,30 +6,51 @@ does not isolate the whole worker kind. A SIGSTOPped shim cannot enforce its dea
 cancel: the core does, killing the shim and the attempt's processes. A latest-wins submission
 starts only once the job it replaced has no process left.
 
-After every fault, `invariants` checks what must hold whatever broke: every job in one state,
-terminal states absorbing, each attempt's command run at most once, no process of a finished
-job alive, as many permits as attempts in flight, and the engine answering and running a new
-job.
+After every fault, `invariants` (tests/acceptance/invariants.py) checks what must hold
+whatever broke.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+
+import pytest
 
 from corral.workers.process import attempt_processes
 from corral.workers.proctab import alive
-from tests.acceptance.conftest import Corral
+from tests.acceptance.conftest import CONFIG, Corral
+from tests.acceptance.invariants import RAN, invariants
 from tests.helpers import eventually
+from tests.pg import PgSchemas
 
-TERMINAL = {"SUCCEEDED", "FAILED", "DEAD_LETTERED", "TIMED_OUT", "CANCELLED", "KILLED", "DENIED"}
-IN_FLIGHT = {"STARTING", "RUNNING"}
 
-# Appends "<job id> <attempt>" to $RUNS once per start of the command: the record of how often
-# each attempt's command ran.
-RAN = 'echo "$CORRAL_JOB_ID $CORRAL_ATTEMPT" >> "$RUNS"; '
+class PgCorral(Corral):
+    """The same `corral` command, on a PostgreSQL schema of its own."""
+
+    def __init__(self, root: Path, dsn: str) -> None:
+        super().__init__(root, CONFIG)
+        self.dsn = dsn
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "CORRAL_STORE_URL": self.dsn}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def on_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Corral]:
+    """An engine's data directory on SQLite, then on PostgreSQL: the faults are the shim's, the
+    invariants hold on either store."""
+    if request.param == "sqlite":
+        c = Corral(tmp_path / "c")
+    else:
+        schemas: PgSchemas = request.getfixturevalue("pg_schemas")
+        c = PgCorral(tmp_path / "c", schemas.new())
+    try:
+        yield c
+    finally:
+        c.stop_all()
 
 
 def _lines(path: Path) -> list[str]:
@@ -53,46 +74,6 @@ def _shim_pid(c: Corral, job_id: str, index: int = 1) -> tuple[int, Path]:
         text = (d / "shim.pid").read_text() if (d / "shim.pid").exists() else ""
         return (int(text), d) if text.strip() else None
     return eventually(started, timeout=30, what=f"attempt {index} of {job_id} started")
-
-
-def _permits(c: Corral) -> int:
-    return int(c.json("status")["permits"]["live"])
-
-
-def invariants(c: Corral, runs: Path) -> None:
-    """What must hold after any fault (issue 12, "Done means")."""
-    listed: list[dict[str, Any]] = c.json("jobs", "--limit", "500")
-    ids = [j["id"] for j in listed]
-    assert len(ids) == len(set(ids)), "every job listed once"
-    jobs = {i: c.job(i) for i in ids}
-    for j in listed:  # one state: the list and the job itself agree
-        assert jobs[j["id"]]["state"] == j["state"] or j["state"] not in TERMINAL
-
-    # Each attempt's command ran at most once.
-    seen = _lines(runs)
-    assert len(seen) == len(set(seen)), f"an attempt's command ran twice: {seen}"
-
-    # No process of a finished job (or of an ended attempt) is alive.
-    for job in jobs.values():
-        for a in job["attempts"]:
-            if (job["state"] in TERMINAL or a["state"] not in IN_FLIGHT) and a["log_dir"]:
-                assert attempt_processes(Path(a["log_dir"])) == [], (
-                    f"job {job['id']} attempt {a['index']} ({a['state']}) left processes")
-
-    # As many permits as attempts in flight (the engine settles them within a moment).
-    def balanced() -> bool:
-        in_flight = sum(1 for j in c.json("jobs", "--limit", "500") if j["state"] in IN_FLIGHT)
-        return _permits(c) == in_flight
-    eventually(balanced, what="permits equal to attempts in flight")
-
-    # The engine answers and runs a new job; terminal states stayed as they were.
-    fresh = c.submit("sh", "-c", "echo fresh")
-    assert c.wait(fresh) == 0, c.engine_log()[-3000:]
-    for job_id, job in jobs.items():
-        if job["state"] in TERMINAL:
-            again = c.job(job_id)
-            assert (again["state"], again["updated_at"], len(again["attempts"])) == (
-                job["state"], job["updated_at"], len(job["attempts"])), "terminal is absorbing"
 
 
 def _escaping_job(tmp_path: Path) -> str:
@@ -121,21 +102,21 @@ def _no_overlap(c: Corral, job_id: str, tmp_path: Path, attempt_dir: Path) -> No
 
 
 def test_a_killed_shims_processes_are_stopped_before_the_retry_starts(
-        corral: Corral, tmp_path: Path) -> None:
+        on_store: Corral, tmp_path: Path) -> None:
     """The shim is SIGKILLed while its job and two escapees (setsid, double fork) run: the
     attempt ends LOST only once all of them are gone, the retry finds none of them alive, and
     the `command` kind keeps running other jobs (a single ghost is not a crash loop)."""
+    c = on_store
     runs = tmp_path / "runs"
-    job_id = corral.submit("sh", "-c", _escaping_job(tmp_path),
-                           opts=("--setenv", f"RUNS={runs}"))
-    corral.serve()
-    shim, attempt_dir = _shim_pid(corral, job_id)
+    job_id = c.submit("sh", "-c", _escaping_job(tmp_path), opts=("--setenv", f"RUNS={runs}"))
+    c.serve()
+    shim, attempt_dir = _shim_pid(c, job_id)
     eventually(lambda: len(_pids(tmp_path / "pids")) == 3,
                what="the job and its two escapees running")
     os.kill(shim, signal.SIGKILL)
-    assert corral.wait(job_id) == 0, corral.engine_log()[-3000:]
-    _no_overlap(corral, job_id, tmp_path, attempt_dir)
-    invariants(corral, runs)
+    assert c.wait(job_id) == 0, c.engine_log()[-3000:]
+    _no_overlap(c, job_id, tmp_path, attempt_dir)
+    invariants(c, runs)
 
 
 def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
@@ -161,21 +142,22 @@ def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
 
 
 def test_a_stopped_shim_cannot_keep_its_job_past_the_deadline(
-        corral: Corral, tmp_path: Path) -> None:
+        on_store: Corral, tmp_path: Path) -> None:
     """SIGSTOP the shim of a job with an 8 s deadline: the core notices the shim did not act
     after the deadline and its grace, kills it and the job's processes: TIMED_OUT."""
+    c = on_store
     runs, pids = tmp_path / "runs", tmp_path / "pids"
     script = RAN + f"echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; wait"
-    job_id = corral.submit("sh", "-c", script, opts=(
+    job_id = c.submit("sh", "-c", script, opts=(
         "--setenv", f"RUNS={runs}", "--timeout", "8", "--grace", "0.5",
         "--max-attempts", "1"))
-    corral.serve()
-    shim, attempt_dir = _shim_pid(corral, job_id)
+    c.serve()
+    shim, attempt_dir = _shim_pid(c, job_id)
     eventually(lambda: len(_pids(pids)) == 2, what="the job running")
     os.kill(shim, signal.SIGSTOP)
     try:
-        assert corral.wait(job_id, timeout=30) != 0
-        job = corral.job(job_id)
+        assert c.wait(job_id, timeout=30) != 0
+        job = c.job(job_id)
         assert job["state"] == "TIMED_OUT", job
         error = job["attempts"][0]["error"]
         assert "deadline reached" in error and "stopped (SIGSTOP)" in error
@@ -183,7 +165,7 @@ def test_a_stopped_shim_cannot_keep_its_job_past_the_deadline(
     finally:
         if alive(shim):
             os.kill(shim, signal.SIGCONT)
-    invariants(corral, runs)
+    invariants(c, runs)
 
 
 def test_a_stopped_shim_cannot_ignore_a_cancel(corral: Corral, tmp_path: Path) -> None:
@@ -209,9 +191,10 @@ def test_a_stopped_shim_cannot_ignore_a_cancel(corral: Corral, tmp_path: Path) -
 
 
 def test_latest_wins_starts_the_new_job_only_once_the_old_tree_is_gone(
-        corral: Corral, tmp_path: Path) -> None:
+        on_store: Corral, tmp_path: Path) -> None:
     """The replaced job takes its time to stop (a TERM trap, a child that ignores TERM): the
     new job on the same key starts only after the last of its processes is gone."""
+    c = on_store
     runs, log, pids = tmp_path / "runs", tmp_path / "log", tmp_path / "pids"
     old = (RAN + f"echo $$ >> {pids}; sh -c 'trap \"\" TERM; echo $$ >> {pids}; "
            f"exec sleep 300' & trap 'sleep 1; echo old-stopped >> {log}; exit 143' TERM; "
@@ -222,13 +205,13 @@ def test_latest_wins_starts_the_new_job_only_once_the_old_tree_is_gone(
     new = RAN + f"{alive_check}; echo new-started >> {log}"
     opts = ("--key", "deploy", "--dedup", "latest-wins", "--setenv", f"RUNS={runs}",
             "--grace", "2")
-    old_id = corral.submit("sh", "-c", old, opts=opts)
-    corral.serve()
+    old_id = c.submit("sh", "-c", old, opts=opts)
+    c.serve()
     eventually(lambda: len(_pids(pids)) == 2 and "old-started" in _lines(log),
                what="the old job running")
-    new_id = corral.submit("sh", "-c", new, opts=opts)
-    assert corral.wait(new_id) == 0
-    assert corral.job(old_id)["state"] == "CANCELLED"
+    new_id = c.submit("sh", "-c", new, opts=opts)
+    assert c.wait(new_id) == 0
+    assert c.job(old_id)["state"] == "CANCELLED"
     assert _lines(log) == ["old-started", "old-stopped", "new-started"], _lines(log)
     assert _live(_pids(pids)) == []
-    invariants(corral, runs)
+    invariants(c, runs)

@@ -381,6 +381,17 @@ def test_an_attempts_cgroup_is_removed_when_it_ends(start: Start) -> None:
         assert not Path(recorded.read_text()).exists()
 
 
+def test_the_shim_removes_its_cgroup_itself_when_nobody_waits(start: Start) -> None:
+    """An engine that died does not wait for its attempts: the shim leaves no empty cgroup."""
+    proc = start("sh", "-c", "sleep 0.2; exit 4")
+    recorded = proc.attempt_dir / "cgroup"
+    assert recorded.exists() == (process.cgroup_base() is not None)
+    eventually(lambda: (proc.attempt_dir / "result.json").exists(), what="the job ended")
+    if recorded.exists():
+        assert not Path(recorded.read_text()).exists(), "removed before the result was written"
+    assert wait(proc).exit_code == 4
+
+
 def test_a_stopped_shim_is_killed_with_its_job_once_its_deadline_and_grace_are_past(
         start: Start) -> None:
     proc = start("sh", "-c", "sleep 300 & exec sleep 300", grace_s=0.2,

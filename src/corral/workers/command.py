@@ -147,7 +147,9 @@ class ShimAttempt:
         self.proc.check(now)
 
     def survivors(self) -> list[int]:
-        return sorted({*self.proc.leftovers, *survivors(self.proc.attempt_dir)})
+        found = {*self.proc.leftovers, *survivors(self.proc.attempt_dir)}
+        found.discard(self.proc.pid)  # the shim itself, caught on its way out
+        return sorted(found)
 
 
 def survivors(attempt_dir: Path) -> list[int]:

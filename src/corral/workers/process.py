@@ -717,7 +717,12 @@ def _new_cgroup(attempt_dir: Path) -> Path | None:
     cgroup = base / name
     try:
         cgroup.mkdir(exist_ok=True)
-        (attempt_dir / CGROUP).write_text(str(cgroup))
+        fd = os.open(attempt_dir / CGROUP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
+                     0o600)
+        try:
+            os.write(fd, os.fsencode(str(cgroup)))
+        finally:
+            os.close(fd)
     except OSError:
         return None
     return cgroup

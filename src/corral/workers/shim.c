@@ -83,6 +83,27 @@ static void join_cgroup(const char *dir)
     close(fd);
 }
 
+/* Our job is over and its tree gone: step out of the attempt's cgroup DIR into its parent and
+ * remove it, so that no empty cgroup outlives an attempt nobody waits for (an engine that died).
+ * Best effort: the engine removes what is left. */
+static void leave_cgroup(const char *dir)
+{
+    char parent[4096];
+    if (snprintf(parent, sizeof parent, "%s", dir) >= (int)sizeof parent)
+        return;
+    char *slash = strrchr(parent, '/');
+    if (!slash || slash == parent)
+        return;
+    strcpy(slash, "/cgroup.procs");
+    int fd = open(parent, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t w = write(fd, "0", 1);
+    close(fd);
+    if (w == 1)
+        rmdir(dir); /* EBUSY if anything is still in it: the engine sweeps it */
+}
+
 static long long clock_ms(clockid_t id)
 {
     struct timespec ts;
@@ -696,6 +717,8 @@ int main(int argc, char **argv)
     }
     if (output_capped && reason == R_EXITED) /* it ended by itself, but not all of it was kept */
         reason = R_OUTPUT;
+    if (cgroup) /* before the result: whoever reads it finds the cgroup gone or in use */
+        leave_cgroup(cgroup);
     write_result(reason, started_at_ms, error[0] ? error : NULL);
     free(procs);
     free(killed);
