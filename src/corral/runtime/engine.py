@@ -357,6 +357,8 @@ class Engine:
             except StoreError as err:  # kept for the next look: the outage is ridden out
                 self._events[:0] = events
                 await anyio.sleep(self.health.failed("recording core events", err))
+                continue
+            self.health.answered("recording core events")
 
     async def _keep_core_state(self) -> None:
         """Fetch the core's state as soon as it changed, so a restarted core can resume it."""

@@ -214,6 +214,7 @@ class Dispatcher:
                     self._check_stops = True
                     await anyio.sleep(self.health.failed("dispatching", err))
                     continue
+                self.health.answered("dispatching")
                 if runnable:
                     continue
                 woken = False
@@ -232,9 +233,6 @@ class Dispatcher:
     async def _tick(self) -> bool:
         """One round; True when a full batch was dispatched and more may be waiting."""
         now = self.clock()
-        if self.health.degraded:  # is the outage over? A small write tells (reads may work)
-            await self.store.heartbeat_engine(self.opts.engine_id, now=now)
-            self.health.answered()
         if self._retry_due is not None and now >= self._retry_due:
             await self.store.promote_retries(now=now, aging_s=self.settings.scheduler.aging_s)
             self._retry_due = await self.store.next_retry_at()
@@ -652,7 +650,7 @@ class Dispatcher:
                 except StoreError as err:
                     await anyio.sleep(self.health.failed("writing attempt states", err))
                     continue
-                self.health.answered()
+                self.health.answered("writing attempt states")
                 break
         except Exception as err:  # not the store being away: every waiter sees the error
             log.error("store write failed: %s", err)
