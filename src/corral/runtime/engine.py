@@ -304,11 +304,11 @@ class Engine:
         a core again: the supervisor starts one with a fresh restart budget, and the answer says
         whether it is up (tests/acceptance/test_supervisor.py)."""
         eid, now = str(escalation["id"]), time.time()
-        await self.store.append_core_events([{
+        await self._append_core_event({
             "at": now, "kind": "escalation", "scope": "global", "name": "core",
             "state": "cleared", "severity": "info", "reason": "cleared",
             "message": f"escalation {eid} ({escalation['reason']}) cleared by operator",
-            "data": {"id": eid, "was": escalation["reason"]}}])
+            "data": {"id": eid, "was": escalation["reason"]}})
         answer: dict[str, Any] = {"ok": True, "result": eid}
         sup = self.supervisor
         if escalation["reason"] != "core_crash_loop" or sup is None or self._tg is None:
@@ -330,10 +330,17 @@ class Engine:
         self.escalations[eid] = {"id": eid, "scope": "global", "target": "core",
                                  "reason": reason, "severity": "fatal", "message": message,
                                  "opened_at": now, "data": {}, "action": "safe_stop_finish"}
-        await self.store.append_core_events([{
+        await self._append_core_event({
             "at": now, "kind": "escalation", "scope": "global", "name": "core",
             "state": "open", "severity": "fatal", "reason": reason, "message": message,
-            "data": {"id": eid}}])
+            "data": {"id": eid}})
+
+    async def _append_core_event(self, event: dict[str, Any]) -> None:
+        """Written now; during a store outage kept for `_record_core_events` to write."""
+        try:
+            await self.store.append_core_events([event])
+        except StoreError:
+            self._events.append(event)
 
     def _on_core_event(self, msg: dict[str, Any]) -> None:
         event = msg.get("event") or {}
