@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from corral.core.ports import Finish
-from corral.domain.errors import StoreError
+from corral.domain.errors import StoreBroken, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Claimed, Job, JobSpec, Permit
 from corral.domain.states import AttemptState, JobState
@@ -69,6 +69,12 @@ def test_backoff_grows_to_its_cap_and_the_outage_ends_on_an_answer() -> None:
     assert health.degraded, "x still fails: the outage goes on"
     health.answered("x")
     assert health.snapshot()["degraded"] is False and health.outages == 1
+
+
+def test_a_damaged_store_is_not_waited_for() -> None:
+    health = StoreHealth()
+    with pytest.raises(StoreBroken):
+        health.failed("x", StoreBroken("SQLite database /x is damaged"))
 
 
 async def _in_flight(store: MemoryStore, svc_job: Job, engine: str, *, deadline_at: float,

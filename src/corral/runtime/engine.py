@@ -244,11 +244,11 @@ class Engine:
             await self.store.open()
             try:
                 await self._run(drain, on_ready)
-            except BaseExceptionGroup as group:  # a task's own error, as itself (one line)
-                fenced, _ = group.split(EngineFenced)
-                if fenced is None:
+            except BaseExceptionGroup as group:  # a task's own error, as itself (one line):
+                ours, _ = group.split(CorralError)  # fenced by a peer, a damaged store
+                if ours is None:
                     raise
-                raise _first_leaf(fenced) from None
+                raise _first_leaf(ours) from None
             finally:
                 await self.store.close()
         finally:

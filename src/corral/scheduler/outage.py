@@ -47,7 +47,11 @@ class StoreHealth:
         return self.since is not None
 
     def failed(self, what: str, err: BaseException) -> float:
-        """One failed store call; returns how long to wait before the next try."""
+        """One failed store call; returns how long to wait before the next try. An error that
+        waiting cannot mend (a damaged database) is raised again: the engine stops on it."""
+        if isinstance(err, StoreError) and not err.recoverable:
+            log.error("store unusable (%s: %s): stopping", what, err)
+            raise err
         self.error = str(err)
         self.failures += 1
         tries = self._failing[what] = self._failing.get(what, 0) + 1
