@@ -12,8 +12,8 @@ import pytest
 from corral.core.ports import Finish
 from corral.domain.errors import StoreBroken, StoreError
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt, Claimed, Job, JobSpec, Permit
-from corral.domain.states import AttemptState, JobState
+from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobSpec, Permit
+from corral.domain.states import AttemptState, JobState, Outcome
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
 from corral.store.memory import MemoryStore
@@ -128,5 +128,30 @@ def test_a_peer_takes_over_only_what_no_live_engine_looks_after(tmp_path: Path) 
         assert fenced == {"dead", "far-late", "before-me"}
         assert not await store.heartbeat_engine("dead", now=now)
         assert await store.heartbeat_engine("alive", now=now)
+
+    anyio.run(main)
+
+
+def test_an_attempt_taken_over_from_another_host_is_lost_saying_why() -> None:
+    async def main() -> None:
+        rig = Rig()
+        store = rig.store
+        now = 2000.0
+        await store.register_engine("far", pid=1, host="other", now=now - 60)
+        job = (await rig.svc.submit(JobSpec(command=("x",)))).job
+        attempt = await _in_flight(store, job, "far", deadline_at=now - 30, attempt_dir="/far/a")
+        rig.worker.adoptable[attempt.id] = AttemptResult(
+            outcome=Outcome.LOST, error="engine stopped before the process started")
+        rig.d = Dispatcher(store=store, core=rig.link, settings=SETTINGS, clock=lambda: now,
+                           jitter=lambda: 0.0,
+                           options=DispatchOptions(engine_id="me", attempts_root=Path("/mine"),
+                                                   shared=True, host="h"))
+        await store.register_engine("me", pid=2, host="h", now=now)
+        await rig.drain()
+        first, second = await store.attempts(job.id)
+        assert first.state is AttemptState.LOST and first.engine_id == "me"
+        assert first.error is not None and "on other stopped heart-beating" in first.error
+        assert second.state is AttemptState.SUCCEEDED
+        assert (await store.get_job(job.id)).state is JobState.SUCCEEDED
 
     anyio.run(main)

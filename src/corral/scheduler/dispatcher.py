@@ -54,6 +54,7 @@ class _Live:
     started: bool = False  # the core reported the process running
     stop_sent: str | None = None
     limit_hit: str | None = None  # a runtime limit the governor stopped the attempt for
+    lost_why: str | None = None  # taken over from another host: why it is LOST if it is
 
 
 class Verdict(Protocol):
@@ -486,6 +487,8 @@ class Dispatcher:
         limit_hit = live.limit_hit if live else None
         if limit_hit:
             result = replace(result, limit_hit=limit_hit)
+        if live is not None and live.lost_why and result.outcome is Outcome.LOST:
+            result = replace(result, error=live.lost_why)
         if stop_kind is None and result.outcome is Outcome.CANCELLED:
             # The shim was told to stop by somebody else (an operator's kill, a previous engine
             # that died mid-cancel): trust the persisted request.
@@ -555,7 +558,9 @@ class Dispatcher:
                 continue  # a peer took it first
             mine = replace(attempt, engine_id=me)
             c = Claimed(job=job, attempt=mine, permit=_adopted_permit(job, mine))
-            self._live[job.id] = _Live(claimed=c)
+            owner = engines.get(attempt.engine_id)
+            far = self.opts.shared and (owner is None or owner.host != self.opts.host)
+            self._live[job.id] = _Live(claimed=c, lost_why=why if far else None)
             self._tg.start_soon(self._supervise, c, True)
             events.append(JobEvent(job_id=job.id, at=now, kind="recovered",
                                    attempt=attempt.index, message=why,
