@@ -7,11 +7,16 @@ the engine fail; the engine keeps its attempts running, keeps answering, says it
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from corral.runtime.control import poke
+from corral.workers.proctab import alive
 from tests.acceptance.conftest import Corral
 from tests.acceptance.faults import check_invariants, runs_of, tracked
 from tests.helpers import eventually
@@ -70,6 +75,72 @@ def test_a_sqlite_lock_held_past_the_busy_timeout_is_ridden_out(tmp_path: Path) 
         assert log.count("store unavailable") == 1, "one line per outage"
         assert "store answers again" in log
         assert c.json("status")["store"]["degraded"] is False
+        assert all(len(c.job(i)["attempts"]) == 1 for i in ids), "nothing ran twice"
+        check_invariants(c, runs)
+    finally:
+        c.stop_all()
+
+
+def _fill(path: Path) -> None:
+    """Write `path` until the file system is full (ENOSPC)."""
+    chunk = b"\0" * 65536
+    with path.open("wb", buffering=0) as f:
+        while True:
+            try:
+                f.write(chunk)
+            except OSError as err:
+                assert err.errno == errno.ENOSPC, err
+                break
+    with path.open("ab", buffering=0) as f:  # and the last few bytes
+        while True:
+            try:
+                f.write(b"\0" * 512)
+            except OSError:
+                return
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs, unmounted afterwards (the tests run as root, like the rest of the
+    acceptance suite's process control)."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"a full disk is simulated on a tmpfs mount: {done.stderr}"
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_under_the_store_is_ridden_out(tmp_path: Path, small_disk: Path) -> None:
+    db = small_disk / "corral.db"
+    c = Corral(tmp_path / "c", CONFIG.replace(
+        "store: {sqlite_busy_timeout_ms: 200}", f"store: {{url: 'sqlite://{db}'}}"))
+    runs, gate, filler = tmp_path / "runs", tmp_path / "gate", small_disk / "filler"
+    try:
+        engine = c.serve()
+        ids = [c.submit(*tracked(runs, f"while [ ! -e {gate} ]; do sleep 0.05; done"))
+               for _ in range(3)]
+        for i in ids:
+            assert c.wait(i, until="running") == 0
+        _fill(filler)
+        # The heart-beat's write fails within one beat; the attempts go on.
+        eventually(lambda: "store unavailable" in c.engine_log(), timeout=30,
+                   what="the outage logged")
+        assert engine.poll() is None, c.engine_log()
+        status = c.json("status")
+        assert status["store"]["degraded"] is True and "disk full" in status["store"]["error"]
+        assert all(alive(pid) for _, _, pid in runs_of(runs)), "the attempts keep running"
+        filler.unlink()
+        gate.touch()
+        for i in ids:
+            assert c.wait(i) == 0, c.engine_log()
+        eventually(lambda: c.json("status")["store"]["degraded"] is False,
+                   what="the outage over")
+        log = c.engine_log()
+        assert log.count("store unavailable") == 1 and "store answers again" in log
         assert all(len(c.job(i)["attempts"]) == 1 for i in ids), "nothing ran twice"
         check_invariants(c, runs)
     finally:

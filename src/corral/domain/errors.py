@@ -53,9 +53,19 @@ class Backpressure(CorralError):
 
 
 class StoreError(CorralError):
-    """The store cannot be reached or used (unreachable database, locked file, full disk)."""
+    """The store cannot be reached or used (unreachable database, locked file, full disk).
+
+    A running engine rides such an outage out, unless it is not `recoverable`."""
 
     exit_code = 3
+    recoverable = True
+
+
+class StoreBroken(StoreError):
+    """The store answers but cannot be used as it is (a damaged database file): waiting does
+    not help, an operator must act."""
+
+    recoverable = False
 
 
 class StaleState(CorralError):

@@ -276,11 +276,11 @@ class Engine:
                     log.error("%s", warning)
                 await self._run(drain, on_ready)
                 await self.checkpointer.flush()
-            except BaseExceptionGroup as group:  # a task's own error, as itself (one line)
-                fenced, _ = group.split(EngineFenced)
-                if fenced is None:
+            except BaseExceptionGroup as group:  # a task's own error, as itself (one line):
+                ours, _ = group.split(CorralError)  # fenced by a peer, a damaged store
+                if ours is None:
                     raise
-                raise _first_leaf(fenced) from None
+                raise _first_leaf(ours) from None
             finally:
                 await self.store.close()
         finally:
@@ -340,11 +340,11 @@ class Engine:
         a core again: the supervisor starts one with a fresh restart budget, and the answer says
         whether it is up (tests/acceptance/test_supervisor.py)."""
         eid, now = str(escalation["id"]), time.time()
-        await self.store.append_core_events([{
+        await self._append_core_event({
             "at": now, "kind": "escalation", "scope": "global", "name": "core",
             "state": "cleared", "severity": "info", "reason": "cleared",
             "message": f"escalation {eid} ({escalation['reason']}) cleared by operator",
-            "data": {"id": eid, "was": escalation["reason"]}}])
+            "data": {"id": eid, "was": escalation["reason"]}})
         answer: dict[str, Any] = {"ok": True, "result": eid}
         sup = self.supervisor
         if escalation["reason"] != "core_crash_loop" or sup is None or self._tg is None:
@@ -366,10 +366,17 @@ class Engine:
         self.escalations[eid] = {"id": eid, "scope": "global", "target": "core",
                                  "reason": reason, "severity": "fatal", "message": message,
                                  "opened_at": now, "data": {}, "action": "safe_stop_finish"}
-        await self.store.append_core_events([{
+        await self._append_core_event({
             "at": now, "kind": "escalation", "scope": "global", "name": "core",
             "state": "open", "severity": "fatal", "reason": reason, "message": message,
-            "data": {"id": eid}}])
+            "data": {"id": eid}})
+
+    async def _append_core_event(self, event: dict[str, Any]) -> None:
+        """Written now; during a store outage kept for `_record_core_events` to write."""
+        try:
+            await self.store.append_core_events([event])
+        except StoreError:
+            self._events.append(event)
 
     def _on_core_event(self, msg: dict[str, Any]) -> None:
         event = msg.get("event") or {}
@@ -393,6 +400,8 @@ class Engine:
             except StoreError as err:  # kept for the next look: the outage is ridden out
                 self._events[:0] = events
                 await anyio.sleep(self.health.failed("recording core events", err))
+                continue
+            self.health.answered("recording core events")
 
     async def _keep_core_state(self) -> None:
         """Fetch the core's state as soon as it changed, so a restarted core can resume it."""

@@ -34,7 +34,7 @@ from anyio.abc import SocketAttribute, SocketStream
 from corral.core.ports import Store
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
 from corral.domain.bounds import loads_bounded
-from corral.domain.errors import WorkerError
+from corral.domain.errors import StoreError, WorkerError
 from corral.domain.governance import Approval, ApprovalState
 from corral.domain.ids import new_id
 from corral.domain.models import AttemptResult, Claimed, Job
@@ -403,8 +403,13 @@ class Governor:
                         ("token_budget_out", m.tokens_out, limits.token_budget_out)):
                     if spent > budget:
                         await self.stop(m.claimed.job.id, limit, 0.0)
-                if m.cost_usd and self.overrun is not None and await self.overrun(
-                        m.claimed.job, m.cost_usd, self.clock()):
+                try:
+                    over = m.cost_usd and self.overrun is not None and await self.overrun(
+                        m.claimed.job, m.cost_usd, self.clock())
+                except StoreError as err:  # a store outage: the next look asks again
+                    log.warning("budget check of %s: %s", m.claimed.job.id, err)
+                    continue
+                if over:
                     await self.stop(m.claimed.job.id, BUDGET_CEILING_LIMIT, 0.0)
 
     async def started(self, claimed: Claimed) -> None:

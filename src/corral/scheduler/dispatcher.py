@@ -54,6 +54,7 @@ class _Live:
     started: bool = False  # the core reported the process running
     stop_sent: str | None = None
     limit_hit: str | None = None  # a runtime limit the governor stopped the attempt for
+    lost_why: str | None = None  # taken over from another host: why it is LOST if it is
 
 
 class Verdict(Protocol):
@@ -214,6 +215,7 @@ class Dispatcher:
                     self._check_stops = True
                     await anyio.sleep(self.health.failed("dispatching", err))
                     continue
+                self.health.answered("dispatching")
                 if runnable:
                     continue
                 woken = False
@@ -232,9 +234,6 @@ class Dispatcher:
     async def _tick(self) -> bool:
         """One round; True when a full batch was dispatched and more may be waiting."""
         now = self.clock()
-        if self.health.degraded:  # is the outage over? A small write tells (reads may work)
-            await self.store.heartbeat_engine(self.opts.engine_id, now=now)
-            self.health.answered()
         if self._retry_due is not None and now >= self._retry_due:
             await self.store.promote_retries(now=now, aging_s=self.settings.scheduler.aging_s)
             self._retry_due = await self.store.next_retry_at()
@@ -495,6 +494,8 @@ class Dispatcher:
         limit_hit = live.limit_hit if live else None
         if limit_hit:
             result = replace(result, limit_hit=limit_hit)
+        if live is not None and live.lost_why and result.outcome is Outcome.LOST:
+            result = replace(result, error=live.lost_why)
         if stop_kind is None and result.outcome is Outcome.CANCELLED:
             # The shim was told to stop by somebody else (an operator's kill, a previous engine
             # that died mid-cancel): trust the persisted request.
@@ -564,7 +565,9 @@ class Dispatcher:
                 continue  # a peer took it first
             mine = replace(attempt, engine_id=me)
             c = Claimed(job=job, attempt=mine, permit=_adopted_permit(job, mine))
-            self._live[job.id] = _Live(claimed=c)
+            owner = engines.get(attempt.engine_id)
+            far = self.opts.shared and (owner is None or owner.host != self.opts.host)
+            self._live[job.id] = _Live(claimed=c, lost_why=why if far else None)
             self._tg.start_soon(self._supervise, c, True)
             events.append(JobEvent(job_id=job.id, at=now, kind="recovered",
                                    attempt=attempt.index, message=why,
@@ -659,7 +662,7 @@ class Dispatcher:
                 except StoreError as err:
                     await anyio.sleep(self.health.failed("writing attempt states", err))
                     continue
-                self.health.answered()
+                self.health.answered("writing attempt states")
                 break
         except Exception as err:  # not the store being away: every waiter sees the error
             log.error("store write failed: %s", err)

@@ -28,7 +28,9 @@ BACKOFF_CAP_S = 5.0
 
 
 class StoreHealth:
-    """Whether the store answers; one outage is logged once, and so is its end."""
+    """Whether the store answers. An outage lasts while any caller's store call keeps failing
+    (one kind of write may fail while a small one still passes: that is not the end of it); it
+    is logged once when it begins and once when it ends."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time,
                  jitter: Callable[[], float] = random.random) -> None:
@@ -38,26 +40,32 @@ class StoreHealth:
         self.error = ""
         self.failures = 0  # failed tries in the current outage
         self.outages = 0  # outages since the engine started
+        self._failing: dict[str, int] = {}  # what keeps failing → its failed tries in a row
 
     @property
     def degraded(self) -> bool:
         return self.since is not None
 
     def failed(self, what: str, err: BaseException) -> float:
-        """One failed store call; returns how long to wait before the next try."""
+        """One failed store call; returns how long to wait before the next try. An error that
+        waiting cannot mend (a damaged database) is raised again: the engine stops on it."""
+        if isinstance(err, StoreError) and not err.recoverable:
+            log.error("store unusable (%s: %s): stopping", what, err)
+            raise err
         self.error = str(err)
         self.failures += 1
+        tries = self._failing[what] = self._failing.get(what, 0) + 1
         if self.since is None:
             self.since = self.clock()
             self.outages += 1
             log.error("store unavailable (%s: %s): running attempts keep running; writes are "
                       "retried until it answers", what, err)
-        delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * float(2 ** min(self.failures - 1, 10)))
+        delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * float(2 ** min(tries - 1, 10)))
         return delay * (0.5 + self.jitter() / 2)
 
-    def answered(self) -> None:
-        """A store call succeeded: an outage in progress is over."""
-        if self.since is None:
+    def answered(self, what: str) -> None:
+        """The store call `what` succeeded: the outage ends once nothing fails any more."""
+        if self._failing.pop(what, None) is None or self._failing or self.since is None:
             return
         log.warning("store answers again after %.1f s and %d failed tries: writes resumed",
                     self.clock() - self.since, self.failures)
@@ -77,5 +85,5 @@ class StoreHealth:
             except StoreError as err:
                 await anyio.sleep(self.failed(what, err))
                 continue
-            self.answered()
+            self.answered(what)
             return result

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from corral.domain.errors import StoreError
+from corral.domain.errors import StoreBroken, StoreError
 from corral.store.migrate import migrate
 from corral.store.sql import Row, SqlStore
 
@@ -22,6 +22,8 @@ def _explain(path: str, err: sqlite3.Error) -> StoreError:
         return StoreError(f"SQLite database {path} is locked by another process ({err})")
     if "full" in text:
         return StoreError(f"disk full: cannot write SQLite database {path}")
+    if "malformed" in text or "not a database" in text:
+        return StoreBroken(f"SQLite database {path} is damaged ({err}): restore it from a backup")
     if "unable to open" in text or "readonly" in text:
         return StoreError(f"cannot open SQLite database {path}: {err}")
     return StoreError(f"SQLite error on {path}: {err}")
