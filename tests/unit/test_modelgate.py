@@ -393,3 +393,59 @@ workers:
     path.write_text("workers:\n  codex:\n    gateway: {upstream: ftp://x}\n")
     with pytest.raises(ConfigError, match=r"workers\.codex\.gateway\.upstream: .*http\(s\) URL"):
         load(data_dir=tmp_path / "d", config_path=path)
+
+
+class KeepAlive(BaseHTTPRequestHandler):
+    """A provider on HTTP/1.1 keep-alive; `stale` closes each connection after its answer
+    without saying so (an idle connection the provider dropped)."""
+
+    protocol_version = "HTTP/1.1"
+    stale = False
+    connections: set[int] = set()
+    requests = 0
+
+    def do_POST(self) -> None:
+        type(self).connections.add(id(self.connection))
+        type(self).requests += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b'{"usage": {"input_tokens": 3, "output_tokens": 4}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        if self.stale:
+            self.close_connection = True
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stale", [False, True])
+async def test_upstream_connections_are_kept_and_a_dropped_one_is_replaced(
+        tmp_path: Path, stale: bool) -> None:
+    handler = type("H", (KeepAlive,), {"stale": stale, "connections": set(), "requests": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        async with gateway(tmp_path, f"http://127.0.0.1:{server.server_address[1]}",
+                           api=ANTHROPIC) as w:
+            w.add("j1")
+            url = read_endpoint(tmp_path).url
+            for i in range(3):
+                status, raw = await in_thread(lambda i=i: post(
+                    url, {"model": "claude-sonnet-4-5", "messages": [str(i)]}, w.token("j1"),
+                    path="/v1/messages", api=ANTHROPIC))
+                assert status == 200, raw
+            assert handler.requests == 3  # never sent twice
+            pool = w.gw.pool
+            if stale:  # each kept connection was found closed, and the call went on a new one
+                assert (pool.opened, pool.reused) == (3, 2)
+            else:
+                assert (pool.opened, pool.reused) == (1, 2)
+            usage = w.gw.usage("j1", 1)
+            assert usage is not None and usage.totals()[:2] == (9, 12)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -62,6 +62,8 @@ MAX_BODY = 64 << 20
 COST_CHECK_S = 1.0  # how often a running call's cost is held against the budget ceiling
 CONNECT_TIMEOUT_S = 30.0
 HEAD_TIMEOUT_S = 300.0  # from the request sent to the answer's status line
+POOL_PER_HOST = 8  # idle upstream connections kept per provider
+IDLE_S = 30.0  # how long one is kept unused
 HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
                  "trailer", "upgrade", "content-length", "host", "accept-encoding",
                  "authorization", "x-api-key", "proxy-authorization"})
@@ -171,6 +173,7 @@ class ModelGateway:
         self._flights: dict[tuple[str, ...], Flight] = {}
         self._tg: TaskGroup | None = None
         self.breakers = ModelBreakers(settings.breakers)
+        self.pool = Pool()
 
     def wanted(self) -> bool:
         return any(w.gateway is not None for w in self.settings.workers.values())
@@ -191,6 +194,7 @@ class ModelGateway:
         finally:
             withdraw(self.data_dir)
             await listener.aclose()
+            await self.pool.close_all()
 
     def usage(self, job_id: str, index: int) -> Usage | None:
         return self._usage.get((job_id, index))
@@ -376,50 +380,69 @@ class ModelGateway:
         tls = up.scheme == "https"
         host = up.hostname or "127.0.0.1"
         port = up.port or (443 if tls else 80)
-        with anyio.fail_after(CONNECT_TIMEOUT_S):
-            stream: ByteStream
-            if tls:
-                stream = await anyio.connect_tcp(host, port, tls=True,
-                                                 tls_standard_compatible=False)
+        where = (host, port, tls)
+        data = _upstream_request(req, up.path.rstrip("/"), up.netloc, flight.meter.api,
+                                 gateway_key(spec, self.environ))
+        while True:
+            conn, reused = await self.pool.take(where)
+            try:
+                await conn.stream.send(data)
+                with anyio.fail_after(HEAD_TIMEOUT_S):  # no answer: the provider's failure
+                    status, headers = await read_head(conn.reader)
+                break
+            except (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
+                    anyio.ClosedResourceError):
+                await _close(conn)
+                if not reused:
+                    raise
+                # a kept connection the provider had closed meanwhile: again on a new one
+        reusable = False
+        try:
+            reusable = await self._relay_body(flight, conn.reader, status, headers)
+        finally:
+            if reusable:
+                await self.pool.give(where, conn)
             else:
-                stream = await anyio.connect_tcp(host, port)
-        async with stream:
-            await stream.send(_upstream_request(req, up.path.rstrip("/"), up.netloc,
-                                                flight.meter.api, gateway_key(spec, self.environ)))
-            reader = BufferedByteReceiveStream(stream)
-            with anyio.fail_after(HEAD_TIMEOUT_S):  # no answer at all: the provider's failure
-                status, headers = await read_head(reader)
-            flight.status, flight.headers = status, headers
-            ctype = next((v for k, v in headers if k.lower() == "content-type"), "")
-            flight.meter.sse = "text/event-stream" in ctype
-            flight.notify()
-            checked = self.clock()
-            pending = b""
-            async for chunk in read_body(reader, headers):
-                flight.meter.feed(chunk)
-                if flight.meter.sse:  # callers get whole events: a cut never splits one
-                    chunk, pending = _whole_events(pending + chunk)
-                if chunk:
-                    flight.chunks.append(chunk)
-                    flight.notify()
-                if status >= 400:
-                    continue
-                now = self.clock()
-                cost_too = now - checked >= COST_CHECK_S
-                checked = now if cost_too else checked
-                usage = flight.payer
-                job = self._job(usage)
-                if job is None:
-                    continue
-                if (limit := await self._over(usage, job, cost_too=cost_too)) is not None:
-                    usage.refused += 1
-                    message = _why(limit, usage, job)
-                    flight.chunks.append(refusal(flight.meter.api, message,
-                                                 streaming=flight.meter.sse)[1])
-                    await self._limit(usage, limit)
-                    return  # the rest of the answer is not read: the call is cut
-            if pending:
-                flight.chunks.append(pending)
+                await _close(conn)
+
+    async def _relay_body(self, flight: Flight, reader: BufferedByteReceiveStream, status: int,
+                          headers: list[tuple[str, str]]) -> bool:
+        """Read the answer into the flight as it comes, metered and held to the budgets; True
+        when it was read whole and its connection may serve another call."""
+        flight.status, flight.headers = status, headers
+        ctype = next((v for k, v in headers if k.lower() == "content-type"), "")
+        flight.meter.sse = "text/event-stream" in ctype
+        flight.notify()
+        checked = self.clock()
+        pending = b""
+        if status in (204, 304) or status < 200:  # no body, whatever the headers say
+            return _keep_alive(headers)
+        async for chunk in read_body(reader, headers):
+            flight.meter.feed(chunk)
+            if flight.meter.sse:  # callers get whole events: a cut never splits one
+                chunk, pending = _whole_events(pending + chunk)
+            if chunk:
+                flight.chunks.append(chunk)
+                flight.notify()
+            if status >= 400:
+                continue
+            now = self.clock()
+            cost_too = now - checked >= COST_CHECK_S
+            checked = now if cost_too else checked
+            usage = flight.payer
+            job = self._job(usage)
+            if job is None:
+                continue
+            if (limit := await self._over(usage, job, cost_too=cost_too)) is not None:
+                usage.refused += 1
+                message = _why(limit, usage, job)
+                flight.chunks.append(refusal(flight.meter.api, message,
+                                             streaming=flight.meter.sse)[1])
+                await self._limit(usage, limit)
+                return False  # the rest of the answer is not read: the call is cut
+        if pending:
+            flight.chunks.append(pending)
+        return _keep_alive(headers)
 
     def _job(self, usage: Usage) -> Job | None:
         claimed = self.live(usage.job_id)
@@ -470,6 +493,70 @@ class ModelGateway:
             flight.scope.cancel()
             if flight.key and self._flights.get(flight.key) is flight:
                 del self._flights[flight.key]
+
+
+@dataclass(slots=True)
+class Conn:
+    stream: ByteStream
+    reader: BufferedByteReceiveStream
+    idle_since: float = 0.0
+
+
+class Pool:
+    """Upstream connections kept open between calls (HTTP/1.1 keep-alive; a TLS handshake per
+    call would cost a provider's round trips each time), a few per provider, for `IDLE_S`."""
+
+    def __init__(self, per_host: int = POOL_PER_HOST, idle_s: float = IDLE_S) -> None:
+        self.per_host = per_host
+        self.idle_s = idle_s
+        self.opened = 0
+        self.reused = 0
+        self._idle: dict[tuple[str, int, bool], list[Conn]] = {}
+
+    async def take(self, where: tuple[str, int, bool]) -> tuple[Conn, bool]:
+        """A connection to `where` and whether it served a call before."""
+        kept = self._idle.get(where) or []
+        while kept:
+            conn = kept.pop()
+            if time.monotonic() - conn.idle_since < self.idle_s:
+                self.reused += 1
+                return conn, True
+            await _close(conn)
+        host, port, tls = where
+        with anyio.fail_after(CONNECT_TIMEOUT_S):
+            stream: ByteStream
+            if tls:
+                stream = await anyio.connect_tcp(host, port, tls=True,
+                                                 tls_standard_compatible=False)
+            else:
+                stream = await anyio.connect_tcp(host, port)
+        self.opened += 1
+        return Conn(stream, BufferedByteReceiveStream(stream)), False
+
+    async def close_all(self) -> None:
+        for kept in self._idle.values():
+            while kept:
+                await _close(kept.pop())
+
+    async def give(self, where: tuple[str, int, bool], conn: Conn) -> None:
+        kept = self._idle.setdefault(where, [])
+        if len(kept) >= self.per_host or conn.reader.buffer:
+            await _close(conn)  # more than we keep, or bytes past the answer: not reused
+            return
+        conn.idle_since = time.monotonic()
+        kept.append(conn)
+
+
+async def _close(conn: Conn) -> None:
+    with anyio.CancelScope(shield=True):
+        await anyio.aclose_forcefully(conn.stream)
+
+
+def _keep_alive(headers: list[tuple[str, str]]) -> bool:
+    """Whether an answer read whole leaves its connection usable: framed, and not closed."""
+    h = {k.lower(): v.lower() for k, v in headers}
+    framed = "content-length" in h or "chunked" in h.get("transfer-encoding", "")
+    return framed and "close" not in h.get("connection", "")
 
 
 def idempotency_key(api: str, model: str | None, body: Mapping[str, Any]) -> str:
@@ -592,8 +679,7 @@ def _upstream_request(req: Request, prefix: str, netloc: str, api: str,
     lines += [f"{k}: {v}" for k, v in req.headers if k.lower() not in HOP]
     if key:
         lines.append(f"x-api-key: {key}" if api == ANTHROPIC else f"Authorization: Bearer {key}")
-    lines += [f"Content-Length: {len(req.body)}", "Accept-Encoding: identity",
-              "Connection: close"]
+    lines += [f"Content-Length: {len(req.body)}", "Accept-Encoding: identity"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + req.body
 
 
