@@ -16,7 +16,8 @@ each request the gateway
   `LINGER_S`, and the retry that comes meanwhile gets its answer instead of paying again.
 
 The figures per attempt (requests, upstream calls, coalesced, refused; tokens and cost) feed the
-governor's live view and the attempt's trace. One request per connection (`Connection: close`).
+governor's live view and the attempt's trace. One request per connection with the CLI
+(`Connection: close`); upstream connections are kept open between calls (`Pool`).
 """
 
 from __future__ import annotations
