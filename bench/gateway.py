@@ -66,7 +66,8 @@ def serve_gateway(upstreams: dict[str, str], data_dir: str) -> None:
                                 gateway=GatewaySpec(upstream=url, key_env="K"))
                for name, url in upstreams.items()}
     big = Limits(max_tool_calls=10**9, token_budget_in=10**15, token_budget_out=10**15)
-    live = {name: SimpleNamespace(job=SimpleNamespace(id=name, worker=name, limits=big),
+    live = {name: SimpleNamespace(job=SimpleNamespace(id=name, worker=name, role="bench",
+                                                      limits=big),
                                   attempt=SimpleNamespace(index=1),
                                   permit=SimpleNamespace(id=f"permit-{name}"))
             for name in upstreams}

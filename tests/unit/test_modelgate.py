@@ -449,3 +449,29 @@ async def test_upstream_connections_are_kept_and_a_dropped_one_is_replaced(
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.anyio
+async def test_a_garbled_upstream_answer_is_a_502_and_the_gateway_keeps_serving(
+        tmp_path: Path) -> None:
+    class Garbled(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\nzz\r\n")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Garbled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        async with gateway(tmp_path, f"http://127.0.0.1:{server.server_address[1]}") as w:
+            w.add("j1")
+            url = read_endpoint(tmp_path).url
+            for _ in range(2):  # the second call finds the gateway still serving
+                status, raw = await in_thread(lambda: post(url, turn_body(), w.token("j1")))
+                assert status == 200 and b"did not answer" in raw
+    finally:
+        server.shutdown()
+        server.server_close()

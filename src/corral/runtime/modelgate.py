@@ -211,15 +211,22 @@ class ModelGateway:
             reader = BufferedByteReceiveStream(client)
             try:
                 req = await read_request(reader)
-            except (BadRequest, anyio.EndOfStream, anyio.IncompleteRead,
+            except (BadRequest, ValueError, anyio.EndOfStream, anyio.IncompleteRead,
                     anyio.DelimiterNotFound, anyio.BrokenResourceError) as err:
                 with contextlib.suppress(OSError, anyio.BrokenResourceError):
                     await _send_error(client, 400, OPENAI, f"Corral gateway: bad request ({err})")
                 return
             api = api_of(req.target) or (ANTHROPIC if req.header("x-api-key") else OPENAI)
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
-                                     OSError):  # the CLI went away
+            try:
                 await self._handle(client, req, api)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass  # the CLI went away
+            except Exception as err:  # a bug here must not take the engine down
+                log.exception("model gateway: %s %s failed", req.method, req.target)
+                with contextlib.suppress(OSError, anyio.BrokenResourceError,
+                                         anyio.ClosedResourceError):
+                    await _send_error(client, 500, api, f"Corral gateway: internal error "
+                                                        f"({type(err).__name__})")
 
     def _attempt(self, req: Request) -> tuple[Claimed, WorkerSpec] | str:
         """The live attempt a request's token names, or why it is refused."""
@@ -352,8 +359,11 @@ class ModelGateway:
         with flight.scope:
             try:
                 await self._call(flight, spec, req)
-            except (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound,
-                    anyio.BrokenResourceError, BadRequest, TimeoutError) as err:
+            except Exception as err:  # no answer, a garbled one, or a bug: never the engine's end
+                if not isinstance(err, (OSError, anyio.EndOfStream, anyio.IncompleteRead,
+                                        anyio.DelimiterNotFound, anyio.BrokenResourceError,
+                                        BadRequest, TimeoutError)):
+                    log.exception("model gateway: the upstream call failed")
                 message = f"Corral gateway: the provider did not answer ({err or type(err)})"
                 if flight.status is None:
                     flight.status, flight.headers = 502, [("content-type", "application/json")]
@@ -646,8 +656,7 @@ async def read_body(reader: BufferedByteReceiveStream, headers: list[tuple[str, 
     if "chunked" in h.get("transfer-encoding", "").lower():
         total = 0
         while True:
-            size_line = await reader.receive_until(b"\r\n", 1024)
-            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            size = _chunk_size(await reader.receive_until(b"\r\n", 1024))
             if size == 0:
                 with contextlib.suppress(anyio.EndOfStream, anyio.IncompleteRead):
                     while await reader.receive_until(b"\r\n", MAX_HEAD):
@@ -672,6 +681,13 @@ async def read_body(reader: BufferedByteReceiveStream, headers: list[tuple[str, 
                 yield await reader.receive(65536)
             except (anyio.EndOfStream, anyio.BrokenResourceError):
                 return
+
+
+def _chunk_size(line: bytes) -> int:
+    try:
+        return int(line.split(b";")[0].strip() or b"0", 16)
+    except ValueError:
+        raise BadRequest(f"bad chunk size {line[:20]!r}") from None
 
 
 def _upstream_request(req: Request, prefix: str, netloc: str, api: str,
