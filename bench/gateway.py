@@ -46,8 +46,9 @@ def serve_mock(big_mb: float) -> None:
     from tests.agentmock import OpenAIResponsesMock
 
     repeat = max(1, int(big_mb * 1_000_000 / BIG_DELTA))
-    small = OpenAIResponsesMock([{"text": SMALL_TEXT, "loop": True}]).start()
-    big = OpenAIResponsesMock([{"text": "x" * BIG_DELTA, "repeat": repeat, "loop": True}]).start()
+    small = OpenAIResponsesMock([{"text": SMALL_TEXT, "loop": True}], keep_alive=True).start()
+    big = OpenAIResponsesMock([{"text": "x" * BIG_DELTA, "repeat": repeat, "loop": True}],
+                              keep_alive=True).start()
     print(json.dumps({"small": small.url, "big": big.url}), flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
