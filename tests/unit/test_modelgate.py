@@ -475,3 +475,19 @@ async def test_a_garbled_upstream_answer_is_a_502_and_the_gateway_keeps_serving(
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.anyio
+async def test_streamed_answers_on_a_kept_connection_reuse_it(tmp_path: Path) -> None:
+    with OpenAIResponsesMock([{"text": "one"}, {"text": "two"}], keep_alive=True) as mock:
+        async with gateway(tmp_path, mock.url) as w:
+            w.add("j1")
+            url = read_endpoint(tmp_path).url
+            for text in ("one", "two"):
+                status, raw = await in_thread(lambda t=text: post(url, turn_body(t),
+                                                                  w.token("j1")))
+                assert status == 200 and text.encode() in raw
+                assert events(raw)[-1]["type"] == "response.completed"
+            assert (w.gw.pool.opened, w.gw.pool.reused) == (1, 1)
+            usage = w.gw.usage("j1", 1)
+            assert usage is not None and usage.totals()[:2] == (200, 40)
