@@ -491,3 +491,20 @@ async def test_streamed_answers_on_a_kept_connection_reuse_it(tmp_path: Path) ->
             assert (w.gw.pool.opened, w.gw.pool.reused) == (1, 1)
             usage = w.gw.usage("j1", 1)
             assert usage is not None and usage.totals()[:2] == (200, 40)
+
+
+@pytest.mark.anyio
+async def test_a_chunked_body_is_read_whole_however_it_is_split() -> None:
+    from anyio.streams.buffered import BufferedByteReceiveStream
+
+    from corral.runtime.modelgate import read_body
+
+    body = (b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nX-Trailer: 1\r\n\r\n")
+    for cut in range(1, len(body)):
+        send, receive = anyio.create_memory_object_stream[bytes](10)
+        await send.send(body[:cut])
+        await send.send(body[cut:])
+        await send.aclose()
+        reader = BufferedByteReceiveStream(receive)
+        got = b"".join([c async for c in read_body(reader, [("Transfer-Encoding", "chunked")])])
+        assert got == b"hello world!", cut

@@ -654,19 +654,8 @@ async def read_body(reader: BufferedByteReceiveStream, headers: list[tuple[str, 
     """The body's bytes as they come: chunked, by Content-Length, or (an answer) until close."""
     h = {k.lower(): v for k, v in headers}
     if "chunked" in h.get("transfer-encoding", "").lower():
-        total = 0
-        while True:
-            size = _chunk_size(await reader.receive_until(b"\r\n", 1024))
-            if size == 0:
-                with contextlib.suppress(anyio.EndOfStream, anyio.IncompleteRead):
-                    while await reader.receive_until(b"\r\n", MAX_HEAD):
-                        pass  # trailers
-                return
-            total += size
-            if total > MAX_BODY:
-                raise BadRequest("body too large")
-            yield await reader.receive_exactly(size)
-            await reader.receive_exactly(2)
+        async for data in _dechunk(reader):
+            yield data
     elif "content-length" in h:
         left = int(h["content-length"])
         if left > MAX_BODY:
@@ -681,6 +670,36 @@ async def read_body(reader: BufferedByteReceiveStream, headers: list[tuple[str, 
                 yield await reader.receive(65536)
             except (anyio.EndOfStream, anyio.BrokenResourceError):
                 return
+
+
+async def _dechunk(reader: BufferedByteReceiveStream) -> AsyncIterator[bytes]:
+    """A chunked body's data, every whole chunk received so far at once (one SSE event is
+    often one chunk: reading them one by one would cost a wake-up each)."""
+    buf = b""
+    total = 0
+    while True:
+        pos, out = 0, list[bytes]()
+        while (eol := buf.find(b"\r\n", pos)) >= 0:
+            size = _chunk_size(buf[pos:eol])
+            if size == 0:  # the last chunk, then trailers up to an empty line
+                if buf.find(b"\r\n\r\n", eol) < 0:
+                    break
+                if out:
+                    yield b"".join(out)
+                return
+            if len(buf) < eol + 2 + size + 2:
+                break
+            out.append(buf[eol + 2:eol + 2 + size])
+            pos = eol + 2 + size + 2
+            total += size
+        if total > MAX_BODY:
+            raise BadRequest("body too large")
+        if out:
+            yield b"".join(out)
+        buf = buf[pos:]
+        if len(buf) > MAX_HEAD and buf.find(b"\r\n") < 0:
+            raise BadRequest("bad chunk size line")
+        buf += await reader.receive(65536)
 
 
 def _chunk_size(line: bytes) -> int:
