@@ -46,8 +46,9 @@ def serve_mock(big_mb: float) -> None:
     from tests.agentmock import OpenAIResponsesMock
 
     repeat = max(1, int(big_mb * 1_000_000 / BIG_DELTA))
-    small = OpenAIResponsesMock([{"text": SMALL_TEXT, "loop": True}]).start()
-    big = OpenAIResponsesMock([{"text": "x" * BIG_DELTA, "repeat": repeat, "loop": True}]).start()
+    small = OpenAIResponsesMock([{"text": SMALL_TEXT, "loop": True}], keep_alive=True).start()
+    big = OpenAIResponsesMock([{"text": "x" * BIG_DELTA, "repeat": repeat, "loop": True}],
+                              keep_alive=True).start()
     print(json.dumps({"small": small.url, "big": big.url}), flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
@@ -66,7 +67,8 @@ def serve_gateway(upstreams: dict[str, str], data_dir: str) -> None:
                                 gateway=GatewaySpec(upstream=url, key_env="K"))
                for name, url in upstreams.items()}
     big = Limits(max_tool_calls=10**9, token_budget_in=10**15, token_budget_out=10**15)
-    live = {name: SimpleNamespace(job=SimpleNamespace(id=name, worker=name, limits=big),
+    live = {name: SimpleNamespace(job=SimpleNamespace(id=name, worker=name, role="bench",
+                                                      limits=big),
                                   attempt=SimpleNamespace(index=1),
                                   permit=SimpleNamespace(id=f"permit-{name}"))
             for name in upstreams}

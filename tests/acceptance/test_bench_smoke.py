@@ -91,3 +91,19 @@ def test_quick_policy_benchmark_decides_as_the_rules_say(tmp_path: Path) -> None
         timing(c["shell_parse"], 200)
         assert ("sqlglot_parse_one" in c) == c["command"].startswith("duckdb")
         assert c["parse_share_p50"] > 0
+
+
+def test_quick_gateway_benchmark_runs_both_paths(tmp_path: Path) -> None:
+    out = tmp_path / "gateway.json"
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gateway.py"), "--quick",
+                        "--out", str(out)], capture_output=True, text=True, timeout=180,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    result = json.loads(out.read_text())
+    for path in ("direct", "gateway"):
+        t = result["ttft"][path]
+        assert t["n"] == 40 and 0 < t["p50_ms"] <= t["p90_ms"] <= t["p99_ms"]
+        tp = result["throughput"][path]
+        assert tp["bytes"] >= 2_000_000 and tp["events_per_s"] > 0
+    assert isinstance(result["ttft"]["meets_target"], bool)
+    assert result["ttft"]["gateway_cpu_ms_per_call"] > 0

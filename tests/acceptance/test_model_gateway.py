@@ -31,7 +31,7 @@ def config(kind: str, upstream: str, *, limits: str = "", provider_extra: str = 
     binary: {BIN / "claude"}
     version: 2.1.330
     summary_grace_s: 1
-    env: {{PROVIDER_KEY: {PROVIDER_KEY}}}
+    env: {{PROVIDER_KEY: {PROVIDER_KEY}, ANTHROPIC_AUTH_TOKEN: {PROVIDER_KEY}}}
     {gateway}
 """,
         "codex": f"""

@@ -114,6 +114,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # silence stderr
         pass
 
+    def setup(self) -> None:
+        # a kept connection's small writes must not wait for the peer's delayed ACK (Nagle),
+        # as no provider's do
+        self.disable_nagle_algorithm = self.server.mock.keep_alive
+        super().setup()
+
     def _body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -157,24 +163,34 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def send_sse(self, events: Iterator[tuple[str, dict[str, Any]]], stall_s: float = 0) -> None:
+        keep = self.server.mock.keep_alive
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
+        if keep:  # as providers answer: chunked, the connection kept for the next request
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
-        self.close_connection = True
         for i, (name, data) in enumerate(events):
-            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            event = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event) if keep else event)
             self.wfile.flush()
             if i == 0 and stall_s and self.server.mock._closing.wait(stall_s):
+                self.close_connection = True
                 return
+        if keep:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
 
 
 class MockServer:
     """Shared machinery: threaded loopback server, script cursor, request log."""
 
-    def __init__(self, script: Sequence[Turn] = ()) -> None:
+    def __init__(self, script: Sequence[Turn] = (), keep_alive: bool = False) -> None:
         self.script: list[Turn] = [dict(t) for t in script]
+        self.keep_alive = keep_alive  # SSE answers chunked on kept connections (else: close)
         self.requests: list[Any] = []
         self.turn_requests: list[Any] = []
         self.aux_requests: list[Any] = []
@@ -428,10 +444,11 @@ class OpenAIResponsesMock(MockServer):
     ``dialect`` selects the tool-name mapping: ``"codex"`` or ``"opencode"``.
     """
 
-    def __init__(self, script: Sequence[Turn] = (), dialect: str = "codex") -> None:
+    def __init__(self, script: Sequence[Turn] = (), dialect: str = "codex",
+                 keep_alive: bool = False) -> None:
         if dialect not in ("codex", "opencode"):
             raise ValueError(f"unknown dialect {dialect!r}")
-        super().__init__(script)
+        super().__init__(script, keep_alive)
         self.dialect = dialect
 
     def _handle(self, handler: _Handler, method: str, body: Any) -> None:

@@ -393,3 +393,118 @@ workers:
     path.write_text("workers:\n  codex:\n    gateway: {upstream: ftp://x}\n")
     with pytest.raises(ConfigError, match=r"workers\.codex\.gateway\.upstream: .*http\(s\) URL"):
         load(data_dir=tmp_path / "d", config_path=path)
+
+
+class KeepAlive(BaseHTTPRequestHandler):
+    """A provider on HTTP/1.1 keep-alive; `stale` closes each connection after its answer
+    without saying so (an idle connection the provider dropped)."""
+
+    protocol_version = "HTTP/1.1"
+    stale = False
+    connections: set[int] = set()
+    requests = 0
+
+    def do_POST(self) -> None:
+        type(self).connections.add(id(self.connection))
+        type(self).requests += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b'{"usage": {"input_tokens": 3, "output_tokens": 4}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        if self.stale:
+            self.close_connection = True
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("stale", [False, True])
+async def test_upstream_connections_are_kept_and_a_dropped_one_is_replaced(
+        tmp_path: Path, stale: bool) -> None:
+    handler = type("H", (KeepAlive,), {"stale": stale, "connections": set(), "requests": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        async with gateway(tmp_path, f"http://127.0.0.1:{server.server_address[1]}",
+                           api=ANTHROPIC) as w:
+            w.add("j1")
+            url = read_endpoint(tmp_path).url
+            for i in range(3):
+                status, raw = await in_thread(lambda i=i: post(
+                    url, {"model": "claude-sonnet-4-5", "messages": [str(i)]}, w.token("j1"),
+                    path="/v1/messages", api=ANTHROPIC))
+                assert status == 200, raw
+            assert handler.requests == 3  # never sent twice
+            pool = w.gw.pool
+            if stale:  # each kept connection was found closed, and the call went on a new one
+                assert (pool.opened, pool.reused) == (3, 2)
+            else:
+                assert (pool.opened, pool.reused) == (1, 2)
+            usage = w.gw.usage("j1", 1)
+            assert usage is not None and usage.totals()[:2] == (9, 12)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.anyio
+async def test_a_garbled_upstream_answer_is_a_502_and_the_gateway_keeps_serving(
+        tmp_path: Path) -> None:
+    class Garbled(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\nzz\r\n")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Garbled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        async with gateway(tmp_path, f"http://127.0.0.1:{server.server_address[1]}") as w:
+            w.add("j1")
+            url = read_endpoint(tmp_path).url
+            for _ in range(2):  # the second call finds the gateway still serving
+                status, raw = await in_thread(lambda: post(url, turn_body(), w.token("j1")))
+                assert status == 200 and b"did not answer" in raw
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.anyio
+async def test_streamed_answers_on_a_kept_connection_reuse_it(tmp_path: Path) -> None:
+    with OpenAIResponsesMock([{"text": "one"}, {"text": "two"}], keep_alive=True) as mock:
+        async with gateway(tmp_path, mock.url) as w:
+            w.add("j1")
+            url = read_endpoint(tmp_path).url
+            for text in ("one", "two"):
+                status, raw = await in_thread(lambda t=text: post(url, turn_body(t),
+                                                                  w.token("j1")))
+                assert status == 200 and text.encode() in raw
+                assert events(raw)[-1]["type"] == "response.completed"
+            assert (w.gw.pool.opened, w.gw.pool.reused) == (1, 1)
+            usage = w.gw.usage("j1", 1)
+            assert usage is not None and usage.totals()[:2] == (200, 40)
+
+
+@pytest.mark.anyio
+async def test_a_chunked_body_is_read_whole_however_it_is_split() -> None:
+    from anyio.streams.buffered import BufferedByteReceiveStream
+
+    from corral.runtime.modelgate import read_body
+
+    body = (b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nX-Trailer: 1\r\n\r\n")
+    for cut in range(1, len(body)):
+        send, receive = anyio.create_memory_object_stream[bytes](10)
+        await send.send(body[:cut])
+        await send.send(body[cut:])
+        await send.aclose()
+        reader = BufferedByteReceiveStream(receive)
+        got = b"".join([c async for c in read_body(reader, [("Transfer-Encoding", "chunked")])])
+        assert got == b"hello world!", cut

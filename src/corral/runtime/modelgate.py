@@ -16,7 +16,8 @@ each request the gateway
   `LINGER_S`, and the retry that comes meanwhile gets its answer instead of paying again.
 
 The figures per attempt (requests, upstream calls, coalesced, refused; tokens and cost) feed the
-governor's live view and the attempt's trace. One request per connection (`Connection: close`).
+governor's live view and the attempt's trace. One request per connection with the CLI
+(`Connection: close`); upstream connections are kept open between calls (`Pool`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ MAX_BODY = 64 << 20
 COST_CHECK_S = 1.0  # how often a running call's cost is held against the budget ceiling
 CONNECT_TIMEOUT_S = 30.0
 HEAD_TIMEOUT_S = 300.0  # from the request sent to the answer's status line
+POOL_PER_HOST = 8  # idle upstream connections kept per provider
+IDLE_S = 30.0  # how long one is kept unused
 HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
                  "trailer", "upgrade", "content-length", "host", "accept-encoding",
                  "authorization", "x-api-key", "proxy-authorization"})
@@ -171,6 +174,7 @@ class ModelGateway:
         self._flights: dict[tuple[str, ...], Flight] = {}
         self._tg: TaskGroup | None = None
         self.breakers = ModelBreakers(settings.breakers)
+        self.pool = Pool()
 
     def wanted(self) -> bool:
         return any(w.gateway is not None for w in self.settings.workers.values())
@@ -191,6 +195,7 @@ class ModelGateway:
         finally:
             withdraw(self.data_dir)
             await listener.aclose()
+            await self.pool.close_all()
 
     def usage(self, job_id: str, index: int) -> Usage | None:
         return self._usage.get((job_id, index))
@@ -206,15 +211,22 @@ class ModelGateway:
             reader = BufferedByteReceiveStream(client)
             try:
                 req = await read_request(reader)
-            except (BadRequest, anyio.EndOfStream, anyio.IncompleteRead,
+            except (BadRequest, ValueError, anyio.EndOfStream, anyio.IncompleteRead,
                     anyio.DelimiterNotFound, anyio.BrokenResourceError) as err:
                 with contextlib.suppress(OSError, anyio.BrokenResourceError):
                     await _send_error(client, 400, OPENAI, f"Corral gateway: bad request ({err})")
                 return
             api = api_of(req.target) or (ANTHROPIC if req.header("x-api-key") else OPENAI)
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
-                                     OSError):  # the CLI went away
+            try:
                 await self._handle(client, req, api)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass  # the CLI went away
+            except Exception as err:  # a bug here must not take the engine down
+                log.exception("model gateway: %s %s failed", req.method, req.target)
+                with contextlib.suppress(OSError, anyio.BrokenResourceError,
+                                         anyio.ClosedResourceError):
+                    await _send_error(client, 500, api, f"Corral gateway: internal error "
+                                                        f"({type(err).__name__})")
 
     def _attempt(self, req: Request) -> tuple[Claimed, WorkerSpec] | str:
         """The live attempt a request's token names, or why it is refused."""
@@ -347,8 +359,11 @@ class ModelGateway:
         with flight.scope:
             try:
                 await self._call(flight, spec, req)
-            except (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound,
-                    anyio.BrokenResourceError, BadRequest, TimeoutError) as err:
+            except Exception as err:  # no answer, a garbled one, or a bug: never the engine's end
+                if not isinstance(err, (OSError, anyio.EndOfStream, anyio.IncompleteRead,
+                                        anyio.DelimiterNotFound, anyio.BrokenResourceError,
+                                        BadRequest, TimeoutError)):
+                    log.exception("model gateway: the upstream call failed")
                 message = f"Corral gateway: the provider did not answer ({err or type(err)})"
                 if flight.status is None:
                     flight.status, flight.headers = 502, [("content-type", "application/json")]
@@ -376,50 +391,69 @@ class ModelGateway:
         tls = up.scheme == "https"
         host = up.hostname or "127.0.0.1"
         port = up.port or (443 if tls else 80)
-        with anyio.fail_after(CONNECT_TIMEOUT_S):
-            stream: ByteStream
-            if tls:
-                stream = await anyio.connect_tcp(host, port, tls=True,
-                                                 tls_standard_compatible=False)
+        where = (host, port, tls)
+        data = _upstream_request(req, up.path.rstrip("/"), up.netloc, flight.meter.api,
+                                 gateway_key(spec, self.environ))
+        while True:
+            conn, reused = await self.pool.take(where)
+            try:
+                await conn.stream.send(data)
+                with anyio.fail_after(HEAD_TIMEOUT_S):  # no answer: the provider's failure
+                    status, headers = await read_head(conn.reader)
+                break
+            except (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
+                    anyio.ClosedResourceError):
+                await _close(conn)
+                if not reused:
+                    raise
+                # a kept connection the provider had closed meanwhile: again on a new one
+        reusable = False
+        try:
+            reusable = await self._relay_body(flight, conn.reader, status, headers)
+        finally:
+            if reusable:
+                await self.pool.give(where, conn)
             else:
-                stream = await anyio.connect_tcp(host, port)
-        async with stream:
-            await stream.send(_upstream_request(req, up.path.rstrip("/"), up.netloc,
-                                                flight.meter.api, gateway_key(spec, self.environ)))
-            reader = BufferedByteReceiveStream(stream)
-            with anyio.fail_after(HEAD_TIMEOUT_S):  # no answer at all: the provider's failure
-                status, headers = await read_head(reader)
-            flight.status, flight.headers = status, headers
-            ctype = next((v for k, v in headers if k.lower() == "content-type"), "")
-            flight.meter.sse = "text/event-stream" in ctype
-            flight.notify()
-            checked = self.clock()
-            pending = b""
-            async for chunk in read_body(reader, headers):
-                flight.meter.feed(chunk)
-                if flight.meter.sse:  # callers get whole events: a cut never splits one
-                    chunk, pending = _whole_events(pending + chunk)
-                if chunk:
-                    flight.chunks.append(chunk)
-                    flight.notify()
-                if status >= 400:
-                    continue
-                now = self.clock()
-                cost_too = now - checked >= COST_CHECK_S
-                checked = now if cost_too else checked
-                usage = flight.payer
-                job = self._job(usage)
-                if job is None:
-                    continue
-                if (limit := await self._over(usage, job, cost_too=cost_too)) is not None:
-                    usage.refused += 1
-                    message = _why(limit, usage, job)
-                    flight.chunks.append(refusal(flight.meter.api, message,
-                                                 streaming=flight.meter.sse)[1])
-                    await self._limit(usage, limit)
-                    return  # the rest of the answer is not read: the call is cut
-            if pending:
-                flight.chunks.append(pending)
+                await _close(conn)
+
+    async def _relay_body(self, flight: Flight, reader: BufferedByteReceiveStream, status: int,
+                          headers: list[tuple[str, str]]) -> bool:
+        """Read the answer into the flight as it comes, metered and held to the budgets; True
+        when it was read whole and its connection may serve another call."""
+        flight.status, flight.headers = status, headers
+        ctype = next((v for k, v in headers if k.lower() == "content-type"), "")
+        flight.meter.sse = "text/event-stream" in ctype
+        flight.notify()
+        checked = self.clock()
+        pending = b""
+        if status in (204, 304) or status < 200:  # no body, whatever the headers say
+            return _keep_alive(headers)
+        async for chunk in read_body(reader, headers):
+            flight.meter.feed(chunk)
+            if flight.meter.sse:  # callers get whole events: a cut never splits one
+                chunk, pending = _whole_events(pending + chunk)
+            if chunk:
+                flight.chunks.append(chunk)
+                flight.notify()
+            if status >= 400:
+                continue
+            now = self.clock()
+            cost_too = now - checked >= COST_CHECK_S
+            checked = now if cost_too else checked
+            usage = flight.payer
+            job = self._job(usage)
+            if job is None:
+                continue
+            if (limit := await self._over(usage, job, cost_too=cost_too)) is not None:
+                usage.refused += 1
+                message = _why(limit, usage, job)
+                flight.chunks.append(refusal(flight.meter.api, message,
+                                             streaming=flight.meter.sse)[1])
+                await self._limit(usage, limit)
+                return False  # the rest of the answer is not read: the call is cut
+        if pending:
+            flight.chunks.append(pending)
+        return _keep_alive(headers)
 
     def _job(self, usage: Usage) -> Job | None:
         claimed = self.live(usage.job_id)
@@ -470,6 +504,70 @@ class ModelGateway:
             flight.scope.cancel()
             if flight.key and self._flights.get(flight.key) is flight:
                 del self._flights[flight.key]
+
+
+@dataclass(slots=True)
+class Conn:
+    stream: ByteStream
+    reader: BufferedByteReceiveStream
+    idle_since: float = 0.0
+
+
+class Pool:
+    """Upstream connections kept open between calls (HTTP/1.1 keep-alive; a TLS handshake per
+    call would cost a provider's round trips each time), a few per provider, for `IDLE_S`."""
+
+    def __init__(self, per_host: int = POOL_PER_HOST, idle_s: float = IDLE_S) -> None:
+        self.per_host = per_host
+        self.idle_s = idle_s
+        self.opened = 0
+        self.reused = 0
+        self._idle: dict[tuple[str, int, bool], list[Conn]] = {}
+
+    async def take(self, where: tuple[str, int, bool]) -> tuple[Conn, bool]:
+        """A connection to `where` and whether it served a call before."""
+        kept = self._idle.get(where) or []
+        while kept:
+            conn = kept.pop()
+            if time.monotonic() - conn.idle_since < self.idle_s:
+                self.reused += 1
+                return conn, True
+            await _close(conn)
+        host, port, tls = where
+        with anyio.fail_after(CONNECT_TIMEOUT_S):
+            stream: ByteStream
+            if tls:
+                stream = await anyio.connect_tcp(host, port, tls=True,
+                                                 tls_standard_compatible=False)
+            else:
+                stream = await anyio.connect_tcp(host, port)
+        self.opened += 1
+        return Conn(stream, BufferedByteReceiveStream(stream)), False
+
+    async def close_all(self) -> None:
+        for kept in self._idle.values():
+            while kept:
+                await _close(kept.pop())
+
+    async def give(self, where: tuple[str, int, bool], conn: Conn) -> None:
+        kept = self._idle.setdefault(where, [])
+        if len(kept) >= self.per_host or conn.reader.buffer:
+            await _close(conn)  # more than we keep, or bytes past the answer: not reused
+            return
+        conn.idle_since = time.monotonic()
+        kept.append(conn)
+
+
+async def _close(conn: Conn) -> None:
+    with anyio.CancelScope(shield=True):
+        await anyio.aclose_forcefully(conn.stream)
+
+
+def _keep_alive(headers: list[tuple[str, str]]) -> bool:
+    """Whether an answer read whole leaves its connection usable: framed, and not closed."""
+    h = {k.lower(): v.lower() for k, v in headers}
+    framed = "content-length" in h or "chunked" in h.get("transfer-encoding", "")
+    return framed and "close" not in h.get("connection", "")
 
 
 def idempotency_key(api: str, model: str | None, body: Mapping[str, Any]) -> str:
@@ -556,20 +654,8 @@ async def read_body(reader: BufferedByteReceiveStream, headers: list[tuple[str, 
     """The body's bytes as they come: chunked, by Content-Length, or (an answer) until close."""
     h = {k.lower(): v for k, v in headers}
     if "chunked" in h.get("transfer-encoding", "").lower():
-        total = 0
-        while True:
-            size_line = await reader.receive_until(b"\r\n", 1024)
-            size = int(size_line.split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                with contextlib.suppress(anyio.EndOfStream, anyio.IncompleteRead):
-                    while await reader.receive_until(b"\r\n", MAX_HEAD):
-                        pass  # trailers
-                return
-            total += size
-            if total > MAX_BODY:
-                raise BadRequest("body too large")
-            yield await reader.receive_exactly(size)
-            await reader.receive_exactly(2)
+        async for data in _dechunk(reader):
+            yield data
     elif "content-length" in h:
         left = int(h["content-length"])
         if left > MAX_BODY:
@@ -586,14 +672,50 @@ async def read_body(reader: BufferedByteReceiveStream, headers: list[tuple[str, 
                 return
 
 
+async def _dechunk(reader: BufferedByteReceiveStream) -> AsyncIterator[bytes]:
+    """A chunked body's data, every whole chunk received so far at once (one SSE event is
+    often one chunk: reading them one by one would cost a wake-up each)."""
+    buf = b""
+    total = 0
+    while True:
+        pos, out = 0, list[bytes]()
+        while (eol := buf.find(b"\r\n", pos)) >= 0:
+            size = _chunk_size(buf[pos:eol])
+            if size == 0:  # the last chunk, then trailers up to an empty line
+                if buf.find(b"\r\n\r\n", eol) < 0:
+                    break
+                if out:
+                    yield b"".join(out)
+                return
+            if len(buf) < eol + 2 + size + 2:
+                break
+            out.append(buf[eol + 2:eol + 2 + size])
+            pos = eol + 2 + size + 2
+            total += size
+        if total > MAX_BODY:
+            raise BadRequest("body too large")
+        if out:
+            yield b"".join(out)
+        buf = buf[pos:]
+        if len(buf) > MAX_HEAD and buf.find(b"\r\n") < 0:
+            raise BadRequest("bad chunk size line")
+        buf += await reader.receive(65536)
+
+
+def _chunk_size(line: bytes) -> int:
+    try:
+        return int(line.split(b";")[0].strip() or b"0", 16)
+    except ValueError:
+        raise BadRequest(f"bad chunk size {line[:20]!r}") from None
+
+
 def _upstream_request(req: Request, prefix: str, netloc: str, api: str,
                       key: str | None) -> bytes:
     lines = [f"{req.method} {prefix}{req.target} HTTP/1.1", f"Host: {netloc}"]
     lines += [f"{k}: {v}" for k, v in req.headers if k.lower() not in HOP]
     if key:
         lines.append(f"x-api-key: {key}" if api == ANTHROPIC else f"Authorization: Bearer {key}")
-    lines += [f"Content-Length: {len(req.body)}", "Accept-Encoding: identity",
-              "Connection: close"]
+    lines += [f"Content-Length: {len(req.body)}", "Accept-Encoding: identity"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + req.body
 
 

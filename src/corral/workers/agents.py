@@ -99,10 +99,17 @@ def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None,
     return found
 
 
+# Every variable a CLI authenticates to a provider with (workers/credentials.py)
+PROVIDER_CREDENTIALS = frozenset({
+    "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "OPENAI_API_KEY",
+    "CODEX_API_KEY"})
+
+
 def provider_key_names(spec: WorkerSpec, adapter: type[AgentWorker] | None) -> set[str]:
-    """The variables that hold a provider key: the adapter's API-key variables and the
-    gateway's `key_env`. A worker behind the model gateway hands none of them to its CLI."""
-    names = set(adapter.api_key_envs if adapter else ())
+    """The variables that hold a provider credential: the adapter's API-key variables, the
+    ones the CLIs know, and the gateway's `key_env`. A worker behind the model gateway hands
+    none of them to its CLI."""
+    names = set(adapter.api_key_envs if adapter else ()) | PROVIDER_CREDENTIALS
     if spec.gateway is not None and spec.gateway.key_env:
         names.add(spec.gateway.key_env)
     return names
