@@ -8,7 +8,7 @@ from pathlib import Path
 
 from corral.workers.proctab import alive
 from tests.acceptance.conftest import Corral
-from tests.acceptance.faults import check_invariants, runs_of, tracked
+from tests.acceptance.invariants import invariants, runs_of, tracked
 from tests.helpers import eventually
 
 
@@ -42,4 +42,4 @@ def test_an_attempt_whose_shim_died_with_the_engine_is_stopped_before_it_is_retr
     assert not alive(child)
     assert [(j, a) for j, a, _ in runs_of(runs)] == [(job_id, 1), (job_id, 2)]
     corral.serve()
-    check_invariants(corral, runs)
+    invariants(corral, runs)

@@ -12,7 +12,7 @@ import pytest
 
 from corral.runtime.control import poke
 from tests.acceptance.conftest import Corral
-from tests.acceptance.faults import check_invariants, runs_of, tracked
+from tests.acceptance.invariants import invariants, runs_of, tracked
 from tests.helpers import eventually
 from tests.pg import PG_DSN, PgSchemas
 
@@ -77,7 +77,7 @@ def test_the_server_terminating_the_engines_connections_is_ridden_out(
         assert "store unavailable" in c.engine_log()
         assert "store answers again" in c.engine_log()
         assert all(len(c.job(i)["attempts"]) == 1 for i in ids), "nothing ran twice"
-        check_invariants(c, runs)
+        invariants(c, runs)
     finally:
         c.stop_all()
 
@@ -118,7 +118,7 @@ def test_a_peer_takes_over_a_paused_engine_which_is_fenced_when_it_wakes(
             (a_id,)]
         assert len(_timeline(b, job_id, "ended")) == 1
         assert [(j, n) for j, n, _ in runs_of(runs) if j == job_id] == [(job_id, 1)]
-        check_invariants(b, runs)
+        invariants(b, runs)
     finally:
         a.stop_all()
         b.stop_all()
@@ -141,7 +141,7 @@ def test_a_restart_on_the_same_data_directory_re_adopts_at_once(
         gate.touch()
         assert c.wait(job_id) == 0, c.engine_log()
         assert len(c.job(job_id)["attempts"]) == 1
-        check_invariants(c, runs)
+        invariants(c, runs)
     finally:
         c.stop_all()
 

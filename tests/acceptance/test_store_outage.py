@@ -18,7 +18,7 @@ import pytest
 from corral.runtime.control import poke
 from corral.workers.proctab import alive
 from tests.acceptance.conftest import Corral
-from tests.acceptance.faults import check_invariants, runs_of, tracked
+from tests.acceptance.invariants import invariants, runs_of, tracked
 from tests.helpers import eventually
 
 CONFIG = """\
@@ -76,7 +76,7 @@ def test_a_sqlite_lock_held_past_the_busy_timeout_is_ridden_out(tmp_path: Path) 
         assert "store answers again" in log
         assert c.json("status")["store"]["degraded"] is False
         assert all(len(c.job(i)["attempts"]) == 1 for i in ids), "nothing ran twice"
-        check_invariants(c, runs)
+        invariants(c, runs)
     finally:
         c.stop_all()
 
@@ -142,6 +142,6 @@ def test_a_full_disk_under_the_store_is_ridden_out(tmp_path: Path, small_disk: P
         log = c.engine_log()
         assert log.count("store unavailable") == 1 and "store answers again" in log
         assert all(len(c.job(i)["attempts"]) == 1 for i in ids), "nothing ran twice"
-        check_invariants(c, runs)
+        invariants(c, runs)
     finally:
         c.stop_all()
