@@ -517,6 +517,8 @@ def test_cancel_interrupts_the_agent_first_so_it_can_write_its_result(
         {"tool_calls": [bash(f"python3 -c 'import time; {marker}'")]},
         {"text": "never reached"},
     ], tools='["Bash(python3 *)"]')
+    # A grace long enough for a loaded machine: the CLI must be interrupted, not killed.
+    c.config.write_text(c.config.read_text().replace("grace_s: 2}", "grace_s: 20}"))
     c.serve()
     job = c.ok("submit", "--role", "agent", "--prompt", "wait", "--cwd", str(c.work)).strip()
     eventually(lambda: any(marker.encode() in cmd for cmd in cmdlines()), timeout=30,
