@@ -454,8 +454,10 @@ def test_an_attempt_lost_with_its_host_resumes_from_its_checkpoint(
 def test_a_tool_call_while_the_engine_is_down_is_denied(
         agents: tuple[Corral, AnthropicMock]) -> None:
     c, mock = agents
+    down = c.work.parent / "engine-down"
     configure(c, mock, [
-        {"text": "Working.", "tool_calls": [bash("touch during-outage.txt")], "delay_s": 3},
+        {"text": "Working.", "tool_calls": [bash("touch during-outage.txt")],
+         "wait_for": str(down)},
         {"text": "The call was refused; stopping here."},
     ])
     engine = c.serve()
@@ -463,6 +465,7 @@ def test_a_tool_call_while_the_engine_is_down_is_denied(
     assert c.wait(job, until="running", timeout=30) == 0
     engine.send_signal(signal.SIGKILL)  # the agent asks while nobody can answer
     engine.wait()
+    down.touch()
     eventually(lambda: len(mock.turn_requests) >= 2, timeout=30,
                what="the agent to get its answer and go on")
     assert not (c.work / "during-outage.txt").exists()  # fail closed: the call never ran
