@@ -72,8 +72,13 @@ roles:
         opened = eventually(lambda: _breaker(c, "worker:command").get("state") == "OPEN"
                             and _breaker(c, "worker:command"), what="the breaker to open")
         assert opened["state"] == "OPEN"
-        probe = c.submit("sh", "-c", "sleep 8")  # long enough for the others to be refused
+        gate = tmp_path / "probe-gate"  # the probe runs until the others were refused
+        probe = c.submit("sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done")
         others = [c.submit("sh", "-c", "sleep 0.2") for _ in range(3)]
+        eventually(lambda: any(e["kind"] == "permit_rejected"
+                               for j in others for e in c.job(j)["timeline"]),
+                   what="the others refused while the probe runs")
+        gate.touch()
         for job_id in (probe, *others):
             assert c.wait(job_id) == 0
         probe_end = _attempt_times(c, probe)[1]
