@@ -123,7 +123,8 @@ def test_the_agent_never_holds_the_provider_key(
         setup: tuple[str, Corral, MockServer]) -> None:
     kind, c, mock = setup
     os.environ.pop("PROVIDER_KEY", None)
-    mock.script[:] = [{"text": "Thinking.", "delay_s": 4.0,
+    looked = c.work.parent / "looked"  # the CLI waits on its first call until the test looked
+    mock.script[:] = [{"text": "Thinking.", "wait_for": str(looked),
                        "tool_calls": [{"name": "Bash", "input": {"command": "touch made.txt"}}]},
                       {"text": "Done: made a file."}]
     c.serve()
@@ -138,6 +139,7 @@ def test_the_agent_never_holds_the_provider_key(
         assert PROVIDER_KEY.encode() not in env and PROVIDER_KEY.encode() not in argv
     tokens = {v for _, env, _ in procs for v in env.split(b"\0") if b"cgw1." in v}
     assert tokens  # the CLI holds the gateway's per-attempt token instead
+    looked.touch()
     c.wait(job, timeout=120)
     info = c.job(job)
     assert info["state"] == "SUCCEEDED", (info, c.engine_log()[-3000:])
