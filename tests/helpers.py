@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -31,3 +33,17 @@ def eventually(check: Callable[[], T | None], *, timeout: float = 15.0, what: st
             raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
         pause.wait(max(delay, took))
         delay = min(delay * 2, 0.1)
+
+
+def ask_socket(path: Path, request: bytes) -> bytes:
+    """Send `request` to the unix socket at `path`, close the writing side and return all it
+    answered (the engine's and the governance socket's one-request protocol)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(str(path))
+        s.sendall(request)
+        s.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from corral.runtime.control import poke, socket_path
 from corral.workers.agents import governance_socket
 from tests.acceptance.conftest import CORRAL, Corral
 from tests.acceptance.corewire import CoreProcess, job
+from tests.helpers import ask_socket
 
 
 def _one_line_error(r: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
@@ -137,18 +137,6 @@ def test_full_disk(tmp_path: Path) -> None:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def _ask(path: Path, request: bytes) -> bytes:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
-        s.connect(str(path))
-        s.sendall(request)
-        s.shutdown(socket.SHUT_WR)
-        answer = b""
-        while chunk := s.recv(65536):
-            answer += chunk
-    return answer
-
-
 def test_bad_input_never_halts_the_engine(corral: Corral) -> None:
     engine = corral.serve()
     for bad in (("--timeout", "inf"), ("--timeout", "nan"), ("--timeout", "1e308"),
@@ -158,10 +146,10 @@ def test_bad_input_never_halts_the_engine(corral: Corral) -> None:
     # A deeply nested request under the line limit, on each of the engine's sockets: an error
     # answer, never a RecursionError that ends the engine.
     deep = b'{"op": "ping", "x": ' + b"[" * 30_000 + b"]" * 30_000 + b"}\n"
-    answer = json.loads(_ask(socket_path(corral.data), deep))
+    answer = json.loads(ask_socket(socket_path(corral.data), deep))
     assert answer == {"ok": False, "error": "malformed request: JSON nested 30001 levels deep "
                                             "(at most 128)"}
-    hook = _ask(governance_socket(corral.data),
+    hook = ask_socket(governance_socket(corral.data),
                 b'{"attempt": "x.1", "token": "t"}\n' + b"[" * 200_000 + b"]" * 200_000)
     assert hook == b"2\ncorral: tool call denied: malformed governance request"
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 from pathlib import Path
 
 from corral.runtime.control import socket_path
 from corral.workers.agents import governance_socket
 from tests.acceptance.conftest import CORRAL, Corral
+from tests.helpers import ask_socket
 
 NOBODY = 65534
 
@@ -29,14 +29,7 @@ def _as_nobody(path: Path, request: bytes) -> str:
             os.setgid(NOBODY)
             os.setuid(NOBODY)
             try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    s.settimeout(10)
-                    s.connect(str(path))
-                    s.sendall(request)
-                    s.shutdown(socket.SHUT_WR)
-                    answer = b""
-                    while chunk := s.recv(4096):
-                        answer += chunk
+                answer = ask_socket(path, request)
             except OSError as err:
                 answer = f"error: {type(err).__name__}".encode()
             os.write(write_end, answer)
