@@ -29,6 +29,8 @@ from typing import Literal
 import anyio
 from anyio.abc import SocketStream
 
+from corral.workers import proctab
+
 log = logging.getLogger("corral.sockets")
 
 JOB_ENV = b"CORRAL_JOB_ID"
@@ -108,8 +110,10 @@ def job_marks(pid: int) -> list[str]:
             break
         seen.add(current)
         _mark(current, found)
-        current = _stat(current)[0]
-    session = _stat(pid)[1]
+        stat = proctab.read_stat(current)
+        current = stat.ppid if stat else 0
+    stat = proctab.read_stat(pid)
+    session = stat.sid if stat else 0
     if session > 1 and session not in seen and session != me:
         _mark(session, found)
     return found
@@ -118,45 +122,21 @@ def job_marks(pid: int) -> list[str]:
 def cgroup_job(pid: int) -> str | None:
     """The job whose attempt cgroup holds `pid`: `…/corral/<job id>.<attempt>-<hash>`
     (workers/process.py); None outside one, or where attempts get no cgroup."""
-    try:
-        text = Path(f"/proc/{pid}/cgroup").read_text()
-    except OSError:
+    path = proctab.cgroup2(pid)
+    parts = path.split("/") if path else []
+    if "corral" not in parts[:-1]:
         return None
-    for line in text.splitlines():
-        if not line.startswith("0::"):
-            continue
-        parts = line[3:].strip().split("/")
-        if "corral" in parts[:-1]:
-            attempt = parts[len(parts) - 1 - parts[::-1].index("corral") + 1]
-            job = attempt.rpartition("-")[0].rpartition(".")[0]
-            return job or None
-    return None
+    attempt = parts[len(parts) - parts[::-1].index("corral")]
+    return attempt.rpartition("-")[0].rpartition(".")[0] or None
 
 
 def _mark(pid: int, found: list[str]) -> None:
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return
-    for entry in environ.split(b"\0"):
+    for entry in proctab.environ(pid):
         name, _, value = entry.partition(b"=")
         if name == JOB_ENV and value:
             job = value.decode(errors="replace")
             if job not in found:
                 found.append(job)
-
-
-def _stat(pid: int) -> tuple[int, int]:
-    """(parent pid, session id) of a process; (0, 0) when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0, 0
-    fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) "
-    try:
-        return int(fields[1]), int(fields[3])
-    except (IndexError, ValueError):
-        return 0, 0
 
 
 def _groups(pid: int) -> set[int]:

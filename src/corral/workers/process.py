@@ -689,17 +689,16 @@ def cgroup_base() -> Path | None:
 def _find_cgroup_base() -> Path | None:
     if os.environ.get("CORRAL_CGROUP", "").lower() == _CGROUP_OFF:
         return None
+    own = proctab.cgroup2("self")
     try:
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-        own = next((line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines()
-                    if line.startswith("0::")), None)
     except OSError:
         return None
     mount = next((line.split()[4] for line in mounts
                   if " - cgroup2 " in line and len(line.split()) > 4), None)
     if mount is None or own is None:
         return None
-    base = Path(mount) / own.strip().lstrip("/") / "corral"
+    base = Path(mount) / own.lstrip("/") / "corral"
     try:
         base.mkdir(exist_ok=True)
     except OSError:

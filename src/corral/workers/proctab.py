@@ -90,18 +90,32 @@ def descendants(pid: int) -> list[int]:
     return sorted(found)
 
 
-def environ_has(pid: int, entry: bytes) -> bool:
-    """Whether process `pid` started with `entry` (`NAME=value`) in its environment.
+def environ(pid: int) -> list[bytes]:
+    """The `NAME=value` entries process `pid` was exec'd with (`/proc/<pid>/environ`).
 
-    `/proc/<pid>/environ` is the environment the process was exec'd with, NUL-separated; it is
-    unreadable (or empty) for a process that is gone or going, hidden from us, or a kernel
-    thread: all of these read as "not marked", never as an exception."""
+    It is unreadable (or empty) for a process that is gone or going, hidden from us, or a
+    kernel thread: all of these read as an empty environment, never as an exception."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
+            return f.read().split(b"\0")
     except OSError:
-        return False
-    return entry in raw.split(b"\0")
+        return []
+
+
+def environ_has(pid: int, entry: bytes) -> bool:
+    """Whether process `pid` started with `entry` (`NAME=value`) in its environment."""
+    return entry in environ(pid)
+
+
+def cgroup2(pid: int | str) -> str | None:
+    """The cgroup v2 path of process `pid` (or "self"), as `/proc/<pid>/cgroup` gives it on its
+    `0::` line; None when it is gone or the host has no cgroup v2."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    return next((line[3:].strip() for line in lines if line.startswith("0::")), None)
 
 
 def marked(entry: bytes) -> list[int]:
