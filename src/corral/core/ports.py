@@ -472,8 +472,8 @@ class WorkerAdapter(Protocol):
 
     def ready(self) -> None:
         """The checks a start needs that may block (asking a CLI its version): the core runs
-        them off its event loop before `start`, which then finds them done. Raises what
-        `start` would."""
+        them off its event loop before its first `start` of the kind, which then finds them
+        done (cached). Raises what `start` would."""
 
     def start(self, permit: Permit, job: Job, attempt: Attempt) -> AttemptHandle:
         """Start the attempt's process; refuses (PermitError) without a live permit."""

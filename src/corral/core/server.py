@@ -52,6 +52,7 @@ class CoreServer:
         self.send = send
         self.clock = clock
         self.running: dict[str, _Running] = {}
+        self._ready: set[str] = set()  # worker kinds whose blocking start checks have run
         self._tg: TaskGroup | None = None
         self._events: list[dict[str, Any]] = []
         self._log_sizes: dict[str, int] = {}
@@ -148,10 +149,14 @@ class CoreServer:
             await self.send({"type": p.ERROR, "id": msg.get("id"),
                              "error": f"job {job.id} already has a running attempt"})
             return
-        # Off the event loop: a CLI asked its version must not cost the core its heartbeats.
-        # What it finds wrong is cached: launch raises it again and reports the attempt's end.
-        with contextlib.suppress(CorralError):
-            await anyio.to_thread.run_sync(self.core.ready, claimed)
+        # Off the event loop, once per worker kind: a CLI asked its version must not cost the
+        # core its heartbeats, and a start must not cost a thread hop. What the check finds
+        # (the version, or what is wrong) is cached: launch reads it, and raises it again.
+        kind = claimed.permit.granted.get("worker", job.worker)
+        if kind not in self._ready:
+            with contextlib.suppress(CorralError):
+                await anyio.to_thread.run_sync(self.core.ready, claimed)
+            self._ready.add(kind)
         try:
             handle = self.core.launch(claimed, self.clock())
         except PermitError as err:  # nothing started; the permit's holder keeps its slot
