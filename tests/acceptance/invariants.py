@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from corral.domain import states
 from corral.runtime.control import poke
 from corral.workers.process import attempt_processes
 from corral.workers.proctab import alive
@@ -21,8 +22,7 @@ from tests.helpers import eventually
 
 STATES = {"QUEUED", "AWAITING_APPROVAL", "STARTING", "RUNNING", "RETRY_WAIT", "SUCCEEDED",
           "FAILED", "DEAD_LETTERED", "TIMED_OUT", "CANCELLED", "KILLED", "DENIED"}
-TERMINAL = {"SUCCEEDED", "FAILED", "DEAD_LETTERED", "TIMED_OUT", "CANCELLED", "KILLED",
-            "DENIED"}
+TERMINAL = {state.value for state in states.TERMINAL}
 IN_FLIGHT = {"STARTING", "RUNNING"}
 
 RAN = 'echo "$CORRAL_JOB_ID $CORRAL_ATTEMPT $$" >> "$RUNS"; '
