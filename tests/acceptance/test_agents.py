@@ -592,3 +592,38 @@ def test_a_budget_ceiling_stops_a_run_that_crosses_it_and_denies_the_next(
     c.wait(late, timeout=30)
     denied = c.job(late)
     assert denied["state"] == "DENIED" and "budget_ceiling_exceeded" in denied["last_error"]
+
+
+# The guardrail classes, as a reader role's agent tries them (one turn, one call each): the
+# running engine decides each call through the hook exactly as `corral guard check` does.
+READER = ('["Bash(kubectl get *)", "Bash(kubectl describe *)", "Bash(ray job submit *)", '
+          '"Bash(ray job status *)", "Bash(helm status *)", "Read", "Write(out/**)"]')
+CLASS_COMMANDS = [
+    "kubectl get pods > ~/.bashrc",  # a redirection is a write
+    "sudo kubectl get pods",  # a privilege change
+    "nohup kubectl get pods &",  # detached from the attempt
+    "bash -c 'kubectl get pods'",  # a shell wrapper
+    "./kubectl get pods",  # a path-qualified program
+    "kubectl get po*",  # an unquoted glob
+    "kubectl get pods\uff1b rm -rf /",  # a look-alike semicolon
+    "ray job submit -- 'ray job status x; rm -rf /'",  # a command that runs a command
+    "kubectl get secret db -o yaml",  # a sensitive read through an allowed verb
+    "kubectl get pods",  # and one that is allowed
+]
+
+
+def test_the_engine_decides_each_guardrail_class_as_guard_check_does(
+        agents: tuple[Corral, AnthropicMock]) -> None:
+    c, mock = agents
+    configure(c, mock, [{"tool_calls": [bash(cmd) for cmd in CLASS_COMMANDS]},
+                        {"text": "done"}], tools=READER)
+    c.serve()
+    job = run_agent(c)
+    engine = {e["inputs"]["input"]["command"]: e["verdict"]
+              for e in trace(c, job)["policy_evaluations"] if e["stage"] != "pre_run"}
+    checked = {}
+    for cmd in CLASS_COMMANDS:
+        r = c.run("guard", "check", "--role", "agent", "--cwd", str(c.work), "--json", "--", cmd)
+        checked[cmd] = json.loads(r.stdout)["verdict"]
+    assert engine == checked
+    assert [cmd for cmd, verdict in engine.items() if verdict == "allow"] == ["kubectl get pods"]
