@@ -1,4 +1,4 @@
-"""Policy benchmarks: what the pre-run decision and the guardrail check cost (issue 5).
+"""Policy benchmarks: what the pre-run decision and the guardrail check cost.
 
     .venv/bin/python bench/policy.py [--quick] [--out bench/results/policy.json]
 
@@ -11,7 +11,7 @@
   jobs, so every call writes one), with `store.append_policy_evaluations` of the same row
   alone as its baseline;
 - guardrail check: `default_guardrails().evaluate(role, "tool_call", "Bash", {"command": …})` on
-  realistic commands of each seed role, "cold" (a new command string every call: an argument
+  realistic commands of each example role, "cold" (a new command string every call: an argument
   varies, so the shell-parse and SQL caches miss) and "warm" (the same string every call), with
   `corral.policy.shell.parse` alone and `sqlglot.parse_one` alone (SQL commands) on the same
   strings as the baseline: the share of parsing. Each verdict is checked against what the rules

@@ -1,5 +1,5 @@
 """The keyed audit chain through the real engine and the real `corral audit verify` on a real data
-directory (issue 11): the key and the signed checkpoints outside the database, and what someone
+directory: the key and the signed checkpoints outside the database, and what someone
 who can write the database (but not read the key) cannot hide."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The core's invariants hold for any scheduler: the real `corral core`, driven over stdio as a
-foreign scheduler would, refuses what it must and starts nothing for it (issue 24).
+foreign scheduler would, refuses what it must and starts nothing for it.
 
 A permit starts exactly one attempt of the job and attempt index it was issued for, once, before
 its deadline; max attempts are counted by the core; an unused permit lapses at its deadline."""

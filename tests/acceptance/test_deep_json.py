@@ -1,4 +1,4 @@
-"""A deeply nested JSON line (issue 12, "Hold the boundary"): it once killed `corral core` and
+"""A deeply nested JSON line: it once killed `corral core` and
 the engine (the parser's recursion limit). Sent to the core's protocol and to the engine's
 control socket, it gets an error answer; the core and the engine answer the next message, and
 the engine runs a new job."""

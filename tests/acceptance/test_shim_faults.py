@@ -1,4 +1,4 @@
-"""Faults of the per-attempt supervisor, `corral-shim`, under a real `corral serve` (issue 12).
+"""Faults of the per-attempt supervisor, `corral-shim`, under a real `corral serve`.
 
 A SIGKILLed shim leaves its job's processes behind: they are found by the attempt's marker and
 stopped before the attempt ends LOST, so its retry never runs beside them, and one such ghost

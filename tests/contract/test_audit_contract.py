@@ -1,4 +1,4 @@
-"""The keyed audit chain (issue 11) on the memory, SQLite and PostgreSQL stores: rows hashed with
+"""The keyed audit chain on the memory, SQLite and PostgreSQL stores: rows hashed with
 HMAC-SHA256 under the audit key, checked against signed checkpoints of the heads; the job
 timeline chained and append-only; missing append-only triggers reported.
 

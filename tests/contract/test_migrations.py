@@ -1,5 +1,5 @@
 """Migrations are append-only: applying every one of them to an empty database must give exactly
-the schema a fresh database gets from the current schema file (STYLE.md rule 5)."""
+the schema a fresh database gets from the current schema file."""
 
 from __future__ import annotations
 

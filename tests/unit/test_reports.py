@@ -100,7 +100,7 @@ def test_no_report_for_a_job_that_has_not_ended(state: JobState) -> None:
 
 
 def test_a_cancel_is_never_a_kill() -> None:
-    """seed-semantics §2.5: every cancel wrote a kill-switch deny row and was reported killed."""
+    """A design that writes a kill-switch deny row for every cancel reports cancels as kills."""
     j = job(JobState.CANCELLED, cancel_requested="operator", stop_kind="cancel")
     attempts = [attempt(1, A.CANCELLED)]
     kill_row = evaluation("kill_switch_active", stage="pre_run", at=50.0)

@@ -88,14 +88,14 @@ CASES = [
     Case(f"{C197}_error_max_turns.jsonl", claude, 1, "4dbeb796-49bb-459e-8f01-7b7b09c4851a",
          (("Bash", "ok"),), (1200, 40, 0), 0.0042, False, 1, "I'll list the files.",
          "error_max_turns", "max_turns"),
-    # `usage` is all zeros here; the tokens are in `modelUsage` (§2.3)
+    # `usage` is all zeros here; the tokens are in `modelUsage`
     Case(f"{C197}_error_max_budget_usd.jsonl", claude, 1, "4f4561d1-16db-4b63-a11b-db56baf0c51a",
          (("Bash", "open"),), (1200, 40, 0), 0.0042, False, 1, "I'll list the files.",
          "error_max_budget_usd", None),
     Case(f"{C197}_sigint_error_during_execution.jsonl", claude, 1,
          "468c6900-8df7-47f2-807f-926239d04d2d", (("Bash", "error"),), (1200, 40, 0), 0.0042,
          False, 1, None, "error_during_execution", "aborted_tools"),
-    # 2.1.330 exits 0 after SIGINT, but its result says error (§2.8)
+    # 2.1.330 exits 0 after SIGINT, but its result says error
     Case(f"{C330}_sigint.jsonl", claude, 0, "007b1487-318d-42f2-a187-4f9833fd5d05",
          (("Bash", "error"),), (1200, 40, 0), 0.0042, False, 1, None, "error_during_execution",
          "aborted_tools"),
@@ -114,7 +114,7 @@ CASES = [
          "done", denied=2),
     Case(f"{C330}_http-hook-deny.jsonl", claude, 0, "81c6594f-fdcb-4da3-9764-f90676b39b1e",
          HOOKED, (8700, 390, 0), 0.03195, True, 1, "done", denied=2),
-    # continue:false is a stop, not a success, though subtype says "success" (§2.5)
+    # continue:false is a stop, not a success, though subtype says "success"
     Case(f"{C330}_hook-deny-plus-continue-false.jsonl", claude, 0,
          "16723d21-27e6-45ed-82fa-bcaf32f71460", (("Bash", "denied"),), (1200, 40, 0), 0.0042,
          False, 1, "", None, "hook_stopped", denied=1),
@@ -142,7 +142,7 @@ CASES = [
          codex((8900, 270, 3072)), 0,
          "01a200c9-322f-7293-b43b-a214fe058903", (), (2450, 75, 1536), 0.0020845, True, 1, "ok",
          None, None, warnings=1, source="price_table"),
-    # two more commands were blocked by a hook: they emit no item (§3.3)
+    # two more commands were blocked by a hook: they emit no item
     Case(f"{CODEX}/exec-json_with-hooks-blocking.jsonl", codex(), 0,
          "01a200c9-c3c1-7bd0-bea6-a65d56fb3681", (("exec_command", "ok"),), (8900, 270, 3072),
          0.010369, True, 1, "done", None, None, warnings=3, source="price_table"),
@@ -372,7 +372,7 @@ def test_codex_hook_blocked_commands_leave_no_item() -> None:
     assert [c.input["command"] for c in calls] == ["/bin/bash -lc 'echo hi'"]
 
 
-CODEX_FAILED = [  # verbatim from agent-clis.md §3.2, behind a thread start
+CODEX_FAILED = [  # verbatim from a codex 0.169.0 run, behind a thread start
     '{"type":"thread.started","thread_id":"t-1"}',
     '{"type":"turn.started"}',
     '{"type":"error","message":"Reconnecting... 1/5 (stream disconnected before completion)"}',
@@ -390,7 +390,7 @@ def test_codex_turn_failed() -> None:
     assert (summary.succeeded, summary.results_seen, summary.cost_usd) == (False, 1, None)
 
 
-CODEX_ITEMS = [  # shapes from exec_events.rs (§3.2)
+CODEX_ITEMS = [  # shapes from exec_events.rs
     {"id": "i1", "type": "mcp_tool_call", "server": "docs", "tool": "search",
      "arguments": {"q": "x"}, "result": {"content": [{"type": "text", "text": "hit"}]},
      "error": None, "status": "completed"},

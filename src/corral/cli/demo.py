@@ -41,7 +41,7 @@ roles:
     description: compile and test steps
     concurrency: 2
   notebook:
-    description: the seed NotebookAgent's role (its shipped guardrails apply to every job)
+    description: the NotebookAgent role (its shipped guardrails apply to every job)
 environments:
   local:
     max_inflight: 4

@@ -35,10 +35,10 @@ class ToolCallTrace:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentEvent:
-    """The trace of one agent attempt (seeds 000/001 AgentEvent), written once when it ends."""
+    """The trace of one agent attempt (an AgentEvent), written once when it ends."""
 
     event_id: str
-    job_id: str  # the seeds' intent id: a Job is the intent
+    job_id: str  # the intent id of the AgentOps interface: a Job is the intent
     attempt: int
     at: float
     role: str

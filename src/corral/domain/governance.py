@@ -58,7 +58,7 @@ class ReportOutcome(StrEnum):
 
 
 class IncidentType(StrEnum):
-    """The union of seed-semantics §5.4 and issue 5's list."""
+    """What an incident is about; `policy/reports.py` says which attempt yields which."""
 
     STEP_ERROR = "step_error"
     TOOL_ERROR = "tool_error"

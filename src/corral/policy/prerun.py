@@ -16,7 +16,7 @@ no clock reads. Seven steps, first match wins:
 6. `approval`       a denied or expired approval → deny / approval_policy_deny; a pending one, or
                     a role that requires approval and no approved approval
                     → require_approval / approval_required
-7. `none`           → allow / allowed (seed-semantics §4.2 #15: an allow names no policy)
+7. `none`           → allow / allowed (an allow names no policy)
 
 The decision carries `snapshot`, a JSON-safe dict of exactly the inputs the deciding step used
 (for `allow`: every step's inputs, since every step was checked), which the engine stores with

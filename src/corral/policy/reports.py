@@ -4,9 +4,9 @@ Both are pure functions of what the store holds when the job reaches its termina
 store writes their result exactly once (append-only, hash-chained) and never updates it.
 
 **Outcome** comes from the terminal job state and nothing else (`OUTCOME`): a CANCELLED job is
-`cancelled`, always: an operator's or a latest-wins cancel is never recorded as a kill (the
-defect of seed-semantics §2.5, where every cancel wrote a kill-switch row and was reported as
-killed). Only a KILLED job, which only the kill switch produces, is `killed`.
+`cancelled`, always: an operator's or a latest-wins cancel is never recorded as a kill (a
+known defect of kill-switch designs that write a kill-switch row for every cancel and report it
+as killed). Only a KILLED job, which only the kill switch produces, is `killed`.
 
 **Counts.** `attempts` is the number of attempts. `steps` equals `attempts`: Corral sees an
 agent's tool calls, not its plan, so the unit of work it can count is the attempt. Tool calls,
@@ -34,7 +34,7 @@ single table of severities):
 | approval_rejected     | a pre-run deny because the approval was denied or expired       |
 | retry_exhausted       | a DEAD_LETTERED job                                             |
 | kill_switch_activated | a KILLED job that had an attempt running (a KILLED attempt): a  |
-|                       | queued job the switch took off the queue gets none (§2.11)      |
+|                       | queued job the switch took off the queue gets none              |
 | anomaly               | whatever a detector passed in `detectors` reports               |
 
 One attempt yields at most one incident, by the first row that matches (budget, stall, timeout,
@@ -72,7 +72,7 @@ OUTCOME: Mapping[JobState, ReportOutcome] = MappingProxyType({
     JobState.DENIED: ReportOutcome.DENIED,
 })
 
-# The one table of incident severities (seed-semantics §2.6: low informational, medium degraded,
+# The one table of incident severities (low informational, medium degraded,
 # high aborted / review recommended, critical security or safety).
 SEVERITY: Mapping[IncidentType, Severity] = MappingProxyType({
     IncidentType.STEP_ERROR: Severity.MEDIUM,

@@ -1,4 +1,4 @@
-"""The audit hash chains of the append-only tables (issue 5; seed-semantics §2.7, §5.2–5.4).
+"""The audit hash chains of the append-only tables (docs/explanation/audit.md).
 
 Design: one chain per table. Each row carries `seq` (its position, 1, 2, …, no gaps), `prev_hash`
 (the previous row's `hash`, "" for the first) and `hash` = sha256 of the canonical JSON of the
@@ -15,7 +15,7 @@ policy evaluations do not queue behind approvals and reports, and a chain is ver
 The tables also refuse UPDATE and DELETE by trigger (migrations 0006, 0012); the chain is what
 shows tampering by someone who went around the triggers.
 
-Keyed chain (migration 0012, issue 11). A plain SHA-256 chain can be recomputed by whoever can
+Keyed chain (migration 0012). A plain SHA-256 chain can be recomputed by whoever can
 write the database. Rows are therefore hashed with HMAC-SHA256 under a key kept outside the
 database (`<data dir>/audit.key`, 0600, the same key-file mechanism as the sealing key); such a
 hash is stored as `k1:<hex>`, a plain one as 64 hex digits. `audit_heads.keyed_from` records the

@@ -1,4 +1,5 @@
-"""Signed checkpoints of the audit chains' heads, kept outside the database (issue 11).
+"""Signed checkpoints of the audit chains' heads, kept outside the database
+(docs/explanation/audit.md).
 
 What a database writer can do unseen by the chain alone: remove the newest records and rewind
 the head to the last one kept. A checkpoint is the head as it was (chain, seq, hash, keyed_from,

@@ -176,7 +176,7 @@ def admits(remaining: float | None, amount: float) -> bool:
 
 
 def check_reportable(job_id: str, state: str | None) -> None:
-    """A run report is written for an existing job in a terminal state (seed §5.3)."""
+    """A run report is written for an existing job in a terminal state."""
     if state is None:
         raise NotFound(f"no job {job_id} to report on")
     if not JobState(state).terminal:

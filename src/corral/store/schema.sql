@@ -191,7 +191,7 @@ CREATE TABLE audit_heads (
     -- appended by migration 0012
 , keyed_from INTEGER);
 
--- One immutable report per job, written when it reaches a terminal state (seed §5.3).
+-- One immutable report per job, written when it reaches a terminal state.
 CREATE TABLE run_reports (
     id          TEXT PRIMARY KEY,
     seq         INTEGER NOT NULL UNIQUE,
@@ -216,7 +216,7 @@ CREATE TABLE run_reports (
     hash        TEXT NOT NULL
 );
 
--- Incidents (seed §5.4); a resolution is another row naming the incident it resolves (once).
+-- Incidents; a resolution is another row naming the incident it resolves (once).
 CREATE TABLE incidents (
     id         TEXT PRIMARY KEY,
     seq        INTEGER NOT NULL UNIQUE,
@@ -316,7 +316,7 @@ CREATE TABLE approval_events (
 );
 CREATE INDEX approval_events_by_job ON approval_events (job_id, seq);
 
--- The unified read model (issue 5): a job, its report, its incidents (resolutions not counted)
+-- The unified read model: a job, its report, its incidents (resolutions not counted)
 -- and its latest policy verdict.
 CREATE VIEW v_run_unified AS
 SELECT j.id AS job_id, j.state AS state, j.role AS role, j.tenant AS tenant,
@@ -336,7 +336,7 @@ SELECT j.id AS job_id, j.state AS state, j.role AS role, j.tenant AS tenant,
   LEFT JOIN policy_evaluations p
     ON p.id = (SELECT MAX(q.id) FROM policy_evaluations q WHERE q.job_id = j.id);
 
--- The configuration each engine serves with, recorded when it starts (issue 13), redacted.
+-- The configuration each engine serves with, recorded when it starts, redacted.
 CREATE TABLE engine_configs (
     id        INTEGER PRIMARY KEY AUTOINCREMENT,
     engine_id TEXT NOT NULL,

@@ -14,7 +14,7 @@ CREATE TABLE audit_heads (
     hash  TEXT NOT NULL
 );
 
--- One immutable report per job, written when it reaches a terminal state (seed §5.3).
+-- One immutable report per job, written when it reaches a terminal state.
 CREATE TABLE run_reports (
     id          TEXT PRIMARY KEY,
     seq         INTEGER NOT NULL UNIQUE,
@@ -39,7 +39,7 @@ CREATE TABLE run_reports (
     hash        TEXT NOT NULL
 );
 
--- Incidents (seed §5.4); a resolution is another row naming the incident it resolves (once).
+-- Incidents; a resolution is another row naming the incident it resolves (once).
 CREATE TABLE incidents (
     id         TEXT PRIMARY KEY,
     seq        INTEGER NOT NULL UNIQUE,
@@ -139,7 +139,7 @@ CREATE TABLE approval_events (
 );
 CREATE INDEX approval_events_by_job ON approval_events (job_id, seq);
 
--- The unified read model (issue 5): a job, its report, its incidents (resolutions not counted)
+-- The unified read model: a job, its report, its incidents (resolutions not counted)
 -- and its latest policy verdict.
 CREATE VIEW v_run_unified AS
 SELECT j.id AS job_id, j.state AS state, j.role AS role, j.tenant AS tenant,

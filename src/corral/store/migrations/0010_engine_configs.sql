@@ -1,4 +1,4 @@
--- Corral schema v10 (issue 13): the configuration each engine serves with, recorded when it
+-- Corral schema v10: the configuration each engine serves with, recorded when it
 -- starts. Clients check submissions against the latest one and `corral config show` prints it.
 -- Secret-looking values are redacted before they are written; rows are only ever added.
 CREATE TABLE engine_configs (

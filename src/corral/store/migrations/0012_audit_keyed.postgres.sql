@@ -1,4 +1,4 @@
--- Corral schema v12 for PostgreSQL (issue 11): a keyed audit chain, and the job timeline on one
+-- Corral schema v12 for PostgreSQL: a keyed audit chain, and the job timeline on one
 -- (see 0012_audit_keyed.sql); job_events refuses UPDATE, DELETE and TRUNCATE like 0006's tables.
 ALTER TABLE audit_heads ADD COLUMN keyed_from INTEGER;
 ALTER TABLE job_events ADD COLUMN seq INTEGER;

@@ -1,4 +1,4 @@
--- Corral schema v12 (issue 11): a keyed audit chain, and the job timeline on one (SQLite;
+-- Corral schema v12: a keyed audit chain, and the job timeline on one (SQLite;
 -- PostgreSQL has 0012_audit_keyed.postgres.sql). `audit_heads.keyed_from`: the first seq of each
 -- chain hashed with HMAC-SHA256 under the key outside the database (store/chain.py); rows before
 -- it stay plain SHA-256. job_events gets its chain columns (rows from before stay off the chain)

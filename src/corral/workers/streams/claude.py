@@ -1,4 +1,5 @@
-"""Claude Code: `claude -p --output-format stream-json --verbose` (agent-clis.md §2.2, §2.3).
+"""Claude Code: `claude -p --output-format stream-json --verbose`
+(recorded streams: tests/fixtures/agent-cli/claude-code-*).
 
 Tool calls are `tool_use` blocks in `assistant` lines (one content block per line, lines of
 one API message share `message.id`), ended by `tool_result` blocks in `user` lines. Totals
@@ -32,7 +33,7 @@ from corral.workers.streams.model import (
     joined_text,
 )
 
-# The texts a refused call's tool_result carries (§2.4, §2.5). 2.1.197 puts a hook's deny
+# The texts a refused call's tool_result carries. 2.1.197 puts a hook's deny
 # reason there bare, so those denials are known only from `result.permission_denials`.
 _HOOK_DENIAL = re.compile(r"PreToolUse:\S* hook error: ")
 _DENIAL_PREFIXES = (
@@ -251,7 +252,7 @@ class ClaudeStreamParser(LineParser):
         return cost, None if cost is None else "price_table"
 
     def finish(self, exit_code: int | None, now: float) -> StreamSummary:
-        """The run's summary. Success needs exit 0 *and* a last result that says so (§7.1)."""
+        """The run's summary. Success needs exit 0 *and* a last result that says so."""
         last = self._last_result or {}
         subtype, is_error = get_str(last, "subtype"), last.get("is_error") is True
         terminal_reason = get_str(last, "terminal_reason")

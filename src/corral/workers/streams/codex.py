@@ -1,4 +1,5 @@
-"""Codex CLI: `codex exec --json` (agent-clis.md §3.2, schema `codex-rs/exec/src/exec_events.rs`).
+"""Codex CLI: `codex exec --json` (the schema of codex's `exec_events.rs`;
+recorded streams: tests/fixtures/agent-cli/codex-*).
 
 Tool calls are `item.started`/`item.completed` of the tool item types; `error` items are
 warnings. Tokens come only from `turn.completed.usage`, cumulative over a resumed thread, so a
@@ -44,9 +45,9 @@ _FAILED = frozenset({"failed", "declined"})
 def _tool_name(item: JsonObj) -> str:
     kind = str(item.get("type"))
     if kind == "command_execution":
-        return "exec_command"  # the model-facing shell tool (§8)
+        return "exec_command"  # the model-facing shell tool
     if kind == "mcp_tool_call":
-        # the name its hook and the role's scope use (reference §3.3)
+        # the name its hook and the role's scope use
         return f"mcp__{get_str(item, 'server') or '?'}__{get_str(item, 'tool') or '?'}"
     return kind
 
@@ -122,7 +123,7 @@ class CodexStreamParser(LineParser):
             self._tool_item(item, completed, now, out)
         elif kind == "agent_message" and completed:
             self._final_text = get_str(item, "text")
-        elif kind == "error":  # warnings such as missing model metadata (§3.2)
+        elif kind == "error":  # warnings such as missing model metadata
             self.warn(out, now, f"codex: {get_str(item, 'message')}")
 
     def _tool_item(self, item: JsonObj, completed: bool, now: float,
@@ -180,7 +181,7 @@ class CodexStreamParser(LineParser):
                                            vendor="openai")
 
     def finish(self, exit_code: int | None, now: float) -> StreamSummary:
-        """The run's summary: success is exit 0 after a last `turn.completed` (§3.2, §7.1)."""
+        """The run's summary: success is exit 0 after a last `turn.completed`."""
         tokens_in, tokens_out, cached = self._tokens or (0, 0, 0)
         cost = self._cost()
         completed = self._results_seen > 0 and self._failure is None

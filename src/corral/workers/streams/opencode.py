@@ -1,4 +1,4 @@
-"""OpenCode: `opencode run --format json` (agent-clis.md §4.2, §4.3).
+"""OpenCode: `opencode run --format json` (recorded streams: tests/fixtures/agent-cli/opencode-*).
 
 Every line is `{type, timestamp, sessionID, part}`. A `tool_use` line arrives once, when the
 call reached its final state (`part.state.status` completed/error, with the stream's own
@@ -28,9 +28,9 @@ from corral.workers.streams.model import (
 )
 
 DENIAL_TEXTS = (
-    # a `deny` rule matched (§4.2)
+    # a `deny` rule matched
     "The user has specified a rule which prevents you from using this specific tool call",
-    # an `ask` rule, auto-rejected because `run` has nobody to ask (§4.3)
+    # an `ask` rule, auto-rejected because `run` has nobody to ask
     "The user rejected permission to use this specific tool call",
 )
 _FINAL_STATES = frozenset({"completed", "error"})
@@ -158,7 +158,7 @@ class OpenCodeStreamParser(LineParser):
         return cost, None if cost is None else "price_table"
 
     def finish(self, exit_code: int | None, now: float) -> StreamSummary:
-        """The run's summary: success is exit 0 after a last `step_finish` "stop" (§7)."""
+        """The run's summary: success is exit 0 after a last `step_finish` "stop"."""
         cost, source = self._cost_and_source()
         name, message = self._failure or (None, None)
         return StreamSummary(

@@ -2,7 +2,7 @@
 
 The table is configuration, not truth: vendors change prices, so a deployment passes its own
 `PriceTable` (through `StreamOptions.prices`). The built-in entries are the two whose arithmetic
-the recorded fixtures confirm exactly (agent-clis.md §2.3: Sonnet 4.5 at $3 / $15 gives Claude
+the recorded fixtures confirm exactly (Sonnet 4.5 at $3 / $15 gives Claude
 Code's `total_cost_usd`; gpt-5 at $1.25 / $10 with cached input at $0.125 gives OpenCode's
 `step_finish.part.cost`). A model the table does not name falls back to its vendor's default,
 which is a price estimate only.
