@@ -28,7 +28,7 @@ from tests.agentmock import AnthropicMock, tool_names
 from tests.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
-CLAUDE = ROOT / "agent-clis" / "node_modules" / ".bin" / "claude"
+CLAUDE = ROOT / "tests" / "agent-clis" / "node_modules" / ".bin" / "claude"
 MCP_SERVER = ROOT / "tests" / "agentmock" / "mcp_server.py"
 CANARY = "corral-canary-5e2b7d19af"
 MCP_CANARY = "corral-mcp-canary-81c4aa03"  # a secret in an MCP server's env

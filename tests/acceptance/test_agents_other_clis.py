@@ -23,7 +23,7 @@ from tests.acceptance.test_agents import (  # noqa: F401 (clis: a fixture)
 )
 from tests.agentmock import OpenAIResponsesMock, tool_names
 
-BIN = ROOT / "agent-clis" / "node_modules" / ".bin"
+BIN = ROOT / "tests" / "agent-clis" / "node_modules" / ".bin"
 
 
 def config(kind: str, mock_url: str, extra_role: str = "") -> str:
