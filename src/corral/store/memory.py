@@ -1,4 +1,4 @@
-"""The store port in pure Python: dicts of frozen values with the semantics of `SqlStore`.
+"""The store ports in pure Python: dicts of frozen values with the semantics of `SqlStore`.
 
 Unit tests use it; tests/contract/test_store_contract.py runs one suite against it, SQLite and
 PostgreSQL, so any difference from `corral.store.sql` is a bug here or there. What both decide
@@ -40,6 +40,7 @@ from corral.store.rules import (
     event_row,
     job_event,
     requeue_blocked,
+    submitted_events,
 )
 
 K = TypeVar("K")
@@ -64,7 +65,7 @@ def _normalise(job: Job) -> Job:
 
 
 class MemoryStore(MemoryOperator, MemoryGovernance):
-    """The store port in memory. Every state change is a compare-and-set, as in SqlStore."""
+    """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
@@ -245,12 +246,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
         if not job.state.terminal:
             self._check_bounds(job, admission, now)
         self._set(self._jobs, job.id, job)
-        events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
-                           message=("supersedes " + superseded) if superseded else "",
-                           data={"priority": job.priority, "role": job.role})]
-        if failed_dep:
-            events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
-                                   message=failed_dep, to_state=JobState.FAILED.value))
+        events = submitted_events(job, now, superseded, failed_dep)
         if job.workspace and not job.state.terminal:
             if seat is Seat.TAKE:
                 self._set(self._ws_locks, job.workspace, (job.id, now))

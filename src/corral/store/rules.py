@@ -63,6 +63,19 @@ def event_row(e: JobEvent) -> dict[str, Any]:
     return dict(zip(EVENT_COLUMNS, event_params(e), strict=True))
 
 
+def submitted_events(job: Job, now: float, superseded: str | None,
+                     failed_dep: str | None) -> list[JobEvent]:
+    """The timeline's first lines of a new job: submitted (naming the job a latest-wins
+    submission superseded), and failed at once when a dependency had already failed."""
+    events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
+                       message=("supersedes " + superseded) if superseded else "",
+                       data={"priority": job.priority, "role": job.role})]
+    if failed_dep:
+        events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
+                               message=failed_dep, to_state=JobState.FAILED.value))
+    return events
+
+
 def acquired_event(job: Job, now: float, wait_ms: float) -> JobEvent:
     """The timeline line of a job taking its workspace's lock after waiting `wait_ms`."""
     return JobEvent(job_id=job.id, at=now, kind="workspace_lock_acquired",

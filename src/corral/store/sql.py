@@ -1,4 +1,4 @@
-"""The store port over SQL: one implementation of every operation for SQLite and PostgreSQL.
+"""The store ports over SQL: one implementation of every operation for SQLite and PostgreSQL.
 
 Each operation is one transaction. State changes are compare-and-set (`… WHERE id = ? AND state
 = ?`, row count checked); the drivers differ only in how they open a write transaction and in
@@ -44,6 +44,7 @@ from corral.store.rules import (
     event_row,
     job_event,
     requeue_blocked,
+    submitted_events,
 )
 
 _JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
@@ -79,7 +80,7 @@ class _EventTx:
 
 
 class SqlStore(SqlOperator, SqlGovernance):
-    """The store port implemented once in portable SQL over a driver."""
+    """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
@@ -259,12 +260,7 @@ class SqlStore(SqlOperator, SqlGovernance):
             await adm.check_bounds(tx, job, admission, now,
                                    serialise=self.driver.dialect == "postgres")
         await tx.execute(_JOB_INSERT, job_params(job))
-        events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
-                           message=("supersedes " + superseded) if superseded else "",
-                           data={"priority": job.priority, "role": job.role})]
-        if failed_dep:
-            events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
-                                   message=failed_dep, to_state=JobState.FAILED.value))
+        events = submitted_events(job, now, superseded, failed_dep)
         if job.workspace and not job.state.terminal:
             if seat is Seat.TAKE:
                 events.append(await adm.take_at_submit(tx, job, now))
