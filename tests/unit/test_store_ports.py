@@ -1,7 +1,9 @@
 """The store ports stay narrow: each method of the store belongs to exactly one port
 (core/ports.py), `Store` is their union and adds nothing, and every store implementation
 provides exactly the union, each method with the port's signature. A new store method must
-therefore be put in a port, and a consumer can keep asking for the narrowest one."""
+therefore be put in a port, and a consumer can keep asking for the narrowest one. And the
+imports stay untangled: the memory store imports nothing of the SQL one, and no module of corral
+is in an import circle."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import grimp
 import pytest
 
 from corral.core import ports
@@ -91,3 +94,20 @@ def test_an_implementation_satisfies_each_port(impl: type, port: type) -> None:
     methods = public_methods(impl)
     for name, declared in own_methods(port).items():
         assert shape(methods[name]) == shape(declared), f"{impl.__name__}.{name}"
+
+
+def test_the_memory_store_imports_nothing_of_the_sql_store() -> None:
+    """The SQL side is whatever imports the SQL driver port (store/driver.py)."""
+    graph = grimp.build_graph("corral", cache_dir=None)
+    sql_side = {"corral.store.driver", *graph.find_downstream_modules("corral.store.driver")}
+    for module in ("corral.store.memory", "corral.store.governance_memory",
+                   "corral.store.operator_memory"):
+        assert graph.find_upstream_modules(module) & sql_side == set(), module
+
+
+def test_no_module_of_corral_is_in_an_import_circle() -> None:
+    graph = grimp.build_graph("corral", cache_dir=None)
+    circles = sorted((module, imported) for module in graph.modules
+                     for imported in graph.find_modules_directly_imported_by(module)
+                     if graph.chain_exists(importer=imported, imported=module))
+    assert circles == []
