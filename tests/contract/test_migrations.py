@@ -14,10 +14,11 @@ import pytest
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.states import JobState
 from corral.store.chain import CHAINS, link
+from corral.store.driver import Driver
 from corral.store.migrate import migrate, migrations, statements
 from corral.store.postgres import PostgresDriver, PostgresStore
 from corral.store.rows import JOB_COLUMNS, job_params
-from corral.store.sql import Driver, SqlStore
+from corral.store.sql import SqlStore
 from corral.store.sqlite import SqliteDriver, SqliteStore
 from corral.workers.sealing import KeyFile
 from tests.contract.test_store_contract import make_job

@@ -1,4 +1,4 @@
-"""The ports the inner rooms talk through: the store and the worker adapters."""
+"""The ports the inner rooms talk through: the store, split by concern, and the worker adapters."""
 
 from __future__ import annotations
 
@@ -187,13 +187,19 @@ class EngineConfig:
     text: str
 
 
-class Store(Protocol):
-    """Domain operations on durable state. Every state change is a compare-and-set."""
+class StoreLifecycle(Protocol):
+    """Opening and closing the store (an engine or a command holds it open while it works)."""
 
     async def open(self) -> None:
         """Connect and migrate to the current schema."""
 
     async def close(self) -> None: ...
+
+
+class JobStore(Protocol):
+    """Jobs and their attempts: submission with its admission, the dispatch cycle (reserve, start,
+    run, finish), stops and retries, the dead-letter queue, workspaces held, and the reads of jobs,
+    attempts and their timeline. Every state change is a compare-and-set."""
 
     async def submit(self, job: Job, *, now: float, aging_s: float,
                      admission: Admission = UNBOUNDED) -> SubmitResult:
@@ -252,15 +258,6 @@ class Store(Protocol):
     async def queued_ahead(self, job: Job) -> int:
         """How many runnable QUEUED jobs come before this one in queue order."""
 
-    async def live_engines(self, *, since: float) -> list[str]:
-        """Ids of the engines that heart-beat (or started) at or after `since`."""
-
-    async def publish_config(self, config: EngineConfig) -> None:
-        """Record the configuration an engine starts with (rows are only added)."""
-
-    async def active_config(self) -> EngineConfig | None:
-        """The configuration the engine that started last recorded; None if none ever did."""
-
     async def list_jobs(self, query: JobQuery) -> list[Job]: ...
 
     async def attempts(self, job_id: str) -> list[Attempt]: ...
@@ -269,15 +266,26 @@ class Store(Protocol):
 
     async def append_events(self, events: Sequence[JobEvent]) -> None: ...
 
-    async def append_core_events(self, events: Sequence[Mapping[str, Any]]) -> None:
-        """Record the core's decisions (breaker transitions, defense stages, escalations)."""
-
-    async def core_events(self, *, kind: str | None = None,
-                          limit: int = 100) -> list[dict[str, Any]]:
-        """The latest recorded core decisions, oldest first."""
-
     async def counts(self) -> dict[str, int]:
         """Jobs per state."""
+
+    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
+                          admission: Admission = UNBOUNDED) -> Job:
+        """Resolve a dead-lettered job by submitting a fresh copy with a fresh attempt budget."""
+
+    async def dlq_purge(self, job_id: str, *, now: float) -> Job:
+        """Resolve a dead-lettered job by dropping it from the queue view (the record stays)."""
+
+    async def workspaces(self) -> list[tuple[str, str, float]]:
+        """Held workspaces: (workspace, holder job id, acquired at), by workspace."""
+
+    async def workspace_lock_waits(self, since: float) -> list[float]:
+        """Milliseconds each job waited for its workspace, of the locks taken since `since`
+        (only jobs that found their workspace held; oldest first)."""
+
+
+class TraceStore(Protocol):
+    """What happened inside runs and in the core: agents' events, checkpoints, core decisions."""
 
     async def record_agent_event(self, event: AgentEvent) -> bool:
         """Persist an attempt's AgentEvent; False (and nothing written) if it has one already."""
@@ -289,6 +297,19 @@ class Store(Protocol):
 
     async def checkpoints(self, job_id: str) -> list[Checkpoint]:
         """The job's checkpoints, oldest first (the last one is where a resume starts)."""
+
+    async def append_core_events(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """Record the core's decisions (breaker transitions, defense stages, escalations)."""
+
+    async def core_events(self, *, kind: str | None = None,
+                          limit: int = 100) -> list[dict[str, Any]]:
+        """The latest recorded core decisions, oldest first."""
+
+
+class GovernanceStore(Protocol):
+    """Governance records, append-only and hash-chained (store/chain.py): policy evaluations, run
+    reports and incidents, kill switches, pauses, budgets, dark launches, approvals, and the
+    unified run read model."""
 
     async def append_policy_evaluations(self, evaluations: Sequence[PolicyEvaluation]) -> None:
         """Append policy decisions; rows are never changed afterwards."""
@@ -302,8 +323,6 @@ class Store(Protocol):
                                         since: float | None = None) -> list[PolicyEvaluation]:
         """The latest `limit` policy evaluations across jobs (of this stage and verdict, at or
         after `since`, when given), newest last; none when `limit` ≤ 0."""
-
-    # ---- governance: append-only, hash-chained (store/chain.py) -------------------
 
     async def record_report(self, report: RunReport,
                             incidents: Sequence[Incident] = ()) -> RunReport:
@@ -393,13 +412,17 @@ class Store(Protocol):
     async def unreported(self, limit: int = 100) -> list[str]:
         """Ids of terminal jobs that have no run report yet, oldest change first."""
 
+
+class AuditStore(Protocol):
+    """The audit of the append-only tables: their key, their chains' heads and their triggers."""
+
+    def use_audit_key(self, key: AuditKey) -> None:
+        """Hash the audit chains with HMAC-SHA256 under this key from now on."""
+
     async def verify_audit(self, marks: Sequence[ChainMark] = ()) -> AuditReport:
         """Recompute every append-only table's hash chain (keyed rows with the audit key), check
         it passes through every checkpoint in `marks` and reaches the last, and that every
         append-only trigger is in place."""
-
-    def use_audit_key(self, key: AuditKey) -> None:
-        """Hash the audit chains with HMAC-SHA256 under this key from now on."""
 
     async def audit_heads(self) -> dict[str, ChainHead]:
         """Every chain's tip (what a checkpoint records)."""
@@ -410,19 +433,19 @@ class Store(Protocol):
     async def restore_triggers(self) -> list[str]:
         """Put back every missing or disabled append-only trigger; the ones put back."""
 
-    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
-                          admission: Admission = UNBOUNDED) -> Job:
-        """Resolve a dead-lettered job by submitting a fresh copy with a fresh attempt budget."""
 
-    async def dlq_purge(self, job_id: str, *, now: float) -> Job:
-        """Resolve a dead-lettered job by dropping it from the queue view (the record stays)."""
+class EngineRegistry(Protocol):
+    """The engines that share the store: registration, heartbeats, take-over and fencing, and the
+    configuration each published when it started."""
 
-    async def workspaces(self) -> list[tuple[str, str, float]]:
-        """Held workspaces: (workspace, holder job id, acquired at), by workspace."""
+    async def live_engines(self, *, since: float) -> list[str]:
+        """Ids of the engines that heart-beat (or started) at or after `since`."""
 
-    async def workspace_lock_waits(self, since: float) -> list[float]:
-        """Milliseconds each job waited for its workspace, of the locks taken since `since`
-        (only jobs that found their workspace held; oldest first)."""
+    async def publish_config(self, config: EngineConfig) -> None:
+        """Record the configuration an engine starts with (rows are only added)."""
+
+    async def active_config(self) -> EngineConfig | None:
+        """The configuration the engine that started last recorded; None if none ever did."""
 
     async def register_engine(self, engine_id: str, *, pid: int, host: str, now: float) -> None: ...
 
@@ -442,6 +465,14 @@ class Store(Protocol):
 
     async def stale_engines(self, *, before: float, exclude: str) -> list[str]:
         """Engines whose last heartbeat is older than `before` (their attempts need a home)."""
+
+
+class Store(StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore, EngineRegistry,
+            Protocol):
+    """The whole store: every port above. What the store implementations (store/memory.py,
+    store/sql.py over SQLite and PostgreSQL) provide and what builds them (runtime/assembly.py)
+    returns; a consumer asks for the narrowest port it uses (tests/unit/test_store_ports.py keeps
+    each method in exactly one port)."""
 
 
 class AttemptHandle(Protocol):

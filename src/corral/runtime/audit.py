@@ -12,7 +12,7 @@ from collections.abc import Callable
 import anyio
 
 from corral.config import Config
-from corral.core.ports import AuditReport, ChainHead, Store
+from corral.core.ports import AuditReport, AuditStore, ChainHead
 from corral.domain.errors import CorralError, StoreError
 from corral.store import checkpoints
 from corral.workers.sealing import KeyFile
@@ -28,7 +28,7 @@ def audit_key(config: Config) -> KeyFile:
     return KeyFile(config.audit_key)
 
 
-async def refuse_without_triggers(store: Store) -> None:
+async def refuse_without_triggers(store: AuditStore) -> None:
     """StoreError when an append-only trigger is missing or disabled: the engine does not
     serve on a store whose history can be changed in place without going around anything."""
     missing = await store.missing_triggers()
@@ -40,7 +40,7 @@ async def refuse_without_triggers(store: Store) -> None:
             "with `corral audit restore-triggers`)")
 
 
-async def refuse_without_key(store: Store, config: Config) -> None:
+async def refuse_without_key(store: AuditStore, config: Config) -> None:
     """StoreError when records were hashed with an audit key and it is gone: a new key would
     make every one of them fail verification (restore it from a backup)."""
     key = audit_key(config)
@@ -53,7 +53,7 @@ async def refuse_without_key(store: Store, config: Config) -> None:
                          " docs/explanation/audit.md)")
 
 
-async def verify(store: Store, config: Config) -> AuditReport:
+async def verify(store: AuditStore, config: Config) -> AuditReport:
     """The store's chains checked against the key and the data directory's checkpoints."""
     key = audit_key(config).get(create=False)
     marks, problems = checkpoints.read(config.audit_checkpoints, key)
@@ -67,7 +67,7 @@ class Checkpointer:
     """Writes a signed checkpoint of every chain that moved: after `every_records` records on
     one chain or `every_s` seconds, whichever comes first, and at a clean stop (`flush`)."""
 
-    def __init__(self, store: Store, config: Config,
+    def __init__(self, store: AuditStore, config: Config,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.path = config.audit_checkpoints

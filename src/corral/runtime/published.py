@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from corral.config import Config, parse, resolve
-from corral.core.ports import EngineConfig, Store
+from corral.core.ports import EngineConfig, EngineRegistry
 from corral.domain.errors import ConfigError
 from corral.policy.redact import MARK, SECRET_NAME, Redactor
 
@@ -83,6 +83,6 @@ def effective(local: Config, active: EngineConfig | None) -> tuple[Config, str |
                    else None, text=active.text), note
 
 
-async def active_config(store: Store, local: Config) -> tuple[Config, str | None]:
+async def active_config(store: EngineRegistry, local: Config) -> tuple[Config, str | None]:
     """`effective` with the store's latest published configuration."""
     return effective(local, await store.active_config())

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from corral.config import Config
-from corral.core.ports import Store
+from corral.core.ports import EngineRegistry, GovernanceStore, JobStore
 from corral.domain.models import Job, JobEvent
 from corral.domain.states import JobState
 from corral.policy.prerun import JobRef
@@ -20,7 +20,7 @@ from corral.scheduler.waiting import WaitFacts
 LIVE_ENGINE_S = 15.0
 
 
-async def engine_serving(cfg: Config, store: Store, now: float) -> bool:
+async def engine_serving(cfg: Config, store: EngineRegistry, now: float) -> bool:
     """Whether an engine serves this data directory — it holds the directory's lock (also while
     it starts, before its socket answers) or its socket answers — or, on a shared store, any
     engine heart-beats: a job submitted here will run."""
@@ -44,10 +44,14 @@ def engine_holds(data_dir: Path) -> bool:
                for parts in (line.split() for line in table.splitlines()))
 
 
+class WaitReads(JobStore, GovernanceStore, Protocol):
+    """What a wait reads: the job's timeline and place in the queue, and the pauses."""
+
+
 class Watcher:
     """Gathers the facts of one job's wait, reading only what is new each time."""
 
-    def __init__(self, cfg: Config, store: Store) -> None:
+    def __init__(self, cfg: Config, store: WaitReads) -> None:
         self.cfg = cfg
         self.store = store
         self._seen = 0  # the last timeline line read

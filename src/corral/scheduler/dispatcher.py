@@ -21,7 +21,7 @@ from anyio.abc import TaskGroup
 
 from corral.core.link import CoreLink, CoreUnavailable
 from corral.core.permits import Rejected
-from corral.core.ports import Finish, QueueFilter, Store
+from corral.core.ports import EngineRegistry, Finish, JobStore, QueueFilter
 from corral.domain.errors import CorralError, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import (
@@ -126,10 +126,14 @@ class DispatchOptions:
     scan_s: float = 5.0
 
 
+class DispatchStore(JobStore, EngineRegistry, Protocol):
+    """The jobs it dispatches, and the engines whose attempts it may take over."""
+
+
 class Dispatcher:
     """Runs the queue against the core until cancelled (or, in drain mode, until idle)."""
 
-    def __init__(self, *, store: Store, core: CoreLink, settings: Settings,
+    def __init__(self, *, store: DispatchStore, core: CoreLink, settings: Settings,
                  options: DispatchOptions,
                  agents: AgentHooks | None = None,
                  gate: RunGate | None = None,

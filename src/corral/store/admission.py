@@ -18,17 +18,14 @@ the dependency-failure cascade). `workspace_waits` measures how long jobs waited
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from corral.core.ports import Admission
 from corral.domain.errors import StaleState
 from corral.domain.models import Job, JobEvent
 from corral.domain.states import ACTIVE, TERMINAL
 from corral.scheduler.service import queue_full
+from corral.store.driver import Tx
 from corral.store.rows import JOB_COLUMNS, job_from_row
-
-if TYPE_CHECKING:
-    from corral.store.sql import Tx
+from corral.store.rules import acquired_event
 
 
 def _states(states: frozenset[str]) -> str:
@@ -201,12 +198,6 @@ async def after_acquire(tx: Tx, job: Job, now: float) -> JobEvent:
         " SELECT id, workspace, ? FROM jobs WHERE workspace = ? AND state = 'QUEUED' AND id <> ?"
         " ON CONFLICT (job_id) DO NOTHING", (now, job.workspace, job.id))
     return acquired_event(job, now, wait_ms)
-
-
-def acquired_event(job: Job, now: float, wait_ms: float) -> JobEvent:
-    return JobEvent(job_id=job.id, at=now, kind="workspace_lock_acquired",
-                    message=f"workspace {job.workspace}",
-                    data={"workspace": job.workspace, "wait_ms": round(wait_ms, 3)})
 
 
 async def release(tx: Tx, job: Job) -> None:

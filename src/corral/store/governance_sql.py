@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 from corral.core.ports import AuditReport, BudgetStatus, UnifiedRun
 from corral.domain.agents import PolicyEvaluation
@@ -29,21 +29,10 @@ from corral.domain.governance import (
 )
 from corral.store import govrows as g
 from corral.store.admission import TERMINAL_SQL
-from corral.store.chain import (
-    CHAINS,
-    AuditKey,
-    ChainWriter,
-    Head,
-    Mark,
-    append_only_triggers,
-    read_heads,
-    verify_table,
-)
-
-if TYPE_CHECKING:
-    from corral.store.sql import Driver, Tx
-
-Row = Mapping[str, Any]
+from corral.store.chain import CHAINS, AuditKey, Head, Mark
+from corral.store.chain_sql import ChainWriter, append_only_triggers, read_heads, verify_table
+from corral.store.driver import Driver, Row, Tx
+from corral.store.migrate import current_schema, statements
 
 
 def _cols(table: str) -> str:
@@ -464,8 +453,6 @@ class SqlGovernance:
             return await self._missing_triggers(tx)
 
     async def restore_triggers(self) -> list[str]:
-        from corral.store.migrate import current_schema, statements  # it imports this module
-
         missing = await self.missing_triggers()
         if not missing:
             return []

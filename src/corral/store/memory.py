@@ -1,7 +1,8 @@
-"""The store port in pure Python: dicts of frozen values with the semantics of `SqlStore`.
+"""The store ports in pure Python: dicts of frozen values with the semantics of `SqlStore`.
 
 Unit tests use it; tests/contract/test_store_contract.py runs one suite against it, SQLite and
-PostgreSQL, so any difference from `corral.store.sql` is a bug here or there.
+PostgreSQL, so any difference from `corral.store.sql` is a bug here or there. What both decide
+the same way is written once, in store/rules.py and store/cascade.py.
 
 Atomicity without a lock: no operation awaits between its first read and its last write, so on
 one event loop an operation runs to completion without interleaving (no `asyncio.Lock` needed).
@@ -21,24 +22,25 @@ from typing import Any, TypeVar
 
 from corral.core.ports import UNBOUNDED, Admission, EngineConfig, Finish, JobQuery, QueueFilter
 from corral.domain.agents import AgentEvent, Checkpoint
-from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
+from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import resolve
 from corral.domain.models import Attempt, Claimed, EngineInfo, Job, JobEvent, SubmitResult
 from corral.domain.states import AttemptState, JobState
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
-from corral.store import cascade
-from corral.store.admission import acquired_event
+from corral.store import cascade, rules
 from corral.store.governance_memory import MemoryGovernance
 from corral.store.operator_memory import MemoryOperator
-from corral.store.sql import (
+from corral.store.rules import (
     CORE_EVENT_FIELDS,
     STOP_STATES,
+    acquired_event,
     attempt_state_for,
     check_transition,
     event_row,
     job_event,
     requeue_blocked,
+    submitted_events,
 )
 
 K = TypeVar("K")
@@ -63,7 +65,7 @@ def _normalise(job: Job) -> Job:
 
 
 class MemoryStore(MemoryOperator, MemoryGovernance):
-    """The store port in memory. Every state change is a compare-and-set, as in SqlStore."""
+    """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
@@ -155,16 +157,16 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
 
     def _settle_dependents(self, job: Job, ended: JobState, now: float) -> None:
         """A dependency ended: count it off its dependents, or fail them if it did not succeed."""
+        why = rules.dependency_failed(job, ended)
         for dep_id in self._dependents.get(job.id, ()):
             dep = self._jobs.get(dep_id)
             if dep is None or dep.state is not JobState.QUEUED:
                 continue  # e.g. an earlier sibling's cascade already failed it
-            if ended is JobState.SUCCEEDED:
+            if why is None:
                 if dep.deps_pending > 0:
                     self._set(self._jobs, dep.id,
                               dep.with_(deps_pending=dep.deps_pending - 1, updated_at=now))
                 continue
-            why = f"dependency {job.id} ended {ended.value}"
             self._move(dep, JobState.FAILED, now, last_error=why)
             self._emit([job_event(dep, "dependency_failed", now, why, to=JobState.FAILED)])
             self._release(dep)
@@ -244,12 +246,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
         if not job.state.terminal:
             self._check_bounds(job, admission, now)
         self._set(self._jobs, job.id, job)
-        events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
-                           message=("supersedes " + superseded) if superseded else "",
-                           data={"priority": job.priority, "role": job.role})]
-        if failed_dep:
-            events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
-                                   message=failed_dep, to_state=JobState.FAILED.value))
+        events = submitted_events(job, now, superseded, failed_dep)
         if job.workspace and not job.state.terminal:
             if seat is Seat.TAKE:
                 self._set(self._ws_locks, job.workspace, (job.id, now))
@@ -356,25 +353,11 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
         self._set(self._keys, key, job.id)
 
     def _resolve_deps(self, job: Job) -> tuple[Job, str | None]:
-        pending: list[str] = []
-        failed: str | None = None
-        for dep_id in dict.fromkeys(job.after):  # a repeated --after counts once
-            if dep_id == job.id:
-                raise InvalidRequest(f"job {job.id} cannot depend on itself")
-            dep = self._jobs.get(dep_id)
-            if dep is None:
-                raise NotFound(f"--after names no job: {dep_id}")
-            if dep.state is JobState.SUCCEEDED:
-                continue
-            if dep.state.terminal:
-                failed = failed or f"dependency {dep.id} ended {dep.state.value}"
-            else:
-                pending.append(dep.id)
+        found = {dep_id: self._jobs.get(dep_id) for dep_id in rules.dependencies(job)}
+        job, pending, failed = rules.resolve_deps(job, found)
         for dep_id in pending:
             self._set(self._dependents, dep_id, (*self._dependents.get(dep_id, ()), job.id))
-        if failed:
-            return job.with_(state=JobState.FAILED, last_error=failed), failed
-        return job.with_(deps_pending=len(pending)), None
+        return job, failed
 
     # ---- dispatch ------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 
-from corral.store.chain import seal_legacy_evaluations
-from corral.store.sql import Driver, Tx
+from corral.store.chain_sql import seal_legacy_evaluations
+from corral.store.driver import Driver, Tx
 
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 # One SQL source for both databases: PostgreSQL's is SQLite's with these type names. A migration

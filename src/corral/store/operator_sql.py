@@ -5,14 +5,11 @@ engine serves with (docs/reference/cli.md)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from corral.core.ports import EngineConfig
 from corral.domain.ids import SHORT_MIN
 from corral.domain.models import Job
-
-if TYPE_CHECKING:
-    from corral.store.sql import Driver, Tx
+from corral.store.driver import Driver, Tx
 
 
 class SqlOperator:

@@ -13,8 +13,9 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from corral.domain.errors import StoreError
+from corral.store.driver import Row
 from corral.store.migrate import migrate
-from corral.store.sql import Row, SqlStore
+from corral.store.sql import SqlStore
 
 _PLACEHOLDER = re.compile(r"\?")
 POOL_WAIT_S = 10.0  # how long a transaction waits for a connection before it fails

@@ -1,4 +1,4 @@
-"""The store port over SQL: one implementation of every operation for SQLite and PostgreSQL.
+"""The store ports over SQL: one implementation of every operation for SQLite and PostgreSQL.
 
 Each operation is one transaction. State changes are compare-and-set (`… WHERE id = ? AND state
 = ?`, row count checked); the drivers differ only in how they open a write transaction and in
@@ -9,28 +9,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from contextlib import asynccontextmanager
+from typing import Any
 
 from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
 from corral.domain.agents import AgentEvent, Checkpoint
-from corral.domain.errors import Conflict, InvalidRequest, NotFound, StaleState
+from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import MIN_REF, resolve
-from corral.domain.models import (
-    Attempt,
-    AttemptResult,
-    Claimed,
-    EngineInfo,
-    Job,
-    JobEvent,
-    SubmitResult,
-)
-from corral.domain.states import AttemptState, JobState, Outcome, can_transition
+from corral.domain.models import Attempt, Claimed, EngineInfo, Job, JobEvent, SubmitResult
+from corral.domain.states import JobState
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, workspace_seat
 from corral.store import admission as adm
-from corral.store import cascade
-from corral.store.chain import ChainWriter
+from corral.store import cascade, rules
+from corral.store.chain_sql import ChainWriter
+from corral.store.driver import Driver, Row, Tx
 from corral.store.governance_sql import SqlGovernance
 from corral.store.operator_sql import SqlOperator
 from corral.store.rows import (
@@ -40,12 +33,20 @@ from corral.store.rows import (
     attempt_params,
     dumps,
     event_from_row,
-    event_params,
     job_from_row,
     job_params,
 )
+from corral.store.rules import (
+    STOP_STATES,
+    attempt_state_for,
+    check_transition,
+    core_event_params,
+    event_row,
+    job_event,
+    requeue_blocked,
+    submitted_events,
+)
 
-Row = Mapping[str, Any]
 _JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
 _JOB_INSERT = (
     f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
@@ -55,74 +56,8 @@ _ATTEMPT_INSERT = (
     f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
 )
-EVENT_COLUMNS = ("job_id", "at", "kind", "from_state", "to_state", "attempt", "message", "data")
-_LIVE = ("STARTING", "RUNNING")
 # How long a PostgreSQL reservation keeps other engines off a queued job (seconds).
 LEASE_S = 5.0
-
-ATTEMPT_STATE_FOR = {
-    Outcome.TIMED_OUT: AttemptState.TIMED_OUT,
-    Outcome.CANCELLED: AttemptState.CANCELLED,
-    Outcome.KILLED: AttemptState.KILLED,
-    Outcome.LOST: AttemptState.LOST,
-    Outcome.SPAWN_ERROR: AttemptState.FAILED,
-}
-
-
-class Tx(Protocol):
-    """One open transaction; SQL uses `?` placeholders whatever the driver."""
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
-
-    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
-
-    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
-
-
-class Driver(Protocol):
-    dialect: str
-
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    def write(self) -> AbstractAsyncContextManager[Tx]:
-        """A serialised read-write transaction, retried by the caller on a lost race."""
-
-    def read(self) -> AbstractAsyncContextManager[Tx]: ...
-
-
-# What a stop request ends a job as: an operator's cancel, the kill switch, or a permit the core
-# refused for good (a global safe stop that fails queued work).
-STOP_STATES = {"cancel": JobState.CANCELLED, "kill": JobState.KILLED, "deny": JobState.DENIED}
-
-
-CORE_EVENT_FIELDS = ("at", "kind", "scope", "name", "state", "severity", "reason", "message")
-
-
-def core_event_params(e: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A core event (CoreEvent.to_dict()) as the columns of core_events."""
-    return (*(e.get(f, "" if f != "at" else 0.0) for f in CORE_EVENT_FIELDS),
-            json.dumps(e.get("data") or {}, sort_keys=True, default=str))
-
-
-def check_transition(job: Job, to: JobState) -> None:
-    """The lifecycle table is enforced where states are written, whoever asks."""
-    if not can_transition(job.state, to):
-        raise Conflict(f"job {job.id} cannot go from {job.state.value} to {to.value}")
-
-
-def attempt_state_for(result: AttemptResult) -> AttemptState:
-    if result.outcome is Outcome.EXITED:
-        return AttemptState.SUCCEEDED if result.succeeded else AttemptState.FAILED
-    return ATTEMPT_STATE_FOR[result.outcome]
-
-
-def job_event(job: Job, kind: str, now: float, message: str = "", *, to: JobState | None = None,
-           attempt: int | None = None, data: Mapping[str, Any] | None = None) -> JobEvent:
-    return JobEvent(job_id=job.id, at=now, kind=kind, message=message,
-                    from_state=job.state.value, to_state=to.value if to else None,
-                    attempt=attempt, data=dict(data or {}))
 
 
 class _EventTx:
@@ -144,13 +79,8 @@ class _EventTx:
         return await self.tx.fetchall(sql, params)
 
 
-def event_row(e: JobEvent) -> dict[str, Any]:
-    """A job event as the columns of job_events (its chain columns apart)."""
-    return dict(zip(EVENT_COLUMNS, event_params(e), strict=True))
-
-
 class SqlStore(SqlOperator, SqlGovernance):
-    """The store port implemented once in portable SQL over a driver."""
+    """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
@@ -213,9 +143,10 @@ class SqlStore(SqlOperator, SqlGovernance):
         dependents = await tx.fetchall(
             _JOB_SELECT + " WHERE id IN (SELECT job_id FROM job_deps WHERE dep_id = ?)"
             " AND state = 'QUEUED'", (job.id,))
+        why = rules.dependency_failed(job, ended)
         for row in dependents:
             dep = job_from_row(row)
-            if ended is JobState.SUCCEEDED:
+            if why is None:
                 await tx.execute(
                     "UPDATE jobs SET deps_pending = deps_pending - 1, updated_at = ?"
                     " WHERE id = ? AND state = 'QUEUED' AND deps_pending > 0", (now, dep.id))
@@ -225,7 +156,6 @@ class SqlStore(SqlOperator, SqlGovernance):
             if current is None or current.state is not JobState.QUEUED:
                 continue
             dep = current
-            why = f"dependency {job.id} ended {ended.value}"
             await self._move(tx, dep, JobState.FAILED, now, last_error=why)
             await self._insert_events(tx, [job_event(dep, "dependency_failed", now, why,
                                                   to=JobState.FAILED)])
@@ -330,12 +260,7 @@ class SqlStore(SqlOperator, SqlGovernance):
             await adm.check_bounds(tx, job, admission, now,
                                    serialise=self.driver.dialect == "postgres")
         await tx.execute(_JOB_INSERT, job_params(job))
-        events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
-                           message=("supersedes " + superseded) if superseded else "",
-                           data={"priority": job.priority, "role": job.role})]
-        if failed_dep:
-            events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
-                                   message=failed_dep, to_state=JobState.FAILED.value))
+        events = submitted_events(job, now, superseded, failed_dep)
         if job.workspace and not job.state.terminal:
             if seat is Seat.TAKE:
                 events.append(await adm.take_at_submit(tx, job, now))
@@ -367,26 +292,12 @@ class SqlStore(SqlOperator, SqlGovernance):
             raise StaleState(f"key {job.key!r} taken concurrently")
 
     async def _resolve_deps(self, tx: Tx, job: Job, now: float) -> tuple[Job, str | None]:
-        pending: list[str] = []
-        failed: str | None = None
-        for dep_id in dict.fromkeys(job.after):  # a repeated --after counts once
-            if dep_id == job.id:
-                raise InvalidRequest(f"job {job.id} cannot depend on itself")
-            dep = await self._job(tx, dep_id)
-            if dep is None:
-                raise NotFound(f"--after names no job: {dep_id}")
-            if dep.state is JobState.SUCCEEDED:
-                continue
-            if dep.state.terminal:
-                failed = failed or f"dependency {dep.id} ended {dep.state.value}"
-            else:
-                pending.append(dep.id)
+        found = {dep_id: await self._job(tx, dep_id) for dep_id in rules.dependencies(job)}
+        job, pending, failed = rules.resolve_deps(job, found)
         for dep_id in pending:
             await tx.execute("INSERT INTO job_deps (job_id, dep_id) VALUES (?, ?)",
                              (job.id, dep_id))
-        if failed:
-            return job.with_(state=JobState.FAILED, last_error=failed), failed
-        return job.with_(deps_pending=len(pending)), None
+        return job, failed
 
     # ---- dispatch ------------------------------------------------------------------------
 
@@ -772,13 +683,6 @@ class SqlStore(SqlOperator, SqlGovernance):
             rows = await tx.fetchall(
                 "SELECT id FROM engines WHERE heartbeat_at < ? AND id <> ?", (before, exclude))
         return [r["id"] for r in rows]
-
-
-def requeue_blocked(job_id: str, new_job: Job, result: SubmitResult) -> str:
-    what = (f"its workspace {new_job.workspace}" if result.coalesced_on == "workspace"
-            else f"its key {new_job.key!r}")
-    return (f"cannot requeue {job_id}: {what} is held by job {result.job.id}; "
-            "requeue once that job has ended")
 
 
 def _permit_json(c: Claimed) -> str:

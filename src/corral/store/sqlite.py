@@ -12,8 +12,9 @@ from typing import Any
 import anyio
 
 from corral.domain.errors import StoreBroken, StoreError
+from corral.store.driver import Row
 from corral.store.migrate import migrate
-from corral.store.sql import Row, SqlStore
+from corral.store.sql import SqlStore
 
 
 def _explain(path: str, err: sqlite3.Error) -> StoreError:
