@@ -96,8 +96,9 @@ def credential_warnings(config: Config, environ: Mapping[str, str] = os.environ)
         binary = spec.binary or cls.default_binary
         if shutil.which(binary) is None:
             out.append(f"worker {kind}: its CLI {binary!r} is not found (set workers.{kind}."
-                       "binary, or run scripts/agent-clis and put tests/agent-clis/node_modules/.bin "
-                       "on PATH): its jobs will fail, and are not retried")
+                       "binary, or run scripts/agent-clis and put "
+                       "tests/agent-clis/node_modules/.bin on PATH): its jobs will fail, and are "
+                       "not retried")
             continue
         models = {r.model or spec.model for r in roles if kind in (r.worker, *r.fallback_workers)}
         why = next((w for m in sorted(models, key=str)
