@@ -55,12 +55,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
-__all__ = ["DIALECTS", "SqlVerdict", "check_sql"]
+from corral.policy.sqlverdict import SqlVerdict
 
-SqlVerdictKind = Literal["allow", "deny", "require_approval"]
+__all__ = ["DIALECTS", "check_sql"]
 
 DIALECTS = frozenset(
     {"duckdb", "postgres", "sqlite", "spark", "databricks", "hive", "trino", "presto",
@@ -70,17 +68,6 @@ DIALECTS = frozenset(
 
 DEFAULT_SCHEMA = {"duckdb": "main", "postgres": "public", "sqlite": "main", "redshift": "public"}
 """The schema an unqualified table lives in when the session does not say otherwise."""
-
-
-@dataclass(frozen=True, slots=True)
-class SqlVerdict:
-    """The decision on one SQL text. ``statements``: the statement as written (stripped), or
-    every statement re-rendered by sqlglot when there are several; empty when unparseable."""
-
-    verdict: SqlVerdictKind
-    reason: str
-    message: str
-    statements: tuple[str, ...] = ()
 
 
 def check_sql(

@@ -15,7 +15,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.simplify import simplify
 
-from corral.policy.sql import SqlVerdict, SqlVerdictKind
+from corral.policy.sqlverdict import SqlVerdict, SqlVerdictKind
 
 _RANK = {"allow": 0, "require_approval": 1, "deny": 2}
 
