@@ -39,7 +39,7 @@ from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Claimed, Job, Limits, Permit
 from corral.domain.settings import RoleSpec, Settings
 from corral.domain.states import AttemptState, DedupMode, JobState
-from corral.policy import runtime as policy
+from corral.policy import scopes as policy
 from corral.policy import toolcall
 from corral.runtime.governor import Governor
 from corral.store.sqlite import SqliteStore

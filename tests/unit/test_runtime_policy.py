@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from corral.domain.models import Limits
-from corral.policy.runtime import Call, Scope, Usage, decide
+from corral.policy.scopes import Call, Scope, Usage, decide
 
 LIMITS = Limits(max_tool_calls=3, token_budget_in=1000, token_budget_out=100)
 FRESH = Usage(tool_calls=0, tokens_in=0, tokens_out=0)

@@ -1,4 +1,4 @@
-"""Runtime policy: may this tool call of a governed agent run?
+"""Tool scopes and runtime limits: may this tool call of a governed agent run?
 
 A pure decision from the permit's budget, what the attempt has used so far, and the role's tool
 scope. Order: token budgets, then the tool-call budget (both end the attempt: the call is denied

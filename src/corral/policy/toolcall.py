@@ -17,8 +17,8 @@ from typing import Literal
 from corral.domain.models import Limits
 from corral.policy.guardrails import Guardrails, GuardVerdictKind
 from corral.policy.paths import Resolve, real
-from corral.policy.runtime import Call, Scope, Usage
-from corral.policy.runtime import decide as decide_scope
+from corral.policy.scopes import Call, Scope, Usage
+from corral.policy.scopes import decide as decide_scope
 
 __all__ = ["CallVerdict", "DecidedBy", "decide"]
 

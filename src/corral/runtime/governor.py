@@ -3,7 +3,7 @@
 Agent CLIs run `corral-hook` before and after each tool call (workers/agents.py); the hook
 forwards the CLI's payload to this socket and relays the answer. Before a call, the governor
 reads how much the attempt has used (tool calls asked for so far, from the store; tokens, from the
-attempt's own event stream on disk), asks the runtime policy (policy/runtime.py), appends the
+attempt's own event stream on disk), asks the runtime policy (policy/scopes.py), appends the
 policy evaluation, and answers in the CLI's hook language. A runtime limit also schedules the
 attempt's stop after the worker's summary grace. After a call, it appends a checkpoint (session
 id, calls so far, last tool, digest of the last output): what an interrupted attempt resumes
@@ -39,7 +39,7 @@ from corral.domain.governance import Approval, ApprovalState
 from corral.domain.ids import new_id
 from corral.domain.models import AttemptResult, Claimed, Job
 from corral.domain.settings import Settings, WorkerSpec
-from corral.policy import runtime as policy
+from corral.policy import scopes as policy
 from corral.policy import toolcall
 from corral.policy.guardrails import Guardrails, approval_digest
 from corral.policy.prerun import BUDGET_CEILING_LIMIT

@@ -35,7 +35,7 @@ from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import RoleSpec, WorkerSpec
 from corral.domain.states import Fault, Outcome
 from corral.policy.redact import SECRET_NAME, Redactor
-from corral.policy.runtime import Scope, shell_command
+from corral.policy.scopes import Scope, shell_command
 from corral.workers import privacy, process
 from corral.workers.codexcalls import codex_shell_call
 from corral.workers.command import Launch, ShimAttempt, job_env, to_result, vanished
