@@ -19,8 +19,9 @@ from corral.domain.settings import EnvSpec, RoleSpec, Settings
 from corral.domain.states import Outcome
 from corral.runtime.governor import Governor
 from corral.store.memory import MemoryStore
-from corral.workers.agents import governance_socket
-from corral.workers.process import STDOUT, hook_path
+from corral.workers.agents.base import governance_socket
+from corral.workers.native import hook_path
+from corral.workers.process import STDOUT
 from tests.contract.test_store_contract import claim, make_job
 
 SETTINGS = Settings(roles={"agent": RoleSpec(name="agent", worker="claude-code",

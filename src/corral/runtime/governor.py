@@ -1,6 +1,6 @@
 """The governor: decides every tool call of every governed agent, and writes their traces.
 
-Agent CLIs run `corral-hook` before and after each tool call (workers/agents.py); the hook
+Agent CLIs run `corral-hook` before and after each tool call (workers/agents/); the hook
 forwards the CLI's payload to this socket and relays the answer. Before a call, the governor
 reads how much the attempt has used (tool calls asked for so far, from the store; tokens, from the
 attempt's own event stream on disk), runs the tool-call decision (policy/toolcall.py: a table of
@@ -48,9 +48,10 @@ from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.redact import Redactor
 from corral.runtime.modelgate import ModelGateway
 from corral.runtime.peers import Refused, check_user, credentials, refuse, restrict
-from corral.workers.agents import (
-    ADAPTERS,
+from corral.workers.agents import ADAPTERS
+from corral.workers.agents.base import (
     AGENT_FILE,
+    AgentWorker,
     agent_home,
     attempt_ref,
     governance_socket,
@@ -309,7 +310,7 @@ class Governor:
                     "scope": list(m.scope.rules)})])
         if d.limit is not None:
             await self.stop(job.id, d.limit, self._summary_grace(job.worker))
-        return _render(cli, d)
+        return ADAPTERS.get(cli, AgentWorker).reply(d.verdict, d.message)
 
     def _call(self, m: _Monitor, tool: str, tool_input: Mapping[str, Any],
               payload: Mapping[str, Any]) -> policy.Call:
@@ -502,18 +503,6 @@ class Governor:
             if ev.session_id:
                 return ev.session_id
         return None
-
-
-def _render(cli: str, d: toolcall.CallVerdict) -> tuple[int, str]:
-    """The decision in the CLI's hook language: Claude Code reads a JSON `permissionDecision`;
-    Codex and OpenCode (through Corral's plugin) read exit 2 with the reason as a refusal."""
-    if cli == "claude-code":
-        return 0, json.dumps({"hookSpecificOutput": {
-            "hookEventName": "PreToolUse", "permissionDecision": d.verdict,
-            "permissionDecisionReason": d.message}})
-    if d.verdict == "allow":
-        return 0, ""
-    return 2, d.message  # exit 2 with the reason on stderr blocks the call (Codex, OpenCode)
 
 
 def _clip(value: Any) -> Any:
