@@ -277,20 +277,20 @@ class Governor:
         call_id = payload.get("tool_use_id")
         now = self.clock()
         used = m.calls
-        # Counted before the first await, and given back once decided if the call was no use:
-        # concurrent calls of one attempt (a storm) each see the calls before them, so the
-        # budget holds without a lock. A refused call counts.
-        m.calls += 1
         facts = toolcall.CallFacts(
             call=call, role=job.role, scope=m.scope, guardrails=self.guardrails,
             used=policy.Usage(tool_calls=used, tokens_in=m.tokens_in, tokens_out=m.tokens_out),
             limits=job.limits, cost_usd=m.cost_usd,
             over_ceiling=None if self.overrun is not None else False)
-        out = toolcall.run(facts)
-        while isinstance(out, toolcall.Need):
-            facts = await self._read_fact(m, facts, out, now, deadline)
-            out = toolcall.run(facts, after=out)
-        d = out
+        # Counted before the first await, and given back once decided if the call was no use
+        # (or the decision failed): concurrent calls of one attempt (a storm) each see the calls
+        # before them, so the budget holds without a lock. A refused call counts.
+        m.calls += 1
+        try:
+            d = await self._decide(m, facts, now, deadline)
+        except BaseException:
+            m.calls -= 1
+            raise
         if not toolcall.counts(d):
             m.calls -= 1
         if d.verdict == "allow" and isinstance(call_id, str):
@@ -330,6 +330,15 @@ class Governor:
             shell, problem = ADAPTERS[m.adapter].call_shell(payload, home)
         return policy.Call(tool=tool, input=tool_input, workspace=workspace, cwd=cwd,
                            home=spec.env.get("HOME") or str(home), shell=shell, problem=problem)
+
+    async def _decide(self, m: _Monitor, facts: toolcall.CallFacts, now: float,
+                      deadline: float | None) -> toolcall.CallVerdict:
+        """Run the decision's steps, reading each fact a step asks for when it asks."""
+        out = toolcall.run(facts)
+        while isinstance(out, toolcall.Need):
+            facts = await self._read_fact(m, facts, out, now, deadline)
+            out = toolcall.run(facts, after=out)
+        return out
 
     async def _read_fact(self, m: _Monitor, facts: toolcall.CallFacts, need: toolcall.Need,
                          now: float, deadline: float | None) -> toolcall.CallFacts:
