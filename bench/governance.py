@@ -39,12 +39,12 @@ from corral.domain.ids import new_id
 from corral.domain.models import Attempt, Claimed, Job, Limits, Permit
 from corral.domain.settings import RoleSpec, Settings
 from corral.domain.states import AttemptState, DedupMode, JobState
-from corral.policy import runtime as policy
+from corral.policy import scopes as policy
 from corral.policy import toolcall
 from corral.runtime.governor import Governor
 from corral.store.sqlite import SqliteStore
-from corral.workers import process
-from corral.workers.agents import governance_socket
+from corral.workers import native
+from corral.workers.agents.base import governance_socket
 from corral.workers.process import STDOUT
 from corral.workers.streams import (
     ClaudeStreamParser,
@@ -229,7 +229,7 @@ def drive(spec_path: str) -> None:
 
 async def bench_round_trip(rig: Rig, n: int, warmup: int) -> dict[str, Any]:
     claimed = await rig.attempt()
-    hook = [str(process.hook_path()), str(governance_socket(rig.root)),
+    hook = [str(native.hook_path()), str(governance_socket(rig.root)),
             f"{claimed.job.id}.{claimed.attempt.index}", claimed.permit.id, CLI, "10000"]
     calls, expected = [], []
     for i in range(n):
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     env = environment()
     print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()), flush=True)
-    process.hook_path()  # compile the hook once, outside any timing
+    native.hook_path()  # compile the hook once, outside any timing
     # A short directory: the governance socket's path must fit AF_UNIX's 108 bytes.
     with tempfile.TemporaryDirectory(prefix="corral-gov-bench-") as d:
         rt, dec = anyio.run(measure, Path(d), args.quick)

@@ -798,7 +798,7 @@ def measure(wl: Workload, root: Path, repeat: int, opts: Options) -> dict[str, A
 def _prebuild_shim() -> None:
     """Compile the shim once, outside any timing (the engine would build it on first use)."""
     try:
-        from corral.workers.process import shim_path
+        from corral.workers.native import shim_path
     except ImportError:
         return
     shim_path()

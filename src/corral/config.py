@@ -46,7 +46,7 @@ from corral.domain.settings import (
     WorkspacePolicy,
 )
 from corral.policy.guardrails import Guardrails, default_guardrails, load_rules
-from corral.policy.runtime import Scope
+from corral.policy.scopes import Scope
 
 CONFIG_NAME = "corral.yaml"
 

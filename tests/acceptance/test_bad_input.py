@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from corral.runtime.control import poke, socket_path
-from corral.workers.agents import governance_socket
+from corral.workers.agents.base import governance_socket
 from tests.acceptance.conftest import CORRAL, Corral
 from tests.acceptance.corewire import CoreProcess, job
 from tests.helpers import ask_socket

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 from corral.runtime.control import socket_path
-from corral.workers.agents import governance_socket
+from corral.workers.agents.base import governance_socket
 from tests.acceptance.conftest import CORRAL, Corral
 from tests.helpers import ask_socket
 

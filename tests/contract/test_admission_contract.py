@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral.core.ports import Admission, QueueFilter, Store
+from corral.core.ports import Admission, AttemptRef, QueueFilter, Store
 from corral.domain.errors import Backpressure, Conflict
 from corral.domain.models import Claimed, Job, Limits
 from corral.domain.settings import WorkspacePolicy
@@ -48,7 +48,7 @@ async def start_at(store: Store, job: Job, now: float = NOW, *, pid: int = 4242)
     current = await store.get_job(job.id)
     won = await store.start_attempts([claim(current, now=now)], now=now)
     assert len(won) == 1, f"claim of {job.id} lost"
-    assert await store.mark_running([(won[0].attempt, pid)], now=now) == 1
+    assert await store.mark_running([(won[0].attempt, AttemptRef.local(pid))], now=now) == 1
     return won[0]
 
 

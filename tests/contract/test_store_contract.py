@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corral.core.ports import EngineConfig, Finish, JobQuery, QueueFilter, Store
+from corral.core.ports import AttemptRef, EngineConfig, Finish, JobQuery, QueueFilter, Store
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
 from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound
 from corral.domain.ids import new_id
@@ -97,7 +97,7 @@ async def start(store: Store, job: Job, *, pid: int | None = 4242) -> Claimed:
     won = await store.start_attempts([claim(current)], now=NOW)
     assert len(won) == 1, f"claim of {job.id} lost"
     if pid is not None:
-        assert await store.mark_running([(won[0].attempt, pid)], now=NOW) == 1
+        assert await store.mark_running([(won[0].attempt, AttemptRef.local(pid))], now=NOW) == 1
     return won[0]
 
 
@@ -245,7 +245,7 @@ def test_happy_path(use_store: UseStore) -> None:
         assert won.job.state is JobState.STARTING and won.job.attempts == 1
         assert won.attempt == c.attempt and won.permit == c.permit
         assert (await store.get_job(job.id)).state is JobState.STARTING
-        assert await store.mark_running([(c.attempt, 777)], now=NOW + 2) == 1
+        assert await store.mark_running([(c.attempt, AttemptRef.local(777))], now=NOW + 2) == 1
         [(running, live)] = await store.inflight()
         assert running.state is JobState.RUNNING and live.pid == 777
         assert live.state is AttemptState.RUNNING and live.started_at == NOW + 2
@@ -291,8 +291,8 @@ def test_start_attempts_is_compare_and_set(use_store: UseStore) -> None:
         assert len(await store.start_attempts([claim(other, index=1)], now=NOW)) == 1
         assert (await store.get_job(other.id)).attempts == 1
         # mark_running only moves a STARTING attempt once
-        assert await store.mark_running([(first.attempt, 1)], now=NOW) == 1
-        assert await store.mark_running([(first.attempt, 2)], now=NOW) == 0
+        assert await store.mark_running([(first.attempt, AttemptRef.local(1))], now=NOW) == 1
+        assert await store.mark_running([(first.attempt, AttemptRef.local(2))], now=NOW) == 0
         assert (await store.attempts(job.id))[0].pid == 1
         assert (await kinds(store, job.id)).count("running") == 1
 
@@ -331,7 +331,7 @@ def test_no_path_moves_a_terminal_job(use_store: UseStore) -> None:
             with pytest.raises(Conflict, match="already FAILED"):
                 await store.request_cancel(job.id, reason="late", kind=kind, now=NOW)
         assert await store.start_attempts([claim(done)], now=NOW) == []
-        assert await store.mark_running([(c.attempt, 9)], now=NOW) == 0
+        assert await store.mark_running([(c.attempt, AttemptRef.local(9))], now=NOW) == 0
         assert await store.finish([ending(c.attempt, JobState.SUCCEEDED)], now=NOW) == []
         assert await store.promote_retries(now=NOW + 10**6, aging_s=AGING) == 0
         assert await store.get_job(job.id) == done
@@ -831,7 +831,7 @@ def test_a_takeover_fences_the_old_owner_out_of_the_attempt(use_store: UseStore)
         fenced = {e.id: e.fenced_at for e in await store.engines()}
         assert fenced == {"e-old": NOW + 20, "e-new": None}
         # The old owner wakes up: its writes are refused.
-        assert await store.mark_running([(c.attempt, 111)], now=NOW + 22) == 0
+        assert await store.mark_running([(c.attempt, AttemptRef.local(111))], now=NOW + 22) == 0
         assert await store.finish([ending(c.attempt, JobState.FAILED, exit_code=9)],
                                   now=NOW + 22) == []
         [(job, attempt)] = await store.inflight()
@@ -839,7 +839,7 @@ def test_a_takeover_fences_the_old_owner_out_of_the_attempt(use_store: UseStore)
         assert attempt.state is AttemptState.STARTING and attempt.pid is None
         # The new owner's apply.
         mine = attempt
-        assert await store.mark_running([(mine, 222)], now=NOW + 23) == 1
+        assert await store.mark_running([(mine, AttemptRef.local(222))], now=NOW + 23) == 1
         [done] = await store.finish([ending(mine, JobState.SUCCEEDED)], now=NOW + 24)
         assert done.state is JobState.SUCCEEDED
         [final] = await store.attempts(job.id)

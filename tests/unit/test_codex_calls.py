@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from corral.workers.agents import CodexWorker
+from corral.workers.agents.codex import CodexWorker
 from corral.workers.codexcalls import CodexCall, codex_shell_call, shell_dialect
 
 

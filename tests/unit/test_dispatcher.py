@@ -16,7 +16,7 @@ import anyio.abc
 from corral.core.gateway import Core
 from corral.core.link import CoreLink, connect_local
 from corral.core.permits import PermitGate
-from corral.core.ports import Finish
+from corral.core.ports import AttemptRef, Finish
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobSpec, Limits, Permit
 from corral.domain.settings import EnvSpec, RetryPolicy, RoleSpec, SchedulerSpec, Settings
@@ -31,7 +31,7 @@ Script = Callable[[Job, int], AttemptResult]
 class FakeHandle:
     def __init__(self, result: AttemptResult, pid: int, hold: bool) -> None:
         self.result = result
-        self.pid = pid
+        self.ref = AttemptRef.local(pid)
         self.stopped: list[bool] = []
         self.done = anyio.Event()
         if not hold:
@@ -189,7 +189,7 @@ async def _mid_flight(store: MemoryStore, d: Rig, svc: Submissions,
                     grace_s=1, granted={}, breaker="CLOSED", seal="")
     await store.start_attempts([Claimed(job=job, attempt=attempt, permit=permit)], now=1000.0)
     if state is AttemptState.RUNNING:
-        await store.mark_running([(attempt, 4242)], now=1000.0)
+        await store.mark_running([(attempt, AttemptRef.local(4242))], now=1000.0)
     return job, attempt
 
 

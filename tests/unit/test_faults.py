@@ -10,7 +10,7 @@ import pytest
 
 from corral.domain.models import AttemptResult
 from corral.domain.states import Fault, Outcome
-from corral.workers.agents import agent_error
+from corral.workers.agents.base import agent_error
 from corral.workers.faults import agent_fault, api_fault, command_fault
 from corral.workers.streams import (
     ClaudeStreamParser,

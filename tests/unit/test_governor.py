@@ -14,13 +14,15 @@ from typing import Any
 import anyio
 import pytest
 
-from corral.domain.models import AttemptResult, Limits
+from corral.domain.errors import StoreError
+from corral.domain.models import AttemptResult, Job, Limits
 from corral.domain.settings import EnvSpec, RoleSpec, Settings
 from corral.domain.states import Outcome
 from corral.runtime.governor import Governor
 from corral.store.memory import MemoryStore
-from corral.workers.agents import governance_socket
-from corral.workers.process import STDOUT, hook_path
+from corral.workers.agents.base import governance_socket
+from corral.workers.native import hook_path
+from corral.workers.process import STDOUT
 from tests.contract.test_store_contract import claim, make_job
 
 SETTINGS = Settings(roles={"agent": RoleSpec(name="agent", worker="claude-code",
@@ -78,6 +80,36 @@ def test_claude_gets_a_json_decision_and_others_an_exit_code(tmp_path: Path) -> 
     assert (code, out["permissionDecision"]) == (0, "deny")
     assert "outside this role's scope" in out["permissionDecisionReason"]
     assert h.ask(pre("ls", "c3"), cli="codex") == (2, h.ask(pre("ls"), cli="codex")[1])
+
+
+def test_the_ceiling_is_read_only_for_an_allowed_call_and_a_failed_read_spends_nothing(
+        tmp_path: Path) -> None:
+    """The budget ceiling is a store read the decision asks for only when the scope and the
+    guardrails allow a call of an attempt that has cost something; when that read fails the
+    call is denied (fail closed: `_connection`) and was no use of the tool-call budget."""
+    h = Harness(tmp_path)
+    reads: list[float] = []
+    failing = [True]
+
+    async def overrun(job: Job, cost: float, now: float) -> bool:
+        reads.append(cost)
+        if failing[0]:
+            raise StoreError("the store is away")
+        return False
+
+    h.governor.overrun = overrun
+    anyio.run(h.governor.started, h.claimed)
+    [monitor] = h.governor._monitors.values()
+    monitor.cost_usd = 0.25
+    assert h.ask(pre("cat x", "a"), cli="codex")[0] == 2  # out of scope: no read
+    assert reads == []
+    with pytest.raises(StoreError):  # the socket's side answers it with a denial
+        h.ask(pre("ls", "b"), cli="codex")
+    assert reads == [0.25]
+    failing[0] = False
+    assert h.ask(pre("ls", "c"), cli="codex")[0] == 0  # the failed call spent nothing
+    code, text = h.ask(pre("ls", "d"), cli="codex")
+    assert code == 2 and "tool-call budget (2) is spent" in text
 
 
 @pytest.mark.parametrize("bad", [

@@ -13,6 +13,7 @@ from corral.core import protocol as p
 from corral.core.gateway import Core
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
+from corral.core.ports import AttemptRef
 from corral.core.server import CoreServer
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Limits, Permit
 from corral.domain.states import AttemptState, Outcome
@@ -86,8 +87,9 @@ def test_a_scheduler_waiting_on_a_result_survives_a_core_restart() -> None:
             permit = await link.request_permit(j, 1)
             assert isinstance(permit, Permit)
             c = Claimed(job=j, attempt=_attempt(j, permit), permit=permit)
-            pid = await link.submit(c)
-            assert isinstance(pid, int) and pid >= 1000
+            ref = await link.submit(c)
+            assert isinstance(ref, AttemptRef) and ref.kind == "pid"
+            assert isinstance(ref.pid, int) and ref.pid >= 1000
             got: list[AttemptResult] = []
 
             async def wait() -> None:
@@ -141,7 +143,7 @@ def test_a_refused_submit_reaches_the_scheduler_as_an_attempt_that_never_ran() -
             used = await link.request_permit(other_job, 1)
             assert isinstance(used, Permit)
             c = Claimed(job=other_job, attempt=_attempt(other_job, used), permit=used)
-            assert isinstance(await link.submit(c), int)
+            assert isinstance(await link.submit(c), AttemptRef)
             twice = await link.submit(c)  # something runs under it: never retried
             assert isinstance(twice, AttemptResult) and twice.outcome is Outcome.SPAWN_ERROR
             assert len(worker.handles) == 1

@@ -12,7 +12,7 @@ import pytest
 
 from corral.domain.models import Limits
 from corral.policy.paths import file_uses, parse_path_pattern
-from corral.policy.runtime import Call, Scope, Usage, decide
+from corral.policy.scopes import Call, Scope, Usage, decide
 
 FRESH = Usage(tool_calls=0, tokens_in=0, tokens_out=0)
 LIMITS = Limits(max_tool_calls=100)

@@ -25,6 +25,7 @@ from corral.core.permits import (
     PermitGate,
     Rejected,
 )
+from corral.core.ports import AttemptRef
 from corral.domain.errors import PermitError
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Limits, Permit
 from corral.domain.settings import EnvSpec, RoleSpec, Settings, TenantSpec, WorkerSpec
@@ -114,7 +115,7 @@ NOW = 1000.0
 
 class FakeHandle:
     def __init__(self, pid: int) -> None:
-        self.pid = pid
+        self.ref = AttemptRef.local(pid)
 
     async def wait(self) -> AttemptResult:  # pragma: no cover - never awaited here
         raise AssertionError("not used")

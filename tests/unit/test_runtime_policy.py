@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from corral.domain.models import Limits
-from corral.policy.runtime import Call, Scope, Usage, decide
+from corral.policy.scopes import Call, Scope, Usage, decide
 
 LIMITS = Limits(max_tool_calls=3, token_budget_in=1000, token_budget_out=100)
 FRESH = Usage(tool_calls=0, tokens_in=0, tokens_out=0)
@@ -92,7 +92,7 @@ def test_a_scope_offers_a_tool_some_call_of_which_it_could_allow(tool: str,
 
 
 def test_opencode_permission_denies_last_every_tool_the_scope_cannot_allow() -> None:
-    from corral.workers.agents import OPENCODE_GATES, opencode_permission
+    from corral.workers.agents.opencode import OPENCODE_GATES, opencode_permission
 
     operator = {"*": "ask", "bash": {"*": "ask", "kubectl *": "allow"}, "web*": "allow",
                 "webfetch": "allow", "external_directory": "allow"}
@@ -114,7 +114,7 @@ def test_opencode_permission_denies_last_every_tool_the_scope_cannot_allow() -> 
 
 
 def test_opencode_permission_opens_the_mcp_tools_in_scope_by_opencodes_names() -> None:
-    from corral.workers.agents import opencode_permission
+    from corral.workers.agents.opencode import opencode_permission
 
     p = opencode_permission(Scope.parse(["mcp__wandb", "mcp__gh__list_issues"]), None,
                             ["WandB", "gh"])  # the servers as configured: OpenCode's spelling

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from corral.domain.errors import WorkerError
-from corral.workers import process
+from corral.workers import native, process
 from corral.workers.process import (
     ProbeState,
     ShimProcess,
@@ -443,12 +443,12 @@ def test_probe_of_an_attempt_never_started(tmp_path: Path) -> None:
 
 def test_shim_is_built_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRAL_SHIM_DIR", str(tmp_path))
-    built = process._build("shim")
+    built = native._build("shim")
     assert built.parent == tmp_path and built.name.startswith("corral-shim-")
     assert os.access(built, os.X_OK)
     assert [p.name for p in tmp_path.iterdir()] == [built.name]  # no temp file left behind
-    assert process._build("shim") == built
-    assert process.shim_path() is process.shim_path()
+    assert native._build("shim") == built
+    assert native.shim_path() is native.shim_path()
 
 
 def test_missing_compiler_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -456,7 +456,7 @@ def test_missing_compiler_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("CC", "corral-test-no-such-cc")
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(WorkerError, match="no C compiler found to build corral-shim"):
-        process._build("shim")
+        native._build("shim")
 
 
 def test_a_reused_attempt_dir_never_reports_a_stale_result(start: Start, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from corral.core.ports import Finish
+from corral.core.ports import AttemptRef, Finish
 from corral.domain.errors import StoreBroken, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobSpec, Permit
@@ -86,7 +86,7 @@ async def _in_flight(store: MemoryStore, svc_job: Job, engine: str, *, deadline_
                     deadline_at=deadline_at, grace_s=1, granted={}, breaker="CLOSED", seal="")
     await store.start_attempts([Claimed(job=svc_job, attempt=attempt, permit=permit)],
                                now=1000.0)
-    await store.mark_running([(attempt, 4242)], now=1000.0)
+    await store.mark_running([(attempt, AttemptRef.local(4242))], now=1000.0)
     return attempt
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from corral.domain.models import Limits
 from corral.policy.guardrails import default_guardrails
-from corral.policy.runtime import Call, Scope, Usage
+from corral.policy.scopes import Call, Scope, Usage
 from corral.policy.toolcall import decide
 
 SCOPE = Scope.parse(["Bash(kubectl *)", "Bash(ray job submit *)", "Bash(python *)", "Read"])

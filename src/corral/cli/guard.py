@@ -34,7 +34,7 @@ from corral.policy.guardrails import (
     default_guardrails,
     load_rules,
 )
-from corral.policy.runtime import SHELL_TOOLS, Call, Scope, Usage
+from corral.policy.scopes import SHELL_TOOLS, Call, Scope, Usage
 from corral.policy.shell import DIALECTS as SHELLS
 from corral.policy.sql import DIALECTS
 

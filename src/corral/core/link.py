@@ -19,6 +19,7 @@ from anyio.abc import TaskGroup
 from corral.core import protocol as p
 from corral.core.gateway import Core
 from corral.core.permits import PERMIT_USED, Rejected
+from corral.core.ports import AttemptRef
 from corral.core.server import CoreServer
 from corral.domain.errors import CorralError
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
@@ -141,16 +142,16 @@ class CoreLink:
     async def release(self, permit: Permit) -> None:
         await self._request({"type": p.RELEASE, "permit": p.permit_out(permit)})
 
-    async def submit(self, c: Claimed) -> int | AttemptResult:
-        """Start the attempt: its pid, or the result when it could not start."""
+    async def submit(self, c: Claimed) -> AttemptRef | AttemptResult:
+        """Start the attempt: where it runs, or the result when it could not start."""
         self._results.pop(c.job.id, None)
         reply = await self._request({"type": p.SUBMIT_JOB, "job": p.job_out(c.job),
                                      "attempt": p.attempt_out(c.attempt),
                                      "permit": p.permit_out(c.permit)})
         return self._started(reply, c.job.id)
 
-    async def adopt(self, job: Job, attempt: Attempt) -> int | AttemptResult:
-        """Hand an attempt found in flight to the core: its pid, or how it ended."""
+    async def adopt(self, job: Job, attempt: Attempt) -> AttemptRef | AttemptResult:
+        """Hand an attempt found in flight to the core: where it runs, or how it ended."""
         reply = await self._request({"type": p.ADOPT, "job": p.job_out(job),
                                      "attempt": p.attempt_out(attempt)})
         return self._started(reply, job.id)
@@ -161,13 +162,13 @@ class CoreLink:
         await self._request({"type": p.ADOPT, "job": p.job_out(job),
                              "attempt": p.attempt_out(attempt), "worker": worker})
 
-    def _started(self, reply: dict[str, Any], job_id: str) -> int | AttemptResult:
+    def _started(self, reply: dict[str, Any], job_id: str) -> AttemptRef | AttemptResult:
         if reply["type"] == p.JOB_COMPLETED:
             self._results.pop(job_id, None)
             return p.result_in(reply["result"])
         if reply["type"] == p.REJECTED:  # the permit does not authorise it: nothing started
             return refused_result(str(reply.get("reason")), str(reply.get("message", "")))
-        return int(reply["pid"])
+        return AttemptRef.parse(str(reply["ref"]))
 
     async def result(self, job_id: str) -> AttemptResult:
         """Wait for the attempt of this job to end (across core restarts)."""

@@ -220,8 +220,9 @@ class JobStore(Protocol):
         A job with a workspace takes its lock here (or holds it already); a claim whose workspace
         another job holds loses."""
 
-    async def mark_running(self, started: Sequence[tuple[Attempt, int]], *, now: float) -> int:
-        """STARTING → RUNNING for each (attempt, pid) whose process now exists."""
+    async def mark_running(self, started: Sequence[tuple[Attempt, AttemptRef]], *,
+                           now: float) -> int:
+        """STARTING → RUNNING for each (attempt, where it runs) that now exists."""
 
     async def finish(self, finishes: Sequence[Finish], *, now: float) -> list[Job]:
         """Close attempts and move their jobs; releases keys and settles dependents.
@@ -475,11 +476,48 @@ class Store(StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore, E
     each method in exactly one port)."""
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptRef:
+    """Where a running attempt lives, opaque to everyone but its worker: a local process
+    (``pid:1234``) or, for a worker that runs attempts elsewhere, a job there (``ray:<job id>``).
+    Written as ``<kind>:<id>`` on the core's wire. The store keeps a local process's pid (its
+    `pid` column); a remote reference needs a column of its own once a remote worker lands.
+    What truly needs a pid (sweeping an attempt's processes, finding its ghosts, telling a
+    stopped supervisor) stays inside the workers."""
+
+    kind: str  # "pid" for a local process
+    id: str
+
+    @classmethod
+    def local(cls, pid: int) -> AttemptRef:
+        return cls("pid", str(pid))
+
+    @classmethod
+    def parse(cls, text: str) -> AttemptRef:
+        kind, sep, ident = text.partition(":")
+        if not sep or not kind or not ident:
+            raise ValueError(f"attempt reference {text!r} is not <kind>:<id>")
+        return cls(kind, ident)
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of a local attempt; None for a remote one."""
+        return int(self.id) if self.kind == "pid" else None
+
+    def describe(self) -> str:
+        """For people (a job's `running` event): ``pid 1234``, or the reference as written."""
+        return f"pid {self.id}" if self.kind == "pid" else str(self)
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+
 class AttemptHandle(Protocol):
     """A running attempt, as a worker adapter supervises it."""
 
     @property
-    def pid(self) -> int: ...
+    def ref(self) -> AttemptRef:
+        """Where the attempt runs (a local process, or a job on a remote cluster)."""
 
     async def wait(self) -> AttemptResult:
         """Block until the attempt's process tree is gone; the result it left."""

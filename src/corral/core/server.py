@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup
 from corral.core import protocol as p
 from corral.core.gateway import Core
 from corral.core.permits import PERMIT_USED, Rejected
-from corral.core.ports import AttemptHandle
+from corral.core.ports import AttemptHandle, AttemptRef
 from corral.core.state import CoreState
 from corral.domain import bounds
 from corral.domain.errors import CorralError, PermitError, WorkerMisconfigured
@@ -169,7 +169,7 @@ class CoreServer:
             return
         self.running[job.id] = _Running(claimed=claimed, handle=handle)
         await self.send({"type": p.JOB_STARTED, "id": msg.get("id"), "job_id": job.id,
-                         "attempt_id": claimed.attempt.id, "pid": handle.pid})
+                         "attempt_id": claimed.attempt.id, **_where(handle.ref)})
         self._watch(claimed, handle)
 
     async def _refuse(self, msg: dict[str, Any], c: Claimed, err: PermitError) -> None:
@@ -185,7 +185,7 @@ class CoreServer:
         if job.id in self.running:  # already ours (a scheduler that re-sends after a blip)
             r = self.running[job.id]
             await self.send({"type": p.ADOPTED, "id": msg.get("id"), "job_id": job.id,
-                             "pid": r.handle.pid})
+                             **_where(r.handle.ref)})
             return
         try:
             worker = msg.get("worker") if isinstance(msg.get("worker"), str) else None
@@ -199,7 +199,7 @@ class CoreServer:
             return
         self.running[job.id] = _Running(claimed=claimed, handle=found)
         await self.send({"type": p.ADOPTED, "id": msg.get("id"), "job_id": job.id,
-                         "pid": found.pid})
+                         **_where(found.ref)})
         self._watch(claimed, found)
 
     async def _cancel_job(self, msg: dict[str, Any]) -> None:
@@ -313,6 +313,12 @@ class CoreServer:
                          "attempt_id": c.attempt.id, "result": p.result_out(result),
                          "saturated": self._saturated()})
         await self._flush_events()  # what this result changed (a breaker …) follows it at once
+
+
+def _where(ref: AttemptRef) -> dict[str, Any]:
+    """Where a started or adopted attempt runs, on the wire: its reference, and for a local
+    process its pid as well (for people reading the core's stream)."""
+    return {"ref": str(ref), "pid": ref.pid}
 
 
 def _log_size(attempt_dir: str) -> int:

@@ -1,6 +1,6 @@
 """Guardrails: per-role safety rules, as data, evaluated at spawn and at every tool call.
 
-Tool scope (policy/runtime.py) says which tools and programs a role may use at all; guardrails say
+Tool scope (policy/scopes.py) says which tools and programs a role may use at all; guardrails say
 how it may use them: which subcommands, options, namespaces and SQL statements are refused or need
 a human. `Guardrails.evaluate(role, stage, tool, tool_input)` is pure and returns a
 `GuardVerdict`: ``allow`` / ``deny`` / ``require_approval``, a machine reason code and the id of
@@ -90,7 +90,7 @@ from typing import Any, Literal, cast
 import yaml
 
 from corral.domain.bounds import yaml_too_deep
-from corral.policy.runtime import SHELL_TOOLS, shell_command
+from corral.policy.scopes import SHELL_TOOLS, shell_command
 from corral.policy.shell import DIALECTS as SHELLS
 from corral.policy.shell import Pattern, SimpleCommand, parse, parse_pattern
 from corral.policy.sql import DIALECTS, check_sql

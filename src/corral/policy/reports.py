@@ -92,7 +92,7 @@ SEVERITY: Mapping[IncidentType, Severity] = MappingProxyType({
     IncidentType.ANOMALY: Severity.MEDIUM,
 })
 
-# limit_hit values that mean "stopped at a budget" (policy/runtime.py and the engine's ceiling).
+# limit_hit values that mean "stopped at a budget" (policy/scopes.py and the engine's ceiling).
 BUDGET_LIMITS = frozenset({"token_budget_in", "token_budget_out", "max_tool_calls",
                            BUDGET_CEILING_LIMIT})
 GUARDRAIL_STAGE = "guardrail"

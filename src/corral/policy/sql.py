@@ -58,7 +58,7 @@ from collections.abc import Sequence
 
 from corral.policy.sqlverdict import SqlVerdict
 
-__all__ = ["DIALECTS", "SqlVerdict", "check_sql"]
+__all__ = ["DIALECTS", "check_sql"]
 
 DIALECTS = frozenset(
     {"duckdb", "postgres", "sqlite", "spark", "databricks", "hive", "trino", "presto",

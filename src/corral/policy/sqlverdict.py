@@ -1,11 +1,15 @@
-"""The verdict on one SQL text (policy/sql.py decides it, policy/sqltree.py parses for it): its
-own module so that the parser side, loaded lazily, does not import back the module that loads
-it."""
+"""The verdict on one SQL text: what `policy.sql.check_sql` returns and `policy.sqltree` builds.
+
+Its own module so that the two can share it without importing each other (`sql` loads
+`sqltree`, and with it sqlglot, only on the first SQL text to check).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+__all__ = ["SqlVerdict", "SqlVerdictKind"]
 
 SqlVerdictKind = Literal["allow", "deny", "require_approval"]
 

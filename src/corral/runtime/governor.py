@@ -1,14 +1,16 @@
 """The governor: decides every tool call of every governed agent, and writes their traces.
 
-Agent CLIs run `corral-hook` before and after each tool call (workers/agents.py); the hook
+Agent CLIs run `corral-hook` before and after each tool call (workers/agents/); the hook
 forwards the CLI's payload to this socket and relays the answer. Before a call, the governor
 reads how much the attempt has used (tool calls asked for so far, from the store; tokens, from the
-attempt's own event stream on disk), asks the runtime policy (policy/runtime.py), appends the
-policy evaluation, and answers in the CLI's hook language. A runtime limit also schedules the
-attempt's stop after the worker's summary grace. After a call, it appends a checkpoint (session
-id, calls so far, last tool, digest of the last output): what an interrupted attempt resumes
-from. A background watch stops an attempt whose tokens or cost run over budget between tool calls;
-a tool call made past a budget ceiling is denied on the spot.
+attempt's own event stream on disk), runs the tool-call decision (policy/toolcall.py: a table of
+pure steps; the governor reads the few facts a step asks for, such as a human's approval),
+appends the policy evaluation, and answers in the CLI's hook language (each adapter's `reply`).
+A runtime limit also schedules the attempt's stop after the worker's summary grace. After a
+call, it appends a checkpoint (session id, calls so far, last tool, digest of the last output):
+what an interrupted attempt resumes from. A background watch stops an attempt whose tokens or
+cost run over budget between tool calls; a tool call made past a budget ceiling is denied on
+the spot.
 
 When an attempt ends, its AgentEvent is built from the durable records alone (the stream file,
 the policy evaluations, the checkpoints), so an engine that restarted in between writes the same
@@ -35,20 +37,21 @@ from corral.core.ports import GovernanceStore, JobStore, TraceStore
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
 from corral.domain.bounds import loads_bounded
 from corral.domain.errors import StoreError, WorkerError
-from corral.domain.governance import Approval, ApprovalState
+from corral.domain.governance import Approval
 from corral.domain.ids import new_id
 from corral.domain.models import AttemptResult, Claimed, Job
 from corral.domain.settings import Settings, WorkerSpec
-from corral.policy import runtime as policy
+from corral.policy import scopes as policy
 from corral.policy import toolcall
 from corral.policy.guardrails import Guardrails, approval_digest
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.redact import Redactor
 from corral.runtime.modelgate import ModelGateway
 from corral.runtime.peers import Refused, check_user, credentials, refuse, restrict
-from corral.workers.agents import (
-    ADAPTERS,
+from corral.workers.agents import ADAPTERS
+from corral.workers.agents.base import (
     AGENT_FILE,
+    AgentWorker,
     agent_home,
     attempt_ref,
     governance_socket,
@@ -68,8 +71,6 @@ MAX_RECORDED_CHARS = 2000  # of a tool input or output kept in a policy evaluati
 # The decisions that spend the tool-call budget: a call refused for scope counts too, or an agent
 # looping on refused calls would never reach its limit.
 LIMITS = frozenset({"max_tool_calls", "token_budget_in", "token_budget_out"})
-# A call the hook denied by its own timeout before the engine answered: recorded, never a use.
-HOOK_TIMEOUT = "hook_timeout"
 NOT_OFFERED = ("refused by the CLI: a tool outside this role's scope, which the model was never "
                "offered")
 ALL = 1 << 31  # read every evaluation of an attempt (the store's default page is 1,000)
@@ -215,7 +216,7 @@ class Governor:
                                                           limit=ALL)
         m.calls = sum(1 for e in evaluations
                       if e.stage in ("tool_call", "guardrail") and e.reason not in LIMITS
-                      and e.reason != HOOK_TIMEOUT)
+                      and e.reason != toolcall.HOOK_TIMEOUT)
         self._monitors[ref] = m
         return m
 
@@ -269,48 +270,38 @@ class Governor:
 
     async def _pre(self, m: _Monitor, cli: str, payload: Mapping[str, Any],
                    deadline: float | None = None) -> tuple[int, str]:
-        """Decide one tool call. `deadline` (monotonic seconds) is when the hook gives up and
-        denies the call itself: a decision reached later is recorded as that denial."""
+        """Decide one tool call (policy/toolcall.py): read what a step asks for, record the
+        verdict, reply. `deadline` (monotonic seconds) is when the hook gives up and denies the
+        call itself: a decision reached later is recorded as that denial."""
         self._read_stream(m)
         tool = str(payload.get("tool_name") or "?")
         raw_input = payload.get("tool_input")
         tool_input: Mapping[str, Any] = raw_input if isinstance(raw_input, Mapping) else {}
         job = m.claimed.job
         call = self._call(m, tool, tool_input, payload)
-        d = toolcall.decide(call, role=job.role, scope=m.scope, guardrails=self.guardrails,
-                            used=policy.Usage(tool_calls=m.calls, tokens_in=m.tokens_in,
-                                              tokens_out=m.tokens_out),
-                            limits=job.limits)
-        if d.verdict == "allow" and m.cost_usd and self.overrun is not None and \
-                await self.overrun(job, m.cost_usd, self.clock()):
-            d = toolcall.CallVerdict(
-                verdict="deny", reason=BUDGET_CEILING_LIMIT, limit=BUDGET_CEILING_LIMIT,
-                decided_by="budget",
-                message=f"Corral: this run has cost ${m.cost_usd:.4f} so far, which crosses its "
-                        "budget ceiling. Make no more tool calls: write your summary and stop.")
-        stage = "guardrail" if d.decided_by == "guardrail" else "tool_call"
         call_id = payload.get("tool_use_id")
         now = self.clock()
         used = m.calls
-        # Counted before the first await: concurrent calls of one attempt (a storm) each see
-        # the calls before them, so the budget holds without a lock. A refused call counts.
-        if d.limit is None:
-            m.calls += 1
-        if d.verdict == "require_approval":
-            d = await self._approval(m, d, now)
-        if deadline is not None and time.monotonic() > deadline:
-            # The hook already denied it (an engine stalled past the hook's timeout read the
-            # request late): the record says what happened, and it was never a use.
-            if d.limit is None:
-                m.calls -= 1
-            d = toolcall.CallVerdict(
-                verdict="deny", reason=HOOK_TIMEOUT, limit=None, decided_by="timeout",
-                message="the hook gave up waiting for the engine and denied the call "
-                        f"(the engine would have said {d.verdict}: {d.reason})")
+        facts = toolcall.CallFacts(
+            call=call, role=job.role, scope=m.scope, guardrails=self.guardrails,
+            used=policy.Usage(tool_calls=used, tokens_in=m.tokens_in, tokens_out=m.tokens_out),
+            limits=job.limits, cost_usd=m.cost_usd,
+            over_ceiling=None if self.overrun is not None else False)
+        # Counted before the first await, and given back once decided if the call was no use
+        # (or the decision failed): concurrent calls of one attempt (a storm) each see the calls
+        # before them, so the budget holds without a lock. A refused call counts.
+        m.calls += 1
+        try:
+            d = await self._decide(m, facts, now, deadline)
+        except BaseException:
+            m.calls -= 1
+            raise
+        if not toolcall.counts(d):
+            m.calls -= 1
         if d.verdict == "allow" and isinstance(call_id, str):
             m.pre_at[call_id] = now
         await self.store.append_policy_evaluations([PolicyEvaluation(
-            at=now, job_id=job.id, attempt=m.claimed.attempt.index, stage=stage,
+            at=now, job_id=job.id, attempt=m.claimed.attempt.index, stage=d.stage,
             subject=tool, verdict=d.verdict, reason=d.reason,
             message=m.redactor.text(d.message),
             inputs={"input": _clip(m.redactor.obj(dict(tool_input))),
@@ -324,7 +315,7 @@ class Governor:
                     "scope": list(m.scope.rules)})])
         if d.limit is not None:
             await self.stop(job.id, d.limit, self._summary_grace(job.worker))
-        return _render(cli, d)
+        return ADAPTERS.get(cli, AgentWorker).reply(d.verdict, d.message)
 
     def _call(self, m: _Monitor, tool: str, tool_input: Mapping[str, Any],
               payload: Mapping[str, Any]) -> policy.Call:
@@ -345,32 +336,39 @@ class Governor:
         return policy.Call(tool=tool, input=tool_input, workspace=workspace, cwd=cwd,
                            home=spec.env.get("HOME") or str(home), shell=shell, problem=problem)
 
-    async def _approval(self, m: _Monitor, guard: toolcall.CallVerdict,
-                        now: float) -> toolcall.CallVerdict:
-        """A call a guardrail sends to a human: allowed once a human approved exactly this
-        action for this job; otherwise denied, with a pending approval request."""
+    async def _decide(self, m: _Monitor, facts: toolcall.CallFacts, now: float,
+                      deadline: float | None) -> toolcall.CallVerdict:
+        """Run the decision's steps, reading each fact a step asks for when it asks."""
+        out = toolcall.run(facts)
+        while isinstance(out, toolcall.Need):
+            facts = await self._read_fact(m, facts, out, now, deadline)
+            out = toolcall.run(facts, after=out)
+        return out
+
+    async def _read_fact(self, m: _Monitor, facts: toolcall.CallFacts, need: toolcall.Need,
+                         now: float, deadline: float | None) -> toolcall.CallFacts:
+        """Read the one fact a step of the decision asks for."""
+        if need.fact == "over_ceiling":
+            assert self.overrun is not None  # else the facts said False from the start
+            return replace(facts, over_ceiling=await self.overrun(m.claimed.job, facts.cost_usd,
+                                                                  self.clock()))
+        if need.fact == "approval":
+            return replace(facts, approval=await self._approval(m, need.so_far, now))
+        return replace(facts, late=deadline is not None and time.monotonic() > deadline)
+
+    async def _approval(self, m: _Monitor, guard: toolcall.CallVerdict, now: float) -> Approval:
+        """The latest approval of exactly the action a guardrail sends to a human, for this job;
+        the request is filed when there is none (one per exact action and job: a human's "no"
+        stands)."""
         job = m.claimed.job
         subject = guard.approval_subject or ""
         digest = approval_digest(subject)
         mine = [a for a in await self.store.approvals(job_id=job.id) if a.digest == digest]
-        latest = mine[-1] if mine else None
-        rule = guard.rule
-        if latest is not None and latest.state is ApprovalState.APPROVED:
-            return replace(guard, verdict="allow", reason="approved",
-                           message=f"approved by {latest.decided_by} ({latest.id})")
-        if latest is None:  # one request per exact action and job; a human's "no" stands
-            latest = await self.store.request_approval(Approval(
-                id=new_id(), job_id=job.id, subject=subject, digest=digest,
-                reason=guard.reason, requested_at=now,
-                expires_at=now + self.settings.approval_ttl_s))
-        if latest.state is ApprovalState.PENDING:
-            return replace(guard, verdict="deny", reason="approval_required", rule=rule, message=(
-                f"Corral: `{subject}` needs a human's approval ({guard.message}); request "
-                f"{latest.id} is waiting. Do not work around it: do something else or stop, "
-                "and retry exactly this command only once it is approved."))
-        return replace(guard, verdict="deny", reason="approval_rejected", rule=rule,
-                       message=f"Corral: `{subject}` was not approved ({latest.id}, "
-                               f"{latest.state.value}).")
+        if mine:
+            return mine[-1]
+        return await self.store.request_approval(Approval(
+            id=new_id(), job_id=job.id, subject=subject, digest=digest, reason=guard.reason,
+            requested_at=now, expires_at=now + self.settings.approval_ttl_s))
 
     async def _post(self, m: _Monitor, payload: Mapping[str, Any]) -> None:
         job = m.claimed.job
@@ -519,18 +517,6 @@ class Governor:
             if ev.session_id:
                 return ev.session_id
         return None
-
-
-def _render(cli: str, d: toolcall.CallVerdict) -> tuple[int, str]:
-    """The decision in the CLI's hook language: Claude Code reads a JSON `permissionDecision`;
-    Codex and OpenCode (through Corral's plugin) read exit 2 with the reason as a refusal."""
-    if cli == "claude-code":
-        return 0, json.dumps({"hookSpecificOutput": {
-            "hookEventName": "PreToolUse", "permissionDecision": d.verdict,
-            "permissionDecisionReason": d.message}})
-    if d.verdict == "allow":
-        return 0, ""
-    return 2, d.message  # exit 2 with the reason on stderr blocks the call (Codex, OpenCode)
 
 
 def _clip(value: Any) -> Any:

@@ -1,7 +1,7 @@
 """The model gateway: every model call of a governed agent passes through the engine.
 
 A worker with a `gateway` (`workers.<kind>.gateway: {upstream, key_env}`) has its CLI pointed at
-this loopback HTTP server (workers/agents.py; the URL and token from workers/modelgate.py). For
+this loopback HTTP server (workers/agents/; the URL and token from workers/modelgate.py). For
 each request the gateway
 
 * checks the attempt's token (bound to its live permit: it stops working when the attempt ends)
@@ -43,7 +43,7 @@ from corral.domain.models import Claimed, Job
 from corral.domain.settings import BreakerSpec, Settings, WorkerSpec
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.runtime.modelbreakers import ModelBreakers, failed
-from corral.workers.agents import gateway_key
+from corral.workers.agents.base import gateway_key
 from corral.workers.modelgate import (
     Endpoint,
     new_endpoint,

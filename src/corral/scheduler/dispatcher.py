@@ -21,7 +21,7 @@ from anyio.abc import TaskGroup
 
 from corral.core.link import CoreLink, CoreUnavailable
 from corral.core.permits import Rejected
-from corral.core.ports import EngineRegistry, Finish, JobStore, QueueFilter
+from corral.core.ports import AttemptRef, EngineRegistry, Finish, JobStore, QueueFilter
 from corral.domain.errors import CorralError, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import (
@@ -106,7 +106,7 @@ class AgentHooks(Protocol):
 class _Batch:
     """Writes waiting for the next flush; each waiter is released once its write committed."""
 
-    started: list[tuple[Attempt, int]] = field(default_factory=list)
+    started: list[tuple[Attempt, AttemptRef]] = field(default_factory=list)
     finished: list[Finish] = field(default_factory=list)
     done: anyio.Event = field(default_factory=anyio.Event)
     error: BaseException | None = None
@@ -474,7 +474,7 @@ class Dispatcher:
             result = await self.core.result(c.job.id)
         await self._complete(c, result)
 
-    async def _adopt(self, c: Claimed) -> int | AttemptResult:
+    async def _adopt(self, c: Claimed) -> AttemptRef | AttemptResult:
         """Hand an attempt found in flight to the core. When the core cannot decide yet (its
         shim holds the lock but wrote no pid — a full disk — or a process of it survives), the
         attempt is neither adopted nor declared lost: it is looked at again, with backoff."""
@@ -619,7 +619,7 @@ class Dispatcher:
 
     # ---- batched writes ------------------------------------------------------------------
 
-    async def _write(self, *, started: tuple[Attempt, int] | None = None,
+    async def _write(self, *, started: tuple[Attempt, AttemptRef] | None = None,
                      finished: Finish | None = None) -> None:
         batch = self._batch
         if started is not None:
@@ -647,7 +647,7 @@ class Dispatcher:
             # An attempt that started and ended within one flush goes straight to its end
             # (STARTING → terminal is an edge of the lifecycle), its pid written with the end:
             # one write less per short job.
-            pids = dict((a.id, pid) for a, pid in batch.started)
+            pids = dict((a.id, ref.pid) for a, ref in batch.started)
             finished = [replace(f, attempt=replace(f.attempt, pid=pids[f.attempt.id]))
                         if f.attempt.id in pids else f for f in batch.finished]
             ending = {f.attempt.id for f in finished}

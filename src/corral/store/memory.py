@@ -20,7 +20,15 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from corral.core.ports import UNBOUNDED, Admission, EngineConfig, Finish, JobQuery, QueueFilter
+from corral.core.ports import (
+    UNBOUNDED,
+    Admission,
+    AttemptRef,
+    EngineConfig,
+    Finish,
+    JobQuery,
+    QueueFilter,
+)
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import resolve
@@ -404,17 +412,18 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
                                    attempt=c.attempt, permit=c.permit))
         return won
 
-    async def mark_running(self, started: Sequence[tuple[Attempt, int]], *, now: float) -> int:
+    async def mark_running(self, started: Sequence[tuple[Attempt, AttemptRef]], *,
+                           now: float) -> int:
         count = 0
         with self._tx():
-            for attempt, pid in started:
+            for attempt, ref in started:
                 row = self._attempts.get(attempt.id)
                 n = (row is not None and row.state is AttemptState.STARTING
                      and row.engine_id == attempt.engine_id)  # the owner only (fencing)
                 if row is None or not n:
                     continue
                 self._set(self._attempts, row.id,
-                          replace(row, state=AttemptState.RUNNING, pid=pid, started_at=now))
+                          replace(row, state=AttemptState.RUNNING, pid=ref.pid, started_at=now))
                 job = self._jobs.get(attempt.job_id)
                 m = job is not None and job.state is JobState.STARTING
                 if job is not None and m:
@@ -424,7 +433,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
                     count += 1
                     self._emit([JobEvent(
                         job_id=attempt.job_id, at=now, kind="running", from_state="STARTING",
-                        to_state="RUNNING", attempt=attempt.index, message=f"pid {pid}")])
+                        to_state="RUNNING", attempt=attempt.index, message=ref.describe())])
         return count
 
     async def finish(self, finishes: Sequence[Finish], *, now: float) -> list[Job]:

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from corral.core.ports import UNBOUNDED, Admission, Finish, JobQuery, QueueFilter
+from corral.core.ports import UNBOUNDED, Admission, AttemptRef, Finish, JobQuery, QueueFilter
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import MIN_REF, resolve
@@ -369,14 +369,15 @@ class SqlStore(SqlOperator, SqlGovernance):
         await self._insert_events(tx, events)
         return True
 
-    async def mark_running(self, started: Sequence[tuple[Attempt, int]], *, now: float) -> int:
+    async def mark_running(self, started: Sequence[tuple[Attempt, AttemptRef]], *,
+                           now: float) -> int:
         count = 0
         async with self._write() as tx:
-            for attempt, pid in started:
+            for attempt, ref in started:
                 n = await tx.execute(
                     "UPDATE attempts SET state = 'RUNNING', pid = ?, started_at = ?"
                     " WHERE id = ? AND state = 'STARTING' AND engine_id = ?",
-                    (pid, now, attempt.id, attempt.engine_id))
+                    (ref.pid, now, attempt.id, attempt.engine_id))
                 if not n:  # not STARTING any more, or another engine owns it now (fenced)
                     continue
                 m = await tx.execute(
@@ -386,7 +387,7 @@ class SqlStore(SqlOperator, SqlGovernance):
                     count += 1
                     await self._insert_events(tx, [JobEvent(
                         job_id=attempt.job_id, at=now, kind="running", from_state="STARTING",
-                        to_state="RUNNING", attempt=attempt.index, message=f"pid {pid}")])
+                        to_state="RUNNING", attempt=attempt.index, message=ref.describe())])
         return count
 
     async def finish(self, finishes: Sequence[Finish], *, now: float) -> list[Job]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from corral.core.ports import AttemptRef
 from corral.domain.bounds import MAX_USD, loads_bounded
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import Settings
@@ -128,8 +129,8 @@ class ShimAttempt:
         self.proc = proc
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def ref(self) -> AttemptRef:
+        return AttemptRef.local(self.proc.pid)
 
     async def wait(self) -> AttemptResult:
         try:

@@ -1,7 +1,7 @@
 """Can an agent CLI authenticate as Corral starts it? Checked when the engine starts, so that a
 missing API key is a warning in the engine's log, not a surprise at the first job.
 
-A CLI runs with a private home (workers/agents.py): a login the operator made with the CLI in
+A CLI runs with a private home (workers/agents/base.py): a login the operator made with the CLI in
 their own home does not reach it. What does is the worker's `env`, and of the engine's own
 environment the worker's `pass_env` and the adapter's API-key variables. Only what can be seen
 from here is judged: a provider this module does not know is not warned about.

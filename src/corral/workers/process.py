@@ -24,10 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
-import shlex
-import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -42,7 +39,7 @@ import re2
 
 import corral
 from corral.domain.errors import WorkerError
-from corral.workers import privacy, proctab
+from corral.workers import native, privacy, proctab
 
 __all__ = [
     "Output",
@@ -52,11 +49,8 @@ __all__ = [
     "ShimReason",
     "ShimResult",
     "attempt_processes",
-    "hook_path",
-    "native_binary",
     "probe",
     "read_result",
-    "shim_path",
     "spawn",
     "sweep",
 ]
@@ -111,73 +105,6 @@ class Output:
         argv = [sys.executable, "-I", "-S", "-c", _PUMP_BOOT, _PUMP_PATHS,
                 "--max-bytes", str(self.max_bytes), "--tail-bytes", str(self.tail_bytes)]
         return argv + (["--secrets-fd", "5"] if self.secrets else [])
-
-
-_build_lock = threading.Lock()
-_built: dict[str, Path] = {}
-
-
-# --------------------------------------------------------------------------- native helpers
-
-
-def shim_path() -> Path:
-    """The `corral-shim` binary (shim.c), built on first use."""
-    return native_binary("shim")
-
-
-def hook_path() -> Path:
-    """The `corral-hook` binary (hook.c) agent CLIs run before each tool call."""
-    return native_binary("hook")
-
-
-def native_binary(name: str) -> Path:
-    """Return the binary of `<name>.c` beside this module, compiling it once per source version.
-
-    The binary lives in `$CORRAL_SHIM_DIR` (default `~/.cache/corral/`) as
-    `corral-<name>-<sha256(source)[:12]>`; a build goes to a temporary name and is renamed into
-    place, so concurrent builders never see (or run) a half-written file.
-    """
-    with _build_lock:
-        if name not in _built:
-            _built[name] = _build(name)
-        return _built[name]
-
-
-def _build(name: str) -> Path:
-    source = Path(__file__).with_name(f"{name}.c").read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:12]
-    cache = Path(os.environ.get("CORRAL_SHIM_DIR") or Path.home() / ".cache" / "corral")
-    target = cache / f"corral-{name}-{digest}"
-    if os.access(target, os.X_OK):
-        return target
-    compiler = _find_compiler()
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    # Compile the exact bytes we hashed (from stdin), not a file that might change meanwhile.
-    cmd = [*compiler, "-O2", "-Wall", "-Wextra", "-x", "c", "-o", str(tmp), "-"]
-    try:
-        proc = subprocess.run(cmd, input=source, capture_output=True, check=False)
-        if proc.returncode != 0:
-            lines = proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"]
-            raise WorkerError(f"building corral-{name} failed: {lines[0]}")
-        tmp.chmod(0o755)
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise WorkerError(f"building corral-{name} failed: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
-
-
-def _find_compiler() -> list[str]:
-    words = shlex.split(os.environ.get("CC", ""))
-    if words and shutil.which(words[0]):
-        return words
-    for name in ("cc", "gcc", "clang"):
-        found = shutil.which(name)
-        if found:
-            return [found]
-    raise WorkerError("no C compiler found to build corral-shim: install gcc (or set CC)")
 
 
 # --------------------------------------------------------------------------- results
@@ -453,7 +380,7 @@ def spawn(
     output = output or Output()
     if not argv:
         raise WorkerError("cannot spawn an empty command")
-    exe = str(shim_path())
+    exe = str(native.shim_path())
     try:  # one mkdir in the common case: the attempt directory is new
         attempt_dir.mkdir(mode=0o700)
         fresh = True

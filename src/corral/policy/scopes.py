@@ -1,4 +1,4 @@
-"""Runtime policy: may this tool call of a governed agent run?
+"""Tool scopes and runtime limits: may this tool call of a governed agent run?
 
 A pure decision from the permit's budget, what the attempt has used so far, and the role's tool
 scope. Order: token budgets, then the tool-call budget (both end the attempt: the call is denied
@@ -236,19 +236,28 @@ def shell_command(tool_input: Mapping[str, Any]) -> str | None:
     return None
 
 
-def decide(call: Call, used: Usage, limits: Limits, scope: Scope,
-           resolve: Resolve = real) -> Decision:
-    """The verdict of budgets and scope on one tool call."""
+def token_limit(used: Usage, limits: Limits) -> Decision | None:
+    """A token budget the attempt has spent (input first), if any."""
     for limit, spent, budget in (("token_budget_in", used.tokens_in, limits.token_budget_in),
                                  ("token_budget_out", used.tokens_out, limits.token_budget_out)):
         if spent >= budget:
             return Decision(verdict="deny", reason=limit, limit=limit, message=(
                 f"Corral: this run has used {spent} of its {budget} {limit} tokens. Do not call "
                 "more tools; reply now with a short summary of what you did and what is left."))
-    if used.tool_calls >= limits.max_tool_calls:
-        return Decision(verdict="deny", reason="max_tool_calls", limit="max_tool_calls", message=(
-            f"Corral: this run's tool-call budget ({limits.max_tool_calls}) is spent. Do not "
-            "call more tools; reply now with a short summary of what you did and what is left."))
+    return None
+
+
+def call_limit(used: Usage, limits: Limits) -> Decision | None:
+    """The tool-call budget, when the attempt has spent it."""
+    if used.tool_calls < limits.max_tool_calls:
+        return None
+    return Decision(verdict="deny", reason="max_tool_calls", limit="max_tool_calls", message=(
+        f"Corral: this run's tool-call budget ({limits.max_tool_calls}) is spent. Do not "
+        "call more tools; reply now with a short summary of what you did and what is left."))
+
+
+def in_scope(call: Call, scope: Scope, resolve: Resolve = real) -> Decision:
+    """The scope's verdict on one call: allowed (naming the rule) or out of scope."""
     if call.problem is not None:
         return Decision(verdict="deny", reason="out_of_scope",
                         message=f"Corral: {call.problem}")
@@ -256,3 +265,10 @@ def decide(call: Call, used: Usage, limits: Limits, scope: Scope,
     if not allowed:
         return Decision(verdict="deny", reason="out_of_scope", message=f"Corral: {message}")
     return Decision(verdict="allow", reason="allowed", message=message, rule=rule)
+
+
+def decide(call: Call, used: Usage, limits: Limits, scope: Scope,
+           resolve: Resolve = real) -> Decision:
+    """The verdict of budgets and scope on one tool call: the first three steps of the
+    tool-call decision (policy/toolcall.py), without the role's guardrails."""
+    return token_limit(used, limits) or call_limit(used, limits) or in_scope(call, scope, resolve)
