@@ -80,9 +80,9 @@ def job_json(j: Job, *, detail: bool = False) -> dict[str, Any]:
             "prompt": j.prompt, "max_tool_calls": j.limits.max_tool_calls,
             "token_budget_in": j.limits.token_budget_in,
             "token_budget_out": j.limits.token_budget_out,
-            "resume_from": j.options.get("resume_from"),
-            "secret_env": list(j.options.get("secret_env") or ()),
-            "detached": bool(j.options.get("detached")),
+            "resume_from": j.options.resume_from,
+            "secret_env": list(j.options.secret_env),
+            "detached": j.options.detached,
         })
     return data
 

@@ -17,7 +17,7 @@ from typing import Any
 from corral.domain import bounds
 from corral.domain.bounds import BoundError
 from corral.domain.errors import CorralError
-from corral.domain.models import Attempt, AttemptResult, Job, Limits, Permit
+from corral.domain.models import Attempt, AttemptResult, Job, JobOptions, Limits, Permit
 from corral.domain.states import AttemptState, DedupMode, Fault, JobState, Outcome
 
 MAX_LINE = 1 << 20  # 1 MiB: a job with a large prompt fits; a runaway writer does not
@@ -52,6 +52,8 @@ OVERSIZED = b"\x00oversized\n"
 
 class ProtocolError(CorralError):
     """A line that is not a valid message (malformed, oversized, unknown type)."""
+
+    code = "protocol_error"
 
 
 def encode(msg: Mapping[str, Any]) -> bytes:
@@ -95,7 +97,7 @@ def job_out(j: Job) -> dict[str, Any]:
         "id": j.id, "state": j.state.value, "role": j.role, "worker": j.worker,
         "env_name": j.env_name, "priority": j.priority, "tenant": j.tenant,
         "command": list(j.command), "prompt": j.prompt, "cwd": j.cwd, "env": dict(j.env),
-        "options": dict(j.options),
+        "options": j.options.to_json(),
         "limits": dataclasses.asdict(j.limits),
         "key": j.key, "dedup": j.dedup.value, "workspace": j.workspace,
         "parent_id": j.parent_id, "depth": j.depth, "created_at": j.created_at,
@@ -112,7 +114,7 @@ def job_in(d: Mapping[str, Any]) -> Job:
             worker=str(d["worker"]), env_name=str(d["env_name"]), priority=int(d["priority"]),
             tenant=str(d["tenant"]), command=tuple(str(a) for a in d["command"]),
             prompt=d.get("prompt"), cwd=d.get("cwd"), env=dict(d.get("env") or {}),
-            options=dict(d.get("options") or {}),
+            options=JobOptions.from_json(d.get("options") or {}),
             limits=_limits_in(lim),
             key=d.get("key"), dedup=DedupMode(d.get("dedup", "coalesce")),
             workspace=d.get("workspace"), parent_id=d.get("parent_id"),
