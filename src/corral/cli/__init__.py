@@ -29,7 +29,7 @@ from corral.runtime.published import active_config
 from corral.scheduler.service import Submissions
 from corral.workers import privacy
 
-from . import configs, governance, guard, mechanism, policy_cmds, views
+from . import configs, governance, guard, mechanism, policy_cmds, schema_cmd, views
 from .exits import exit_code, fail
 from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
 from .waiting import Follow, mode_for
@@ -629,6 +629,7 @@ governance.register(app, _config_or_fail, with_store, _emit)
 configs.register(app, _config_or_fail, with_store, _emit)
 policy_cmds.register(app, _config_or_fail, with_store, _emit)
 app.add_typer(guard.app, name="guard")
+schema_cmd.register(app)
 
 
 def main() -> None:
