@@ -22,7 +22,7 @@ def schema(
         "--write", help=f"Write every model's schema as NAME.json into this directory "
                         f"(the repository publishes them in {PUBLISHED}).")] = None,
 ) -> None:
-    """Print the JSON Schema of a `--json` output or a core protocol value."""
+    """Print the JSON Schema of what a command prints as JSON, or of a core protocol value."""
     if write is not None:
         write.mkdir(parents=True, exist_ok=True)
         for each in schemas.MODELS:

@@ -32,6 +32,7 @@ MODELS: Mapping[str, type[BaseModel]] = {
     "EngineStatus": views.EngineStatus, "Breaker": views.Breaker,
     "BreakerReset": views.BreakerReset, "Escalation": views.Escalation,
     "EscalationCleared": views.EscalationCleared, "CoreEvent": views.CoreEvent,
+    "GuardCheck": views.GuardCheck,
     # the core protocol
     "ProtocolJob": protocol.ProtocolJob, "ProtocolLimits": protocol.ProtocolLimits,
     "ProtocolAttempt": protocol.ProtocolAttempt, "ProtocolPermit": protocol.ProtocolPermit,

@@ -3,7 +3,7 @@
 Times are ISO 8601 UTC strings with milliseconds (`iso_time`), as docs/reference/cli.md says.
 A model whose name matches a domain value has `of(value)` to build it; `dump` gives the JSON
 object. The models forbid unknown fields, so the published JSON Schema
-(docs/reference/schemas/) is exactly what is printed: tests/unit/test_json_output_schemas.py
+(docs/reference/schemas/) is exactly what is printed: tests/acceptance/test_json_schemas.py
 runs every `--json` command and validates its output against it."""
 
 from __future__ import annotations
@@ -510,3 +510,25 @@ class EscalationCleared(View):
     escalation: str | None
     cleared: bool
     core: dict[str, Any] | None = None
+
+
+class GuardCheck(View):
+    """`guard check`: the engine's decision on one tool call, command or SQL of a role."""
+
+    role: str
+    stage: str
+    tool: str
+    verdict: str
+    reason: str
+    rule_id: str | None
+    decided_by: str
+    scope_rule: str | None = Field(default=None, description="Only for a tool call: the "
+                                   "scope rule that decided, if the scope did.")
+    command: str | None
+    message: str
+    approval_subject: str | None
+    approval_digest: str | None
+    shell: str | None = Field(default=None, description="Only for a tool call: the shell "
+                              "its command is read as.")
+    cwd: str | None = Field(default=None, description="Only for a tool call: the directory "
+                            "it runs in.")
