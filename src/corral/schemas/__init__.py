@@ -12,11 +12,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from corral.schemas import protocol, views
 
-MODELS: Mapping[str, type[BaseModel]] = {
+MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     # --json (and the HTTP API)
     "Job": views.Job, "JobDetail": views.JobDetail, "JobShow": views.JobShow,
     "Attempt": views.Attempt, "JobEvent": views.JobEvent, "AgentEvent": views.AgentEvent,
@@ -34,16 +34,19 @@ MODELS: Mapping[str, type[BaseModel]] = {
     "EscalationCleared": views.EscalationCleared, "CoreEvent": views.CoreEvent,
     "GuardCheck": views.GuardCheck,
     # the core protocol
-    "ProtocolJob": protocol.ProtocolJob, "ProtocolLimits": protocol.ProtocolLimits,
-    "ProtocolAttempt": protocol.ProtocolAttempt, "ProtocolPermit": protocol.ProtocolPermit,
-    "ProtocolResult": protocol.ProtocolResult,
+    "ProtocolJob": protocol.ProtocolJob, "ProtocolAttempt": protocol.ProtocolAttempt,
+    "ProtocolPermit": protocol.PERMIT, "ProtocolResult": protocol.RESULT,
 }
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def json_schema(name: str) -> dict[str, Any]:
     """The JSON Schema of a model, as published: of what it prints (serialization mode)."""
-    schema = MODELS[name].model_json_schema(mode="serialization", by_alias=True)
+    model = MODELS[name]
+    if isinstance(model, TypeAdapter):
+        schema = model.json_schema(mode="serialization", by_alias=True)
+    else:
+        schema = model.model_json_schema(mode="serialization", by_alias=True)
     return {"$schema": SCHEMA_DIALECT, "$id": f"{name}.json", **schema}
 
 
