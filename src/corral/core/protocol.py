@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from corral.domain import bounds
 from corral.domain.bounds import BoundError
 from corral.domain.errors import CorralError
-from corral.domain.models import Attempt, AttemptResult, Job, Permit
+from corral.domain.models import Attempt, AttemptResult, Job, JobOptions, Permit
 from corral.schemas import protocol as wire
 
 MAX_LINE = 1 << 20  # 1 MiB: a job with a large prompt fits; a runaway writer does not
@@ -96,23 +96,24 @@ def field(msg: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> A
 
 
 def job_out(j: Job) -> dict[str, Any]:
-    return wire.ProtocolJob.of(j).model_dump(mode="json")
+    return wire.JOB.dump(j, options=j.options.to_json())
 
 
 def job_in(d: Mapping[str, Any]) -> Job:
-    job = _read(wire.ProtocolJob.model_validate, d, "job").value()
+    fields = _read(wire.JOB.load, d, "job")
     try:
-        return job.with_(limits=bounds.check_limits(job.limits))
+        return Job(**{**fields, "options": JobOptions.from_json(fields["options"]),
+                      "limits": bounds.check_limits(fields["limits"])})
     except BoundError as err:
         raise ProtocolError(f"invalid job: {err}") from None
 
 
 def attempt_out(a: Attempt) -> dict[str, Any]:
-    return wire.ProtocolAttempt.of(a).model_dump(mode="json")
+    return wire.ATTEMPT.dump(a)
 
 
 def attempt_in(d: Mapping[str, Any]) -> Attempt:
-    return _read(wire.ProtocolAttempt.model_validate, d, "attempt").value()
+    return Attempt(**_read(wire.ATTEMPT.load, d, "attempt"))
 
 
 def permit_out(p: Permit) -> dict[str, Any]:

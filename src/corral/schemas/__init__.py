@@ -34,7 +34,7 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "EscalationCleared": views.EscalationCleared, "CoreEvent": views.CoreEvent,
     "GuardCheck": views.GuardCheck,
     # the core protocol
-    "ProtocolJob": protocol.ProtocolJob, "ProtocolAttempt": protocol.ProtocolAttempt,
+    "ProtocolJob": protocol.JOB.model, "ProtocolAttempt": protocol.ATTEMPT.model,
     "ProtocolPermit": protocol.PERMIT, "ProtocolResult": protocol.RESULT,
 }
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

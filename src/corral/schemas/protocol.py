@@ -1,22 +1,27 @@
 """The domain values the core protocol carries (docs/reference/core-protocol.md): a job (with
 its limits), an attempt, a permit and an attempt's result. Times are epoch seconds.
 
-A job and an attempt travel as a part of their fields (`ProtocolJob`, `ProtocolAttempt`: `of`
-gives the model of a domain value, `value` the value back); a permit, a result and a job's
-limits travel whole, so their dataclasses are their schema (`PERMIT`, `RESULT`). A reader is
-tolerant: a field it does not know is ignored, so an older core reads a newer scheduler's
+Every one is its domain dataclass on the wire: a permit, a result and a job's limits whole
+(`PERMIT`, `RESULT`), a job and an attempt as a projection of their fields in a fixed order
+(`JOB`, `ATTEMPT`), so the domain's types are the protocol's and the two cannot drift. A reader
+is tolerant: a field it does not know is ignored, so an older core reads a newer scheduler's
 message. core/protocol.py encodes and decodes with these and nothing else."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import typing
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
 from corral.domain import models as dm
-from corral.domain.states import AttemptState, DedupMode, JobState
+from corral.domain.states import DedupMode
 
-# A permit and a result travel whole: the domain's dataclasses are their schema
+T = TypeVar("T")
+
+# A permit and a result travel whole
 PERMIT: TypeAdapter[dm.Permit] = TypeAdapter(dm.Permit)
 RESULT: TypeAdapter[dm.AttemptResult] = TypeAdapter(dm.AttemptResult)
 
@@ -26,79 +31,58 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, coerce_numbers_to_str=True)
 
 
-class ProtocolJob(_Wire):
-    """A job as the scheduler hands it to the core: what decides what runs and what it is
-    charged to, and the bookkeeping the core's checks read."""
+class Projection(Generic[T]):
+    """Some fields of a domain dataclass, in a fixed order, as one model on the wire.
 
-    id: str
-    state: JobState
-    role: str
-    worker: str
-    env_name: str
-    priority: int
-    tenant: str
-    command: list[str]
-    prompt: str | None = None
-    cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="The job's options (domain/models.py JobOptions): "
-        "only those that are set; keys a reader does not know are kept as they are.")
-    limits: dm.Limits = Field(description="A field the sender left out keeps its default.")
-    key: str | None = None
-    dedup: DedupMode = DedupMode.COALESCE
-    workspace: str | None = None
-    parent_id: str | None = None
-    depth: int = 0
-    created_at: float
-    updated_at: float
-    sort_at: float
-    attempts: int = 0
-    cancel_requested: str | None = None
-    stop_kind: str | None = None
+    A field has the dataclass's type and default; `overrides` gives (type, default) where the
+    wire differs (a job's options are their JSON object; fields a sender may leave out)."""
 
-    @classmethod
-    def of(cls, j: dm.Job) -> ProtocolJob:
-        return cls(id=j.id, state=j.state, role=j.role, worker=j.worker, env_name=j.env_name,
-                   priority=j.priority, tenant=j.tenant, command=list(j.command),
-                   prompt=j.prompt, cwd=j.cwd, env=dict(j.env), options=j.options.to_json(),
-                   limits=j.limits, key=j.key, dedup=j.dedup,
-                   workspace=j.workspace, parent_id=j.parent_id, depth=j.depth,
-                   created_at=j.created_at, updated_at=j.updated_at, sort_at=j.sort_at,
-                   attempts=j.attempts, cancel_requested=j.cancel_requested,
-                   stop_kind=j.stop_kind)
+    def __init__(self, cls: type[T], name: str, names: tuple[str, ...], *,
+                 overrides: Mapping[str, tuple[Any, Any]] | None = None, doc: str = "") -> None:
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        spec: dict[str, Any] = {
+            n: (overrides or {}).get(n) or (hints[n], _default(fields[n])) for n in names}
+        self.names = names
+        self.model: type[BaseModel] = create_model(name, __base__=_Wire, __doc__=doc, **spec)
 
-    def value(self) -> dm.Job:
-        return dm.Job(
-            id=self.id, state=self.state, role=self.role, worker=self.worker,
-            env_name=self.env_name, priority=self.priority, tenant=self.tenant,
-            command=tuple(self.command), prompt=self.prompt, cwd=self.cwd, env=dict(self.env),
-            options=dm.JobOptions.from_json(self.options), limits=self.limits,
-            key=self.key, dedup=self.dedup, workspace=self.workspace, parent_id=self.parent_id,
-            depth=self.depth, created_at=self.created_at, updated_at=self.updated_at,
-            sort_at=self.sort_at, attempts=self.attempts,
-            cancel_requested=self.cancel_requested, stop_kind=self.stop_kind)
+    def dump(self, value: T, **wire: Any) -> dict[str, Any]:
+        """`value`'s fields as JSON, `wire` in place of those whose wire form differs."""
+        data = {n: wire[n] if n in wire else getattr(value, n) for n in self.names}
+        return self.model.model_validate(data).model_dump(mode="json")
+
+    def load(self, data: Any) -> dict[str, Any]:
+        """The fields a message holds, validated (pydantic's ValidationError if not)."""
+        return dict(self.model.model_validate(data))
 
 
-class ProtocolAttempt(_Wire):
-    """An attempt as the scheduler created it, before it runs."""
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return Field(default_factory=f.default_factory)
+    return ...
 
-    id: str
-    job_id: str
-    index: int
-    state: AttemptState
-    permit_id: str
-    deadline_at: float
-    created_at: float
-    dir: str
-    engine_id: str
-    pid: int | None = None
 
-    @classmethod
-    def of(cls, a: dm.Attempt) -> ProtocolAttempt:
-        return cls(id=a.id, job_id=a.job_id, index=a.index, state=a.state,
-                   permit_id=a.permit_id, deadline_at=a.deadline_at, created_at=a.created_at,
-                   dir=a.dir, engine_id=a.engine_id, pid=a.pid)
+_OPTIONAL = (str | None, None)  # a field the sender may leave out
 
-    def value(self) -> dm.Attempt:
-        return dm.Attempt(**dict(self))
+JOB: Projection[dm.Job] = Projection(
+    dm.Job, "ProtocolJob",
+    ("id", "state", "role", "worker", "env_name", "priority", "tenant", "command", "prompt",
+     "cwd", "env", "options", "limits", "key", "dedup", "workspace", "parent_id", "depth",
+     "created_at", "updated_at", "sort_at", "attempts", "cancel_requested", "stop_kind"),
+    overrides={"prompt": _OPTIONAL, "cwd": _OPTIONAL, "key": _OPTIONAL,
+               "workspace": _OPTIONAL, "parent_id": _OPTIONAL, "depth": (int, 0),
+               "dedup": (DedupMode, DedupMode.COALESCE),
+               "env": (dict[str, str], Field(default_factory=dict)),
+               "options": (dict[str, Any], Field(
+                   default_factory=dict, description="Only the options that are set "
+                   "(domain/models.py JobOptions); keys a reader does not know are kept."))},
+    doc="A job as the scheduler hands it to the core: what decides what runs and what it is "
+        "charged to, and the bookkeeping the core's checks read.")
+
+ATTEMPT: Projection[dm.Attempt] = Projection(
+    dm.Attempt, "ProtocolAttempt",
+    ("id", "job_id", "index", "state", "permit_id", "deadline_at", "created_at", "dir",
+     "engine_id", "pid"),
+    doc="An attempt as the scheduler created it, before it runs.")
