@@ -310,10 +310,7 @@ def record_model(cls: type[Any]) -> type[View]:
     hints = typing.get_type_hints(cls)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        kind = IsoTime | None if _is_time(f.name) else hints[f.name]
-        if isinstance(kind, type) is False and typing.get_origin(kind) is Mapping:
-            kind = dict[str, Any]
-        fields[f.name] = (kind, ...)
+        fields[f.name] = (IsoTime | None if _is_time(f.name) else hints[f.name], ...)
     return create_model(cls.__name__, __base__=View, __doc__=cls.__doc__, **fields)
 
 
