@@ -36,7 +36,7 @@ import anyio
 
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt, Claimed, Job, Limits, Permit
+from corral.domain.models import Attempt, Claimed, Job, JobOptions, Limits, Permit
 from corral.domain.settings import RoleSpec, Settings
 from corral.domain.states import AttemptState, DedupMode, JobState
 from corral.policy import scopes as policy
@@ -162,7 +162,7 @@ class Rig:
         now = time.time()
         job = Job(id=new_id(), state=JobState.QUEUED, role="ops", worker=CLI, env_name="local",
                   priority=0, tenant="default", command=(), prompt="Why is training slow?",
-                  cwd=None, env={}, options={}, limits=LIMITS, key=None,
+                  cwd=None, env={}, options=JobOptions(), limits=LIMITS, key=None,
                   dedup=DedupMode.COALESCE, workspace=None, parent_id=None, depth=0,
                   created_at=now, updated_at=now, sort_at=now)
         job = (await self.store.submit(job, now=now, aging_s=60.0)).job

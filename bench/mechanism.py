@@ -24,7 +24,7 @@ import anyio
 
 from corral.config import load
 from corral.domain.ids import new_id
-from corral.domain.models import Job, Limits, Permit
+from corral.domain.models import Job, JobOptions, Limits, Permit
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.engine import build_core
 from corral.workers import process
@@ -38,7 +38,7 @@ def pct(values: list[float], q: float) -> float:
 def job(i: int) -> Job:
     return Job(id=new_id(), state=JobState.QUEUED, role="default", worker="command",
                env_name="local", priority=i % 5, tenant="default", command=("true",),
-               prompt=None, cwd=None, env={}, options={}, limits=Limits(), key=None,
+               prompt=None, cwd=None, env={}, options=JobOptions(), limits=Limits(), key=None,
                dedup=DedupMode.COALESCE, workspace=None, parent_id=None, depth=0,
                created_at=time.time(), updated_at=time.time(), sort_at=0.0)
 

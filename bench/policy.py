@@ -52,7 +52,7 @@ from corral.domain.governance import (
     ScopeKind,
 )
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt, Claimed, Job, Limits, Permit
+from corral.domain.models import Attempt, Claimed, Job, JobOptions, Limits, Permit
 from corral.domain.settings import RoleSpec, Settings, TenantSpec
 from corral.domain.states import AttemptState, DedupMode, JobState
 from corral.policy import prerun, shell, sql
@@ -243,7 +243,7 @@ def bench_prerun(n: int) -> dict[str, Any]:
 
 def _job(tenant: str, role: str, now: float) -> Job:
     """A job; role `etl` jobs carry a workflow, so the gate looks up its dark launch (none)."""
-    options = {"workflow": "nightly-etl"} if role == "etl" else {}
+    options = JobOptions(workflow="nightly-etl" if role == "etl" else None)
     return Job(id=new_id(), state=JobState.QUEUED, role=role, worker="command", env_name="local",
                priority=0, tenant=tenant, command=("python", "train.py"), prompt=None,
                cwd=None, env={}, options=options, limits=Limits(), key=None,

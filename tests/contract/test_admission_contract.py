@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from corral.cli.exits import exit_code
 from corral.core.ports import Admission, AttemptRef, QueueFilter, Store
 from corral.domain.errors import Backpressure, Conflict
 from corral.domain.models import Claimed, Job, Limits
@@ -77,7 +78,7 @@ def test_past_the_global_bound_a_submission_is_refused_and_writes_nothing(
         with pytest.raises(Backpressure) as err:
             await put(store, bound)
         assert err.value.retry_after_s == 5.0  # nothing started lately: the fallback
-        assert err.value.exit_code == 75
+        assert exit_code(err.value) == 75
         assert str(err.value) == (
             "queue full: 3 jobs queued (max 3, scheduler.max_queued); retry after 5 s")
         assert await store.counts() == {"QUEUED": 3}
@@ -190,7 +191,7 @@ def test_reject_names_the_holder_and_writes_nothing(use_store: UseStore) -> None
         assert await kinds(store, holder.id) == ["submitted", "workspace_lock_acquired"]
         with pytest.raises(Conflict) as err:
             await put(store, REJECT, workspace=WS)
-        assert err.value.exit_code == 5
+        assert exit_code(err.value) == 5
         assert str(err.value) == (f"workspace {WS} is held by job {holder.id} (QUEUED); "
                                   "role default has workspace_policy reject")
         assert await store.counts() == {"QUEUED": 1}

@@ -7,6 +7,7 @@ import pytest
 
 from corral.core.ports import Store
 from corral.domain.errors import Conflict
+from corral.domain.models import JobOptions
 from corral.domain.states import JobState, Outcome
 from tests.contract.test_store_contract import (
     NOW,
@@ -26,7 +27,7 @@ async def tree(store: Store) -> dict[str, str]:
     running = await submit(store, parent_id=parent.id, depth=1)
     await start(store, running)
     queued = await submit(store, parent_id=parent.id, depth=1)
-    detached = await submit(store, parent_id=parent.id, depth=1, options={"detached": True})
+    detached = await submit(store, parent_id=parent.id, depth=1, options=JobOptions(detached=True))
     grandchild = await submit(store, parent_id=running.id, depth=2)
     return {"parent": parent.id, "running": running.id, "queued": queued.id,
             "detached": detached.id, "grandchild": grandchild.id}
@@ -88,7 +89,7 @@ def test_a_parent_being_stopped_cannot_submit_children(use_store: UseStore) -> N
         with pytest.raises(Conflict, match=f"parent {parent.id} is being stopped"):
             await submit(store, parent_id=parent.id, depth=1)
         detached = await submit(store, parent_id=parent.id, depth=1,
-                                options={"detached": True})
+                                options=JobOptions(detached=True))
         assert detached.state is JobState.QUEUED
 
     use_store(body)

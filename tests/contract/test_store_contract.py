@@ -25,6 +25,7 @@ from corral.domain.models import (
     Claimed,
     Job,
     JobEvent,
+    JobOptions,
     Limits,
     Permit,
 )
@@ -55,7 +56,7 @@ def make_job(**overrides: Any) -> Job:
     fields: dict[str, Any] = {
         "id": new_id(int(at * 1000)), "state": JobState.QUEUED, "role": "default",
         "worker": "process", "env_name": "local", "priority": priority, "tenant": "default",
-        "command": ("echo", "hi"), "prompt": None, "cwd": None, "env": {}, "options": {},
+        "command": ("echo", "hi"), "prompt": None, "cwd": None, "env": {}, "options": JobOptions(),
         "limits": Limits(), "key": None, "dedup": DedupMode.COALESCE, "workspace": None,
         "parent_id": None, "depth": 0, "created_at": at, "updated_at": at,
         "sort_at": at + priority * AGING,
@@ -124,7 +125,9 @@ async def reservable(store: Store, where: QueueFilter | None = None) -> list[str
 
 def test_submit_get_list_and_counts(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
-        job = make_job(role="coder", env={"A": "1"}, options={"model": "x", "n": [1, 2]},
+        # `n` is a key this version does not know: kept as read, written back unchanged
+        options = JobOptions.from_json({"model": "x", "n": [1, 2]})
+        job = make_job(role="coder", env={"A": "1"}, options=options,
                        prompt="fix it", cwd="/src", limits=Limits(max_attempts=2, timeout_s=5))
         result = await store.submit(job, now=NOW, aging_s=AGING)
         assert result.created and result.superseded is None

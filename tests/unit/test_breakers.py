@@ -19,7 +19,7 @@ from corral.core.breakers import (
 from corral.core.events import CoreEvent
 from corral.core.permits import CIRCUIT_OPEN
 from corral.domain.errors import NotFound
-from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
+from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobOptions, Permit
 from corral.domain.settings import BreakerSpec, RoleSpec, Settings
 from corral.domain.states import AttemptState, Fault, Outcome
 from tests.unit.test_permits import (
@@ -151,7 +151,7 @@ def test_operator_reset_closes_and_is_recorded() -> None:
 
 
 def test_breaker_names_follow_provider_and_model() -> None:
-    j = job(options={"provider": "openai", "model": "gpt-x"})
+    j = job(options=JobOptions(provider="openai", model="gpt-x"))
     assert breaker_names(j, "codex") == ["worker:codex", "provider:openai", "model:gpt-x"]
     assert breaker_names(job(), "command") == ["worker:command"]
 
@@ -255,7 +255,7 @@ def test_a_provider_breaker_is_shared_across_worker_kinds() -> None:
     s = settings(roles={"r": RoleSpec(name="r", worker="codex", concurrency=10,
                                       fallback_workers=("claude",))}, breakers=SPEC)
     core, _, _ = make_core(s, kinds=("codex", "claude"))
-    opts = {"provider": "openai"}
+    opts = JobOptions(provider="openai")
     for i in range(3):
         run(core, codex_job(i, options=opts), failed(), NOW)
     assert core.breakers.state("provider:openai") == OPEN

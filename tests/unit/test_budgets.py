@@ -12,6 +12,7 @@ from corral.config import parse, resolve
 from corral.core.budgets import CostLedger, TokenBucket, period_bounds
 from corral.core.permits import BUDGET_EXHAUSTED, RATE_LIMIT
 from corral.domain.errors import ConfigError
+from corral.domain.models import JobOptions
 from corral.domain.settings import (
     CostPeriod,
     ProviderSpec,
@@ -59,17 +60,18 @@ def test_rate_limit_refuses_with_retry_after_and_refills(
         changes: dict[str, Any], options: dict[str, str], bucket: str) -> None:
     core, events, _ = make_core(settings(**changes))
     now = 1000.0
-    first = granted(core, job(id="j1", role="r", options=options), now)
+    opts = JobOptions.from_json(options)
+    first = granted(core, job(id="j1", role="r", options=opts), now)
     assert first.granted["rate_tokens"] == f"{bucket}=1"
-    granted(core, job(id="j2", role="r", options=options), now)
-    r = refused(core, job(id="j3", role="r", options=options), now)
+    granted(core, job(id="j2", role="r", options=opts), now)
+    r = refused(core, job(id="j3", role="r", options=opts), now)
     assert r.reason == RATE_LIMIT and r.retry_after_s == pytest.approx(2.0) and bucket in r.message
-    assert refused(core, job(id="j3", role="r", options=options),
+    assert refused(core, job(id="j3", role="r", options=opts),
                    now + 1.5).retry_after_s == pytest.approx(0.5)
-    granted(core, job(id="j3", role="r", options=options), now + 2.0)
+    granted(core, job(id="j3", role="r", options=opts), now + 2.0)
     assert events[-1].data["retry_after_s"] == pytest.approx(0.5)
     # another role / kind / provider is not limited by this bucket
-    other = job(id="x", role="solo", worker="codex", options={"provider": "other"})
+    other = job(id="x", role="solo", worker="codex", options=JobOptions(provider="other"))
     assert granted(core, other, now).granted.get("rate_tokens") is None
 
 

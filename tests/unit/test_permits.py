@@ -27,7 +27,7 @@ from corral.core.permits import (
 )
 from corral.core.ports import AttemptRef
 from corral.domain.errors import PermitError
-from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Limits, Permit
+from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobOptions, Limits, Permit
 from corral.domain.settings import EnvSpec, RoleSpec, Settings, TenantSpec, WorkerSpec
 from corral.domain.states import AttemptState, Fault, JobState, Outcome
 from corral.workers.command import CommandWorker
@@ -372,7 +372,7 @@ def test_an_agent_session_added_after_the_permit_is_the_same_job() -> None:
     core, _, adapters = make_core()
     j = job(id="j1", role="r")
     p = granted(core, j)
-    resumed = j.with_(options={"resume_session": "s-1"}, attempts=7, state=JobState.STARTING)
+    resumed = j.with_(options=JobOptions(resume_session="s-1"), attempts=7, state=JobState.STARTING)
     core.launch(Claimed(job=resumed, attempt=_attempt(p, j), permit=p), NOW)
     assert adapters["command"].started == [("j1", "command")]
 

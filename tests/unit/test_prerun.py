@@ -25,6 +25,7 @@ from corral.domain.governance import (
     ScopeKind,
     Severity,
 )
+from corral.domain.models import JobOptions
 from corral.policy.prerun import (
     BudgetState,
     JobRef,
@@ -252,7 +253,8 @@ def test_a_job_without_workflow_is_never_dark_launched() -> None:
 ])
 def test_workflow_of_a_job(options: dict[str, Any], key: str | None,
                            expected: str | None) -> None:
-    j = make_job(options=options, key=key, id="j9", role="coder", tenant="acme")
+    j = make_job(options=JobOptions.from_json(options), key=key, id="j9", role="coder",
+                 tenant="acme")
     assert workflow_of(j) == expected
     assert JobRef.of(j) == JobRef(id="j9", role="coder", tenant="acme", workflow=expected)
 

@@ -14,7 +14,7 @@ import pytest
 
 from corral.domain.agents import AgentEvent, PolicyEvaluation, ToolCallTrace
 from corral.domain.governance import Incident, IncidentType, ReportOutcome, RunReport, Severity
-from corral.domain.models import Attempt, Job
+from corral.domain.models import Attempt, Job, JobOptions
 from corral.domain.states import ACTIVE, AttemptState, JobState
 from corral.policy.reports import (
     OUTCOME,
@@ -122,7 +122,7 @@ def test_attempts_or_events_of_another_job_are_refused() -> None:
 
 
 def test_report_sums_agent_events_and_falls_back_to_attempt_cost() -> None:
-    j = job(JobState.SUCCEEDED, options={"workflow": "nightly"}, updated_at=400.0,
+    j = job(JobState.SUCCEEDED, options=JobOptions(workflow="nightly"), updated_at=400.0,
             last_error="boom")
     attempts = [attempt(1, A.FAILED, error="boom"), attempt(2, A.FAILED, error="bang"),
                 attempt(3, A.SUCCEEDED)]

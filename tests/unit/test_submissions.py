@@ -7,7 +7,7 @@ import pytest
 
 from corral.core.ports import JobQuery
 from corral.domain.errors import Conflict, InvalidRequest
-from corral.domain.models import JobSpec, Limits
+from corral.domain.models import JobOptions, JobSpec, Limits
 from corral.domain.settings import EnvSpec, RetryBudget, RoleSpec, Settings
 from corral.scheduler.service import Submissions
 from corral.store.memory import MemoryStore
@@ -47,11 +47,11 @@ def test_only_a_detached_roles_child_is_marked_detached_and_only_by_the_role() -
         loose = (await svc.submit(JobSpec(command=("x",), role="loose",
                                           parent_id=parent.id))).job
         bound = (await svc.submit(JobSpec(command=("x",), parent_id=parent.id,
-                                          options={"detached": True}))).job
+                                          options=JobOptions(detached=True)))).job
         top = (await svc.submit(JobSpec(command=("x",), role="loose"))).job
-        assert loose.options.get("detached") is True and loose.depth == 1
-        assert "detached" not in bound.options, "a submitter cannot detach itself"
-        assert "detached" not in top.options
+        assert loose.options.detached is True and loose.depth == 1
+        assert "detached" not in bound.options.to_json(), "a submitter cannot detach itself"
+        assert "detached" not in top.options.to_json()
 
     anyio.run(main)
 

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import typer
@@ -21,7 +21,7 @@ from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
 from corral.domain import bounds
 from corral.domain.errors import CorralError, InvalidRequest, NotPermitted
-from corral.domain.models import Job, JobSpec, Limits, SubmitResult
+from corral.domain.models import Job, JobOptions, JobSpec, Limits, SubmitResult
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.assembly import build_store, submissions
 from corral.runtime.control import caller_job, operator_only, poke
@@ -29,7 +29,8 @@ from corral.runtime.published import active_config
 from corral.scheduler.service import Submissions
 from corral.workers import privacy
 
-from . import configs, governance, guard, mechanism, policy_cmds, views
+from . import configs, governance, guard, mechanism, policy_cmds, schema_cmd, views
+from .exits import exit_code, fail
 from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
 from .waiting import Follow, mode_for
 
@@ -52,11 +53,6 @@ app.add_typer(dlq_app, name="dlq")
 # How `submit --wait` reports a job's end (documented in docs/reference/cli.md).
 WAIT_EXIT = {JobState.TIMED_OUT: 124, JobState.CANCELLED: 130, JobState.KILLED: 137,
              JobState.DENIED: 77}
-
-
-def fail(err: CorralError) -> NoReturn:
-    typer.echo(f"corral: error: {err}", err=True)
-    raise typer.Exit(err.exit_code)
 
 
 def _config(data_dir: Path | None, config: Path | None) -> Config:
@@ -234,11 +230,8 @@ def submit(
             max_tool_calls=_or(max_tool_calls, base.max_tool_calls),
             token_budget_in=_or(token_budget_in, base.token_budget_in),
             token_budget_out=_or(token_budget_out, base.token_budget_out))
-        options: dict[str, Any] = {}
-        if resume_from:
-            options["resume_from"] = resume_from
-        if secret_env:
-            options["secret_env"] = sorted(set(secret_env))
+        options = JobOptions(resume_from=resume_from or None,
+                             secret_env=tuple(sorted(set(secret_env or ()))))
         return JobSpec(command=argv, prompt=prompt, options=options, role=role_name,
                        env_name=env_name if env_name is not None else s.default_env,
                        priority=priority, tenant=tenant, key=key, dedup=dedup, limits=limits,
@@ -636,6 +629,7 @@ governance.register(app, _config_or_fail, with_store, _emit)
 configs.register(app, _config_or_fail, with_store, _emit)
 policy_cmds.register(app, _config_or_fail, with_store, _emit)
 app.add_typer(guard.app, name="guard")
+schema_cmd.register(app)
 
 
 def main() -> None:
@@ -646,7 +640,7 @@ def main() -> None:
         sys.exit(code if isinstance(code, int) else 0)
     except CorralError as err:  # anything a command did not catch itself
         typer.echo(f"corral: error: {err}", err=True)
-        sys.exit(err.exit_code)
+        sys.exit(exit_code(err))
     except typer.Abort:
         typer.echo("corral: aborted", err=True)
         sys.exit(1)

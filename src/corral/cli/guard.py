@@ -16,10 +16,11 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
+from corral.cli.exits import fail
 from corral.cli.options import ConfigOpt, DataDir
 from corral.config import guardrails_of
 from corral.config import load as load_config
@@ -43,11 +44,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=False,
                        "what the engine would decide for a role.")
 
 EXIT = {"allow": 0, "deny": 1, "require_approval": 8}  # 2 is bad input (docs/reference/cli.md)
-
-
-def _fail(err: CorralError) -> NoReturn:
-    typer.echo(f"corral: error: {err}", err=True)
-    raise typer.Exit(err.exit_code)
 
 
 def rules_from(path: Path | None, defaults: bool = True,
@@ -111,7 +107,7 @@ def check(
                                cwd=cwd, shell=shell, rules=rules, no_defaults=no_defaults,
                                sql=sql, dialect=dialect, stage=stage), data_dir, config)
     except CorralError as err:
-        _fail(err)
+        fail(err)
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True))
     else:

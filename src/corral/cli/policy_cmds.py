@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar, get_args
+from typing import Annotated, Any, TypeVar, get_args
 
 import typer
 
@@ -33,6 +33,7 @@ from corral.policy import prerun
 from corral.runtime.control import operator_only, poke
 from corral.runtime.published import active_config
 
+from .exits import fail
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, evaluation_json, new_table, ts
 
@@ -48,11 +49,6 @@ BUDGET_SCOPES = (ScopeKind.TENANT, ScopeKind.ROLE)
 VERDICTS: tuple[str, ...] = get_args(Verdict)
 CHECK_JOB_ID = "(would-be job)"  # no job-scoped switch can match a job that does not exist
 STATS_CAP = 1_000_000  # evaluations `policy stats` (and `policy log --job`) read at most
-
-
-def _fail(err: CorralError) -> NoReturn:
-    typer.echo(f"corral: error: {err}", err=True)
-    raise typer.Exit(err.exit_code)
 
 
 def _choice(enum: type[E], value: str, option: str,
@@ -134,7 +130,7 @@ def _register_budget_set(budget: typer.Typer, config_of: ConfigOf, with_store: W
                 period=_choice(Period, period, "--period"),
                 ceiling_usd=_usd(ceiling_usd))
         except CorralError as err:
-            _fail(err)
+            fail(err)
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "budget set")
 
@@ -181,7 +177,7 @@ def _register_budget_status(budget: typer.Typer, config_of: ConfigOf, with_store
         try:
             kind = _choice(ScopeKind, scope, "--scope", BUDGET_SCOPES) if scope else None
         except CorralError as err:
-            _fail(err)
+            fail(err)
         cfg = config_of(data_dir, config)
 
         async def fetch(st: Store) -> list[dict[str, Any]]:
@@ -250,7 +246,7 @@ def _register_dark_launch_set(launch: typer.Typer, config_of: ConfigOf, with_sto
     ) -> None:
         """Dark-launch a workflow: it runs only if its md5 position < PERCENTAGE."""
         if not 0 <= percentage <= 100:
-            _fail(InvalidRequest(f"--percentage must be 0 … 100, not {percentage}"))
+            fail(InvalidRequest(f"--percentage must be 0 … 100, not {percentage}"))
         _set_launch(config_of(data_dir, config), with_store, emit, workflow, as_json,
                     percentage=percentage, enabled=True)
 
@@ -268,7 +264,7 @@ def _register_dark_launch_set(launch: typer.Typer, config_of: ConfigOf, with_sto
 def _set_launch(cfg: Config, with_store: WithStore, emit: Emit, workflow: str, as_json: bool,
                 *, percentage: int | None, enabled: bool) -> None:
     if not workflow.strip():
-        _fail(InvalidRequest("the workflow id is empty"))
+        fail(InvalidRequest("the workflow id is empty"))
     operator_only(cfg.data_dir, "dark-launch enable" if enabled else "dark-launch disable")
 
     async def run(st: Store) -> DarkLaunch:
@@ -434,7 +430,7 @@ def _register_policy_log(policy: typer.Typer, config_of: ConfigOf, with_store: W
         try:
             after = _filters(verdict, limit, since)
         except CorralError as err:
-            _fail(err)
+            fail(err)
         cfg = config_of(data_dir, config)
 
         async def fetch(st: Store) -> list[PolicyEvaluation]:
@@ -476,7 +472,7 @@ def _register_policy_stats(policy: typer.Typer, config_of: ConfigOf, with_store:
         try:
             after = _filters(None, 1, since)
         except CorralError as err:
-            _fail(err)
+            fail(err)
         cfg = config_of(data_dir, config)
         found: list[PolicyEvaluation] = with_store(
             cfg, lambda st: st.recent_policy_evaluations(limit=STATS_CAP, since=after))

@@ -1,8 +1,8 @@
-"""How jobs, attempts and timelines look: rich tables for people, plain dicts for --json."""
+"""How jobs, attempts and timelines look: rich tables for people, and for --json the dicts of
+the schema models (schemas/views.py), the JSON Schema of which is published."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import functools
 import json
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.models import Attempt, Job, JobEvent
 from corral.domain.states import JobState
+from corral.schemas import views as schemas
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,10 +50,7 @@ STATE_STYLE = {
 }
 
 
-def ts(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")
+ts = schemas.iso_time  # the times of --json, for the commands that print their own
 
 
 def short_time(t: float | None) -> str:
@@ -62,44 +60,15 @@ def short_time(t: float | None) -> str:
 
 
 def job_json(j: Job, *, detail: bool = False) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": j.id, "state": j.state.value, "role": j.role, "priority": j.priority,
-        "attempts": j.attempts, "worker": j.worker, "env": j.env_name, "tenant": j.tenant,
-        "command": list(j.command), "key": j.key, "created_at": ts(j.created_at),
-        "updated_at": ts(j.updated_at), "exit_code": j.exit_code, "last_error": j.last_error,
-        "limit_hit": j.limit_hit,
-    }
-    if detail:
-        data.update({
-            "max_attempts": j.limits.max_attempts, "timeout_s": j.limits.timeout_s,
-            "grace_s": j.limits.grace_s, "dedup": j.dedup.value, "after": list(j.after),
-            "cwd": j.cwd, "retry_at": ts(j.retry_at), "cancel_requested": j.cancel_requested,
-            "stop_kind": j.stop_kind, "requeued_from": j.requeued_from,
-            "dlq_resolution": j.dlq_resolution, "parent_id": j.parent_id, "depth": j.depth,
-            "workspace": j.workspace, "deps_pending": j.deps_pending,
-            "prompt": j.prompt, "max_tool_calls": j.limits.max_tool_calls,
-            "token_budget_in": j.limits.token_budget_in,
-            "token_budget_out": j.limits.token_budget_out,
-            "resume_from": j.options.get("resume_from"),
-            "secret_env": list(j.options.get("secret_env") or ()),
-            "detached": bool(j.options.get("detached")),
-        })
-    return data
+    return (schemas.JobDetail if detail else schemas.Job).of(j).dump()
 
 
 def attempt_json(a: Attempt) -> dict[str, Any]:
-    return {
-        "index": a.index, "id": a.id, "state": a.state.value, "exit_code": a.exit_code,
-        "signal": a.signal, "outcome": a.outcome.value if a.outcome else None,
-        "started": ts(a.started_at), "ended": ts(a.ended_at), "pid": a.pid, "error": a.error,
-        "limit_hit": a.limit_hit, "permit_id": a.permit_id, "deadline_at": ts(a.deadline_at),
-        "log_dir": a.dir,
-    }
+    return schemas.Attempt.of(a).dump()
 
 
 def event_json(e: JobEvent) -> dict[str, Any]:
-    return {"at": ts(e.at), "kind": e.kind, "from": e.from_state, "to": e.to_state,
-            "attempt": e.attempt, "message": e.message, "data": dict(e.data)}
+    return schemas.JobEvent.of(e).dump()
 
 
 def event_subject(e: dict[str, Any]) -> str:
@@ -147,24 +116,16 @@ def print_jobs(jobs: Sequence[Job], *, title: str | None = None,
 
 def record_json(record: Any) -> dict[str, Any]:
     """A governance record (a frozen dataclass) for `--json`: its fields, the times (`at` and
-    every `*_at`) as ISO 8601 UTC. Enum values are strings already."""
-    data: dict[str, Any] = dataclasses.asdict(record)
-    for key, value in data.items():
-        if (key == "at" or key.endswith("_at")) and isinstance(value, int | float | None):
-            data[key] = ts(value)
-    return data
+    every `*_at`) as ISO 8601 UTC (schemas/views.py `record`)."""
+    return schemas.record(record).dump()
 
 
 def evaluation_json(e: PolicyEvaluation) -> dict[str, Any]:
-    return {"id": e.id, "at": ts(e.at), "job": e.job_id, "attempt": e.attempt,
-            "stage": e.stage, "subject": e.subject, "verdict": e.verdict, "reason": e.reason,
-            "message": e.message, "inputs": dict(e.inputs)}
+    return schemas.PolicyEvaluation.of(e).dump()
 
 
 def agent_event_json(e: AgentEvent) -> dict[str, Any]:
-    data = e.to_dict()
-    data["at"] = ts(e.at)
-    return data
+    return schemas.AgentEvent.of(e).dump()
 
 
 def print_agent_events(events: Sequence[AgentEvent], *, full: bool = False) -> None:

@@ -47,12 +47,8 @@ def verdict(result: AttemptResult, *, stop_requested: bool = False) -> str:
 
 def breaker_names(job: Job, kind: str) -> list[str]:
     """The breakers a job's attempt answers to: its worker kind, and provider/model if named."""
-    names = [f"worker:{kind}"]
-    for key in ("provider", "model"):
-        value = job.options.get(key)
-        if value:
-            names.append(f"{key}:{value}")
-    return names
+    named = (("provider", job.options.provider), ("model", job.options.model))
+    return [f"worker:{kind}", *(f"{key}:{value}" for key, value in named if value)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

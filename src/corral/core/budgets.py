@@ -52,7 +52,7 @@ class TokenBucket:
 
 
 def provider_of(job: Job, kind: str) -> str:
-    return str(job.options.get("provider") or kind)
+    return job.options.provider or kind
 
 
 class RateLimits:

@@ -33,6 +33,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 class CoreUnavailable(CorralError):
     """The core is not connected (starting, restarting, or given up on)."""
 
+    code = "core_unavailable"
+
 
 class _Slot:
     """A value that arrives later, exactly once."""

@@ -85,7 +85,7 @@ def job_fingerprint(job: Job) -> tuple[Any, ...]:
     """What a permit is bound to besides the job's id: everything that decides what runs and what
     it is charged to, compared by value. Bookkeeping (state, attempts, times) is left out, and so
     is the agent session the scheduler adds after the permit (`resume_session`)."""
-    options = {k: v for k, v in job.options.items() if k != "resume_session"}
+    options = job.options.with_(resume_session=None)
     return (job.id, job.role, job.worker, job.env_name, job.tenant, tuple(job.command),
             job.prompt, job.cwd, dict(job.env), options, job.workspace, job.limits)
 

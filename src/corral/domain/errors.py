@@ -1,4 +1,8 @@
-"""One root exception with a tree of subclasses; every user-facing failure is one of these."""
+"""One root exception with a tree of subclasses; every user-facing failure is one of these.
+
+Each class carries a machine `code` (a subclass without its own shares its parent's). What an
+edge makes of a code is the edge's business: the CLI maps it to an exit code in one table
+(cli/exits.py), an HTTP API to a status; the domain says what went wrong, not how to exit."""
 
 from __future__ import annotations
 
@@ -6,35 +10,37 @@ from __future__ import annotations
 class CorralError(Exception):
     """Root of every error Corral raises on purpose. `str(err)` is a one-line message for people."""
 
-    exit_code: int = 1
+    code: str = "error"
 
 
 class ConfigError(CorralError):
     """The configuration is malformed or names something that does not exist."""
 
-    exit_code = 2
+    code = "config_invalid"
 
 
 class InvalidRequest(CorralError):
     """A request (submission, cancel, requeue …) is not acceptable as given."""
 
-    exit_code = 2
+    code = "invalid_request"
 
 
 class NotFound(CorralError):
     """The named job, attempt or key does not exist."""
 
-    exit_code = 4
+    code = "not_found"
 
 
 class Conflict(CorralError):
     """The request contradicts the current state (cancelling a terminal job, a duplicate key …)."""
 
-    exit_code = 5
+    code = "conflict"
 
 
 class DuplicateJob(Conflict):
     """A `reject` idempotency key is held by another job."""
+
+    code = "duplicate_key"
 
     def __init__(self, key: str, job_id: str) -> None:
         super().__init__(f"idempotency key {key!r} is held by job {job_id}")
@@ -45,7 +51,7 @@ class DuplicateJob(Conflict):
 class Backpressure(CorralError):
     """The engine refuses more work for now; try again after `retry_after_s` seconds."""
 
-    exit_code = 75  # EX_TEMPFAIL
+    code = "backpressure"
 
     def __init__(self, message: str, retry_after_s: float) -> None:
         super().__init__(message)
@@ -57,7 +63,7 @@ class StoreError(CorralError):
 
     A running engine rides such an outage out, unless it is not `recoverable`."""
 
-    exit_code = 3
+    code = "store_unavailable"
     recoverable = True
 
 
@@ -65,11 +71,14 @@ class StoreBroken(StoreError):
     """The store answers but cannot be used as it is (a damaged database file): waiting does
     not help, an operator must act."""
 
+    code = "store_broken"
     recoverable = False
 
 
 class StaleState(CorralError):
     """A compare-and-set lost: the row was not in the expected state."""
+
+    code = "stale_state"
 
 
 class PermitError(CorralError):
@@ -77,6 +86,8 @@ class PermitError(CorralError):
 
     `reason` is the machine code the core protocol answers with (docs/reference/core-protocol.md
     lists them); `PERMIT_FORGED` unless the raiser knows better."""
+
+    code = "permit_refused"
 
     def __init__(self, message: str, reason: str = "PERMIT_FORGED") -> None:
         super().__init__(message)
@@ -86,32 +97,36 @@ class PermitError(CorralError):
 class WorkerError(CorralError):
     """A worker could not be started or supervised."""
 
+    code = "worker_failed"
+
 
 class WorkerMisconfigured(WorkerError):
     """A worker cannot start as configured (its CLI is missing, another version, cannot
     authenticate): the worker's fault, and trying again without a fix cannot help."""
 
+    code = "worker_misconfigured"
+
 
 class EngineRunning(CorralError):
     """Another engine already serves this data directory."""
 
-    exit_code = 6
+    code = "engine_running"
 
 
 class NotPermitted(CorralError):
     """An operator command asked by one of the engine's jobs (runtime/peers.py)."""
 
-    exit_code = 10
+    code = "not_permitted"
 
 
 class EngineFenced(CorralError):
     """A peer declared this engine dead (it did not heart-beat in time: paused, cut off from
     the database) and took its attempts over; it must not act on them any more."""
 
-    exit_code = 3
+    code = "engine_fenced"
 
 
 class EngineNotRunning(CorralError):
     """The request needs a running engine and none answers on this data directory."""
 
-    exit_code = 7
+    code = "engine_not_running"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from corral.domain.states import AttemptState, DedupMode, Fault, JobState, Outcome
 
@@ -30,6 +30,60 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """What a job carries for the agent machinery beyond its spec, one field per option.
+
+    Stored and sent as a JSON object holding only the options that are set (`to_json`), the
+    shape the `options` column has always had. A key this version does not know, or a known key
+    whose value has another type, is kept as read in `extra` and written back unchanged: a row
+    an older or newer engine wrote reads back without an error and loses nothing."""
+
+    resume_from: str | None = None  # --resume-from: the job whose agent session this continues
+    session_root: str | None = None  # the first job of that session lineage (its agent home)
+    resume_session: str | None = None  # the session id the dispatcher found, after the permit
+    secret_env: tuple[str, ...] = ()  # --secret-env: variables whose values are secrets
+    sealed: str | None = None  # the real values of the redacted secrets (workers/sealing.py)
+    detached: bool = False  # a child of a detached role: its parent's cancel does not reach it
+    workflow: str | None = None  # the pre-run workflow (else the idempotency key)
+    provider: str | None = None  # the provider its budget and breaker are kept for
+    model: str | None = None  # the model its breaker is kept for
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    _TYPES: ClassVar[Mapping[str, type]] = {
+        "resume_from": str, "session_root": str, "resume_session": str, "secret_env": list,
+        "sealed": str, "detached": bool, "workflow": str, "provider": str, "model": str}
+
+    def to_json(self) -> dict[str, Any]:
+        """The options that are set, then `extra`: what the store and the wire hold."""
+        data: dict[str, Any] = {}
+        for name in self._TYPES:
+            value = getattr(self, name)
+            if value is None or value == () or value is False:
+                continue
+            data[name] = list(value) if isinstance(value, tuple) else value
+        return {**data, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobOptions:
+        """The options of a stored or sent object; nothing in it is refused (see the class)."""
+        known: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for name, value in data.items():
+            kind = cls._TYPES.get(name)
+            if kind is list and isinstance(value, list) and all(
+                    isinstance(v, str) for v in value):
+                known[name] = tuple(value)
+            elif kind is not None and kind is not list and type(value) is kind:
+                known[name] = value
+            else:
+                extra[name] = value
+        return cls(**known, extra=extra)
+
+    def with_(self, **changes: Any) -> JobOptions:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """What a caller asks for. Validated against the configuration before it becomes a Job."""
 
@@ -49,7 +103,7 @@ class JobSpec:
     workspace: str | None = None
     parent_id: str | None = None
     depth: int = 0
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: JobOptions = field(default_factory=JobOptions)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,7 +121,7 @@ class Job:
     prompt: str | None
     cwd: str | None
     env: Mapping[str, str]
-    options: Mapping[str, Any]
+    options: JobOptions
     limits: Limits
     key: str | None
     dedup: DedupMode

@@ -79,10 +79,7 @@ class Step(StrEnum):
 
 def workflow_of(job: Job) -> str | None:
     """The job's workflow: an explicit `workflow` option, else its idempotency key, else None."""
-    explicit = job.options.get("workflow")
-    if isinstance(explicit, str) and explicit:
-        return explicit
-    return job.key or None
+    return job.options.workflow or job.key or None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

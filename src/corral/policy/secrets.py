@@ -3,7 +3,7 @@
 A job's command, environment and prompt are stored redacted (`conceal`): the values of the
 variables it marks secret (`--secret-env NAME` with `--setenv NAME=…`) or whose names say they
 hold one (`API_TOKEN`, `DB_PASSWORD` …), and every credential the redactor's shapes find. The
-real text of what changed is sealed (workers/sealing.py) into the job's options under `SEALED`,
+real text of what changed is sealed (workers/sealing.py) into the job's options (`sealed`),
 and an attempt gets it back at spawn (`reveal`); every secret found is then redacted from that
 attempt's output and traces (`secret_values`). Pure functions: no key, no I/O.
 """
@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.policy.redact import MARK, SECRET_NAME, Redactor
-
-SEALED = "sealed"  # the job option that holds the sealed real values
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

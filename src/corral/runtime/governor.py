@@ -225,7 +225,7 @@ class Governor:
         own (sealed at submission, or named by --secret-env)."""
         spec = self.settings.workers.get(job.worker) or WorkerSpec(name=job.worker)
         adapter = ADAPTERS.get(self.adapter_of(job.worker))
-        values = secret_values(spec, adapter, job.options, self.settings.roles.get(job.role))
+        values = secret_values(spec, adapter, self.settings.roles.get(job.role))
         try:
             values += reveal_job(job, self.keeper).secrets
         except WorkerError as err:  # the attempt itself fails on this; redact what is known
@@ -506,8 +506,8 @@ class Governor:
                 found = await self._last_session(job.id)
                 if found:
                     return found
-        earlier = job.options.get("resume_from")
-        return await self._last_session(str(earlier)) if earlier else None
+        earlier = job.options.resume_from
+        return await self._last_session(earlier) if earlier else None
 
     async def _last_session(self, job_id: str) -> str | None:
         for cp in reversed(await self.store.checkpoints(job_id)):

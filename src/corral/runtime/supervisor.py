@@ -43,6 +43,8 @@ class SupervisorOptions:
 class CrashLoop(CorralError):
     """The core kept dying: the restart budget is spent."""
 
+    code = "crash_loop"
+
 
 class CoreSupervisor:
     """Keeps one core child alive behind a CoreLink."""

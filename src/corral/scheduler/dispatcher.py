@@ -445,8 +445,8 @@ class Dispatcher:
             session = await self.health.retry("reading the agent's session",
                                               lambda: agents.resume_session(c))
             if session:
-                c = replace(c, job=c.job.with_(options={**c.job.options,
-                                                        "resume_session": session}))
+                c = replace(c, job=c.job.with_(options=c.job.options.with_(
+                    resume_session=session)))
                 live.claimed = c
         try:
             started = await (self._adopt(c) if adopt else self.core.submit(c))

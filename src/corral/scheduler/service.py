@@ -8,7 +8,6 @@ import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from enum import StrEnum
-from typing import Any
 
 from corral.core.ports import Admission, Store
 from corral.domain import bounds
@@ -20,6 +19,7 @@ from corral.domain.models import (
     PRIORITY_BACKLOG,
     PRIORITY_CRITICAL,
     Job,
+    JobOptions,
     JobSpec,
     Limits,
     SubmitResult,
@@ -28,7 +28,6 @@ from corral.domain.settings import RoleSpec, Settings, WorkspacePolicy
 from corral.domain.states import JobState
 from corral.scheduler.queue import sort_key
 
-DETACHED = "detached"  # job option: the parent's cancellation does not reach this job
 RUN_SUBJECT = "run"  # an approval's subject when it gates a whole run (policy/prerun.py)
 # The pre-run policy at submit: the evaluation of a would-be job (its verdict decides the state).
 PrerunCheck = Callable[[Job, float], Awaitable[PolicyEvaluation]]
@@ -103,14 +102,10 @@ def _within_budget(limits: Limits, role: RoleSpec) -> None:
         raise InvalidRequest(f"{excess[0]} {excess[1]} of role {role.name}")
 
 
-def _options(spec: JobSpec, role: RoleSpec) -> dict[str, Any]:
+def _options(spec: JobSpec, role: RoleSpec) -> JobOptions:
     """The job's options; a child of a detached role is marked so (its parent's cancel does not
-    reach it: store `request_cancel`)."""
-    options = dict(spec.options)
-    options.pop(DETACHED, None)  # only the role decides
-    if spec.parent_id and role.detached:
-        options[DETACHED] = True
-    return options
+    reach it: store `request_cancel`). Only the role decides, never the submitter."""
+    return spec.options.with_(detached=bool(spec.parent_id and role.detached))
 
 
 def _names(names: Iterable[str]) -> str:
@@ -218,7 +213,7 @@ class Submissions:
         now = self.clock()
         if spec.parent_id:
             spec = await self._nested(spec)
-        if spec.options.get("resume_from"):
+        if spec.options.resume_from:
             spec = await self._resuming(spec)
         job = self.build(spec, now)
         if self.conceal is not None:  # before anything else sees it: evaluations, events …
@@ -269,15 +264,15 @@ class Submissions:
     async def _resuming(self, spec: JobSpec) -> JobSpec:
         """A job that continues an earlier agent job's session:
         same worker kind, same session lineage (the CLI's state lives with its root job)."""
-        earlier = await self.store.get_job(str(spec.options["resume_from"]))
+        earlier = await self.store.get_job(spec.options.resume_from or "")
         role = self.settings.roles.get(spec.role)
         worker = spec.worker or (role.worker if role else None)
         if worker != earlier.worker:
             raise InvalidRequest(f"--resume-from {earlier.id}: that job ran on {earlier.worker!r};"
                                  f" a session continues on the same worker kind, not {worker!r}")
-        root = earlier.options.get("session_root") or earlier.id
-        return replace(spec, worker=worker, options={**spec.options, "resume_from": earlier.id,
-                                                     "session_root": root})
+        root = earlier.options.session_root or earlier.id
+        return replace(spec, worker=worker, options=spec.options.with_(resume_from=earlier.id,
+                                                                       session_root=root))
 
     async def decide_approval(self, approval_id: str, approve: bool, *, by: str,
                               note: str = "") -> Approval:

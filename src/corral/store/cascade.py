@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from corral.domain.models import Job
 from corral.domain.states import JobState
-from corral.scheduler.service import DETACHED  # set at submission for children of detached roles
 
 # How a parent's end reaches its children: the stop kind each child gets.
 _CASCADE = {JobState.CANCELLED: "cancel", JobState.KILLED: "kill", JobState.DENIED: "cancel",
@@ -24,7 +23,7 @@ _VERB = {"cancel": "was cancelled", "kill": "was killed", "deny": "was denied"}
 
 def reaches(child: Job) -> bool:
     """Whether a parent's stop reaches this child: it has not ended and is not detached."""
-    return not child.state.terminal and not child.options.get(DETACHED)
+    return not child.state.terminal and not child.options.detached
 
 
 def on_stop(parent: Job, kind: str, reason: str) -> tuple[str, str]:

@@ -32,7 +32,15 @@ from corral.core.ports import (
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import resolve
-from corral.domain.models import Attempt, Claimed, EngineInfo, Job, JobEvent, SubmitResult
+from corral.domain.models import (
+    Attempt,
+    Claimed,
+    EngineInfo,
+    Job,
+    JobEvent,
+    JobOptions,
+    SubmitResult,
+)
 from corral.domain.states import AttemptState, JobState
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
@@ -61,14 +69,19 @@ def _json_copy(value: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _options_copy(options: JobOptions) -> JobOptions:
+    """Options as the SQL stores read them back: through their JSON (workers/sealing.py)."""
+    return JobOptions.from_json(_json_copy(options.to_json()))
+
+
 def _out(job: Job) -> Job:
     """A copy callers may not use to change the stored job (Job is frozen; its maps are not)."""
-    return job.with_(env=_json_copy(job.env), options=_json_copy(job.options))
+    return job.with_(env=_json_copy(job.env), options=_options_copy(job.options))
 
 
 def _normalise(job: Job) -> Job:
     return job.with_(command=tuple(job.command), after=tuple(job.after), env=_json_copy(job.env),
-                     options=_json_copy(job.options), created_at=float(job.created_at),
+                     options=_options_copy(job.options), created_at=float(job.created_at),
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
 
 

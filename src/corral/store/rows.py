@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from corral.domain.models import Attempt, Job, JobEvent, Limits
+from corral.domain.models import Attempt, Job, JobEvent, JobOptions, Limits
 from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
 
 JOB_COLUMNS = (
@@ -33,7 +33,7 @@ def job_params(job: Job) -> tuple[Any, ...]:
     return (
         job.id, job.state.value, job.role, job.worker, job.env_name, job.priority, job.tenant,
         dumps(list(job.command)), job.prompt, job.cwd, dumps(dict(job.env)),
-        dumps(dict(job.options)), job.limits.max_attempts, job.limits.timeout_s,
+        dumps(job.options.to_json()), job.limits.max_attempts, job.limits.timeout_s,
         job.limits.grace_s, job.key, job.dedup.value, job.workspace, job.parent_id, job.depth,
         job.created_at, job.updated_at, job.sort_at, job.retry_at, job.attempts,
         job.deps_pending, dumps(list(job.after)), job.last_error, job.exit_code, job.limit_hit,
@@ -47,7 +47,7 @@ def job_from_row(r: Mapping[str, Any]) -> Job:
         id=r["id"], state=JobState(r["state"]), role=r["role"], worker=r["worker"],
         env_name=r["env_name"], priority=int(r["priority"]), tenant=r["tenant"],
         command=tuple(json.loads(r["command"])), prompt=r["prompt"], cwd=r["cwd"],
-        env=json.loads(r["env"]), options=json.loads(r["options"]),
+        env=json.loads(r["env"]), options=JobOptions.from_json(json.loads(r["options"])),
         limits=Limits(max_attempts=int(r["max_attempts"]), timeout_s=float(r["timeout_s"]),
                       grace_s=float(r["grace_s"]), max_tool_calls=int(r["max_tool_calls"]),
                       token_budget_in=int(r["token_budget_in"]),

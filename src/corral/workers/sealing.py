@@ -27,7 +27,7 @@ from typing import Any
 from corral.domain.errors import CorralError, WorkerError
 from corral.domain.models import Job
 from corral.policy.redact import Redactor
-from corral.policy.secrets import SEALED, Parts, conceal, reveal, secret_values
+from corral.policy.secrets import Parts, conceal, reveal, secret_values
 
 KEY_BYTES = 32
 _VERSION = "v1."
@@ -46,13 +46,13 @@ class Keeper:
         """The job as the store may keep it: its secrets redacted from the command, the
         environment and the prompt (policy/secrets.py), their real values sealed into its
         options."""
-        marked = [str(n) for n in job.options.get("secret_env") or ()]
+        marked = list(job.options.secret_env)
         c = conceal(Parts(command=job.command, env=job.env, prompt=job.prompt), marked)
         if not c.hidden:
             return job
         return job.with_(command=c.stored.command, env=dict(c.stored.env),
                          prompt=c.stored.prompt,
-                         options={**job.options, SEALED: self.seal(c.hidden)})
+                         options=job.options.with_(sealed=self.seal(c.hidden)))
 
     def seal(self, payload: Mapping[str, Any]) -> str:
         """`payload` as JSON, encrypted and authenticated: `v1.<base64 of nonce + sealed>`."""
@@ -95,6 +95,8 @@ class Keeper:
 
 class KeyFileError(CorralError):
     """A key file cannot be read, or holds no key."""
+
+    code = "key_file"
 
 
 class KeyFileMissing(KeyFileError):
@@ -183,7 +185,7 @@ def reveal_job(job: Job, keeper: Keeper | None, environ: Mapping[str, str] | Non
     """The job an attempt really runs, from the job as stored (`strict`: a --secret-env
     variable missing from `environ` is an error, else it is left out)."""
     environ = os.environ if environ is None else environ
-    token = job.options.get(SEALED)
+    token = job.options.sealed
     hidden: dict[str, Any] = {}
     if isinstance(token, str):
         if keeper is None:
@@ -191,7 +193,7 @@ def reveal_job(job: Job, keeper: Keeper | None, environ: Mapping[str, str] | Non
         hidden = keeper.unseal(token)
     stored = Parts(command=job.command, env=job.env, prompt=job.prompt)
     real = reveal(stored, hidden)
-    marked = tuple(str(n) for n in job.options.get("secret_env") or ())
+    marked = job.options.secret_env
     env = dict(real.env)
     for name in marked:
         if name in env:

@@ -58,7 +58,7 @@ def governance_socket(data_dir: Path) -> Path:
 
 def agent_home(data_dir: Path, job: Job, adapter: str) -> Path:
     """Private CLI state (sessions) shared by every attempt of a session lineage."""
-    root = str(job.options.get("session_root") or job.id)
+    root = job.options.session_root or job.id
     return data_dir / "agent-home" / root / adapter
 
 
@@ -77,13 +77,11 @@ def scope_tools(scope: Sequence[str]) -> list[str]:
     return names
 
 
-def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None,
-               options: Mapping[str, Any]) -> dict[str, str]:
+def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None) -> dict[str, str]:
     """An agent attempt's secret variables from its worker, name → value: the worker's
     secret-looking `env` keys, then what the engine's environment holds of the worker's
     `pass_env` and the adapter's API-key variables. (The job's own — `--secret-env`, sealed
     values — come with the job: workers/sealing.py.) The pump and the governor redact them."""
-    del options  # the job's own secret variables are revealed with the job
     found = {k: v for k, v in spec.env.items() if SECRET_NAME.search(k)}
     names = (*spec.pass_env, *(adapter.api_key_envs if adapter else ()))
     found.update({n: os.environ[n] for n in names if n in os.environ})
@@ -126,9 +124,9 @@ def mcp_secrets(role: RoleSpec | None) -> list[str]:
 
 
 def secret_values(spec: WorkerSpec, adapter: type[AgentWorker] | None,
-                  options: Mapping[str, Any], role: RoleSpec | None) -> list[str]:
+                  role: RoleSpec | None) -> list[str]:
     """Every value an agent attempt's logs, traces and evaluations must not show."""
-    return [*secret_env(spec, adapter, options).values(), *mcp_secrets(role)]
+    return [*secret_env(spec, adapter).values(), *mcp_secrets(role)]
 
 
 @functools.cache
@@ -255,7 +253,7 @@ class AgentWorker(ABC):
         version = self.version(binary)
         attempt_dir = Path(attempt.dir)
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        resume = job.options.get("resume_session")
+        resume = job.options.resume_session
         gateway = None
         if self.spec.gateway is not None:
             endpoint = read_endpoint(self.data_dir)
@@ -277,7 +275,7 @@ class AgentWorker(ABC):
         # operator's own (a worker's `env: {HOME: …}` says otherwise).
         env["HOME"] = str(ctx.home)
         env.update(self.spec.env)
-        secrets = secret_env(self.spec, type(self), job.options)
+        secrets = secret_env(self.spec, type(self))
         env.update(secrets)
         if gateway is not None:  # the provider key stays in the engine: the CLI has a token
             for name in provider_key_names(self.spec, type(self)):
@@ -317,7 +315,7 @@ class AgentWorker(ABC):
         """Every value an attempt of `job` must not leave anywhere: the job's own, its worker's
         API keys and secret variables, its role's MCP servers' secrets."""
         _, output = self.launch.prepare(job)
-        worker = secret_env(self.spec, type(self), job.options).values()
+        worker = secret_env(self.spec, type(self)).values()
         return (*output.secrets, *worker, *mcp_secrets(self.role(job)))
 
     def scrub_home(self, job: Job) -> None:

@@ -1,0 +1,531 @@
+"""What `corral … --json` prints (and what the HTTP API will answer with), one model per shape.
+
+Times are ISO 8601 UTC strings with milliseconds (`iso_time`), as docs/reference/cli.md says.
+A model whose name matches a domain value has `of(value)` to build it; `dump` gives the JSON
+object. The models forbid unknown fields, so the published JSON Schema
+(docs/reference/schemas/) is exactly what is printed: tests/acceptance/test_json_schemas.py
+runs every `--json` command and validates its output against it."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import typing
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from corral.domain import agents as da
+from corral.domain import governance as dg
+from corral.domain import models as dm
+from corral.domain.states import AttemptState, DedupMode, JobState
+
+IsoTime = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+
+def iso_time(t: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC with milliseconds; None stays None."""
+    if t is None:
+        return None
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")
+
+
+class View(BaseModel):
+    """A JSON shape at the edge: unknown fields are an error, the dump is JSON-ready."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON object (field aliases such as `from`, enum values as strings)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+# ---- jobs ----------------------------------------------------------------------------------
+
+
+class Job(View):
+    """A job in a list (`jobs`, `dlq list`, `wait`)."""
+
+    id: str
+    state: JobState
+    role: str
+    priority: int
+    attempts: int = Field(description="How many attempts it has had.")
+    worker: str
+    env: str
+    tenant: str
+    command: list[str]
+    key: str | None
+    created_at: IsoTime | None
+    updated_at: IsoTime | None
+    exit_code: int | None
+    last_error: str | None
+    limit_hit: str | None
+
+    @classmethod
+    def fields_of(cls, j: dm.Job) -> dict[str, Any]:
+        return {"id": j.id, "state": j.state, "role": j.role, "priority": j.priority,
+                "attempts": j.attempts, "worker": j.worker, "env": j.env_name,
+                "tenant": j.tenant, "command": list(j.command), "key": j.key,
+                "created_at": iso_time(j.created_at), "updated_at": iso_time(j.updated_at),
+                "exit_code": j.exit_code, "last_error": j.last_error, "limit_hit": j.limit_hit}
+
+    @classmethod
+    def of(cls, j: dm.Job) -> Job:
+        return cls(**cls.fields_of(j))
+
+
+class JobDetail(Job):
+    """A job with its limits, dependencies, cancel fields and agent options."""
+
+    max_attempts: int
+    timeout_s: float
+    grace_s: float
+    dedup: DedupMode
+    after: list[str]
+    cwd: str | None
+    retry_at: IsoTime | None
+    cancel_requested: str | None
+    stop_kind: str | None
+    requeued_from: str | None
+    dlq_resolution: str | None
+    parent_id: str | None
+    depth: int
+    workspace: str | None
+    deps_pending: int
+    prompt: str | None
+    max_tool_calls: int
+    token_budget_in: int
+    token_budget_out: int
+    resume_from: str | None
+    secret_env: list[str]
+    detached: bool
+
+    @classmethod
+    def fields_of(cls, j: dm.Job) -> dict[str, Any]:
+        lim = j.limits
+        return {**super().fields_of(j),
+                "max_attempts": lim.max_attempts, "timeout_s": lim.timeout_s,
+                "grace_s": lim.grace_s, "dedup": j.dedup, "after": list(j.after),
+                "cwd": j.cwd, "retry_at": iso_time(j.retry_at),
+                "cancel_requested": j.cancel_requested, "stop_kind": j.stop_kind,
+                "requeued_from": j.requeued_from, "dlq_resolution": j.dlq_resolution,
+                "parent_id": j.parent_id, "depth": j.depth, "workspace": j.workspace,
+                "deps_pending": j.deps_pending, "prompt": j.prompt,
+                "max_tool_calls": lim.max_tool_calls, "token_budget_in": lim.token_budget_in,
+                "token_budget_out": lim.token_budget_out,
+                "resume_from": j.options.resume_from,
+                "secret_env": list(j.options.secret_env), "detached": j.options.detached}
+
+    @classmethod
+    def of(cls, j: dm.Job) -> JobDetail:
+        return cls(**cls.fields_of(j))
+
+
+class Attempt(View):
+    """One attempt of a job."""
+
+    index: int
+    id: str
+    state: AttemptState
+    exit_code: int | None
+    signal: int | None
+    outcome: str | None
+    started: IsoTime | None
+    ended: IsoTime | None
+    pid: int | None
+    error: str | None
+    limit_hit: str | None
+    permit_id: str
+    deadline_at: IsoTime | None
+    log_dir: str
+
+    @classmethod
+    def of(cls, a: dm.Attempt) -> Attempt:
+        return cls(index=a.index, id=a.id, state=a.state, exit_code=a.exit_code,
+                   signal=a.signal, outcome=a.outcome.value if a.outcome else None,
+                   started=iso_time(a.started_at), ended=iso_time(a.ended_at), pid=a.pid,
+                   error=a.error, limit_hit=a.limit_hit, permit_id=a.permit_id,
+                   deadline_at=iso_time(a.deadline_at), log_dir=a.dir)
+
+
+class JobEvent(View):
+    """One line of a job's timeline."""
+
+    at: IsoTime | None
+    kind: str
+    from_: str | None = Field(alias="from")
+    to: str | None
+    attempt: int | None
+    message: str
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, e: dm.JobEvent) -> JobEvent:
+        return cls(at=iso_time(e.at), kind=e.kind, from_=e.from_state, to=e.to_state,
+                   attempt=e.attempt, message=e.message, data=dict(e.data))
+
+
+class ToolCall(View):
+    """One tool call of an agent attempt."""
+
+    tool: str
+    input: dict[str, Any]
+    output: str | None
+    duration_ms: int | None
+    denied: bool
+    reason: str | None
+    call_id: str | None
+
+
+class AgentEvent(View):
+    """The trace of one agent attempt, written once when it ends."""
+
+    event_id: str
+    job_id: str
+    attempt: int
+    at: IsoTime | None
+    role: str
+    worker: str
+    tenant: str
+    session_id: str | None
+    cli_version: str | None
+    model: str | None
+    tool_calls: list[ToolCall]
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float | None
+    exit_code: int | None
+    outcome: str | None
+    limit_hit: str | None
+    retry_count: int
+    checkpoint_count: int
+    duration_ms: int | None
+    final_text: str | None
+    error: str | None
+    model_calls: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, e: da.AgentEvent) -> AgentEvent:
+        return cls(**{**e.to_dict(), "at": iso_time(e.at)})
+
+
+class PolicyEvaluation(View):
+    """One policy check and its verdict, with the inputs it used."""
+
+    id: int | None
+    at: IsoTime | None
+    job: str
+    attempt: int | None
+    stage: str
+    subject: str
+    verdict: da.Verdict
+    reason: str
+    message: str
+    inputs: dict[str, Any]
+
+    @classmethod
+    def of(cls, e: da.PolicyEvaluation) -> PolicyEvaluation:
+        return cls(id=e.id, at=iso_time(e.at), job=e.job_id, attempt=e.attempt, stage=e.stage,
+                   subject=e.subject, verdict=e.verdict, reason=e.reason, message=e.message,
+                   inputs=dict(e.inputs))
+
+
+class JobShow(JobDetail):
+    """`show`: the job with its attempts (a list here, not a count), timeline and traces."""
+
+    attempts: list[Attempt]  # type: ignore[assignment]
+    timeline: list[JobEvent]
+    agent_events: list[AgentEvent]
+
+
+class Trace(View):
+    """`trace`: an agent job's traces and the policy decisions taken on the way."""
+
+    job: str
+    state: JobState
+    worker: str
+    agent_events: list[AgentEvent]
+    policy_evaluations: list[PolicyEvaluation]
+
+
+class Submitted(View):
+    """`submit`: the job a submission resolved to."""
+
+    id: str
+    created: bool
+    coalesced_on: str | None
+    superseded: str | None
+    state: JobState
+    engine_serving: bool
+
+
+class Cancelled(View):
+    """`cancel`: the job and the reason its stop was recorded with."""
+
+    id: str
+    state: JobState
+    cancel_requested: str | None
+
+
+class Workspace(View):
+    """`workspaces`: a workspace and the job that holds it."""
+
+    workspace: str
+    job: str
+    acquired_at: IsoTime | None
+
+
+class Requeued(View):
+    """`dlq requeue`: the new job."""
+
+    id: str
+    requeued_from: str | None
+    state: JobState
+
+
+class Purged(View):
+    """`dlq purge`: the jobs purged."""
+
+    purged: list[str]
+
+
+class Version(View):
+    """`version`."""
+
+    version: str
+
+
+# ---- governance records --------------------------------------------------------------------
+
+
+def _is_time(name: str) -> bool:
+    return name == "at" or name.endswith("_at")
+
+
+def record_model(cls: type[Any]) -> type[View]:
+    """The view of a governance record (a frozen dataclass): its fields, the times (`at`,
+    `*_at`) as ISO 8601 strings. Built from the dataclass, so the two cannot disagree."""
+    hints = typing.get_type_hints(cls)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        fields[f.name] = (IsoTime | None if _is_time(f.name) else hints[f.name], ...)
+    return create_model(cls.__name__, __base__=View, __doc__=cls.__doc__, **fields)
+
+
+KillSwitch = record_model(dg.KillSwitch)
+Pause = record_model(dg.Pause)
+Approval = record_model(dg.Approval)
+Incident = record_model(dg.Incident)
+RunReportRecord = record_model(dg.RunReport)
+RECORDS: Mapping[type, type[View]] = {
+    dg.KillSwitch: KillSwitch, dg.Pause: Pause, dg.Approval: Approval, dg.Incident: Incident,
+    dg.RunReport: RunReportRecord}
+
+
+def record(value: Any) -> View:
+    """The view of a governance record."""
+    data = dataclasses.asdict(value)
+    for key, v in data.items():
+        if _is_time(key) and isinstance(v, int | float | None):
+            data[key] = iso_time(v)
+    return RECORDS[type(value)].model_validate(data)
+
+
+class RunReport(RunReportRecord):  # type: ignore[misc,valid-type]
+    """`report`: the run report with its incidents."""
+
+    incidents: list[Incident]  # type: ignore[valid-type]
+
+
+class NoReport(View):
+    """`report` of a job that has none yet, and why."""
+
+    job: str
+    report: None
+    reason: str
+
+
+class UnifiedRun(View):
+    """`runs`: one row of the unified read model (times as epoch seconds, as stored)."""
+
+    job_id: str
+    state: str
+    role: str
+    tenant: str
+    worker: str
+    created_at: float
+    updated_at: float
+    report_id: str | None
+    outcome: str | None
+    workflow: str | None
+    cost_usd: float | None
+    tokens_in: int | None
+    tokens_out: int | None
+    started_at: float | None
+    ended_at: float | None
+    duration_ms: int | None
+    incidents_total: int
+    incidents_open: int
+    policy_verdict: str | None
+    policy_reason: str | None
+    policy_stage: str | None
+    policy_at: float | None
+
+
+class AuditReport(View):
+    """`audit verify`: every append-only chain, checked."""
+
+    ok: bool
+    checked: int
+    prechain: int
+    checkpoints: int
+    first_bad: tuple[str, str, str] | None = Field(description="(table, row id, why)")
+    problems: list[tuple[str, str, str]]
+
+
+class BudgetCeiling(View):
+    """A budget ceiling."""
+
+    scope: dg.ScopeKind
+    target: str
+    period: dg.Period
+    ceiling_usd: float
+
+
+class Budget(BudgetCeiling):
+    """`budget status`: a ceiling and its period's spend now."""
+
+    period_start: IsoTime | None
+    resets_at: IsoTime | None
+    spent_usd: float
+    reserved_usd: float
+    headroom_usd: float
+
+
+class BudgetSet(Budget):
+    """`budget set`: the new ceiling's status and the ceiling it replaced."""
+
+    previous: BudgetCeiling | None
+
+
+class DarkLaunch(View):
+    """`dark-launch enable|disable|status`: a workflow's setting and md5 position."""
+
+    workflow: str
+    set: bool
+    enabled: bool
+    percentage: int | None
+    position: int
+    in_window: bool | None
+    runs: bool
+
+
+class PolicyCheck(View):
+    """`policy check`: what the pre-run policy would say now."""
+
+    verdict: dg.PrerunVerdict
+    reason: dg.Reason
+    step: str
+    message: str
+    snapshot: dict[str, Any]
+
+
+class PolicyCount(View):
+    stage: str
+    verdict: str
+    reason: str
+    count: int
+
+
+class PolicyStats(View):
+    """`policy stats`: evaluations counted by stage, verdict and reason."""
+
+    since: IsoTime | None
+    total: int
+    capped: bool
+    counts: list[PolicyCount]
+
+
+class LocalConfig(View):
+    source: str | None
+    hash: str
+    same: bool
+
+
+class ConfigShown(View):
+    """`config show`: the configuration the engine serves (secrets redacted)."""
+
+    active: bool
+    engine: str | None
+    since: IsoTime | None
+    source: str | None
+    hash: str
+    text: str
+    local: LocalConfig
+
+
+# ---- the engine's live mechanism: the core's own snapshot, open to new fields ---------------
+
+
+class _Open(View):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class EngineStatus(_Open):
+    """`status`: the core's snapshot (permits, watchdog, store, breakers, escalations)."""
+
+
+class Breaker(_Open):
+    """`breakers`: one circuit breaker."""
+
+    name: str
+    state: str
+
+
+class BreakerReset(View):
+    """`breakers reset`."""
+
+    breaker: str
+    state: str
+
+
+class Escalation(_Open):
+    """`escalations list`: one active escalation."""
+
+    id: str
+
+
+class CoreEvent(_Open):
+    """`events`: one recorded core decision."""
+
+
+class EscalationCleared(View):
+    """`escalations clear`: the escalation ended, and (a core crash loop) the core's state."""
+
+    escalation: str | None
+    cleared: bool
+    core: dict[str, Any] | None = None
+
+
+class GuardCheck(View):
+    """`guard check`: the engine's decision on one tool call, command or SQL of a role."""
+
+    role: str
+    stage: str
+    tool: str
+    verdict: str
+    reason: str
+    rule_id: str | None
+    decided_by: str
+    scope_rule: str | None = Field(default=None, description="Only for a tool call: the "
+                                   "scope rule that decided, if the scope did.")
+    command: str | None
+    message: str
+    approval_subject: str | None
+    approval_digest: str | None
+    shell: str | None = Field(default=None, description="Only for a tool call: the shell "
+                              "its command is read as.")
+    cwd: str | None = Field(default=None, description="Only for a tool call: the directory "
+                            "it runs in.")
