@@ -12,47 +12,33 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import json
-import math
-import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar, get_args
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from corral.config import Config
-from corral.core.ports import Store
 from corral.domain import bounds
-from corral.domain.agents import PolicyEvaluation, Verdict
-from corral.domain.errors import CorralError, InvalidRequest, NotFound
+from corral.domain.errors import CorralError, InvalidRequest
 from corral.domain.governance import BudgetCeiling, DarkLaunch, Period, PrerunVerdict, ScopeKind
-from corral.domain.settings import Settings
 from corral.policy import prerun
 from corral.runtime.control import operator_only, poke
-from corral.runtime.published import active_config
+from corral.services import controls, queries
+from corral.services import policy as policy_desk
+from corral.services.controls import BudgetLine
 
+from .edge import config_or_fail as config_of
+from .edge import emit, fail, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, evaluation_json, new_table, ts
 
 E = TypeVar("E", bound=StrEnum)
-ConfigOf = Callable[[Path | None, Path | None], Config]
-WithStore = Callable[[Config, Callable[[Store], Awaitable[Any]]], Any]
-Emit = Callable[[Any], None]
 
 # `policy check`'s exit status per verdict (docs/reference/cli.md; 2 stays "bad input").
 CHECK_EXIT = {PrerunVerdict.ALLOW: 0, PrerunVerdict.DENY: 1,
               PrerunVerdict.REQUIRE_APPROVAL: 8, PrerunVerdict.PAUSE: 9}
 BUDGET_SCOPES = (ScopeKind.TENANT, ScopeKind.ROLE)
-VERDICTS: tuple[str, ...] = get_args(Verdict)
-CHECK_JOB_ID = "(would-be job)"  # no job-scoped switch can match a job that does not exist
-STATS_CAP = 1_000_000  # evaluations `policy stats` (and `policy log --job`) read at most
-
-
-def _fail(err: CorralError) -> NoReturn:
-    typer.echo(f"corral: error: {err}", err=True)
-    raise typer.Exit(err.exit_code)
 
 
 def _choice(enum: type[E], value: str, option: str,
@@ -71,24 +57,24 @@ def _local(t: float) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def register(app: typer.Typer, config_of: ConfigOf, with_store: WithStore, emit: Emit) -> None:
+def register(app: typer.Typer) -> None:
     """Add `budget`, `dark-launch` and `policy` to the `corral` app."""
     budget = typer.Typer(no_args_is_help=True, help="USD ceilings per tenant or role and "
                          "period, reserved before each attempt and committed at its cost.")
     app.add_typer(budget, name="budget")
-    _register_budget_set(budget, config_of, with_store, emit)
-    _register_budget_status(budget, config_of, with_store, emit)
+    _register_budget_set(budget)
+    _register_budget_status(budget)
     launch = typer.Typer(no_args_is_help=True, help="Let only a fixed fraction of workflows "
                          "run (md5 position < percentage, docs/reference/dark-launch.md).")
     app.add_typer(launch, name="dark-launch")
-    _register_dark_launch_set(launch, config_of, with_store, emit)
-    _register_dark_launch_status(launch, config_of, with_store, emit)
+    _register_dark_launch_set(launch)
+    _register_dark_launch_status(launch)
     policy = typer.Typer(no_args_is_help=True, help="The pre-run policy: try it on a would-be "
                          "job, and read the evaluations it (and the guardrails) recorded.")
     app.add_typer(policy, name="policy")
-    _register_policy_check(policy, config_of, with_store, emit)
-    _register_policy_log(policy, config_of, with_store, emit)
-    _register_policy_stats(policy, config_of, with_store, emit)
+    _register_policy_check(policy)
+    _register_policy_log(policy)
+    _register_policy_stats(policy)
 
 
 # ---- budgets ----------------------------------------------------------------------------------
@@ -99,24 +85,15 @@ def _ceiling_json(c: BudgetCeiling) -> dict[str, Any]:
             "ceiling_usd": c.ceiling_usd}
 
 
-async def _budget_rows(st: Store, ceilings: Sequence[BudgetCeiling],
-                       now: float) -> list[dict[str, Any]]:
-    """Per ceiling: its period's start (and reset), spent, reserved and headroom now."""
-    rows = []
-    for c in ceilings:
-        start = prerun.period_start(c.period, now)
-        status = await st.budget_status(c.scope, c.target, start)
-        headroom = c.ceiling_usd - status.spent - status.reserved
-        rows.append({**_ceiling_json(c), "period_start": ts(start),
-                     "resets_at": None if c.period is Period.ROLLING_30D
-                     else ts(prerun.period_end(c.period, now)),
-                     "spent_usd": status.spent, "reserved_usd": status.reserved,
-                     "headroom_usd": headroom})
-    return rows
+def _line_json(line: BudgetLine) -> dict[str, Any]:
+    """A ceiling with its period's start (and reset), spent, reserved and headroom."""
+    return {**_ceiling_json(line.ceiling), "period_start": ts(line.period_start),
+            "resets_at": ts(line.resets_at) if line.resets_at is not None else None,
+            "spent_usd": line.spent_usd, "reserved_usd": line.reserved_usd,
+            "headroom_usd": line.headroom_usd}
 
 
-def _register_budget_set(budget: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                         emit: Emit) -> None:
+def _register_budget_set(budget: typer.Typer) -> None:
     @budget.command("set")
     def budget_set(
         scope: Annotated[str, typer.Option("--scope", help="tenant or role.")],
@@ -134,18 +111,12 @@ def _register_budget_set(budget: typer.Typer, config_of: ConfigOf, with_store: W
                 period=_choice(Period, period, "--period"),
                 ceiling_usd=_usd(ceiling_usd))
         except CorralError as err:
-            _fail(err)
+            fail(err)
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "budget set")
-
-        async def run(st: Store) -> tuple[BudgetCeiling | None, list[dict[str, Any]]]:
-            before = [b for b in await st.budgets()
-                      if (b.scope, b.target) == (ceiling.scope, ceiling.target)]
-            await st.set_budget(ceiling, at=time.time(), by=getpass.getuser())
-            return (before[0] if before else None), await _budget_rows(st, [ceiling],
-                                                                       time.time())
-
-        previous, [row] = with_store(cfg, run)
+        previous, line = with_store(cfg, lambda st: controls.set_budget(
+            st, ceiling, by=getpass.getuser()))
+        row = _line_json(line)
         poke(cfg.data_dir, "wake")
         if as_json:
             emit({**row, "previous": _ceiling_json(previous) if previous else None})
@@ -167,8 +138,7 @@ def _usd(value: float) -> float:
     return bounds.usd("--ceiling-usd", value)
 
 
-def _register_budget_status(budget: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                            emit: Emit) -> None:
+def _register_budget_status(budget: typer.Typer) -> None:
     @budget.command("status")
     def budget_status(
         scope: Annotated[str | None, typer.Option("--scope", help="Only tenant or role.")]
@@ -181,15 +151,10 @@ def _register_budget_status(budget: typer.Typer, config_of: ConfigOf, with_store
         try:
             kind = _choice(ScopeKind, scope, "--scope", BUDGET_SCOPES) if scope else None
         except CorralError as err:
-            _fail(err)
+            fail(err)
         cfg = config_of(data_dir, config)
-
-        async def fetch(st: Store) -> list[dict[str, Any]]:
-            chosen = [c for c in await st.budgets() if kind in (None, c.scope)
-                      and target in (None, c.target)]
-            return await _budget_rows(st, chosen, time.time())
-
-        rows = with_store(cfg, fetch)
+        rows = [_line_json(line) for line in with_store(
+            cfg, lambda st: controls.budgets(st, scope=kind, target=target))]
         if as_json:
             emit(rows)
             return
@@ -239,8 +204,7 @@ def _launch_line(d: dict[str, Any]) -> str:
     return f"{d['workflow']}: dark launch at {d['percentage']}%; {window}: {effect}"
 
 
-def _register_dark_launch_set(launch: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                              emit: Emit) -> None:
+def _register_dark_launch_set(launch: typer.Typer) -> None:
     @launch.command("enable")
     def dark_launch_enable(
         workflow: Annotated[str, typer.Argument(help="The workflow id.")],
@@ -250,9 +214,8 @@ def _register_dark_launch_set(launch: typer.Typer, config_of: ConfigOf, with_sto
     ) -> None:
         """Dark-launch a workflow: it runs only if its md5 position < PERCENTAGE."""
         if not 0 <= percentage <= 100:
-            _fail(InvalidRequest(f"--percentage must be 0 … 100, not {percentage}"))
-        _set_launch(config_of(data_dir, config), with_store, emit, workflow, as_json,
-                    percentage=percentage, enabled=True)
+            fail(InvalidRequest(f"--percentage must be 0 … 100, not {percentage}"))
+        _set_launch(data_dir, config, workflow, as_json, percentage=percentage, enabled=True)
 
     @launch.command("disable")
     def dark_launch_disable(
@@ -261,26 +224,19 @@ def _register_dark_launch_set(launch: typer.Typer, config_of: ConfigOf, with_sto
     ) -> None:
         """End a workflow's dark launch: all its runs go through (a new setting; the earlier
         ones stay on record)."""
-        _set_launch(config_of(data_dir, config), with_store, emit, workflow, as_json,
-                    percentage=None, enabled=False)
+        _set_launch(data_dir, config, workflow, as_json, percentage=None, enabled=False)
 
 
-def _set_launch(cfg: Config, with_store: WithStore, emit: Emit, workflow: str, as_json: bool,
+def _set_launch(data_dir: Path | None, config: Path | None, workflow: str, as_json: bool,
                 *, percentage: int | None, enabled: bool) -> None:
-    if not workflow.strip():
-        _fail(InvalidRequest("the workflow id is empty"))
+    cfg = config_of(data_dir, config)
+    try:
+        controls.check_workflow(workflow)
+    except CorralError as err:
+        fail(err)
     operator_only(cfg.data_dir, "dark-launch enable" if enabled else "dark-launch disable")
-
-    async def run(st: Store) -> DarkLaunch:
-        current = await st.dark_launch(workflow)
-        if percentage is None and current is None:
-            raise NotFound(f"workflow {workflow!r} has no dark launch to disable")
-        pct = percentage if percentage is not None else current.percentage if current else 0
-        setting = DarkLaunch(workflow=workflow, percentage=pct, enabled=enabled)
-        await st.set_dark_launch(setting, at=time.time(), by=getpass.getuser())
-        return setting
-
-    setting = with_store(cfg, run)
+    setting = with_store(cfg, lambda st: controls.set_dark_launch(
+        st, workflow, percentage=percentage, enabled=enabled, by=getpass.getuser()))
     poke(cfg.data_dir, "wake")
     data = _launch_json(workflow, setting)
     if as_json:
@@ -289,8 +245,7 @@ def _set_launch(cfg: Config, with_store: WithStore, emit: Emit, workflow: str, a
         typer.echo(_launch_line(data))
 
 
-def _register_dark_launch_status(launch: typer.Typer, config_of: ConfigOf,
-                                 with_store: WithStore, emit: Emit) -> None:
+def _register_dark_launch_status(launch: typer.Typer) -> None:
     @launch.command("status")
     def dark_launch_status(
         workflow: Annotated[str | None, typer.Argument(
@@ -302,14 +257,13 @@ def _register_dark_launch_status(launch: typer.Typer, config_of: ConfigOf,
         cfg = config_of(data_dir, config)
         if workflow is not None:
             wf: str = workflow
-            data = _launch_json(wf, with_store(cfg, lambda st: st.dark_launch(wf)))
+            data = _launch_json(wf, with_store(cfg, lambda st: controls.dark_launch(st, wf)))
             if as_json:
                 emit(data)
             else:
                 typer.echo(_launch_line(data))
             return
-        rows = [_launch_json(d.workflow, d) for d in with_store(cfg, lambda st:
-                                                                st.dark_launches())]
+        rows = [_launch_json(d.workflow, d) for d in with_store(cfg, controls.dark_launches)]
         if as_json:
             emit(rows)
             return
@@ -322,41 +276,7 @@ def _register_dark_launch_status(launch: typer.Typer, config_of: ConfigOf,
 # ---- policy check -----------------------------------------------------------------------------
 
 
-def _estimate(cfg: Config, role: str, given: float | None) -> float:
-    spec = cfg.settings.roles.get(role)
-    if spec is None:
-        raise InvalidRequest(f"unknown role {role!r} (configured: "
-                             f"{', '.join(sorted(cfg.settings.roles)) or 'none'})")
-    if given is None:
-        return spec.cost_estimate_usd
-    return bounds.usd("--estimate-usd", given)
-
-
-async def _check_input(st: Store, settings: Settings, job: prerun.JobRef, estimate: float,
-                       now: float) -> prerun.PrerunInput:
-    """The snapshot the engine's gate would read for this job (runtime/gate.py), with the
-    approval a role with `requires_approval` asks for at submission (step 6)."""
-    tenant = settings.tenants.get(job.tenant)
-    limit = tenant.max_parallel_runs if tenant else None
-    states = []
-    for c in await st.budgets():
-        if job.matches(c.scope, c.target):
-            status = await st.budget_status(c.scope, c.target,
-                                            prerun.period_start(c.period, now))
-            states.append(prerun.BudgetState(ceiling=c, spent_usd=status.spent,
-                                             reserved_usd=status.reserved))
-    return prerun.PrerunInput(
-        job=job, kill_switches=await st.kill_switches(active_at=now),
-        pauses=await st.pauses(active_only=True), budgets=states, estimate_usd=estimate,
-        active_job_ids=frozenset(await st.active_runs(job.tenant) if limit is not None else ()),
-        max_parallel_runs=limit,
-        dark_launch=await st.dark_launch(job.workflow) if job.workflow else None,
-        approval_roles=frozenset(name for name, r in settings.roles.items()
-                                 if r.requires_approval))
-
-
-def _register_policy_check(policy: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                           emit: Emit) -> None:
+def _register_policy_check(policy: typer.Typer) -> None:
     @policy.command("check")
     def policy_check(
         role: Annotated[str, typer.Option("--role", "-r", help="The would-be job's role.")],
@@ -374,17 +294,8 @@ def _register_policy_check(policy: typer.Typer, config_of: ConfigOf, with_store:
         Exit status: 0 allow, 1 deny, 8 require_approval, 9 pause.
         """
         cfg = config_of(data_dir, config)
-        job = prerun.JobRef(id=CHECK_JOB_ID, role=role, tenant=tenant,
-                            workflow=workflow or None)
-        now = time.time()
-
-        async def build(st: Store) -> prerun.PrerunInput:
-            active, _ = await active_config(st, cfg)  # the roles the engine runs
-            estimate = _estimate(active, role, estimate_usd)
-            return await _check_input(st, active.settings, job, estimate, now)
-
-        inp = with_store(cfg, build)
-        d = prerun.decide(inp, now)
+        d = with_store(cfg, lambda st: policy_desk.check(
+            st, cfg, role=role, tenant=tenant, workflow=workflow, estimate_usd=estimate_usd))
         if as_json:
             emit({"verdict": d.verdict.value, "reason": d.reason.value, "step": d.step.value,
                   "message": d.message, "snapshot": d.snapshot})
@@ -399,25 +310,11 @@ def _register_policy_check(policy: typer.Typer, config_of: ConfigOf, with_store:
 # ---- policy log and stats ---------------------------------------------------------------------
 
 
-def _filters(verdict: str | None, limit: int, since: float | None) -> float | None:
-    """Check the shared options; the `since` timestamp (None: from the beginning)."""
-    if verdict is not None and verdict not in VERDICTS:
-        raise InvalidRequest(f"--verdict must be one of {', '.join(VERDICTS)}, not {verdict!r}")
-    if limit < 1:
-        raise InvalidRequest(f"--limit must be at least 1, not {limit}")
-    if since is None:
-        return None
-    if not math.isfinite(since) or since < 0:
-        raise InvalidRequest(f"--since is seconds ago (≥ 0), not {since}")
-    return time.time() - since
-
-
 SinceOpt = Annotated[float | None, typer.Option(
     "--since", help="Only the last SECONDS seconds.", metavar="SECONDS", show_default=False)]
 
 
-def _register_policy_log(policy: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                         emit: Emit) -> None:
+def _register_policy_log(policy: typer.Typer) -> None:
     @policy.command("log")
     def policy_log(
         job: Annotated[str | None, typer.Option("--job", help="Only this job (id or prefix).")]
@@ -432,21 +329,11 @@ def _register_policy_log(policy: typer.Typer, config_of: ConfigOf, with_store: W
     ) -> None:
         """Policy evaluations (pre-run decisions and guardrail checks), oldest first."""
         try:
-            after = _filters(verdict, limit, since)
+            f = queries.policy_filter(stage=stage, verdict=verdict, limit=limit, since_s=since)
         except CorralError as err:
-            _fail(err)
+            fail(err)
         cfg = config_of(data_dir, config)
-
-        async def fetch(st: Store) -> list[PolicyEvaluation]:
-            if job is None:
-                return await st.recent_policy_evaluations(limit=limit, stage=stage,
-                                                          verdict=verdict, since=after)
-            found = await st.policy_evaluations((await st.get_job(job)).id, limit=STATS_CAP)
-            return [e for e in found if stage in (None, e.stage)
-                    and verdict in (None, e.verdict)
-                    and (after is None or e.at >= after)][-limit:]
-
-        found = with_store(cfg, fetch)
+        found = with_store(cfg, lambda st: queries.policy_log(st, f, job=job))
         if as_json:
             emit([evaluation_json(e) for e in found])
             return
@@ -467,24 +354,21 @@ def _print_columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None
         typer.echo("  ".join((*cells, r[-1])).rstrip())
 
 
-def _register_policy_stats(policy: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                           emit: Emit) -> None:
+def _register_policy_stats(policy: typer.Typer) -> None:
     @policy.command("stats")
     def policy_stats(since: SinceOpt = None, as_json: JsonOpt = False,
                      data_dir: DataDir = None, config: ConfigOpt = None) -> None:
         """How many evaluations ended how: counts by stage × verdict × reason."""
         try:
-            after = _filters(None, 1, since)
+            f = queries.policy_filter(limit=1, since_s=since)
         except CorralError as err:
-            _fail(err)
+            fail(err)
         cfg = config_of(data_dir, config)
-        found: list[PolicyEvaluation] = with_store(
-            cfg, lambda st: st.recent_policy_evaluations(limit=STATS_CAP, since=after))
-        counts = Counter((e.stage, e.verdict, e.reason) for e in found)
-        ordered = sorted(counts.items())
+        stats = with_store(cfg, lambda st: queries.policy_stats(st, f))
+        ordered = stats.counts
         rows = [{"stage": s, "verdict": v, "reason": r, "count": n} for (s, v, r), n in ordered]
         if as_json:
-            emit({"since": ts(after), "total": len(found), "capped": len(found) >= STATS_CAP,
+            emit({"since": ts(stats.since), "total": stats.total, "capped": stats.capped,
                   "counts": rows})
             return
         if not rows:
@@ -497,5 +381,5 @@ def _register_policy_stats(policy: typer.Typer, config_of: ConfigOf, with_store:
         for (s, v, r), n in ordered:
             table.add_row(s, v, r, str(n))
         console.print(table)
-        typer.echo(f"{len(found)} evaluation(s)"
+        typer.echo(f"{stats.total} evaluation(s)"
                    + (f" in the last {since:g}s" if since is not None else ""))

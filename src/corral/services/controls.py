@@ -1,0 +1,189 @@
+"""The operator's controls over what runs: kill switches, pauses, budget ceilings and dark
+launches. Each one is recorded with who set it (`by`) and when (`clock`); the caller wakes the
+engine afterwards so it acts on the change at once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from corral.core.ports import Store
+from corral.domain.errors import InvalidRequest, NotFound
+from corral.domain.governance import (
+    BudgetCeiling,
+    DarkLaunch,
+    KillSwitch,
+    Pause,
+    Period,
+    ScopeKind,
+)
+from corral.domain.ids import new_id, resolve
+from corral.policy import prerun
+
+Clock = Callable[[], float]
+
+
+def scope_text(scope: ScopeKind, target: str | None) -> str:
+    """`global`, `tenant acme`, `job 01J…`: a scope as the messages name it."""
+    return scope.value if target is None else f"{scope.value} {target}"
+
+
+def scope_of(s: KillSwitch | Pause) -> str:
+    return scope_text(s.scope, s.target)
+
+
+async def target_of(store: Store, scope: ScopeKind, target: str | None) -> str | None:
+    """The target a scope names: none for global, a full job id for a job (from a unique prefix
+    or suffix), else the tenant or role name as given."""
+    if scope is ScopeKind.GLOBAL:
+        if target:
+            raise InvalidRequest("--scope global takes no --target")
+        return None
+    if not target:
+        raise InvalidRequest(f"--scope {scope.value} needs --target")
+    return (await store.get_job(target)).id if scope is ScopeKind.JOB else target
+
+
+# ---- kill switches ----------------------------------------------------------------------------
+
+
+async def kill_switch_on(store: Store, *, scope: ScopeKind, target: str | None, reason: str,
+                         expires_in: float | None, by: str,
+                         clock: Clock = time.time) -> KillSwitch:
+    """Deny new runs in a scope and stop the running ones; lifts by itself after `expires_in`
+    seconds when given."""
+    now = clock()
+    return await store.activate_kill_switch(KillSwitch(
+        id=new_id(), scope=scope, target=await target_of(store, scope, target), reason=reason,
+        created_at=now, created_by=by, expires_at=now + expires_in if expires_in else None))
+
+
+async def kill_switch_off(store: Store, *, switch_id: str | None, scope: ScopeKind,
+                          target: str | None, by: str,
+                          clock: Clock = time.time) -> list[KillSwitch]:
+    """Lift one active switch (`switch_id`: its id or a unique prefix or suffix), else every
+    active one in the scope; when none is in the scope but others are, say which are."""
+    now = clock()
+    active = await store.kill_switches(active_at=now)
+    if switch_id:
+        chosen_id = resolve(switch_id, [s.id for s in active], "active kill switch")
+        chosen = [s for s in active if s.id == chosen_id]
+    else:
+        tgt = await target_of(store, scope, target)
+        chosen = [s for s in active if s.scope is scope and s.target == tgt]
+        if not chosen and active:  # say which exist rather than "lifted 0"
+            raise InvalidRequest(
+                f"no active kill switch in scope {scope_text(scope, tgt)}; active: "
+                + ", ".join(f"{s.id} ({scope_of(s)})" for s in active)
+                + " — lift one by id (`corral kill-switch off ID`) or give its "
+                  "--scope and --target")
+    return [await store.lift_kill_switch(s.id, at=now, by=by) for s in chosen]
+
+
+async def kill_switches(store: Store, clock: Clock = time.time) -> list[KillSwitch]:
+    """The kill switches active now."""
+    return await store.kill_switches(active_at=clock())
+
+
+# ---- pauses -----------------------------------------------------------------------------------
+
+
+async def pause(store: Store, *, scope: ScopeKind, target: str | None, reason: str, by: str,
+                clock: Clock = time.time) -> Pause:
+    """Stop dispatching new runs in a scope; running attempts finish."""
+    return await store.activate_pause(Pause(
+        id=new_id(), scope=scope, target=await target_of(store, scope, target), reason=reason,
+        created_at=clock(), created_by=by))
+
+
+async def resume(store: Store, *, scope: ScopeKind, target: str | None, by: str,
+                 clock: Clock = time.time) -> list[Pause]:
+    """Lift every active pause of exactly this scope."""
+    tgt = await target_of(store, scope, target)
+    return [await store.lift_pause(p.id, at=clock(), by=by)
+            for p in await store.pauses(active_only=True)
+            if p.scope is scope and p.target == tgt]
+
+
+# ---- budgets ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLine:
+    """A ceiling in force and where its period stands: spent, reserved, headroom."""
+
+    ceiling: BudgetCeiling
+    period_start: float
+    resets_at: float | None  # None: a rolling period never resets at once
+    spent_usd: float
+    reserved_usd: float
+
+    @property
+    def headroom_usd(self) -> float:
+        return self.ceiling.ceiling_usd - self.spent_usd - self.reserved_usd
+
+
+async def budget_lines(store: Store, ceilings: Sequence[BudgetCeiling],
+                       now: float) -> list[BudgetLine]:
+    """Per ceiling: its period's start (and reset), spent and reserved now."""
+    lines = []
+    for c in ceilings:
+        start = prerun.period_start(c.period, now)
+        status = await store.budget_status(c.scope, c.target, start)
+        resets = None if c.period is Period.ROLLING_30D else prerun.period_end(c.period, now)
+        lines.append(BudgetLine(c, start, resets, status.spent, status.reserved))
+    return lines
+
+
+async def set_budget(store: Store, ceiling: BudgetCeiling, *, by: str,
+                     clock: Clock = time.time) -> tuple[BudgetCeiling | None, BudgetLine]:
+    """Set a ceiling (the latest per scope and target wins); the one it replaced, and the new
+    one's standing."""
+    before = [b for b in await store.budgets()
+              if (b.scope, b.target) == (ceiling.scope, ceiling.target)]
+    await store.set_budget(ceiling, at=clock(), by=by)
+    [line] = await budget_lines(store, [ceiling], clock())
+    return (before[0] if before else None), line
+
+
+async def budgets(store: Store, *, scope: ScopeKind | None, target: str | None,
+                  clock: Clock = time.time) -> list[BudgetLine]:
+    """The ceilings in force (only `scope`'s and `target`'s when given) and their standing."""
+    chosen = [c for c in await store.budgets() if scope in (None, c.scope)
+              and target in (None, c.target)]
+    return await budget_lines(store, chosen, clock())
+
+
+# ---- dark launches ----------------------------------------------------------------------------
+
+
+def check_workflow(workflow: str) -> None:
+    """InvalidRequest for an empty workflow id (an edge may check it before anything else)."""
+    if not workflow.strip():
+        raise InvalidRequest("the workflow id is empty")
+
+
+async def set_dark_launch(store: Store, workflow: str, *, percentage: int | None,
+                          enabled: bool, by: str, clock: Clock = time.time) -> DarkLaunch:
+    """Enable a workflow's dark launch at `percentage`, or disable it (`percentage` None keeps
+    the current one; NotFound when there is none to disable)."""
+    check_workflow(workflow)
+    current = await store.dark_launch(workflow)
+    if percentage is None and current is None:
+        raise NotFound(f"workflow {workflow!r} has no dark launch to disable")
+    pct = percentage if percentage is not None else current.percentage if current else 0
+    setting = DarkLaunch(workflow=workflow, percentage=pct, enabled=enabled)
+    await store.set_dark_launch(setting, at=clock(), by=by)
+    return setting
+
+
+async def dark_launch(store: Store, workflow: str) -> DarkLaunch | None:
+    """A workflow's latest dark launch setting (None: it has none)."""
+    return await store.dark_launch(workflow)
+
+
+async def dark_launches(store: Store) -> list[DarkLaunch]:
+    """The latest dark launch setting of every workflow that has one."""
+    return await store.dark_launches()
+
