@@ -52,6 +52,10 @@ def run(body: Callable[[Store], Awaitable[None]]) -> None:
     anyio.run(main)
 
 
+def ignore(op: str) -> None:
+    """A wake nobody hears: no engine runs."""
+
+
 async def queued(store: Store, cfg: Config, **spec: object) -> Job:
     return (await submissions(store, cfg).submit(
         JobSpec(command=("true",), role="small", **spec))).job  # type: ignore[arg-type]
@@ -100,10 +104,15 @@ def test_submit_stores_the_job_wakes_the_engine_and_says_none_serves(cfg: Config
 def test_cancel_ends_a_queued_job_and_refuses_one_already_ended(cfg: Config) -> None:
     async def body(store: Store) -> None:
         job = await queued(store, cfg)
-        stopped = await cancellation.cancel(store, cfg, job.id, reason="no", caller=None)
-        assert stopped.state is JobState.CANCELLED and stopped.cancel_requested == "no"
+        woken: list[str] = []
+        done = await cancellation.cancel(store, cfg, job.id, reason="no", caller=None,
+                                         wake=woken.append)
+        assert done.job.state is JobState.CANCELLED and done.job.cancel_requested == "no"
+        assert woken == ["wake"] and not done.engine_answered
         with pytest.raises(Conflict, match="already CANCELLED; nothing to cancel"):
-            await cancellation.cancel(store, cfg, job.id, reason="again", caller=None)
+            await cancellation.cancel(store, cfg, job.id, reason="again", caller=None,
+                                      wake=woken.append)
+        assert woken == ["wake"], "a refused cancel wakes nobody"
 
     run(body)
 
@@ -114,10 +123,12 @@ def test_a_job_may_cancel_its_descendants_and_no_other_job(cfg: Config) -> None:
         child = await queued(store, cfg, parent_id=parent.id)
         stranger = await queued(store, cfg)
         with pytest.raises(NotPermitted, match=f"job {stranger.id} may cancel itself"):
-            await cancellation.cancel(store, cfg, parent.id, reason="r", caller=stranger.id)
+            await cancellation.cancel(store, cfg, parent.id, reason="r", caller=stranger.id,
+                                      wake=ignore)
         assert (await store.get_job(parent.id)).state is JobState.QUEUED
-        ended = await cancellation.cancel(store, cfg, child.id, reason="r", caller=parent.id)
-        assert ended.state is JobState.CANCELLED
+        ended = await cancellation.cancel(store, cfg, child.id, reason="r", caller=parent.id,
+                                          wake=ignore)
+        assert ended.job.state is JobState.CANCELLED
 
     run(body)
 
@@ -132,7 +143,7 @@ def test_approving_a_gated_run_records_who_and_releases_the_job(cfg: Config) -> 
         assert job.state is JobState.AWAITING_APPROVAL
         [pending] = await approvals.list_approvals(store, state="pending", job=job.id)
         decided = await approvals.decide(store, cfg, pending.id, approve=True, by="alice",
-                                         note="ok")
+                                         wake=ignore, note="ok")
         assert (decided.state, decided.decided_by, decided.note) == (
             ApprovalState.APPROVED, "alice", "ok")
         assert (await store.get_job(job.id)).state is JobState.QUEUED
@@ -146,7 +157,8 @@ def test_denying_a_gated_run_denies_the_job_naming_who(cfg: Config) -> None:
         job = (await submissions(store, cfg).submit(
             JobSpec(command=("true",), role="gated"))).job
         [pending] = await approvals.list_approvals(store, state=None, job=None)
-        decided = await approvals.decide(store, cfg, pending.id, approve=False, by="bob")
+        decided = await approvals.decide(store, cfg, pending.id, approve=False, by="bob",
+                                         wake=ignore)
         assert (decided.state, decided.decided_by) == (ApprovalState.DENIED, "bob")
         denied = await store.get_job(job.id)
         assert denied.state is JobState.DENIED and "denied by bob" in (denied.last_error or "")
@@ -160,23 +172,28 @@ def test_denying_a_gated_run_denies_the_job_naming_who(cfg: Config) -> None:
 
 
 def test_a_kill_switch_goes_on_and_off_recording_who(cfg: Config) -> None:
+    woken: list[str] = []
+
     async def body(store: Store) -> None:
         on = await controls.kill_switch_on(store, scope=ScopeKind.TENANT, target="acme",
                                            reason="runaway", expires_in=None, by="carol",
-                                           clock=lambda: NOW)
+                                           wake=woken.append, clock=lambda: NOW)
         assert (on.created_by, on.target, on.expires_at) == ("carol", "acme", None)
         assert [s.id for s in await controls.kill_switches(store, clock=lambda: NOW)] == [on.id]
         with pytest.raises(InvalidRequest, match=f"no active kill switch in scope global; "
                                                  f"active: {on.id} \\(tenant acme\\)"):
             await controls.kill_switch_off(store, switch_id=None, scope=ScopeKind.GLOBAL,
-                                           target=None, by="carol", clock=lambda: NOW)
+                                           target=None, by="carol", wake=woken.append,
+                                           clock=lambda: NOW)
         lifted = await controls.kill_switch_off(store, switch_id=on.id[-6:],
                                                 scope=ScopeKind.GLOBAL, target=None,
-                                                by="dave", clock=lambda: NOW + 1)
+                                                by="dave", wake=woken.append,
+                                                clock=lambda: NOW + 1)
         assert [s.id for s in lifted] == [on.id]
         assert await controls.kill_switches(store, clock=lambda: NOW + 2) == []
         assert await controls.kill_switch_off(store, switch_id=None, scope=ScopeKind.GLOBAL,
-                                              target=None, by="dave") == []
+                                              target=None, by="dave", wake=woken.append) == []
+        assert woken == ["wake"] * 3, "each change wakes the engine; a refusal does not"
 
     run(body)
 
@@ -185,13 +202,14 @@ def test_a_scope_names_its_target_and_global_takes_none(cfg: Config) -> None:
     async def body(store: Store) -> None:
         with pytest.raises(InvalidRequest, match="--scope global takes no --target"):
             await controls.pause(store, scope=ScopeKind.GLOBAL, target="x", reason="r",
-                                 by="op")
+                                 by="op", wake=ignore)
         with pytest.raises(InvalidRequest, match="--scope role needs --target"):
-            await controls.pause(store, scope=ScopeKind.ROLE, target=None, reason="r", by="op")
+            await controls.pause(store, scope=ScopeKind.ROLE, target=None, reason="r", by="op",
+                                 wake=ignore)
         p = await controls.pause(store, scope=ScopeKind.ROLE, target="small", reason="r",
-                                 by="op")
-        assert [q.id for q in await controls.resume(store, scope=ScopeKind.ROLE,
-                                                    target="small", by="op")] == [p.id]
+                                 by="op", wake=ignore)
+        assert [q.id for q in await controls.resume(store, scope=ScopeKind.ROLE, target="small",
+                                                    by="op", wake=ignore)] == [p.id]
 
     run(body)
 
@@ -202,7 +220,7 @@ def test_a_scope_names_its_target_and_global_takes_none(cfg: Config) -> None:
 def test_dlq_requeue_makes_a_fresh_job_and_purge_resolves_the_rest(cfg: Config) -> None:
     async def body(store: Store) -> None:
         first, second, third = [await dead_lettered(store, cfg) for _ in range(3)]
-        fresh = await dlq.requeue(store, cfg, first.id)
+        fresh = await dlq.requeue(store, cfg, first.id, wake=ignore)
         assert fresh.id != first.id and fresh.requeued_from == first.id
         assert fresh.state is JobState.QUEUED and fresh.attempts == 0
         listed = await queries.jobs(store, dlq.dead_lettered(50))
@@ -211,7 +229,7 @@ def test_dlq_requeue_makes_a_fresh_job_and_purge_resolves_the_rest(cfg: Config) 
         assert await dlq.purge(store, cfg, [], every=True) == [third.id]
         assert (await queries.jobs(store, dlq.dead_lettered(50))).jobs == []
         with pytest.raises(Conflict):
-            await dlq.requeue(store, cfg, first.id)
+            await dlq.requeue(store, cfg, first.id, wake=ignore)
 
     run(body)
 

@@ -7,11 +7,11 @@ from typing import Annotated
 import typer
 
 from corral.domain.errors import InvalidRequest
-from corral.runtime.control import operator_only, poke
+from corral.runtime.control import operator_only
 from corral.services import dlq, queries
 
 from . import views
-from .edge import config_or_fail, emit, fail, note, with_store
+from .edge import config_or_fail, emit, fail, note, waker, with_store
 from .jobs import print_job_list, show
 from .options import ConfigOpt, DataDir, JsonOpt
 
@@ -47,8 +47,7 @@ def dlq_requeue(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
     """Submit a fresh copy of a dead-lettered job with a fresh attempt budget (recorded on both)."""
     cfg = config_or_fail(data_dir, config)
     operator_only(cfg.data_dir, "dlq requeue")
-    new = with_store(cfg, lambda st: dlq.requeue(st, cfg, job, note))
-    poke(cfg.data_dir)
+    new = with_store(cfg, lambda st: dlq.requeue(st, cfg, job, wake=waker(cfg), notify=note))
     if as_json:
         emit({"id": new.id, "requeued_from": new.requeued_from, "state": new.state.value})
     else:

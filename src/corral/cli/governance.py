@@ -14,14 +14,14 @@ import typer
 
 from corral.domain import bounds
 from corral.domain.governance import ApprovalState, Incident, ScopeKind
-from corral.runtime.control import operator_only, poke
+from corral.runtime.control import operator_only
 from corral.services import approvals as approval_desk
 from corral.services import audit as audit_desk
 from corral.services import controls, queries
 from corral.services.controls import scope_of
 
 from .edge import config_or_fail as config_of
-from .edge import emit, with_store
+from .edge import emit, waker, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, id_column, new_table, record_json, short_time, ts
 
@@ -214,8 +214,7 @@ def _register_switches(app: typer.Typer) -> None:
         operator_only(cfg.data_dir, "kill-switch on")
         switch = with_store(cfg, lambda st: controls.kill_switch_on(
             st, scope=scope, target=target, reason=reason, expires_in=expires_in,
-            by=getpass.getuser()))
-        poke(cfg.data_dir, "wake")
+            by=getpass.getuser(), wake=waker(cfg)))
         if as_json:
             emit(record_json(switch))
         else:
@@ -233,8 +232,8 @@ def _register_switches(app: typer.Typer) -> None:
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "kill-switch off")
         lifted = with_store(cfg, lambda st: controls.kill_switch_off(
-            st, switch_id=switch_id, scope=scope, target=target, by=getpass.getuser()))
-        poke(cfg.data_dir, "wake")
+            st, switch_id=switch_id, scope=scope, target=target, by=getpass.getuser(),
+            wake=waker(cfg)))
         if as_json:
             emit([record_json(s) for s in lifted])
             return
@@ -275,8 +274,8 @@ def _register_pause(app: typer.Typer) -> None:
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "pause")
         p = with_store(cfg, lambda st: controls.pause(st, scope=scope, target=target,
-                                                      reason=reason, by=getpass.getuser()))
-        poke(cfg.data_dir, "wake")
+                                                      reason=reason, by=getpass.getuser(),
+                                                      wake=waker(cfg)))
         if as_json:
             emit(record_json(p))
             return
@@ -290,8 +289,8 @@ def _register_pause(app: typer.Typer) -> None:
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "resume")
         lifted = with_store(cfg, lambda st: controls.resume(st, scope=scope, target=target,
-                                                            by=getpass.getuser()))
-        poke(cfg.data_dir, "wake")
+                                                            by=getpass.getuser(),
+                                                            wake=waker(cfg)))
         if as_json:
             emit([record_json(p) for p in lifted])
             return
@@ -330,8 +329,7 @@ def _register_approvals(app: typer.Typer) -> None:
                       else "approvals deny")
         a = with_store(cfg, lambda st: approval_desk.decide(
             st, cfg, approval_id, approve=state is ApprovalState.APPROVED,
-            by=getpass.getuser(), note=note))
-        poke(cfg.data_dir, "wake")
+            by=getpass.getuser(), wake=waker(cfg), note=note))
         if as_json:
             emit(record_json(a))
             return

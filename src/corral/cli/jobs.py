@@ -18,7 +18,7 @@ from corral.domain.errors import CorralError, InvalidRequest
 from corral.domain.models import Job
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.assembly import build_store
-from corral.runtime.control import caller_job, poke
+from corral.runtime.control import caller_job
 from corral.services import cancellation, queries
 from corral.services.submissions import LimitChoices, SubmitRequest
 from corral.services.submissions import submit as submit_job
@@ -323,9 +323,9 @@ def cancel(job: JobArg,
     `detached`). The request is stored first, then the engine stops each attempt's whole
     process tree (SIGTERM, grace, SIGKILL)."""
     cfg = config_or_fail(data_dir, config)
-    j = with_store(cfg, lambda st: cancellation.cancel(st, cfg, job, reason=reason,
-                                                       caller=caller_job(cfg.data_dir)))
-    answered = poke(cfg.data_dir) is not None
+    done = with_store(cfg, lambda st: cancellation.cancel(
+        st, cfg, job, reason=reason, caller=caller_job(cfg.data_dir), wake=waker(cfg)))
+    j, answered = done.job, done.engine_answered
     if as_json:
         emit({"id": j.id, "state": j.state.value, "cancel_requested": j.cancel_requested})
         return

@@ -23,13 +23,13 @@ from corral.domain import bounds
 from corral.domain.errors import CorralError, InvalidRequest
 from corral.domain.governance import BudgetCeiling, DarkLaunch, Period, PrerunVerdict, ScopeKind
 from corral.policy import prerun
-from corral.runtime.control import operator_only, poke
+from corral.runtime.control import operator_only
 from corral.services import controls, queries
 from corral.services import policy as policy_desk
 from corral.services.controls import BudgetLine
 
 from .edge import config_or_fail as config_of
-from .edge import emit, fail, with_store
+from .edge import emit, fail, waker, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, evaluation_json, new_table, ts
 
@@ -115,9 +115,8 @@ def _register_budget_set(budget: typer.Typer) -> None:
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "budget set")
         previous, line = with_store(cfg, lambda st: controls.set_budget(
-            st, ceiling, by=getpass.getuser()))
+            st, ceiling, by=getpass.getuser(), wake=waker(cfg)))
         row = _line_json(line)
-        poke(cfg.data_dir, "wake")
         if as_json:
             emit({**row, "previous": _ceiling_json(previous) if previous else None})
             return
@@ -236,8 +235,8 @@ def _set_launch(data_dir: Path | None, config: Path | None, workflow: str, as_js
         fail(err)
     operator_only(cfg.data_dir, "dark-launch enable" if enabled else "dark-launch disable")
     setting = with_store(cfg, lambda st: controls.set_dark_launch(
-        st, workflow, percentage=percentage, enabled=enabled, by=getpass.getuser()))
-    poke(cfg.data_dir, "wake")
+        st, workflow, percentage=percentage, enabled=enabled, by=getpass.getuser(),
+        wake=waker(cfg)))
     data = _launch_json(workflow, setting)
     if as_json:
         emit(data)

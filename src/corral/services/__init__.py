@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-# Tell a running engine to look now (`op`: "wake", "submitted"); a no-op when none runs.
-Wake = Callable[[str], object]
+# Tell a running engine to look now (`op`: "wake", "submitted"): its answer, None when no engine
+# answered (then the engine finds the change on its next periodic look).
+Wake = Callable[[str], object | None]
 # A note for the operator on the way (the edge decides whether and where to show it).
 Notify = Callable[[str], None]

@@ -6,6 +6,7 @@ from corral.config import Config
 from corral.core.ports import Store
 from corral.domain.errors import InvalidRequest
 from corral.domain.governance import Approval, ApprovalState
+from corral.services import Wake
 from corral.services.submissions import active_submissions
 
 
@@ -22,8 +23,11 @@ async def list_approvals(store: Store, *, state: str | None,
 
 
 async def decide(store: Store, local: Config, approval_id: str, *, approve: bool, by: str,
-                 note: str = "") -> Approval:
+                 wake: Wake, note: str = "") -> Approval:
     """`by`'s decision on an approval, against the engine's roles and scheduler settings: a run
-    approval releases its job to the queue or denies it."""
+    approval releases its job to the queue or denies it; a waiting agent learns it when the
+    engine looks."""
     svc, _ = await active_submissions(store, local)
-    return await svc.decide_approval(approval_id, approve, by=by, note=note)
+    decided = await svc.decide_approval(approval_id, approve, by=by, note=note)
+    wake("wake")
+    return decided

@@ -3,21 +3,34 @@ unless their role is detached: store/cascade.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from corral.config import Config
 from corral.core.ports import Store
 from corral.domain.errors import NotPermitted
 from corral.domain.models import Job
+from corral.services import Wake
 from corral.services.submissions import submissions
 
 
-async def cancel(store: Store, config: Config, ref: str, *, reason: str,
-                 caller: str | None) -> Job:
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The job after the stop request, and whether a running engine heard of it (else the
+    next engine to start stops it)."""
+
+    job: Job
+    engine_answered: bool
+
+
+async def cancel(store: Store, config: Config, ref: str, *, reason: str, caller: str | None,
+                 wake: Wake) -> Cancelled:
     """Cancel a job (Conflict when it has already ended). One of the engine's jobs (`caller`)
     may cancel itself and the jobs it submitted (its descendants), not anyone else's:
     NotPermitted. `caller` None: the operator, who may cancel any job."""
     if caller is not None:
         await _check_descendant(store, ref, caller)
-    return await submissions(store, config).cancel(ref, reason)
+    job = await submissions(store, config).cancel(ref, reason)
+    return Cancelled(job, wake("wake") is not None)
 
 
 async def _check_descendant(store: Store, ref: str, caller: str) -> None:

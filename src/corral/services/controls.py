@@ -1,6 +1,6 @@
 """The operator's controls over what runs: kill switches, pauses, budget ceilings and dark
-launches. Each one is recorded with who set it (`by`) and when (`clock`); the caller wakes the
-engine afterwards so it acts on the change at once."""
+launches. Each one is recorded with who set it (`by`) and when (`clock`), then wakes a running
+engine (`wake`) so that it acts on the change at once."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from corral.domain.governance import (
 )
 from corral.domain.ids import new_id, resolve
 from corral.policy import prerun
+from corral.services import Wake
 
 Clock = Callable[[], float]
 
@@ -49,18 +50,20 @@ async def target_of(store: Store, scope: ScopeKind, target: str | None) -> str |
 
 
 async def kill_switch_on(store: Store, *, scope: ScopeKind, target: str | None, reason: str,
-                         expires_in: float | None, by: str,
+                         expires_in: float | None, by: str, wake: Wake,
                          clock: Clock = time.time) -> KillSwitch:
     """Deny new runs in a scope and stop the running ones; lifts by itself after `expires_in`
     seconds when given."""
     now = clock()
-    return await store.activate_kill_switch(KillSwitch(
+    switch = await store.activate_kill_switch(KillSwitch(
         id=new_id(), scope=scope, target=await target_of(store, scope, target), reason=reason,
         created_at=now, created_by=by, expires_at=now + expires_in if expires_in else None))
+    wake("wake")
+    return switch
 
 
 async def kill_switch_off(store: Store, *, switch_id: str | None, scope: ScopeKind,
-                          target: str | None, by: str,
+                          target: str | None, by: str, wake: Wake,
                           clock: Clock = time.time) -> list[KillSwitch]:
     """Lift one active switch (`switch_id`: its id or a unique prefix or suffix), else every
     active one in the scope; when none is in the scope but others are, say which are."""
@@ -78,7 +81,9 @@ async def kill_switch_off(store: Store, *, switch_id: str | None, scope: ScopeKi
                 + ", ".join(f"{s.id} ({scope_of(s)})" for s in active)
                 + " — lift one by id (`corral kill-switch off ID`) or give its "
                   "--scope and --target")
-    return [await store.lift_kill_switch(s.id, at=now, by=by) for s in chosen]
+    lifted = [await store.lift_kill_switch(s.id, at=now, by=by) for s in chosen]
+    wake("wake")
+    return lifted
 
 
 async def kill_switches(store: Store, clock: Clock = time.time) -> list[KillSwitch]:
@@ -90,20 +95,24 @@ async def kill_switches(store: Store, clock: Clock = time.time) -> list[KillSwit
 
 
 async def pause(store: Store, *, scope: ScopeKind, target: str | None, reason: str, by: str,
-                clock: Clock = time.time) -> Pause:
+                wake: Wake, clock: Clock = time.time) -> Pause:
     """Stop dispatching new runs in a scope; running attempts finish."""
-    return await store.activate_pause(Pause(
+    p = await store.activate_pause(Pause(
         id=new_id(), scope=scope, target=await target_of(store, scope, target), reason=reason,
         created_at=clock(), created_by=by))
+    wake("wake")
+    return p
 
 
 async def resume(store: Store, *, scope: ScopeKind, target: str | None, by: str,
-                 clock: Clock = time.time) -> list[Pause]:
+                 wake: Wake, clock: Clock = time.time) -> list[Pause]:
     """Lift every active pause of exactly this scope."""
     tgt = await target_of(store, scope, target)
-    return [await store.lift_pause(p.id, at=clock(), by=by)
-            for p in await store.pauses(active_only=True)
-            if p.scope is scope and p.target == tgt]
+    lifted = [await store.lift_pause(p.id, at=clock(), by=by)
+              for p in await store.pauses(active_only=True)
+              if p.scope is scope and p.target == tgt]
+    wake("wake")
+    return lifted
 
 
 # ---- budgets ----------------------------------------------------------------------------------
@@ -136,7 +145,7 @@ async def budget_lines(store: Store, ceilings: Sequence[BudgetCeiling],
     return lines
 
 
-async def set_budget(store: Store, ceiling: BudgetCeiling, *, by: str,
+async def set_budget(store: Store, ceiling: BudgetCeiling, *, by: str, wake: Wake,
                      clock: Clock = time.time) -> tuple[BudgetCeiling | None, BudgetLine]:
     """Set a ceiling (the latest per scope and target wins); the one it replaced, and the new
     one's standing."""
@@ -144,6 +153,7 @@ async def set_budget(store: Store, ceiling: BudgetCeiling, *, by: str,
               if (b.scope, b.target) == (ceiling.scope, ceiling.target)]
     await store.set_budget(ceiling, at=clock(), by=by)
     [line] = await budget_lines(store, [ceiling], clock())
+    wake("wake")
     return (before[0] if before else None), line
 
 
@@ -165,7 +175,8 @@ def check_workflow(workflow: str) -> None:
 
 
 async def set_dark_launch(store: Store, workflow: str, *, percentage: int | None,
-                          enabled: bool, by: str, clock: Clock = time.time) -> DarkLaunch:
+                          enabled: bool, by: str, wake: Wake,
+                          clock: Clock = time.time) -> DarkLaunch:
     """Enable a workflow's dark launch at `percentage`, or disable it (`percentage` None keeps
     the current one; NotFound when there is none to disable)."""
     check_workflow(workflow)
@@ -175,6 +186,7 @@ async def set_dark_launch(store: Store, workflow: str, *, percentage: int | None
     pct = percentage if percentage is not None else current.percentage if current else 0
     setting = DarkLaunch(workflow=workflow, percentage=pct, enabled=enabled)
     await store.set_dark_launch(setting, at=clock(), by=by)
+    wake("wake")
     return setting
 
 

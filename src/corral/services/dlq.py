@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from corral.config import Config
 from corral.core.ports import JobQuery, Store
 from corral.domain.models import Job
-from corral.services import Notify
+from corral.services import Notify, Wake
 from corral.services.submissions import active_submissions, submissions
 
 PURGE_ALL_CAP = 1_000_000  # dead-lettered jobs `purge --all` reads at most
@@ -19,11 +19,14 @@ def dead_lettered(limit: int) -> JobQuery:
     return JobQuery(dead_lettered_unresolved=True, limit=limit)
 
 
-async def requeue(store: Store, local: Config, ref: str, notify: Notify | None = None) -> Job:
+async def requeue(store: Store, local: Config, ref: str, *, wake: Wake,
+                  notify: Notify | None = None) -> Job:
     """A fresh job with the dead-lettered one's spec, admitted against the engine's
     configuration."""
     svc, _ = await active_submissions(store, local, notify)
-    return await svc.dlq_requeue(ref)
+    fresh = await svc.dlq_requeue(ref)
+    wake("wake")
+    return fresh
 
 
 async def purge(store: Store, config: Config, refs: Sequence[str], *,
