@@ -259,3 +259,52 @@ def test_a_policy_filter_checks_its_values() -> None:
     with pytest.raises(InvalidRequest, match="--since is seconds ago"):
         queries.policy_filter(since_s=-1)
     assert queries.policy_filter(since_s=10, clock=lambda: NOW).since == NOW - 10
+
+
+# ---- budgets and dark launches ----------------------------------------------------------------
+
+
+def test_a_budget_ceiling_is_checked_field_by_field_in_order() -> None:
+    with pytest.raises(InvalidRequest, match="--scope must be tenant or role, not 'job'"):
+        controls.budget_ceiling(scope="job", target="", period="x", ceiling_usd=-1)
+    with pytest.raises(InvalidRequest, match="--target is empty"):
+        controls.budget_ceiling(scope="role", target=" ", period="x", ceiling_usd=-1)
+    with pytest.raises(InvalidRequest, match="--period must be one of daily, monthly"):
+        controls.budget_ceiling(scope="role", target="small", period="x", ceiling_usd=-1)
+    ceiling = controls.budget_ceiling(scope="role", target="small", period="daily",
+                                      ceiling_usd=5)
+    assert (ceiling.scope, ceiling.ceiling_usd) == (ScopeKind.ROLE, 5)
+
+
+def test_setting_a_budget_returns_the_one_it_replaced_and_the_standing(cfg: Config) -> None:
+    async def body(store: Store) -> None:
+        first = controls.budget_ceiling(scope="role", target="small", period="daily",
+                                        ceiling_usd=5)
+        previous, line = await controls.set_budget(store, first, by="op", wake=ignore)
+        assert previous is None and line.headroom_usd == 5 and line.resets_at is not None
+        second = controls.budget_ceiling(scope="role", target="small", period="rolling_30d",
+                                         ceiling_usd=9)
+        previous, line = await controls.set_budget(store, second, by="op", wake=ignore)
+        assert previous == first and line.resets_at is None
+        [only] = await controls.budgets(store, scope=ScopeKind.ROLE, target=None)
+        assert only.ceiling == second
+
+    run(body)
+
+
+def test_a_dark_launch_lets_a_workflow_run_by_its_position(cfg: Config) -> None:
+    async def body(store: Store) -> None:
+        unset = await controls.dark_launch(store, "wf-1")
+        assert unset.setting is None and unset.in_window is None and unset.runs
+        none = await controls.set_dark_launch(store, "wf-1", percentage=0, enabled=True,
+                                              by="op", wake=ignore)
+        assert none.in_window is False and not none.runs
+        off = await controls.set_dark_launch(store, "wf-1", percentage=None, enabled=False,
+                                             by="op", wake=ignore)
+        assert off.setting is not None and off.setting.percentage == 0 and off.runs
+        with pytest.raises(InvalidRequest, match="--percentage must be 0 … 100, not 101"):
+            await controls.set_dark_launch(store, "wf-1", percentage=101, enabled=True,
+                                           by="op", wake=ignore)
+        assert [s.workflow for s in await controls.dark_launches(store)] == ["wf-1"]
+
+    run(body)

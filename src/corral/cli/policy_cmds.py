@@ -1,6 +1,7 @@
 """Budgets, dark launches and the pre-run policy from the command line: `corral budget
 set|status`, `corral dark-launch enable|disable|status`, `corral policy check|log|stats`.
 
+The work is the services' (services/controls.py, services/policy.py, services/queries.py).
 `policy check` runs the pure pre-run decision (policy/prerun.py) for a would-be job against the
 store's current kill switches, pauses, budgets, the tenant's parallel limit and active runs, the
 dark launch and the roles that require approval, and writes nothing. Its exit
@@ -13,44 +14,26 @@ import datetime as dt
 import getpass
 import json
 from collections.abc import Sequence
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
-from corral.domain import bounds
-from corral.domain.errors import CorralError, InvalidRequest
-from corral.domain.governance import BudgetCeiling, DarkLaunch, Period, PrerunVerdict, ScopeKind
-from corral.policy import prerun
+from corral.domain.errors import CorralError
+from corral.domain.governance import BudgetCeiling, PrerunVerdict
 from corral.runtime.control import operator_only
 from corral.services import controls, queries
 from corral.services import policy as policy_desk
-from corral.services.controls import BudgetLine
+from corral.services.controls import BudgetLine, LaunchStanding
 
 from .edge import config_or_fail as config_of
 from .edge import emit, fail, waker, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, evaluation_json, new_table, ts
 
-E = TypeVar("E", bound=StrEnum)
-
 # `policy check`'s exit status per verdict (docs/reference/cli.md; 2 stays "bad input").
 CHECK_EXIT = {PrerunVerdict.ALLOW: 0, PrerunVerdict.DENY: 1,
               PrerunVerdict.REQUIRE_APPROVAL: 8, PrerunVerdict.PAUSE: 9}
-BUDGET_SCOPES = (ScopeKind.TENANT, ScopeKind.ROLE)
-
-
-def _choice(enum: type[E], value: str, option: str,
-            allowed: Sequence[E] | None = None) -> E:
-    """`value` as a member of `enum` (of `allowed`, if given); one line of error otherwise."""
-    members = list(allowed) if allowed is not None else list(enum)
-    for m in members:
-        if m.value == value:
-            return m
-    names = [m.value for m in members]
-    said = " or ".join(names) if len(names) < 3 else "one of " + ", ".join(names)
-    raise InvalidRequest(f"{option} must be {said}, not {value!r}")
 
 
 def _local(t: float) -> str:
@@ -105,11 +88,8 @@ def _register_budget_set(budget: typer.Typer) -> None:
     ) -> None:
         """Set a ceiling (the latest per scope and target wins; earlier ones stay on record)."""
         try:
-            ceiling = BudgetCeiling(
-                scope=_choice(ScopeKind, scope, "--scope", BUDGET_SCOPES),
-                target=_nonempty(target, "--target"),
-                period=_choice(Period, period, "--period"),
-                ceiling_usd=_usd(ceiling_usd))
+            ceiling = controls.budget_ceiling(scope=scope, target=target, period=period,
+                                              ceiling_usd=ceiling_usd)
         except CorralError as err:
             fail(err)
         cfg = config_of(data_dir, config)
@@ -127,16 +107,6 @@ def _register_budget_set(budget: typer.Typer) -> None:
                    f"${row['spent_usd']:.2f} spent, ${row['headroom_usd']:.2f} left this period")
 
 
-def _nonempty(value: str, option: str) -> str:
-    if not value.strip():
-        raise InvalidRequest(f"{option} is empty")
-    return value
-
-
-def _usd(value: float) -> float:
-    return bounds.usd("--ceiling-usd", value)
-
-
 def _register_budget_status(budget: typer.Typer) -> None:
     @budget.command("status")
     def budget_status(
@@ -148,7 +118,7 @@ def _register_budget_status(budget: typer.Typer) -> None:
     ) -> None:
         """Each ceiling in force: its period's start, spent, reserved and headroom."""
         try:
-            kind = _choice(ScopeKind, scope, "--scope", BUDGET_SCOPES) if scope else None
+            kind = controls.budget_scope(scope) if scope else None
         except CorralError as err:
             fail(err)
         cfg = config_of(data_dir, config)
@@ -178,15 +148,13 @@ def _print_budgets(rows: list[dict[str, Any]]) -> None:
 # ---- dark launches ----------------------------------------------------------------------------
 
 
-def _launch_json(workflow: str, launch: DarkLaunch | None) -> dict[str, Any]:
+def _launch_json(s: LaunchStanding) -> dict[str, Any]:
     """The setting (if any) with the workflow's md5 position: does step 5 let it run?"""
-    position = prerun.dark_launch_position(workflow)
-    in_window = None if launch is None else position < launch.percentage
-    return {"workflow": workflow, "set": launch is not None,
+    launch = s.setting
+    return {"workflow": s.workflow, "set": launch is not None,
             "enabled": bool(launch and launch.enabled),
-            "percentage": launch.percentage if launch else None, "position": position,
-            "in_window": in_window,
-            "runs": launch is None or not launch.enabled or bool(in_window)}
+            "percentage": launch.percentage if launch else None, "position": s.position,
+            "in_window": s.in_window, "runs": s.runs}
 
 
 def _launch_line(d: dict[str, Any]) -> str:
@@ -212,8 +180,10 @@ def _register_dark_launch_set(launch: typer.Typer) -> None:
         as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
     ) -> None:
         """Dark-launch a workflow: it runs only if its md5 position < PERCENTAGE."""
-        if not 0 <= percentage <= 100:
-            fail(InvalidRequest(f"--percentage must be 0 … 100, not {percentage}"))
+        try:
+            controls.check_percentage(percentage)
+        except CorralError as err:
+            fail(err)
         _set_launch(data_dir, config, workflow, as_json, percentage=percentage, enabled=True)
 
     @launch.command("disable")
@@ -234,10 +204,10 @@ def _set_launch(data_dir: Path | None, config: Path | None, workflow: str, as_js
     except CorralError as err:
         fail(err)
     operator_only(cfg.data_dir, "dark-launch enable" if enabled else "dark-launch disable")
-    setting = with_store(cfg, lambda st: controls.set_dark_launch(
+    standing = with_store(cfg, lambda st: controls.set_dark_launch(
         st, workflow, percentage=percentage, enabled=enabled, by=getpass.getuser(),
         wake=waker(cfg)))
-    data = _launch_json(workflow, setting)
+    data = _launch_json(standing)
     if as_json:
         emit(data)
     else:
@@ -256,13 +226,13 @@ def _register_dark_launch_status(launch: typer.Typer) -> None:
         cfg = config_of(data_dir, config)
         if workflow is not None:
             wf: str = workflow
-            data = _launch_json(wf, with_store(cfg, lambda st: controls.dark_launch(st, wf)))
+            data = _launch_json(with_store(cfg, lambda st: controls.dark_launch(st, wf)))
             if as_json:
                 emit(data)
             else:
                 typer.echo(_launch_line(data))
             return
-        rows = [_launch_json(d.workflow, d) for d in with_store(cfg, controls.dark_launches)]
+        rows = [_launch_json(d) for d in with_store(cfg, controls.dark_launches)]
         if as_json:
             emit(rows)
             return

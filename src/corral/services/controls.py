@@ -7,8 +7,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
 
 from corral.core.ports import Store
+from corral.domain import bounds
 from corral.domain.errors import InvalidRequest, NotFound
 from corral.domain.governance import (
     BudgetCeiling,
@@ -23,6 +26,19 @@ from corral.policy import prerun
 from corral.services import Wake
 
 Clock = Callable[[], float]
+E = TypeVar("E", bound=StrEnum)
+BUDGET_SCOPES = (ScopeKind.TENANT, ScopeKind.ROLE)  # what a budget ceiling may apply to
+
+
+def choice(enum: type[E], value: str, option: str, allowed: Sequence[E] | None = None) -> E:
+    """`value` as a member of `enum` (of `allowed`, if given); one line of error otherwise."""
+    members = list(allowed) if allowed is not None else list(enum)
+    for m in members:
+        if m.value == value:
+            return m
+    names = [m.value for m in members]
+    said = " or ".join(names) if len(names) < 3 else "one of " + ", ".join(names)
+    raise InvalidRequest(f"{option} must be {said}, not {value!r}")
 
 
 def scope_text(scope: ScopeKind, target: str | None) -> str:
@@ -133,6 +149,25 @@ class BudgetLine:
         return self.ceiling.ceiling_usd - self.spent_usd - self.reserved_usd
 
 
+def budget_ceiling(*, scope: str, target: str, period: str,
+                   ceiling_usd: float) -> BudgetCeiling:
+    """A checked ceiling: a tenant or role scope, a target, a known period, USD within bounds."""
+    return BudgetCeiling(scope=budget_scope(scope), target=_nonempty(target, "--target"),
+                         period=choice(Period, period, "--period"),
+                         ceiling_usd=bounds.usd("--ceiling-usd", ceiling_usd))
+
+
+def _nonempty(value: str, option: str) -> str:
+    if not value.strip():
+        raise InvalidRequest(f"{option} is empty")
+    return value
+
+
+def budget_scope(scope: str) -> ScopeKind:
+    """A scope a budget ceiling may apply to (tenant or role)."""
+    return choice(ScopeKind, scope, "--scope", BUDGET_SCOPES)
+
+
 async def budget_lines(store: Store, ceilings: Sequence[BudgetCeiling],
                        now: float) -> list[BudgetLine]:
     """Per ceiling: its period's start (and reset), spent and reserved now."""
@@ -168,6 +203,34 @@ async def budgets(store: Store, *, scope: ScopeKind | None, target: str | None,
 # ---- dark launches ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class LaunchStanding:
+    """A workflow's dark launch setting (None: it has none) and its md5 position: whether the
+    pre-run policy's step 5 lets its runs through (policy/prerun.py)."""
+
+    workflow: str
+    setting: DarkLaunch | None
+
+    @property
+    def position(self) -> int:
+        return prerun.dark_launch_position(self.workflow)
+
+    @property
+    def in_window(self) -> bool | None:
+        """Whether the position is below the percentage (None: no setting)."""
+        return None if self.setting is None else self.position < self.setting.percentage
+
+    @property
+    def runs(self) -> bool:
+        return self.setting is None or not self.setting.enabled or bool(self.in_window)
+
+
+def check_percentage(percentage: int) -> None:
+    """InvalidRequest for a dark launch percentage outside 0 … 100."""
+    if not 0 <= percentage <= 100:
+        raise InvalidRequest(f"--percentage must be 0 … 100, not {percentage}")
+
+
 def check_workflow(workflow: str) -> None:
     """InvalidRequest for an empty workflow id (an edge may check it before anything else)."""
     if not workflow.strip():
@@ -176,10 +239,12 @@ def check_workflow(workflow: str) -> None:
 
 async def set_dark_launch(store: Store, workflow: str, *, percentage: int | None,
                           enabled: bool, by: str, wake: Wake,
-                          clock: Clock = time.time) -> DarkLaunch:
+                          clock: Clock = time.time) -> LaunchStanding:
     """Enable a workflow's dark launch at `percentage`, or disable it (`percentage` None keeps
     the current one; NotFound when there is none to disable)."""
     check_workflow(workflow)
+    if percentage is not None:
+        check_percentage(percentage)
     current = await store.dark_launch(workflow)
     if percentage is None and current is None:
         raise NotFound(f"workflow {workflow!r} has no dark launch to disable")
@@ -187,15 +252,15 @@ async def set_dark_launch(store: Store, workflow: str, *, percentage: int | None
     setting = DarkLaunch(workflow=workflow, percentage=pct, enabled=enabled)
     await store.set_dark_launch(setting, at=clock(), by=by)
     wake("wake")
-    return setting
+    return LaunchStanding(workflow, setting)
 
 
-async def dark_launch(store: Store, workflow: str) -> DarkLaunch | None:
-    """A workflow's latest dark launch setting (None: it has none)."""
-    return await store.dark_launch(workflow)
+async def dark_launch(store: Store, workflow: str) -> LaunchStanding:
+    """A workflow's standing: its latest dark launch setting, if any, and its position."""
+    return LaunchStanding(workflow, await store.dark_launch(workflow))
 
 
-async def dark_launches(store: Store) -> list[DarkLaunch]:
-    """The latest dark launch setting of every workflow that has one."""
-    return await store.dark_launches()
+async def dark_launches(store: Store) -> list[LaunchStanding]:
+    """The standing of every workflow that has a dark launch setting."""
+    return [LaunchStanding(d.workflow, d) for d in await store.dark_launches()]
 
