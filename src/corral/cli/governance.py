@@ -12,7 +12,6 @@ from typing import Annotated
 
 import typer
 
-from corral.domain import bounds
 from corral.domain.governance import ApprovalState, Incident, ScopeKind
 from corral.runtime.control import operator_only
 from corral.services import approvals as approval_desk
@@ -207,9 +206,7 @@ def _register_switches(app: typer.Typer) -> None:
                 as_json: JsonOpt = False, data_dir: DataDir = None,
                 config: ConfigOpt = None) -> None:
         """Activate a kill switch."""
-        if expires_in is not None:  # a one-line error (exit 2) from main()
-            bounds.number("--expires-in", expires_in, low=0, high=bounds.MAX_EXPIRES_S,
-                          low_open=True, unit="seconds")
+        controls.check_expiry(expires_in)  # a one-line error (exit 2) from main()
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "kill-switch on")
         switch = with_store(cfg, lambda st: controls.kill_switch_on(

@@ -65,11 +65,20 @@ async def target_of(store: Store, scope: ScopeKind, target: str | None) -> str |
 # ---- kill switches ----------------------------------------------------------------------------
 
 
+def check_expiry(expires_in: float | None) -> None:
+    """A kill switch's lifetime, when given, is positive seconds within bounds (domain/bounds.py;
+    an edge may check it before anything else)."""
+    if expires_in is not None:
+        bounds.number("--expires-in", expires_in, low=0, high=bounds.MAX_EXPIRES_S,
+                      low_open=True, unit="seconds")
+
+
 async def kill_switch_on(store: Store, *, scope: ScopeKind, target: str | None, reason: str,
                          expires_in: float | None, by: str, wake: Wake,
                          clock: Clock = time.time) -> KillSwitch:
     """Deny new runs in a scope and stop the running ones; lifts by itself after `expires_in`
     seconds when given."""
+    check_expiry(expires_in)
     now = clock()
     switch = await store.activate_kill_switch(KillSwitch(
         id=new_id(), scope=scope, target=await target_of(store, scope, target), reason=reason,
