@@ -24,7 +24,7 @@ from corral.services.submissions import (
     submit,
 )
 from corral.store.memory import MemoryStore
-from tests.contract.test_store_contract import NOW, claim, ending
+from tests.contract.test_store_contract import NOW, claim, ending, opened
 
 CONFIG = """\
 default_role: small
@@ -41,13 +41,11 @@ def cfg(tmp_path: Path) -> Config:
 
 
 def run(body: Callable[[Store], Awaitable[None]]) -> None:
+    """`await body(store)` on an opened in-memory store."""
+
     async def main() -> None:
-        store = MemoryStore()
-        await store.open()
-        try:
+        async with opened(MemoryStore()) as (store,):
             await body(store)
-        finally:
-            await store.close()
 
     anyio.run(main)
 
