@@ -41,9 +41,10 @@ from corral.config import Config, load
 from corral.core.ports import JobQuery, Store
 from corral.domain.models import Job, JobSpec
 from corral.domain.states import JobState
-from corral.runtime.assembly import build_store, submissions
+from corral.runtime.assembly import build_store
 from corral.runtime.control import poke
 from corral.runtime.engine import Engine
+from corral.services.submissions import submissions
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_OUT = BENCH_DIR / "results" / "latest.json"

@@ -47,7 +47,8 @@ _SUBMIT = """
 import sys, anyio
 from corral.config import load
 from corral.domain.models import JobSpec
-from corral.runtime.assembly import build_store, submissions
+from corral.runtime.assembly import build_store
+from corral.services.submissions import submissions
 
 async def main():
     log, workspace, control = sys.argv[1], sys.argv[2], sys.argv[3]

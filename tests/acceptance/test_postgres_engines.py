@@ -74,7 +74,8 @@ _SUBMIT_500 = """
 import sys, anyio
 from corral.config import load
 from corral.domain.models import JobSpec
-from corral.runtime.assembly import build_store, submissions
+from corral.runtime.assembly import build_store
+from corral.services.submissions import submissions
 
 async def main():
     cfg = load()

@@ -22,7 +22,7 @@ from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobSpec, 
 from corral.domain.settings import EnvSpec, RetryPolicy, RoleSpec, SchedulerSpec, Settings
 from corral.domain.states import AttemptState, JobState, Outcome
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
-from corral.scheduler.service import Submissions
+from corral.services.submissions import Submissions
 from corral.store.memory import MemoryStore
 
 Script = Callable[[Job, int], AttemptResult]

@@ -18,7 +18,7 @@ from corral.policy.guardrails import load_rules
 from corral.policy.redact import MARK
 from corral.policy.secrets import Parts, conceal, reveal, secret_values
 from corral.runtime.gate import PrerunGate
-from corral.scheduler.service import Submissions
+from corral.services.submissions import Submissions
 from corral.store.memory import MemoryStore
 from corral.workers.sealing import Keeper, reveal_job, revealer
 

@@ -1,4 +1,4 @@
-"""Submissions against a role's retry budget and parentage (scheduler/service.py)."""
+"""Submissions against a role's retry budget and parentage (services/submissions.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from corral.core.ports import JobQuery
 from corral.domain.errors import Conflict, InvalidRequest
 from corral.domain.models import JobOptions, JobSpec, Limits
 from corral.domain.settings import EnvSpec, RetryBudget, RoleSpec, Settings
-from corral.scheduler.service import Submissions
+from corral.services.submissions import Submissions
 from corral.store.memory import MemoryStore
 
 SETTINGS = Settings(

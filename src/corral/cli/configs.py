@@ -1,27 +1,20 @@
 """`corral config show`: the configuration the engine runs, as it recorded it when it started
-(runtime/published.py), and whether the local file is the same."""
+(services/configs.py), and whether the local file is the same."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import typer
 
-from corral.config import Config
-from corral.core.ports import EngineConfig, Store
-from corral.runtime.published import fingerprint, redacted
+from corral.services.configs import config_view
 
+from .edge import config_or_fail, emit, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import ts
 
-ConfigOf = Callable[[Path | None, Path | None], Config]
-WithStore = Callable[[Config, Callable[[Store], Awaitable[Any]]], Any]
-Emit = Callable[[Any], None]
 
-
-def register(app: typer.Typer, config_of: ConfigOf, with_store: WithStore, emit: Emit) -> None:
+def register(app: typer.Typer) -> None:
     """Add `corral config show` to the `corral` app."""
     group = typer.Typer(no_args_is_help=True, help="The configuration the engine runs.")
     app.add_typer(group, name="config")
@@ -32,23 +25,20 @@ def register(app: typer.Typer, config_of: ConfigOf, with_store: WithStore, emit:
         """Print the configuration the engine serving this store started with (secrets
         redacted), or the local one when no engine has recorded its own; says whether the
         local file is the same."""
-        local = config_of(data_dir, config)
-        active: EngineConfig | None = with_store(local, lambda st: st.active_config())
-        mine_text = redacted(local.text)
-        mine = fingerprint(mine_text)
-        text = active.text if active else mine_text
+        local = config_or_fail(data_dir, config)
+        view = with_store(local, lambda st: config_view(st, local))
+        active = view.active
         info = {"active": active is not None, "engine": active.engine_id if active else None,
                 "since": ts(active.at) if active else None,
-                "source": (active.source if active else
-                           str(local.source) if local.source else None),
-                "hash": active.hash if active else mine, "text": text,
-                "local": {"source": str(local.source) if local.source else None, "hash": mine,
-                          "same": active is None or active.hash == mine}}
+                "source": active.source if active else view.local_source,
+                "hash": active.hash if active else view.local_hash, "text": view.text,
+                "local": {"source": view.local_source, "hash": view.local_hash,
+                          "same": view.same}}
         if as_json:
             emit(info)
             return
         typer.echo(_header(info), nl=False)
-        typer.echo(text, nl=not text.endswith("\n"))
+        typer.echo(view.text, nl=not view.text.endswith("\n"))
 
 
 def _header(info: dict[str, Any]) -> str:

@@ -23,9 +23,9 @@ from corral.domain.governance import KillSwitch, ScopeKind
 from corral.domain.ids import new_id
 from corral.domain.models import Job, JobSpec, Limits
 from corral.domain.states import JobState
-from corral.runtime.assembly import build_store, submissions
+from corral.runtime.assembly import build_store
 from corral.runtime.control import poke
-from corral.scheduler.service import Submissions
+from corral.services.submissions import Submissions, submissions
 
 from .views import styled
 

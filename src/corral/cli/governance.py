@@ -1,71 +1,51 @@
-"""Governance records from the store: `corral report`, `corral incidents`, `corral runs`,
-`corral audit verify`."""
+"""Governance from the command line: `corral report`, `incidents`, `runs`, `audit verify`,
+`kill-switch on|off|status`, `pause`, `resume`, `approvals list|approve|deny`. The records and
+controls are the services' (services/queries.py, services/controls.py,
+services/approvals.py); these commands parse, call one and render."""
 
 from __future__ import annotations
 
 import dataclasses
 import getpass
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
-from corral.config import Config
-from corral.core.ports import Store, UnifiedRun
-from corral.domain import bounds
-from corral.domain.errors import InvalidRequest
-from corral.domain.governance import (
-    Approval,
-    ApprovalState,
-    Incident,
-    KillSwitch,
-    Pause,
-    ScopeKind,
-)
-from corral.domain.ids import new_id, resolve
-from corral.runtime.assembly import submissions
-from corral.runtime.audit import verify as verify_audit
-from corral.runtime.control import operator_only, poke
-from corral.runtime.published import active_config
+from corral.domain.governance import ApprovalState, Incident, ScopeKind
+from corral.runtime.control import operator_only
+from corral.services import approvals as approval_desk
+from corral.services import audit as audit_desk
+from corral.services import controls, queries
+from corral.services.controls import scope_of
 
+from .edge import config_or_fail as config_of
+from .edge import emit, waker, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, id_column, new_table, record_json, short_time, ts
 
-T = TypeVar("T")
-ConfigOf = Callable[[Path | None, Path | None], Config]
-WithStore = Callable[[Config, Callable[[Store], Awaitable[Any]]], Any]
-Emit = Callable[[Any], None]
+
+def register(app: typer.Typer) -> None:
+    """Add the governance commands to the `corral` app."""
+    _register_report(app)
+    _register_lists(app)
+    _register_audit(app)
+    _register_switches(app)
+    _register_pause(app)
+    _register_approvals(app)
 
 
-def register(app: typer.Typer, config_of: ConfigOf, with_store: WithStore, emit: Emit) -> None:
-    """Add the governance record commands to the `corral` app."""
-    _register_report(app, config_of, with_store, emit)
-    _register_lists(app, config_of, with_store, emit)
-    _register_audit(app, config_of, with_store, emit)
-    _register_switches(app, config_of, with_store, emit)
-    _register_pause(app, config_of, with_store, emit)
-    _register_approvals(app, config_of, with_store, emit)
-
-
-def _register_report(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                     emit: Emit) -> None:
+def _register_report(app: typer.Typer) -> None:
     @app.command()
     def report(job: Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")],
                as_json: JsonOpt = False, data_dir: DataDir = None,
                config: ConfigOpt = None) -> None:
         """A job's run report: written once when the job ended, never changed."""
         cfg = config_of(data_dir, config)
-
-        async def fetch(st: Store) -> tuple[Any, Any, Any]:
-            j = await st.get_job(job)
-            return j, await st.report(j.id), await st.incidents(j.id)
-
-        j, r, incidents = with_store(cfg, fetch)
+        view = with_store(cfg, lambda st: queries.report(st, job))
+        j, r, incidents = view.job, view.report, view.incidents
         if r is None:
-            why = ("it is still " + j.state.value if not j.state.terminal
-                   else "it is written within a second of the end")
+            why = view.missing_because()
             if as_json:
                 emit({"job": j.id, "report": None, "reason": why})
                 return
@@ -87,8 +67,7 @@ def _register_report(app: typer.Typer, config_of: ConfigOf, with_store: WithStor
         _print_incidents(incidents)
 
 
-def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                    emit: Emit) -> None:
+def _register_lists(app: typer.Typer) -> None:
     @app.command()
     def incidents(job: Annotated[str | None, typer.Argument(
                       help="Only this job's (id, or a unique prefix or suffix).")] = None,
@@ -99,17 +78,12 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
                   config: ConfigOpt = None) -> None:
         """Incidents attached to run reports (append-only; a resolution is a new record)."""
         cfg = config_of(data_dir, config)
-
-        async def fetch(st: Store) -> tuple[list[Incident], dict[str, str]]:
-            job_id = (await st.get_job(job)).id if job else None
-            found = await st.incidents(job_id, open_only=open_only, limit=limit)
-            return found, await st.short_ids([i.job_id for i in found]) if not as_json else {}
-
-        found, short = with_store(cfg, fetch)
+        found = with_store(cfg, lambda st: queries.incidents(
+            st, job=job, open_only=open_only, limit=limit, short=not as_json))
         if as_json:
-            emit([record_json(i) for i in found])
+            emit([record_json(i) for i in found.incidents])
             return
-        _print_incidents(found, empty="no incidents", short=short)
+        _print_incidents(found.incidents, empty="no incidents", short=found.short)
 
     @app.command()
     def runs(state: Annotated[str | None, typer.Option("--state", help="Only this job state.")]
@@ -119,16 +93,12 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         """The unified read model (`v_run_unified`): jobs with their report, incident counts
         and latest policy verdict, newest first."""
         cfg = config_of(data_dir, config)
+        found = with_store(cfg, lambda st: queries.runs(st, limit=limit, state=state,
+                                                        short=not as_json))
         if as_json:
-            emit([dataclasses.asdict(r)
-                  for r in with_store(cfg, lambda st: st.run_unified(limit, state=state))])
+            emit([dataclasses.asdict(r) for r in found.runs])
             return
-
-        async def fetch(st: Store) -> tuple[list[UnifiedRun], dict[str, str]]:
-            found = await st.run_unified(limit, state=state)
-            return found, await st.short_ids([r.job_id for r in found])
-
-        rows, short = with_store(cfg, fetch)
+        rows, short = found.runs, found.short
         table = new_table()
         id_column(table, "job", list(short.values()))
         for col in ("state", "role", "outcome", "cost", "incidents", "last verdict"):
@@ -141,8 +111,7 @@ def _register_lists(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         console.print(table)
 
 
-def _register_audit(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                    emit: Emit) -> None:
+def _register_audit(app: typer.Typer) -> None:
     audit = typer.Typer(no_args_is_help=True, help="The append-only records, hash-chained under a"
                         " key kept outside the database, and their signed checkpoints.")
     app.add_typer(audit, name="audit")
@@ -155,7 +124,7 @@ def _register_audit(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         directory, and that every append-only trigger is in place; exit 1 and say exactly what
         was changed or removed."""
         cfg = config_of(data_dir, config)
-        result = with_store(cfg, lambda st: verify_audit(st, cfg))
+        result = with_store(cfg, lambda st: audit_desk.verify(st, cfg))
         if as_json:
             emit(dataclasses.asdict(result))
         elif result.ok:
@@ -174,17 +143,17 @@ def _register_audit(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         if not result.ok:
             raise typer.Exit(1)
 
-    _register_restore(audit, config_of, with_store)
+    _register_restore(audit)
 
 
-def _register_restore(audit: typer.Typer, config_of: ConfigOf, with_store: WithStore) -> None:
+def _register_restore(audit: typer.Typer) -> None:
     @audit.command("restore-triggers")
     def restore_triggers(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
         """Put back the append-only triggers that are missing or disabled (an engine refuses to
         serve without them). History changed meanwhile stays visible to `corral audit
         verify`."""
         cfg = config_of(data_dir, config)
-        restored = with_store(cfg, lambda st: st.restore_triggers())
+        restored = with_store(cfg, audit_desk.restore_triggers)
         typer.echo(f"restored {len(restored)} trigger(s): {', '.join(restored)}" if restored
                    else "every append-only trigger is in place")
 
@@ -224,18 +193,7 @@ TargetOpt = Annotated[str | None, typer.Option(
                      "--scope global.")]
 
 
-async def _target(st: Store, scope: ScopeKind, target: str | None) -> str | None:
-    if scope is ScopeKind.GLOBAL:
-        if target:
-            raise InvalidRequest("--scope global takes no --target")
-        return None
-    if not target:
-        raise InvalidRequest(f"--scope {scope.value} needs --target")
-    return (await st.get_job(target)).id if scope is ScopeKind.JOB else target
-
-
-def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                       emit: Emit) -> None:
+def _register_switches(app: typer.Typer) -> None:
     ks = typer.Typer(no_args_is_help=True, help="Deny new runs in a scope and stop the running "
                      "ones (KILLED) within a second.")
     app.add_typer(ks, name="kill-switch")
@@ -248,25 +206,16 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
                 as_json: JsonOpt = False, data_dir: DataDir = None,
                 config: ConfigOpt = None) -> None:
         """Activate a kill switch."""
-        if expires_in is not None:  # a one-line error (exit 2) from main()
-            bounds.number("--expires-in", expires_in, low=0, high=bounds.MAX_EXPIRES_S,
-                          low_open=True, unit="seconds")
+        controls.check_expiry(expires_in)  # a one-line error (exit 2) from main()
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "kill-switch on")
-        now = time.time()
-
-        async def run(st: Store) -> KillSwitch:
-            return await st.activate_kill_switch(KillSwitch(
-                id=new_id(), scope=scope, target=await _target(st, scope, target),
-                reason=reason, created_at=now, created_by=getpass.getuser(),
-                expires_at=now + expires_in if expires_in else None))
-
-        switch = with_store(cfg, run)
-        poke(cfg.data_dir, "wake")
+        switch = with_store(cfg, lambda st: controls.kill_switch_on(
+            st, scope=scope, target=target, reason=reason, expires_in=expires_in,
+            by=getpass.getuser(), wake=waker(cfg)))
         if as_json:
             emit(record_json(switch))
         else:
-            typer.echo(f"kill switch {switch.id} on ({_scope(switch)}): new runs are denied, "
+            typer.echo(f"kill switch {switch.id} on ({scope_of(switch)}): new runs are denied, "
                        "running ones stopped")
 
     @ks.command("off")
@@ -279,27 +228,9 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
         """Lift kill switches (recorded as a new event; the activation stays on record)."""
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "kill-switch off")
-        now = time.time()
-
-        async def run(st: Store) -> list[KillSwitch]:
-            active = await st.kill_switches(active_at=now)
-            if switch_id:  # the id, or a unique prefix or suffix of it
-                chosen_id = resolve(switch_id, [s.id for s in active], "active kill switch")
-                chosen = [s for s in active if s.id == chosen_id]
-            else:
-                tgt = await _target(st, scope, target)
-                chosen = [s for s in active if s.scope is scope and s.target == tgt]
-                if not chosen and active:  # say which exist rather than "lifted 0"
-                    raise InvalidRequest(
-                        f"no active kill switch in scope {_scope_of(scope, tgt)}; active: "
-                        + ", ".join(f"{s.id} ({_scope(s)})" for s in active)
-                        + " — lift one by id (`corral kill-switch off ID`) or give its "
-                          "--scope and --target")
-            return [await st.lift_kill_switch(s.id, at=now, by=getpass.getuser())
-                    for s in chosen]
-
-        lifted = with_store(cfg, run)
-        poke(cfg.data_dir, "wake")
+        lifted = with_store(cfg, lambda st: controls.kill_switch_off(
+            st, switch_id=switch_id, scope=scope, target=target, by=getpass.getuser(),
+            wake=waker(cfg)))
         if as_json:
             emit([record_json(s) for s in lifted])
             return
@@ -307,19 +238,18 @@ def _register_switches(app: typer.Typer, config_of: ConfigOf, with_store: WithSt
             typer.echo("no active kill switch: nothing to lift")
             return
         typer.echo(f"lifted {len(lifted)} kill switch(es)"
-                   + "".join(f"\n  {s.id} ({_scope(s)})" for s in lifted))
+                   + "".join(f"\n  {s.id} ({scope_of(s)})" for s in lifted))
 
-    _register_switch_status(ks, config_of, with_store, emit)
+    _register_switch_status(ks)
 
 
-def _register_switch_status(ks: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                            emit: Emit) -> None:
+def _register_switch_status(ks: typer.Typer) -> None:
     @ks.command("status")
     def kill_status(as_json: JsonOpt = False, data_dir: DataDir = None,
                     config: ConfigOpt = None) -> None:
         """Active kill switches."""
         cfg = config_of(data_dir, config)
-        active = with_store(cfg, lambda st: st.kill_switches(active_at=time.time()))
+        active = with_store(cfg, controls.kill_switches)
         if as_json:
             emit([record_json(s) for s in active])
             return
@@ -327,12 +257,11 @@ def _register_switch_status(ks: typer.Typer, config_of: ConfigOf, with_store: Wi
             typer.echo("no active kill switch")
         for s in active:
             until = f", until {ts(s.expires_at)}" if s.expires_at else ""
-            typer.echo(f"{s.id}  {_scope(s)}  since {ts(s.created_at)}{until}  by "
+            typer.echo(f"{s.id}  {scope_of(s)}  since {ts(s.created_at)}{until}  by "
                        f"{s.created_by}: {s.reason}")
 
 
-def _register_pause(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                    emit: Emit) -> None:
+def _register_pause(app: typer.Typer) -> None:
     @app.command()
     def pause(reason: Annotated[str, typer.Option("--reason", help="Recorded with it.")],
               scope: ScopeOpt = ScopeKind.GLOBAL, target: TargetOpt = None,
@@ -341,18 +270,13 @@ def _register_pause(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         """Stop dispatching new runs in a scope; running attempts finish."""
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "pause")
-
-        async def run(st: Store) -> Pause:
-            return await st.activate_pause(Pause(
-                id=new_id(), scope=scope, target=await _target(st, scope, target),
-                reason=reason, created_at=time.time(), created_by=getpass.getuser()))
-
-        p = with_store(cfg, run)
-        poke(cfg.data_dir, "wake")
+        p = with_store(cfg, lambda st: controls.pause(st, scope=scope, target=target,
+                                                      reason=reason, by=getpass.getuser(),
+                                                      wake=waker(cfg)))
         if as_json:
             emit(record_json(p))
             return
-        typer.echo(f"paused ({_scope(p)}): {p.id}; queued jobs wait, running ones finish")
+        typer.echo(f"paused ({scope_of(p)}): {p.id}; queued jobs wait, running ones finish")
 
     @app.command()
     def resume(scope: ScopeOpt = ScopeKind.GLOBAL, target: TargetOpt = None,
@@ -361,31 +285,16 @@ def _register_pause(app: typer.Typer, config_of: ConfigOf, with_store: WithStore
         """Lift the pauses of a scope."""
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "resume")
-
-        async def run(st: Store) -> list[Pause]:
-            tgt = await _target(st, scope, target)
-            return [await st.lift_pause(p.id, at=time.time(), by=getpass.getuser())
-                    for p in await st.pauses(active_only=True)
-                    if p.scope is scope and p.target == tgt]
-
-        lifted = with_store(cfg, run)
-        poke(cfg.data_dir, "wake")
+        lifted = with_store(cfg, lambda st: controls.resume(st, scope=scope, target=target,
+                                                            by=getpass.getuser(),
+                                                            wake=waker(cfg)))
         if as_json:
             emit([record_json(p) for p in lifted])
             return
         typer.echo(f"resumed: {len(lifted)} pause(s) lifted")
 
 
-def _scope(s: KillSwitch | Pause) -> str:
-    return _scope_of(s.scope, s.target)
-
-
-def _scope_of(scope: ScopeKind, target: str | None) -> str:
-    return scope.value if target is None else f"{scope.value} {target}"
-
-
-def _register_approvals(app: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                        emit: Emit) -> None:
+def _register_approvals(app: typer.Typer) -> None:
     approvals = typer.Typer(no_args_is_help=True, help="Actions waiting for a human: a job, or "
                             "one exact tool call a guardrail sent for approval.")
     app.add_typer(approvals, name="approvals")
@@ -399,16 +308,8 @@ def _register_approvals(app: typer.Typer, config_of: ConfigOf, with_store: WithS
                        config: ConfigOpt = None) -> None:
         """Approvals, oldest first."""
         cfg = config_of(data_dir, config)
-
-        async def fetch(st: Store) -> list[Approval]:
-            job_id = (await st.get_job(job)).id if job else None
-            try:
-                wanted = ApprovalState(state) if state else None
-            except ValueError:
-                raise InvalidRequest(f"unknown approval state {state!r}") from None
-            return await st.approvals(job_id=job_id, state=wanted)
-
-        found = with_store(cfg, fetch)
+        found = with_store(cfg, lambda st: approval_desk.list_approvals(st, state=state,
+                                                                         job=job))
         if as_json:
             emit([record_json(a) for a in found])
             return
@@ -423,14 +324,9 @@ def _register_approvals(app: typer.Typer, config_of: ConfigOf, with_store: WithS
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "approvals approve" if state is ApprovalState.APPROVED
                       else "approvals deny")
-
-        async def run(st: Store) -> Approval:
-            active, _ = await active_config(st, cfg)  # the engine's roles and scheduler
-            return await submissions(st, active).decide_approval(
-                approval_id, state is ApprovalState.APPROVED, by=getpass.getuser(), note=note)
-
-        a = with_store(cfg, run)
-        poke(cfg.data_dir, "wake")
+        a = with_store(cfg, lambda st: approval_desk.decide(
+            st, cfg, approval_id, approve=state is ApprovalState.APPROVED,
+            by=getpass.getuser(), wake=waker(cfg), note=note))
         if as_json:
             emit(record_json(a))
             return

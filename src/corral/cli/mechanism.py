@@ -1,5 +1,5 @@
 """`corral breakers`, `corral escalations`, `corral status`: the core's live mechanism state,
-asked of the running engine through its control socket."""
+asked of the running engine through its control socket (services/engine.py)."""
 
 from __future__ import annotations
 
@@ -12,28 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.domain.errors import CorralError, EngineNotRunning, NotPermitted
-from corral.runtime.control import poke
+from corral.services import engine
 
 from .options import DataDir, JsonOpt
 from .views import console, id_column, new_table
-
-
-def ask_engine(data_dir: Path, core_op: str, **fields: Any) -> dict[str, Any]:
-    """One request to the core of the engine serving `data_dir`: the engine's whole answer."""
-    answer = poke(data_dir, "core", timeout=10, core_op=core_op, **fields)
-    if answer is None:
-        raise EngineNotRunning(f"no engine is serving {data_dir}: start `corral serve` first")
-    if not answer.get("ok"):
-        if answer.get("refused"):  # an operator command from one of the engine's jobs
-            raise NotPermitted(str(answer.get("error")))
-        raise CorralError(str(answer.get("error")))
-    return answer
-
-
-def ask_core(data_dir: Path, core_op: str, **fields: Any) -> Any:
-    """One request to the core of the engine serving `data_dir`: its result."""
-    return ask_engine(data_dir, core_op, **fields).get("result")
 
 
 def cleared_text(escalation: str, core: dict[str, Any] | None) -> str:
@@ -106,8 +88,7 @@ def _say(as_json: bool, data: dict[str, Any], text: str) -> None:
 
 
 def _clear(data_dir: Path, escalation: str, as_json: bool) -> None:
-    answer = ask_engine(data_dir, "clear_escalation", escalation=escalation)
-    cleared, core = answer.get("result"), answer.get("core")
+    cleared, core = engine.clear_escalation(data_dir, escalation)
     data: dict[str, Any] = {"escalation": cleared, "cleared": True}
     if core is not None:  # a core crash loop: whether the core is back
         data["core"] = core
@@ -140,7 +121,7 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
         """Show every breaker's state and its recent transitions."""
         if ctx.invoked_subcommand is not None:
             return
-        snap = ask_core(resolve(data_dir), "snapshot")
+        snap = engine.snapshot(resolve(data_dir))
         if as_json:
             typer.echo(json.dumps(snap.get("breakers", []), indent=2))
         else:
@@ -151,13 +132,13 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
                            help="Breaker name: worker:KIND, provider:P, model:M, or a kind.")],
                        data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
         """Close a breaker by hand (recorded as an operator reset)."""
-        ask_core(resolve(data_dir), "reset_breaker", name=name)
+        engine.reset_breaker(resolve(data_dir), name)
         _say(as_json, {"breaker": name, "state": "CLOSED"}, f"breaker {name} reset to CLOSED")
 
     @escalations.command("list")
     def escalations_list(data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
         """Active escalations, with their scope and the action they took."""
-        items = ask_core(resolve(data_dir), "snapshot").get("escalations", [])
+        items = engine.snapshot(resolve(data_dir)).get("escalations", [])
         if as_json:
             typer.echo(json.dumps(items, indent=2))
         else:
@@ -172,7 +153,7 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     @app.command("status")
     def status(data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
         """The engine's live mechanism: permits, watchdog gauges and stage, budgets."""
-        snap = ask_core(resolve(data_dir), "snapshot")
+        snap = engine.snapshot(resolve(data_dir))
         if as_json:
             typer.echo(json.dumps(snap, indent=2))
             return

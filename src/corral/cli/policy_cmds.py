@@ -1,6 +1,7 @@
 """Budgets, dark launches and the pre-run policy from the command line: `corral budget
 set|status`, `corral dark-launch enable|disable|status`, `corral policy check|log|stats`.
 
+The work is the services' (services/controls.py, services/policy.py, services/queries.py).
 `policy check` runs the pure pre-run decision (policy/prerun.py) for a would-be job against the
 store's current kill switches, pauses, budgets, the tenant's parallel limit and active runs, the
 dark launch and the roles that require approval, and writes nothing. Its exit
@@ -12,79 +13,51 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import json
-import math
-import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from enum import StrEnum
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, get_args
+from typing import Annotated, Any
 
 import typer
 
-from corral.config import Config
-from corral.core.ports import Store
-from corral.domain import bounds
-from corral.domain.agents import PolicyEvaluation, Verdict
-from corral.domain.errors import CorralError, InvalidRequest, NotFound
-from corral.domain.governance import BudgetCeiling, DarkLaunch, Period, PrerunVerdict, ScopeKind
-from corral.domain.settings import Settings
-from corral.policy import prerun
-from corral.runtime.control import operator_only, poke
-from corral.runtime.published import active_config
+from corral.domain.errors import CorralError
+from corral.domain.governance import BudgetCeiling, PrerunVerdict
+from corral.runtime.control import operator_only
+from corral.services import controls, queries
+from corral.services import policy as policy_desk
+from corral.services.controls import BudgetLine, LaunchStanding
 
-from .exits import fail
+from .edge import config_or_fail as config_of
+from .edge import emit, fail, waker, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, evaluation_json, new_table, ts
-
-E = TypeVar("E", bound=StrEnum)
-ConfigOf = Callable[[Path | None, Path | None], Config]
-WithStore = Callable[[Config, Callable[[Store], Awaitable[Any]]], Any]
-Emit = Callable[[Any], None]
 
 # `policy check`'s exit status per verdict (docs/reference/cli.md; 2 stays "bad input").
 CHECK_EXIT = {PrerunVerdict.ALLOW: 0, PrerunVerdict.DENY: 1,
               PrerunVerdict.REQUIRE_APPROVAL: 8, PrerunVerdict.PAUSE: 9}
-BUDGET_SCOPES = (ScopeKind.TENANT, ScopeKind.ROLE)
-VERDICTS: tuple[str, ...] = get_args(Verdict)
-CHECK_JOB_ID = "(would-be job)"  # no job-scoped switch can match a job that does not exist
-STATS_CAP = 1_000_000  # evaluations `policy stats` (and `policy log --job`) read at most
-
-
-def _choice(enum: type[E], value: str, option: str,
-            allowed: Sequence[E] | None = None) -> E:
-    """`value` as a member of `enum` (of `allowed`, if given); one line of error otherwise."""
-    members = list(allowed) if allowed is not None else list(enum)
-    for m in members:
-        if m.value == value:
-            return m
-    names = [m.value for m in members]
-    said = " or ".join(names) if len(names) < 3 else "one of " + ", ".join(names)
-    raise InvalidRequest(f"{option} must be {said}, not {value!r}")
 
 
 def _local(t: float) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def register(app: typer.Typer, config_of: ConfigOf, with_store: WithStore, emit: Emit) -> None:
+def register(app: typer.Typer) -> None:
     """Add `budget`, `dark-launch` and `policy` to the `corral` app."""
     budget = typer.Typer(no_args_is_help=True, help="USD ceilings per tenant or role and "
                          "period, reserved before each attempt and committed at its cost.")
     app.add_typer(budget, name="budget")
-    _register_budget_set(budget, config_of, with_store, emit)
-    _register_budget_status(budget, config_of, with_store, emit)
+    _register_budget_set(budget)
+    _register_budget_status(budget)
     launch = typer.Typer(no_args_is_help=True, help="Let only a fixed fraction of workflows "
                          "run (md5 position < percentage, docs/reference/dark-launch.md).")
     app.add_typer(launch, name="dark-launch")
-    _register_dark_launch_set(launch, config_of, with_store, emit)
-    _register_dark_launch_status(launch, config_of, with_store, emit)
+    _register_dark_launch_set(launch)
+    _register_dark_launch_status(launch)
     policy = typer.Typer(no_args_is_help=True, help="The pre-run policy: try it on a would-be "
                          "job, and read the evaluations it (and the guardrails) recorded.")
     app.add_typer(policy, name="policy")
-    _register_policy_check(policy, config_of, with_store, emit)
-    _register_policy_log(policy, config_of, with_store, emit)
-    _register_policy_stats(policy, config_of, with_store, emit)
+    _register_policy_check(policy)
+    _register_policy_log(policy)
+    _register_policy_stats(policy)
 
 
 # ---- budgets ----------------------------------------------------------------------------------
@@ -95,24 +68,15 @@ def _ceiling_json(c: BudgetCeiling) -> dict[str, Any]:
             "ceiling_usd": c.ceiling_usd}
 
 
-async def _budget_rows(st: Store, ceilings: Sequence[BudgetCeiling],
-                       now: float) -> list[dict[str, Any]]:
-    """Per ceiling: its period's start (and reset), spent, reserved and headroom now."""
-    rows = []
-    for c in ceilings:
-        start = prerun.period_start(c.period, now)
-        status = await st.budget_status(c.scope, c.target, start)
-        headroom = c.ceiling_usd - status.spent - status.reserved
-        rows.append({**_ceiling_json(c), "period_start": ts(start),
-                     "resets_at": None if c.period is Period.ROLLING_30D
-                     else ts(prerun.period_end(c.period, now)),
-                     "spent_usd": status.spent, "reserved_usd": status.reserved,
-                     "headroom_usd": headroom})
-    return rows
+def _line_json(line: BudgetLine) -> dict[str, Any]:
+    """A ceiling with its period's start (and reset), spent, reserved and headroom."""
+    return {**_ceiling_json(line.ceiling), "period_start": ts(line.period_start),
+            "resets_at": ts(line.resets_at) if line.resets_at is not None else None,
+            "spent_usd": line.spent_usd, "reserved_usd": line.reserved_usd,
+            "headroom_usd": line.headroom_usd}
 
 
-def _register_budget_set(budget: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                         emit: Emit) -> None:
+def _register_budget_set(budget: typer.Typer) -> None:
     @budget.command("set")
     def budget_set(
         scope: Annotated[str, typer.Option("--scope", help="tenant or role.")],
@@ -124,25 +88,15 @@ def _register_budget_set(budget: typer.Typer, config_of: ConfigOf, with_store: W
     ) -> None:
         """Set a ceiling (the latest per scope and target wins; earlier ones stay on record)."""
         try:
-            ceiling = BudgetCeiling(
-                scope=_choice(ScopeKind, scope, "--scope", BUDGET_SCOPES),
-                target=_nonempty(target, "--target"),
-                period=_choice(Period, period, "--period"),
-                ceiling_usd=_usd(ceiling_usd))
+            ceiling = controls.budget_ceiling(scope=scope, target=target, period=period,
+                                              ceiling_usd=ceiling_usd)
         except CorralError as err:
             fail(err)
         cfg = config_of(data_dir, config)
         operator_only(cfg.data_dir, "budget set")
-
-        async def run(st: Store) -> tuple[BudgetCeiling | None, list[dict[str, Any]]]:
-            before = [b for b in await st.budgets()
-                      if (b.scope, b.target) == (ceiling.scope, ceiling.target)]
-            await st.set_budget(ceiling, at=time.time(), by=getpass.getuser())
-            return (before[0] if before else None), await _budget_rows(st, [ceiling],
-                                                                       time.time())
-
-        previous, [row] = with_store(cfg, run)
-        poke(cfg.data_dir, "wake")
+        previous, line = with_store(cfg, lambda st: controls.set_budget(
+            st, ceiling, by=getpass.getuser(), wake=waker(cfg)))
+        row = _line_json(line)
         if as_json:
             emit({**row, "previous": _ceiling_json(previous) if previous else None})
             return
@@ -153,18 +107,7 @@ def _register_budget_set(budget: typer.Typer, config_of: ConfigOf, with_store: W
                    f"${row['spent_usd']:.2f} spent, ${row['headroom_usd']:.2f} left this period")
 
 
-def _nonempty(value: str, option: str) -> str:
-    if not value.strip():
-        raise InvalidRequest(f"{option} is empty")
-    return value
-
-
-def _usd(value: float) -> float:
-    return bounds.usd("--ceiling-usd", value)
-
-
-def _register_budget_status(budget: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                            emit: Emit) -> None:
+def _register_budget_status(budget: typer.Typer) -> None:
     @budget.command("status")
     def budget_status(
         scope: Annotated[str | None, typer.Option("--scope", help="Only tenant or role.")]
@@ -175,17 +118,12 @@ def _register_budget_status(budget: typer.Typer, config_of: ConfigOf, with_store
     ) -> None:
         """Each ceiling in force: its period's start, spent, reserved and headroom."""
         try:
-            kind = _choice(ScopeKind, scope, "--scope", BUDGET_SCOPES) if scope else None
+            kind = controls.budget_scope(scope) if scope else None
         except CorralError as err:
             fail(err)
         cfg = config_of(data_dir, config)
-
-        async def fetch(st: Store) -> list[dict[str, Any]]:
-            chosen = [c for c in await st.budgets() if kind in (None, c.scope)
-                      and target in (None, c.target)]
-            return await _budget_rows(st, chosen, time.time())
-
-        rows = with_store(cfg, fetch)
+        rows = [_line_json(line) for line in with_store(
+            cfg, lambda st: controls.budgets(st, scope=kind, target=target))]
         if as_json:
             emit(rows)
             return
@@ -210,15 +148,13 @@ def _print_budgets(rows: list[dict[str, Any]]) -> None:
 # ---- dark launches ----------------------------------------------------------------------------
 
 
-def _launch_json(workflow: str, launch: DarkLaunch | None) -> dict[str, Any]:
+def _launch_json(s: LaunchStanding) -> dict[str, Any]:
     """The setting (if any) with the workflow's md5 position: does step 5 let it run?"""
-    position = prerun.dark_launch_position(workflow)
-    in_window = None if launch is None else position < launch.percentage
-    return {"workflow": workflow, "set": launch is not None,
+    launch = s.setting
+    return {"workflow": s.workflow, "set": launch is not None,
             "enabled": bool(launch and launch.enabled),
-            "percentage": launch.percentage if launch else None, "position": position,
-            "in_window": in_window,
-            "runs": launch is None or not launch.enabled or bool(in_window)}
+            "percentage": launch.percentage if launch else None, "position": s.position,
+            "in_window": s.in_window, "runs": s.runs}
 
 
 def _launch_line(d: dict[str, Any]) -> str:
@@ -235,8 +171,7 @@ def _launch_line(d: dict[str, Any]) -> str:
     return f"{d['workflow']}: dark launch at {d['percentage']}%; {window}: {effect}"
 
 
-def _register_dark_launch_set(launch: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                              emit: Emit) -> None:
+def _register_dark_launch_set(launch: typer.Typer) -> None:
     @launch.command("enable")
     def dark_launch_enable(
         workflow: Annotated[str, typer.Argument(help="The workflow id.")],
@@ -245,10 +180,11 @@ def _register_dark_launch_set(launch: typer.Typer, config_of: ConfigOf, with_sto
         as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
     ) -> None:
         """Dark-launch a workflow: it runs only if its md5 position < PERCENTAGE."""
-        if not 0 <= percentage <= 100:
-            fail(InvalidRequest(f"--percentage must be 0 … 100, not {percentage}"))
-        _set_launch(config_of(data_dir, config), with_store, emit, workflow, as_json,
-                    percentage=percentage, enabled=True)
+        try:
+            controls.check_percentage(percentage)
+        except CorralError as err:
+            fail(err)
+        _set_launch(data_dir, config, workflow, as_json, percentage=percentage, enabled=True)
 
     @launch.command("disable")
     def dark_launch_disable(
@@ -257,36 +193,28 @@ def _register_dark_launch_set(launch: typer.Typer, config_of: ConfigOf, with_sto
     ) -> None:
         """End a workflow's dark launch: all its runs go through (a new setting; the earlier
         ones stay on record)."""
-        _set_launch(config_of(data_dir, config), with_store, emit, workflow, as_json,
-                    percentage=None, enabled=False)
+        _set_launch(data_dir, config, workflow, as_json, percentage=None, enabled=False)
 
 
-def _set_launch(cfg: Config, with_store: WithStore, emit: Emit, workflow: str, as_json: bool,
+def _set_launch(data_dir: Path | None, config: Path | None, workflow: str, as_json: bool,
                 *, percentage: int | None, enabled: bool) -> None:
-    if not workflow.strip():
-        fail(InvalidRequest("the workflow id is empty"))
+    cfg = config_of(data_dir, config)
+    try:
+        controls.check_workflow(workflow)
+    except CorralError as err:
+        fail(err)
     operator_only(cfg.data_dir, "dark-launch enable" if enabled else "dark-launch disable")
-
-    async def run(st: Store) -> DarkLaunch:
-        current = await st.dark_launch(workflow)
-        if percentage is None and current is None:
-            raise NotFound(f"workflow {workflow!r} has no dark launch to disable")
-        pct = percentage if percentage is not None else current.percentage if current else 0
-        setting = DarkLaunch(workflow=workflow, percentage=pct, enabled=enabled)
-        await st.set_dark_launch(setting, at=time.time(), by=getpass.getuser())
-        return setting
-
-    setting = with_store(cfg, run)
-    poke(cfg.data_dir, "wake")
-    data = _launch_json(workflow, setting)
+    standing = with_store(cfg, lambda st: controls.set_dark_launch(
+        st, workflow, percentage=percentage, enabled=enabled, by=getpass.getuser(),
+        wake=waker(cfg)))
+    data = _launch_json(standing)
     if as_json:
         emit(data)
     else:
         typer.echo(_launch_line(data))
 
 
-def _register_dark_launch_status(launch: typer.Typer, config_of: ConfigOf,
-                                 with_store: WithStore, emit: Emit) -> None:
+def _register_dark_launch_status(launch: typer.Typer) -> None:
     @launch.command("status")
     def dark_launch_status(
         workflow: Annotated[str | None, typer.Argument(
@@ -298,14 +226,13 @@ def _register_dark_launch_status(launch: typer.Typer, config_of: ConfigOf,
         cfg = config_of(data_dir, config)
         if workflow is not None:
             wf: str = workflow
-            data = _launch_json(wf, with_store(cfg, lambda st: st.dark_launch(wf)))
+            data = _launch_json(with_store(cfg, lambda st: controls.dark_launch(st, wf)))
             if as_json:
                 emit(data)
             else:
                 typer.echo(_launch_line(data))
             return
-        rows = [_launch_json(d.workflow, d) for d in with_store(cfg, lambda st:
-                                                                st.dark_launches())]
+        rows = [_launch_json(d) for d in with_store(cfg, controls.dark_launches)]
         if as_json:
             emit(rows)
             return
@@ -318,41 +245,7 @@ def _register_dark_launch_status(launch: typer.Typer, config_of: ConfigOf,
 # ---- policy check -----------------------------------------------------------------------------
 
 
-def _estimate(cfg: Config, role: str, given: float | None) -> float:
-    spec = cfg.settings.roles.get(role)
-    if spec is None:
-        raise InvalidRequest(f"unknown role {role!r} (configured: "
-                             f"{', '.join(sorted(cfg.settings.roles)) or 'none'})")
-    if given is None:
-        return spec.cost_estimate_usd
-    return bounds.usd("--estimate-usd", given)
-
-
-async def _check_input(st: Store, settings: Settings, job: prerun.JobRef, estimate: float,
-                       now: float) -> prerun.PrerunInput:
-    """The snapshot the engine's gate would read for this job (runtime/gate.py), with the
-    approval a role with `requires_approval` asks for at submission (step 6)."""
-    tenant = settings.tenants.get(job.tenant)
-    limit = tenant.max_parallel_runs if tenant else None
-    states = []
-    for c in await st.budgets():
-        if job.matches(c.scope, c.target):
-            status = await st.budget_status(c.scope, c.target,
-                                            prerun.period_start(c.period, now))
-            states.append(prerun.BudgetState(ceiling=c, spent_usd=status.spent,
-                                             reserved_usd=status.reserved))
-    return prerun.PrerunInput(
-        job=job, kill_switches=await st.kill_switches(active_at=now),
-        pauses=await st.pauses(active_only=True), budgets=states, estimate_usd=estimate,
-        active_job_ids=frozenset(await st.active_runs(job.tenant) if limit is not None else ()),
-        max_parallel_runs=limit,
-        dark_launch=await st.dark_launch(job.workflow) if job.workflow else None,
-        approval_roles=frozenset(name for name, r in settings.roles.items()
-                                 if r.requires_approval))
-
-
-def _register_policy_check(policy: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                           emit: Emit) -> None:
+def _register_policy_check(policy: typer.Typer) -> None:
     @policy.command("check")
     def policy_check(
         role: Annotated[str, typer.Option("--role", "-r", help="The would-be job's role.")],
@@ -370,17 +263,8 @@ def _register_policy_check(policy: typer.Typer, config_of: ConfigOf, with_store:
         Exit status: 0 allow, 1 deny, 8 require_approval, 9 pause.
         """
         cfg = config_of(data_dir, config)
-        job = prerun.JobRef(id=CHECK_JOB_ID, role=role, tenant=tenant,
-                            workflow=workflow or None)
-        now = time.time()
-
-        async def build(st: Store) -> prerun.PrerunInput:
-            active, _ = await active_config(st, cfg)  # the roles the engine runs
-            estimate = _estimate(active, role, estimate_usd)
-            return await _check_input(st, active.settings, job, estimate, now)
-
-        inp = with_store(cfg, build)
-        d = prerun.decide(inp, now)
+        d = with_store(cfg, lambda st: policy_desk.check(
+            st, cfg, role=role, tenant=tenant, workflow=workflow, estimate_usd=estimate_usd))
         if as_json:
             emit({"verdict": d.verdict.value, "reason": d.reason.value, "step": d.step.value,
                   "message": d.message, "snapshot": d.snapshot})
@@ -395,25 +279,11 @@ def _register_policy_check(policy: typer.Typer, config_of: ConfigOf, with_store:
 # ---- policy log and stats ---------------------------------------------------------------------
 
 
-def _filters(verdict: str | None, limit: int, since: float | None) -> float | None:
-    """Check the shared options; the `since` timestamp (None: from the beginning)."""
-    if verdict is not None and verdict not in VERDICTS:
-        raise InvalidRequest(f"--verdict must be one of {', '.join(VERDICTS)}, not {verdict!r}")
-    if limit < 1:
-        raise InvalidRequest(f"--limit must be at least 1, not {limit}")
-    if since is None:
-        return None
-    if not math.isfinite(since) or since < 0:
-        raise InvalidRequest(f"--since is seconds ago (≥ 0), not {since}")
-    return time.time() - since
-
-
 SinceOpt = Annotated[float | None, typer.Option(
     "--since", help="Only the last SECONDS seconds.", metavar="SECONDS", show_default=False)]
 
 
-def _register_policy_log(policy: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                         emit: Emit) -> None:
+def _register_policy_log(policy: typer.Typer) -> None:
     @policy.command("log")
     def policy_log(
         job: Annotated[str | None, typer.Option("--job", help="Only this job (id or prefix).")]
@@ -428,21 +298,11 @@ def _register_policy_log(policy: typer.Typer, config_of: ConfigOf, with_store: W
     ) -> None:
         """Policy evaluations (pre-run decisions and guardrail checks), oldest first."""
         try:
-            after = _filters(verdict, limit, since)
+            f = queries.policy_filter(stage=stage, verdict=verdict, limit=limit, since_s=since)
         except CorralError as err:
             fail(err)
         cfg = config_of(data_dir, config)
-
-        async def fetch(st: Store) -> list[PolicyEvaluation]:
-            if job is None:
-                return await st.recent_policy_evaluations(limit=limit, stage=stage,
-                                                          verdict=verdict, since=after)
-            found = await st.policy_evaluations((await st.get_job(job)).id, limit=STATS_CAP)
-            return [e for e in found if stage in (None, e.stage)
-                    and verdict in (None, e.verdict)
-                    and (after is None or e.at >= after)][-limit:]
-
-        found = with_store(cfg, fetch)
+        found = with_store(cfg, lambda st: queries.policy_log(st, f, job=job))
         if as_json:
             emit([evaluation_json(e) for e in found])
             return
@@ -463,24 +323,21 @@ def _print_columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None
         typer.echo("  ".join((*cells, r[-1])).rstrip())
 
 
-def _register_policy_stats(policy: typer.Typer, config_of: ConfigOf, with_store: WithStore,
-                           emit: Emit) -> None:
+def _register_policy_stats(policy: typer.Typer) -> None:
     @policy.command("stats")
     def policy_stats(since: SinceOpt = None, as_json: JsonOpt = False,
                      data_dir: DataDir = None, config: ConfigOpt = None) -> None:
         """How many evaluations ended how: counts by stage × verdict × reason."""
         try:
-            after = _filters(None, 1, since)
+            f = queries.policy_filter(limit=1, since_s=since)
         except CorralError as err:
             fail(err)
         cfg = config_of(data_dir, config)
-        found: list[PolicyEvaluation] = with_store(
-            cfg, lambda st: st.recent_policy_evaluations(limit=STATS_CAP, since=after))
-        counts = Counter((e.stage, e.verdict, e.reason) for e in found)
-        ordered = sorted(counts.items())
+        stats = with_store(cfg, lambda st: queries.policy_stats(st, f))
+        ordered = stats.counts
         rows = [{"stage": s, "verdict": v, "reason": r, "count": n} for (s, v, r), n in ordered]
         if as_json:
-            emit({"since": ts(after), "total": len(found), "capped": len(found) >= STATS_CAP,
+            emit({"since": ts(stats.since), "total": stats.total, "capped": stats.capped,
                   "counts": rows})
             return
         if not rows:
@@ -493,5 +350,5 @@ def _register_policy_stats(policy: typer.Typer, config_of: ConfigOf, with_store:
         for (s, v, r), n in ordered:
             table.add_row(s, v, r, str(n))
         console.print(table)
-        typer.echo(f"{len(found)} evaluation(s)"
+        typer.echo(f"{stats.total} evaluation(s)"
                    + (f" in the last {since:g}s" if since is not None else ""))

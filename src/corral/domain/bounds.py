@@ -1,6 +1,6 @@
 """The bounds of every number and every nesting Corral accepts, in one place.
 
-The CLI, the submission service (scheduler/service.py), the core protocol (core/protocol.py)
+The CLI, the submission service (services/submissions.py), the core protocol (core/protocol.py)
 and the configuration loader all check against these, so that a value no sane job has — an
 infinite or NaN timeout, a negative budget, a 100,000-deep JSON or YAML nesting — is a one-line
 error where it enters, never a crash further in (docs/reference/cli.md lists the bounds).

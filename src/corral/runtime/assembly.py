@@ -1,21 +1,18 @@
 """How the parts are put together from the configuration, for every process that needs them:
-the store, the worker kinds, the submission service. Kept apart from the engine so that a
-`corral` command that only submits or reads imports none of the engine's machinery (start-up
-time is most of a short command's cost)."""
+the store and the worker kinds (services/submissions.py composes the submission service over
+them). Kept apart from the engine so that a `corral` command that only submits or reads imports
+none of the engine's machinery (start-up time is most of a short command's cost)."""
 
 from __future__ import annotations
 
 import gc
 import os
-import time
 from pathlib import Path
 
-from corral.config import AGENT_ADAPTERS, Config, guardrails_of
+from corral.config import AGENT_ADAPTERS, Config
 from corral.core.ports import Store
 from corral.domain.errors import StoreError
-from corral.runtime.gate import PrerunGate
-from corral.scheduler.service import Submissions
-from corral.workers.sealing import Keeper, KeyFile, revealer
+from corral.workers.sealing import KeyFile
 
 
 def build_store(config: Config) -> Store:
@@ -69,16 +66,6 @@ def worker_kinds(config: Config) -> frozenset[str]:
 
 def agent_kinds(config: Config) -> frozenset[str]:
     return frozenset(k for k in worker_kinds(config) if adapter_of(config, k) in AGENT_ADAPTERS)
-
-
-def submissions(store: Store, config: Config) -> Submissions:
-    kinds = worker_kinds(config)
-    keeper = Keeper(config.secrets_key)
-    gate = PrerunGate(store, config.settings, guardrails_of(config.settings),
-                      reveal=revealer(keeper))
-    return Submissions(store, config.settings, time.time, kinds,
-                       command_workers=kinds - agent_kinds(config), prerun=gate.at_submit,
-                       conceal=keeper.conceal)
 
 
 def settle_heap() -> None:

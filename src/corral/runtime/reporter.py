@@ -25,7 +25,6 @@ from corral.domain.ids import new_id
 from corral.domain.settings import OversightSpec
 from corral.policy import prerun
 from corral.policy.reports import build_report, incidents_for
-from corral.scheduler.service import RUN_SUBJECT
 
 log = logging.getLogger("corral.reporter")
 
@@ -55,7 +54,7 @@ class Reporter:
             try:
                 # Approvals nobody decided in time turn into denials (the same periodic look).
                 for a in await self.store.expire_approvals(self.clock()):
-                    if a.subject == RUN_SUBJECT:
+                    if a.subject == prerun.RUN_SUBJECT:
                         with contextlib.suppress(Conflict):  # ended meanwhile
                             await self.store.request_cancel(
                                 a.job_id, reason=f"approval_expired: {a.id}", kind="deny",

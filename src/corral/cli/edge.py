@@ -1,0 +1,72 @@
+"""What every `corral` command shares as an edge over the services (services/): the
+configuration, one store per command, JSON for scripts, a poke to the engine, and every
+CorralError turned into one line on stderr with its exit code (cli/exits.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import typer
+
+from corral.config import Config, load
+from corral.core.ports import Store
+from corral.domain.errors import CorralError
+from corral.runtime.assembly import build_store
+from corral.runtime.control import poke
+from corral.services import Wake
+from corral.workers import privacy
+
+from .exits import fail
+
+T = TypeVar("T")
+
+
+def load_config(data_dir: Path | None, config: Path | None) -> Config:
+    cfg = load(data_dir=data_dir, config_path=config)
+    # Private from its first file on, whichever command creates it (workers/privacy.py).
+    warning = privacy.secure_data_dir(cfg.data_dir)
+    if warning:
+        typer.echo(f"corral: warning: {warning}", err=True)
+    return cfg
+
+
+def config_or_fail(data_dir: Path | None, config: Path | None) -> Config:
+    try:
+        return load_config(data_dir, config)
+    except CorralError as err:
+        fail(err)
+
+
+def with_store(cfg: Config, fn: Callable[[Store], Awaitable[T]]) -> T:
+    """Open the store, run one coroutine against it, close it; errors become one line."""
+
+    async def main() -> T:
+        store = build_store(cfg)
+        await store.open()
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    try:
+        return anyio.run(main)
+    except CorralError as err:
+        fail(err)
+
+
+def emit(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def note(text: str) -> None:
+    """A service's note for the operator, on stderr."""
+    typer.echo(f"corral: note: {text}", err=True)
+
+
+def waker(cfg: Config) -> Wake:
+    """Tell the engine serving `cfg`'s data directory to look now (a no-op when none runs)."""
+    return lambda op: poke(cfg.data_dir, op)

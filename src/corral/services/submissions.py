@@ -1,0 +1,373 @@
+"""Turning requests into jobs: validation against the configuration, then one store call.
+
+The service every edge submits through (the CLI today; an HTTP API and a dashboard next): it
+builds a job from a spec, applies the pre-run policy, and hands it to the store with the
+admission bounds (scheduler/service.py has the pure rules the store applies). It also decides
+run approvals, cancels and requeues or purges dead-lettered jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, TypeVar
+
+from corral.config import Config, guardrails_of
+from corral.core.ports import Admission, Store
+from corral.domain import bounds
+from corral.domain.agents import PolicyEvaluation
+from corral.domain.errors import InvalidRequest
+from corral.domain.governance import Approval, ApprovalState
+from corral.domain.ids import new_id
+from corral.domain.models import (
+    DEFAULT_PRIORITY,
+    PRIORITY_BACKLOG,
+    PRIORITY_CRITICAL,
+    Job,
+    JobOptions,
+    JobSpec,
+    Limits,
+    SubmitResult,
+)
+from corral.domain.settings import RoleSpec, Settings, WorkspacePolicy
+from corral.domain.states import DedupMode, JobState
+from corral.policy.prerun import RUN_SUBJECT
+from corral.runtime.assembly import agent_kinds, worker_kinds
+from corral.runtime.gate import PrerunGate
+from corral.runtime.published import active_config
+from corral.runtime.watch import engine_serving
+from corral.scheduler.queue import sort_key
+from corral.services import Notify, Wake
+from corral.workers.sealing import Keeper, revealer
+
+T = TypeVar("T")
+
+# The pre-run policy at submit: the evaluation of a would-be job (its verdict decides the state).
+PrerunCheck = Callable[[Job, float], Awaitable[PolicyEvaluation]]
+# A job as the store may keep it: its secrets redacted from the command, the environment and the
+# prompt, their real values sealed with a key kept outside the store (workers/sealing.py).
+Conceal = Callable[[Job], Job]
+
+
+def _within_budget(limits: Limits, role: RoleSpec) -> None:
+    """Limits the core would refuse every permit for are refused at once, naming the bound."""
+    excess = role.retry_budget.excess(limits)
+    if excess is not None:
+        raise InvalidRequest(f"{excess[0]} {excess[1]} of role {role.name}")
+
+
+def _options(spec: JobSpec, role: RoleSpec) -> JobOptions:
+    """The job's options; a child of a detached role is marked so (its parent's cancel does not
+    reach it: store `request_cancel`). Only the role decides, never the submitter."""
+    return spec.options.with_(detached=bool(spec.parent_id and role.detached))
+
+
+def _names(names: Iterable[str]) -> str:
+    return ", ".join(sorted(names))
+
+
+class Submissions:
+    """Validates submissions and stop requests, then hands them to the store."""
+
+    def __init__(self, store: Store, settings: Settings, clock: Callable[[], float],
+                 workers: frozenset[str],
+                 command_workers: frozenset[str] = frozenset({"command"}),
+                 prerun: PrerunCheck | None = None, conceal: Conceal | None = None) -> None:
+        self.store = store
+        # the job as the store may keep it: secrets redacted, their real values sealed
+        self.conceal = conceal
+        self.prerun = prerun  # the pre-run policy (runtime/gate.py): SUBMITTED → DENIED | …
+        self.settings = settings
+        self.command_workers = command_workers  # kinds that run a job's command
+        self.clock = clock
+        self.workers = workers
+
+    def build(self, spec: JobSpec, now: float) -> Job:
+        """A QUEUED job from a spec, or InvalidRequest saying which field is wrong and why."""
+        s = self.settings
+        bounds.text("role", spec.role)
+        bounds.text("environment", spec.env_name)
+        bounds.text("tenant", spec.tenant)
+        role = s.roles.get(spec.role)
+        if role is None:
+            raise InvalidRequest(f"unknown role {spec.role!r} (configured: {_names(s.roles)})")
+        env = s.environments.get(spec.env_name)
+        if env is None:
+            raise InvalidRequest(f"unknown environment {spec.env_name!r} "
+                                 f"(configured: {_names(s.environments)})")
+        if env.kind != "local":
+            raise InvalidRequest(f"environment {env.name!r} is a {env.kind} cluster; this build "
+                                 "runs attempts on `local` environments only")
+        if (isinstance(spec.priority, bool) or not isinstance(spec.priority, int)
+                or not PRIORITY_CRITICAL <= spec.priority <= PRIORITY_BACKLOG):
+            raise InvalidRequest(
+                f"priority must be 0 (critical) … 4 (backlog), got {spec.priority!r}")
+        worker = spec.worker or self._default_worker(spec, role.worker)
+        if worker not in self.workers:
+            raise InvalidRequest(f"worker kind {worker!r} is not available "
+                                 f"(available: {', '.join(sorted(self.workers))})")
+        if worker == "command" and not (spec.command and spec.command[0]):
+            raise InvalidRequest("empty command: give the program to run after `--`")
+        if worker not in self.command_workers and not (spec.prompt and spec.prompt.strip()):
+            raise InvalidRequest(f"worker kind {worker!r} runs an agent: give it a prompt "
+                                 "(--prompt)")
+        if spec.prompt is not None and len(spec.prompt.encode()) > bounds.MAX_PROMPT_BYTES:
+            raise InvalidRequest(f"prompt of {len(spec.prompt.encode())} bytes is over the "
+                                 f"{bounds.MAX_PROMPT_BYTES}-byte limit")
+        limits = bounds.check_limits(spec.limits or role.limits)
+        _within_budget(limits, role)
+        if spec.cwd is not None and not os.path.isdir(spec.cwd):
+            raise InvalidRequest(f"working directory does not exist: {spec.cwd}")
+        workspace = self._workspace(spec.workspace)
+        return Job(
+            id=new_id(int(now * 1000)), state=JobState.QUEUED, role=role.name, worker=worker,
+            env_name=env.name, priority=spec.priority, tenant=spec.tenant,
+            command=tuple(spec.command), prompt=spec.prompt, cwd=spec.cwd, env=dict(spec.env),
+            options=_options(spec, role), limits=limits, key=spec.key or None, dedup=spec.dedup,
+            workspace=workspace, parent_id=spec.parent_id, depth=spec.depth,
+            created_at=now, updated_at=now,
+            sort_at=sort_key(now, spec.priority, s.scheduler.aging_s),
+            after=tuple(dict.fromkeys(spec.after)),
+        )
+
+    @staticmethod
+    def _workspace(name: str | None) -> str | None:
+        """A workspace is an exact name: by convention the absolute path of a repository root.
+
+        Lock granularity is the whole name: /repo and /repo/sub are different
+        workspaces. Absolute paths are normalised (no trailing slash, no `..`) so that one
+        directory written two ways is still one workspace.
+        """
+        if name is None:
+            return None
+        if not name.strip():
+            raise InvalidRequest("workspace must not be empty")
+        return os.path.normpath(name) if os.path.isabs(name) else name
+
+    def admission(self, job: Job) -> Admission:
+        """The bounds and workspace policy the store applies to this job's submission."""
+        s = self.settings
+        env = s.environments.get(job.env_name)
+        role = s.roles.get(job.role)
+        return Admission(
+            max_queued=s.scheduler.max_queued,
+            env_max_queued=env.max_queued if env else None,
+            workspace_policy=role.workspace_policy if role else WorkspacePolicy.SERIALIZE,
+            retry_after_s=s.scheduler.backpressure_retry_after_s)
+
+    def _default_worker(self, spec: JobSpec, role_worker: str) -> str:
+        """A command job runs on its role's kind when that kind runs commands, else `command`;
+        a prompt job runs on its role's kind."""
+        if not spec.command:
+            return role_worker
+        return role_worker if role_worker in self.command_workers else "command"
+
+    async def submit(self, spec: JobSpec) -> SubmitResult:
+        """Persist a job; Backpressure past a queue bound, Conflict on a rejected workspace."""
+        now = self.clock()
+        if spec.parent_id:
+            spec = await self._nested(spec)
+        if spec.options.resume_from:
+            spec = await self._resuming(spec)
+        job = self.build(spec, now)
+        if self.conceal is not None:  # before anything else sees it: evaluations, events …
+            job = self.conceal(job)
+        role = self.settings.roles.get(job.role)
+        verdict = await self.prerun(job, now) if self.prerun is not None else None
+        gated = role is not None and role.requires_approval
+        if verdict is not None and verdict.verdict == "deny":  # never queued, never run
+            job = job.with_(state=JobState.DENIED, last_error=f"{verdict.reason}: "
+                            f"{verdict.message}")
+            gated = False
+        elif gated:  # pre-run step 6: the run waits for a human
+            job = job.with_(state=JobState.AWAITING_APPROVAL)
+        result = await self.store.submit(job, now=now, aging_s=self.settings.scheduler.aging_s,
+                                         admission=self.admission(job))
+        if result.created and verdict is not None and not gated:
+            await self.store.append_policy_evaluations([verdict])
+        if gated and result.created:
+            await self._request_run_approval(job, now)
+        return result
+
+    async def _request_run_approval(self, job: Job, now: float) -> None:
+        subject = RUN_SUBJECT
+        await self.store.request_approval(Approval(
+            id=new_id(int(now * 1000)), job_id=job.id, subject=subject,
+            digest=hashlib.sha256(subject.encode()).hexdigest(),
+            reason="role_requires_approval", requested_at=now,
+            expires_at=now + self.settings.approval_ttl_s))
+        await self.store.append_policy_evaluations([PolicyEvaluation(
+            at=now, job_id=job.id, attempt=None, stage="pre_run", subject="approval",
+            verdict="require_approval", reason="approval_required",
+            message=f"role {job.role} requires a human's approval before every run",
+            inputs={"role": job.role, "ttl_s": self.settings.approval_ttl_s})])
+
+    async def _nested(self, spec: JobSpec) -> JobSpec:
+        """A job submitted from inside another: one level deeper than its parent, refused past
+        the role's max_recursion_depth (a chain of agents spawning agents is bounded)."""
+        parent = await self.store.get_job(spec.parent_id or "")
+        depth = parent.depth + 1
+        role = self.settings.roles.get(spec.role)
+        limit = role.max_recursion_depth if role else 0
+        if depth > limit:
+            raise InvalidRequest(
+                f"recursion depth {depth} exceeds max_recursion_depth {limit} of role "
+                f"{spec.role!r} (parent {parent.id} is at depth {parent.depth})")
+        return replace(spec, parent_id=parent.id, depth=depth)
+
+    async def _resuming(self, spec: JobSpec) -> JobSpec:
+        """A job that continues an earlier agent job's session:
+        same worker kind, same session lineage (the CLI's state lives with its root job)."""
+        earlier = await self.store.get_job(spec.options.resume_from or "")
+        role = self.settings.roles.get(spec.role)
+        worker = spec.worker or (role.worker if role else None)
+        if worker != earlier.worker:
+            raise InvalidRequest(f"--resume-from {earlier.id}: that job ran on {earlier.worker!r};"
+                                 f" a session continues on the same worker kind, not {worker!r}")
+        root = earlier.options.session_root or earlier.id
+        return replace(spec, worker=worker, options=spec.options.with_(resume_from=earlier.id,
+                                                                       session_root=root))
+
+    async def decide_approval(self, approval_id: str, approve: bool, *, by: str,
+                              note: str = "") -> Approval:
+        """A human's decision; a run approval releases the job to the queue or denies it."""
+        now = self.clock()
+        a = await self.store.decide_approval(
+            approval_id, ApprovalState.APPROVED if approve else ApprovalState.DENIED, at=now,
+            by=by, note=note)
+        if a.subject == RUN_SUBJECT:
+            if approve:
+                await self.store.release_approved(a.job_id, now=now,
+                                                  aging_s=self.settings.scheduler.aging_s)
+            else:
+                await self.store.request_cancel(a.job_id, reason=f"approval_rejected: {a.id}"
+                                                f" denied by {by}", kind="deny", now=now)
+        return a
+
+    async def cancel(self, ref: str, reason: str, *, kind: str = "cancel") -> Job:
+        job = await self.store.get_job(ref)
+        return await self.store.request_cancel(job.id, reason=reason, kind=kind, now=self.clock())
+
+    async def dlq_requeue(self, ref: str) -> Job:
+        """A fresh job with the dead-lettered one's spec and a fresh attempt budget."""
+        old = await self.store.get_job(ref)
+        now = self.clock()
+        fresh = old.with_(
+            id=new_id(int(now * 1000)), state=JobState.QUEUED, created_at=now, updated_at=now,
+            sort_at=sort_key(now, old.priority, self.settings.scheduler.aging_s), retry_at=None,
+            attempts=0, deps_pending=0, after=(), last_error=None, exit_code=None,
+            limit_hit=None, cancel_requested=None, stop_kind=None, requeued_from=old.id,
+            dlq_resolution=None)
+        return await self.store.dlq_requeue(old.id, fresh, now=now,
+                                            admission=self.admission(fresh))
+
+    async def dlq_purge(self, ref: str) -> Job:
+        old = await self.store.get_job(ref)
+        return await self.store.dlq_purge(old.id, now=self.clock())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitChoices:
+    """The limits a caller gave; each one left out (None) is the role's."""
+
+    max_attempts: int | None = None
+    timeout_s: float | None = None
+    grace_s: float | None = None
+    max_tool_calls: int | None = None
+    token_budget_in: int | None = None
+    token_budget_out: int | None = None
+
+    def over(self, base: Limits) -> Limits:
+        """These choices over the role's limits."""
+        return Limits(**{f.name: _or(getattr(self, f.name), getattr(base, f.name))
+                         for f in fields(Limits)})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitRequest:
+    """What an edge asks to run, before the configuration the engine runs fills in its
+    defaults: the role (`default_role`), the environment (`default_env`) and the role's limits."""
+
+    command: tuple[str, ...] = ()
+    prompt: str | None = None
+    role: str | None = None
+    env_name: str | None = None
+    priority: int = DEFAULT_PRIORITY
+    tenant: str = "default"
+    key: str | None = None
+    dedup: DedupMode = DedupMode.COALESCE
+    limits: LimitChoices = LimitChoices()
+    after: tuple[str, ...] = ()
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    worker: str | None = None
+    parent_id: str | None = None
+    workspace: str | None = None
+    resume_from: str | None = None
+    secret_env: tuple[str, ...] = ()
+
+
+def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
+    """The spec of a request, with the defaults of `settings` (the configuration the engine
+    runs): a limit the caller left out is the role's."""
+    role_name = request.role if request.role is not None else settings.default_role
+    role = settings.roles.get(role_name)
+    options = JobOptions(resume_from=request.resume_from or None,
+                         secret_env=tuple(sorted(set(request.secret_env))))
+    return JobSpec(command=request.command, prompt=request.prompt, options=options,
+                   role=role_name,
+                   env_name=(request.env_name if request.env_name is not None
+                             else settings.default_env),
+                   priority=request.priority, tenant=request.tenant, key=request.key,
+                   dedup=request.dedup,
+                   limits=request.limits.over(role.limits if role else Limits()),
+                   after=request.after, cwd=request.cwd, env=dict(request.env),
+                   worker=request.worker, parent_id=request.parent_id,
+                   workspace=request.workspace)
+
+
+def _or(value: T | None, default: T) -> T:
+    return default if value is None else value
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """A submission's outcome, and whether an engine serves the data directory to run it."""
+
+    result: SubmitResult
+    engine_serving: bool
+
+
+def submissions(store: Store, config: Config) -> Submissions:
+    """The submission service over `config`: its worker kinds, the pre-run gate and the key
+    that seals secrets."""
+    kinds = worker_kinds(config)
+    keeper = Keeper(config.secrets_key)
+    gate = PrerunGate(store, config.settings, guardrails_of(config.settings),
+                      reveal=revealer(keeper))
+    return Submissions(store, config.settings, time.time, kinds,
+                       command_workers=kinds - agent_kinds(config), prerun=gate.at_submit,
+                       conceal=keeper.conceal)
+
+
+async def active_submissions(store: Store, local: Config,
+                             notify: Notify | None = None) -> tuple[Submissions, Config]:
+    """The submission service over the configuration the engine runs (runtime/published.py);
+    `notify` hears a note when the local configuration is not that one."""
+    cfg, note = await active_config(store, local)
+    if note and notify is not None:
+        notify(note)
+    return submissions(store, cfg), cfg
+
+
+async def submit(store: Store, local: Config, request: SubmitRequest, wake: Wake,
+                 notify: Notify | None = None) -> Submitted:
+    """Submit against the engine's configuration, wake the engine, and say whether one serves
+    the data directory."""
+    svc, cfg = await active_submissions(store, local, notify)
+    result = await svc.submit(spec_for(request, cfg.settings))
+    wake("submitted")
+    return Submitted(result, await engine_serving(cfg, store, time.time()))
