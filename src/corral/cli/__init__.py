@@ -20,8 +20,8 @@ from corral.domain.errors import CorralError
 from corral.workers import privacy
 
 from . import configs, dlq, governance, guard, jobs, mechanism, policy_cmds, schema_cmd
-from .edge import config_or_fail, emit, fail, load_config
-from .exits import exit_code
+from .edge import config_or_fail, emit, load_config
+from .exits import exit_code, fail
 from .options import ConfigOpt, DataDir, JsonOpt
 
 if TYPE_CHECKING:

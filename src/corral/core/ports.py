@@ -468,6 +468,20 @@ class EngineRegistry(Protocol):
         """Engines whose last heartbeat is older than `before` (their attempts need a home)."""
 
 
+class JobGovernance(JobStore, GovernanceStore, Protocol):
+    """Jobs with their governance records: what the pre-run gate, a wait and most of an
+    operator's read models need."""
+
+
+class JobTraces(JobStore, TraceStore, Protocol):
+    """Jobs with what their attempts recorded (agent events, checkpoints)."""
+
+
+class JobRecords(JobStore, TraceStore, GovernanceStore, Protocol):
+    """Jobs, their traces and their governance records: what the tool-call governor and the
+    reporter read and write of an attempt, and a job's trace."""
+
+
 class Store(StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore, EngineRegistry,
             Protocol):
     """The whole store: every port above. What the store implementations (store/memory.py,

@@ -18,9 +18,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Protocol
 
-from corral.core.ports import GovernanceStore, JobStore
+from corral.core.ports import JobGovernance
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.governance import (
     BudgetCeiling,
@@ -51,13 +50,9 @@ class Admission:
 Reveal = Callable[[Job], tuple[Job, Redactor]]
 
 
-class GateStore(JobStore, GovernanceStore, Protocol):
-    """What the gate reads and records: switches, pauses, budgets, dark launches and its
-    evaluations, and the tenants' running jobs (for their concurrency limits)."""
-
 
 class PrerunGate:
-    def __init__(self, store: GateStore, settings: Settings | None = None,
+    def __init__(self, store: JobGovernance, settings: Settings | None = None,
                  guardrails: Guardrails | None = None,
                  clock: Callable[[], float] = time.time, reveal: Reveal | None = None) -> None:
         self.store = store

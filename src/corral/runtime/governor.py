@@ -28,12 +28,12 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
-from corral.core.ports import GovernanceStore, JobStore, TraceStore
+from corral.core.ports import JobRecords
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
 from corral.domain.bounds import loads_bounded
 from corral.domain.errors import StoreError, WorkerError
@@ -99,13 +99,9 @@ Live = Callable[[str], Claimed | None]
 StopForLimit = Callable[[str, str, float], Awaitable[None]]
 
 
-class GovernorStore(JobStore, TraceStore, GovernanceStore, Protocol):
-    """What the governor reads of an attempt (its attempts, agent events, checkpoints, policy
-    evaluations, approvals) and records (evaluations, checkpoints, approval requests)."""
-
 
 class Governor:
-    def __init__(self, *, store: GovernorStore, settings: Settings, data_dir: Path,
+    def __init__(self, *, store: JobRecords, settings: Settings, data_dir: Path,
                  adapter_of: Callable[[str], str], live: Live, stop: StopForLimit,
                  guardrails: Guardrails | None = None,
                  clock: Callable[[], float] = time.time, keeper: Keeper | None = None) -> None:

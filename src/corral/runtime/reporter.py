@@ -14,11 +14,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 import anyio
 
-from corral.core.ports import GovernanceStore, JobStore, TraceStore
+from corral.core.ports import JobRecords
 from corral.domain.errors import Conflict, CorralError
 from corral.domain.governance import Pause, ScopeKind, Severity
 from corral.domain.ids import new_id
@@ -32,13 +31,9 @@ LOOK_EVERY_S = 1.0
 BATCH = 100
 
 
-class ReporterStore(JobStore, TraceStore, GovernanceStore, Protocol):
-    """What a report is made of (the job, its attempts, timeline, agent events and policy
-    evaluations) and what the reporter writes (reports, oversight pauses, cancels)."""
-
 
 class Reporter:
-    def __init__(self, store: ReporterStore, oversight: OversightSpec | None = None,
+    def __init__(self, store: JobRecords, oversight: OversightSpec | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.oversight = oversight or OversightSpec()

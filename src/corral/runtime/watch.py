@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from corral.config import Config
-from corral.core.ports import EngineRegistry, GovernanceStore, JobStore
+from corral.core.ports import EngineRegistry, JobGovernance
 from corral.domain.models import Job, JobEvent
 from corral.domain.states import JobState
 from corral.policy.prerun import JobRef
@@ -44,14 +44,11 @@ def engine_holds(data_dir: Path) -> bool:
                for parts in (line.split() for line in table.splitlines()))
 
 
-class WaitReads(JobStore, GovernanceStore, Protocol):
-    """What a wait reads: the job's timeline and place in the queue, and the pauses."""
-
 
 class Watcher:
     """Gathers the facts of one job's wait, reading only what is new each time."""
 
-    def __init__(self, cfg: Config, store: WaitReads) -> None:
+    def __init__(self, cfg: Config, store: JobGovernance) -> None:
         self.cfg = cfg
         self.store = store
         self._seen = 0  # the last timeline line read

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from corral.config import Config
-from corral.core.ports import Store
+from corral.core.ports import JobGovernance, Store
 from corral.domain.errors import InvalidRequest
 from corral.domain.governance import Approval, ApprovalState
 from corral.services import Wake
 from corral.services.submissions import active_submissions
 
 
-async def list_approvals(store: Store, *, state: str | None,
+async def list_approvals(store: JobGovernance, *, state: str | None,
                          job: str | None) -> list[Approval]:
     """Approvals, oldest first; `state` one of ApprovalState's values (None: every state),
     `job` a job id or a unique prefix or suffix of one."""

@@ -4,16 +4,16 @@ triggers (the machinery is runtime/audit.py's and the store's; docs/explanation/
 from __future__ import annotations
 
 from corral.config import Config
-from corral.core.ports import AuditReport, Store
+from corral.core.ports import AuditReport, AuditStore
 from corral.runtime import audit
 
 
-async def verify(store: Store, config: Config) -> AuditReport:
+async def verify(store: AuditStore, config: Config) -> AuditReport:
     """Every audit chain checked against the audit key and the signed checkpoints in the data
     directory, and that every append-only trigger is in place."""
     return await audit.verify(store, config)
 
 
-async def restore_triggers(store: Store) -> list[str]:
+async def restore_triggers(store: AuditStore) -> list[str]:
     """Put back the append-only triggers that are missing or disabled; their names."""
     return await store.restore_triggers()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.config import Config
-from corral.core.ports import Store
+from corral.core.ports import JobStore, Store
 from corral.domain.errors import NotPermitted
 from corral.domain.models import Job
 from corral.services import Wake
@@ -33,7 +33,7 @@ async def cancel(store: Store, config: Config, ref: str, *, reason: str, caller:
     return Cancelled(job, wake("wake") is not None)
 
 
-async def _check_descendant(store: Store, ref: str, caller: str) -> None:
+async def _check_descendant(store: JobStore, ref: str, caller: str) -> None:
     target = await store.get_job(ref)
     seen, cursor = set(), target
     while cursor.id != caller and cursor.parent_id and cursor.id not in seen:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.config import Config
-from corral.core.ports import EngineConfig, Store
+from corral.core.ports import EngineConfig, EngineRegistry
 from corral.runtime.published import fingerprint, redacted
 
 
@@ -31,7 +31,7 @@ class ConfigView:
         return self.active is None or self.active.hash == self.local_hash
 
 
-async def config_view(store: Store, local: Config) -> ConfigView:
+async def config_view(store: EngineRegistry, local: Config) -> ConfigView:
     text = redacted(local.text)
     return ConfigView(await store.active_config(), str(local.source) if local.source else None,
                       text, fingerprint(text))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
 
-from corral.core.ports import Store
+from corral.core.ports import GovernanceStore, JobGovernance, JobStore
 from corral.domain import bounds
 from corral.domain.errors import InvalidRequest, NotFound
 from corral.domain.governance import (
@@ -50,7 +50,7 @@ def scope_of(s: KillSwitch | Pause) -> str:
     return scope_text(s.scope, s.target)
 
 
-async def target_of(store: Store, scope: ScopeKind, target: str | None) -> str | None:
+async def target_of(store: JobStore, scope: ScopeKind, target: str | None) -> str | None:
     """The target a scope names: none for global, a full job id for a job (from a unique prefix
     or suffix), else the tenant or role name as given."""
     if scope is ScopeKind.GLOBAL:
@@ -73,7 +73,7 @@ def check_expiry(expires_in: float | None) -> None:
                       low_open=True, unit="seconds")
 
 
-async def kill_switch_on(store: Store, *, scope: ScopeKind, target: str | None, reason: str,
+async def kill_switch_on(store: JobGovernance, *, scope: ScopeKind, target: str | None, reason: str,
                          expires_in: float | None, by: str, wake: Wake,
                          clock: Clock = time.time) -> KillSwitch:
     """Deny new runs in a scope and stop the running ones; lifts by itself after `expires_in`
@@ -87,7 +87,7 @@ async def kill_switch_on(store: Store, *, scope: ScopeKind, target: str | None, 
     return switch
 
 
-async def kill_switch_off(store: Store, *, switch_id: str | None, scope: ScopeKind,
+async def kill_switch_off(store: JobGovernance, *, switch_id: str | None, scope: ScopeKind,
                           target: str | None, by: str, wake: Wake,
                           clock: Clock = time.time) -> list[KillSwitch]:
     """Lift one active switch (`switch_id`: its id or a unique prefix or suffix), else every
@@ -111,7 +111,7 @@ async def kill_switch_off(store: Store, *, switch_id: str | None, scope: ScopeKi
     return lifted
 
 
-async def kill_switches(store: Store, clock: Clock = time.time) -> list[KillSwitch]:
+async def kill_switches(store: GovernanceStore, clock: Clock = time.time) -> list[KillSwitch]:
     """The kill switches active now."""
     return await store.kill_switches(active_at=clock())
 
@@ -119,7 +119,7 @@ async def kill_switches(store: Store, clock: Clock = time.time) -> list[KillSwit
 # ---- pauses -----------------------------------------------------------------------------------
 
 
-async def pause(store: Store, *, scope: ScopeKind, target: str | None, reason: str, by: str,
+async def pause(store: JobGovernance, *, scope: ScopeKind, target: str | None, reason: str, by: str,
                 wake: Wake, clock: Clock = time.time) -> Pause:
     """Stop dispatching new runs in a scope; running attempts finish."""
     p = await store.activate_pause(Pause(
@@ -129,7 +129,7 @@ async def pause(store: Store, *, scope: ScopeKind, target: str | None, reason: s
     return p
 
 
-async def resume(store: Store, *, scope: ScopeKind, target: str | None, by: str,
+async def resume(store: JobGovernance, *, scope: ScopeKind, target: str | None, by: str,
                  wake: Wake, clock: Clock = time.time) -> list[Pause]:
     """Lift every active pause of exactly this scope."""
     tgt = await target_of(store, scope, target)
@@ -177,7 +177,7 @@ def budget_scope(scope: str) -> ScopeKind:
     return choice(ScopeKind, scope, "--scope", BUDGET_SCOPES)
 
 
-async def budget_lines(store: Store, ceilings: Sequence[BudgetCeiling],
+async def budget_lines(store: GovernanceStore, ceilings: Sequence[BudgetCeiling],
                        now: float) -> list[BudgetLine]:
     """Per ceiling: its period's start (and reset), spent and reserved now."""
     lines = []
@@ -189,7 +189,7 @@ async def budget_lines(store: Store, ceilings: Sequence[BudgetCeiling],
     return lines
 
 
-async def set_budget(store: Store, ceiling: BudgetCeiling, *, by: str, wake: Wake,
+async def set_budget(store: GovernanceStore, ceiling: BudgetCeiling, *, by: str, wake: Wake,
                      clock: Clock = time.time) -> tuple[BudgetCeiling | None, BudgetLine]:
     """Set a ceiling (the latest per scope and target wins); the one it replaced, and the new
     one's standing."""
@@ -201,7 +201,7 @@ async def set_budget(store: Store, ceiling: BudgetCeiling, *, by: str, wake: Wak
     return (before[0] if before else None), line
 
 
-async def budgets(store: Store, *, scope: ScopeKind | None, target: str | None,
+async def budgets(store: GovernanceStore, *, scope: ScopeKind | None, target: str | None,
                   clock: Clock = time.time) -> list[BudgetLine]:
     """The ceilings in force (only `scope`'s and `target`'s when given) and their standing."""
     chosen = [c for c in await store.budgets() if scope in (None, c.scope)
@@ -246,7 +246,7 @@ def check_workflow(workflow: str) -> None:
         raise InvalidRequest("the workflow id is empty")
 
 
-async def set_dark_launch(store: Store, workflow: str, *, percentage: int | None,
+async def set_dark_launch(store: GovernanceStore, workflow: str, *, percentage: int | None,
                           enabled: bool, by: str, wake: Wake,
                           clock: Clock = time.time) -> LaunchStanding:
     """Enable a workflow's dark launch at `percentage`, or disable it (`percentage` None keeps
@@ -264,12 +264,12 @@ async def set_dark_launch(store: Store, workflow: str, *, percentage: int | None
     return LaunchStanding(workflow, setting)
 
 
-async def dark_launch(store: Store, workflow: str) -> LaunchStanding:
+async def dark_launch(store: GovernanceStore, workflow: str) -> LaunchStanding:
     """A workflow's standing: its latest dark launch setting, if any, and its position."""
     return LaunchStanding(workflow, await store.dark_launch(workflow))
 
 
-async def dark_launches(store: Store) -> list[LaunchStanding]:
+async def dark_launches(store: GovernanceStore) -> list[LaunchStanding]:
     """The standing of every workflow that has a dark launch setting."""
     return [LaunchStanding(d.workflow, d) for d in await store.dark_launches()]
 

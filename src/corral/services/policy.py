@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from corral.config import Config
-from corral.core.ports import Store
+from corral.core.ports import JobGovernance, Store
 from corral.domain import bounds
 from corral.domain.errors import InvalidRequest
 from corral.domain.settings import Settings
@@ -28,7 +28,7 @@ def _estimate(cfg: Config, role: str, given: float | None) -> float:
     return bounds.usd("--estimate-usd", given)
 
 
-async def _check_input(st: Store, settings: Settings, job: prerun.JobRef, estimate: float,
+async def _check_input(st: JobGovernance, settings: Settings, job: prerun.JobRef, estimate: float,
                        now: float) -> prerun.PrerunInput:
     """The snapshot the engine's gate would read for this job (runtime/gate.py), with the
     approval a role with `requires_approval` asks for at submission (step 6)."""

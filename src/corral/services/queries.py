@@ -11,7 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-from corral.core.ports import JobQuery, Store, UnifiedRun
+from corral.core.ports import (
+    GovernanceStore,
+    JobGovernance,
+    JobQuery,
+    JobRecords,
+    JobStore,
+    JobTraces,
+    TraceStore,
+    UnifiedRun,
+)
 from corral.domain.agents import AgentEvent, PolicyEvaluation, Verdict
 from corral.domain.errors import InvalidRequest
 from corral.domain.governance import Incident, RunReport
@@ -30,13 +39,13 @@ class JobList:
     short: dict[str, str] = field(default_factory=dict)
 
 
-async def jobs(store: Store, query: JobQuery, *, short: bool = False) -> JobList:
+async def jobs(store: JobStore, query: JobQuery, *, short: bool = False) -> JobList:
     """The jobs a query selects (state, role, dead-lettered …)."""
     found = await store.list_jobs(query)
     return JobList(found, await store.short_ids([j.id for j in found]) if short else {})
 
 
-async def job(store: Store, ref: str) -> Job:
+async def job(store: JobStore, ref: str) -> Job:
     """A job by its id or a unique prefix or suffix of it."""
     return await store.get_job(ref)
 
@@ -51,7 +60,7 @@ class JobDetail:
     agent_events: list[AgentEvent]
 
 
-async def job_detail(store: Store, ref: str) -> JobDetail:
+async def job_detail(store: JobTraces, ref: str) -> JobDetail:
     j = await store.get_job(ref)
     return JobDetail(j, await store.attempts(j.id), [e for _, e in await store.events(j.id)],
                      await store.agent_events(j.id))
@@ -71,7 +80,7 @@ class Trace:
         return [e for e in self.evaluations if e.attempt not in done]
 
 
-async def trace(store: Store, ref: str) -> Trace:
+async def trace(store: JobRecords, ref: str) -> Trace:
     j = await store.get_job(ref)
     return Trace(j, await store.agent_events(j.id), await store.policy_evaluations(j.id))
 
@@ -90,7 +99,7 @@ class ReportView:
                 else "it is written within a second of the end")
 
 
-async def report(store: Store, ref: str) -> ReportView:
+async def report(store: JobGovernance, ref: str) -> ReportView:
     j = await store.get_job(ref)
     return ReportView(j, await store.report(j.id), await store.incidents(j.id))
 
@@ -101,7 +110,7 @@ class IncidentList:
     short: dict[str, str] = field(default_factory=dict)
 
 
-async def incidents(store: Store, *, job: str | None, open_only: bool, limit: int,
+async def incidents(store: JobGovernance, *, job: str | None, open_only: bool, limit: int,
                     short: bool = False) -> IncidentList:
     """Incidents (of one job when given), with their jobs' short ids when asked for."""
     job_id = (await store.get_job(job)).id if job else None
@@ -116,18 +125,19 @@ class RunList:
     short: dict[str, str] = field(default_factory=dict)
 
 
-async def runs(store: Store, *, limit: int, state: str | None, short: bool = False) -> RunList:
+async def runs(store: JobGovernance, *, limit: int, state: str | None,
+               short: bool = False) -> RunList:
     """The unified read model (`v_run_unified`), newest first."""
     found = await store.run_unified(limit, state=state)
     return RunList(found, await store.short_ids([r.job_id for r in found]) if short else {})
 
 
-async def workspaces(store: Store) -> list[tuple[str, str, float]]:
+async def workspaces(store: JobStore) -> list[tuple[str, str, float]]:
     """Locked workspaces: (workspace, holder job id, acquired at)."""
     return await store.workspaces()
 
 
-async def core_events(store: Store, *, kind: str | None, limit: int) -> list[dict[str, Any]]:
+async def core_events(store: TraceStore, *, kind: str | None, limit: int) -> list[dict[str, Any]]:
     """The core's recorded decisions (breaker transitions, defense stages, escalations)."""
     return await store.core_events(kind=kind, limit=limit)
 
@@ -159,7 +169,7 @@ def policy_filter(*, stage: str | None = None, verdict: str | None = None, limit
     return PolicyFilter(stage, verdict, limit, clock() - since_s)
 
 
-async def policy_log(store: Store, f: PolicyFilter, *,
+async def policy_log(store: JobGovernance, f: PolicyFilter, *,
                      job: str | None = None) -> list[PolicyEvaluation]:
     """Policy evaluations (pre-run decisions and guardrail checks), oldest first: the latest
     `f.limit` that match, across jobs or of one job."""
@@ -185,7 +195,7 @@ class PolicyStats:
         return self.total >= STATS_CAP
 
 
-async def policy_stats(store: Store, f: PolicyFilter) -> PolicyStats:
+async def policy_stats(store: GovernanceStore, f: PolicyFilter) -> PolicyStats:
     found = await store.recent_policy_evaluations(limit=STATS_CAP, since=f.since)
     counts = Counter((e.stage, e.verdict, e.reason) for e in found)
     return PolicyStats(f.since, len(found), sorted(counts.items()))
