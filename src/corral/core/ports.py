@@ -18,6 +18,7 @@ from corral.domain.governance import (
     Pause,
     RunReport,
     ScopeKind,
+    UnifiedRun,
 )
 from corral.domain.models import (
     Attempt,
@@ -144,35 +145,6 @@ class BudgetStatus:
         if self.ceiling is None:
             return None
         return self.ceiling.ceiling_usd - self.spent - self.reserved
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class UnifiedRun:
-    """One row of the `v_run_unified` read model: a job, its report, its incidents (open and
-    total, resolutions not counted) and its latest policy verdict."""
-
-    job_id: str
-    state: str
-    role: str
-    tenant: str
-    worker: str
-    created_at: float
-    updated_at: float
-    report_id: str | None
-    outcome: str | None
-    workflow: str | None
-    cost_usd: float | None
-    tokens_in: int | None
-    tokens_out: int | None
-    started_at: float | None
-    ended_at: float | None
-    duration_ms: int | None
-    incidents_total: int
-    incidents_open: int
-    policy_verdict: str | None
-    policy_reason: str | None
-    policy_stage: str | None
-    policy_at: float | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

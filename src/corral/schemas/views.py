@@ -304,14 +304,21 @@ def _is_time(name: str) -> bool:
     return name == "at" or name.endswith("_at")
 
 
-def record_model(cls: type[Any]) -> type[View]:
-    """The view of a governance record (a frozen dataclass): its fields, the times (`at`,
-    `*_at`) as ISO 8601 strings. Built from the dataclass, so the two cannot disagree."""
+def dataclass_model(cls: type[Any], doc: str | None, *, iso_times: bool) -> type[View]:
+    """The view of a frozen dataclass of the domain: its fields, with the times (`at`, `*_at`)
+    as ISO 8601 strings when `iso_times`. Built from the dataclass, so the two cannot
+    disagree."""
     hints = typing.get_type_hints(cls)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        fields[f.name] = (IsoTime | None if _is_time(f.name) else hints[f.name], ...)
-    return create_model(cls.__name__, __base__=View, __doc__=cls.__doc__, **fields)
+        time_field = iso_times and _is_time(f.name)
+        fields[f.name] = (IsoTime | None if time_field else hints[f.name], ...)
+    return create_model(cls.__name__, __base__=View, __doc__=doc, **fields)
+
+
+def record_model(cls: type[Any]) -> type[View]:
+    """The view of a governance record: its times as ISO 8601 strings."""
+    return dataclass_model(cls, cls.__doc__, iso_times=True)
 
 
 KillSwitch = record_model(dg.KillSwitch)
@@ -347,31 +354,9 @@ class NoReport(View):
     reason: str
 
 
-class UnifiedRun(View):
-    """`runs`: one row of the unified read model (times as epoch seconds, as stored)."""
-
-    job_id: str
-    state: str
-    role: str
-    tenant: str
-    worker: str
-    created_at: float
-    updated_at: float
-    report_id: str | None
-    outcome: str | None
-    workflow: str | None
-    cost_usd: float | None
-    tokens_in: int | None
-    tokens_out: int | None
-    started_at: float | None
-    ended_at: float | None
-    duration_ms: int | None
-    incidents_total: int
-    incidents_open: int
-    policy_verdict: str | None
-    policy_reason: str | None
-    policy_stage: str | None
-    policy_at: float | None
+UnifiedRun = dataclass_model(
+    dg.UnifiedRun, "`runs`: one row of the unified read model (times as epoch seconds, as "
+    "stored).", iso_times=False)
 
 
 class AuditReport(View):

@@ -19,11 +19,10 @@ from corral.core.ports import (
     JobStore,
     JobTraces,
     TraceStore,
-    UnifiedRun,
 )
 from corral.domain.agents import AgentEvent, PolicyEvaluation, Verdict
 from corral.domain.errors import InvalidRequest
-from corral.domain.governance import Incident, RunReport
+from corral.domain.governance import Incident, RunReport, UnifiedRun
 from corral.domain.models import Attempt, Job, JobEvent
 
 Clock = Callable[[], float]

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from corral.core.ports import AuditReport, BudgetStatus, UnifiedRun
+from corral.core.ports import AuditReport, BudgetStatus
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.errors import Conflict, InvalidRequest, NotFound
 from corral.domain.governance import (
@@ -22,6 +22,7 @@ from corral.domain.governance import (
     Pause,
     RunReport,
     ScopeKind,
+    UnifiedRun,
 )
 from corral.domain.models import Job
 from corral.store import govrows as g

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from corral.core.ports import AuditReport, BudgetStatus, UnifiedRun
+from corral.core.ports import AuditReport, BudgetStatus
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.errors import Conflict, InvalidRequest, NotFound, StoreError
 from corral.domain.governance import (
@@ -26,6 +26,7 @@ from corral.domain.governance import (
     Pause,
     RunReport,
     ScopeKind,
+    UnifiedRun,
 )
 from corral.store import govrows as g
 from corral.store.admission import TERMINAL_SQL

@@ -7,7 +7,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from corral.core.ports import UnifiedRun
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.errors import Conflict, NotFound
 from corral.domain.governance import (
@@ -24,6 +23,7 @@ from corral.domain.governance import (
     RunReport,
     ScopeKind,
     Severity,
+    UnifiedRun,
 )
 from corral.domain.states import JobState
 from corral.store.rows import dumps
