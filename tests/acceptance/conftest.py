@@ -118,3 +118,11 @@ def corral(tmp_path: Path) -> Iterator[Corral]:
         c.stop_all()
 
 
+@pytest.fixture(scope="module")
+def clis() -> None:
+    """The pinned agent CLIs, installed by the project's own script (a failure fails the
+    tests that need them)."""
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([str(root / "scripts" / "agent-clis")], capture_output=True, text=True,
+                       timeout=900, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,14 +32,6 @@ MCP_SERVER = ROOT / "tests" / "agentmock" / "mcp_server.py"
 CANARY = "corral-canary-5e2b7d19af"
 MCP_CANARY = "corral-mcp-canary-81c4aa03"  # a secret in an MCP server's env
 API_KEY = "sk-ant-api03-corral-test-key-0123456789abcdef"
-
-
-@pytest.fixture(scope="module")
-def clis() -> None:
-    """The pinned CLIs, installed by the project's own script (a failure fails the tests)."""
-    r = subprocess.run([str(ROOT / "scripts" / "agent-clis")], capture_output=True, text=True,
-                       timeout=900, stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, r.stderr
 
 
 def agent_config(mock_url: str, *, limits: str = "", tools: str = '["Bash(ls *)", '

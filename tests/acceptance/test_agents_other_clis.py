@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import Corral
-from tests.acceptance.test_agents import (  # noqa: F401 (clis: a fixture)
+from tests.acceptance.test_agents import (
     ROOT,
     bash,
-    clis,
     mcp_role,
     mcp_script,
     run_tracker,
@@ -72,7 +71,7 @@ roles:
 
 @pytest.fixture(params=["codex", "opencode"])
 def other(request: pytest.FixtureRequest, tmp_path: Path,
-          clis: None) -> Iterator[tuple[str, Corral, OpenAIResponsesMock]]:  # noqa: F811
+          clis: None) -> Iterator[tuple[str, Corral, OpenAIResponsesMock]]:
     kind = str(request.param)
     mock = OpenAIResponsesMock([], dialect=kind)
     mock.start()
@@ -157,7 +156,7 @@ def test_a_planning_loop_is_stopped_at_the_tool_call_budget(
 
 @pytest.mark.parametrize("kind", ["codex", "opencode"])
 def test_the_roles_mcp_servers_are_governed_like_any_tool(kind: str, tmp_path: Path,
-                                                          clis: None) -> None:  # noqa: F811
+                                                          clis: None) -> None:
     with OpenAIResponsesMock([], dialect=kind) as mock:
         role, log = mcp_role(kind, tmp_path)
         c = Corral(tmp_path, config(kind, mock.url, role))
@@ -212,7 +211,7 @@ class _SessionAware(OpenAIResponsesMock):
 
 
 def test_codex_calls_are_checked_under_the_shell_codex_runs_them_with(tmp_path: Path,
-                                                                     clis: None  # noqa: F811
+                                                                     clis: None
                                                                      ) -> None:
     """Codex's hook shows only the command; the shell the model names, a TTY session and the
     text typed into a session are read from Codex's transcript, refused, or find nothing to
@@ -263,7 +262,7 @@ def test_codex_calls_are_checked_under_the_shell_codex_runs_them_with(tmp_path: 
 
 
 def test_opencode_runs_bash_whatever_shell_the_job_names(tmp_path: Path,
-                                                        clis: None  # noqa: F811
+                                                        clis: None
                                                         ) -> None:
     """OpenCode runs its bash tool with SHELL: the adapter makes it bash, the shell the checker
     reads commands as; and file tools are held to the role's paths."""

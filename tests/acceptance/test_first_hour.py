@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import Corral
-from tests.acceptance.test_agents import API_KEY, CLAUDE, clis  # noqa: F401 (a fixture)
+from tests.acceptance.test_agents import API_KEY, CLAUDE
 from tests.agentmock import AnthropicMock
 from tests.helpers import eventually
 
@@ -64,7 +64,7 @@ workers:
 
 
 @pytest.fixture
-def claude_mock(clis: None) -> Iterator[AnthropicMock]:  # noqa: F811
+def claude_mock(clis: None) -> Iterator[AnthropicMock]:
     mock = AnthropicMock([]).start()
     try:
         yield mock

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import Corral
-from tests.acceptance.test_agents import CLAUDE, clis  # noqa: F401 (clis: a fixture)
+from tests.acceptance.test_agents import CLAUDE
 from tests.agentmock import AnthropicMock, MockServer, OpenAIResponsesMock
 from tests.helpers import eventually
 
@@ -75,7 +75,7 @@ def mock_for(kind: str) -> MockServer:
 
 @pytest.fixture
 def setup(request: pytest.FixtureRequest, tmp_path: Path,
-          clis: None) -> Iterator[tuple[str, Corral, MockServer]]:  # noqa: F811
+          clis: None) -> Iterator[tuple[str, Corral, MockServer]]:
     kind = str(request.param)
     mock = mock_for(kind).start()
     c = Corral(tmp_path, config(kind, mock.url))

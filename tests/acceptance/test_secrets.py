@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.conftest import Corral
-from tests.acceptance.test_agents import CLAUDE, agent_config, bash, clis  # noqa: F401
+from tests.acceptance.test_agents import agent_config, bash
 from tests.agentmock import AnthropicMock
 
 SHAPE = "sk-ant-api03-corralCanaryShape0123456789abcd"  # a credential nobody declared
@@ -41,7 +41,7 @@ def open_umask() -> Iterator[None]:
 
 
 @pytest.fixture
-def canary_corral(tmp_path: Path, clis: None, open_umask: None,  # noqa: F811
+def canary_corral(tmp_path: Path, clis: None, open_umask: None,
                   monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Corral, AnthropicMock]]:
     monkeypatch.setenv("FROM_ENGINE", ENGINE)
     monkeypatch.delenv("CORRAL_JOB_UMASK", raising=False)
