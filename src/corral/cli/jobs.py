@@ -8,16 +8,14 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import anyio
 import typer
 
 from corral.config import Config
 from corral.core.ports import JobQuery
 from corral.domain import bounds
-from corral.domain.errors import CorralError, InvalidRequest
+from corral.domain.errors import InvalidRequest
 from corral.domain.models import Job
 from corral.domain.states import DedupMode, JobState
-from corral.runtime.assembly import build_store
 from corral.runtime.control import caller_job
 from corral.services import cancellation, queries
 from corral.services.submissions import LimitChoices, SubmitRequest
@@ -309,9 +307,7 @@ def logs(job: JobArg,
 
     cfg = config_or_fail(data_dir, config)
     try:
-        anyio.run(lambda: stream_logs(build_store(cfg), job, follow=follow, only=attempt))
-    except CorralError as err:
-        fail(err)
+        with_store(cfg, lambda st: stream_logs(st, job, follow=follow, only=attempt))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 

@@ -8,7 +8,7 @@ from typing import BinaryIO
 
 import anyio
 
-from corral.core.ports import Store
+from corral.core.ports import JobStore
 from corral.domain.models import Attempt
 
 CHUNK = 1 << 16
@@ -35,20 +35,16 @@ def _drain(attempts: list[Attempt], offsets: dict[tuple[int, str], int]) -> None
             offsets[key] = _copy(Path(a.dir) / name, offsets.get(key, 0), out)
 
 
-async def stream_logs(store: Store, ref: str, *, follow: bool, only: int | None) -> None:
-    await store.open()
-    try:
-        job = await store.get_job(ref)
-        offsets: dict[tuple[int, str], int] = {}
-        while True:
-            attempts = [a for a in await store.attempts(job.id) if only in (None, a.index)]
-            _drain(attempts, offsets)
-            if not follow:
-                return
-            job = await store.get_job(job.id)
-            if job.state.terminal and all(a.state.terminal for a in attempts):
-                _drain(attempts, offsets)  # the last bytes may have landed after our read
-                return
-            await anyio.sleep(0.2)
-    finally:
-        await store.close()
+async def stream_logs(store: JobStore, ref: str, *, follow: bool, only: int | None) -> None:
+    job = await store.get_job(ref)
+    offsets: dict[tuple[int, str], int] = {}
+    while True:
+        attempts = [a for a in await store.attempts(job.id) if only in (None, a.index)]
+        _drain(attempts, offsets)
+        if not follow:
+            return
+        job = await store.get_job(job.id)
+        if job.state.terminal and all(a.state.terminal for a in attempts):
+            _drain(attempts, offsets)  # the last bytes may have landed after our read
+            return
+        await anyio.sleep(0.2)

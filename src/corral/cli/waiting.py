@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import anyio
 
 from corral.config import Config
-from corral.core.ports import Store
+from corral.core.ports import Operations
 from corral.domain.errors import EngineNotRunning
 from corral.domain.models import Attempt, Job
 from corral.domain.states import JobState
@@ -169,7 +169,7 @@ def _elapsed(started: float) -> str:
     return f"{s // 60}:{s % 60:02d}"
 
 
-async def follow(cfg: Config, store: Store, ref: str, how: Follow) -> tuple[Job, int | None]:
+async def follow(cfg: Config, store: Operations, ref: str, how: Follow) -> tuple[Job, int | None]:
     """Follow the job until it ends (or runs, or the timeout): the job as last seen, and None
     when the timeout came first."""
     job = await store.get_job(ref)
@@ -187,7 +187,7 @@ async def follow(cfg: Config, store: Store, ref: str, how: Follow) -> tuple[Job,
         return await _loop(cfg, store, job, how, display, engine)
 
 
-async def _loop(cfg: Config, store: Store, job: Job, how: Follow, display: Display,
+async def _loop(cfg: Config, store: Operations, job: Job, how: Follow, display: Display,
                 engine: bool) -> tuple[Job, int | None]:
     watcher, output = Watcher(cfg, store), Output()
     deadline = None if how.timeout is None else time.monotonic() + how.timeout

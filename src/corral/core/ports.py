@@ -454,6 +454,12 @@ class JobRecords(JobStore, TraceStore, GovernanceStore, Protocol):
     reporter read and write of an attempt, and a job's trace."""
 
 
+class Operations(JobStore, GovernanceStore, EngineRegistry, Protocol):
+    """Jobs and governance records with the configuration the engine published: what a change
+    an operator makes against a running engine's settings needs (a submission, an approval, a
+    requeue, a policy check, a wait)."""
+
+
 class Store(StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore, EngineRegistry,
             Protocol):
     """The whole store: every port above. What the store implementations (store/memory.py,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.config import Config
-from corral.core.ports import JobGovernance, Store
+from corral.core.ports import JobGovernance, Operations
 from corral.domain.errors import InvalidRequest
 from corral.domain.governance import Approval, ApprovalState
 from corral.services import Wake
@@ -22,7 +22,7 @@ async def list_approvals(store: JobGovernance, *, state: str | None,
     return await store.approvals(job_id=job_id, state=wanted)
 
 
-async def decide(store: Store, local: Config, approval_id: str, *, approve: bool, by: str,
+async def decide(store: Operations, local: Config, approval_id: str, *, approve: bool, by: str,
                  wake: Wake, note: str = "") -> Approval:
     """`by`'s decision on an approval, against the engine's roles and scheduler settings: a run
     approval releases its job to the queue or denies it; a waiting agent learns it when the

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.config import Config
-from corral.core.ports import JobStore, Store
+from corral.core.ports import JobGovernance, JobStore
 from corral.domain.errors import NotPermitted
 from corral.domain.models import Job
 from corral.services import Wake
@@ -22,7 +22,7 @@ class Cancelled:
     engine_answered: bool
 
 
-async def cancel(store: Store, config: Config, ref: str, *, reason: str, caller: str | None,
+async def cancel(store: JobGovernance, config: Config, ref: str, *, reason: str, caller: str | None,
                  wake: Wake) -> Cancelled:
     """Cancel a job (Conflict when it has already ended). One of the engine's jobs (`caller`)
     may cancel itself and the jobs it submitted (its descendants), not anyone else's:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corral.config import Config
-from corral.core.ports import JobQuery, Store
+from corral.core.ports import JobGovernance, JobQuery, Operations
 from corral.domain.models import Job
 from corral.services import Notify, Wake
 from corral.services.submissions import active_submissions, submissions
@@ -19,7 +19,7 @@ def dead_lettered(limit: int) -> JobQuery:
     return JobQuery(dead_lettered_unresolved=True, limit=limit)
 
 
-async def requeue(store: Store, local: Config, ref: str, *, wake: Wake,
+async def requeue(store: Operations, local: Config, ref: str, *, wake: Wake,
                   notify: Notify | None = None) -> Job:
     """A fresh job with the dead-lettered one's spec, admitted against the engine's
     configuration."""
@@ -29,7 +29,7 @@ async def requeue(store: Store, local: Config, ref: str, *, wake: Wake,
     return fresh
 
 
-async def purge(store: Store, config: Config, refs: Sequence[str], *,
+async def purge(store: JobGovernance, config: Config, refs: Sequence[str], *,
                 every: bool = False) -> list[str]:
     """Purge the jobs named (each once), and with `every` every dead-lettered one; their ids."""
     chosen = list(refs)

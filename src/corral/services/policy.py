@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from corral.config import Config
-from corral.core.ports import JobGovernance, Store
+from corral.core.ports import JobGovernance, Operations
 from corral.domain import bounds
 from corral.domain.errors import InvalidRequest
 from corral.domain.settings import Settings
@@ -51,7 +51,7 @@ async def _check_input(st: JobGovernance, settings: Settings, job: prerun.JobRef
                                  if r.requires_approval))
 
 
-async def check(store: Store, local: Config, *, role: str, tenant: str, workflow: str | None,
+async def check(store: Operations, local: Config, *, role: str, tenant: str, workflow: str | None,
                 estimate_usd: float | None,
                 clock: Callable[[], float] = time.time) -> prerun.PrerunDecision:
     """The pre-run decision for a would-be job of `role` now, against the roles the engine runs

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TypeVar
 
 from corral.config import Config, guardrails_of
-from corral.core.ports import Admission, Store
+from corral.core.ports import Admission, JobGovernance, Operations
 from corral.domain import bounds
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.errors import InvalidRequest
@@ -72,7 +72,7 @@ def _names(names: Iterable[str]) -> str:
 class Submissions:
     """Validates submissions and stop requests, then hands them to the store."""
 
-    def __init__(self, store: Store, settings: Settings, clock: Callable[[], float],
+    def __init__(self, store: JobGovernance, settings: Settings, clock: Callable[[], float],
                  workers: frozenset[str],
                  command_workers: frozenset[str] = frozenset({"command"}),
                  prerun: PrerunCheck | None = None, conceal: Conceal | None = None) -> None:
@@ -341,7 +341,7 @@ class Submitted:
     engine_serving: bool
 
 
-def submissions(store: Store, config: Config) -> Submissions:
+def submissions(store: JobGovernance, config: Config) -> Submissions:
     """The submission service over `config`: its worker kinds, the pre-run gate and the key
     that seals secrets."""
     kinds = worker_kinds(config)
@@ -353,7 +353,7 @@ def submissions(store: Store, config: Config) -> Submissions:
                        conceal=keeper.conceal)
 
 
-async def active_submissions(store: Store, local: Config,
+async def active_submissions(store: Operations, local: Config,
                              notify: Notify | None = None) -> tuple[Submissions, Config]:
     """The submission service over the configuration the engine runs (runtime/published.py);
     `notify` hears a note when the local configuration is not that one."""
@@ -363,7 +363,7 @@ async def active_submissions(store: Store, local: Config,
     return submissions(store, cfg), cfg
 
 
-async def submit(store: Store, local: Config, request: SubmitRequest, wake: Wake,
+async def submit(store: Operations, local: Config, request: SubmitRequest, wake: Wake,
                  notify: Notify | None = None) -> Submitted:
     """Submit against the engine's configuration, wake the engine, and say whether one serves
     the data directory."""
