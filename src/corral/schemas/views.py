@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import typing
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -72,7 +72,7 @@ class Job(View):
                 "exit_code": j.exit_code, "last_error": j.last_error, "limit_hit": j.limit_hit}
 
     @classmethod
-    def of(cls, j: dm.Job) -> Job:
+    def of(cls, j: dm.Job) -> Self:
         return cls(**cls.fields_of(j))
 
 
@@ -117,10 +117,6 @@ class JobDetail(Job):
                 "token_budget_out": lim.token_budget_out,
                 "resume_from": j.options.resume_from,
                 "secret_env": list(j.options.secret_env), "detached": j.options.detached}
-
-    @classmethod
-    def of(cls, j: dm.Job) -> JobDetail:
-        return cls(**cls.fields_of(j))
 
 
 class Attempt(View):
