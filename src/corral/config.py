@@ -16,7 +16,14 @@ from typing import Any, Literal, TypedDict, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from corral import config_check
 from corral.core.watchdog import GAUGES
@@ -272,6 +279,19 @@ class OversightModel(_Strict):
 class EngineModel(_Strict):
     # a group whose members may use the engine's sockets too (None: the engine's user alone)
     socket_group: str | None = None
+    # How often the engine writes its heart-beat, and how long without one before a peer on the
+    # same database declares it dead and takes its attempts over (it is fenced when it wakes).
+    # Every engine on one database should use the same values.
+    heartbeat_s: float = Field(5.0, gt=0)
+    stale_after_s: float = Field(15.0, gt=0)
+
+    @model_validator(mode="after")
+    def _stale_after_beats(self) -> EngineModel:
+        if self.stale_after_s < 2 * self.heartbeat_s:
+            raise ValueError(f"stale_after_s ({self.stale_after_s:g}) must be at least twice "
+                             f"heartbeat_s ({self.heartbeat_s:g}): one late heart-beat must not "
+                             "make a live engine look dead")
+        return self
 
 
 class ConfigModel(_Strict):
@@ -312,6 +332,7 @@ class Config:
     audit: AuditModel = field(default_factory=AuditModel)
     text: str = ""  # the file as read ("" for the built-in defaults): what an engine publishes
     socket_group: int | None = None  # engine.socket_group's gid (runtime/peers.py)
+    engine: EngineModel = field(default_factory=EngineModel)
 
     @property
     def db_path(self) -> Path:
@@ -636,7 +657,8 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
     except ValueError as err:
         raise ConfigError(f"{source}: engine.socket_group: {err}") from None
     audit = model.audit.model_copy(update={"key_file": _relative(model.audit.key_file, source)})
-    return Config(socket_group=group, settings=resolve(model, source), data_dir=ddir,
+    return Config(socket_group=group, engine=model.engine, settings=resolve(model, source),
+                  data_dir=ddir,
                   store_url=url,
                   sqlite_synchronous=model.store.sqlite_synchronous, source=path,
                   sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core,

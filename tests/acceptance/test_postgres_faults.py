@@ -20,6 +20,7 @@ pytestmark = pytest.mark.postgres
 
 CONFIG = """\
 scheduler: {poll_interval_s: 0.2}
+engine: {heartbeat_s: 0.5, stale_after_s: 3}
 roles:
   default: {concurrency: 8, retry: {base_s: 0.05, cap_s: 0.2}}
 environments:

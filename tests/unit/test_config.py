@@ -95,6 +95,9 @@ def test_an_mcp_config_that_does_not_load_is_refused_naming_the_role(
                                          "(did you mean 'claude-code'? known: claude-code,"),
     ("roles: {a: {fallback_workers: [codx]}}", "roles.a.fallback_workers: unknown worker kind"),
     ("workers: {mine: {binary: x}}", "workers.mine.adapter: is required for a worker kind"),
+    ("engine: {heartbeat_s: 0}", "engine.heartbeat_s: must be more than 0"),
+    ("engine: {heartbeat_s: 5, stale_after_s: 6}",
+     "engine: stale_after_s (6) must be at least twice heartbeat_s (5)"),
 ])
 def test_errors_name_the_key_in_plain_words(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -137,3 +140,10 @@ def test_a_roles_retry_budget_and_detached_are_read_and_checked_against_its_limi
             resolve(parse(text, "c.yaml"), "c.yaml")
     with pytest.raises(ConfigError, match=r"roles\.r\.retry_budget\.cost_usd"):
         parse("roles: {r: {retry_budget: {cost_usd: -1}}}", "c.yaml")
+
+
+def test_the_engine_heart_beat_and_when_a_peer_is_declared_dead_are_read() -> None:
+    defaults = parse("", "c.yaml").engine
+    assert (defaults.heartbeat_s, defaults.stale_after_s) == (5.0, 15.0)
+    engine = parse("engine: {heartbeat_s: 0.5, stale_after_s: 2}", "c.yaml").engine
+    assert (engine.heartbeat_s, engine.stale_after_s) == (0.5, 2.0)

@@ -53,8 +53,6 @@ from corral.workers.sealing import Keeper, revealer
 
 log = logging.getLogger("corral.engine")
 
-HEARTBEAT_S = 5.0
-STALE_ENGINE_S = 3 * HEARTBEAT_S
 REVIVE_WAIT_S = 7.0  # how long clearing a crash loop waits for the new core (the CLI waits 10)
 
 
@@ -196,7 +194,8 @@ class Engine:
             options=DispatchOptions(engine_id=self.id,
                                     attempts_root=config.data_dir / "attempts",
                                     shared=is_shared(config), host=socket.gethostname(),
-                                    stale_s=STALE_ENGINE_S, scan_s=HEARTBEAT_S),
+                                    stale_s=config.engine.stale_after_s,
+                                    scan_s=config.engine.heartbeat_s),
             agents=self.governor, gate=self.gate, on_settled=self.reporter.wake,
             health=self.health)
 
@@ -425,13 +424,13 @@ class Engine:
 
     async def _heartbeat(self) -> None:
         while True:
-            await anyio.sleep(HEARTBEAT_S)
+            await anyio.sleep(self.config.engine.heartbeat_s)
             beat = await self.health.retry(
                 "heart-beat", lambda: self.store.heartbeat_engine(self.id, now=time.time()))
             if not beat:
                 log.error("this engine was declared dead by a peer (no heart-beat for %.0f s: "
                           "paused, or cut off from the database) and its attempts were taken "
-                          "over; exiting without touching them", STALE_ENGINE_S)
+                          "over; exiting without touching them", self.config.engine.stale_after_s)
                 raise EngineFenced(
                     f"engine {self.id} lost its attempts to a peer after missing its heart-beat"
                     " (paused or cut off from the database); start it again to rejoin")
