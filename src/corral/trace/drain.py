@@ -17,6 +17,7 @@ lease drains it; the others look again when the lease runs out.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -140,6 +141,41 @@ class Drainer:
                  sink_factory: Callable[[SinkSpec], Sink] = make_sink) -> None:
         self.sinks = [SinkDrainer(store, sink_factory(spec), events, holder=holder, clock=clock)
                       for spec in events.sinks]
+
+    async def snapshot(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:
+        """Each sink's state for `corral status`: what this engine published, how far behind
+        the sink is (rows committed past its cursors), and how many rows the overflow rule
+        skipped; `backlog` is None when the store did not answer in time."""
+        by_sink: dict[str, list[EventCursor]] = {}
+        tips: dict[str, int] = {}
+        with anyio.move_on_after(timeout_s):
+            try:
+                for cursor in await self.sinks[0].store.event_cursors() if self.sinks else ():
+                    by_sink.setdefault(cursor.sink, []).append(cursor)
+                for source in SOURCES:
+                    tips[source] = await self.sinks[0].store.outbox_tip(source)
+            except Exception as err:  # a store outage: the engine's own figures still answer
+                log.debug("events snapshot: %s", err)
+        out = []
+        for d in self.sinks:
+            cursors = {c.source: c for c in by_sink.get(d.name, [])}
+            known = len(tips) == len(SOURCES)
+            out.append({"sink": d.name, "kind": d.sink.spec.kind, "published": d.published,
+                        "failing_rounds": d.failures,
+                        "backlog": sum(tips[s] - (cursors[s].last_id if s in cursors else 0)
+                                       for s in SOURCES) if known else None,
+                        "skipped": sum(c.skipped for c in cursors.values()),
+                        "holder": next((c.holder for c in cursors.values()), None)})
+        return out
+
+    async def flush(self, timeout_s: float = 5.0) -> None:
+        """Before a draining engine exits: publish what is left, within `timeout_s` (what is
+        not out by then goes with the next engine that drains)."""
+        with anyio.move_on_after(timeout_s):
+            for drainer in self.sinks:
+                with contextlib.suppress(Exception):
+                    while await drainer.round():
+                        pass
 
     async def run(self) -> None:
         try:

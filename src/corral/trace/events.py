@@ -95,7 +95,7 @@ def record_event(source: str, row: Mapping[str, Any]) -> Event:
 
 
 def agent_event(event: AgentEvent) -> Event:
-    """The AgentEvent of one attempt (seed 000's schema: the job is the intent)."""
+    """The AgentEvent of one attempt; `intent_id` repeats the job id (a job is the intent)."""
     body = {**event.to_dict(), "intent_id": event.job_id}
     return Event(event_id=event.event_id, subject=AGENT_SUBJECT, body=body)
 
