@@ -5,6 +5,7 @@ Runs on the memory, SQLite and PostgreSQL stores like test_store_contract.py."""
 from __future__ import annotations
 
 from corral.core.ports import Store
+from corral.domain.agents import AgentEvent
 from corral.domain.governance import KillSwitch, ScopeKind
 from corral.trace.events import SOURCES, record_event
 from tests.contract.test_store_contract import AGING, NOW, UseStore, make_job
@@ -83,5 +84,18 @@ def test_one_holder_drains_a_sink_until_its_lease_runs_out(use_store: UseStore) 
                                               now=NOW + 32)
         assert await store.advance_cursor(SINK, "job_events", holder="e2", last_id=1,
                                           now=NOW + 32)
+
+    use_store(body)
+
+
+def test_agent_events_of_a_batch_come_in_one_read(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        for job_id, attempt in (("j1", 1), ("j1", 2), ("j2", 1), ("j3", 1)):
+            await store.record_agent_event(AgentEvent(
+                event_id=f"{job_id}-{attempt}", job_id=job_id, attempt=attempt, at=NOW,
+                role="default", worker="codex", tenant="default"))
+        found = await store.outbox_agent_events(["j1", "j3", "j1"])
+        assert [(e.job_id, e.attempt) for e in found] == [("j1", 1), ("j1", 2), ("j3", 1)]
+        assert await store.outbox_agent_events([]) == []
 
     use_store(body)

@@ -492,6 +492,9 @@ class OutboxReads(Protocol):
     async def outbox_tip(self, source: str) -> int:
         """The highest `seq` committed in `source` (0: none)."""
 
+    async def outbox_agent_events(self, job_ids: Sequence[str]) -> list[AgentEvent]:
+        """The AgentEvents of these jobs, in one read (a batch of timeline rows' attempts)."""
+
     async def claim_cursors(self, sink: str, sources: Sequence[str], *, holder: str,
                             now: float, lease_s: float) -> list[EventCursor] | None:
         """Create the sink's missing cursors (at 0) and lease them all to `holder` until

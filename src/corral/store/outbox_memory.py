@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corral.core.ports import EventCursor
+from corral.domain.agents import AgentEvent
 from corral.store.outbox import lease_blocked, outbox_table
 
 
@@ -16,6 +17,7 @@ class MemoryOutbox:
 
     _chains: dict[str, list[dict[str, Any]]]
     _cursors: dict[tuple[str, str], EventCursor]
+    _agent_events: dict[tuple[str, int], AgentEvent]
 
     async def outbox_rows(self, source: str, *, after: int, limit: int) -> list[Mapping[str, Any]]:
         rows = self._chains[outbox_table(source)]
@@ -26,6 +28,10 @@ class MemoryOutbox:
     async def outbox_tip(self, source: str) -> int:
         rows = self._chains[outbox_table(source)]
         return max((int(r["seq"]) for r in rows if r.get("seq") is not None), default=0)
+
+    async def outbox_agent_events(self, job_ids: Sequence[str]) -> list[AgentEvent]:
+        wanted = set(job_ids)
+        return [self._agent_events[k] for k in sorted(self._agent_events) if k[0] in wanted]
 
     async def claim_cursors(self, sink: str, sources: Sequence[str], *, holder: str,
                             now: float, lease_s: float) -> list[EventCursor] | None:

@@ -9,10 +9,12 @@ took 11, and a cursor already past 11 would never see 10.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corral.core.ports import EventCursor
+from corral.domain.agents import AgentEvent
 from corral.store.driver import Driver, Row
 from corral.store.outbox import lease_blocked, outbox_table
 
@@ -43,6 +45,16 @@ class SqlOutbox:
         async with self.driver.read() as tx:
             row = await tx.fetchone(f"SELECT MAX(seq) AS tip FROM {table}")
         return int(row["tip"]) if row and row["tip"] is not None else 0
+
+    async def outbox_agent_events(self, job_ids: Sequence[str]) -> list[AgentEvent]:
+        wanted = sorted(set(job_ids))
+        if not wanted:
+            return []
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                f"SELECT data FROM agent_events WHERE job_id IN ({', '.join('?' * len(wanted))})"
+                " ORDER BY job_id, attempt", wanted)
+        return [AgentEvent.from_dict(json.loads(r["data"])) for r in rows]
 
     async def claim_cursors(self, sink: str, sources: Sequence[str], *, holder: str,
                             now: float, lease_s: float) -> list[EventCursor] | None:

@@ -18,53 +18,60 @@ lease drains it; the others look again when the lease runs out.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
-from corral.core.ports import EventCursor, OutboxReads, TraceStore
+from corral.core.ports import EventCursor, OutboxReads
 from corral.domain.settings import EventsSpec, SinkSpec
 from corral.trace.events import SOURCES, Event, agent_event, ends_attempt, record_event, window
 from corral.trace.sinks import Sink, make_sink
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 30.0
-
-
-class OutboxStore(OutboxReads, TraceStore, Protocol):
-    """What the drainer reads: the outbox and its cursors, and the AgentEvents."""
+STOP_FLUSH_S = 2.0  # how long a stopping engine goes on publishing (the rest: next engine)
 
 
 class SinkDrainer:
     """Drains the outbox into one sink."""
 
-    def __init__(self, store: OutboxStore, sink: Sink, events: EventsSpec, *, holder: str,
+    def __init__(self, store: OutboxReads, sink: Sink, events: EventsSpec, *, holder: str,
                  clock: Callable[[], float] = time.time) -> None:
         self.store, self.sink, self.events = store, sink, events
         self.holder, self.clock = holder, clock
         self.lease_s = max(15.0, 10 * events.poll_s)
         self._lease_until = 0.0
+        self._held: dict[str, EventCursor] = {}  # source → cursor, while the lease is ours
         self.published = 0  # events published by this engine (a metric's source)
         self.failures = 0  # rounds that failed in a row
+        self.behind = False  # the last round left rows for the next one
 
     @property
     def name(self) -> str:
         return self.sink.spec.name
 
     async def _cursors(self) -> list[EventCursor] | None:
+        """The sink's cursors while this engine holds its lease: from the store when the lease
+        needs renewing (half of it gone), else as this engine last moved them (nobody else
+        moves them meanwhile), so a busy drainer does not write a lease every round."""
+        now = self.clock()
+        if self._held and now < self._lease_until - self.lease_s / 2:
+            return list(self._held.values())
         cursors = await self.store.claim_cursors(self.name, SOURCES, holder=self.holder,
-                                                 now=self.clock(), lease_s=self.lease_s)
-        self._lease_until = self.clock() + self.lease_s if cursors is not None else 0.0
+                                                 now=now, lease_s=self.lease_s)
+        self._held = {c.source: c for c in cursors or ()}
+        self._lease_until = now + self.lease_s if cursors is not None else 0.0
         return cursors
 
     async def round(self) -> int:
         """Publish one batch per table; the number of rows whose cursor moved (0: idle, or
-        another engine holds the lease)."""
+        another engine holds the lease). `behind` says whether a table had a full batch."""
         cursors = await self._cursors()
-        moved = 0
+        moved, self.behind = 0, False
         for cursor in cursors or ():
             n = await self._drain(cursor)
             if n < 0:  # the lease went to another engine
@@ -89,22 +96,33 @@ class SinkDrainer:
                 rows = await self.store.outbox_rows(cursor.source, after=after, limit=batch)
         if not rows:
             return 0
+        self.behind = self.behind or len(rows) == batch
         await self.sink.publish(await self._events(cursor.source, rows))
         self.published += len(rows)
         return len(rows) if await self._advance(cursor.source, int(rows[-1]["seq"])) else -1
 
     async def _advance(self, source: str, last_id: int, skipped: int = 0) -> bool:
-        return await self.store.advance_cursor(self.name, source, holder=self.holder,
-                                               last_id=last_id, skipped=skipped, now=self.clock())
+        moved = await self.store.advance_cursor(self.name, source, holder=self.holder,
+                                                last_id=last_id, skipped=skipped,
+                                                now=self.clock())
+        held = self._held.get(source)
+        if not moved:  # another engine holds the lease now: ask the store next round
+            self._held, self._lease_until = {}, 0.0
+        elif held is not None:
+            self._held[source] = dataclasses.replace(held, last_id=last_id,
+                                                     skipped=held.skipped + skipped)
+        return moved
 
     async def _events(self, source: str, rows: Sequence[Mapping[str, Any]]) -> list[Event]:
+        ends = {row["seq"]: e for row in rows if (e := ends_attempt(source, row)) is not None}
+        found = await self.store.outbox_agent_events([j for j, _ in ends.values()]) if ends \
+            else []
+        agents = {(e.job_id, e.attempt): e for e in found}
         out: list[Event] = []
         for row in rows:
-            ended = ends_attempt(source, row)
+            ended = agents.get(ends[row["seq"]]) if row["seq"] in ends else None
             if ended is not None:
-                job_id, attempt = ended
-                out.extend(agent_event(e) for e in await self.store.agent_events(job_id)
-                           if e.attempt == attempt)
+                out.append(agent_event(ended))
             out.append(record_event(source, row))
         return out
 
@@ -115,7 +133,7 @@ class SinkDrainer:
         while True:
             try:
                 with anyio.fail_after(max(30.0, self.sink.spec.timeout_s * 4)):
-                    moved = await self.round()
+                    await self.round()
             except Exception as err:  # a broker or store outage: the rows wait in their tables
                 self.failures += 1
                 if self.failures == 1 or self.failures % 20 == 0:
@@ -129,14 +147,14 @@ class SinkDrainer:
                 log.info("events: sink %s is back after %d failed rounds", self.name,
                          self.failures)
             self.failures, pause = 0, self.events.poll_s
-            if moved == 0:
+            if not self.behind:  # caught up: let rows gather (one write per table per round)
                 await anyio.sleep(self.events.poll_s)
 
 
 class Drainer:
     """One SinkDrainer per configured sink, each its own task."""
 
-    def __init__(self, store: OutboxStore, events: EventsSpec, *, holder: str,
+    def __init__(self, store: OutboxReads, events: EventsSpec, *, holder: str,
                  clock: Callable[[], float] = time.time,
                  sink_factory: Callable[[SinkSpec], Sink] = make_sink) -> None:
         self.sinks = [SinkDrainer(store, sink_factory(spec), events, holder=holder, clock=clock)
@@ -173,6 +191,8 @@ class Drainer:
         not out by then goes with the next engine that drains)."""
         with anyio.move_on_after(timeout_s):
             for drainer in self.sinks:
+                if drainer.failures:  # its broker is away: the next engine will publish
+                    continue
                 with contextlib.suppress(Exception):
                     while await drainer.round():
                         pass
@@ -183,5 +203,7 @@ class Drainer:
                 for drainer in self.sinks:
                     tg.start_soon(drainer.run)
         finally:
+            with anyio.CancelScope(shield=True):  # a clean stop: what committed goes out now
+                await self.flush(STOP_FLUSH_S)
             for drainer in self.sinks:
                 await drainer.sink.close()
