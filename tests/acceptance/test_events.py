@@ -6,16 +6,20 @@ the next engine; dispatch goes on while the brokers are away."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from corral.store.sqlite import SqliteStore
 from corral.trace.events import SOURCES, record_event
-from tests.acceptance.conftest import CONFIG, Corral
+from tests.acceptance.conftest import CONFIG, CORRAL, Corral
 from tests.brokers import Broker, jetstream_ids, nats_broker, redis_broker, redis_entries
 from tests.helpers import eventually
 
@@ -131,5 +135,29 @@ def test_events_committed_before_an_engine_was_killed_are_published_by_the_next(
                                what="the dead engine's events on JetStream")
         assert set(published) == set(committed(corral))
         assert len(published) == len(set(published))
+        tailed = _tail(corral, len(published))
+        assert sorted(e["event_id"] for e in tailed) == sorted(published)
+        assert {e["subject"] for e in tailed} >= {"corral.jobs.queued", "corral.jobs.succeeded"}
     finally:
         corral.stop_all()
+
+
+def _tail(corral: Corral, n: int) -> list[dict[str, Any]]:
+    """The first `n` lines of `corral events tail --from-start --json`."""
+    proc = subprocess.Popen([CORRAL, "events", "tail", "--from-start", "--json"],
+                            env=corral.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 30
+        while len(lines) < n and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(json.loads(line))
+        assert len(lines) == n, proc.stderr.read() if proc.poll() is not None else lines
+        return lines
+    finally:
+        proc.kill()
+        proc.wait()
