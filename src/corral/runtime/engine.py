@@ -321,8 +321,7 @@ class Engine:
                 tg.start_soon(_when_ready, ready, lambda: on_ready(self))
             await self.dispatcher.run(drain=drain, ready=ready)
             await self.reporter.flush()
-            await self.drainer.flush()
-            tg.cancel_scope.cancel()
+            tg.cancel_scope.cancel()  # the drainer publishes what is left as it stops
 
     async def _start_core(self, tg: TaskGroup) -> None:
         """The core in a supervised child (the default), or in this process."""
