@@ -15,10 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from corral.domain.settings import SinkSpec
 from corral.store.sqlite import SqliteStore
 from corral.trace.events import SOURCES, record_event
+from corral.trace.sinks import RedisSink, follow
 from tests.acceptance.conftest import CONFIG, CORRAL, Corral
 from tests.brokers import Broker, jetstream_ids, nats_broker, redis_broker, redis_entries
 from tests.helpers import eventually
@@ -161,3 +164,42 @@ def _tail(corral: Corral, n: int) -> list[dict[str, Any]]:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_redis_sink_keeps_each_subject_in_its_stream_and_tail_follows_them(
+        tmp_path: Path, brokers: tuple[Broker, Broker]) -> None:
+    _, redis = brokers
+    redis.start()
+    spec = SinkSpec(name="r", kind="redis", url=f"redis://127.0.0.1:{redis.port}/0",
+                    maxlen=100, timeout_s=1)
+    first = [record_event("job_events", {"seq": i, "job_id": "j", "kind": "submitted",
+                                         "to_state": "QUEUED", "data": "{}"}) for i in (1, 2)]
+    later = record_event("switch_events", {"seq": 1, "kind": "pause"})
+
+    async def main() -> tuple[list[str], list[str]]:
+        sink = RedisSink(spec)
+        await sink.publish(first)
+        old: list[str] = []
+        with anyio.move_on_after(5):
+            async for event in follow(spec, from_start=True):
+                old.append(event.event_id)
+                if len(old) == 2:
+                    break
+        new: list[str] = []
+
+        async def publish_later() -> None:
+            await anyio.sleep(0.5)
+            await sink.publish([later])
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(publish_later)
+            with anyio.move_on_after(5):
+                async for event in follow(spec, from_start=False):
+                    new.append(f"{event.subject} {event.event_id}")
+                    break
+        await sink.close()
+        return old, new
+
+    old, new = asyncio.run(main())
+    assert old == ["job_events:1", "job_events:2"]
+    assert new == ["corral.governance.pause switch_events:1"]  # only what came after

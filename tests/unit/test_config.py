@@ -137,3 +137,31 @@ def test_a_roles_retry_budget_and_detached_are_read_and_checked_against_its_limi
             resolve(parse(text, "c.yaml"), "c.yaml")
     with pytest.raises(ConfigError, match=r"roles\.r\.retry_budget\.cost_usd"):
         parse("roles: {r: {retry_budget: {cost_usd: -1}}}", "c.yaml")
+
+
+def test_event_sinks_are_read_with_their_defaults() -> None:
+    events = resolve(parse("events:\n  max_backlog: 10\n  sinks:\n"
+                           "    - {kind: nats, url: 'nats://127.0.0.1:4222'}\n"
+                           "    - {kind: redis, url: 'redis://127.0.0.1:6379/0', maxlen: 5,"
+                           " name: r2}\n", "c.yaml"), "c.yaml").events
+    assert events.max_backlog == 10
+    nats, redis = events.sinks
+    assert (nats.name, nats.kind, nats.stream, nats.maxlen) == ("nats", "nats", "CORRAL", None)
+    assert (redis.name, redis.maxlen) == ("r2", 5)
+    assert resolve(parse("", "c.yaml"), "c.yaml").events.sinks == ()
+
+
+@pytest.mark.parametrize(("sinks", "message"), [
+    ("[{kind: nats, url: 'redis://h'}]", "a nats sink's url must start with nats:// or tls://"),
+    ("[{kind: redis, url: 'http://h'}]", "a redis sink's url must start with redis://"),
+    ("[{kind: kafka, url: 'nats://h'}]", "events.sinks.0.kind"),
+    ("[{kind: redis, url: 'redis://h', stream: S}]", "stream is for a nats sink"),
+    ("[{kind: nats, url: 'nats://h', maxlen: 5}]", "maxlen is for a redis sink"),
+    ("[{kind: redis, url: 'redis://a'}, {kind: redis, url: 'redis://b'}]",
+     "two sinks are named 'redis'"),
+    ("[{kind: nats, url: 'nats://h', timeout_s: 0}]", "events.sinks.0.timeout_s"),
+])
+def test_a_bad_event_sink_is_refused_at_load_naming_it(sinks: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"^c\.yaml: ") as err:
+        parse(f"events:\n  sinks: {sinks}\n", "c.yaml")
+    assert message in str(err.value)
