@@ -36,6 +36,7 @@ from corral.domain.settings import (
     CostPeriod,
     EnvSpec,
     EscalationSpec,
+    EventsSpec,
     GatewaySpec,
     OutputSpec,
     OversightSpec,
@@ -46,6 +47,7 @@ from corral.domain.settings import (
     RoleSpec,
     SchedulerSpec,
     Settings,
+    SinkSpec,
     TenantSpec,
     Thresholds,
     WatchdogSpec,
@@ -294,6 +296,53 @@ class EngineModel(_Strict):
         return self
 
 
+_SINK_SCHEMES = {"nats": ("nats", "tls"), "redis": ("redis", "rediss", "unix")}
+
+
+class SinkModel(_Strict):
+    """One entry of `events.sinks` (docs/how-to/events.md)."""
+
+    kind: Literal["nats", "redis"]
+    url: str
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")  # None: the kind
+    stream: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$")  # nats only
+    maxlen: int | None = Field(None, ge=1)  # redis only
+    timeout_s: float = Field(5.0, gt=0, le=60)
+
+    @model_validator(mode="after")
+    def _fits_kind(self) -> SinkModel:
+        parts = urlsplit(self.url)
+        schemes = _SINK_SCHEMES[self.kind]
+        if parts.scheme not in schemes or not (parts.hostname or parts.path):
+            raise ValueError(f"a {self.kind} sink's url must start with "
+                             f"{' or '.join(s + '://' for s in schemes)}, got {self.url!r}")
+        if self.kind != "nats" and self.stream is not None:
+            raise ValueError("stream is for a nats sink (a redis sink writes one stream key "
+                             "per subject)")
+        if self.kind != "redis" and self.maxlen is not None:
+            raise ValueError("maxlen is for a redis sink (a JetStream stream sets its own "
+                             "limits)")
+        return self
+
+
+class EventsModel(_Strict):
+    sinks: list[SinkModel] = []
+    max_backlog: int = Field(100_000, ge=1)
+    batch: int = Field(500, ge=1, le=10_000)
+    poll_s: float = Field(0.5, gt=0, le=60)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> EventsModel:
+        seen: set[str] = set()
+        for sink in self.sinks:
+            name = sink.name or sink.kind
+            if name in seen:
+                raise ValueError(f"two sinks are named {name!r}: give each its own name "
+                                 "(a sink's name keys its cursor)")
+            seen.add(name)
+        return self
+
+
 class ConfigModel(_Strict):
     engine: EngineModel = EngineModel()
     core: CoreModel = field(default_factory=CoreModel)
@@ -315,6 +364,7 @@ class ConfigModel(_Strict):
     output: OutputModel = OutputModel()
     secrets: SecretsModel = SecretsModel()
     audit: AuditModel = AuditModel()
+    events: EventsModel = EventsModel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -548,7 +598,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
                             incident_threshold=model.oversight.incident_threshold,
                             window_s=model.oversight.window_s,
                             min_severity=model.oversight.min_severity),
-                        **_mechanism(model))
+                        events=_events(model.events), **_mechanism(model))
     if settings.guardrails_file is not None:  # a rules file that does not load is a config error
         guardrails_of(settings, source)
     return settings
@@ -596,6 +646,13 @@ def _rate(m: RateModel | None) -> RateSpec | None:
 def _breakers(b: BreakersModel) -> BreakerSpec:
     return BreakerSpec(window_s=b.window_s, min_calls=b.min_calls, failure_rate=b.failure_rate,
                        consecutive_failures=b.consecutive_failures, open_s=b.open_s)
+
+
+def _events(m: EventsModel) -> EventsSpec:
+    sinks = tuple(SinkSpec(name=s.name or s.kind, kind=s.kind, url=s.url,
+                           stream=s.stream or "CORRAL", maxlen=s.maxlen, timeout_s=s.timeout_s)
+                  for s in m.sinks)
+    return EventsSpec(sinks=sinks, max_backlog=m.max_backlog, batch=m.batch, poll_s=m.poll_s)
 
 
 def _gateway(m: GatewayModel) -> GatewaySpec:

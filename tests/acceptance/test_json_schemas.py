@@ -29,7 +29,8 @@ environments:""")
 
 # Every command that takes --json (groups spelled out), as `corral … --help` lists them
 COMMANDS_WITH_JSON = {
-    "submit", "jobs", "show", "trace", "cancel", "wait", "workspaces", "events", "status",
+    "submit", "jobs", "show", "trace", "cancel", "wait", "workspaces", "events", "events tail",
+    "status",
     "version", "report", "incidents", "runs", "pause", "resume", "dlq list", "dlq show",
     "dlq requeue", "dlq purge", "audit verify", "kill-switch on", "kill-switch off",
     "kill-switch status", "approvals list", "approvals approve", "approvals deny",

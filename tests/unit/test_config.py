@@ -147,3 +147,31 @@ def test_the_engine_heart_beat_and_when_a_peer_is_declared_dead_are_read() -> No
     assert (defaults.heartbeat_s, defaults.stale_after_s) == (5.0, 15.0)
     engine = parse("engine: {heartbeat_s: 0.5, stale_after_s: 2}", "c.yaml").engine
     assert (engine.heartbeat_s, engine.stale_after_s) == (0.5, 2.0)
+
+
+def test_event_sinks_are_read_with_their_defaults() -> None:
+    events = resolve(parse("events:\n  max_backlog: 10\n  sinks:\n"
+                           "    - {kind: nats, url: 'nats://127.0.0.1:4222'}\n"
+                           "    - {kind: redis, url: 'redis://127.0.0.1:6379/0', maxlen: 5,"
+                           " name: r2}\n", "c.yaml"), "c.yaml").events
+    assert events.max_backlog == 10
+    nats, redis = events.sinks
+    assert (nats.name, nats.kind, nats.stream, nats.maxlen) == ("nats", "nats", "CORRAL", None)
+    assert (redis.name, redis.maxlen) == ("r2", 5)
+    assert resolve(parse("", "c.yaml"), "c.yaml").events.sinks == ()
+
+
+@pytest.mark.parametrize(("sinks", "message"), [
+    ("[{kind: nats, url: 'redis://h'}]", "a nats sink's url must start with nats:// or tls://"),
+    ("[{kind: redis, url: 'http://h'}]", "a redis sink's url must start with redis://"),
+    ("[{kind: kafka, url: 'nats://h'}]", "events.sinks.0.kind"),
+    ("[{kind: redis, url: 'redis://h', stream: S}]", "stream is for a nats sink"),
+    ("[{kind: nats, url: 'nats://h', maxlen: 5}]", "maxlen is for a redis sink"),
+    ("[{kind: redis, url: 'redis://a'}, {kind: redis, url: 'redis://b'}]",
+     "two sinks are named 'redis'"),
+    ("[{kind: nats, url: 'nats://h', timeout_s: 0}]", "events.sinks.0.timeout_s"),
+])
+def test_a_bad_event_sink_is_refused_at_load_naming_it(sinks: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"^c\.yaml: ") as err:
+        parse(f"events:\n  sinks: {sinks}\n", "c.yaml")
+    assert message in str(err.value)

@@ -19,7 +19,7 @@ from corral import __version__
 from corral.domain.errors import CorralError
 from corral.workers import privacy
 
-from . import configs, dlq, governance, guard, jobs, mechanism, policy_cmds, schema_cmd
+from . import configs, dlq, events, governance, guard, jobs, mechanism, policy_cmds, schema_cmd
 from .edge import config_or_fail, emit, load_config
 from .exits import exit_code, fail
 from .options import ConfigOpt, DataDir, JsonOpt
@@ -86,6 +86,7 @@ def core_cmd(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
 
 
 jobs.register(app)
+app.add_typer(events.app, name="events")  # after the job commands, as before
 
 
 @app.command()

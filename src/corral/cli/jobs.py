@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
     """Add the job commands to the `corral` app."""
     app.command(context_settings={"allow_interspersed_args": False})(submit)
     app.command("wait")(wait_cmd)
-    for command in (jobs, show, trace, logs, cancel, workspaces, events):
+    for command in (jobs, show, trace, logs, cancel, workspaces):  # events: cli/events.py
         app.command()(command)
 
 

@@ -106,6 +106,18 @@ def _print_store(store: dict[str, Any]) -> None:
         console.print(f"store ok ({store.get('outages')} outages ridden out)", markup=False)
 
 
+def _print_events(sinks: list[dict[str, Any]]) -> None:
+    """Each event sink: published, behind by, skipped by the overflow rule (trace/drain.py)."""
+    for sink in sinks:
+        backlog = sink.get("backlog")
+        failing = sink.get("failing_rounds") or 0
+        console.print(f"events sink {sink.get('sink')} ({sink.get('kind')}): published "
+                      f"{sink.get('published')}, backlog "
+                      f"{'unknown' if backlog is None else backlog}, skipped "
+                      f"{sink.get('skipped')}" + (f", FAILING ({failing} rounds in a row)"
+                                                  if failing else ""), markup=False)
+
+
 def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     """Add the mechanism commands to the `corral` app."""
     breakers = typer.Typer(help="Circuit breakers per worker kind and provider: state, history, "
@@ -167,6 +179,7 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
                           f"permits live {snap.get('permits', {}).get('live')}  defense stage "
                           f"{wd.get('stage_name')} ({wd.get('cause') or 'no cause'})")
         _print_store(snap.get("store") or {})
+        _print_events(snap.get("events") or [])
         for name, value in (wd.get("gauges") or {}).items():
             console.print(f"  {name:<28} {value:g}")
         print_escalations(snap.get("escalations", []))

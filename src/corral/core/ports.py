@@ -460,8 +460,49 @@ class Operations(JobStore, GovernanceStore, EngineRegistry, Protocol):
     requeue, a policy check, a wait)."""
 
 
+@dataclass(frozen=True, slots=True)
+class EventCursor:
+    """How far one sink has published one outbox table: rows up to `last_id` (their `seq`) are
+    out; `skipped` rows were jumped over when the backlog passed its bound."""
+
+    sink: str
+    source: str
+    last_id: int
+    skipped: int = 0
+    holder: str | None = None
+    lease_until: float | None = None
+
+
+class OutboxReads(Protocol):
+    """The committed records as an outbox (trace/drain.py): the append-only tables, read past a
+    cursor in `seq` order, and the per-sink cursors with the lease that lets one engine drain."""
+
+    async def outbox_rows(self, source: str, *, after: int, limit: int) -> list[Mapping[str, Any]]:
+        """Rows of the append-only table `source` whose `seq` is above `after`, by `seq`, at most
+        `limit`; each a mapping of its columns as stored (JSON columns as text)."""
+
+    async def outbox_tip(self, source: str) -> int:
+        """The highest `seq` committed in `source` (0: none)."""
+
+    async def outbox_agent_events(self, job_ids: Sequence[str]) -> list[AgentEvent]:
+        """The AgentEvents of these jobs, in one read (a batch of timeline rows' attempts)."""
+
+    async def claim_cursors(self, sink: str, sources: Sequence[str], *, holder: str,
+                            now: float, lease_s: float) -> list[EventCursor] | None:
+        """Create the sink's missing cursors (at 0) and lease them all to `holder` until
+        `now + lease_s` unless another holder's lease is still running (then None)."""
+
+    async def advance_cursor(self, sink: str, source: str, *, holder: str, last_id: int,
+                             skipped: int = 0, now: float) -> bool:
+        """Move the cursor forward to `last_id` and add `skipped`, if `holder` still holds the
+        lease (False: it lost it; another engine drains now)."""
+
+    async def event_cursors(self) -> list[EventCursor]:
+        """Every sink's cursors, by sink and source."""
+
+
 class Store(StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore, EngineRegistry,
-            Protocol):
+            OutboxReads, Protocol):
     """The whole store: every port above. What the store implementations (store/memory.py,
     store/sql.py over SQLite and PostgreSQL) provide and what builds them (runtime/assembly.py)
     returns; a consumer asks for the narrowest port it uses (tests/unit/test_store_ports.py keeps

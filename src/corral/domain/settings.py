@@ -248,6 +248,30 @@ class OversightSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SinkSpec:
+    """One broker the committed records are published to (trace/sinks.py,
+    docs/how-to/events.md). `name` is the cursor's key: renaming a sink starts it afresh."""
+
+    name: str
+    kind: str  # "nats" (JetStream) | "redis" (Redis Streams)
+    url: str
+    stream: str = "CORRAL"  # nats: the JetStream stream that holds the subjects
+    maxlen: int | None = None  # redis: each stream key is trimmed to about this many entries
+    timeout_s: float = 5.0  # one publish or connect slower than this counts as an outage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventsSpec:
+    """`events`: where committed records are published, and how far a sink may fall behind
+    before its cursor skips ahead (the skipped rows are counted, never silently lost)."""
+
+    sinks: tuple[SinkSpec, ...] = ()
+    max_backlog: int = 100_000
+    batch: int = 500  # rows read and published per round
+    poll_s: float = 0.5  # how often the drainer looks for new rows
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     roles: Mapping[str, RoleSpec]
     environments: Mapping[str, EnvSpec]
@@ -264,6 +288,7 @@ class Settings:
     oversight: OversightSpec = field(default_factory=lambda: OversightSpec())
     approval_ttl_s: float = 3600.0
     output: OutputSpec = field(default_factory=OutputSpec)
+    events: EventsSpec = field(default_factory=EventsSpec)
 
     def max_output_bytes(self, role: str) -> int:
         """The output cap of one attempt of a job of `role`."""

@@ -46,6 +46,7 @@ from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
+from corral.trace.drain import Drainer
 from corral.workers import credentials, privacy
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
@@ -179,6 +180,8 @@ class Engine:
             guardrails=rules, keeper=Keeper(config.secrets_key))
         self.governor.socket_group = config.socket_group
         self.reporter = Reporter(self.store, config.settings.oversight)
+        # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py)
+        self.drainer = Drainer(self.store, config.settings.events, holder=self.id)
         self.gate = PrerunGate(self.store, config.settings, rules,
                                reveal=revealer(Keeper(config.secrets_key)))
         self.governor.overrun = self.gate.overrun
@@ -257,6 +260,8 @@ class Engine:
                               "restarts": (sup.generation - 1) if sup else 0,
                               "given_up": sup.given_up if sup else False}
             result["store"] = self.health.snapshot()
+            if self.drainer.sinks:
+                result["events"] = await self.drainer.snapshot()
         if core_op in ("reset_breaker", "clear_escalation"):
             self._state_changed.set()
         return {"ok": True, "result": result}
@@ -309,11 +314,13 @@ class Engine:
             tg.start_soon(self._keep_core_state)
             tg.start_soon(self._record_core_events)
             tg.start_soon(self._signals, tg.cancel_scope)
+            if self.drainer.sinks:
+                tg.start_soon(self.drainer.run)
             if on_ready is not None:
                 tg.start_soon(_when_ready, ready, lambda: on_ready(self))
             await self.dispatcher.run(drain=drain, ready=ready)
             await self.reporter.flush()
-            tg.cancel_scope.cancel()
+            tg.cancel_scope.cancel()  # the drainer publishes what is left as it stops
 
     async def _start_core(self, tg: TaskGroup) -> None:
         """The core in a supervised child (the default), or in this process."""

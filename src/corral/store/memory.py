@@ -25,6 +25,7 @@ from corral.core.ports import (
     Admission,
     AttemptRef,
     EngineConfig,
+    EventCursor,
     Finish,
     JobQuery,
     QueueFilter,
@@ -47,6 +48,7 @@ from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store import cascade, rules
 from corral.store.governance_memory import MemoryGovernance
 from corral.store.operator_memory import MemoryOperator
+from corral.store.outbox_memory import MemoryOutbox
 from corral.store.rules import (
     CORE_EVENT_FIELDS,
     STOP_STATES,
@@ -85,7 +87,7 @@ def _normalise(job: Job) -> Job:
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
 
 
-class MemoryStore(MemoryOperator, MemoryGovernance):
+class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
@@ -107,6 +109,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
         self._engines: dict[str, tuple[str, int, float, float]] = {}
         self._fenced: dict[str, float] = {}  # engine id → when a peer fenced it
         self._configs: list[EngineConfig] = []
+        self._cursors: dict[tuple[str, str], EventCursor] = {}  # the event_cursors table
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:

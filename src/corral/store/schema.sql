@@ -345,3 +345,15 @@ CREATE TABLE engine_configs (
     source    TEXT,
     text      TEXT NOT NULL
 );
+
+-- How far each event sink has published each outbox table (migration 0015, trace/drain.py).
+CREATE TABLE event_cursors (
+    sink        TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    last_id     INTEGER NOT NULL,
+    skipped     INTEGER NOT NULL DEFAULT 0,
+    holder      TEXT,
+    lease_until REAL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (sink, source)
+);

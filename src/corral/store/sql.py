@@ -26,6 +26,7 @@ from corral.store.chain_sql import ChainWriter
 from corral.store.driver import Driver, Row, Tx
 from corral.store.governance_sql import SqlGovernance
 from corral.store.operator_sql import SqlOperator
+from corral.store.outbox_sql import SqlOutbox
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
     JOB_COLUMNS,
@@ -79,7 +80,7 @@ class _EventTx:
         return await self.tx.fetchall(sql, params)
 
 
-class SqlStore(SqlOperator, SqlGovernance):
+class SqlStore(SqlOperator, SqlGovernance, SqlOutbox):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:

@@ -1,0 +1,112 @@
+"""W1 with event sinks on against W1 with none, in the same run (docs/how-to/events.md).
+
+    .venv/bin/python bench/events.py [--jobs N] [--repeat N] [--no-redis] [--no-nats]
+
+Starts its own nats-server (JetStream) and redis-server on free loopback ports, then runs W1
+(`/bin/true` jobs, concurrency 8, the engine already serving: bench/run.py's `live` mode)
+alternately without sinks and with every sink on, `--repeat` times each, and prints the median
+jobs/s of each and their ratio (on / off: the drainer must not slow dispatch, so it should stay
+near 1; the aim is ≥ 0.95). After each run with sinks it says how many of the committed records
+reached JetStream (all of them: the engine publishes what is left as it stops). Nothing is
+asserted: timing on a shared machine is for reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/brokers.py, bench/run.py
+
+from bench import run as w1
+from tests.brokers import Broker, jetstream_ids, nats_broker, redis_broker
+
+from corral.config import Config, load
+from corral.store.sqlite import SqliteStore
+from corral.trace.events import SOURCES
+
+_plain_config = w1.write_config
+
+
+def _with_sinks(sinks: str) -> object:
+    def write_config(data: Path, concurrency: int, core: str) -> Config:
+        cfg = _plain_config(data, concurrency, core)
+        assert cfg.source is not None
+        cfg.source.write_text(cfg.source.read_text() + sinks)
+        return load(data_dir=data, config_path=cfg.source)
+
+    return write_config
+
+
+def _committed(db: Path) -> int:
+    async def count() -> int:
+        store = SqliteStore(db)
+        await store.open()
+        try:
+            return sum([await store.outbox_tip(s) for s in SOURCES])
+        finally:
+            await store.close()
+
+    return asyncio.run(count())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-nats", action="store_true")
+    ap.add_argument("--no-redis", action="store_true")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="corral-bench-events-"))
+    brokers: list[Broker] = []
+    nats = None if args.no_nats else nats_broker(root / "nats")
+    redis = None if args.no_redis else redis_broker(root)
+    sinks = "events:\n  sinks:\n"
+    if nats is not None:
+        brokers.append(nats)
+        sinks += f"    - {{kind: nats, url: 'nats://127.0.0.1:{nats.port}'}}\n"
+    if redis is not None:
+        brokers.append(redis)
+        sinks += f"    - {{kind: redis, url: 'redis://127.0.0.1:{redis.port}/0'}}\n"
+    wl = w1.Workload("W1", args.jobs, 8, "/bin/true", w1._true)
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    try:
+        for broker in brokers:
+            broker.start()
+        for i in range(args.repeat):
+            for label in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                work = root / f"{label}-{i}"
+                work.mkdir()
+                w1.write_config = _with_sinks(sinks) if label == "on" else _plain_config
+                stats = w1.run_corral_live(wl, work, w1.Options())
+                rates[label].append(stats.jobs_per_s)
+                print(f"round {i + 1} sinks {label:<3}: {stats.jobs_per_s:7.1f} jobs/s"
+                      f" ({stats.failed} not succeeded)", flush=True)
+                if label == "on" and nats is not None:
+                    want = _committed(work / "data" / "corral.db")
+                    t0 = time.monotonic()
+                    while len(set(jetstream_ids(nats.port))) < want:
+                        if time.monotonic() - t0 > 120:
+                            break
+                        time.sleep(0.2)
+                    print(f"  JetStream: {len(set(jetstream_ids(nats.port)))} of {want}"
+                          " events (after the engine's final flush)", flush=True)
+    finally:
+        w1.write_config = _plain_config
+        for broker in brokers:
+            broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    print(f"W1 {args.jobs} jobs: sinks off {off:.1f} jobs/s, sinks on {on:.1f} jobs/s, "
+          f"ratio on/off {on / off if off else 0:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,165 @@
+"""The event mapping (trace/events.py) and the drainer's cursor logic (trace/drain.py) on the
+memory store, with a sink that fails on demand: what committed is published at least once, in
+order, under stable ids; a failed publish moves no cursor; the overflow rule skips and counts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from corral.domain.agents import AgentEvent
+from corral.domain.models import JobEvent
+from corral.domain.settings import EventsSpec, SinkSpec
+from corral.store.memory import MemoryStore
+from corral.trace.drain import Drainer, SinkDrainer
+from corral.trace.events import (
+    AGENT_SUBJECT,
+    Event,
+    agent_event,
+    record_event,
+    subject_of,
+    window,
+)
+from tests.contract.test_store_contract import AGING, NOW, make_job
+
+SPEC = SinkSpec(name="fake", kind="nats", url="nats://127.0.0.1:1")
+
+
+class FakeSink:
+    def __init__(self) -> None:
+        self.spec = SPEC
+        self.published: list[Event] = []
+        self.down = False
+
+    async def publish(self, events: Sequence[Event]) -> None:
+        if self.down:
+            raise ConnectionError("broker down")
+        self.published.extend(events)
+
+    async def close(self) -> None:
+        pass
+
+
+def test_subjects_name_the_state_or_the_governance_kind() -> None:
+    assert subject_of("job_events", {"to_state": "DEAD_LETTERED", "kind": "x"}) == \
+        "corral.jobs.dead_lettered"
+    assert subject_of("job_events", {"to_state": None, "kind": "attempt_ended"}) == \
+        "corral.jobs.event.attempt_ended"
+    assert subject_of("switch_events", {"kind": "pause"}) == "corral.governance.pause"
+    assert subject_of("approval_events", {}) == "corral.governance.approval"
+    assert subject_of("policy_evaluations", {}) == "corral.governance.policy_evaluation"
+    with pytest.raises(ValueError):
+        record_event("jobs", {"seq": 1})
+
+
+def test_a_record_keeps_its_id_and_its_json_columns_as_values() -> None:
+    e = record_event("job_events", {"seq": 7, "job_id": "j", "kind": "submitted",
+                                    "to_state": "QUEUED", "data": '{"priority": 2}'})
+    assert e.event_id == "job_events:7"
+    assert e.body["data"] == {"priority": 2}
+    assert b'"event_id":"job_events:7"' in e.payload()
+
+
+def test_an_agent_event_keeps_its_own_id_and_names_the_intent() -> None:
+    ev = AgentEvent(event_id="ae1", job_id="j1", attempt=2, at=NOW, role="r", worker="codex",
+                    tenant="t", tokens_in=5, retry_count=1)
+    e = agent_event(ev)
+    assert (e.event_id, e.subject) == ("ae1", AGENT_SUBJECT)
+    assert e.body["intent_id"] == "j1" and e.body["retry_count"] == 1
+
+
+def test_the_overflow_rule_skips_to_the_newest_rows_and_counts_the_rest() -> None:
+    assert window(10, 50, 100).skipped == 0
+    w = window(10, 250, 100)
+    assert (w.after, w.skipped) == (150, 140)
+
+
+async def _store_with(n: int) -> MemoryStore:
+    store = MemoryStore()
+    for _ in range(n):
+        await store.submit(make_job(), now=NOW, aging_s=AGING)
+    return store
+
+
+def _drainer(store: MemoryStore, sink: FakeSink, **spec: int) -> SinkDrainer:
+    events = EventsSpec(sinks=(SPEC,), max_backlog=spec.get("max_backlog", 1000),
+                        batch=spec.get("batch", 100))
+    return SinkDrainer(store, sink, events, holder="e1", clock=lambda: NOW)
+
+
+def test_rows_are_published_in_order_and_the_cursor_moves_after() -> None:
+    async def main() -> None:
+        store, sink = await _store_with(3), FakeSink()
+        d = _drainer(store, sink)
+        assert await d.round() == 3
+        assert [e.event_id for e in sink.published] == [f"job_events:{i}" for i in (1, 2, 3)]
+        assert await d.round() == 0  # nothing new: nothing published again
+        job = next(c for c in await store.event_cursors() if c.source == "job_events")
+        assert job.last_id == 3
+
+    asyncio.run(main())
+
+
+def test_a_failed_publish_moves_no_cursor_and_the_rows_go_out_later() -> None:
+    async def main() -> None:
+        store, sink = await _store_with(2), FakeSink()
+        d = _drainer(store, sink)
+        sink.down = True
+        with pytest.raises(ConnectionError):
+            await d.round()
+        assert all(c.last_id == 0 for c in await store.event_cursors())
+        sink.down = False
+        assert await d.round() == 2
+        assert [e.event_id for e in sink.published] == ["job_events:1", "job_events:2"]
+
+    asyncio.run(main())
+
+
+def test_past_the_backlog_bound_the_cursor_skips_ahead_and_counts() -> None:
+    async def main() -> None:
+        store, sink = await _store_with(10), FakeSink()
+        d = _drainer(store, sink, max_backlog=4, batch=4)
+        await d.round()
+        assert [e.event_id for e in sink.published] == [f"job_events:{i}" for i in (7, 8, 9, 10)]
+        job = next(c for c in await store.event_cursors() if c.source == "job_events")
+        assert (job.last_id, job.skipped) == (10, 6)
+        snap = await _snapshot(store, d)
+        assert snap["skipped"] == 6 and snap["backlog"] == 0
+
+    asyncio.run(main())
+
+
+async def _snapshot(store: MemoryStore, d: SinkDrainer) -> dict[str, object]:
+    drainer = Drainer(store, d.events, holder="e1", sink_factory=lambda _: d.sink)
+    drainer.sinks = [d]
+    [snap] = await drainer.snapshot()
+    return snap
+
+
+def test_an_attempts_agent_event_goes_out_just_before_its_end() -> None:
+    async def main() -> None:
+        store, sink = await _store_with(1), FakeSink()
+        [row] = await store.outbox_rows("job_events", after=0, limit=1)
+        job_id = str(row["job_id"])
+        await store.record_agent_event(AgentEvent(event_id="ae1", job_id=job_id, attempt=1,
+                                                  at=NOW, role="default", worker="codex",
+                                                  tenant="default"))
+        await store.append_events([JobEvent(job_id=job_id, at=NOW, kind="attempt_ended",
+                                            attempt=1, message="exit 0")])
+        await _drainer(store, sink).round()
+        assert [e.event_id for e in sink.published] == ["job_events:1", "ae1", "job_events:2"]
+
+    asyncio.run(main())
+
+
+def test_another_engines_lease_keeps_this_one_idle() -> None:
+    async def main() -> None:
+        store, sink = await _store_with(2), FakeSink()
+        assert await store.claim_cursors("fake", ("job_events",), holder="other", now=NOW,
+                                         lease_s=60)
+        assert await _drainer(store, sink).round() == 0
+        assert sink.published == []
+
+    asyncio.run(main())
