@@ -20,6 +20,7 @@ from corral.core.ports import (
     EngineRegistry,
     GovernanceStore,
     JobStore,
+    MetricsReads,
     Store,
     StoreLifecycle,
     TraceStore,
@@ -29,7 +30,7 @@ from corral.store.postgres import PostgresStore
 from corral.store.sqlite import SqliteStore
 
 PORTS: tuple[type, ...] = (StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore,
-                           EngineRegistry)
+                           EngineRegistry, MetricsReads)
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 
 

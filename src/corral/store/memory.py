@@ -46,6 +46,7 @@ from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store import cascade, rules
 from corral.store.governance_memory import MemoryGovernance
+from corral.store.metrics_memory import MemoryMetrics
 from corral.store.operator_memory import MemoryOperator
 from corral.store.rules import (
     CORE_EVENT_FIELDS,
@@ -85,7 +86,7 @@ def _normalise(job: Job) -> Job:
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
 
 
-class MemoryStore(MemoryOperator, MemoryGovernance):
+class MemoryStore(MemoryOperator, MemoryGovernance, MemoryMetrics):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:

@@ -25,6 +25,7 @@ from corral.store import cascade, rules
 from corral.store.chain_sql import ChainWriter
 from corral.store.driver import Driver, Row, Tx
 from corral.store.governance_sql import SqlGovernance
+from corral.store.metrics_sql import SqlMetrics
 from corral.store.operator_sql import SqlOperator
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
@@ -79,7 +80,7 @@ class _EventTx:
         return await self.tx.fetchall(sql, params)
 
 
-class SqlStore(SqlOperator, SqlGovernance):
+class SqlStore(SqlOperator, SqlGovernance, SqlMetrics):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:

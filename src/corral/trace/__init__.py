@@ -1,0 +1,1 @@
+"""Observability out: metrics read at scrape time, OpenTelemetry spans per attempt, event sinks."""
