@@ -7,7 +7,7 @@ attempt (one in ten retried once), some queued, running and dead-lettered, plus 
 and two tool-call evaluations per hundred jobs, written with plain INSERTs in the store's own
 column order (store/rows.py) so the filling takes seconds. Then times `--scrapes` full scrapes
 (`trace.metrics.exposition`: every aggregate query, the governance reads and the rendering; no
-engine answers) and prints p50/p99/max in ms. Target (issue 16): p99 < 100 ms.
+engine answers) and prints p50/p99/max in ms. Target: p99 < 100 ms.
 """
 
 from __future__ import annotations
