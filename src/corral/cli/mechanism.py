@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.services import engine, metrics
+from corral.services import engine
 
 from .edge import config_or_fail, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
@@ -180,6 +180,8 @@ def register_metrics(app: typer.Typer) -> None:
     def metrics_cmd(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
         """Prometheus metrics of the data directory, read now from the store and the engine's
         core (for a node exporter's textfile collector; the HTTP API serves them at /metrics)."""
+        from corral.services import metrics  # prometheus_client: only for this command
+
         cfg = config_or_fail(data_dir, config)
         body = with_store(cfg, lambda store: metrics.exposition(store, cfg.data_dir))
         typer.echo(body.decode(), nl=False)
