@@ -56,7 +56,8 @@ def _attempt_row(job: dict[str, object], idx: int, state: str) -> dict[str, obje
             "permit_id": new_id(), "permit": "{}", "deadline_at": start + 600,
             "created_at": start, "dir": "/tmp/x", "engine_id": "bench", "pid": None,
             "started_at": start, "ended_at": ended, "exit_code": 0, "signal": None,
-            "outcome": None if ended is None else "exited", "error": None, "limit_hit": None}
+            "outcome": None if ended is None else "exited", "error": None, "limit_hit": None,
+            "role": job["role"], "submitted_at": job["created_at"]}
 
 
 def fill(path: Path, n: int) -> None:
@@ -80,9 +81,10 @@ def fill(path: Path, n: int) -> None:
         conn.executemany(f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES "
                          f"({', '.join('?' * len(JOB_COLUMNS))})",
                          [tuple(j[c] for c in JOB_COLUMNS) for j in jobs])
-        conn.executemany(f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) VALUES "
-                         f"({', '.join('?' * len(ATTEMPT_COLUMNS))})",
-                         [tuple(a[c] for c in ATTEMPT_COLUMNS) for a in attempts])
+        columns = (*ATTEMPT_COLUMNS, "role", "submitted_at")  # as store/sql.py writes them
+        conn.executemany(f"INSERT INTO attempts ({', '.join(columns)}) VALUES "
+                         f"({', '.join('?' * len(columns))})",
+                         [tuple(a[c] for c in columns) for a in attempts])
         conn.executemany("INSERT INTO agent_events (event_id, job_id, attempt, at, tokens_in, "
                          "tokens_out, cost_usd, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", events)
         conn.executemany("INSERT INTO policy_evaluations (at, job_id, attempt, stage, subject, "

@@ -43,10 +43,11 @@ def test_fleet_figures_aggregate_jobs_attempts_tool_calls_and_usage(use_store: U
 
         f = await store.fleet_figures(BOUNDS)
         jobs = _by(f.jobs)
-        assert jobs[("coder", "dev", "3", "QUEUED", "1")] == 2
-        assert jobs[("review", "local", str(done.priority), "SUCCEEDED", "1")] == 1
-        assert jobs[("review", "local", str(lost.priority), "DEAD_LETTERED", "1")] == 1
+        assert jobs[("coder", "dev", "3", "QUEUED")] == 2
+        assert jobs[("review", "local", str(done.priority), "SUCCEEDED")] == 1
+        assert jobs[("review", "local", str(lost.priority), "DEAD_LETTERED")] == 1
         assert sum(jobs.values()) == 5
+        assert _by(f.dlq) == {("review",): 1}
         assert _by(f.inflight) == {("coder", "dev", "claude"): 1}
         assert _by(f.attempts) == {("coder",): 1, ("review",): 2}
         assert _by(f.retries) == {("coder",): 0, ("review",): 0}

@@ -212,7 +212,8 @@ class FleetFigures:
     engine reports the fleet's figures, and a restart loses nothing): what trace/metrics.py
     exposes. Label orders:
 
-    - `jobs`: (role, environment, priority, state, dead-letter unresolved "1"/"0"), jobs;
+    - `jobs`: (role, environment, priority, state), jobs;
+    - `dlq`: (role,), dead-lettered jobs not resolved (requeued or purged) yet;
     - `inflight`: (role, environment, worker), attempts STARTING or RUNNING;
     - `attempts`: (role,), every attempt; `retries`: (role,), attempts after the first;
     - `attempt_seconds`: (role,), ended attempts' run time (started → ended);
@@ -221,6 +222,7 @@ class FleetFigures:
     - `usage`: (role, tenant, worker) with values tokens in, tokens out, cost in USD."""
 
     jobs: tuple[Tally, ...] = ()
+    dlq: tuple[Tally, ...] = ()
     inflight: tuple[Tally, ...] = ()
     attempts: tuple[Tally, ...] = ()
     retries: tuple[Tally, ...] = ()

@@ -10,7 +10,7 @@ from typing import Any
 from corral.core.ports import TOOL_CALL_STAGES, Distribution, FleetFigures, Tally
 from corral.domain.agents import AgentEvent
 from corral.domain.models import Attempt, Job
-from corral.domain.states import AttemptState
+from corral.domain.states import AttemptState, JobState
 
 LIVE = (AttemptState.STARTING, AttemptState.RUNNING)
 
@@ -36,8 +36,10 @@ class MemoryMetrics:
 
     async def fleet_figures(self, bounds: Sequence[float]) -> FleetFigures:
         jobs: Counter[tuple[str, ...]] = Counter(
-            (j.role, j.env_name, str(j.priority), j.state.value,
-             "1" if j.dlq_resolution is None else "0") for j in self._jobs.values())
+            (j.role, j.env_name, str(j.priority), j.state.value) for j in self._jobs.values())
+        dlq: Counter[tuple[str, ...]] = Counter(
+            (j.role,) for j in self._jobs.values()
+            if j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None)
         pairs = [(self._jobs[a.job_id], a) for a in self._attempts.values()
                  if a.job_id in self._jobs]
         inflight: Counter[tuple[str, ...]] = Counter(
@@ -51,7 +53,7 @@ class MemoryMetrics:
                 waits[j.role].append(a.started_at - j.created_at)
         roles = sorted({j.role for j, _ in pairs})
         return FleetFigures(
-            jobs=_tallies(jobs), inflight=_tallies(inflight),
+            jobs=_tallies(jobs), dlq=_tallies(dlq), inflight=_tallies(inflight),
             attempts=_tallies(Counter((j.role,) for j, _ in pairs)),
             retries=tuple(Tally((r,), float(sum(1 for j, a in pairs
                                                if j.role == r and a.index > 1)))

@@ -45,6 +45,7 @@ CREATE INDEX jobs_retry ON jobs (retry_at) WHERE state = 'RETRY_WAIT';
 CREATE INDEX jobs_waiting ON jobs (env_name) WHERE state IN ('QUEUED', 'RETRY_WAIT');
 CREATE INDEX jobs_by_workspace ON jobs (workspace, state, sort_at, id) WHERE workspace IS NOT NULL;
 CREATE INDEX jobs_by_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX jobs_metrics ON jobs (role, env_name, priority, state, dlq_resolution);
 
 CREATE TABLE job_deps (
     job_id TEXT NOT NULL,
@@ -77,11 +78,13 @@ CREATE TABLE attempts (
     signal      INTEGER,
     outcome     TEXT,
     error       TEXT,
-    limit_hit   TEXT,
+    limit_hit   TEXT, role TEXT, submitted_at REAL,
+    -- role, submitted_at: added by migration 0016 (the job's, for the metrics' histograms)
     UNIQUE (job_id, idx)
 );
 CREATE INDEX attempts_live ON attempts (state) WHERE state IN ('STARTING', 'RUNNING');
 CREATE INDEX attempts_by_created ON attempts (created_at);
+CREATE INDEX attempts_metrics ON attempts (role, idx, started_at, ended_at, submitted_at);
 
 CREATE TABLE job_events (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,

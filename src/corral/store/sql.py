@@ -53,9 +53,11 @@ _JOB_INSERT = (
     f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
 )
 _ATTEMPT_SELECT = "SELECT " + ", ".join(ATTEMPT_COLUMNS) + " FROM attempts"
+# An attempt row also carries its job's role and submit time (migration 0016: the metrics'
+# histograms read them without a join, store/metrics_sql.py).
 _ATTEMPT_INSERT = (
-    f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
+    f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}, role, submitted_at) "
+    f"VALUES ({', '.join('?' * (len(ATTEMPT_COLUMNS) + 2))})"
 )
 # How long a PostgreSQL reservation keeps other engines off a queued job (seconds).
 LEASE_S = 5.0
@@ -362,7 +364,8 @@ class SqlStore(SqlOperator, SqlGovernance, SqlMetrics):
             if took:
                 await adm.undo_acquire(tx, c.job)
             return False
-        await tx.execute(_ATTEMPT_INSERT, attempt_params(c.attempt, _permit_json(c)))
+        await tx.execute(_ATTEMPT_INSERT, (*attempt_params(c.attempt, _permit_json(c)),
+                                           c.job.role, c.job.created_at))
         events = [await adm.after_acquire(tx, c.job, now)] if took else []
         events.append(job_event(c.job, "permit_granted", now, f"attempt {c.attempt.index}",
                              to=JobState.STARTING, attempt=c.attempt.index,

@@ -125,14 +125,14 @@ class CorralCollector(Collector):
         self.scrape = scrape
 
     def collect(self) -> Iterator[Metric]:
-        yield from _jobs(self.scrape.figures.jobs)
+        yield from _jobs(self.scrape.figures.jobs, self.scrape.figures.dlq)
         yield from _attempts(self.scrape.figures, self.scrape.bounds)
         yield from _usage(self.scrape.figures)
         yield from _governance(self.scrape)
         yield from _core(self.scrape.core)
 
 
-def _jobs(jobs: Sequence[Tally]) -> Iterator[Metric]:
+def _jobs(jobs: Sequence[Tally], open_dlq: Sequence[Tally]) -> Iterator[Metric]:
     queued = GaugeMetricFamily("corral_queue_depth", "Jobs waiting to run (queued or in retry "
                                "backoff).", labels=["role", "environment", "priority", "state"])
     finished = CounterMetricFamily("corral_jobs_finished", "Jobs that reached a terminal state, "
@@ -143,15 +143,15 @@ def _jobs(jobs: Sequence[Tally]) -> Iterator[Metric]:
                                  labels=["role", "state"])
     sums: dict[str, dict[tuple[str, ...], float]] = {
         "queued": {}, "finished": {}, "dlq": {}, "state": {}}
-    for (role, env, priority, state, unresolved), n in jobs:
+    for (role, env, priority, state), n in jobs:
         st = JobState(state)
         _add(sums["state"], (role, st.value.lower()), n)
         if st in WAITING:
             _add(sums["queued"], (role, env, priority, st.value.lower()), n)
         if st in TERMINAL:
             _add(sums["finished"], (role, st.value.lower()), n)
-        if st is JobState.DEAD_LETTERED and unresolved == "1":
-            _add(sums["dlq"], (role,), n)
+    for t in open_dlq:
+        _add(sums["dlq"], t.labels, t.value)
     for family, key in ((queued, "queued"), (finished, "finished"), (dlq, "dlq"),
                         (by_state, "state")):
         for labels, value in sorted(sums[key].items()):
