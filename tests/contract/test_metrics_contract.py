@@ -6,7 +6,7 @@ from __future__ import annotations
 from corral.core.ports import Store, Tally
 from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.states import JobState
-from tests.contract.test_store_contract import NOW, UseStore, end, start, submit
+from tests.contract.test_store_contract import NOW, UseStore, end, ending, start, submit
 
 BOUNDS = (0.5, 1.0, 5.0, 3600.0)
 
@@ -70,5 +70,16 @@ def test_fleet_figures_aggregate_jobs_attempts_tool_calls_and_usage(use_store: U
         assert waits[("coder",)].observed == 1
         assert waits[("coder",)].total == first.started_at - (NOW - 10)
         assert waits[("coder",)].cumulative[-1] == 1
+        # settled attempts are folded into rollups by the first read (SQL stores): reading
+        # again, after the running attempt ended too, counts each attempt once
+        assert await store.fleet_figures(BOUNDS) == f
+        c = await store.finish([ending((await store.attempts(running.id))[0],
+                                       JobState.SUCCEEDED)], now=NOW + 3)
+        assert [j.id for j in c] == [running.id]
+        again = await store.fleet_figures(BOUNDS)
+        assert _by(again.attempts) == {("coder",): 1, ("review",): 2}
+        assert {d.labels: d.observed for d in again.attempt_seconds} == {("coder",): 1,
+                                                                        ("review",): 2}
+        assert await store.fleet_figures(BOUNDS) == again
 
     use_store(body)

@@ -78,13 +78,24 @@ CREATE TABLE attempts (
     signal      INTEGER,
     outcome     TEXT,
     error       TEXT,
-    limit_hit   TEXT, role TEXT, submitted_at REAL,
-    -- role, submitted_at: added by migration 0016 (the job's, for the metrics' histograms)
+    limit_hit   TEXT, role TEXT, submitted_at REAL, folded INTEGER NOT NULL DEFAULT 0,
+    -- role, submitted_at, folded: added by migration 0016 (the metrics' rollups)
     UNIQUE (job_id, idx)
 );
 CREATE INDEX attempts_live ON attempts (state) WHERE state IN ('STARTING', 'RUNNING');
 CREATE INDEX attempts_by_created ON attempts (created_at);
-CREATE INDEX attempts_metrics ON attempts (role, idx, started_at, ended_at, submitted_at);
+CREATE INDEX attempts_unfolded ON attempts (folded, ended_at) WHERE folded = 0;
+
+-- The settled attempts' histograms and counts, per series (run, wait, attempt), role and bucket
+-- upper bound `le` (store/metrics_sql.py folds attempts into it at scrape time).
+CREATE TABLE metric_rollups (
+    series TEXT NOT NULL,
+    role   TEXT NOT NULL,
+    le     REAL NOT NULL,
+    n      INTEGER NOT NULL,
+    total  REAL NOT NULL,
+    PRIMARY KEY (series, role, le)
+);
 
 CREATE TABLE job_events (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,

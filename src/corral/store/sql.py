@@ -54,7 +54,7 @@ _JOB_INSERT = (
 )
 _ATTEMPT_SELECT = "SELECT " + ", ".join(ATTEMPT_COLUMNS) + " FROM attempts"
 # An attempt row also carries its job's role and submit time (migration 0016: the metrics'
-# histograms read them without a join, store/metrics_sql.py).
+# rollups read them without a join, store/metrics_sql.py).
 _ATTEMPT_INSERT = (
     f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}, role, submitted_at) "
     f"VALUES ({', '.join('?' * (len(ATTEMPT_COLUMNS) + 2))})"
