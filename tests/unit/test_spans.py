@@ -32,7 +32,7 @@ def _emit(*args: object) -> list[ReadableSpan]:
 
 
 def test_an_agent_job_is_one_trace_of_attempts_and_tool_calls() -> None:
-    job = make_job(role="coder", worker="claude", tenant="acme", state=JobState.SUCCEEDED,
+    job = make_job(role="coder", worker="claude-code", tenant="acme", state=JobState.SUCCEEDED,
                    prompt="fix it", at=NOW - 5)
     event = AgentEvent(
         event_id="e1", job_id=job.id, attempt=1, at=NOW + 9, role="coder", worker="claude",

@@ -55,7 +55,8 @@ WATCHDOG_GAUGES: tuple[tuple[str, str, float, str], ...] = (
      "Live attempts with no activity for the stall time (watchdog gauge stalled_attempts)."),
 )
 # The provider behind a worker kind's model calls (an OpenCode model names its own: provider/…).
-PROVIDERS = {"claude": "anthropic", "codex": "openai", "command": "none"}
+PROVIDERS = {"claude-code": "anthropic", "claude": "anthropic", "codex": "openai",
+             "command": "none"}
 
 
 def provider_of(worker: str, model: str | None = None) -> str:
