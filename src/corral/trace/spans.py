@@ -23,6 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -91,7 +92,7 @@ class JobSpans:
         root.end(end_time=_ns(max(job.updated_at, job.created_at)))
 
     def _attempt(self, job: Job, a: Attempt, event: AgentEvent | None,
-                 evaluations: Sequence[PolicyEvaluation], parent: Any) -> None:
+                 evaluations: Sequence[PolicyEvaluation], parent: Context) -> None:
         start = a.started_at or a.created_at
         end = max(a.ended_at or job.updated_at, start)
         agent = event is not None or job.prompt is not None  # an agent job has a prompt
@@ -118,7 +119,8 @@ class JobSpans:
             self._tool(job, a, call, at, child)
         span.end(end_time=_ns(end))
 
-    def _tool(self, job: Job, a: Attempt, call: ToolCallTrace, at: float, parent: Any) -> None:
+    def _tool(self, job: Job, a: Attempt, call: ToolCallTrace, at: float,
+              parent: Context) -> None:
         attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool",
                                  "gen_ai.tool.name": call.tool, "corral.job.id": job.id,
                                  "corral.attempt": a.index}
