@@ -39,7 +39,8 @@ def test_an_agent_job_is_one_trace_of_attempts_and_tool_calls() -> None:
         tenant="acme", model="claude-sonnet-4", session_id="s1", tokens_in=100, tokens_out=7,
         cost_usd=0.02, tool_calls=(
             ToolCallTrace(tool="Read", duration_ms=30, call_id="c1"),
-            ToolCallTrace(tool="Bash", denied=True, reason="out_of_scope", call_id="c2")))
+            ToolCallTrace(tool="Bash", denied=True, reason="`rm` is outside this role's scope",
+                          call_id="c2")))
     evals = [PolicyEvaluation(at=NOW + 2, job_id=job.id, attempt=1, stage="tool_call",
                               subject="Read", verdict="allow", reason="allowed",
                               inputs={"call_id": "c1"}),
@@ -64,8 +65,9 @@ def test_an_agent_job_is_one_trace_of_attempts_and_tool_calls() -> None:
     assert a["corral.cost_usd"] == 0.02 and a["corral.permit.id"] == "p1"
     assert agent.start_time == int((NOW + 1) * spans.NS)
     denied = found["execute_tool Bash"]
-    assert (denied.attributes or {})["error.type"] == "out_of_scope"
+    assert (denied.attributes or {})["error.type"] == "out_of_scope"  # the code, not the text
     assert denied.status.status_code is StatusCode.ERROR
+    assert denied.status.description == "`rm` is outside this role's scope"
     read = found["execute_tool Read"]
     assert "error.type" not in (read.attributes or {})
     assert read.start_time == int((NOW + 2) * spans.NS)

@@ -115,11 +115,11 @@ class JobSpans:
                                                               else "error"))
             span.set_status(Status(StatusCode.ERROR, a.error or None))
         child = set_span_in_context(span)
-        for call, at in _tool_calls(event, evaluations, start):
-            self._tool(job, a, call, at, child)
+        for call, at, code in _tool_calls(event, evaluations, start):
+            self._tool(job, a, call, at, code, child)
         span.end(end_time=_ns(end))
 
-    def _tool(self, job: Job, a: Attempt, call: ToolCallTrace, at: float,
+    def _tool(self, job: Job, a: Attempt, call: ToolCallTrace, at: float, code: str | None,
               parent: Context) -> None:
         attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool",
                                  "gen_ai.tool.name": call.tool, "corral.job.id": job.id,
@@ -129,11 +129,10 @@ class JobSpans:
         span = self.tracer.start_span(f"execute_tool {call.tool}", context=parent,
                                       kind=SpanKind.INTERNAL, start_time=_ns(at),
                                       attributes=attrs)
-        if call.denied:
-            reason = call.reason or "denied"
-            span.set_attribute("error.type", reason)
-            span.set_attribute("corral.reason", reason)
-            span.set_status(Status(StatusCode.ERROR, reason))
+        if code is not None:  # denied: the reason code, and the message the agent was told
+            span.set_attribute("error.type", code)
+            span.set_attribute("corral.reason", code)
+            span.set_status(Status(StatusCode.ERROR, call.reason or code))
         span.end(end_time=_ns(at) + (call.duration_ms or 0) * 1_000_000)
 
     def flush(self, timeout_s: float = 2.0) -> None:
@@ -157,16 +156,23 @@ def _genai(job: Job, event: AgentEvent | None) -> Mapping[str, Any]:
 
 
 def _tool_calls(event: AgentEvent | None, evaluations: Sequence[PolicyEvaluation],
-                start: float) -> list[tuple[ToolCallTrace, float]]:
-    """Each tool call with when it was decided: the agent event's calls (timed by their policy
-    evaluation, matched by call id), or the evaluations alone when no event was recorded."""
+                start: float) -> list[tuple[ToolCallTrace, float, str | None]]:
+    """Each tool call with when it was decided and, denied, Corral's reason code: the agent
+    event's calls matched by call id to their policy evaluation (whose reason is the code; the
+    event's is the message the agent got), or the evaluations alone when no event was
+    recorded."""
     decided = [e for e in evaluations if e.stage in TOOL_CALL_STAGES and e.subject != "spawn"]
-    when = {str(e.inputs.get("call_id")): e.at for e in decided if e.inputs.get("call_id")}
+    by_call = {str(e.inputs.get("call_id")): e for e in decided if e.inputs.get("call_id")}
     if event is not None and event.tool_calls:
-        return [(c, when.get(c.call_id or "", start)) for c in event.tool_calls]
-    return [(ToolCallTrace(tool=e.subject, denied=e.verdict != "allow",
-                           reason=None if e.verdict == "allow" else e.reason,
-                           call_id=e.inputs.get("call_id")), e.at) for e in decided]
+        out: list[tuple[ToolCallTrace, float, str | None]] = []
+        for c in event.tool_calls:
+            e = by_call.get(c.call_id or "")
+            code = (e.reason if e is not None else c.reason or "denied") if c.denied else None
+            out.append((c, e.at if e is not None else start, code))
+        return out
+    return [(ToolCallTrace(tool=e.subject, denied=e.verdict != "allow", reason=e.message,
+                           call_id=e.inputs.get("call_id")), e.at,
+             None if e.verdict == "allow" else e.reason) for e in decided]
 
 
 def _ns(seconds: float) -> int:
