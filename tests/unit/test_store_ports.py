@@ -20,6 +20,7 @@ from corral.core.ports import (
     EngineRegistry,
     GovernanceStore,
     JobStore,
+    MetricsReads,
     OutboxReads,
     Store,
     StoreLifecycle,
@@ -30,7 +31,7 @@ from corral.store.postgres import PostgresStore
 from corral.store.sqlite import SqliteStore
 
 PORTS: tuple[type, ...] = (StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore,
-                           EngineRegistry, OutboxReads)
+                           EngineRegistry, OutboxReads, MetricsReads)
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 
 

@@ -111,6 +111,7 @@ def _data_dir_of(data_dir: Path | None) -> Path:
 
 
 mechanism.register(app, _data_dir_of)
+mechanism.register_metrics(app)
 governance.register(app)
 configs.register(app)
 policy_cmds.register(app)

@@ -20,7 +20,7 @@ from corral.runtime.control import poke
 from corral.services import Wake
 from corral.workers import privacy
 
-from .exits import fail
+from .exits import fail as fail  # re-exported: the command modules import it from here
 
 T = TypeVar("T")
 

@@ -14,7 +14,8 @@ import typer
 
 from corral.services import engine
 
-from .options import DataDir, JsonOpt
+from .edge import config_or_fail, with_store
+from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, id_column, new_table
 
 
@@ -183,3 +184,17 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
         for name, value in (wd.get("gauges") or {}).items():
             console.print(f"  {name:<28} {value:g}")
         print_escalations(snap.get("escalations", []))
+
+
+def register_metrics(app: typer.Typer) -> None:
+    """Add `corral metrics`."""
+
+    @app.command("metrics")
+    def metrics_cmd(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+        """Prometheus metrics of the data directory, read now from the store and the engine's
+        core (for a node exporter's textfile collector; the HTTP API serves them at /metrics)."""
+        from corral.services import metrics  # prometheus_client: only for this command
+
+        cfg = config_or_fail(data_dir, config)
+        body = with_store(cfg, lambda store: metrics.exposition(store, cfg.data_dir))
+        typer.echo(body.decode(), nl=False)

@@ -13,6 +13,7 @@ from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.models import Attempt, Job, JobEvent
 from corral.domain.states import JobState
 from corral.schemas import views as schemas
+from corral.trace.ids import trace_id_hex
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -182,6 +183,8 @@ def print_job(j: Job, attempts: Sequence[Attempt], events: Sequence[JobEvent]) -
             continue
         console.print(f"  {name:<16} {' '.join(value) if name == 'command' else value}",
                       markup=False)
+    # the OpenTelemetry trace of the job: derived from its id (trace/spans.py), never stored
+    console.print(f"  {'trace_id':<16} {trace_id_hex(j.id)}", markup=False)
     if attempts:
         table = new_table(title="attempts")
         for col in ("#", "state", "exit", "signal", "started", "ended", "pid", "error"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation
 from corral.domain.governance import (
@@ -157,6 +157,56 @@ class EngineConfig:
     hash: str
     source: str | None  # the file it read (None: the built-in defaults)
     text: str
+
+
+class Tally(NamedTuple):
+    """One aggregate the store counted: its label values (in the order the field documents) and
+    the figure."""
+
+    labels: tuple[str, ...]
+    value: float
+
+
+class Distribution(NamedTuple):
+    """Observations of one labelled series bucketed when read: `cumulative[i]` observations are
+    ≤ the i-th bound asked for, `observed` is all of them and `total` their sum (a Prometheus
+    histogram's buckets, _count and _sum)."""
+
+    labels: tuple[str, ...]
+    cumulative: tuple[int, ...]
+    observed: int
+    total: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetFigures:
+    """What every engine sharing the store has done, aggregated in the store when asked (so any
+    engine reports the fleet's figures, and a restart loses nothing): what trace/metrics.py
+    exposes. Label orders:
+
+    - `jobs`: (role, environment, priority, state), jobs;
+    - `dlq`: (role,), dead-lettered jobs not resolved (requeued or purged) yet;
+    - `inflight`: (role, environment, worker), attempts STARTING or RUNNING;
+    - `attempts`: (role,), every attempt; `retries`: (role,), attempts after the first;
+    - `attempt_seconds`: (role,), ended attempts' run time (started → ended);
+    - `start_seconds`: (role,), submit → running of each job's first attempt;
+    - `tool_calls`: (verdict, reason), the tool-call policy evaluations;
+    - `usage`: (role, tenant, worker) with values tokens in, tokens out, cost in USD."""
+
+    jobs: tuple[Tally, ...] = ()
+    dlq: tuple[Tally, ...] = ()
+    inflight: tuple[Tally, ...] = ()
+    attempts: tuple[Tally, ...] = ()
+    retries: tuple[Tally, ...] = ()
+    attempt_seconds: tuple[Distribution, ...] = ()
+    start_seconds: tuple[Distribution, ...] = ()
+    tool_calls: tuple[Tally, ...] = ()
+    usage: tuple[tuple[tuple[str, ...], int, int, float], ...] = ()
+
+
+# Policy-evaluation stages of tool calls (policy/toolcall.py); a guardrail row about the spawn
+# itself (subject "spawn", runtime/gate.py) is a pre-run decision, not a tool call.
+TOOL_CALL_STAGES = ("tool_call", "guardrail")
 
 
 class StoreLifecycle(Protocol):
@@ -501,8 +551,16 @@ class OutboxReads(Protocol):
         """Every sink's cursors, by sink and source."""
 
 
+class MetricsReads(Protocol):
+    """The aggregates a metrics scrape needs, each one GROUP BY query (trace/metrics.py)."""
+
+    async def fleet_figures(self, bounds: Sequence[float]) -> FleetFigures:
+        """Every job's, attempt's, tool call's and usage figure, aggregated now; `bounds`
+        (seconds, ascending) are the histograms' bucket upper bounds."""
+
+
 class Store(StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore, EngineRegistry,
-            OutboxReads, Protocol):
+            OutboxReads, MetricsReads, Protocol):
     """The whole store: every port above. What the store implementations (store/memory.py,
     store/sql.py over SQLite and PostgreSQL) provide and what builds them (runtime/assembly.py)
     returns; a consumer asks for the narrowest port it uses (tests/unit/test_store_ports.py keeps

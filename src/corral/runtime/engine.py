@@ -46,6 +46,7 @@ from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
+from corral.trace import spans
 from corral.trace.drain import Drainer
 from corral.workers import credentials, privacy
 from corral.workers.agents import ADAPTERS
@@ -179,7 +180,8 @@ class Engine:
                                                                             grace),
             guardrails=rules, keeper=Keeper(config.secrets_key))
         self.governor.socket_group = config.socket_group
-        self.reporter = Reporter(self.store, config.settings.oversight)
+        self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+        self.reporter = Reporter(self.store, config.settings.oversight, spans=self.spans)
         # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py)
         self.drainer = Drainer(self.store, config.settings.events, holder=self.id)
         self.gate = PrerunGate(self.store, config.settings, rules,
@@ -320,6 +322,8 @@ class Engine:
                 tg.start_soon(_when_ready, ready, lambda: on_ready(self))
             await self.dispatcher.run(drain=drain, ready=ready)
             await self.reporter.flush()
+            if self.spans is not None:  # bounded: a collector that is down costs ≤ 2 s here
+                await anyio.to_thread.run_sync(self.spans.flush)
             tg.cancel_scope.cancel()  # the drainer publishes what is left as it stops
 
     async def _start_core(self, tg: TaskGroup) -> None:

@@ -24,6 +24,7 @@ from corral.domain.ids import new_id
 from corral.domain.settings import OversightSpec
 from corral.policy import prerun
 from corral.policy.reports import build_report, incidents_for
+from corral.trace.spans import JobSpans
 
 log = logging.getLogger("corral.reporter")
 
@@ -34,8 +35,9 @@ BATCH = 100
 
 class Reporter:
     def __init__(self, store: JobRecords, oversight: OversightSpec | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, spans: JobSpans | None = None) -> None:
         self.store = store
+        self.spans = spans  # the job's OpenTelemetry spans, once its report is written
         self.oversight = oversight or OversightSpec()
         self.clock = clock
         self._wake = anyio.Event()
@@ -88,6 +90,11 @@ class Reporter:
             await self.store.record_report(report, incidents)
         except Conflict:
             return  # another engine wrote it first
+        if self.spans is not None:  # exactly once per job too: after the report won
+            try:
+                self.spans.emit(job, attempts, events, evaluations)
+            except Exception as err:
+                log.warning("spans of job %s: %s", job_id, err)
         # One anomalous run is one mark, at its worst severity: a failed run that also used up
         # its retries (two incidents) must not count twice towards the pause.
         opened = [i for i in incidents if i.resolves is None]

@@ -47,6 +47,7 @@ from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store import cascade, rules
 from corral.store.governance_memory import MemoryGovernance
+from corral.store.metrics_memory import MemoryMetrics
 from corral.store.operator_memory import MemoryOperator
 from corral.store.outbox_memory import MemoryOutbox
 from corral.store.rules import (
@@ -87,7 +88,7 @@ def _normalise(job: Job) -> Job:
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
 
 
-class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox):
+class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:

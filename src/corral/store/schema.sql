@@ -45,6 +45,7 @@ CREATE INDEX jobs_retry ON jobs (retry_at) WHERE state = 'RETRY_WAIT';
 CREATE INDEX jobs_waiting ON jobs (env_name) WHERE state IN ('QUEUED', 'RETRY_WAIT');
 CREATE INDEX jobs_by_workspace ON jobs (workspace, state, sort_at, id) WHERE workspace IS NOT NULL;
 CREATE INDEX jobs_by_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX jobs_metrics ON jobs (role, env_name, priority, state, dlq_resolution);
 
 CREATE TABLE job_deps (
     job_id TEXT NOT NULL,
@@ -77,11 +78,24 @@ CREATE TABLE attempts (
     signal      INTEGER,
     outcome     TEXT,
     error       TEXT,
-    limit_hit   TEXT,
+    limit_hit   TEXT, role TEXT, submitted_at REAL, folded INTEGER NOT NULL DEFAULT 0,
+    -- role, submitted_at, folded: added by migration 0016 (the metrics' rollups)
     UNIQUE (job_id, idx)
 );
 CREATE INDEX attempts_live ON attempts (state) WHERE state IN ('STARTING', 'RUNNING');
 CREATE INDEX attempts_by_created ON attempts (created_at);
+CREATE INDEX attempts_unfolded ON attempts (folded, ended_at) WHERE folded = 0;
+
+-- The settled attempts' histograms and counts, per series (run, wait, attempt), role and bucket
+-- upper bound `le` (store/metrics_sql.py folds attempts into it at scrape time).
+CREATE TABLE metric_rollups (
+    series TEXT NOT NULL,
+    role   TEXT NOT NULL,
+    le     REAL NOT NULL,
+    n      INTEGER NOT NULL,
+    total  REAL NOT NULL,
+    PRIMARY KEY (series, role, le)
+);
 
 CREATE TABLE job_events (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -25,6 +25,7 @@ from corral.store import cascade, rules
 from corral.store.chain_sql import ChainWriter
 from corral.store.driver import Driver, Row, Tx
 from corral.store.governance_sql import SqlGovernance
+from corral.store.metrics_sql import SqlMetrics
 from corral.store.operator_sql import SqlOperator
 from corral.store.outbox_sql import SqlOutbox
 from corral.store.rows import (
@@ -53,9 +54,11 @@ _JOB_INSERT = (
     f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
 )
 _ATTEMPT_SELECT = "SELECT " + ", ".join(ATTEMPT_COLUMNS) + " FROM attempts"
+# An attempt row also carries its job's role and submit time (migration 0016: the metrics'
+# rollups read them without a join, store/metrics_sql.py).
 _ATTEMPT_INSERT = (
-    f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(ATTEMPT_COLUMNS))})"
+    f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}, role, submitted_at) "
+    f"VALUES ({', '.join('?' * (len(ATTEMPT_COLUMNS) + 2))})"
 )
 # How long a PostgreSQL reservation keeps other engines off a queued job (seconds).
 LEASE_S = 5.0
@@ -80,7 +83,7 @@ class _EventTx:
         return await self.tx.fetchall(sql, params)
 
 
-class SqlStore(SqlOperator, SqlGovernance, SqlOutbox):
+class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:
@@ -362,7 +365,8 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox):
             if took:
                 await adm.undo_acquire(tx, c.job)
             return False
-        await tx.execute(_ATTEMPT_INSERT, attempt_params(c.attempt, _permit_json(c)))
+        await tx.execute(_ATTEMPT_INSERT, (*attempt_params(c.attempt, _permit_json(c)),
+                                           c.job.role, c.job.created_at))
         events = [await adm.after_acquire(tx, c.job, now)] if took else []
         events.append(job_event(c.job, "permit_granted", now, f"attempt {c.attempt.index}",
                              to=JobState.STARTING, attempt=c.attempt.index,

@@ -1,3 +1,4 @@
-"""What Corral tells the outside about what happened: the committed records as events (events.py),
-the brokers they are published to (sinks.py), the drainer that publishes them (drain.py); later
-metrics and spans (docs/how-to/events.md)."""
+"""What Corral tells the outside: the committed records as events (events.py), the brokers they
+are published to (sinks.py) and the drainer that publishes them (drain.py); metrics read at
+scrape time (metrics.py) and OpenTelemetry spans per job (spans.py). See docs/how-to/events.md
+and docs/how-to/observability.md."""

@@ -1,0 +1,32 @@
+"""The Prometheus exposition of a data directory (trace/metrics.py): the store's figures and the
+core's live state of the engine serving it (none when no engine runs: `corral_engine_up 0`).
+`corral metrics` prints `exposition`; the HTTP API mounts `app` at GET /metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from corral.services import engine
+from corral.trace import metrics
+from corral.trace.metrics import ASGIApp, MetricsSource
+
+
+def core_state(data_dir: Path) -> metrics.Snapshot:
+    """The engine's core snapshot, asked at each scrape (raises when no engine answers)."""
+
+    def read() -> Mapping[str, Any]:
+        return engine.snapshot(data_dir)
+
+    return read
+
+
+async def exposition(store: MetricsSource, data_dir: Path) -> bytes:
+    """The metrics in Prometheus text format, read now."""
+    return await metrics.exposition(store, core_state(data_dir))
+
+
+def app(store: MetricsSource, data_dir: Path) -> ASGIApp:
+    """The ASGI app for GET /metrics over an open store."""
+    return metrics.metrics_app(store, core_state(data_dir))

@@ -1,0 +1,307 @@
+"""Prometheus metrics, read from the store and the engine's core at scrape time.
+
+Nothing is counted in the engine's memory: a scrape asks the store for its aggregates
+(`MetricsReads.fleet_figures`, GROUP BY queries) and the governance records, and the engine
+serving the data directory for its core's live state (breakers, the watchdog). So every engine
+sharing a PostgreSQL store reports the same fleet figures, and a restart loses nothing. Labels
+are bounded (roles, environments, worker kinds, tenants, reason codes, configured breakers and
+budgets), never a job id. docs/how-to/observability.md lists every metric.
+
+`exposition(...)` is the text format (`corral metrics` prints it); `metrics_app(...)` is the
+ASGI app the HTTP API mounts at `GET /metrics`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from corral.core.ports import BudgetStatus, Distribution, FleetFigures, MetricsReads, Tally
+from corral.domain.governance import Approval, ApprovalState, BudgetCeiling, KillSwitch, ScopeKind
+from corral.domain.states import TERMINAL, JobState
+from corral.policy import prerun
+
+# Histogram bucket upper bounds (seconds) of attempt run time and submit → running latency.
+BOUNDS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+                             600.0, 1800.0, 3600.0)
+WAITING = (JobState.QUEUED, JobState.RETRY_WAIT)
+BREAKER_STATES = ("CLOSED", "HALF_OPEN", "OPEN")
+# The watchdog's gauges (core/watchdog.py) under their own names, in base units: (gauge in the
+# core's snapshot, metric name, factor to the metric's unit, help).
+WATCHDOG_GAUGES: tuple[tuple[str, str, float, str], ...] = (
+    ("worker_inflight_count", "corral_worker_inflight", 1.0,
+     "Live permits (watchdog gauge worker_inflight_count)."),
+    ("worker_queue_lag_ms", "corral_worker_queue_lag_seconds", 0.001,
+     "Longest wait of a job asking for a permit lately (watchdog gauge worker_queue_lag_ms)."),
+    ("worker_timeout_rate", "corral_worker_timeout_ratio", 1.0,
+     "Share of recent results that timed out (watchdog gauge worker_timeout_rate)."),
+    ("worker_cancel_latency_ms", "corral_worker_cancel_latency_seconds", 0.001,
+     "Longest stop request → result lately (watchdog gauge worker_cancel_latency_ms)."),
+    ("workspace_lock_wait_ms", "corral_workspace_lock_wait_seconds", 0.001,
+     "Longest workspace lock wait lately (watchdog gauge workspace_lock_wait_ms)."),
+    ("stalled_attempts", "corral_stalled_attempts", 1.0,
+     "Live attempts with no activity for the stall time (watchdog gauge stalled_attempts)."),
+)
+# The provider behind a worker kind's model calls (an OpenCode model names its own: provider/…).
+PROVIDERS = {"claude-code": "anthropic", "claude": "anthropic", "codex": "openai",
+             "command": "none"}
+
+
+def provider_of(worker: str, model: str | None = None) -> str:
+    """The model provider of an attempt: the prefix of a `provider/model` name, else the
+    worker kind's provider (the worker kind itself when none is known)."""
+    if model and "/" in model:
+        return model.split("/", 1)[0]
+    return PROVIDERS.get(worker, worker)
+
+
+class MetricsSource(MetricsReads, Protocol):
+    """What a scrape reads of the store: the aggregates and a few governance records."""
+
+    async def kill_switches(self, *, active_at: float | None = None) -> list[KillSwitch]: ...
+
+    async def approvals(self, *, job_id: str | None = None,
+                        state: ApprovalState | None = None) -> list[Approval]: ...
+
+    async def budgets(self) -> list[BudgetCeiling]: ...
+
+    async def budget_status(self, scope: ScopeKind, target: str,
+                            period_start: float) -> BudgetStatus: ...
+
+
+Snapshot = Callable[[], Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scrape:
+    """Everything one scrape read, at once: what `CorralCollector` turns into metrics."""
+
+    figures: FleetFigures
+    kill_switches: Sequence[KillSwitch] = ()
+    approvals_pending: int = 0
+    budgets: Sequence[BudgetStatus] = ()
+    core: Mapping[str, Any] | None = None  # the engine's snapshot; None: no engine answered
+    bounds: Sequence[float] = BOUNDS
+    at: float = field(default_factory=time.time)
+
+
+async def read(store: MetricsSource, snapshot: Snapshot | None = None, *,
+               now: float | None = None) -> Scrape:
+    """Read a scrape's figures from the store and (off the event loop) the engine's core."""
+    at = time.time() if now is None else now
+    statuses = [await store.budget_status(c.scope, c.target, prerun.period_start(c.period, at))
+                for c in await store.budgets()]
+    core = await anyio.to_thread.run_sync(_safe, snapshot) if snapshot is not None else None
+    return Scrape(figures=await store.fleet_figures(BOUNDS),
+                  kill_switches=await store.kill_switches(active_at=at),
+                  approvals_pending=len(await store.approvals(state=ApprovalState.PENDING)),
+                  budgets=statuses, core=core, at=at)
+
+
+def _safe(snapshot: Snapshot) -> Mapping[str, Any] | None:
+    """The engine's snapshot, or None when no engine answers (the store's figures still do)."""
+    try:
+        return snapshot()
+    except Exception:
+        return None
+
+
+class CorralCollector(Collector):
+    """A custom collector over one scrape's figures (prometheus_client, not multiprocess mode):
+    registered in a fresh registry per scrape, so every figure is as the store has it now."""
+
+    def __init__(self, scrape: Scrape) -> None:
+        self.scrape = scrape
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _jobs(self.scrape.figures.jobs, self.scrape.figures.dlq)
+        yield from _attempts(self.scrape.figures, self.scrape.bounds)
+        yield from _usage(self.scrape.figures)
+        yield from _governance(self.scrape)
+        yield from _core(self.scrape.core)
+
+
+def _jobs(jobs: Sequence[Tally], open_dlq: Sequence[Tally]) -> Iterator[Metric]:
+    queued = GaugeMetricFamily("corral_queue_depth", "Jobs waiting to run (queued or in retry "
+                               "backoff).", labels=["role", "environment", "priority", "state"])
+    finished = CounterMetricFamily("corral_jobs_finished", "Jobs that reached a terminal state, "
+                                   "by outcome.", labels=["role", "outcome"])
+    dlq = GaugeMetricFamily("corral_dlq_size", "Dead-lettered jobs not yet requeued or purged.",
+                            labels=["role"])
+    by_state = GaugeMetricFamily("corral_jobs", "Jobs in the store, by state.",
+                                 labels=["role", "state"])
+    sums: dict[str, dict[tuple[str, ...], float]] = {
+        "queued": {}, "finished": {}, "dlq": {}, "state": {}}
+    for (role, env, priority, state), n in jobs:
+        st = JobState(state)
+        _add(sums["state"], (role, st.value.lower()), n)
+        if st in WAITING:
+            _add(sums["queued"], (role, env, priority, st.value.lower()), n)
+        if st in TERMINAL:
+            _add(sums["finished"], (role, st.value.lower()), n)
+    for t in open_dlq:
+        _add(sums["dlq"], t.labels, t.value)
+    for family, key in ((queued, "queued"), (finished, "finished"), (dlq, "dlq"),
+                        (by_state, "state")):
+        for labels, value in sorted(sums[key].items()):
+            family.add_metric(list(labels), value)
+        yield family
+
+
+def _add(into: dict[tuple[str, ...], float], key: tuple[str, ...], n: float) -> None:
+    into[key] = into.get(key, 0.0) + n
+
+
+def _attempts(f: FleetFigures, bounds: Sequence[float]) -> Iterator[Metric]:
+    inflight = GaugeMetricFamily("corral_inflight_attempts", "Attempts starting or running.",
+                                 labels=["role", "environment", "worker"])
+    for t in f.inflight:
+        inflight.add_metric(list(t.labels), t.value)
+    yield inflight
+    attempts = CounterMetricFamily("corral_attempts", "Attempts started.", labels=["role"])
+    retries = CounterMetricFamily("corral_retries", "Attempts after a job's first (retries).",
+                                  labels=["role"])
+    for family, tallies in ((attempts, f.attempts), (retries, f.retries)):
+        for t in tallies:
+            family.add_metric(list(t.labels), t.value)
+        yield family
+    yield _histogram("corral_attempt_duration_seconds", "Run time of ended attempts.",
+                     f.attempt_seconds, bounds)
+    yield _histogram("corral_submit_to_running_seconds", "Submit → running latency of each "
+                     "job's first attempt.", f.start_seconds, bounds)
+    calls = CounterMetricFamily("corral_tool_calls", "Governed tool calls, by decision and "
+                                "reason code.", labels=["decision", "reason"])
+    for t in f.tool_calls:
+        calls.add_metric(list(t.labels), t.value)
+    yield calls
+
+
+def _histogram(name: str, doc: str, dists: Sequence[Distribution],
+               bounds: Sequence[float]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=["role"])
+    for d in dists:
+        buckets = [(_le(b), float(c)) for b, c in zip(bounds, d.cumulative, strict=True)]
+        family.add_metric(list(d.labels), [*buckets, ("+Inf", float(d.observed))], d.total)
+    return family
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+def _usage(f: FleetFigures) -> Iterator[Metric]:
+    tokens = CounterMetricFamily("corral_tokens", "Model tokens used, by direction (in, out).",
+                                 labels=["role", "tenant", "provider", "direction"])
+    cost = CounterMetricFamily("corral_cost_usd", "Model cost in USD.",
+                               labels=["role", "tenant", "provider"])
+    tin: dict[tuple[str, ...], float] = {}
+    tout: dict[tuple[str, ...], float] = {}
+    usd: dict[tuple[str, ...], float] = {}
+    for names, i, o, c in f.usage:
+        role, tenant, worker = names
+        key: tuple[str, ...] = (role, tenant, provider_of(worker))
+        _add(tin, key, i)
+        _add(tout, key, o)
+        _add(usd, key, c)
+    for key in sorted(tin):
+        tokens.add_metric([*key, "in"], tin[key])
+        tokens.add_metric([*key, "out"], tout[key])
+        cost.add_metric(list(key), usd[key])
+    yield tokens
+    yield cost
+
+
+def _governance(s: Scrape) -> Iterator[Metric]:
+    switches = GaugeMetricFamily("corral_kill_switches_active", "Kill switches in force.",
+                                 labels=["scope"])
+    per_scope: dict[tuple[str, ...], float] = {(k.value,): 0.0 for k in ScopeKind}
+    for k in s.kill_switches:
+        _add(per_scope, (k.scope.value,), 1)
+    for scope, n in sorted(per_scope.items()):
+        switches.add_metric(list(scope), n)
+    yield switches
+    yield GaugeMetricFamily("corral_approvals_pending", "Runs waiting for a human's approval.",
+                            value=s.approvals_pending)
+    spent = GaugeMetricFamily("corral_budget_spent_usd", "Spend in the budget's current period.",
+                              labels=["scope", "target"])
+    reserved = GaugeMetricFamily("corral_budget_reserved_usd", "Reservations of running "
+                                 "attempts not yet settled.", labels=["scope", "target"])
+    ceiling = GaugeMetricFamily("corral_budget_ceiling_usd", "The budget's ceiling per period.",
+                                labels=["scope", "target"])
+    for b in s.budgets:
+        target = [b.scope.value, b.target]
+        spent.add_metric(target, b.spent)
+        reserved.add_metric(target, b.reserved)
+        if b.ceiling is not None:
+            ceiling.add_metric(target, b.ceiling.ceiling_usd)
+    yield from (spent, reserved, ceiling)
+
+
+def _core(core: Mapping[str, Any] | None) -> Iterator[Metric]:
+    yield GaugeMetricFamily("corral_engine_up", "1 when an engine answered the scrape with its "
+                            "core's state (breakers, watchdog), else 0.",
+                            value=0.0 if core is None else 1.0)
+    breakers = GaugeMetricFamily("corral_breaker_state", "1 for each breaker's current state.",
+                                 labels=["breaker", "scope", "state"])
+    for b in (core or {}).get("breakers") or ():
+        for state in BREAKER_STATES:
+            breakers.add_metric([str(b.get("name")), str(b.get("scope") or ""), state.lower()],
+                                1.0 if b.get("state") == state else 0.0)
+    yield breakers
+    watchdog: Mapping[str, Any] = (core or {}).get("watchdog") or {}
+    stage = GaugeMetricFamily("corral_watchdog_stage", "The watchdog's defense stage: 0 normal, "
+                              "1 shed, 2 throttle, 3 open, 4 escalate.")
+    if "stage" in watchdog:
+        stage.add_metric([], float(watchdog["stage"]))
+    yield stage
+    yield from _watchdog_gauges(watchdog)
+
+
+def _watchdog_gauges(watchdog: Mapping[str, Any]) -> Iterator[Metric]:
+    overall: Mapping[str, Any] = watchdog.get("gauges") or {}
+    by_worker: Mapping[str, Mapping[str, Any]] = watchdog.get("by_worker") or {}
+    for gauge, name, factor, doc in WATCHDOG_GAUGES:
+        family = GaugeMetricFamily(name, doc + " worker=\"all\": every worker kind.",
+                                   labels=["worker"])
+        for worker, values in [("all", overall), *sorted(by_worker.items())]:
+            if isinstance(values.get(gauge), int | float):
+                family.add_metric([worker], float(values[gauge]) * factor)
+        yield family
+
+
+async def exposition(store: MetricsSource, snapshot: Snapshot | None = None) -> bytes:
+    """The Prometheus text exposition of the store's and the core's figures, read now."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(CorralCollector(await read(store, snapshot)))
+    return generate_latest(registry)
+
+
+ASGIApp = Callable[[Mapping[str, Any], Callable[[], Awaitable[Mapping[str, Any]]],
+                    Callable[[Mapping[str, Any]], Awaitable[None]]], Awaitable[None]]
+
+
+def metrics_app(store: MetricsSource, snapshot: Snapshot | None = None) -> ASGIApp:
+    """The ASGI app serving `exposition` (the HTTP API mounts it at GET /metrics)."""
+
+    async def app(scope: Mapping[str, Any], receive: Callable[[], Awaitable[Mapping[str, Any]]],
+                  send: Callable[[Mapping[str, Any]], Awaitable[None]]) -> None:
+        if scope.get("type") != "http":
+            return
+        body = await exposition(store, snapshot)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
