@@ -22,6 +22,7 @@ from corral.core.ports import (
     JobStore,
     Store,
     StoreLifecycle,
+    TokenStore,
     TraceStore,
 )
 from corral.store.memory import MemoryStore
@@ -29,7 +30,7 @@ from corral.store.postgres import PostgresStore
 from corral.store.sqlite import SqliteStore
 
 PORTS: tuple[type, ...] = (StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore,
-                           EngineRegistry)
+                           EngineRegistry, TokenStore)
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 
 

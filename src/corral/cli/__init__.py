@@ -19,9 +19,9 @@ from corral import __version__
 from corral.domain.errors import CorralError
 from corral.workers import privacy
 
-from . import configs, dlq, governance, guard, jobs, mechanism, policy_cmds, schema_cmd
-from .edge import config_or_fail, emit, fail, load_config
-from .exits import exit_code
+from . import configs, dlq, governance, guard, jobs, mechanism, policy_cmds, schema_cmd, tokens
+from .edge import config_or_fail, emit, load_config
+from .exits import exit_code, fail
 from .options import ConfigOpt, DataDir, JsonOpt
 
 if TYPE_CHECKING:
@@ -114,6 +114,7 @@ governance.register(app)
 configs.register(app)
 policy_cmds.register(app)
 app.add_typer(guard.app, name="guard")
+app.add_typer(tokens.app, name="token")
 schema_cmd.register(app)
 
 

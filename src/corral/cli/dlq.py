@@ -11,7 +11,8 @@ from corral.runtime.control import operator_only
 from corral.services import dlq, queries
 
 from . import views
-from .edge import config_or_fail, emit, fail, note, waker, with_store
+from .edge import config_or_fail, emit, note, waker, with_store
+from .exits import fail
 from .jobs import print_job_list, show
 from .options import ConfigOpt, DataDir, JsonOpt
 

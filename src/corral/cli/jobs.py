@@ -24,7 +24,8 @@ from corral.services.submissions import LimitChoices, SubmitRequest
 from corral.services.submissions import submit as submit_job
 
 from . import views
-from .edge import config_or_fail, emit, fail, note, waker, with_store
+from .edge import config_or_fail, emit, note, waker, with_store
+from .exits import fail
 from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
 from .waiting import Follow, mode_for
 

@@ -27,7 +27,8 @@ from corral.services import policy as policy_desk
 from corral.services.controls import BudgetLine, LaunchStanding
 
 from .edge import config_or_fail as config_of
-from .edge import emit, fail, waker, with_store
+from .edge import emit, waker, with_store
+from .exits import fail
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, evaluation_json, new_table, ts
 

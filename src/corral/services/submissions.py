@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from corral.config import Config, guardrails_of
 from corral.core.ports import Admission, Store

@@ -42,6 +42,7 @@ from corral.domain.models import (
     SubmitResult,
 )
 from corral.domain.states import AttemptState, JobState
+from corral.domain.tokens import ApiToken
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store import cascade, rules
@@ -58,6 +59,7 @@ from corral.store.rules import (
     requeue_blocked,
     submitted_events,
 )
+from corral.store.tokens_memory import MemoryTokens
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -85,7 +87,7 @@ def _normalise(job: Job) -> Job:
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
 
 
-class MemoryStore(MemoryOperator, MemoryGovernance):
+class MemoryStore(MemoryOperator, MemoryGovernance, MemoryTokens):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
@@ -107,6 +109,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance):
         self._engines: dict[str, tuple[str, int, float, float]] = {}
         self._fenced: dict[str, float] = {}  # engine id → when a peer fenced it
         self._configs: list[EngineConfig] = []
+        self._tokens: dict[str, ApiToken] = {}
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:

@@ -345,3 +345,17 @@ CREATE TABLE engine_configs (
     source    TEXT,
     text      TEXT NOT NULL
 );
+
+-- Bearer tokens of the HTTP API: only the hash of each secret; revoked, never deleted.
+CREATE TABLE api_tokens (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    tenant      TEXT NOT NULL,
+    scopes      TEXT NOT NULL,
+    secret_hash TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    created_by  TEXT NOT NULL,
+    expires_at  REAL,
+    revoked_at  REAL,
+    revoked_by  TEXT
+);
