@@ -1,0 +1,86 @@
+"""The JSON shapes only the HTTP API exchanges (src/corral/api/): request bodies and the pages
+and envelopes around the views of schemas/views.py. FastAPI publishes them in the OpenAPI
+document (`/openapi.json`); docs/reference/http-api.md describes them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from corral.domain import bounds
+from corral.domain.states import DedupMode
+
+from .views import JobDetail, View
+
+
+class Body(BaseModel):
+    """A request body: unknown fields are an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class JobCreate(Body):
+    """`POST /api/v1/jobs`: what `corral submit` takes. Give `command` (an argv list) or
+    `prompt` (for an agent worker). Fields left out take the role's defaults."""
+
+    command: list[Annotated[str, Field(max_length=bounds.MAX_PROMPT_BYTES)]] = Field(
+        default_factory=list, max_length=10_000)
+    prompt: str | None = Field(None, max_length=bounds.MAX_PROMPT_BYTES)
+    role: Name | None = None
+    env_name: Name | None = Field(None, description="The environment to run in.")
+    priority: int = Field(2, ge=bounds.MIN_PRIORITY, le=bounds.MAX_PRIORITY)
+    tenant: Name | None = Field(None, description="Another tenant than the token's: admin only.")
+    dedup: DedupMode = DedupMode.COALESCE
+    env: dict[Annotated[str, Field(min_length=1, max_length=1000)],
+              Annotated[str, Field(max_length=1 << 16)]] = Field(default_factory=dict,
+                                                                  max_length=1000)
+    timeout_s: float | None = Field(None, gt=0, le=bounds.MAX_TIMEOUT_S)
+    max_attempts: int | None = Field(None, ge=1, le=bounds.MAX_ATTEMPTS)
+    after: list[Name] = Field(default_factory=list, max_length=1000)
+    cwd: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    worker: Name | None = None
+    resume_from: Name | None = None
+
+
+class JobCreated(View):
+    """The job a submission resolved to: a new one (201) or the one its key or workspace
+    coalesced into (200)."""
+
+    created: bool
+    coalesced_on: str | None
+    superseded: str | None
+    engine_serving: bool
+    job: JobDetail
+
+
+class JobPage(View):
+    """A page of jobs, newest first; `next_cursor` fetches the next (None: the last page)."""
+
+    jobs: list[JobDetail]
+    next_cursor: str | None
+
+
+class CancelBody(Body):
+    reason: str = Field("cancelled through the HTTP API", min_length=1, max_length=1000)
+
+
+class LogRange(View):
+    """A byte range of an attempt's stdout or stderr (`data` as UTF-8, undecodable bytes
+    replaced); read on from `next_offset`."""
+
+    attempt: int | None
+    stream: str
+    offset: int
+    next_offset: int
+    complete: bool
+    data: str
+
+
+class Health(View):
+    status: str
+    store: str | None = None
+    engine: str | None = None

@@ -1,0 +1,60 @@
+"""A tenant's view of the jobs, for the edges that serve several tenants (the HTTP API): a job
+of another tenant is "not found" exactly as a missing one is, so that its existence does not
+leak; a job is named by its whole id (a prefix could match another tenant's job)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.core.ports import JobQuery, JobStore
+from corral.domain.errors import NotFound, NotPermitted
+from corral.domain.models import Job
+from corral.domain.states import JobState
+
+SCAN_CAP = 10_000  # jobs a page of one tenant's list reads at most (newest first)
+
+
+def missing(ref: str) -> NotFound:
+    return NotFound(f"no job {ref}")
+
+
+async def job_of(store: JobStore, ref: str, tenant: str) -> Job:
+    """The job whose whole id is `ref`, when it is `tenant`'s; NotFound otherwise."""
+    try:
+        job = await store.get_job(ref)
+    except NotFound:
+        raise missing(ref) from None
+    if job.id != ref or job.tenant != tenant:
+        raise missing(ref)
+    return job
+
+
+def tenant_for_submission(token_tenant: str, asked: str | None, *, admin: bool) -> str:
+    """The tenant a submission runs under: the token's; another only for an admin token."""
+    if asked is None or asked == token_tenant:
+        return token_tenant
+    if not admin:
+        raise NotPermitted(f"this token submits for tenant {token_tenant!r} only; naming "
+                           f"tenant {asked!r} needs the admin scope")
+    return asked
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of jobs, newest first, and the cursor of the next page (None: the last one)."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+
+
+async def jobs_of(store: JobStore, tenant: str, *, state: JobState | None = None,
+                  role: str | None = None, limit: int = 50, cursor: str | None = None,
+                  dead_lettered: bool = False) -> Page:
+    """`tenant`'s jobs (newest first) older than the job `cursor` names (None: from the newest).
+    The store's list has no tenant or cursor filter, so this reads up to SCAN_CAP of the newest
+    jobs that match and filters them (docs/reference/http-api.md says so)."""
+    found = await store.list_jobs(JobQuery(state=state, role=role, limit=SCAN_CAP,
+                                           dead_lettered_unresolved=dead_lettered))
+    mine = [j for j in found if j.tenant == tenant and (cursor is None or j.id < cursor)]
+    page = mine[:limit]
+    return Page(page, page[-1].id if len(mine) > limit else None)
