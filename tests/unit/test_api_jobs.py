@@ -15,8 +15,10 @@ import pytest
 
 from corral.api import create_app
 from corral.config import Config, load
+from corral.domain.states import JobState
 from corral.services import tokens
 from corral.store.memory import MemoryStore
+from tests.contract.test_store_contract import NOW, claim, ending
 
 CONFIG = """\
 default_role: small
@@ -247,3 +249,37 @@ def test_health_needs_no_token_and_openapi_and_docs_are_served(tmp_path: Path) -
         assert "cdn" not in page.text.lower() and "https://" not in page.text
 
     with_api(config(tmp_path), body)
+
+
+async def dead_letter(api: Api, who: str = "writer") -> str:
+    """A job of `who`'s tenant whose only attempt failed into the dead-letter queue."""
+    job_id: str = (await api.submit(who)).json()["job"]["id"]
+    won = await api.store.start_attempts([claim(await api.store.get_job(job_id))], now=NOW)
+    await api.store.finish([ending(won[0].attempt, JobState.DEAD_LETTERED, exit_code=1)],
+                           now=NOW + 3)
+    return job_id
+
+
+def test_the_dead_letter_queue_of_a_tenant(tmp_path: Path) -> None:
+    async def body(api: Api) -> None:
+        mine, second, theirs = (await dead_letter(api), await dead_letter(api),
+                                await dead_letter(api, "other"))
+        h = api.auth("writer")
+        listed = (await api.client.get("/api/v1/dlq", headers=h)).json()["jobs"]
+        assert [j["id"] for j in listed] == [second, mine]
+        assert_problem(await api.client.get("/api/v1/dlq", headers=api.auth("approver")),
+                       403, "not_permitted")
+        assert_problem(await api.client.post(f"/api/v1/dlq/{theirs}/requeue", headers=h),
+                       404, "not_found")
+        r = await api.client.post(f"/api/v1/dlq/{mine}/requeue", headers=h)
+        assert r.status_code == 201 and r.json()["requeued_from"] == mine
+        assert_problem(await api.client.post("/api/v1/dlq/purge", json={"jobs": [theirs]},
+                                             headers=h), 404, "not_found")
+        assert_problem(await api.client.post("/api/v1/dlq/purge", json={}, headers=h), 422,
+                       "invalid_request")
+        r = await api.client.post("/api/v1/dlq/purge", json={"all": True}, headers=h)
+        assert r.json() == {"purged": [second]}
+        other = await api.client.get("/api/v1/dlq", headers=api.auth("other"))
+        assert [j["id"] for j in other.json()["jobs"]] == [theirs]
+
+    with_api(config(tmp_path, CONFIG.replace("max_queued: 3", "max_queued: 30")), body)

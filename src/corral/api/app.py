@@ -24,7 +24,7 @@ from corral.runtime.control import poke
 from corral.schemas import api as bodies
 from corral.services import Wake
 
-from . import jobs, problems
+from . import dlq, jobs, problems
 from .ratelimit import Buckets
 from .state import ApiState
 
@@ -57,6 +57,7 @@ def create_app(config: Config, store: Store, *, wake: Wake | None = None,
         buckets=Buckets(rate.per_s, rate.burst), clock=clock)
     problems.install(app)
     app.include_router(jobs.router)
+    app.include_router(dlq.router)
     _health_routes(app, store, config)
     app.add_api_route("/docs", _docs_page, include_in_schema=False,
                       response_class=HTMLResponse)

@@ -84,3 +84,11 @@ class Health(View):
     status: str
     store: str | None = None
     engine: str | None = None
+
+
+class PurgeBody(Body):
+    """`POST /api/v1/dlq/purge`: the jobs to purge, or `all` of the tenant's."""
+
+    jobs: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        default_factory=list, max_length=10_000)
+    all: bool = False

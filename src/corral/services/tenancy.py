@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from corral.core.ports import JobQuery, JobStore
-from corral.domain.errors import NotFound, NotPermitted
+from corral.domain.errors import InvalidRequest, NotFound, NotPermitted
 from corral.domain.models import Job
 from corral.domain.states import JobState
 
@@ -58,3 +58,16 @@ async def jobs_of(store: JobStore, tenant: str, *, state: JobState | None = None
     mine = [j for j in found if j.tenant == tenant and (cursor is None or j.id < cursor)]
     page = mine[:limit]
     return Page(page, page[-1].id if len(mine) > limit else None)
+
+
+async def dead_letters_to_purge(store: JobStore, tenant: str, refs: list[str], *,
+                                every: bool) -> list[str]:
+    """The ids of `tenant`'s jobs to purge from the dead-letter queue: those named (each must
+    be the tenant's) and, with `every`, every dead-lettered one of the tenant's."""
+    if not refs and not every:
+        raise InvalidRequest("name the jobs to purge, or pass all")
+    chosen = [(await job_of(store, r, tenant)).id for r in refs]
+    if every:
+        chosen += [j.id for j in (await jobs_of(store, tenant, limit=SCAN_CAP,
+                                                dead_lettered=True)).jobs]
+    return list(dict.fromkeys(chosen))
