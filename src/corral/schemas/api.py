@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from corral.domain import bounds
+from corral.domain.governance import ScopeKind
 from corral.domain.states import DedupMode
 
 from .views import JobDetail, View
@@ -92,3 +93,24 @@ class PurgeBody(Body):
     jobs: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
         default_factory=list, max_length=10_000)
     all: bool = False
+
+
+class ControlBody(Body):
+    """A kill switch or a pause: its scope (`global`, `tenant`, `role`, `job`) and target."""
+
+    scope: ScopeKind = ScopeKind.TENANT
+    target: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    reason: str = Field(min_length=1, max_length=1000)
+
+
+class KillSwitchBody(ControlBody):
+    expires_in_s: float | None = Field(None, gt=0, le=bounds.MAX_EXPIRES_S)
+
+
+class ResumeBody(Body):
+    scope: ScopeKind = ScopeKind.TENANT
+    target: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+
+
+class DecisionBody(Body):
+    note: str = Field("", max_length=1000)

@@ -5,12 +5,27 @@ leak; a job is named by its whole id (a prefix could match another tenant's job)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
-from corral.core.ports import JobQuery, JobStore
+from corral.core.ports import JobQuery, JobStore, Store
 from corral.domain.errors import InvalidRequest, NotFound, NotPermitted
+from corral.domain.governance import Approval, ScopeKind
 from corral.domain.models import Job
 from corral.domain.states import JobState
+from corral.services import approvals
 
+
+class Scoped(Protocol):
+    """A control with a scope: a kill switch or a pause."""
+
+    @property
+    def scope(self) -> ScopeKind: ...
+
+    @property
+    def target(self) -> str | None: ...
+
+
+C = TypeVar("C", bound=Scoped)
 SCAN_CAP = 10_000  # jobs a page of one tenant's list reads at most (newest first)
 
 
@@ -71,3 +86,59 @@ async def dead_letters_to_purge(store: JobStore, tenant: str, refs: list[str], *
         chosen += [j.id for j in (await jobs_of(store, tenant, limit=SCAN_CAP,
                                                 dead_lettered=True)).jobs]
     return list(dict.fromkeys(chosen))
+
+
+# ---- governance for a tenant ------------------------------------------------------------------
+
+
+async def scope_allowed(store: JobStore, tenant: str, scope: ScopeKind, target: str | None, *,
+                        admin: bool) -> None:
+    """Whether a caller of `tenant` may set a control in this scope: an admin any; otherwise
+    its own tenant, or one of its tenant's jobs (whole id). Global and role controls reach
+    every tenant: NotPermitted."""
+    if admin:
+        return
+    if scope is ScopeKind.TENANT and target == tenant:
+        return
+    if scope is ScopeKind.JOB and target:
+        await job_of(store, target, tenant)
+        return
+    raise NotPermitted(f"a control in scope {scope.value}"
+                       f"{' ' + target if target else ''} reaches beyond tenant {tenant!r}: "
+                       "it needs the admin scope")
+
+
+async def visible_controls(store: JobStore, records: list[C], tenant: str, *,
+                           admin: bool) -> list[C]:
+    """The controls a caller of `tenant` sees: every global and role one (they apply to it),
+    its tenant's and its jobs' (an admin sees all)."""
+    out = []
+    for r in records:
+        try:
+            if admin or r.scope in (ScopeKind.GLOBAL, ScopeKind.ROLE):
+                out.append(r)
+            else:
+                await scope_allowed(store, tenant, r.scope, r.target, admin=False)
+                out.append(r)
+        except (NotFound, NotPermitted):
+            continue
+    return out
+
+
+async def approvals_of(store: Store, tenant: str, *, state: str | None) -> list[Approval]:
+    """The approvals of `tenant`'s jobs, oldest first."""
+    found = await approvals.list_approvals(store, state=state, job=None)
+    tenants = {j: (await store.get_job(j)).tenant for j in {a.job_id for a in found}}
+    return [a for a in found if tenants[a.job_id] == tenant]
+
+
+async def approval_of(store: Store, approval_id: str, tenant: str) -> Approval:
+    """The approval with this id when its job is `tenant`'s; NotFound otherwise."""
+    try:
+        found = await store.approval(approval_id)
+        await job_of(store, found.job_id, tenant)
+    except NotFound:
+        raise NotFound(f"no approval {approval_id}") from None
+    if found.id != approval_id:
+        raise NotFound(f"no approval {approval_id}")
+    return found
