@@ -47,7 +47,7 @@ def create_app(config: Config, store: Store, *, wake: Wake | None = None,
                 await store.close()
 
     app = FastAPI(title="Corral", version=__version__, lifespan=lifespan, docs_url=None,
-                  redoc_url=None,
+                  redoc_url=None, responses=problems.documented(),
                   description="Jobs, governance and the engine's mechanism over HTTP "
                               "(docs/reference/http-api.md).")
     rate = config.api.rate_limit

@@ -48,6 +48,20 @@ class Unauthenticated(CorralError):
     code = "unauthenticated"
 
 
+def documented() -> dict[int | str, dict[str, Any]]:
+    """The error answers every route may give, for the OpenAPI document."""
+    from corral.schemas.api import Problem
+
+    schema = Problem.model_json_schema()
+    said = {401: "No valid token.", 403: "A scope is missing.",
+            404: "No such job (or another tenant's).", 409: "Conflicts with the state.",
+            422: "Invalid input.", 429: "Backpressure or the rate limit; see Retry-After.",
+            500: "Internal error.", 503: "The store or the engine is unavailable."}
+    return {status: {"description": text,
+                     "content": {MEDIA_TYPE: {"schema": schema}}}
+            for status, text in said.items()}
+
+
 def status_of(err: CorralError) -> int:
     """The HTTP status for `err`: its class's code, else the nearest parent's that has one."""
     for cls in type(err).__mro__:

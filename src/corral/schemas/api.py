@@ -114,3 +114,16 @@ class ResumeBody(Body):
 
 class DecisionBody(Body):
     note: str = Field("", max_length=1000)
+
+
+class Problem(BaseModel):
+    """An error, RFC 9457 problem details (`application/problem+json`); `code` is the error's
+    machine code (src/corral/api/problems.py maps it to the status)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from corral.core.ports import JobStore
-from corral.domain.errors import InvalidRequest
+from corral.domain.errors import InvalidRequest, NotFound
 from corral.domain.models import Job
 
 Stream = Literal["stdout", "stderr"]
@@ -38,7 +38,7 @@ async def log_chunk(store: JobStore, job: Job, *, stream: Stream = "stdout",
     if attempt is not None:
         attempts = [a for a in attempts if a.index == attempt]
         if not attempts:
-            raise InvalidRequest(f"job {job.id} has no attempt {attempt}")
+            raise NotFound(f"job {job.id} has no attempt {attempt}")
     if not attempts:
         return LogChunk(None, offset, offset, b"", job.state.terminal)
     a = attempts[-1]
