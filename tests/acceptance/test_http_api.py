@@ -83,7 +83,10 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(corral: Corr
     """Every check of schemathesis over every operation but the two whose duration is their
     contract (the long poll `wait` and `logs?follow=true`, which streams until the job ends:
     tests/unit/test_api_jobs.py and the test above cover them). A global pause first: the jobs
-    it submits stay queued and never run its generated argv."""
+    it submits stay queued and never run its generated argv. `positive_data_acceptance` is
+    off: a body the schema allows may still be refused (422) by the engine's configuration —
+    a prompt for a role whose worker runs commands, an unknown role — which no static schema
+    can say."""
     corral.ok("pause", "--reason", "schemathesis submits random commands")
     url, token = live(corral)
     st = str(Path(sys.executable).with_name("schemathesis"))
@@ -91,7 +94,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(corral: Corr
         [st, "run", f"{url}/openapi.json", "-H", f"Authorization: Bearer {token}",
          "--checks", "all", "--max-examples", "20", "--request-timeout", "40",
          "--suppress-health-check", "all", "--no-color",
-         "--exclude-path-regex", "/(wait|logs)$"],
+         "--exclude-path-regex", "/(wait|logs)$",
+         "--exclude-checks", "positive_data_acceptance"],
         capture_output=True, text=True, timeout=900, cwd=corral.work,
         stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]

@@ -230,8 +230,14 @@ def test_bad_input_and_unknown_routes_are_problems_too(tmp_path: Path) -> None:
         r = await api.client.post("/api/v1/jobs", json={}, headers=h)  # no command nor prompt
         assert_problem(r, 422, "invalid_request")
         assert_problem(await api.client.get("/nowhere", headers=h), 404, "not_found")
-        assert_problem(await api.client.delete("/api/v1/jobs", headers=h), 405,
-                       "method_not_allowed")
+        r = await api.client.delete("/api/v1/jobs", headers=h)
+        assert_problem(r, 405, "method_not_allowed")
+        assert r.headers["Allow"] == "GET, POST"  # every method of the path
+        for junk in (b"{not json", b"\xff\xfe{"):  # bad JSON: 422; bytes that are no text: 400
+            r = await api.client.post("/api/v1/jobs", content=junk,
+                                      headers={**h, "Content-Type": "application/json"})
+            assert_problem(r, r.status_code, "invalid_request")
+            assert r.status_code in (400, 422)
 
     with_api(config(tmp_path), body)
 

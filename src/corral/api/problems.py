@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,13 +54,23 @@ def documented() -> dict[int | str, dict[str, Any]]:
     from corral.schemas.api import Problem
 
     schema = Problem.model_json_schema()
-    said = {401: "No valid token.", 403: "A scope is missing.",
+    said = {400: "Malformed JSON.", 401: "No valid token.", 403: "A scope is missing.",
             404: "No such job (or another tenant's).", 409: "Conflicts with the state.",
             422: "Invalid input.", 429: "Backpressure or the rate limit; see Retry-After.",
             500: "Internal error.", 503: "The store or the engine is unavailable."}
     return {status: {"description": text,
                      "content": {MEDIA_TYPE: {"schema": schema}}}
             for status, text in said.items()}
+
+
+def _methods(request: Request) -> set[str]:
+    """The methods the app's OpenAPI document serves on the request's path."""
+    found: set[str] = set()
+    for template, ops in request.app.openapi()["paths"].items():
+        pattern = re.sub(r"\\{[^}/]+\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            found |= {m.upper() for m in ops}
+    return found
 
 
 def status_of(err: CorralError) -> int:
@@ -108,10 +119,14 @@ def install(app: FastAPI) -> None:
         return problem(422, "invalid_request",
                        f"{'.'.join(first['loc'])}: {first['msg']}", errors=errors)
 
-    async def on_http(_: Request, err: Exception) -> JSONResponse:
+    async def on_http(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, StarletteHTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code, "http_error")
-        return problem(err.status_code, code, str(err.detail), headers=err.headers)
+        code = {400: "invalid_request", 404: "not_found",
+                405: "method_not_allowed"}.get(err.status_code, "http_error")
+        headers = dict(err.headers or {})
+        if err.status_code == 405:  # every method of the path, not only the first route's
+            headers["Allow"] = ", ".join(sorted(_methods(request)))
+        return problem(err.status_code, code, str(err.detail), headers=headers)
 
     async def on_other(_: Request, err: Exception) -> JSONResponse:
         log.exception("internal error answering an API request")

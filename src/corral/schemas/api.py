@@ -28,9 +28,13 @@ class JobCreate(Body):
     """`POST /api/v1/jobs`: what `corral submit` takes. Give `command` (an argv list) or
     `prompt` (for an agent worker). Fields left out take the role's defaults."""
 
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["command"], "properties": {"command": {"minItems": 1}}},
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string", "minLength": 1}}}]})
+
     command: list[Annotated[str, Field(max_length=bounds.MAX_PROMPT_BYTES)]] = Field(
         default_factory=list, max_length=10_000)
-    prompt: str | None = Field(None, max_length=bounds.MAX_PROMPT_BYTES)
+    prompt: str | None = Field(None, min_length=1, max_length=bounds.MAX_PROMPT_BYTES)
     role: Name | None = None
     env_name: Name | None = Field(None, description="The environment to run in.")
     priority: int = Field(2, ge=bounds.MIN_PRIORITY, le=bounds.MAX_PRIORITY)
@@ -89,6 +93,10 @@ class Health(View):
 
 class PurgeBody(Body):
     """`POST /api/v1/dlq/purge`: the jobs to purge, or `all` of the tenant's."""
+
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["jobs"], "properties": {"jobs": {"minItems": 1}}},
+        {"required": ["all"], "properties": {"all": {"const": True}}}]})
 
     jobs: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
         default_factory=list, max_length=10_000)
