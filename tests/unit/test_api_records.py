@@ -1,0 +1,43 @@
+"""The HTTP API's governance records in process: incidents, runs and the policy log of the
+token's tenant only; the audit check for admin tokens only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_api_jobs import Api, assert_problem, config, with_api
+
+
+@pytest.mark.parametrize("path", ["/api/v1/incidents", "/api/v1/runs", "/api/v1/policy-log"])
+def test_records_of_the_tenant_only(tmp_path: Path, path: str) -> None:
+    async def body(api: Api) -> None:
+        mine = (await api.submit()).json()["job"]["id"]
+        theirs = (await api.submit("other")).json()["job"]["id"]
+        assert_problem(await api.client.get(path), 401, "unauthenticated")
+        assert_problem(await api.client.get(path, headers=api.auth("approver")), 403,
+                       "not_permitted")
+        r = await api.client.get(path, headers=api.auth("reader"))
+        assert r.status_code == 200, r.text
+        if path == "/api/v1/runs":
+            assert [x["job_id"] for x in r.json()] == [mine]
+        else:
+            assert all(x.get("job_id", x.get("job")) == mine for x in r.json())
+            r = await api.client.get(path, params={"job": theirs}, headers=api.auth("reader"))
+            assert_problem(r, 404, "not_found")
+        other = await api.client.get(path, headers=api.auth("other"))
+        assert mine not in other.text
+
+    with_api(config(tmp_path), body)
+
+
+def test_audit_verify_is_for_admin_tokens(tmp_path: Path) -> None:
+    async def body(api: Api) -> None:
+        assert_problem(await api.client.get("/api/v1/audit/verify", headers=api.auth("writer")),
+                       403, "not_permitted")
+        r = await api.client.get("/api/v1/audit/verify", headers=api.auth("admin"))
+        assert r.status_code == 200, r.text
+        assert set(r.json()) >= {"ok", "checked", "problems"}
+
+    with_api(config(tmp_path), body)
