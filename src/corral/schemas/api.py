@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from corral.domain import bounds
 from corral.domain.governance import ScopeKind
@@ -135,3 +135,30 @@ class Problem(BaseModel):
     status: int
     detail: str
     code: str
+
+
+class BudgetBody(Body):
+    """`POST /api/v1/budgets`: a ceiling for a tenant (the token's by default) or a role."""
+
+    scope: Annotated[str, Field(pattern="^(tenant|role)$")] = "tenant"
+    target: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    period: Annotated[str, Field(pattern="^(daily|monthly|rolling_30d)$")] = "monthly"
+    ceiling_usd: float = Field(ge=0, le=bounds.MAX_USD)
+
+
+class DarkLaunchBody(Body):
+    """`POST /api/v1/dark-launches/{workflow}`: enable at `percentage`, or disable
+    (`enabled: false`, the percentage kept)."""
+
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["percentage"], "properties": {"percentage": {"type": "integer"}}},
+        {"required": ["enabled"], "properties": {"enabled": {"const": False}}}]})
+
+    enabled: bool = True
+    percentage: int | None = Field(None, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _percentage_to_enable(self) -> DarkLaunchBody:
+        if self.enabled and self.percentage is None:
+            raise ValueError("enabling a dark launch needs its percentage")
+        return self
