@@ -48,6 +48,10 @@ def test_submit_wait_logs_and_cancel_over_http(corral: Corral) -> None:
         follow = api.get(f"/api/v1/jobs/{job['id']}/logs", params={"follow": "true"})
         assert follow.headers["content-type"].startswith("text/event-stream")
         assert "hello-http" in follow.text and "event: end" in follow.text
+        admin = corral.ok("token", "create", "--tenant", "acme", "--scopes", "admin").strip()
+        status = httpx.get(f"{url}/api/v1/status", timeout=30,
+                           headers={"Authorization": f"Bearer {admin}"})  # the engine asks itself
+        assert status.status_code == 200 and "core" in status.json(), status.text
         shown = corral.job(job["id"])  # the CLI sees what HTTP submitted
         assert shown["state"] == "SUCCEEDED" and shown["tenant"] == "acme"
 

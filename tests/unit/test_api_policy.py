@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.unit.test_api_jobs import Api, assert_problem, config, with_api
 from tests.unit.test_api_governance import tokens_for
+from tests.unit.test_api_jobs import Api, assert_problem, config, with_api
 
 
 def test_budgets_of_the_tenant(tmp_path: Path) -> None:

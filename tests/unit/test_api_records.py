@@ -41,3 +41,28 @@ def test_audit_verify_is_for_admin_tokens(tmp_path: Path) -> None:
         assert set(r.json()) >= {"ok", "checked", "problems"}
 
     with_api(config(tmp_path), body)
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/api/v1/status"), ("GET", "/api/v1/breakers"), ("GET", "/api/v1/escalations"),
+    ("POST", "/api/v1/breakers/worker:command/reset"),
+    ("POST", "/api/v1/escalations/e1/clear")])
+def test_the_mechanism_is_for_admin_and_says_when_no_engine_answers(
+        tmp_path: Path, method: str, path: str) -> None:
+    async def body(api: Api) -> None:
+        assert_problem(await api.client.request(method, path), 401, "unauthenticated")
+        assert_problem(await api.client.request(method, path, headers=api.auth("writer")), 403,
+                       "not_permitted")
+        r = await api.client.request(method, path, headers=api.auth("admin"))
+        assert "no engine is serving" in assert_problem(r, 503, "engine_not_running")["detail"]
+
+    with_api(config(tmp_path), body)
+
+
+def test_workspaces_for_admin(tmp_path: Path) -> None:
+    async def body(api: Api) -> None:
+        assert_problem(await api.client.get("/api/v1/workspaces", headers=api.auth("reader")),
+                       403, "not_permitted")
+        assert (await api.client.get("/api/v1/workspaces", headers=api.auth("admin"))).json() == []
+
+    with_api(config(tmp_path), body)
