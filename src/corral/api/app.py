@@ -24,7 +24,7 @@ from corral.runtime.control import poke
 from corral.schemas import api as bodies
 from corral.services import Wake
 
-from . import dlq, governance, jobs, mechanism, policy, problems, records
+from . import dlq, governance, intents, jobs, mechanism, policy, problems, records
 from .ratelimit import Buckets
 from .state import ApiState
 
@@ -62,6 +62,7 @@ def create_app(config: Config, store: Store, *, wake: Wake | None = None,
     app.include_router(records.router)
     app.include_router(policy.router)
     app.include_router(mechanism.router)
+    app.include_router(intents.router)
     _health_routes(app, store, config)
     app.add_api_route("/docs", _docs_page, include_in_schema=False,
                       response_class=HTMLResponse)

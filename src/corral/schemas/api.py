@@ -4,7 +4,7 @@ document (`/openapi.json`); docs/reference/http-api.md describes them."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -162,3 +162,29 @@ class DarkLaunchBody(Body):
         if self.enabled and self.percentage is None:
             raise ValueError("enabling a dark launch needs its percentage")
         return self
+
+
+class IntentCreate(JobCreate):
+    """`POST /agentops/intents`: a job's body; or a notebook's `{source, environment}`, accepted
+    by the schema but refused (422) until a notebook worker exists."""
+
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["command"], "properties": {"command": {"minItems": 1}}},
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string", "minLength": 1}}},
+        {"required": ["source"]}]})
+
+    source: str | None = Field(None, max_length=bounds.MAX_PROMPT_BYTES)
+    environment: dict[str, str] | None = Field(None, max_length=1000)
+
+
+class IntentAccepted(View):
+    intent_id: str
+    queue_position: int
+    estimated_start_s: float
+
+
+class IntentStatus(View):
+    status: str
+    checkpoint: dict[str, Any] | None
+    tool_call_count: int
+    duration_ms: int | None
