@@ -79,7 +79,7 @@ def test_a_request_takes_the_roles_limits_for_what_it_leaves_out(cfg: Config) ->
     other = spec_for(SubmitRequest(command=("make",), role="gated", resume_from="J1",
                                    secret_env=("B", "A", "B")), cfg.settings)
     assert other.limits == Limits() and other.role == "gated"
-    assert dict(other.options) == {"resume_from": "J1", "secret_env": ["A", "B"]}
+    assert other.options.to_json() == {"resume_from": "J1", "secret_env": ["A", "B"]}
 
 
 def test_submit_stores_the_job_wakes_the_engine_and_says_none_serves(cfg: Config) -> None:
