@@ -89,6 +89,11 @@ def test_submit_then_read_back_with_the_tokens_tenant(tmp_path: Path) -> None:
         assert [e["kind"] for e in got.json()["timeline"]][:1] == ["submitted"]
         page = await api.client.get("/api/v1/jobs", headers=api.auth("reader"))
         assert [j["id"] for j in page.json()["jobs"]] == [job["id"]]
+        for ref in (job["id"][-6:], job["id"][:2], "0"):  # whole ids only: prefixes leak
+            assert_problem(await api.client.get(f"/api/v1/jobs/{ref}", headers=api.auth("other")),
+                           404, "not_found")
+            assert_problem(await api.client.get(f"/api/v1/jobs/{ref}",
+                                                headers=api.auth("reader")), 404, "not_found")
         empty = await api.client.get("/api/v1/jobs", headers=api.auth("other"))
         assert empty.json() == {"jobs": [], "next_cursor": None}
 

@@ -37,7 +37,7 @@ async def job_of(store: JobStore, ref: str, tenant: str) -> Job:
     """The job whose whole id is `ref`, when it is `tenant`'s; NotFound otherwise."""
     try:
         job = await store.get_job(ref)
-    except NotFound:
+    except (NotFound, InvalidRequest):  # a short or ambiguous reference: no whole id either
         raise missing(ref) from None
     if job.id != ref or job.tenant != tenant:
         raise missing(ref)
@@ -137,7 +137,7 @@ async def approval_of(store: Store, approval_id: str, tenant: str) -> Approval:
     try:
         found = await store.approval(approval_id)
         await job_of(store, found.job_id, tenant)
-    except NotFound:
+    except (NotFound, InvalidRequest):  # a short or ambiguous reference too
         raise NotFound(f"no approval {approval_id}") from None
     if found.id != approval_id:
         raise NotFound(f"no approval {approval_id}")
