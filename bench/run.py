@@ -302,8 +302,8 @@ class EngineProcess:
         self.cfg = cfg
         self.stall_s = stall_s
         self.log = cfg.data_dir / f"engine-{tag}.log"
-        argv = [sys.executable, "-m", "corral", "serve", "--data-dir", str(cfg.data_dir),
-                "--config", str(cfg.source)]
+        argv = [sys.executable, "-m", "corral", "serve", "--no-http",
+                "--data-dir", str(cfg.data_dir), "--config", str(cfg.source)]
         if drain:
             argv.append("--drain")
         env = {k: v for k, v in os.environ.items() if k not in UNSET}

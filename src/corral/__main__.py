@@ -1,5 +1,5 @@
 """`python -m corral` is the `corral` command."""
 
-from corral.cli import main
+from corral.main import main
 
 main()

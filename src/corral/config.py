@@ -278,6 +278,20 @@ class OversightModel(_Strict):
     min_severity: Literal["low", "medium", "high", "critical"] = "high"
 
 
+class ApiRateModel(_Strict):
+    """Each API token's token bucket (api/ratelimit.py): requests refilled per second, and how
+    many it may make at once from a full bucket."""
+
+    per_s: float = Field(20.0, gt=0, le=1_000_000)
+    burst: int = Field(40, ge=1, le=1_000_000)
+
+
+class ApiModel(_Strict):
+    """The HTTP API (docs/reference/http-api.md)."""
+
+    rate_limit: ApiRateModel = ApiRateModel()
+
+
 class EngineModel(_Strict):
     # a group whose members may use the engine's sockets too (None: the engine's user alone)
     socket_group: str | None = None
@@ -365,6 +379,7 @@ class ConfigModel(_Strict):
     secrets: SecretsModel = SecretsModel()
     audit: AuditModel = AuditModel()
     events: EventsModel = EventsModel()
+    api: ApiModel = ApiModel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -383,6 +398,7 @@ class Config:
     text: str = ""  # the file as read ("" for the built-in defaults): what an engine publishes
     socket_group: int | None = None  # engine.socket_group's gid (runtime/peers.py)
     engine: EngineModel = field(default_factory=EngineModel)
+    api: ApiModel = field(default_factory=ApiModel)
 
     @property
     def db_path(self) -> Path:
@@ -719,4 +735,5 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
                   store_url=url,
                   sqlite_synchronous=model.store.sqlite_synchronous, source=path,
                   sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core,
-                  secrets_key_file=Path(key) if key else None, audit=audit, text=text)
+                  secrets_key_file=Path(key) if key else None, audit=audit, text=text,
+                  api=model.api)

@@ -35,6 +35,14 @@ environments:
 """
 
 
+def quiet_http(args: tuple[str, ...]) -> tuple[str, ...]:
+    """`serve` without the HTTP API unless the test asks for it (`--http …`): many engines run
+    at once here, and the default address is one."""
+    if args[:1] == ("serve",) and "--http" not in args and "--no-http" not in args:
+        return ("serve", "--no-http", *args[1:])
+    return args
+
+
 class Corral:
     """One data directory and the `corral` command pointed at it."""
 
@@ -55,8 +63,8 @@ class Corral:
         return env
 
     def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([CORRAL, *args], env=self.env(), capture_output=True, text=True,
-                              timeout=timeout, cwd=self.work, stdin=subprocess.DEVNULL)
+        return subprocess.run([CORRAL, *quiet_http(args)], env=self.env(), capture_output=True,
+                              text=True, timeout=timeout, cwd=self.work, stdin=subprocess.DEVNULL)
 
     def ok(self, *args: str) -> str:
         r = self.run(*args)
@@ -76,8 +84,8 @@ class Corral:
     def serve(self, *extra: str) -> subprocess.Popen[bytes]:
         """Start an engine; unless it drains, return once it answers on its socket."""
         log = (self.data / "engine-test.log").open("ab")
-        proc = subprocess.Popen([CORRAL, "serve", *extra], env=self.env(), stdout=log,
-                                stderr=log, stdin=subprocess.DEVNULL, cwd=self.work)
+        proc = subprocess.Popen([CORRAL, *quiet_http(("serve", *extra))], env=self.env(),
+                                stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=self.work)
         self.engines.append(proc)
         if "--drain" not in extra:
             eventually(lambda: proc.poll() is not None or poke(self.data, "ping"),

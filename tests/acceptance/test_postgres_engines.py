@@ -41,7 +41,7 @@ def test_two_engines_on_one_database_run_each_job_exactly_once(
     assert submit.returncode == 0, submit.stderr
     ids = submit.stdout.split()
     assert len(ids) == 500
-    engines = [subprocess.Popen([CORRAL, "serve", "--drain"], env=_on_pg(c, dsn),
+    engines = [subprocess.Popen([CORRAL, "serve", "--drain", "--no-http"], env=_on_pg(c, dsn),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                for c in (a, b)]
     for proc in engines:
@@ -102,7 +102,7 @@ def test_a_single_engine_on_postgres_runs_the_lifecycle(tmp_path: Path,
 
     ok = run("submit", "--", "true").stdout.strip()
     bad = run("submit", "--max-attempts", "2", "--", "sh", "-c", "exit 4").stdout.strip()
-    engine = subprocess.Popen([CORRAL, "serve", "--drain"], env=_on_pg(c, dsn),
+    engine = subprocess.Popen([CORRAL, "serve", "--drain", "--no-http"], env=_on_pg(c, dsn),
                               stderr=subprocess.PIPE)
     _, err = engine.communicate(timeout=60)
     assert engine.returncode == 0, err.decode()

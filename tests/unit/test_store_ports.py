@@ -24,6 +24,7 @@ from corral.core.ports import (
     OutboxReads,
     Store,
     StoreLifecycle,
+    TokenStore,
     TraceStore,
 )
 from corral.store.memory import MemoryStore
@@ -31,7 +32,7 @@ from corral.store.postgres import PostgresStore
 from corral.store.sqlite import SqliteStore
 
 PORTS: tuple[type, ...] = (StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore,
-                           EngineRegistry, OutboxReads, MetricsReads)
+                           EngineRegistry, OutboxReads, MetricsReads, TokenStore)
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 
 

@@ -9,17 +9,29 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 import anyio
 import typer
 
 from corral import __version__
-from corral.domain.errors import CorralError
+from corral.domain.errors import CorralError, InvalidRequest
 from corral.workers import privacy
 
-from . import configs, dlq, events, governance, guard, jobs, mechanism, policy_cmds, schema_cmd
+from . import (
+    configs,
+    dlq,
+    events,
+    governance,
+    guard,
+    jobs,
+    mechanism,
+    policy_cmds,
+    schema_cmd,
+    tokens,
+)
 from .edge import config_or_fail, emit, load_config
 from .exits import exit_code, fail
 from .options import ConfigOpt, DataDir, JsonOpt
@@ -44,12 +56,38 @@ def version(as_json: JsonOpt = False) -> None:
         typer.echo(__version__)
 
 
+class HttpListener(Protocol):
+    """The HTTP API's socket, bound before the engine starts (api/server.py)."""
+
+    @property
+    def url(self) -> str: ...
+
+    async def serve(self, engine: Engine) -> None: ...
+
+
+# Bind the HTTP API's address (HOST:PORT, TLS files, plain HTTP beyond loopback or not):
+# given by the entry point that wires the API in (corral/main.py); the CLI does not import it.
+Listen = Callable[..., HttpListener]
+DEFAULT_HTTP = "127.0.0.1:8765"
+
+
 @app.command()
-def serve(data_dir: DataDir = None, config: ConfigOpt = None,
+def serve(ctx: typer.Context, data_dir: DataDir = None, config: ConfigOpt = None,
           drain: Annotated[bool, typer.Option(
               "--drain", help="Exit once nothing is queued, waiting or running.")] = False,
+          http: Annotated[str | None, typer.Option(
+              "--http", metavar="HOST:PORT",
+              help=f"Serve the HTTP API here (default {DEFAULT_HTTP}; port 0: any free one). "
+                   "Beyond loopback it needs --tls-cert/--tls-key or --insecure-http.")] = None,
+          no_http: Annotated[bool, typer.Option(
+              "--no-http", help="Serve no HTTP API.")] = False,
+          tls_cert: Annotated[Path | None, typer.Option("--tls-cert")] = None,
+          tls_key: Annotated[Path | None, typer.Option("--tls-key")] = None,
+          insecure_http: Annotated[bool, typer.Option(
+              "--insecure-http", help="Allow plain HTTP on a non-loopback address.")] = False,
           verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
-    """Run the engine on this data directory until SIGTERM/SIGINT.
+    """Run the engine on this data directory until SIGTERM/SIGINT, with the HTTP API
+    (docs/reference/http-api.md) unless --no-http.
 
     Attempts run in their own sessions: stopping (or crashing) the engine leaves them running,
     and the next engine on the same data directory re-adopts them and collects their results.
@@ -60,16 +98,39 @@ def serve(data_dir: DataDir = None, config: ConfigOpt = None,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(data_dir, config)
+        listener = None if no_http else _http_listener(
+            ctx.obj, http, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure_http)
         engine = Engine(cfg)
 
         def ready(e: Engine) -> None:
             typer.echo(f"corral engine {e.id} serving {cfg.data_dir} (pid {os.getpid()})", err=True)
+            if listener is not None:
+                typer.echo(f"corral: HTTP API on {listener.url}", err=True)
 
-        anyio.run(lambda: engine.run(drain=drain, on_ready=ready))
+        also = [] if listener is None else [listener.serve]
+        anyio.run(lambda: engine.run(drain=drain, on_ready=ready, also=also))
     except CorralError as err:
         fail(err)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+def _http_listener(listen: Listen | None, address: str | None, *, tls_cert: Path | None,
+                   tls_key: Path | None, insecure: bool) -> HttpListener | None:
+    """The HTTP API's bound socket. The default address taken (another engine on this machine)
+    is a warning and no HTTP; an address given that cannot be bound is an error."""
+    if listen is None:
+        if address is not None:
+            raise InvalidRequest("this entry point has no HTTP API (run the `corral` command)")
+        return None
+    try:
+        return listen(address or DEFAULT_HTTP, tls_cert=tls_cert, tls_key=tls_key,
+                      insecure=insecure)
+    except InvalidRequest as err:
+        if address is not None:
+            raise
+        typer.echo(f"corral: warning: {err}; serving without the HTTP API", err=True)
+        return None
 
 
 @app.command("core")
@@ -116,14 +177,15 @@ governance.register(app)
 configs.register(app)
 policy_cmds.register(app)
 app.add_typer(guard.app, name="guard")
+app.add_typer(tokens.app, name="token")
 schema_cmd.register(app)
 
 
-def main() -> None:
-    """Entry point of the `corral` command."""
+def main(http: Listen | None = None) -> None:
+    """Entry point of the `corral` command (corral/main.py passes the HTTP API's `listen`)."""
     privacy.make_private()  # every file Corral creates is its user's alone, whatever the umask
     try:
-        code = app(standalone_mode=False)  # returns the code of a `typer.Exit`
+        code = app(standalone_mode=False, obj=http)  # returns the code of a `typer.Exit`
         sys.exit(code if isinstance(code, int) else 0)
     except CorralError as err:  # anything a command did not catch itself
         typer.echo(f"corral: error: {err}", err=True)

@@ -32,6 +32,7 @@ from corral.domain.models import (
 )
 from corral.domain.settings import WorkspacePolicy
 from corral.domain.states import JobState
+from corral.domain.tokens import ApiToken
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -559,8 +560,26 @@ class MetricsReads(Protocol):
         (seconds, ascending) are the histograms' bucket upper bounds."""
 
 
+class TokenStore(Protocol):
+    """The HTTP API's bearer tokens (domain/tokens.py): only their secrets' hashes are kept;
+    rows are added and revoked, never deleted."""
+
+    async def create_token(self, token: ApiToken) -> None:
+        """Record a new token (its id is fresh)."""
+
+    async def token(self, token_id: str) -> ApiToken:
+        """The token with this exact id; NotFound otherwise."""
+
+    async def tokens(self) -> list[ApiToken]:
+        """Every token, revoked ones too, oldest first."""
+
+    async def revoke_token(self, token_id: str, *, at: float, by: str) -> ApiToken:
+        """Revoke a token from `at` on; NotFound when none has the id, Conflict when it is
+        already revoked."""
+
+
 class Store(StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore, EngineRegistry,
-            OutboxReads, MetricsReads, Protocol):
+            OutboxReads, MetricsReads, TokenStore, Protocol):
     """The whole store: every port above. What the store implementations (store/memory.py,
     store/sql.py over SQLite and PostgreSQL) provide and what builds them (runtime/assembly.py)
     returns; a consumer asks for the narrowest port it uses (tests/unit/test_store_ports.py keeps

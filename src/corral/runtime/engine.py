@@ -11,7 +11,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
@@ -216,9 +216,8 @@ class Engine:
 
     async def _control(self, request: dict[str, Any], peer: Peer) -> dict[str, Any]:
         op = request.get("op")
-        if op in ("wake", "submitted"):  # a submission needs no look at the running jobs
-            self.dispatcher.wake(stops=op == "wake")
-            self.reporter.wake()  # a cancel of a queued job ends it: its report is due
+        if op in ("wake", "submitted"):
+            self.wake(op)
             return {"ok": True}
         if op == "ping":
             sup = self.supervisor
@@ -236,6 +235,14 @@ class Engine:
         if op == "core":
             return await self._core_control(request)
         return {"ok": False, "error": f"unknown op {op!r}"}
+
+    def wake(self, op: str) -> bool:
+        """Look now (`op` "wake": at the running jobs too; "submitted": a submission needs no
+        look at them). The `Wake` of the services for an edge inside the engine (api/server.py).
+        """
+        self.dispatcher.wake(stops=op == "wake")
+        self.reporter.wake()  # a cancel of a queued job ends it: its report is due
+        return True
 
     async def _core_control(self, request: dict[str, Any]) -> dict[str, Any]:
         """Relay an operator request to the core (snapshot, reset_breaker, clear_escalation)."""
@@ -269,7 +276,11 @@ class Engine:
         return {"ok": True, "result": result}
 
     async def run(self, *, drain: bool = False,
-                  on_ready: Callable[[Engine], None] | None = None) -> None:
+                  on_ready: Callable[[Engine], None] | None = None,
+                  also: Sequence[Callable[[Engine], Coroutine[Any, Any, None]]] = ()) -> None:
+        """Serve until SIGTERM/SIGINT (or, with `drain`, until nothing is left to do); `also`
+        are more tasks of the engine's task group (an edge such as the HTTP API), cancelled
+        with it."""
         warning = privacy.secure_data_dir(self.config.data_dir)
         if warning:
             log.warning("%s", warning)
@@ -281,7 +292,7 @@ class Engine:
                 await audit.refuse_without_key(self.store, self.config)
                 for warning in await self.checkpointer.start():
                     log.error("%s", warning)
-                await self._run(drain, on_ready)
+                await self._run(drain, on_ready, also)
                 await self.checkpointer.flush()
             except BaseExceptionGroup as group:  # a task's own error, as itself (one line):
                 ours, _ = group.split(CorralError)  # fenced by a peer, a damaged store
@@ -293,7 +304,8 @@ class Engine:
         finally:
             self.lock.release()
 
-    async def _run(self, drain: bool, on_ready: Callable[[Engine], None] | None) -> None:
+    async def _run(self, drain: bool, on_ready: Callable[[Engine], None] | None,
+                   also: Sequence[Callable[[Engine], Coroutine[Any, Any, None]]]) -> None:
         now = time.time()
         await self.store.register_engine(self.id, pid=os.getpid(), host=socket.gethostname(),
                                          now=now)
@@ -318,6 +330,8 @@ class Engine:
             tg.start_soon(self._signals, tg.cancel_scope)
             if self.drainer.sinks:
                 tg.start_soon(self.drainer.run)
+            for task in also:
+                tg.start_soon(task, self)
             if on_ready is not None:
                 tg.start_soon(_when_ready, ready, lambda: on_ready(self))
             await self.dispatcher.run(drain=drain, ready=ready)

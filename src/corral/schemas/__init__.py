@@ -32,7 +32,7 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "EngineStatus": views.EngineStatus, "Breaker": views.Breaker,
     "BreakerReset": views.BreakerReset, "Escalation": views.Escalation,
     "EscalationCleared": views.EscalationCleared, "CoreEvent": views.CoreEvent,
-    "GuardCheck": views.GuardCheck,
+    "GuardCheck": views.GuardCheck, "Token": views.Token, "TokenCreated": views.TokenCreated,
     # the core protocol
     "ProtocolJob": protocol.JOB.model, "ProtocolAttempt": protocol.ATTEMPT.model,
     "ProtocolPermit": protocol.PERMIT, "ProtocolResult": protocol.RESULT,

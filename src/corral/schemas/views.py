@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from corral.domain import agents as da
 from corral.domain import governance as dg
 from corral.domain import models as dm
+from corral.domain import tokens as dt_
 from corral.domain.states import AttemptState, DedupMode, JobState
 
 IsoTime = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
@@ -291,6 +292,44 @@ class Version(View):
     """`version`."""
 
     version: str
+
+
+# ---- API tokens ----------------------------------------------------------------------------
+
+
+class Token(View):
+    """`token list`: an HTTP API token's record (never its secret nor its hash)."""
+
+    id: str
+    name: str
+    tenant: str
+    scopes: list[str]
+    created_at: IsoTime | None
+    created_by: str
+    expires_at: IsoTime | None
+    revoked_at: IsoTime | None
+    revoked_by: str | None
+
+    @classmethod
+    def fields_of(cls, t: dt_.ApiToken) -> dict[str, Any]:
+        return {"id": t.id, "name": t.name, "tenant": t.tenant, "scopes": list(t.scopes),
+                "created_at": iso_time(t.created_at), "created_by": t.created_by,
+                "expires_at": iso_time(t.expires_at), "revoked_at": iso_time(t.revoked_at),
+                "revoked_by": t.revoked_by}
+
+    @classmethod
+    def of(cls, t: dt_.ApiToken) -> Token:
+        return cls(**cls.fields_of(t))
+
+
+class TokenCreated(Token):
+    """`token create`: the new token's record and its text, shown this once."""
+
+    token: str = Field(description="What to send as `Authorization: Bearer …`; not stored.")
+
+    @classmethod
+    def created(cls, t: dt_.ApiToken, text: str) -> TokenCreated:
+        return cls(**cls.fields_of(t), token=text)
 
 
 # ---- governance records --------------------------------------------------------------------

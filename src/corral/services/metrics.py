@@ -1,6 +1,6 @@
 """The Prometheus exposition of a data directory (trace/metrics.py): the store's figures and the
 core's live state of the engine serving it (none when no engine runs: `corral_engine_up 0`).
-`corral metrics` prints `exposition`; the HTTP API mounts `app` at GET /metrics."""
+`corral metrics` prints `exposition`, and the HTTP API serves it at GET /metrics."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from corral.services import engine
 from corral.trace import metrics
-from corral.trace.metrics import ASGIApp, MetricsSource
+from corral.trace.metrics import MetricsSource
 
 
 def core_state(data_dir: Path) -> metrics.Snapshot:
@@ -26,7 +26,3 @@ async def exposition(store: MetricsSource, data_dir: Path) -> bytes:
     """The metrics in Prometheus text format, read now."""
     return await metrics.exposition(store, core_state(data_dir))
 
-
-def app(store: MetricsSource, data_dir: Path) -> ASGIApp:
-    """The ASGI app for GET /metrics over an open store."""
-    return metrics.metrics_app(store, core_state(data_dir))

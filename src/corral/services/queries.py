@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
+import anyio
+
 from corral.core.ports import (
     GovernanceStore,
     JobGovernance,
@@ -198,3 +200,15 @@ async def policy_stats(store: GovernanceStore, f: PolicyFilter) -> PolicyStats:
     found = await store.recent_policy_evaluations(limit=STATS_CAP, since=f.since)
     counts = Counter((e.stage, e.verdict, e.reason) for e in found)
     return PolicyStats(f.since, len(found), sorted(counts.items()))
+
+
+async def wait_until_ended(store: JobStore, job_id: str, *, timeout_s: float,
+                           poll_s: float = 0.2, clock: Clock = time.monotonic) -> Job:
+    """The job once it has ended, or as it is after `timeout_s` seconds (a long poll; the caller
+    tells the two apart by the job's state)."""
+    deadline = clock() + timeout_s
+    job = await store.get_job(job_id)
+    while not job.state.terminal and clock() < deadline:
+        await anyio.sleep(min(poll_s, max(0.0, deadline - clock())))
+        job = await store.get_job(job_id)
+    return job

@@ -43,6 +43,7 @@ from corral.domain.models import (
     SubmitResult,
 )
 from corral.domain.states import AttemptState, JobState
+from corral.domain.tokens import ApiToken
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store import cascade, rules
@@ -61,6 +62,7 @@ from corral.store.rules import (
     requeue_blocked,
     submitted_events,
 )
+from corral.store.tokens_memory import MemoryTokens
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -88,7 +90,7 @@ def _normalise(job: Job) -> Job:
                      updated_at=float(job.updated_at), sort_at=float(job.sort_at))
 
 
-class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics):
+class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
@@ -111,6 +113,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics)
         self._fenced: dict[str, float] = {}  # engine id → when a peer fenced it
         self._configs: list[EngineConfig] = []
         self._cursors: dict[tuple[str, str], EventCursor] = {}  # the event_cursors table
+        self._tokens: dict[str, ApiToken] = {}
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:

@@ -360,6 +360,20 @@ CREATE TABLE engine_configs (
     text      TEXT NOT NULL
 );
 
+-- Bearer tokens of the HTTP API: only the hash of each secret; revoked, never deleted.
+CREATE TABLE api_tokens (
+    id          TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    tenant      TEXT NOT NULL,
+    scopes      TEXT NOT NULL,
+    secret_hash TEXT NOT NULL,
+    created_at  REAL NOT NULL,
+    created_by  TEXT NOT NULL,
+    expires_at  REAL,
+    revoked_at  REAL,
+    revoked_by  TEXT
+);
+
 -- How far each event sink has published each outbox table (migration 0015, trace/drain.py).
 CREATE TABLE event_cursors (
     sink        TEXT NOT NULL,

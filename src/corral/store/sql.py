@@ -48,6 +48,7 @@ from corral.store.rules import (
     requeue_blocked,
     submitted_events,
 )
+from corral.store.tokens_sql import SqlTokens
 
 _JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
 _JOB_INSERT = (
@@ -83,7 +84,7 @@ class _EventTx:
         return await self.tx.fetchall(sql, params)
 
 
-class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics):
+class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:

@@ -7,19 +7,19 @@ sharing a PostgreSQL store reports the same fleet figures, and a restart loses n
 are bounded (roles, environments, worker kinds, tenants, reason codes, configured breakers and
 budgets), never a job id. docs/how-to/observability.md lists every metric.
 
-`exposition(...)` is the text format (`corral metrics` prints it); `metrics_app(...)` is the
-ASGI app the HTTP API mounts at `GET /metrics`.
+`exposition(...)` is the text format: `corral metrics` prints it and the HTTP API serves it at
+`GET /metrics` (api/mechanism.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -287,21 +287,3 @@ async def exposition(store: MetricsSource, snapshot: Snapshot | None = None) -> 
     registry.register(CorralCollector(await read(store, snapshot)))
     return generate_latest(registry)
 
-
-ASGIApp = Callable[[Mapping[str, Any], Callable[[], Awaitable[Mapping[str, Any]]],
-                    Callable[[Mapping[str, Any]], Awaitable[None]]], Awaitable[None]]
-
-
-def metrics_app(store: MetricsSource, snapshot: Snapshot | None = None) -> ASGIApp:
-    """The ASGI app serving `exposition` (the HTTP API mounts it at GET /metrics)."""
-
-    async def app(scope: Mapping[str, Any], receive: Callable[[], Awaitable[Mapping[str, Any]]],
-                  send: Callable[[Mapping[str, Any]], Awaitable[None]]) -> None:
-        if scope.get("type") != "http":
-            return
-        body = await exposition(store, snapshot)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", CONTENT_TYPE_LATEST.encode())]})
-        await send({"type": "http.response.body", "body": body})
-
-    return app

@@ -1,0 +1,133 @@
+"""The HTTP API inside a running engine: uvicorn's `Server.serve()` as one more task of the
+engine's task group (runtime/engine.py), over the engine's own open store, waking its
+dispatcher directly. The socket is bound before the engine starts, so a busy port is said at
+once (`Listener.bind`)."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import uvicorn
+
+from corral.domain.errors import InvalidRequest
+from corral.runtime.engine import Engine
+
+from .app import create_app
+
+log = logging.getLogger(__name__)
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpOptions:
+    """Where `corral serve` listens (`--http HOST:PORT`) and how (TLS files, or plain HTTP on a
+    non-loopback address only with `insecure`)."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    insecure: bool = False
+
+    @classmethod
+    def parse(cls, address: str, **kw: object) -> HttpOptions:
+        """`HOST:PORT` (`[::1]:8765` for IPv6), checked: a port 0 … 65535, TLS files in
+        pairs, plain HTTP beyond loopback only when asked for."""
+        host, sep, port_text = address.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+            raise InvalidRequest(f"--http wants HOST:PORT (e.g. 127.0.0.1:8765), "
+                                 f"not {address!r}")
+        opts = cls(host=host, port=int(port_text), **kw)  # type: ignore[arg-type]
+        opts.check()
+        return opts
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    def check(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise InvalidRequest("--tls-cert and --tls-key go together")
+        if not self.tls and not self.insecure and not _loopback(self.host):
+            raise InvalidRequest(
+                f"--http {self.host}: serving beyond loopback needs TLS (--tls-cert and "
+                "--tls-key) or --insecure-http to send tokens in the clear")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Listener:
+    """The bound socket, ready before the engine starts."""
+
+    def __init__(self, opts: HttpOptions, sock: socket.socket) -> None:
+        self.opts, self.sock = opts, sock
+
+    @classmethod
+    def bind(cls, opts: HttpOptions) -> Listener:
+        """Bind now; InvalidRequest naming the address when it is taken."""
+        family = socket.AF_INET6 if ":" in opts.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((opts.host, opts.port))
+        except OSError as err:
+            sock.close()
+            raise InvalidRequest(f"cannot serve HTTP on {opts.host}:{opts.port}: "
+                                 f"{err.strerror or err} (another engine or program holds it? "
+                                 "pick --http HOST:PORT, or --no-http)") from None
+        sock.listen(128)
+        sock.setblocking(False)
+        return cls(opts, sock)
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        return f"{'https' if self.opts.tls else 'http'}://{shown}:{port}"
+
+    async def serve(self, engine: Engine) -> None:
+        """Serve the API over the engine's store until the engine's task group is cancelled."""
+        app = create_app(engine.config, engine.store, wake=engine.wake)
+        config = uvicorn.Config(
+            app, lifespan="off", log_level="warning", access_log=False,
+            ssl_certfile=str(self.opts.tls_cert) if self.opts.tls_cert else None,
+            ssl_keyfile=str(self.opts.tls_key) if self.opts.tls_key else None)
+        server = _EngineServer(config)
+        try:
+            await server.serve(sockets=[self.sock])
+        finally:
+            with anyio.CancelScope(shield=True):
+                server.should_exit = True
+                self.sock.close()
+
+
+class _EngineServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: the engine handles SIGTERM/SIGINT and stops
+    this server by cancelling its task group."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def listen(address: str, *, tls_cert: Path | None = None, tls_key: Path | None = None,
+           insecure: bool = False) -> Listener:
+    """Check the options and bind `address` (`HOST:PORT`): what `corral serve` calls before
+    starting the engine (cli/__init__.py, wired in corral/main.py)."""
+    return Listener.bind(HttpOptions.parse(address, tls_cert=tls_cert, tls_key=tls_key,
+                                           insecure=insecure))

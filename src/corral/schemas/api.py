@@ -1,0 +1,190 @@
+"""The JSON shapes only the HTTP API exchanges (src/corral/api/): request bodies and the pages
+and envelopes around the views of schemas/views.py. FastAPI publishes them in the OpenAPI
+document (`/openapi.json`); docs/reference/http-api.md describes them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from corral.domain import bounds
+from corral.domain.governance import ScopeKind
+from corral.domain.states import DedupMode
+
+from .views import JobDetail, View
+
+
+class Body(BaseModel):
+    """A request body: unknown fields are an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class JobCreate(Body):
+    """`POST /api/v1/jobs`: what `corral submit` takes. Give `command` (an argv list) or
+    `prompt` (for an agent worker). Fields left out take the role's defaults."""
+
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["command"], "properties": {"command": {"minItems": 1}}},
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string", "minLength": 1}}}]})
+
+    command: list[Annotated[str, Field(max_length=bounds.MAX_PROMPT_BYTES)]] = Field(
+        default_factory=list, max_length=10_000)
+    prompt: str | None = Field(None, min_length=1, max_length=bounds.MAX_PROMPT_BYTES)
+    role: Name | None = None
+    env_name: Name | None = Field(None, description="The environment to run in.")
+    priority: int = Field(2, ge=bounds.MIN_PRIORITY, le=bounds.MAX_PRIORITY)
+    tenant: Name | None = Field(None, description="Another tenant than the token's: admin only.")
+    dedup: DedupMode = DedupMode.COALESCE
+    env: dict[Annotated[str, Field(min_length=1, max_length=1000)],
+              Annotated[str, Field(max_length=1 << 16)]] = Field(default_factory=dict,
+                                                                  max_length=1000)
+    timeout_s: float | None = Field(None, gt=0, le=bounds.MAX_TIMEOUT_S)
+    max_attempts: int | None = Field(None, ge=1, le=bounds.MAX_ATTEMPTS)
+    after: list[Name] = Field(default_factory=list, max_length=1000)
+    cwd: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    worker: Name | None = None
+    resume_from: Name | None = None
+
+
+class JobCreated(View):
+    """The job a submission resolved to: a new one (201) or the one its key or workspace
+    coalesced into (200)."""
+
+    created: bool
+    coalesced_on: str | None
+    superseded: str | None
+    engine_serving: bool
+    job: JobDetail
+
+
+class JobPage(View):
+    """A page of jobs, newest first; `next_cursor` fetches the next (None: the last page)."""
+
+    jobs: list[JobDetail]
+    next_cursor: str | None
+
+
+class CancelBody(Body):
+    reason: str = Field("cancelled through the HTTP API", min_length=1, max_length=1000)
+
+
+class LogRange(View):
+    """A byte range of an attempt's stdout or stderr (`data` as UTF-8, undecodable bytes
+    replaced); read on from `next_offset`."""
+
+    attempt: int | None
+    stream: str
+    offset: int
+    next_offset: int
+    complete: bool
+    data: str
+
+
+class Health(View):
+    status: str
+    store: str | None = None
+    engine: str | None = None
+
+
+class PurgeBody(Body):
+    """`POST /api/v1/dlq/purge`: the jobs to purge, or `all` of the tenant's."""
+
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["jobs"], "properties": {"jobs": {"minItems": 1}}},
+        {"required": ["all"], "properties": {"all": {"const": True}}}]})
+
+    jobs: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        default_factory=list, max_length=10_000)
+    all: bool = False
+
+
+class ControlBody(Body):
+    """A kill switch or a pause: its scope (`global`, `tenant`, `role`, `job`) and target."""
+
+    scope: ScopeKind = ScopeKind.TENANT
+    target: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    reason: str = Field(min_length=1, max_length=1000)
+
+
+class KillSwitchBody(ControlBody):
+    expires_in_s: float | None = Field(None, gt=0, le=bounds.MAX_EXPIRES_S)
+
+
+class ResumeBody(Body):
+    scope: ScopeKind = ScopeKind.TENANT
+    target: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+
+
+class DecisionBody(Body):
+    note: str = Field("", max_length=1000)
+
+
+class Problem(BaseModel):
+    """An error, RFC 9457 problem details (`application/problem+json`); `code` is the error's
+    machine code (src/corral/api/problems.py maps it to the status)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+
+
+class BudgetBody(Body):
+    """`POST /api/v1/budgets`: a ceiling for a tenant (the token's by default) or a role."""
+
+    scope: Annotated[str, Field(pattern="^(tenant|role)$")] = "tenant"
+    target: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    period: Annotated[str, Field(pattern="^(daily|monthly|rolling_30d)$")] = "monthly"
+    ceiling_usd: float = Field(ge=0, le=bounds.MAX_USD)
+
+
+class DarkLaunchBody(Body):
+    """`POST /api/v1/dark-launches/{workflow}`: enable at `percentage`, or disable
+    (`enabled: false`, the percentage kept)."""
+
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["percentage"], "properties": {"percentage": {"type": "integer"}}},
+        {"required": ["enabled"], "properties": {"enabled": {"const": False}}}]})
+
+    enabled: bool = True
+    percentage: int | None = Field(None, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _percentage_to_enable(self) -> DarkLaunchBody:
+        if self.enabled and self.percentage is None:
+            raise ValueError("enabling a dark launch needs its percentage")
+        return self
+
+
+class IntentCreate(JobCreate):
+    """`POST /agentops/intents`: a job's body; or a notebook's `{source, environment}`, accepted
+    by the schema but refused (422) until a notebook worker exists."""
+
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": ["command"], "properties": {"command": {"minItems": 1}}},
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string", "minLength": 1}}},
+        {"required": ["source"]}]})
+
+    source: str | None = Field(None, max_length=bounds.MAX_PROMPT_BYTES)
+    environment: dict[str, str] | None = Field(None, max_length=1000)
+
+
+class IntentAccepted(View):
+    intent_id: str
+    queue_position: int
+    estimated_start_s: float
+
+
+class IntentStatus(View):
+    status: str
+    checkpoint: dict[str, Any] | None
+    tool_call_count: int
+    duration_ms: int | None

@@ -1,0 +1,60 @@
+"""Where `corral serve` serves HTTP (api/server.py, cli/__init__.py): addresses checked, plain
+HTTP beyond loopback only when asked for, a taken address said clearly — an error when it was
+given, a warning and no HTTP when it was the default."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from corral import cli
+from corral.api.server import HttpOptions, Listener, listen
+from corral.domain.errors import InvalidRequest
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", ":80", "127.0.0.1:70000", "h:p", "h:-1"])
+def test_bad_addresses(address: str) -> None:
+    with pytest.raises(InvalidRequest, match="HOST:PORT"):
+        HttpOptions.parse(address)
+
+
+def test_beyond_loopback_needs_tls_or_insecure() -> None:
+    for host in ("0.0.0.0", "10.1.2.3", "example.org"):
+        with pytest.raises(InvalidRequest, match="--insecure-http"):
+            HttpOptions.parse(f"{host}:8765")
+        assert HttpOptions.parse(f"{host}:8765", insecure=True).host == host
+    assert HttpOptions.parse("[::1]:8765").host == "::1"
+    assert HttpOptions.parse("localhost:0").port == 0
+    tls = HttpOptions.parse("0.0.0.0:8443", tls_cert=Path("c"), tls_key=Path("k"))
+    assert tls.tls
+    with pytest.raises(InvalidRequest, match="together"):
+        HttpOptions.parse("127.0.0.1:1", tls_cert=Path("c"))
+
+
+def test_a_taken_address_is_an_error_when_given_and_a_warning_by_default(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        taken = f"127.0.0.1:{holder.getsockname()[1]}"
+        with pytest.raises(InvalidRequest, match=f"cannot serve HTTP on {taken}"):
+            cli._http_listener(listen, taken, tls_cert=None, tls_key=None, insecure=False)
+
+        def busy_default(address: str, **_: object) -> Listener:
+            assert address == cli.DEFAULT_HTTP
+            return listen(taken)
+
+        assert cli._http_listener(busy_default, None, tls_cert=None, tls_key=None,
+                                  insecure=False) is None
+    err = capsys.readouterr().err
+    assert f"warning: cannot serve HTTP on {taken}" in err and "without the HTTP API" in err
+
+
+def test_a_free_port_is_bound_before_the_engine_starts() -> None:
+    bound = listen("127.0.0.1:0")
+    try:
+        assert bound.url.startswith("http://127.0.0.1:") and not bound.url.endswith(":0")
+    finally:
+        bound.sock.close()
