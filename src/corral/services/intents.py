@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from corral.config import Config
-from corral.core.ports import Store
+from corral.core.ports import JobGovernance, JobTraces
 from corral.domain.models import Job
 
 RECENT = 50  # finished runs the mean service time looks at
@@ -33,7 +33,7 @@ class Progress:
     duration_ms: int | None
 
 
-async def placement(store: Store, config: Config, job: Job) -> Placement:
+async def placement(store: JobGovernance, config: Config, job: Job) -> Placement:
     """Where a queued job stands, and about when it may start."""
     ahead = await store.queued_ahead(job)
     runs = [r for r in await store.run_unified(RECENT) if r.duration_ms is not None]
@@ -45,7 +45,7 @@ async def placement(store: Store, config: Config, job: Job) -> Placement:
     return Placement(ahead, round(waves * service_s, 3))
 
 
-async def progress(store: Store, job: Job) -> Progress:
+async def progress(store: JobTraces, job: Job) -> Progress:
     """The job's state, its latest checkpoint, its tool calls so far and how long it ran."""
     checkpoints = await store.checkpoints(job.id)
     last = checkpoints[-1] if checkpoints else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from corral.core.ports import JobQuery, JobStore, Store
+from corral.core.ports import JobGovernance, JobQuery, JobStore
 from corral.domain.errors import InvalidRequest, NotFound, NotPermitted
 from corral.domain.governance import Approval, ScopeKind
 from corral.domain.models import Job
@@ -125,14 +125,14 @@ async def visible_controls(store: JobStore, records: list[C], tenant: str, *,
     return out
 
 
-async def approvals_of(store: Store, tenant: str, *, state: str | None) -> list[Approval]:
+async def approvals_of(store: JobGovernance, tenant: str, *, state: str | None) -> list[Approval]:
     """The approvals of `tenant`'s jobs, oldest first."""
     found = await approvals.list_approvals(store, state=state, job=None)
     tenants = {j: (await store.get_job(j)).tenant for j in {a.job_id for a in found}}
     return [a for a in found if tenants[a.job_id] == tenant]
 
 
-async def approval_of(store: Store, approval_id: str, tenant: str) -> Approval:
+async def approval_of(store: JobGovernance, approval_id: str, tenant: str) -> Approval:
     """The approval with this id when its job is `tenant`'s; NotFound otherwise."""
     try:
         found = await store.approval(approval_id)
