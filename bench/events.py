@@ -80,14 +80,17 @@ def main() -> int:
         for broker in brokers:
             broker.start()
         for i in range(args.repeat):
-            for label in (("off", "on") if i % 2 == 0 else ("on", "off")):
+            for label in ("off", "on") if i % 2 == 0 else ("on", "off"):
                 work = root / f"{label}-{i}"
                 work.mkdir()
                 w1.write_config = _with_sinks(sinks) if label == "on" else _plain_config
                 stats = w1.run_corral_live(wl, work, w1.Options())
                 rates[label].append(stats.jobs_per_s)
-                print(f"round {i + 1} sinks {label:<3}: {stats.jobs_per_s:7.1f} jobs/s"
-                      f" ({stats.failed} not succeeded)", flush=True)
+                print(
+                    f"round {i + 1} sinks {label:<3}: {stats.jobs_per_s:7.1f} jobs/s"
+                    f" ({stats.failed} not succeeded)",
+                    flush=True,
+                )
                 if label == "on" and nats is not None:
                     want = _committed(work / "data" / "corral.db")
                     t0 = time.monotonic()
@@ -95,16 +98,21 @@ def main() -> int:
                         if time.monotonic() - t0 > 120:
                             break
                         time.sleep(0.2)
-                    print(f"  JetStream: {len(set(jetstream_ids(nats.port)))} of {want}"
-                          " events (after the engine's final flush)", flush=True)
+                    print(
+                        f"  JetStream: {len(set(jetstream_ids(nats.port)))} of {want}"
+                        " events (after the engine's final flush)",
+                        flush=True,
+                    )
     finally:
         w1.write_config = _plain_config
         for broker in brokers:
             broker.stop()
         shutil.rmtree(root, ignore_errors=True)
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
-    print(f"W1 {args.jobs} jobs: sinks off {off:.1f} jobs/s, sinks on {on:.1f} jobs/s, "
-          f"ratio on/off {on / off if off else 0:.3f}")
+    print(
+        f"W1 {args.jobs} jobs: sinks off {off:.1f} jobs/s, sinks on {on:.1f} jobs/s, "
+        f"ratio on/off {on / off if off else 0:.3f}"
+    )
     return 0
 
 

@@ -47,8 +47,9 @@ def serve_mock(big_mb: float) -> None:
 
     repeat = max(1, int(big_mb * 1_000_000 / BIG_DELTA))
     small = OpenAIResponsesMock([{"text": SMALL_TEXT, "loop": True}], keep_alive=True).start()
-    big = OpenAIResponsesMock([{"text": "x" * BIG_DELTA, "repeat": repeat, "loop": True}],
-                              keep_alive=True).start()
+    big = OpenAIResponsesMock(
+        [{"text": "x" * BIG_DELTA, "repeat": repeat, "loop": True}], keep_alive=True
+    ).start()
     print(json.dumps({"small": small.url, "big": big.url}), flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
 
@@ -63,22 +64,35 @@ def serve_gateway(upstreams: dict[str, str], data_dir: str) -> None:
     from corral.domain.settings import GatewaySpec, Settings, WorkerSpec
     from corral.runtime.modelgate import ModelGateway
 
-    workers = {name: WorkerSpec(name=name, adapter="codex", env={"K": "sk-bench"},
-                                gateway=GatewaySpec(upstream=url, key_env="K"))
-               for name, url in upstreams.items()}
+    workers = {
+        name: WorkerSpec(
+            name=name,
+            adapter="codex",
+            env={"K": "sk-bench"},
+            gateway=GatewaySpec(upstream=url, key_env="K"),
+        )
+        for name, url in upstreams.items()
+    }
     big = Limits(max_tool_calls=10**9, token_budget_in=10**15, token_budget_out=10**15)
-    live = {name: SimpleNamespace(job=SimpleNamespace(id=name, worker=name, role="bench",
-                                                      limits=big),
-                                  attempt=SimpleNamespace(index=1),
-                                  permit=SimpleNamespace(id=f"permit-{name}"))
-            for name in upstreams}
+    live = {
+        name: SimpleNamespace(
+            job=SimpleNamespace(id=name, worker=name, role="bench", limits=big),
+            attempt=SimpleNamespace(index=1),
+            permit=SimpleNamespace(id=f"permit-{name}"),
+        )
+        for name in upstreams
+    }
 
     async def stop(job_id: str, limit: str, grace: float) -> None:
         raise SystemExit(f"bench: the gateway stopped {job_id} at {limit}")
 
     async def main() -> None:
-        gw = ModelGateway(settings=Settings(roles={}, environments={}, workers=workers),
-                          data_dir=Path(data_dir), live=live.get, stop=stop)
+        gw = ModelGateway(
+            settings=Settings(roles={}, environments={}, workers=workers),
+            data_dir=Path(data_dir),
+            live=live.get,
+            stop=stop,
+        )
         async with anyio.create_task_group() as tg:
             endpoint = await tg.start(gw.serve)
             tokens = {n: endpoint.token(f"{n}.1", f"permit-{n}") for n in upstreams}
@@ -93,11 +107,19 @@ def serve_gateway(upstreams: dict[str, str], data_dir: str) -> None:
 def call(url: str, token: str, i: int, *, marker: bytes) -> tuple[float, float, int, int]:
     """One streamed call: (ms to the first output delta, ms to the end, bytes, events)."""
     parts = urlsplit(url)
-    body = json.dumps({"model": "gpt-5.5", "stream": True, "tools": [{"name": "exec_command"}],
-                       "input": [{"role": "user", "content": f"call {i}"}]}).encode()
-    head = (f"POST /v1/responses HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    body = json.dumps(
+        {
+            "model": "gpt-5.5",
+            "stream": True,
+            "tools": [{"name": "exec_command"}],
+            "input": [{"role": "user", "content": f"call {i}"}],
+        }
+    ).encode()
+    head = (
+        f"POST /v1/responses HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
     with socket.create_connection((parts.hostname, parts.port)) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.sendall(head + body)
@@ -134,13 +156,22 @@ def pct(values: list[float], q: float) -> float:
 
 
 def stats(values: list[float]) -> dict[str, float]:
-    return {"n": len(values), "p50_ms": round(pct(values, 0.5), 3),
-            "p90_ms": round(pct(values, 0.9), 3), "p99_ms": round(pct(values, 0.99), 3)}
+    return {
+        "n": len(values),
+        "p50_ms": round(pct(values, 0.5), 3),
+        "p90_ms": round(pct(values, 0.9), 3),
+        "p99_ms": round(pct(values, 0.99), 3),
+    }
 
 
 def start(argv: list[str]) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, *argv],
+        stdout=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line:
@@ -188,9 +219,13 @@ def measure(calls: int, big_calls: int, big_mb: float, tmp: Path) -> dict[str, A
     for path, runs in big.items():
         ms = pct([r[0] for r in runs], 0.5)
         size, events = runs[0][1], runs[0][2]
-        tp[path] = {"n": len(runs), "p50_ms": round(ms, 1), "bytes": size,
-                    "mb_per_s": round(size / 1e6 / (ms / 1000), 1),
-                    "events_per_s": round(events / (ms / 1000))}
+        tp[path] = {
+            "n": len(runs),
+            "p50_ms": round(ms, 1),
+            "bytes": size,
+            "mb_per_s": round(size / 1e6 / (ms / 1000), 1),
+            "events_per_s": round(events / (ms / 1000)),
+        }
     tp["ratio"] = round(tp["gateway"]["mb_per_s"] / tp["direct"]["mb_per_s"], 3)
     out["throughput"] = tp
     return out
@@ -201,15 +236,20 @@ def environment() -> dict[str, Any]:
         r = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
         return r.stdout.strip() if r.returncode == 0 else None
 
-    return {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "cpu_count": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "commit": git("rev-parse", "--short", "HEAD"),
-            "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="fewer calls (a smoke run)")
     ap.add_argument("--calls", type=int, default=300, help="time-to-first-token calls per path")
     ap.add_argument("--big-calls", type=int, default=5, help="throughput calls per path")
@@ -230,19 +270,24 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="corral-bench-gw-") as tmp:
-        result = {"environment": environment(),
-                  "settings": {"calls": calls, "big_calls": big_calls, "big_mb": big_mb},
-                  **measure(calls, big_calls, big_mb, Path(tmp))}
+        result = {
+            "environment": environment(),
+            "settings": {"calls": calls, "big_calls": big_calls, "big_mb": big_mb},
+            **measure(calls, big_calls, big_mb, Path(tmp)),
+        }
     t, tp = result["ttft"], result["throughput"]
     print(f"time to first token ({calls} calls per path, alternating):")
     for path in ("direct", "gateway"):
         s = t[path]
-        print(f"  {path:8} p50 {s['p50_ms']:7.3f} ms  p90 {s['p90_ms']:7.3f}  "
-              f"p99 {s['p99_ms']:7.3f}")
+        print(
+            f"  {path:8} p50 {s['p50_ms']:7.3f} ms  p90 {s['p90_ms']:7.3f}  p99 {s['p99_ms']:7.3f}"
+        )
     mark = "PASS" if t["meets_target"] else "MISS"
-    print(f"  added at p50: {t['added_p50_ms']:.3f} ms (target < "
-          f"{TTFT_TARGET_ADDED_P50_MS} ms) {mark}; the gateway's CPU per call: "
-          f"{t['gateway_cpu_ms_per_call']:.3f} ms; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"  added at p50: {t['added_p50_ms']:.3f} ms (target < "
+        f"{TTFT_TARGET_ADDED_P50_MS} ms) {mark}; the gateway's CPU per call: "
+        f"{t['gateway_cpu_ms_per_call']:.3f} ms; load average {os.getloadavg()[0]:.1f}"
+    )
     print(f"throughput ({big_mb:g} MB of output deltas, {big_calls} call(s) per path):")
     for path in ("direct", "gateway"):
         s = tp[path]

@@ -70,18 +70,35 @@ CASES: tuple[tuple[str, dict[str, Any], str], ...] = (
     ("Bash", {"command": "kubectl get pods -n ml", "description": "List pods"}, "allow"),
     ("Bash", {"command": "ray job status raysubmit_42", "description": "Job status"}, "allow"),
     ("Read", {"file_path": "/srv/ml/train/config.yaml"}, "allow"),
-    ("Bash", {"command": "kubectl logs -n ml train-0 --tail=50 && ray job logs raysubmit_42",
-              "description": "Logs"}, "allow"),
-    ("Bash", {"command": "kubectl get pods -n ml | grep train",
-              "description": "Find training pods"}, "deny"),  # grep is not in scope
+    (
+        "Bash",
+        {
+            "command": "kubectl logs -n ml train-0 --tail=50 && ray job logs raysubmit_42",
+            "description": "Logs",
+        },
+        "allow",
+    ),
+    (
+        "Bash",
+        {"command": "kubectl get pods -n ml | grep train", "description": "Find training pods"},
+        "deny",
+    ),  # grep is not in scope
     ("Bash", {"command": "rm -rf /tmp/x", "description": "Clean up"}, "deny"),
-    ("Edit", {"file_path": "/srv/ml/train/config.yaml", "old_string": "lr: 0.1",
-              "new_string": "lr: 0.01"}, "deny"),
+    (
+        "Edit",
+        {
+            "file_path": "/srv/ml/train/config.yaml",
+            "old_string": "lr: 0.1",
+            "new_string": "lr: 0.01",
+        },
+        "deny",
+    ),
 )
 
 # Where each CLI's stream comes from (recorded CLI outputs).
-STREAMS: tuple[tuple[str, str, type[ClaudeStreamParser | CodexStreamParser |
-                                     OpenCodeStreamParser]], ...] = (
+STREAMS: tuple[
+    tuple[str, str, type[ClaudeStreamParser | CodexStreamParser | OpenCodeStreamParser]], ...
+] = (
     ("claude-code", "claude-code-2.1.330/stream-json_basic.jsonl", ClaudeStreamParser),
     ("codex", "codex-0.169.0/exec-json_commands_file_change.jsonl", CodexStreamParser),
     ("opencode", "opencode-1.18.33/run-format-json_basic.jsonl", OpenCodeStreamParser),
@@ -94,9 +111,12 @@ def pct(values: list[float], q: float) -> float:
 
 
 def summary(values: list[float], unit: str, digits: int = 1) -> dict[str, Any]:
-    return {"n": len(values), f"p50_{unit}": round(pct(values, 0.5), digits),
-            f"p99_{unit}": round(pct(values, 0.99), digits),
-            f"max_{unit}": round(max(values), digits)}
+    return {
+        "n": len(values),
+        f"p50_{unit}": round(pct(values, 0.5), digits),
+        f"p99_{unit}": round(pct(values, 0.99), digits),
+        f"max_{unit}": round(max(values), digits),
+    }
 
 
 # --------------------------------------------------------------------------- payloads
@@ -104,26 +124,43 @@ def summary(values: list[float], unit: str, digits: int = 1) -> dict[str, Any]:
 
 def pre_payload(i: int, tool: str, tool_input: Mapping[str, Any]) -> dict[str, Any]:
     """A PreToolUse hook payload in Claude Code 2.1.330's shape (hook-stdin-payloads.jsonl)."""
-    return {"session_id": SESSION,
-            "transcript_path": f"/home/agent/.claude/projects/-srv-ml/{SESSION}.jsonl",
-            "cwd": "/srv/ml", "prompt_id": "c31c3c9e-fbfe-4507-9d17-4e2a5a7c5aa2",
-            "permission_mode": "default", "hook_event_name": "PreToolUse", "tool_name": tool,
-            "tool_input": dict(tool_input), "tool_use_id": f"toolu_{i:024x}"}
+    return {
+        "session_id": SESSION,
+        "transcript_path": f"/home/agent/.claude/projects/-srv-ml/{SESSION}.jsonl",
+        "cwd": "/srv/ml",
+        "prompt_id": "c31c3c9e-fbfe-4507-9d17-4e2a5a7c5aa2",
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": tool,
+        "tool_input": dict(tool_input),
+        "tool_use_id": f"toolu_{i:024x}",
+    }
 
 
 def post_payload(i: int, tool: str, tool_input: Mapping[str, Any]) -> dict[str, Any]:
     """The PostToolUse payload after an allowed call ran."""
-    return {**pre_payload(i, tool, tool_input), "hook_event_name": "PostToolUse",
-            "tool_response": {"stdout": "NAME READY STATUS\ntrain-0 1/1 Running\n",
-                              "stderr": "", "interrupted": False, "isImage": False,
-                              "noOutputExpected": False},
-            "duration_ms": 44}
+    return {
+        **pre_payload(i, tool, tool_input),
+        "hook_event_name": "PostToolUse",
+        "tool_response": {
+            "stdout": "NAME READY STATUS\ntrain-0 1/1 Running\n",
+            "stderr": "",
+            "interrupted": False,
+            "isImage": False,
+            "noOutputExpected": False,
+        },
+        "duration_ms": 44,
+    }
 
 
 def request(claimed: Claimed, payload: Mapping[str, Any]) -> bytes:
     """What corral-hook sends: its header line, then the payload."""
-    header = {"op": "hook", "attempt": f"{claimed.job.id}.{claimed.attempt.index}",
-              "token": claimed.permit.id, "cli": CLI}
+    header = {
+        "op": "hook",
+        "attempt": f"{claimed.job.id}.{claimed.attempt.index}",
+        "token": claimed.permit.id,
+        "cli": CLI,
+    }
     return json.dumps(header).encode() + b"\n" + json.dumps(payload).encode()
 
 
@@ -150,9 +187,14 @@ class Rig:
         self.settings = Settings(roles={"ops": role}, environments={})
         self.live: dict[str, Claimed] = {}
         self.stops: list[tuple[str, str, float]] = []
-        self.governor = Governor(store=self.store, settings=self.settings, data_dir=root,
-                                 adapter_of=lambda kind: kind, live=self.live.get,
-                                 stop=self._stop)
+        self.governor = Governor(
+            store=self.store,
+            settings=self.settings,
+            data_dir=root,
+            adapter_of=lambda kind: kind,
+            live=self.live.get,
+            stop=self._stop,
+        )
 
     async def _stop(self, job_id: str, limit: str, grace: float) -> None:
         self.stops.append((job_id, limit, grace))
@@ -160,25 +202,60 @@ class Rig:
     async def attempt(self) -> Claimed:
         """Submit a job and claim its first attempt; its stream holds a recorded Claude run."""
         now = time.time()
-        job = Job(id=new_id(), state=JobState.QUEUED, role="ops", worker=CLI, env_name="local",
-                  priority=0, tenant="default", command=(), prompt="Why is training slow?",
-                  cwd=None, env={}, options=JobOptions(), limits=LIMITS, key=None,
-                  dedup=DedupMode.COALESCE, workspace=None, parent_id=None, depth=0,
-                  created_at=now, updated_at=now, sort_at=now)
+        job = Job(
+            id=new_id(),
+            state=JobState.QUEUED,
+            role="ops",
+            worker=CLI,
+            env_name="local",
+            priority=0,
+            tenant="default",
+            command=(),
+            prompt="Why is training slow?",
+            cwd=None,
+            env={},
+            options=JobOptions(),
+            limits=LIMITS,
+            key=None,
+            dedup=DedupMode.COALESCE,
+            workspace=None,
+            parent_id=None,
+            depth=0,
+            created_at=now,
+            updated_at=now,
+            sort_at=now,
+        )
         job = (await self.store.submit(job, now=now, aging_s=60.0)).job
         attempt_dir = self.root / "attempts" / job.id / "1"
         attempt_dir.mkdir(parents=True)
         stream = FIXTURES / STREAMS[0][1]
         (attempt_dir / STDOUT).write_bytes(stream.read_bytes() if stream.exists() else b"")
         permit_id = new_id()
-        attempt = Attempt(id=new_id(), job_id=job.id, index=1, state=AttemptState.STARTING,
-                          permit_id=permit_id, deadline_at=now + 3600, created_at=now,
-                          dir=str(attempt_dir), engine_id="bench")
-        permit = Permit(id=permit_id, job_id=job.id, attempt_index=1, issued_at=now,
-                        deadline_at=now + 3600, grace_s=10.0, granted={"role": "ops"},
-                        breaker="closed", seal="bench")
-        won = await self.store.start_attempts([Claimed(job=job, attempt=attempt, permit=permit)],
-                                              now=now)
+        attempt = Attempt(
+            id=new_id(),
+            job_id=job.id,
+            index=1,
+            state=AttemptState.STARTING,
+            permit_id=permit_id,
+            deadline_at=now + 3600,
+            created_at=now,
+            dir=str(attempt_dir),
+            engine_id="bench",
+        )
+        permit = Permit(
+            id=permit_id,
+            job_id=job.id,
+            attempt_index=1,
+            issued_at=now,
+            deadline_at=now + 3600,
+            grace_s=10.0,
+            granted={"role": "ops"},
+            breaker="closed",
+            seal="bench",
+        )
+        won = await self.store.start_attempts(
+            [Claimed(job=job, attempt=attempt, permit=permit)], now=now
+        )
         assert len(won) == 1, "could not claim the benchmark's attempt"
         self.live[job.id] = won[0]
         return won[0]
@@ -186,7 +263,8 @@ class Rig:
     async def recorded(self, claimed: Claimed) -> dict[str, int]:
         """Tool-call evaluations the store holds for an attempt, by verdict."""
         evaluations = await self.store.policy_evaluations(
-            claimed.job.id, attempt=claimed.attempt.index, limit=10**9)
+            claimed.job.id, attempt=claimed.attempt.index, limit=10**9
+        )
         return dict(Counter(e.verdict for e in evaluations if e.stage == "tool_call"))
 
 
@@ -229,13 +307,23 @@ def drive(spec_path: str) -> None:
 
 async def bench_round_trip(rig: Rig, n: int, warmup: int) -> dict[str, Any]:
     claimed = await rig.attempt()
-    hook = [str(native.hook_path()), str(governance_socket(rig.root)),
-            f"{claimed.job.id}.{claimed.attempt.index}", claimed.permit.id, CLI, "10000"]
+    hook = [
+        str(native.hook_path()),
+        str(governance_socket(rig.root)),
+        f"{claimed.job.id}.{claimed.attempt.index}",
+        claimed.permit.id,
+        CLI,
+        "10000",
+    ]
     calls, expected = [], []
     for i in range(n):
         tool, tool_input, verdict = CASES[i % len(CASES)]
-        calls.append({"pre": json.dumps(pre_payload(i, tool, tool_input)),
-                      "post": json.dumps(post_payload(i, tool, tool_input))})
+        calls.append(
+            {
+                "pre": json.dumps(pre_payload(i, tool, tool_input)),
+                "post": json.dumps(post_payload(i, tool, tool_input)),
+            }
+        )
         expected.append(verdict)
     spec = rig.root / "drive.json"
     spec.write_text(json.dumps({"hook": hook, "calls": calls, "warmup": warmup}))
@@ -255,14 +343,20 @@ async def bench_round_trip(rig: Rig, n: int, warmup: int) -> dict[str, Any]:
     recorded = await rig.recorded(claimed)
     pre, base = summary(got["pre"], "ms", 2), summary(got["baseline"], "ms", 2)
     return {
-        "calls": n, "cli": CLI, "scope": list(SCOPE), "hook": Path(hook[0]).name,
-        "pre_tool_use": pre, "post_tool_use": summary(got["post"], "ms", 2),
+        "calls": n,
+        "cli": CLI,
+        "scope": list(SCOPE),
+        "hook": Path(hook[0]).name,
+        "pre_tool_use": pre,
+        "post_tool_use": summary(got["post"], "ms", 2),
         "baseline": {"command": BASELINE, **base},
         "ratio_p50": round(pre["p50_ms"] / base["p50_ms"], 2),
         "ratio_p99": round(pre["p99_ms"] / base["p99_ms"], 2),
         "target_p99_ms": ROUND_TRIP_TARGET_P99_MS,
         "meets_target": pre["p99_ms"] < ROUND_TRIP_TARGET_P99_MS,
-        "verdicts": verdicts, "expected_verdicts": want, "recorded_verdicts": recorded,
+        "verdicts": verdicts,
+        "expected_verdicts": want,
+        "recorded_verdicts": recorded,
         "mismatches": sum(1 for a, b in zip(got["verdicts"], expected, strict=True) if a != b),
         "verdicts_ok": got["verdicts"] == expected and recorded == want,
         "errors": got["errors"][:5],
@@ -274,8 +368,10 @@ async def bench_round_trip(rig: Rig, n: int, warmup: int) -> dict[str, Any]:
 
 async def bench_decision(rig: Rig, n: int) -> dict[str, Any]:
     claimed = await rig.attempt()
-    requests = [(request(claimed, pre_payload(i, tool, tool_input)), verdict)
-                for i, (tool, tool_input, verdict) in enumerate(CASES)]
+    requests = [
+        (request(claimed, pre_payload(i, tool, tool_input)), verdict)
+        for i, (tool, tool_input, verdict) in enumerate(CASES)
+    ]
     for data, _ in requests:  # the first call builds the attempt's monitor: not timed
         await rig.governor.answer(data)
     answer: list[float] = []
@@ -288,16 +384,24 @@ async def bench_decision(rig: Rig, n: int) -> dict[str, Any]:
         mismatches += verdict_of(code, text) != verdict
     scope = policy.Scope.parse(SCOPE)
     used = policy.Usage(tool_calls=10, tokens_in=5_000, tokens_out=800)
-    calls = [policy.Call(tool=tool, input=tool_input, workspace="/srv/ml")
-             for tool, tool_input, _verdict in CASES]
+    calls = [
+        policy.Call(tool=tool, input=tool_input, workspace="/srv/ml")
+        for tool, tool_input, _verdict in CASES
+    ]
     decide: list[float] = []
     by_case: dict[int, list[float]] = {k: [] for k in range(len(CASES))}
     for i in range(n):
         k = i % len(CASES)
         tool, tool_input, verdict = CASES[k]
         t0 = time.perf_counter_ns()
-        d = toolcall.decide(calls[k], role="ops", scope=scope, guardrails=rig.governor.guardrails,
-                            used=used, limits=LIMITS)
+        d = toolcall.decide(
+            calls[k],
+            role="ops",
+            scope=scope,
+            guardrails=rig.governor.guardrails,
+            used=used,
+            limits=LIMITS,
+        )
         us = (time.perf_counter_ns() - t0) / 1000
         decide.append(us)
         by_case[k].append(us)
@@ -306,26 +410,50 @@ async def bench_decision(rig: Rig, n: int) -> dict[str, Any]:
     for i in range(n):  # the store's share: one evaluation like the governor's, one transaction
         tool, tool_input, verdict = CASES[i % len(CASES)]
         evaluation = PolicyEvaluation(
-            at=time.time(), job_id=claimed.job.id, attempt=claimed.attempt.index,
-            stage="tool_call", subject=tool, verdict="allow", reason="allowed",
+            at=time.time(),
+            job_id=claimed.job.id,
+            attempt=claimed.attempt.index,
+            stage="tool_call",
+            subject=tool,
+            verdict="allow",
+            reason="allowed",
             message=f"{tool} is in scope",
-            inputs={"input": tool_input, "call_id": f"toolu_{i:024x}", "session_id": SESSION,
-                    "tool_calls": i, "tokens_in": 5_000, "tokens_out": 800, "rule": tool,
-                    "limits": {"max_tool_calls": 50, "token_budget_in": 100_000,
-                               "token_budget_out": 10_000}, "scope": list(SCOPE)})
+            inputs={
+                "input": tool_input,
+                "call_id": f"toolu_{i:024x}",
+                "session_id": SESSION,
+                "tool_calls": i,
+                "tokens_in": 5_000,
+                "tokens_out": 800,
+                "rule": tool,
+                "limits": {
+                    "max_tool_calls": 50,
+                    "token_budget_in": 100_000,
+                    "token_budget_out": 10_000,
+                },
+                "scope": list(SCOPE),
+            },
+        )
         t0 = time.perf_counter_ns()
         await rig.store.append_policy_evaluations([evaluation])
         append.append((time.perf_counter_ns() - t0) / 1000)
     a, p = summary(answer, "us"), summary(decide, "us")
     return {
-        "calls": n, "answer": a, "decide": p, "store_append": summary(append, "us"),
+        "calls": n,
+        "answer": a,
+        "decide": p,
+        "store_append": summary(append, "us"),
         "decide_p50_us_by_call": {
-            f"{CASES[k][0]} {CASES[k][1].get('command') or CASES[k][1].get('file_path')}":
-                round(pct(v, 0.5), 1) for k, v in by_case.items()},
+            f"{CASES[k][0]} {CASES[k][1].get('command') or CASES[k][1].get('file_path')}": round(
+                pct(v, 0.5), 1
+            )
+            for k, v in by_case.items()
+        },
         "target_p99_us": DECISION_TARGET_P99_US,
         "meets_target": a["p99_us"] < DECISION_TARGET_P99_US,
         "decide_meets_target": p["p99_us"] < DECISION_TARGET_P99_US,
-        "mismatches": mismatches, "verdicts_ok": mismatches == 0,
+        "mismatches": mismatches,
+        "verdicts_ok": mismatches == 0,
     }
 
 
@@ -351,11 +479,16 @@ def bench_streams(min_lines: int) -> dict[str, Any]:
                 json.loads(line)
         base_s = time.perf_counter() - t0
         total = runs * len(lines)
-        out[cli] = {"fixture": name, "lines": total, "events": events,
-                    "lines_per_s": round(total / parse_s), "events_per_s": round(events / parse_s),
-                    "us_per_line": round(parse_s / total * 1e6, 2),
-                    "baseline_lines_per_s": round(total / base_s),
-                    "ratio": round(base_s / parse_s, 3)}
+        out[cli] = {
+            "fixture": name,
+            "lines": total,
+            "events": events,
+            "lines_per_s": round(total / parse_s),
+            "events_per_s": round(events / parse_s),
+            "us_per_line": round(parse_s / total * 1e6, 2),
+            "baseline_lines_per_s": round(total / base_s),
+            "ratio": round(base_s / parse_s, 3),
+        }
     return out
 
 
@@ -364,8 +497,14 @@ def bench_streams(min_lines: int) -> dict[str, Any]:
 
 def _git(*args: str) -> str | None:
     try:
-        r = subprocess.run(["git", *args], cwd=BENCH_DIR.parent, capture_output=True,
-                           text=True, check=False, timeout=5)
+        r = subprocess.run(
+            ["git", *args],
+            cwd=BENCH_DIR.parent,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=5,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout.strip() if r.returncode == 0 else None
@@ -374,13 +513,17 @@ def _git(*args: str) -> str | None:
 def environment() -> dict[str, Any]:
     import corral
 
-    return {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            "cpu_count": os.cpu_count(), "python": platform.python_version(),
-            "sqlite": sqlite3.sqlite_version, "platform": platform.platform(),
-            "corral_src": str(Path(corral.__file__).resolve().parent),
-            "commit": _git("rev-parse", "--short", "HEAD"),
-            "src_modified": bool(_git("status", "--porcelain", "--", "src")),
-            "loadavg_start": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "corral_src": str(Path(corral.__file__).resolve().parent),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "src_modified": bool(_git("status", "--porcelain", "--", "src")),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def _mark(ok: bool) -> str:
@@ -392,35 +535,53 @@ def print_report(rt: dict[str, Any], dec: dict[str, Any], streams: dict[str, Any
     head = f"{'measure':<34} {'p50':>10} {'p99':>10} {'max':>10}  {'target':<14} result"
     print(head)
     print("-" * len(head))
-    print(f"{'hook round trip, PreToolUse':<34} {pre['p50_ms']:>7.2f} ms {pre['p99_ms']:>7.2f} ms"
-          f" {pre['max_ms']:>7.2f} ms  {'p99 < 30 ms':<14} {_mark(rt['meets_target'])}")
-    print(f"{'hook round trip, PostToolUse':<34} {post['p50_ms']:>7.2f} ms "
-          f"{post['p99_ms']:>7.2f} ms {post['max_ms']:>7.2f} ms  {'-':<14}")
-    print(f"{'baseline: ' + BASELINE + ' process':<34} {base['p50_ms']:>7.2f} ms "
-          f"{base['p99_ms']:>7.2f} ms {base['max_ms']:>7.2f} ms  {'-':<14} "
-          f"ratio {rt['ratio_p50']:.2f}x p50, {rt['ratio_p99']:.2f}x p99")
+    print(
+        f"{'hook round trip, PreToolUse':<34} {pre['p50_ms']:>7.2f} ms {pre['p99_ms']:>7.2f} ms"
+        f" {pre['max_ms']:>7.2f} ms  {'p99 < 30 ms':<14} {_mark(rt['meets_target'])}"
+    )
+    print(
+        f"{'hook round trip, PostToolUse':<34} {post['p50_ms']:>7.2f} ms "
+        f"{post['p99_ms']:>7.2f} ms {post['max_ms']:>7.2f} ms  {'-':<14}"
+    )
+    print(
+        f"{'baseline: ' + BASELINE + ' process':<34} {base['p50_ms']:>7.2f} ms "
+        f"{base['p99_ms']:>7.2f} ms {base['max_ms']:>7.2f} ms  {'-':<14} "
+        f"ratio {rt['ratio_p50']:.2f}x p50, {rt['ratio_p99']:.2f}x p99"
+    )
     a, d = dec["answer"], dec["decide"]
-    print(f"{'in-engine decision (policy)':<34} {d['p50_us']:>7.1f} µs "
-          f"{d['p99_us']:>7.1f} µs {d['max_us']:>7.1f} µs  {'p99 < 200 µs':<14} "
-          f"{_mark(dec['decide_meets_target'])}")
-    print(f"{'Governor.answer (+ durable write)':<34} {a['p50_us']:>7.1f} µs "
-          f"{a['p99_us']:>7.1f} µs {a['max_us']:>7.1f} µs  {'-':<14}")
+    print(
+        f"{'in-engine decision (policy)':<34} {d['p50_us']:>7.1f} µs "
+        f"{d['p99_us']:>7.1f} µs {d['max_us']:>7.1f} µs  {'p99 < 200 µs':<14} "
+        f"{_mark(dec['decide_meets_target'])}"
+    )
+    print(
+        f"{'Governor.answer (+ durable write)':<34} {a['p50_us']:>7.1f} µs "
+        f"{a['p99_us']:>7.1f} µs {a['max_us']:>7.1f} µs  {'-':<14}"
+    )
     s = dec["store_append"]
-    print(f"{'  of which store append (SQLite)':<34} {s['p50_us']:>7.1f} µs "
-          f"{s['p99_us']:>7.1f} µs {s['max_us']:>7.1f} µs  {'-':<14}")
+    print(
+        f"{'  of which store append (SQLite)':<34} {s['p50_us']:>7.1f} µs "
+        f"{s['p99_us']:>7.1f} µs {s['max_us']:>7.1f} µs  {'-':<14}"
+    )
     v = ", ".join(f"{k} {n}" for k, n in sorted(rt["verdicts"].items()))
-    print(f"({rt['calls']} hook calls, {CLI} payloads, scope {', '.join(SCOPE)}: {v}; "
-          f"verdicts {'as expected' if rt['verdicts_ok'] else 'WRONG'}, recorded "
-          f"{rt['recorded_verdicts']}; {dec['calls']} in-engine calls"
-          f"{'' if dec['verdicts_ok'] else ', WRONG verdicts'})")
+    print(
+        f"({rt['calls']} hook calls, {CLI} payloads, scope {', '.join(SCOPE)}: {v}; "
+        f"verdicts {'as expected' if rt['verdicts_ok'] else 'WRONG'}, recorded "
+        f"{rt['recorded_verdicts']}; {dec['calls']} in-engine calls"
+        f"{'' if dec['verdicts_ok'] else ', WRONG verdicts'})"
+    )
     print()
-    head = (f"{'stream parser':<14} {'lines':>8} {'lines/s':>10} {'events/s':>10} {'µs/line':>8} "
-            f"{'json.loads/s':>13} {'ratio':>6}")
+    head = (
+        f"{'stream parser':<14} {'lines':>8} {'lines/s':>10} {'events/s':>10} {'µs/line':>8} "
+        f"{'json.loads/s':>13} {'ratio':>6}"
+    )
     print(head)
     print("-" * len(head))
     for cli, s in streams.items():
-        print(f"{cli:<14} {s['lines']:>8} {s['lines_per_s']:>10} {s['events_per_s']:>10} "
-              f"{s['us_per_line']:>8.2f} {s['baseline_lines_per_s']:>13} {s['ratio']:>6.2f}")
+        print(
+            f"{cli:<14} {s['lines']:>8} {s['lines_per_s']:>10} {s['events_per_s']:>10} "
+            f"{s['us_per_line']:>8.2f} {s['baseline_lines_per_s']:>13} {s['ratio']:>6.2f}"
+        )
     print("(ratio = parser lines/s ÷ plain json.loads lines/s over the same lines)")
 
 
@@ -441,8 +602,9 @@ async def measure(root: Path, quick: bool) -> tuple[dict[str, Any], dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON summary to write")
     ap.add_argument("--drive", help=argparse.SUPPRESS)  # internal: the round trip's driver
@@ -459,16 +621,25 @@ def main(argv: list[str] | None = None) -> int:
     streams = bench_streams(5_000 if args.quick else 100_000)
     env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     ok = rt["verdicts_ok"] and dec["verdicts_ok"] and not rt["errors"]
-    result = {"environment": env, "quick": args.quick, "ok": ok, "round_trip": rt,
-              "decision": dec, "streams": streams}
+    result = {
+        "environment": env,
+        "quick": args.quick,
+        "ok": ok,
+        "round_trip": rt,
+        "decision": dec,
+        "streams": streams,
+    }
     print()
     print_report(rt, dec, streams)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     print(f"\nwrote {args.out}")
     if not ok:
-        print("ERROR: verdicts differ from the scope's, or the hook failed: "
-              f"{rt['errors'] or rt['verdicts']}", file=sys.stderr)
+        print(
+            "ERROR: verdicts differ from the scope's, or the hook failed: "
+            f"{rt['errors'] or rt['verdicts']}",
+            file=sys.stderr,
+        )
     return 0 if ok else 1
 
 

@@ -36,11 +36,29 @@ def pct(values: list[float], q: float) -> float:
 
 
 def job(i: int) -> Job:
-    return Job(id=new_id(), state=JobState.QUEUED, role="default", worker="command",
-               env_name="local", priority=i % 5, tenant="default", command=("true",),
-               prompt=None, cwd=None, env={}, options=JobOptions(), limits=Limits(), key=None,
-               dedup=DedupMode.COALESCE, workspace=None, parent_id=None, depth=0,
-               created_at=time.time(), updated_at=time.time(), sort_at=0.0)
+    return Job(
+        id=new_id(),
+        state=JobState.QUEUED,
+        role="default",
+        worker="command",
+        env_name="local",
+        priority=i % 5,
+        tenant="default",
+        command=("true",),
+        prompt=None,
+        cwd=None,
+        env={},
+        options=JobOptions(),
+        limits=Limits(),
+        key=None,
+        dedup=DedupMode.COALESCE,
+        workspace=None,
+        parent_id=None,
+        depth=0,
+        created_at=time.time(),
+        updated_at=time.time(),
+        sort_at=0.0,
+    )
 
 
 def bench_permits(n: int) -> dict[str, Any]:
@@ -63,9 +81,12 @@ def bench_permits(n: int) -> dict[str, Any]:
             held[j.role] = held.get(j.role, 0) + 1
             held[j.role] -= 1
         base.append((time.perf_counter_ns() - t0) / 1000)
-    return {"decisions": n, "p50_us": round(pct(samples, 0.5), 1),
-            "p99_us": round(pct(samples, 0.99), 1),
-            "baseline_p50_us": round(pct(base, 0.5), 2)}
+    return {
+        "decisions": n,
+        "p50_us": round(pct(samples, 0.5), 1),
+        "p99_us": round(pct(samples, 0.99), 1),
+        "baseline_p50_us": round(pct(base, 0.5), 2),
+    }
 
 
 def _gone(pids: list[int]) -> bool:
@@ -80,9 +101,14 @@ def _gone(pids: list[int]) -> bool:
 
 
 async def _cancel_once(root: Path, argv: list[str], grace_s: float) -> float:
-    proc = process.spawn(attempt_dir=root / new_id(), argv=argv, cwd=None,
-                         env={"PATH": os.environ["PATH"]}, grace_s=grace_s,
-                         deadline_epoch_s=None)
+    proc = process.spawn(
+        attempt_dir=root / new_id(),
+        argv=argv,
+        cwd=None,
+        env={"PATH": os.environ["PATH"]},
+        grace_s=grace_s,
+        deadline_epoch_s=None,
+    )
     child_pid_file = proc.attempt_dir / "child.pid"
     while not child_pid_file.exists():  # started: the tree exists
         await anyio.sleep(0.001)
@@ -105,31 +131,48 @@ async def bench_cancel(n: int, grace_s: float) -> dict[str, Any]:
         a = [await _cancel_once(root, coop, grace_s) for _ in range(n)]
         b = [await _cancel_once(root, stubborn, grace_s) for _ in range(max(3, n // 4))]
     return {
-        "cooperative": {"runs": len(a), "p50_ms": round(pct(a, 0.5), 1),
-                        "p99_ms": round(pct(a, 0.99), 1), "target_p99_ms": 100},
-        "ignores_sigterm": {"runs": len(b), "grace_ms": grace_s * 1000,
-                            "p50_ms": round(pct(b, 0.5), 1), "p99_ms": round(pct(b, 0.99), 1),
-                            "target_p99_ms": grace_s * 1000 + 100},
+        "cooperative": {
+            "runs": len(a),
+            "p50_ms": round(pct(a, 0.5), 1),
+            "p99_ms": round(pct(a, 0.99), 1),
+            "target_p99_ms": 100,
+        },
+        "ignores_sigterm": {
+            "runs": len(b),
+            "grace_ms": grace_s * 1000,
+            "p50_ms": round(pct(b, 0.5), 1),
+            "p99_ms": round(pct(b, 0.99), 1),
+            "target_p99_ms": grace_s * 1000 + 100,
+        },
     }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/mechanism.json"))
     args = ap.parse_args()
     permits = bench_permits(2_000 if args.quick else 50_000)
     cancel = anyio.run(bench_cancel, 8 if args.quick else 40, 0.5)
-    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
-              "python": platform.python_version(), "permit_decision": permits,
-              "cancel_latency": cancel}
-    print(f"permit decision: p50 {permits['p50_us']} µs, p99 {permits['p99_us']} µs "
-          f"({permits['decisions']} decisions; bare counter p50 {permits['baseline_p50_us']} µs)")
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "permit_decision": permits,
+        "cancel_latency": cancel,
+    }
+    print(
+        f"permit decision: p50 {permits['p50_us']} µs, p99 {permits['p99_us']} µs "
+        f"({permits['decisions']} decisions; bare counter p50 {permits['baseline_p50_us']} µs)"
+    )
     for name, r in cancel.items():
         ok = "ok" if r["p99_ms"] < r["target_p99_ms"] else "MISSED"
-        print(f"cancel → tree gone, {name}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms "
-              f"(target < {r['target_p99_ms']:.0f} ms: {ok}; {r['runs']} runs)")
+        print(
+            f"cancel → tree gone, {name}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms "
+            f"(target < {r['target_p99_ms']:.0f} ms: {ok}; {r['runs']} runs)"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
 

@@ -39,28 +39,73 @@ def _job_row(i: int, now: float, state: str) -> dict[str, object]:
     role = ROLES[i % len(ROLES)]
     at = now - 86400 + i * 0.5
     return {
-        "id": new_id(int(at * 1000)), "state": state, "role": role,
-        "worker": "claude" if i % 2 else "command", "env_name": "local", "priority": i % 3,
-        "tenant": f"t{i % 5}", "command": "[]", "prompt": None, "cwd": None, "env": "{}",
-        "options": "{}", "max_attempts": 4, "timeout_s": 600.0, "grace_s": 10.0,
-        "idem_key": None, "dedup": "coalesce", "workspace": None, "parent_id": None, "depth": 0,
-        "created_at": at, "updated_at": at + 5, "sort_at": at, "retry_at": None,
-        "attempts": 0 if state == "QUEUED" else 1, "deps_pending": 0, "after_ids": "[]",
-        "last_error": None, "exit_code": None, "limit_hit": None, "cancel_requested": None,
-        "stop_kind": None, "requeued_from": None, "dlq_resolution": None, "lease_owner": None,
-        "lease_until": None, "max_tool_calls": 50, "token_budget_in": 100000,
-        "token_budget_out": 10000}
+        "id": new_id(int(at * 1000)),
+        "state": state,
+        "role": role,
+        "worker": "claude" if i % 2 else "command",
+        "env_name": "local",
+        "priority": i % 3,
+        "tenant": f"t{i % 5}",
+        "command": "[]",
+        "prompt": None,
+        "cwd": None,
+        "env": "{}",
+        "options": "{}",
+        "max_attempts": 4,
+        "timeout_s": 600.0,
+        "grace_s": 10.0,
+        "idem_key": None,
+        "dedup": "coalesce",
+        "workspace": None,
+        "parent_id": None,
+        "depth": 0,
+        "created_at": at,
+        "updated_at": at + 5,
+        "sort_at": at,
+        "retry_at": None,
+        "attempts": 0 if state == "QUEUED" else 1,
+        "deps_pending": 0,
+        "after_ids": "[]",
+        "last_error": None,
+        "exit_code": None,
+        "limit_hit": None,
+        "cancel_requested": None,
+        "stop_kind": None,
+        "requeued_from": None,
+        "dlq_resolution": None,
+        "lease_owner": None,
+        "lease_until": None,
+        "max_tool_calls": 50,
+        "token_budget_in": 100000,
+        "token_budget_out": 10000,
+    }
 
 
 def _attempt_row(job: dict[str, object], idx: int, state: str) -> dict[str, object]:
     start = float(job["created_at"]) + random.uniform(0.05, 3.0)  # type: ignore[arg-type]
     ended = None if state == "RUNNING" else start + random.uniform(0.1, 120.0)
-    return {"id": new_id(), "job_id": job["id"], "idx": idx, "state": state,
-            "permit_id": new_id(), "permit": "{}", "deadline_at": start + 600,
-            "created_at": start, "dir": "/tmp/x", "engine_id": "bench", "pid": None,
-            "started_at": start, "ended_at": ended, "exit_code": 0, "signal": None,
-            "outcome": None if ended is None else "exited", "error": None, "limit_hit": None,
-            "role": job["role"], "submitted_at": job["created_at"]}
+    return {
+        "id": new_id(),
+        "job_id": job["id"],
+        "idx": idx,
+        "state": state,
+        "permit_id": new_id(),
+        "permit": "{}",
+        "deadline_at": start + 600,
+        "created_at": start,
+        "dir": "/tmp/x",
+        "engine_id": "bench",
+        "pid": None,
+        "started_at": start,
+        "ended_at": ended,
+        "exit_code": 0,
+        "signal": None,
+        "outcome": None if ended is None else "exited",
+        "error": None,
+        "limit_hit": None,
+        "role": job["role"],
+        "submitted_at": job["created_at"],
+    }
 
 
 def fill(path: Path, n: int) -> None:
@@ -77,26 +122,39 @@ def fill(path: Path, n: int) -> None:
         if state != "QUEUED":
             if i % 10 == 0:
                 attempts.append(_attempt_row(job, 1, "ENDED"))
-            attempts.append(_attempt_row(job, 2 if i % 10 == 0 else 1,
-                                         "RUNNING" if state == "RUNNING" else "ENDED"))
+            attempts.append(
+                _attempt_row(
+                    job, 2 if i % 10 == 0 else 1, "RUNNING" if state == "RUNNING" else "ENDED"
+                )
+            )
         if i % 100 == 0:
             events.append((new_id(), job["id"], 1, now, 1000, 200, 0.01, "{}"))
-            evals += [(now, job["id"], 1, "tool_call", "Bash", "allow", "allowed", "", "{}"),
-                      (now, job["id"], 1, "tool_call", "Bash", "deny", "out_of_scope", "", "{}")]
+            evals += [
+                (now, job["id"], 1, "tool_call", "Bash", "allow", "allowed", "", "{}"),
+                (now, job["id"], 1, "tool_call", "Bash", "deny", "out_of_scope", "", "{}"),
+            ]
     conn = sqlite3.connect(path)
     with conn:
-        conn.executemany(f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES "
-                         f"({', '.join('?' * len(JOB_COLUMNS))})",
-                         [tuple(j[c] for c in JOB_COLUMNS) for j in jobs])
+        conn.executemany(
+            f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES "
+            f"({', '.join('?' * len(JOB_COLUMNS))})",
+            [tuple(j[c] for c in JOB_COLUMNS) for j in jobs],
+        )
         columns = (*ATTEMPT_COLUMNS, "role", "submitted_at")  # as store/sql.py writes them
-        conn.executemany(f"INSERT INTO attempts ({', '.join(columns)}) VALUES "
-                         f"({', '.join('?' * len(columns))})",
-                         [tuple(a[c] for c in columns) for a in attempts])
-        conn.executemany("INSERT INTO agent_events (event_id, job_id, attempt, at, tokens_in, "
-                         "tokens_out, cost_usd, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", events)
-        conn.executemany("INSERT INTO policy_evaluations (at, job_id, attempt, stage, subject, "
-                         "verdict, reason, message, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         evals)
+        conn.executemany(
+            f"INSERT INTO attempts ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+            [tuple(a[c] for c in columns) for a in attempts],
+        )
+        conn.executemany(
+            "INSERT INTO agent_events (event_id, job_id, attempt, at, tokens_in, "
+            "tokens_out, cost_usd, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            events,
+        )
+        conn.executemany(
+            "INSERT INTO policy_evaluations (at, job_id, attempt, stage, subject, "
+            "verdict, reason, message, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            evals,
+        )
     conn.execute("ANALYZE")
     conn.close()
 
@@ -140,9 +198,15 @@ def main() -> int:
         filled = time.perf_counter() - t0
         times = sorted(asyncio.run(scrape_times(path, args.scrapes)))
     p99 = times[min(len(times) - 1, round(0.99 * (len(times) - 1)))]
-    result = {"jobs": args.jobs, "scrapes": len(times), "fill_s": round(filled, 2),
-              "p50_ms": round(statistics.median(times), 2), "p99_ms": round(p99, 2),
-              "max_ms": round(times[-1], 2), "target_p99_ms": 100}
+    result = {
+        "jobs": args.jobs,
+        "scrapes": len(times),
+        "fill_s": round(filled, 2),
+        "p50_ms": round(statistics.median(times), 2),
+        "p99_ms": round(p99, 2),
+        "max_ms": round(times[-1], 2),
+        "target_p99_ms": 100,
+    }
     print(json.dumps(result, indent=2))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

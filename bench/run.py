@@ -59,8 +59,18 @@ MODES = ("live", "drain", "inprocess")
 CORES = ("default", "process", "inline")
 # The variables a Corral job starts with (corral.workers.command.BASE_ENV_KEYS); the bare loop
 # gives its processes the same ones.
-JOB_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR",
-                "TERM")
+JOB_ENV_KEYS = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+    "TERM",
+)
 UNSET = ("CORRAL_STORE_URL", "CORRAL_CONFIG", "CORRAL_DATA_DIR")
 
 
@@ -100,8 +110,15 @@ def workloads(quick: bool) -> list[Workload]:
     return [
         Workload("W1", 2000 // scale, 8, "/bin/true", _true),
         Workload("W2", 200 // scale, 16, "sleep 0.05", _sleep),
-        Workload("W3", 200 // scale, 8, "sleep 0.2; echo id >> runs.txt; engine SIGKILLed",
-                 _record, crash=True, kill_after_s=0.3 if quick else 1.0),
+        Workload(
+            "W3",
+            200 // scale,
+            8,
+            "sleep 0.2; echo id >> runs.txt; engine SIGKILLed",
+            _record,
+            crash=True,
+            kill_after_s=0.3 if quick else 1.0,
+        ),
         # W1 with one line on stdout: every job's output goes through the output pump
         Workload("W4", 1000 // scale, 8, "echo one line of output", _echo),
     ]
@@ -155,7 +172,7 @@ def _stat(pid: int) -> list[str] | None:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return raw[raw.rindex(")") + 2:].split()
+    return raw[raw.rindex(")") + 2 :].split()
 
 
 def descendants(root: int) -> list[int]:
@@ -234,8 +251,10 @@ async def _bare(n: int, concurrency: int, argv: tuple[str, ...], work: Path) -> 
     db = sqlite3.connect(work / "bare.db", isolation_level=None)  # autocommit: one commit each
     db.execute("PRAGMA journal_mode = WAL")
     db.execute("PRAGMA synchronous = NORMAL")
-    db.execute("CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, command TEXT NOT NULL,"
-               " created_at REAL NOT NULL, updated_at REAL NOT NULL, exit_code INTEGER)")
+    db.execute(
+        "CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, command TEXT NOT NULL,"
+        " created_at REAL NOT NULL, updated_at REAL NOT NULL, exit_code INTEGER)"
+    )
     sem = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
     failed = 0
@@ -244,18 +263,28 @@ async def _bare(n: int, concurrency: int, argv: tuple[str, ...], work: Path) -> 
     async def one(i: int) -> None:
         nonlocal failed
         job_id, created = f"bare-{i:06d}", time.time()
-        db.execute("INSERT INTO jobs (id, state, command, created_at, updated_at)"
-                   " VALUES (?, 'QUEUED', ?, ?, ?)", (job_id, command, created, created))
+        db.execute(
+            "INSERT INTO jobs (id, state, command, created_at, updated_at)"
+            " VALUES (?, 'QUEUED', ?, ?, ?)",
+            (job_id, command, created, created),
+        )
         async with sem:
             jdir = work / "jobs" / job_id
             jdir.mkdir(parents=True)
             with open(jdir / "stdout.log", "ab") as out, open(jdir / "stderr.log", "ab") as err:
                 proc = await asyncio.create_subprocess_exec(
-                    *argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=work,
-                    env=job_env(job_id))
+                    *argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    cwd=work,
+                    env=job_env(job_id),
+                )
             code = await proc.wait()
-            db.execute("UPDATE jobs SET state = ?, exit_code = ?, updated_at = ? WHERE id = ?",
-                       ("SUCCEEDED" if code == 0 else "FAILED", code, time.time(), job_id))
+            db.execute(
+                "UPDATE jobs SET state = ?, exit_code = ?, updated_at = ? WHERE id = ?",
+                ("SUCCEEDED" if code == 0 else "FAILED", code, time.time(), job_id),
+            )
             failed += code != 0
             latencies.append(time.time() - created)
 
@@ -263,10 +292,10 @@ async def _bare(n: int, concurrency: int, argv: tuple[str, ...], work: Path) -> 
     await asyncio.gather(*(one(i) for i in range(n)))
     elapsed = time.time() - t0
     db.close()
-    cpu = {"loop": round(time.process_time() - cpu0, 2),
-           "jobs": round(_children_cpu() - kids0, 2)}
-    return RunStats(jobs=n, elapsed_s=elapsed, latencies_s=latencies, failed=failed,
-                    extra={"cpu_s": cpu})
+    cpu = {"loop": round(time.process_time() - cpu0, 2), "jobs": round(_children_cpu() - kids0, 2)}
+    return RunStats(
+        jobs=n, elapsed_s=elapsed, latencies_s=latencies, failed=failed, extra={"cpu_s": cpu}
+    )
 
 
 def run_bare(wl: Workload, work: Path) -> RunStats:
@@ -280,14 +309,16 @@ def run_bare(wl: Workload, work: Path) -> RunStats:
 def write_config(data: Path, concurrency: int, core: str) -> Config:
     data.mkdir(parents=True)
     path = data / "corral.yaml"
-    text = ("roles:\n"
-            "  default:\n"
-            f"    concurrency: {concurrency}\n"
-            "    retry:\n"
-            "      base_s: 0.05\n"
-            "environments:\n"
-            "  local:\n"
-            f"    max_inflight: {concurrency}\n")
+    text = (
+        "roles:\n"
+        "  default:\n"
+        f"    concurrency: {concurrency}\n"
+        "    retry:\n"
+        "      base_s: 0.05\n"
+        "environments:\n"
+        "  local:\n"
+        f"    max_inflight: {concurrency}\n"
+    )
     if core != "default":
         text += f"core:\n  mode: {core}\n"
     path.write_text(text)
@@ -302,14 +333,24 @@ class EngineProcess:
         self.cfg = cfg
         self.stall_s = stall_s
         self.log = cfg.data_dir / f"engine-{tag}.log"
-        argv = [sys.executable, "-m", "corral", "serve", "--no-http",
-                "--data-dir", str(cfg.data_dir), "--config", str(cfg.source)]
+        argv = [
+            sys.executable,
+            "-m",
+            "corral",
+            "serve",
+            "--no-http",
+            "--data-dir",
+            str(cfg.data_dir),
+            "--config",
+            str(cfg.source),
+        ]
         if drain:
             argv.append("--drain")
         env = {k: v for k, v in os.environ.items() if k not in UNSET}
         with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=env)
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
+            )
         self.started_at = time.time()
 
     def signalled(self) -> bool:
@@ -350,8 +391,10 @@ class EngineProcess:
             if ended != last:
                 last, progress_at = ended, now
             elif now - progress_at > self.stall_s:
-                print(f"  drain engine stalled ({ended} jobs ended); killing it\n{self.tail()}",
-                      file=sys.stderr)
+                print(
+                    f"  drain engine stalled ({ended} jobs ended); killing it\n{self.tail()}",
+                    file=sys.stderr,
+                )
                 self.kill()
                 return -9
             time.sleep(0.1)
@@ -395,8 +438,9 @@ class Submitter:
             self._last_poke = now
 
 
-async def _submit(cfg: Config, specs: Sequence[JobSpec], poke_mode: str,
-                  engine: EngineProcess | None = None) -> float:
+async def _submit(
+    cfg: Config, specs: Sequence[JobSpec], poke_mode: str, engine: EngineProcess | None = None
+) -> float:
     """Open one store, submit every spec and, given a serving engine, wait until every job
     ended (or the engine stalls or exits). Returns the time of the first submission."""
     store = build_store(cfg)
@@ -436,8 +480,9 @@ def _ended(db: Path) -> int:
     terminal = sorted(s.value for s in JobState if s.terminal)
     marks = ", ".join("?" * len(terminal))
     with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
-        row = conn.execute(f"SELECT COUNT(*) FROM jobs WHERE state IN ({marks})",
-                           terminal).fetchone()
+        row = conn.execute(
+            f"SELECT COUNT(*) FROM jobs WHERE state IN ({marks})", terminal
+        ).fetchone()
     return int(row[0])
 
 
@@ -454,10 +499,16 @@ def _stats(jobs: list[Job], n: int, t0: float) -> RunStats:
     ok = [j for j in jobs if j.state is JobState.SUCCEEDED]
     end = max((j.updated_at for j in jobs if j.state.terminal), default=time.time())
     return RunStats(
-        jobs=n, elapsed_s=end - t0, latencies_s=[j.updated_at - j.created_at for j in ok],
+        jobs=n,
+        elapsed_s=end - t0,
+        latencies_s=[j.updated_at - j.created_at for j in ok],
         failed=n - len(ok),
-        extra={"states": dict(Counter(j.state.value for j in jobs)),
-               "retried": sum(1 for j in jobs if j.attempts > 1), "end_at": end})
+        extra={
+            "states": dict(Counter(j.state.value for j in jobs)),
+            "retried": sum(1 for j in jobs if j.attempts > 1),
+            "end_at": end,
+        },
+    )
 
 
 def _specs(wl: Workload, work: Path) -> list[JobSpec]:
@@ -482,8 +533,11 @@ def run_corral_live(wl: Workload, work: Path, opts: Options) -> RunStats:
     finally:
         engine.kill()
     stats = _stats(anyio.run(_final_jobs, cfg, wl.jobs), wl.jobs, t0)
-    stats.extra.update(engine_ready_s=round(ready_s, 3), engine_rc=rc,
-                       cpu_s={**cpu, "submitter": round(submitter_cpu, 2)})
+    stats.extra.update(
+        engine_ready_s=round(ready_s, 3),
+        engine_rc=rc,
+        cpu_s={**cpu, "submitter": round(submitter_cpu, 2)},
+    )
     if interfered:
         stats.extra["interference"] = "the engine received a signal we did not send"
     elif early is not None:
@@ -557,8 +611,10 @@ def run_corral_crash(wl: Workload, work: Path, opts: Options) -> RunStats:
         duplicated=sum(1 for c in runs.values() if c > 1),
         succeeded_without_run=len(ok_ids - set(runs)),
         recovery_s=round(stats.extra["end_at"] - restart_at, 3),
-        at_kill=dict(at_kill), restart_rc=rc,
-        recovered_events=_count_events(cfg.db_path, "recovered"))
+        at_kill=dict(at_kill),
+        restart_rc=rc,
+        recovered_events=_count_events(cfg.db_path, "recovered"),
+    )
     if rc != 0 or stats.failed:
         stats.extra["restart_log"] = second.tail()
     if second.signalled():
@@ -570,9 +626,11 @@ def phases(db: Path, concurrency: int, elapsed_s: float) -> dict[str, Any] | Non
     """Where a succeeded job's time went (medians, ms): queued (submitted -> claimed), start
     (claimed -> recorded RUNNING), run (RUNNING -> process ended, by the shim's clock), finish
     (process ended -> job durable); and how busy the slots were (sum of runs / C x elapsed)."""
-    sql = ("SELECT j.created_at, a.created_at, a.started_at, a.ended_at, j.updated_at"
-           " FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.idx = j.attempts"
-           " WHERE j.state = 'SUCCEEDED'")
+    sql = (
+        "SELECT j.created_at, a.created_at, a.started_at, a.ended_at, j.updated_at"
+        " FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.idx = j.attempts"
+        " WHERE j.state = 'SUCCEEDED'"
+    )
     try:
         with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
             rows = [r for r in conn.execute(sql).fetchall() if None not in r]
@@ -583,7 +641,8 @@ def phases(db: Path, concurrency: int, elapsed_s: float) -> dict[str, Any] | Non
     cols = {"queued": (0, 1), "start": (1, 2), "run": (2, 3), "finish": (3, 4)}
     out: dict[str, Any] = {
         name: round(percentile([r[b] - r[a] for r in rows], 50) * 1000, 1)
-        for name, (a, b) in cols.items()}
+        for name, (a, b) in cols.items()
+    }
     busy = sum(r[3] - r[2] for r in rows)
     out["slot_utilization"] = round(busy / (concurrency * elapsed_s), 3) if elapsed_s else None
     return out
@@ -597,11 +656,13 @@ def _count_events(db: Path, kind: str) -> int:
 
 def run_corral(wl: Workload, work: Path, opts: Options) -> RunStats:
     work.mkdir(parents=True)
-    runner = {"drain": run_corral_drain, "inprocess": run_corral_inprocess,
-              "live": run_corral_live}[opts.mode]
+    runner = {
+        "drain": run_corral_drain,
+        "inprocess": run_corral_inprocess,
+        "live": run_corral_live,
+    }[opts.mode]
     stats = (run_corral_crash if wl.crash else runner)(wl, work, opts)
-    stats.extra["phases_ms"] = phases(work / "data" / "corral.db", wl.concurrency,
-                                      stats.elapsed_s)
+    stats.extra["phases_ms"] = phases(work / "data" / "corral.db", wl.concurrency, stats.elapsed_s)
     deadline = time.monotonic() + STRAY_GRACE_S  # let exiting children go first
     while strays(str(work)) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -618,8 +679,14 @@ def run_corral(wl: Workload, work: Path, opts: Options) -> RunStats:
 def _git(*args: str) -> str | None:
     """Read-only git queries about the checkout the benchmark ran from."""
     try:
-        out = subprocess.run(["git", *args], cwd=BENCH_DIR.parent, capture_output=True, text=True,
-                             check=False, timeout=5)
+        out = subprocess.run(
+            ["git", *args],
+            cwd=BENCH_DIR.parent,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=5,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -649,7 +716,9 @@ def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
     valid = corral.failed == 0 and bare.failed == 0
     row: dict[str, Any] = {
         "valid": valid,  # every job of both runs succeeded: the ratio compares like with like
-        "jobs": wl.jobs, "concurrency": wl.concurrency, "command": wl.what,
+        "jobs": wl.jobs,
+        "concurrency": wl.concurrency,
+        "command": wl.what,
         "jobs_per_s": round(corral.jobs_per_s, 1),
         "baseline_jobs_per_s": round(bare.jobs_per_s, 1),
         "ratio": round(ratio, 3),
@@ -665,9 +734,23 @@ def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
         "states": corral.extra.get("states", {}),
         "baseline_cpu_s": bare.extra.get("cpu_s"),
     }
-    for key in ("cpu_s", "phases_ms", "lost", "duplicated", "recovery_s", "succeeded_without_run",
-                "at_kill", "recovered_events", "restart_rc", "restart_log", "engine_ready_s",
-                "engine_only_s", "stray_processes", "stray_cmdlines", "interference"):
+    for key in (
+        "cpu_s",
+        "phases_ms",
+        "lost",
+        "duplicated",
+        "recovery_s",
+        "succeeded_without_run",
+        "at_kill",
+        "recovered_events",
+        "restart_rc",
+        "restart_log",
+        "engine_ready_s",
+        "engine_only_s",
+        "stray_processes",
+        "stray_cmdlines",
+        "interference",
+    ):
         if key in corral.extra:
             row[key] = corral.extra[key]
     if wl.name == "W1":
@@ -679,8 +762,11 @@ def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
 def _notes(r: dict[str, Any]) -> str:
     notes = [f"{r['retried']} retried"] if r["retried"] else []
     if "lost" in r:
-        notes += [f"lost {r['lost']}", f"duplicated {r['duplicated']}",
-                  f"recovery {r['recovery_s']:.2f}s"]
+        notes += [
+            f"lost {r['lost']}",
+            f"duplicated {r['duplicated']}",
+            f"recovery {r['recovery_s']:.2f}s",
+        ]
     elif r["not_succeeded"]:
         notes.append(f"NOT SUCCEEDED {r['not_succeeded']} {r['states']}")
     if r.get("stray_processes"):
@@ -693,19 +779,24 @@ def _notes(r: dict[str, Any]) -> str:
 
 
 def print_table(rows: dict[str, dict[str, Any]]) -> None:
-    head = (f"{'wl':<3} {'jobs':>5} {'C':>3} {'corral/s':>9} {'bare/s':>8} {'ratio':>6} "
-            f"{'p50 ms':>13} {'p99 ms':>13}  notes")
+    head = (
+        f"{'wl':<3} {'jobs':>5} {'C':>3} {'corral/s':>9} {'bare/s':>8} {'ratio':>6} "
+        f"{'p50 ms':>13} {'p99 ms':>13}  notes"
+    )
     print(head)
     print("-" * len(head))
     for name, r in rows.items():
         p50 = f"{r['p50_ms']:.0f}/{r['baseline_p50_ms']:.0f}"
         p99 = f"{r['p99_ms']:.0f}/{r['baseline_p99_ms']:.0f}"
         ratio = f"{r['ratio']:.2f}" + ("" if r["valid"] else "!")
-        print(f"{name:<3} {r['jobs']:>5} {r['concurrency']:>3} {r['jobs_per_s']:>9.1f} "
-              f"{r['baseline_jobs_per_s']:>8.1f} {ratio:>6} {p50:>13} {p99:>13}  "
-              + _notes(r))
-    print("(jobs/s count succeeded jobs; ! = some jobs did not succeed, the ratio is not "
-          "comparable)\n(p50/p99 ms: corral/bare, per job from submission to durable result)")
+        print(
+            f"{name:<3} {r['jobs']:>5} {r['concurrency']:>3} {r['jobs_per_s']:>9.1f} "
+            f"{r['baseline_jobs_per_s']:>8.1f} {ratio:>6} {p50:>13} {p99:>13}  " + _notes(r)
+        )
+    print(
+        "(jobs/s count succeeded jobs; ! = some jobs did not succeed, the ratio is not "
+        "comparable)\n(p50/p99 ms: corral/bare, per job from submission to durable result)"
+    )
 
 
 def print_hotspots(profile_dir: Path, names: Sequence[str], top: int = 25) -> None:
@@ -722,26 +813,48 @@ def print_hotspots(profile_dir: Path, names: Sequence[str], top: int = 25) -> No
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Corral vs a bare asyncio + SQLite loop.")
     p.add_argument("--quick", action="store_true", help="~10x fewer jobs (a smoke run)")
-    p.add_argument("--only", default="W1,W2,W3",
-                   help="comma-separated workloads (W1,W2,W3,W4)")
+    p.add_argument("--only", default="W1,W2,W3", help="comma-separated workloads (W1,W2,W3,W4)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON summary to write")
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
-                   help="run each workload N times per system; report the median run")
-    p.add_argument("--mode", choices=MODES, default="live",
-                   help="how Corral runs W1/W2: live = engine process already serving while "
-                        "jobs are submitted (default); drain = submit all, then `serve --drain` "
-                        "(engine start timed); inprocess = submit all, then "
-                        "Engine.run(drain=True) in this process. W3 always uses processes.")
-    p.add_argument("--poke", choices=("coalesced", "each", "none"), default="coalesced",
-                   help="pokes while submitting: at most one per 50 ms (default), or one per "
-                        "job as `corral submit` does")
-    p.add_argument("--core", choices=CORES, default="default",
-                   help="write core.mode into corral.yaml (default: leave the engine's default)")
-    p.add_argument("--profile", metavar="DIR",
-                   help="with --mode inprocess: cProfile the engine, write DIR/<W>.pstats")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each workload N times per system; report the median run",
+    )
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="live",
+        help="how Corral runs W1/W2: live = engine process already serving while "
+        "jobs are submitted (default); drain = submit all, then `serve --drain` "
+        "(engine start timed); inprocess = submit all, then "
+        "Engine.run(drain=True) in this process. W3 always uses processes.",
+    )
+    p.add_argument(
+        "--poke",
+        choices=("coalesced", "each", "none"),
+        default="coalesced",
+        help="pokes while submitting: at most one per 50 ms (default), or one per "
+        "job as `corral submit` does",
+    )
+    p.add_argument(
+        "--core",
+        choices=CORES,
+        default="default",
+        help="write core.mode into corral.yaml (default: leave the engine's default)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="with --mode inprocess: cProfile the engine, write DIR/<W>.pstats",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temporary directories")
-    p.add_argument("--label", default="", help="a note stored in the JSON summary (e.g. which "
-                                               "snapshot of corral was measured)")
+    p.add_argument(
+        "--label",
+        default="",
+        help="a note stored in the JSON summary (e.g. which snapshot of corral was measured)",
+    )
     args = p.parse_args(argv)
     known = {w.name for w in workloads(False)}
     args.only = [w.strip().upper() for w in args.only.split(",") if w.strip()]
@@ -756,12 +869,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _round(corral: RunStats, bare: RunStats) -> dict[str, Any]:
     """One round of a repeated workload: throughputs, plus what went wrong if anything did."""
-    out: dict[str, Any] = {"jobs_per_s": round(corral.jobs_per_s, 1),
-                           "baseline_jobs_per_s": round(bare.jobs_per_s, 1)}
+    out: dict[str, Any] = {
+        "jobs_per_s": round(corral.jobs_per_s, 1),
+        "baseline_jobs_per_s": round(bare.jobs_per_s, 1),
+    }
     if corral.failed:
         out["states"] = corral.extra.get("states")
-    for key in ("lost", "duplicated", "recovery_s", "at_kill", "restart_rc", "restart_log",
-                "stray_processes", "interference"):
+    for key in (
+        "lost",
+        "duplicated",
+        "recovery_s",
+        "at_kill",
+        "restart_rc",
+        "restart_log",
+        "stray_processes",
+        "interference",
+    ):
         if corral.extra.get(key):
             out[key] = corral.extra[key]
     return out
@@ -782,8 +905,11 @@ def measure(wl: Workload, root: Path, repeat: int, opts: Options) -> dict[str, A
                 bares.append(run_bare(wl, work / "bare"))
             else:
                 corrals.append(run_corral(wl, work / "corral", opts))
-        print(f"  round {r + 1}/{repeat}: corral {corrals[-1].jobs_per_s:.1f} jobs/s, "
-              f"bare {bares[-1].jobs_per_s:.1f} jobs/s", flush=True)
+        print(
+            f"  round {r + 1}/{repeat}: corral {corrals[-1].jobs_per_s:.1f} jobs/s, "
+            f"bare {bares[-1].jobs_per_s:.1f} jobs/s",
+            flush=True,
+        )
     row = summarize(wl, _median_run(corrals), _median_run(bares))
     if repeat > 1:
         row["repeats"] = repeat
@@ -807,9 +933,13 @@ def _prebuild_shim() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    opts = Options(mode=args.mode, poke=args.poke, core=args.core,
-                   profile=Path(args.profile) if args.profile else None,
-                   stall_s=QUICK_STALL_S if args.quick else STALL_S)
+    opts = Options(
+        mode=args.mode,
+        poke=args.poke,
+        core=args.core,
+        profile=Path(args.profile) if args.profile else None,
+        stall_s=QUICK_STALL_S if args.quick else STALL_S,
+    )
     for name in UNSET:
         os.environ.pop(name, None)
     env = environment()
@@ -820,8 +950,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for wl in workloads(args.quick):
             if wl.name in args.only:
-                print(f"{wl.name}: {wl.jobs} x {wl.what}, concurrency {wl.concurrency}",
-                      flush=True)
+                print(f"{wl.name}: {wl.jobs} x {wl.what}, concurrency {wl.concurrency}", flush=True)
                 rows[wl.name] = measure(wl, root, args.repeat, opts)
     finally:
         if args.keep:
@@ -831,18 +960,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print_table(rows)
     env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    summary = {"environment": env, "label": args.label, "quick": args.quick,
-               "repeat": args.repeat,
-               "corral_mode": opts.mode, "poke": opts.poke, "core": opts.core,
-               "workloads": rows}
+    summary = {
+        "environment": env,
+        "label": args.label,
+        "quick": args.quick,
+        "repeat": args.repeat,
+        "corral_mode": opts.mode,
+        "poke": opts.poke,
+        "core": opts.core,
+        "workloads": rows,
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     print(f"\nwrote {out}")
     if opts.profile is not None:
         print_hotspots(opts.profile, [n for n in args.only if n != "W3"])
-    bad = [n for n, r in rows.items()
-           if r["not_succeeded"] or r.get("duplicated") or r.get("stray_processes")]
+    bad = [
+        n
+        for n, r in rows.items()
+        if r["not_succeeded"] or r.get("duplicated") or r.get("stray_processes")
+    ]
     return 1 if bad else 0
 
 

@@ -42,8 +42,9 @@ class Broker:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=out,
-                                         stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL
+            )
         deadline = time.monotonic() + 15
         while not _answers(self.port):
             assert self.proc.poll() is None, self.log.read_text(errors="replace")
@@ -69,22 +70,39 @@ def nats_broker(tmp: Path) -> Broker:
     port = free_port()
     store = tmp / "jetstream"
     store.mkdir(parents=True, exist_ok=True)
-    return Broker([NATS_SERVER, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
-                  port, tmp / "nats.log")
+    return Broker(
+        [NATS_SERVER, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)],
+        port,
+        tmp / "nats.log",
+    )
 
 
 def redis_broker(tmp: Path) -> Broker:
     port = free_port()
-    return Broker([REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-                   "--appendonly", "no"], port, tmp / "redis.log")
+    return Broker(
+        [
+            REDIS_SERVER,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        port,
+        tmp / "redis.log",
+    )
 
 
 def jetstream_ids(port: int, stream: str = "CORRAL") -> list[str]:
     """The `Nats-Msg-Id` of every message the stream holds, in stream order."""
 
     async def read() -> list[str]:
-        nc = await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=2,
-                                allow_reconnect=False)
+        nc = await nats.connect(
+            f"nats://127.0.0.1:{port}", connect_timeout=2, allow_reconnect=False
+        )
         try:
             js = nc.jetstream(timeout=2)
             try:
@@ -111,7 +129,8 @@ def redis_entries(port: int) -> list[tuple[str, str, dict[str, Any]]]:
     for pattern in ("mp.agent.events", "corral.*"):
         for key in r.scan_iter(match=pattern, _type="stream"):
             for _, fields in r.xrange(key):
-                out.append((key.decode(), fields[b"event_id"].decode(),
-                            json.loads(fields[b"data"])))
+                out.append(
+                    (key.decode(), fields[b"event_id"].decode(), json.loads(fields[b"data"]))
+                )
     r.close()
     return out

@@ -31,7 +31,11 @@ def _checkout_status() -> set[str] | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(_CHECKOUT), "status", "--porcelain", "--untracked-files=all"],
-            capture_output=True, text=True, timeout=30, check=True).stdout
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None  # not a git checkout (an unpacked sdist): nothing to compare
     return set(out.splitlines())
@@ -52,8 +56,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     written = sorted(after - before)
     if written:
         lines = "\n  ".join(written)
-        sys.stderr.write(f"\nThe tests wrote into the checkout (git status):\n  {lines}\n"
-                         "Write under tmp_path instead.\n")
+        sys.stderr.write(
+            f"\nThe tests wrote into the checkout (git status):\n  {lines}\n"
+            "Write under tmp_path instead.\n"
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

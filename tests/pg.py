@@ -12,6 +12,7 @@ import pytest
 
 PG_DSN = os.environ.get("CORRAL_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
+
 def pg_dsn_for(schema: str) -> str:
     """The test server's DSN with every connection's search_path set to `schema`."""
     sep = "&" if "?" in PG_DSN else "?"

@@ -121,8 +121,9 @@ class RoleModel(_Strict):
     max_recursion_depth: int = Field(5, ge=0, le=100)
     retry_budget: RetryBudgetModel = RetryBudgetModel()
     detached: bool = False  # jobs of this role outlive the job that submitted them
-    max_output_bytes: int | None = Field(None, ge=bounds.MIN_OUTPUT_BYTES,
-                                         le=bounds.MAX_OUTPUT_BYTES)  # None: output.max_bytes
+    max_output_bytes: int | None = Field(
+        None, ge=bounds.MIN_OUTPUT_BYTES, le=bounds.MAX_OUTPUT_BYTES
+    )  # None: output.max_bytes
 
 
 class OutputModel(_Strict):
@@ -304,9 +305,11 @@ class EngineModel(_Strict):
     @model_validator(mode="after")
     def _stale_after_beats(self) -> EngineModel:
         if self.stale_after_s < 2 * self.heartbeat_s:
-            raise ValueError(f"stale_after_s ({self.stale_after_s:g}) must be at least twice "
-                             f"heartbeat_s ({self.heartbeat_s:g}): one late heart-beat must not "
-                             "make a live engine look dead")
+            raise ValueError(
+                f"stale_after_s ({self.stale_after_s:g}) must be at least twice "
+                f"heartbeat_s ({self.heartbeat_s:g}): one late heart-beat must not "
+                "make a live engine look dead"
+            )
         return self
 
 
@@ -328,14 +331,16 @@ class SinkModel(_Strict):
         parts = urlsplit(self.url)
         schemes = _SINK_SCHEMES[self.kind]
         if parts.scheme not in schemes or not (parts.hostname or parts.path):
-            raise ValueError(f"a {self.kind} sink's url must start with "
-                             f"{' or '.join(s + '://' for s in schemes)}, got {self.url!r}")
+            raise ValueError(
+                f"a {self.kind} sink's url must start with "
+                f"{' or '.join(s + '://' for s in schemes)}, got {self.url!r}"
+            )
         if self.kind != "nats" and self.stream is not None:
-            raise ValueError("stream is for a nats sink (a redis sink writes one stream key "
-                             "per subject)")
+            raise ValueError(
+                "stream is for a nats sink (a redis sink writes one stream key per subject)"
+            )
         if self.kind != "redis" and self.maxlen is not None:
-            raise ValueError("maxlen is for a redis sink (a JetStream stream sets its own "
-                             "limits)")
+            raise ValueError("maxlen is for a redis sink (a JetStream stream sets its own limits)")
         return self
 
 
@@ -351,8 +356,10 @@ class EventsModel(_Strict):
         for sink in self.sinks:
             name = sink.name or sink.kind
             if name in seen:
-                raise ValueError(f"two sinks are named {name!r}: give each its own name "
-                                 "(a sink's name keys its cursor)")
+                raise ValueError(
+                    f"two sinks are named {name!r}: give each its own name "
+                    "(a sink's name keys its cursor)"
+                )
             seen.add(name)
         return self
 
@@ -478,8 +485,13 @@ def parse(text: str, source: str) -> ConfigModel:
         model = ConfigModel.model_validate(raw)
     except ValidationError as err:
         errors = err.errors()
-        known = {loc: keys for e in errors if e["type"] == "extra_forbidden"
-                 for loc in [tuple(e["loc"][:-1])] if (keys := _keys_at(loc)) is not None}
+        known = {
+            loc: keys
+            for e in errors
+            if e["type"] == "extra_forbidden"
+            for loc in [tuple(e["loc"][:-1])]
+            if (keys := _keys_at(loc)) is not None
+        }
         found = config_check.problems(errors, known) + found
     if found:
         raise ConfigError(config_check.one_line(source, found))
@@ -530,8 +542,10 @@ def load_mcp_servers(path: Path) -> dict[str, dict[str, Any]]:
     servers = raw.get("mcpServers") if isinstance(raw, dict) else None
     if not isinstance(servers, dict):
         raise ValueError(f"{path}: expected an object with `mcpServers`")
-    return {name: _mcp_server(f"{path}: mcpServers.{name}", name, server)
-            for name, server in servers.items()}
+    return {
+        name: _mcp_server(f"{path}: mcpServers.{name}", name, server)
+        for name, server in servers.items()
+    }
 
 
 def _mcp_server(where: str, name: str, server: Any) -> dict[str, Any]:
@@ -564,21 +578,36 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         except ValueError as err:
             raise ConfigError(f"{source}: roles.{name}.mcp_config: {err}") from None
     return RoleSpec(
-        name=name, worker=m.worker, concurrency=m.concurrency, tools=tuple(m.tools),
-        system_prompt=m.system_prompt, description=m.description,
-        fallback_workers=tuple(m.fallback_workers), rate=_rate(m.rate),
+        name=name,
+        worker=m.worker,
+        concurrency=m.concurrency,
+        tools=tuple(m.tools),
+        system_prompt=m.system_prompt,
+        description=m.description,
+        fallback_workers=tuple(m.fallback_workers),
+        rate=_rate(m.rate),
         fallback_models=tuple(m.fallback_models),
         workspace_policy=WorkspacePolicy(m.workspace_policy),
-        max_recursion_depth=m.max_recursion_depth, max_output_bytes=m.max_output_bytes,
-        retry_budget=RetryBudget(**m.retry_budget.model_dump()), detached=m.detached,
-        limits=Limits(**m.limits.model_dump()), model=m.model, max_turns=m.max_turns,
-        mcp_servers=mcp_servers, cost_estimate_usd=m.cost_estimate_usd,
+        max_recursion_depth=m.max_recursion_depth,
+        max_output_bytes=m.max_output_bytes,
+        retry_budget=RetryBudget(**m.retry_budget.model_dump()),
+        detached=m.detached,
+        limits=Limits(**m.limits.model_dump()),
+        model=m.model,
+        max_turns=m.max_turns,
+        mcp_servers=mcp_servers,
+        cost_estimate_usd=m.cost_estimate_usd,
         requires_approval=m.requires_approval,
         retry=RetryPolicy(
-            base_s=r.base_s, cap_s=r.cap_s,
+            base_s=r.base_s,
+            cap_s=r.cap_s,
             retry_exit_codes=None if r.exit_codes == "nonzero" else frozenset(r.exit_codes),
-            never_exit_codes=frozenset(r.never_exit_codes), retry_signals=r.signals,
-            retry_timeouts=r.timeouts, retry_lost=r.lost))
+            never_exit_codes=frozenset(r.never_exit_codes),
+            retry_signals=r.signals,
+            retry_timeouts=r.timeouts,
+            retry_lost=r.lost,
+        ),
+    )
 
 
 def resolve(model: ConfigModel, source: str) -> Settings:
@@ -591,30 +620,45 @@ def resolve(model: ConfigModel, source: str) -> Settings:
     for name, role in roles.items():
         _check_budget(name, role, source)
     roles.setdefault(model.default_role, RoleSpec(name=model.default_role))
-    envs = {name: EnvSpec(name=name, kind=m.kind, address=m.address,
-                          max_inflight=m.max_inflight, max_queued=m.max_queued)
-            for name, m in model.environments.items()}
+    envs = {
+        name: EnvSpec(
+            name=name,
+            kind=m.kind,
+            address=m.address,
+            max_inflight=m.max_inflight,
+            max_queued=m.max_queued,
+        )
+        for name, m in model.environments.items()
+    }
     envs.setdefault(model.default_environment, EnvSpec(name=model.default_environment))
     for name, env in envs.items():
         if env.kind == "ray" and not env.address:
-            raise ConfigError(f"{source}: environments.{name}.address: a ray environment needs "
-                              "the cluster address")
-    settings = Settings(roles=roles, environments=envs,
-                        scheduler=SchedulerSpec(aging_s=model.scheduler.aging_s,
-                                                poll_interval_s=model.scheduler.poll_interval_s,
-                                                max_queued=model.scheduler.max_queued,
-                                                backpressure_retry_after_s=(
-                                                    model.scheduler.backpressure_retry_after_s)),
-                        default_role=model.default_role, default_env=model.default_environment,
-                        guardrails_file=_relative(model.guardrails, source),
-                        approval_ttl_s=model.approval_ttl_s,
-                        output=OutputSpec(max_bytes=model.output.max_bytes,
-                                          tail_bytes=model.output.tail_bytes),
-                        oversight=OversightSpec(
-                            incident_threshold=model.oversight.incident_threshold,
-                            window_s=model.oversight.window_s,
-                            min_severity=model.oversight.min_severity),
-                        events=_events(model.events), **_mechanism(model))
+            raise ConfigError(
+                f"{source}: environments.{name}.address: a ray environment needs "
+                "the cluster address"
+            )
+    settings = Settings(
+        roles=roles,
+        environments=envs,
+        scheduler=SchedulerSpec(
+            aging_s=model.scheduler.aging_s,
+            poll_interval_s=model.scheduler.poll_interval_s,
+            max_queued=model.scheduler.max_queued,
+            backpressure_retry_after_s=(model.scheduler.backpressure_retry_after_s),
+        ),
+        default_role=model.default_role,
+        default_env=model.default_environment,
+        guardrails_file=_relative(model.guardrails, source),
+        approval_ttl_s=model.approval_ttl_s,
+        output=OutputSpec(max_bytes=model.output.max_bytes, tail_bytes=model.output.tail_bytes),
+        oversight=OversightSpec(
+            incident_threshold=model.oversight.incident_threshold,
+            window_s=model.oversight.window_s,
+            min_severity=model.oversight.min_severity,
+        ),
+        events=_events(model.events),
+        **_mechanism(model),
+    )
     if settings.guardrails_file is not None:  # a rules file that does not load is a config error
         guardrails_of(settings, source)
     return settings
@@ -660,54 +704,103 @@ def _rate(m: RateModel | None) -> RateSpec | None:
 
 
 def _breakers(b: BreakersModel) -> BreakerSpec:
-    return BreakerSpec(window_s=b.window_s, min_calls=b.min_calls, failure_rate=b.failure_rate,
-                       consecutive_failures=b.consecutive_failures, open_s=b.open_s)
+    return BreakerSpec(
+        window_s=b.window_s,
+        min_calls=b.min_calls,
+        failure_rate=b.failure_rate,
+        consecutive_failures=b.consecutive_failures,
+        open_s=b.open_s,
+    )
 
 
 def _events(m: EventsModel) -> EventsSpec:
-    sinks = tuple(SinkSpec(name=s.name or s.kind, kind=s.kind, url=s.url,
-                           stream=s.stream or "CORRAL", maxlen=s.maxlen, timeout_s=s.timeout_s)
-                  for s in m.sinks)
+    sinks = tuple(
+        SinkSpec(
+            name=s.name or s.kind,
+            kind=s.kind,
+            url=s.url,
+            stream=s.stream or "CORRAL",
+            maxlen=s.maxlen,
+            timeout_s=s.timeout_s,
+        )
+        for s in m.sinks
+    )
     return EventsSpec(sinks=sinks, max_backlog=m.max_backlog, batch=m.batch, poll_s=m.poll_s)
 
 
 def _gateway(m: GatewayModel) -> GatewaySpec:
-    return GatewaySpec(upstream=m.upstream, key_env=m.key_env, provider=m.provider,
-                       breakers=_breakers(m.breakers) if m.breakers else None)
+    return GatewaySpec(
+        upstream=m.upstream,
+        key_env=m.key_env,
+        provider=m.provider,
+        breakers=_breakers(m.breakers) if m.breakers else None,
+    )
 
 
 def _mechanism(model: ConfigModel) -> _Mechanism:
     """The core's mechanism settings: budgets, breakers, watchdog, escalation."""
     w, b, e = model.watchdog, model.breakers, model.escalation
-    gauges = {name: Thresholds(**t.model_dump()) for name in GAUGES
-              if (t := getattr(w, name)) is not None}
+    gauges = {
+        name: Thresholds(**t.model_dump()) for name in GAUGES if (t := getattr(w, name)) is not None
+    }
     return _Mechanism(
-        workers={n: WorkerSpec(name=n, adapter=m.adapter, max_inflight=m.max_inflight,
-                               rate=_rate(m.rate), binary=m.binary, version=m.version,
-                               model=m.model, env=dict(m.env), pass_env=tuple(m.pass_env),
-                               args=tuple(m.args), config=dict(m.config),
-                               hook_timeout_s=m.hook_timeout_s,
-                               summary_grace_s=m.summary_grace_s,
-                               gateway=_gateway(m.gateway) if m.gateway else None)
-                 for n, m in model.workers.items()},
-        providers={n: ProviderSpec(name=n, rate=_rate(m.rate))
-                   for n, m in model.providers.items()},
-        tenants={n: TenantSpec(name=n, max_inflight=m.max_inflight,
-                               max_parallel_runs=m.max_parallel_runs,
-                               cost_allowance_usd=m.cost_allowance_usd,
-                               period=CostPeriod(m.period)) for n, m in model.tenants.items()},
-        breakers=BreakerSpec(window_s=b.window_s, min_calls=b.min_calls,
-                             failure_rate=b.failure_rate,
-                             consecutive_failures=b.consecutive_failures, open_s=b.open_s),
-        watchdog=WatchdogSpec(gauges=gauges, window_s=w.window_s, min_samples=w.min_samples,
-                              sample_s=w.sample_s, stall_s=w.stall_s, recover_s=w.recover_s,
-                              shed_min_priority=w.shed_min_priority,
-                              throttle_factor=w.throttle_factor),
-        escalation=EscalationSpec(crash_loop_per_min=e.crash_loop_per_min,
-                                  superseded_max=e.superseded_max,
-                                  superseded_window_s=e.superseded_window_s,
-                                  ghost_max=e.ghost_max, ghost_window_s=e.ghost_window_s,
-                                  safe_stop=e.safe_stop, safe_stop_queued=e.safe_stop_queued))
+        workers={
+            n: WorkerSpec(
+                name=n,
+                adapter=m.adapter,
+                max_inflight=m.max_inflight,
+                rate=_rate(m.rate),
+                binary=m.binary,
+                version=m.version,
+                model=m.model,
+                env=dict(m.env),
+                pass_env=tuple(m.pass_env),
+                args=tuple(m.args),
+                config=dict(m.config),
+                hook_timeout_s=m.hook_timeout_s,
+                summary_grace_s=m.summary_grace_s,
+                gateway=_gateway(m.gateway) if m.gateway else None,
+            )
+            for n, m in model.workers.items()
+        },
+        providers={n: ProviderSpec(name=n, rate=_rate(m.rate)) for n, m in model.providers.items()},
+        tenants={
+            n: TenantSpec(
+                name=n,
+                max_inflight=m.max_inflight,
+                max_parallel_runs=m.max_parallel_runs,
+                cost_allowance_usd=m.cost_allowance_usd,
+                period=CostPeriod(m.period),
+            )
+            for n, m in model.tenants.items()
+        },
+        breakers=BreakerSpec(
+            window_s=b.window_s,
+            min_calls=b.min_calls,
+            failure_rate=b.failure_rate,
+            consecutive_failures=b.consecutive_failures,
+            open_s=b.open_s,
+        ),
+        watchdog=WatchdogSpec(
+            gauges=gauges,
+            window_s=w.window_s,
+            min_samples=w.min_samples,
+            sample_s=w.sample_s,
+            stall_s=w.stall_s,
+            recover_s=w.recover_s,
+            shed_min_priority=w.shed_min_priority,
+            throttle_factor=w.throttle_factor,
+        ),
+        escalation=EscalationSpec(
+            crash_loop_per_min=e.crash_loop_per_min,
+            superseded_max=e.superseded_max,
+            superseded_window_s=e.superseded_window_s,
+            ghost_max=e.ghost_max,
+            ghost_window_s=e.ghost_window_s,
+            safe_stop=e.safe_stop,
+            safe_stop_queued=e.safe_stop_queued,
+        ),
+    )
 
 
 def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Config:
@@ -730,10 +823,18 @@ def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Co
     except ValueError as err:
         raise ConfigError(f"{source}: engine.socket_group: {err}") from None
     audit = model.audit.model_copy(update={"key_file": _relative(model.audit.key_file, source)})
-    return Config(socket_group=group, engine=model.engine, settings=resolve(model, source),
-                  data_dir=ddir,
-                  store_url=url,
-                  sqlite_synchronous=model.store.sqlite_synchronous, source=path,
-                  sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms, core=model.core,
-                  secrets_key_file=Path(key) if key else None, audit=audit, text=text,
-                  api=model.api)
+    return Config(
+        socket_group=group,
+        engine=model.engine,
+        settings=resolve(model, source),
+        data_dir=ddir,
+        store_url=url,
+        sqlite_synchronous=model.store.sqlite_synchronous,
+        source=path,
+        sqlite_busy_timeout_ms=model.store.sqlite_busy_timeout_ms,
+        core=model.core,
+        secrets_key_file=Path(key) if key else None,
+        audit=audit,
+        text=text,
+        api=model.api,
+    )

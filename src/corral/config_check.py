@@ -18,19 +18,26 @@ Loc = tuple[int | str, ...]
 
 _SIMPLE = {
     "missing": "is required",
-    "int_type": "must be a whole number", "int_parsing": "must be a whole number",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
     "int_from_float": "must be a whole number",
-    "float_type": "must be a number", "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
     "finite_number": "must be a finite number",
-    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
-    "string_type": "must be text", "dict_type": "must be a mapping of keys",
-    "model_type": "must be a mapping of keys", "model_attributes_type": "must be a mapping of keys",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be text",
+    "dict_type": "must be a mapping of keys",
+    "model_type": "must be a mapping of keys",
+    "model_attributes_type": "must be a mapping of keys",
     "list_type": "must be a list",
 }
-_BOUNDS = {"greater_than_equal": ("ge", "must be at least {}"),
-           "greater_than": ("gt", "must be more than {}"),
-           "less_than_equal": ("le", "must be at most {}"),
-           "less_than": ("lt", "must be less than {}")}
+_BOUNDS = {
+    "greater_than_equal": ("ge", "must be at least {}"),
+    "greater_than": ("gt", "must be more than {}"),
+    "less_than_equal": ("le", "must be at most {}"),
+    "less_than": ("lt", "must be less than {}"),
+}
 _TAG = re.compile(r"^[a-z_]+\[.*\]$")  # a union member's tag in a location: list[int], literal[…]
 
 
@@ -56,15 +63,16 @@ def plain(error: Mapping[str, Any]) -> str:
 
 def _tag_text(tag: str) -> str:
     """`literal['nonzero']` → `'nonzero'`, `list[int]` → `a list of int`."""
-    inner = tag[tag.index("[") + 1:-1]
+    inner = tag[tag.index("[") + 1 : -1]
     if tag.startswith("literal["):
         return inner
     items = {"int": "whole numbers", "float": "numbers", "str": "strings"}.get(inner, inner)
-    return f"a {tag[:tag.index('[')]} of {items}"
+    return f"a {tag[: tag.index('[')]} of {items}"
 
 
-def problems(errors: Iterable[Mapping[str, Any]],
-             known: Mapping[Loc, Collection[str]] | None = None) -> list[str]:
+def problems(
+    errors: Iterable[Mapping[str, Any]], known: Mapping[Loc, Collection[str]] | None = None
+) -> list[str]:
     """Every error as `where: what`, in order; the members of a union collapse into one line.
 
     `known`: the keys allowed at a location, for "unknown key (did you mean …?)"."""
@@ -72,8 +80,9 @@ def problems(errors: Iterable[Mapping[str, Any]],
     unions: dict[str, list[str]] = {}
     for e in errors:
         loc = tuple(e.get("loc") or ())
-        cut = next((i for i, part in enumerate(loc)
-                    if isinstance(part, str) and _TAG.match(part)), None)
+        cut = next(
+            (i for i, part in enumerate(loc) if isinstance(part, str) and _TAG.match(part)), None
+        )
         if cut is not None:  # one member of a union failed: say what the union accepts
             where = _where(loc[:cut])
             if where not in unions:
@@ -87,8 +96,9 @@ def problems(errors: Iterable[Mapping[str, Any]],
             out.append(f"{_where(loc)}: {unknown_key(str(loc[-1]), (known or {}).get(loc[:-1]))}")
             continue
         out.append(f"{_where(loc)}: {plain(e)}")
-    return [f"{line}: must be {' or '.join(unions[line])}" if line in unions else line
-            for line in out]
+    return [
+        f"{line}: must be {' or '.join(unions[line])}" if line in unions else line for line in out
+    ]
 
 
 def unknown_key(key: str, allowed: Collection[str] | None) -> str:
@@ -112,18 +122,27 @@ def kind_problems(raw: Mapping[str, Any], adapters: Sequence[str]) -> list[str]:
     load, not when the first job of a role is submitted."""
     builtin = ("command", *adapters)
     workers = _mapping(raw.get("workers"))
-    found = [f"workers.{name}.adapter: is required for a worker kind of your own (one of "
-             f"{', '.join(builtin)})" for name, w in workers.items()
-             if name not in builtin and not _mapping(w).get("adapter")]
+    found = [
+        f"workers.{name}.adapter: is required for a worker kind of your own (one of "
+        f"{', '.join(builtin)})"
+        for name, w in workers.items()
+        if name not in builtin and not _mapping(w).get("adapter")
+    ]
     kinds = {*builtin, *(n for n, w in workers.items() if _mapping(w).get("adapter"))}
     for name, role in _mapping(raw.get("roles")).items():
         role = _mapping(role)
         named = [("worker", role.get("worker", "command"))]
         fallbacks = role.get("fallback_workers")
-        named += [("fallback_workers", k) for k in fallbacks or ()] \
-            if isinstance(fallbacks, list) else []
-        found += [f"roles.{name}.{key}: " + unknown_name("worker kind", kind, kinds)
-                  for key, kind in named if isinstance(kind, str) and kind not in kinds]
+        named += (
+            [("fallback_workers", k) for k in fallbacks or ()]
+            if isinstance(fallbacks, list)
+            else []
+        )
+        found += [
+            f"roles.{name}.{key}: " + unknown_name("worker kind", kind, kinds)
+            for key, kind in named
+            if isinstance(kind, str) and kind not in kinds
+        ]
     return found
 
 

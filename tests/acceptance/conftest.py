@@ -63,8 +63,15 @@ class Corral:
         return env
 
     def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([CORRAL, *quiet_http(args)], env=self.env(), capture_output=True,
-                              text=True, timeout=timeout, cwd=self.work, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [CORRAL, *quiet_http(args)],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.work,
+            stdin=subprocess.DEVNULL,
+        )
 
     def ok(self, *args: str) -> str:
         r = self.run(*args)
@@ -84,18 +91,28 @@ class Corral:
     def serve(self, *extra: str) -> subprocess.Popen[bytes]:
         """Start an engine; unless it drains, return once it answers on its socket."""
         log = (self.data / "engine-test.log").open("ab")
-        proc = subprocess.Popen([CORRAL, *quiet_http(("serve", *extra))], env=self.env(),
-                                stdout=log, stderr=log, stdin=subprocess.DEVNULL, cwd=self.work)
+        proc = subprocess.Popen(
+            [CORRAL, *quiet_http(("serve", *extra))],
+            env=self.env(),
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            cwd=self.work,
+        )
         self.engines.append(proc)
         if "--drain" not in extra:
-            eventually(lambda: proc.poll() is not None or poke(self.data, "ping"),
-                       timeout=30, what="the engine to answer")
+            eventually(
+                lambda: proc.poll() is not None or poke(self.data, "ping"),
+                timeout=30,
+                what="the engine to answer",
+            )
             assert proc.poll() is None, self.engine_log()
         return proc
 
     def wait(self, job_id: str, *, until: str = "end", timeout: float = 30) -> int:
-        return self.run("wait", job_id, "--for", until, "--timeout", str(timeout),
-                        timeout=timeout + 30).returncode
+        return self.run(
+            "wait", job_id, "--for", until, "--timeout", str(timeout), timeout=timeout + 30
+        ).returncode
 
     def drain(self, timeout: float = 60) -> None:
         """Run an engine until nothing is left to do."""
@@ -131,6 +148,11 @@ def clis() -> None:
     """The pinned agent CLIs, installed by the project's own script (a failure fails the
     tests that need them)."""
     root = Path(__file__).resolve().parents[2]
-    r = subprocess.run([str(root / "scripts" / "agent-clis")], capture_output=True, text=True,
-                       timeout=900, stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        [str(root / "scripts" / "agent-clis")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0, r.stderr

@@ -18,8 +18,13 @@ class CoreProcess:
     """One `corral core` child: send requests, read what it says."""
 
     def __init__(self, c: Corral) -> None:
-        self.proc = subprocess.Popen([CORRAL, "core"], env=c.env(), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [CORRAL, "core"],
+            env=c.env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         self.buf = b""
         self.seen: list[dict[str, Any]] = []  # messages read past while looking for another
         self._ids = 100
@@ -46,8 +51,7 @@ class CoreProcess:
         msg: dict[str, Any] = json.loads(line)
         return msg
 
-    def until(self, match: Callable[[dict[str, Any]], bool],
-              timeout: float = 30) -> dict[str, Any]:
+    def until(self, match: Callable[[dict[str, Any]], bool], timeout: float = 30) -> dict[str, Any]:
         """The next message that matches; the others are kept in `seen`."""
         deadline = time.monotonic() + timeout
         while True:
@@ -71,17 +75,37 @@ class CoreProcess:
 
 def job(job_id: str, cwd: str, command: list[str], **limits: Any) -> dict[str, Any]:
     """A Job as the protocol carries it (role `default`, worker `command`)."""
-    return {"id": job_id, "state": "QUEUED", "role": limits.pop("role", "default"),
-            "worker": "command", "env_name": "local", "priority": 2, "tenant": "t",
-            "command": command, "cwd": cwd, "env": {}, "options": {},
-            "limits": {"max_attempts": 1, "timeout_s": 30, "grace_s": 1, **limits},
-            "created_at": 1.0, "updated_at": 1.0, "sort_at": 1.0}
+    return {
+        "id": job_id,
+        "state": "QUEUED",
+        "role": limits.pop("role", "default"),
+        "worker": "command",
+        "env_name": "local",
+        "priority": 2,
+        "tenant": "t",
+        "command": command,
+        "cwd": cwd,
+        "env": {},
+        "options": {},
+        "limits": {"max_attempts": 1, "timeout_s": 30, "grace_s": 1, **limits},
+        "created_at": 1.0,
+        "updated_at": 1.0,
+        "sort_at": 1.0,
+    }
 
 
-def attempt(job_id: str, permit: dict[str, Any], attempt_dir: str,
-            index: int | None = None) -> dict[str, Any]:
+def attempt(
+    job_id: str, permit: dict[str, Any], attempt_dir: str, index: int | None = None
+) -> dict[str, Any]:
     """The Attempt a scheduler records for a permit (its index unless told otherwise)."""
-    return {"id": f"a-{job_id}-{index or permit['attempt_index']}", "job_id": job_id,
-            "index": permit["attempt_index"] if index is None else index, "state": "STARTING",
-            "permit_id": permit["id"], "deadline_at": permit["deadline_at"], "created_at": 1.0,
-            "dir": attempt_dir, "engine_id": "foreign"}
+    return {
+        "id": f"a-{job_id}-{index or permit['attempt_index']}",
+        "job_id": job_id,
+        "index": permit["attempt_index"] if index is None else index,
+        "state": "STARTING",
+        "permit_id": permit["id"],
+        "deadline_at": permit["deadline_at"],
+        "created_at": 1.0,
+        "dir": attempt_dir,
+        "engine_id": "foreign",
+    }

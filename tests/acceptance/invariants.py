@@ -20,8 +20,20 @@ from corral.workers.proctab import alive
 from tests.acceptance.conftest import Corral
 from tests.helpers import eventually
 
-STATES = {"QUEUED", "AWAITING_APPROVAL", "STARTING", "RUNNING", "RETRY_WAIT", "SUCCEEDED",
-          "FAILED", "DEAD_LETTERED", "TIMED_OUT", "CANCELLED", "KILLED", "DENIED"}
+STATES = {
+    "QUEUED",
+    "AWAITING_APPROVAL",
+    "STARTING",
+    "RUNNING",
+    "RETRY_WAIT",
+    "SUCCEEDED",
+    "FAILED",
+    "DEAD_LETTERED",
+    "TIMED_OUT",
+    "CANCELLED",
+    "KILLED",
+    "DENIED",
+}
 TERMINAL = {state.value for state in states.TERMINAL}
 IN_FLIGHT = {"STARTING", "RUNNING"}
 
@@ -70,9 +82,13 @@ def invariants(c: Corral, runs: Path) -> None:
     def nothing_of_ended_alive() -> bool:
         if any(alive(pid) for job, _, pid in starts if job in ended):
             return False
-        return not any(attempt_processes(Path(a["log_dir"]))
-                       for job in jobs.values() for a in job["attempts"]
-                       if a["log_dir"] and (job["id"] in ended or a["state"] not in IN_FLIGHT))
+        return not any(
+            attempt_processes(Path(a["log_dir"]))
+            for job in jobs.values()
+            for a in job["attempts"]
+            if a["log_dir"] and (job["id"] in ended or a["state"] not in IN_FLIGHT)
+        )
+
     eventually(nothing_of_ended_alive, what="no process of a finished job or attempt alive")
 
     assert poke(c.data, "ping"), "the engine answers"
@@ -82,10 +98,13 @@ def invariants(c: Corral, runs: Path) -> None:
     for job_id in ended:  # terminal states are absorbing
         again = c.job(job_id)
         assert (again["state"], again["updated_at"], len(again["attempts"])) == (
-            jobs[job_id]["state"], jobs[job_id]["updated_at"], len(jobs[job_id]["attempts"])), \
-            f"job {job_id}: a terminal state changed"
+            jobs[job_id]["state"],
+            jobs[job_id]["updated_at"],
+            len(jobs[job_id]["attempts"]),
+        ), f"job {job_id}: a terminal state changed"
 
     def permits_match() -> bool:
         in_flight = sum(1 for j in _listed(c).values() if j["state"] in IN_FLIGHT)
         return bool(c.json("status")["permits"]["live"] == in_flight)
+
     eventually(permits_match, what="permits equal to attempts in flight")

@@ -70,8 +70,9 @@ roles:
 
 
 @pytest.fixture(params=["codex", "opencode"])
-def other(request: pytest.FixtureRequest, tmp_path: Path,
-          clis: None) -> Iterator[tuple[str, Corral, OpenAIResponsesMock]]:
+def other(
+    request: pytest.FixtureRequest, tmp_path: Path, clis: None
+) -> Iterator[tuple[str, Corral, OpenAIResponsesMock]]:
     kind = str(request.param)
     mock = OpenAIResponsesMock([], dialect=kind)
     mock.start()
@@ -83,8 +84,7 @@ def other(request: pytest.FixtureRequest, tmp_path: Path,
         mock.close()
 
 
-def test_tool_calls_are_governed_and_traced(other: tuple[str, Corral, OpenAIResponsesMock]
-                                            ) -> None:
+def test_tool_calls_are_governed_and_traced(other: tuple[str, Corral, OpenAIResponsesMock]) -> None:
     kind, c, mock = other
     (c.work / "keep.txt").write_text("precious")
     mock.script[:] = [
@@ -93,8 +93,7 @@ def test_tool_calls_are_governed_and_traced(other: tuple[str, Corral, OpenAIResp
         {"text": "Summary: made a file; deleting was refused."},
     ]
     c.serve()
-    job = c.ok("submit", "--role", "agent", "--prompt", "tidy up", "--cwd",
-               str(c.work)).strip()
+    job = c.ok("submit", "--role", "agent", "--prompt", "tidy up", "--cwd", str(c.work)).strip()
     c.wait(job, timeout=120)
     info = c.job(job)
     assert info["state"] == "SUCCEEDED", (info, c.engine_log()[-2000:])
@@ -105,9 +104,11 @@ def test_tool_calls_are_governed_and_traced(other: tuple[str, Corral, OpenAIResp
     assert event["worker"] == kind and event["cli_version"] in ("0.169.0", "1.18.33")
     assert event["session_id"]
     assert [(e["stage"], e["verdict"], e["reason"]) for e in t["policy_evaluations"]] == [
-        ("pre_run", "allow", "allowed"), ("pre_run", "allow", "allowed"),  # submit, dispatch
+        ("pre_run", "allow", "allowed"),
+        ("pre_run", "allow", "allowed"),  # submit, dispatch
         ("tool_call", "allow", "allowed"),
-        ("tool_call", "deny", "out_of_scope")]
+        ("tool_call", "deny", "out_of_scope"),
+    ]
     by_denied = {x["denied"]: x for x in event["tool_calls"]}
     assert "rm -f keep.txt" in json.dumps(by_denied[True]["input"])
     assert "outside" in by_denied[True]["reason"]
@@ -118,17 +119,26 @@ def test_tool_calls_are_governed_and_traced(other: tuple[str, Corral, OpenAIResp
         assert tool_names(mock.turn_requests[0]) == {"bash", "read"}
 
 
-def test_resume_from_continues_the_cli_session(other: tuple[str, Corral, OpenAIResponsesMock]
-                                               ) -> None:
+def test_resume_from_continues_the_cli_session(
+    other: tuple[str, Corral, OpenAIResponsesMock],
+) -> None:
     _kind, c, mock = other
     mock.script[:] = [{"text": "Submitted raysubmit_7."}, {"text": "Still running."}]
     c.serve()
-    first = c.ok("submit", "--role", "agent", "--prompt", "submit it", "--cwd",
-                 str(c.work)).strip()
+    first = c.ok("submit", "--role", "agent", "--prompt", "submit it", "--cwd", str(c.work)).strip()
     c.wait(first, timeout=120)
     assert c.job(first)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
-    second = c.ok("submit", "--role", "agent", "--prompt", "poll it", "--cwd", str(c.work),
-                  "--resume-from", first).strip()
+    second = c.ok(
+        "submit",
+        "--role",
+        "agent",
+        "--prompt",
+        "poll it",
+        "--cwd",
+        str(c.work),
+        "--resume-from",
+        first,
+    ).strip()
     c.wait(second, timeout=120)
     assert c.job(second)["state"] == "SUCCEEDED"
     sessions = [c.json("trace", j)["agent_events"][0]["session_id"] for j in (first, second)]
@@ -138,12 +148,22 @@ def test_resume_from_continues_the_cli_session(other: tuple[str, Corral, OpenAIR
 
 
 def test_a_planning_loop_is_stopped_at_the_tool_call_budget(
-        other: tuple[str, Corral, OpenAIResponsesMock]) -> None:
+    other: tuple[str, Corral, OpenAIResponsesMock],
+) -> None:
     kind, c, mock = other
     mock.script[:] = [{"tool_calls": [bash("echo step >> steps.txt")], "loop": True}]
     c.serve()
-    job = c.ok("submit", "--role", "looper", "--prompt", "loop", "--cwd", str(c.work),
-               "--max-tool-calls", "3").strip()
+    job = c.ok(
+        "submit",
+        "--role",
+        "looper",
+        "--prompt",
+        "loop",
+        "--cwd",
+        str(c.work),
+        "--max-tool-calls",
+        "3",
+    ).strip()
     c.wait(job, timeout=120)
     info = c.job(job)
     assert info["state"] == "FAILED" and info["limit_hit"] == "max_tool_calls", (kind, info)
@@ -155,8 +175,9 @@ def test_a_planning_loop_is_stopped_at_the_tool_call_budget(
 
 
 @pytest.mark.parametrize("kind", ["codex", "opencode"])
-def test_the_roles_mcp_servers_are_governed_like_any_tool(kind: str, tmp_path: Path,
-                                                          clis: None) -> None:
+def test_the_roles_mcp_servers_are_governed_like_any_tool(
+    kind: str, tmp_path: Path, clis: None
+) -> None:
     with OpenAIResponsesMock([], dialect=kind) as mock:
         role, log = mcp_role(kind, tmp_path)
         c = Corral(tmp_path, config(kind, mock.url, role))
@@ -168,13 +189,18 @@ def test_the_roles_mcp_servers_are_governed_like_any_tool(kind: str, tmp_path: P
             job = run_tracker(c, log)
             t: dict[str, Any] = c.json("trace", job)
             # each CLI spells MCP tools its own way; the engine decides mcp__<server>__<tool>
-            assert [(e["subject"], e["verdict"]) for e in t["policy_evaluations"]
-                    if e["stage"] == "tool_call"] == [("mcp__wandb__list_runs", "allow")]
+            assert [
+                (e["subject"], e["verdict"])
+                for e in t["policy_evaluations"]
+                if e["stage"] == "tool_call"
+            ] == [("mcp__wandb__list_runs", "allow")]
             [event] = t["agent_events"]
             if kind == "opencode":
                 assert tool_names(mock.turn_requests[0]) == {"wandb_list_runs"}
                 assert [x["tool"] for x in event["tool_calls"]] == [
-                    "wandb_list_runs", "wandb_delete_run"]  # its own names, the 2nd refused:
+                    "wandb_list_runs",
+                    "wandb_delete_run",
+                ]  # its own names, the 2nd refused:
                 assert "unavailable tool" in event["tool_calls"][1]["output"]
             else:
                 assert [x["tool"] for x in event["tool_calls"]] == ["mcp__wandb__list_runs"]
@@ -204,55 +230,103 @@ class _SessionAware(OpenAIResponsesMock):
         turn = super().next_turn()
         last = json.dumps(self.turn_requests[-1]) if self.turn_requests else ""
         ids = re.findall(r"session ID (\d+)", last)
-        calls = [dict(c, input={**c["input"], "session_id": int(ids[-1])})
-                 if c["name"] == "write_stdin" and ids else c
-                 for c in turn.get("tool_calls") or ()]
+        calls = [
+            dict(c, input={**c["input"], "session_id": int(ids[-1])})
+            if c["name"] == "write_stdin" and ids
+            else c
+            for c in turn.get("tool_calls") or ()
+        ]
         return {**turn, "tool_calls": calls} if calls else turn
 
 
-def test_codex_calls_are_checked_under_the_shell_codex_runs_them_with(tmp_path: Path,
-                                                                     clis: None
-                                                                     ) -> None:
+def test_codex_calls_are_checked_under_the_shell_codex_runs_them_with(
+    tmp_path: Path, clis: None
+) -> None:
     """Codex's hook shows only the command; the shell the model names, a TTY session and the
     text typed into a session are read from Codex's transcript, refused, or find nothing to
     type into."""
     with _SessionAware([], dialect="codex") as mock:
-        role = shells_role("codex", '["Bash(echo *)", "Bash(sh *)", "Bash(sleep *)", '
-                                    '"Write(./**)"]')
+        role = shells_role(
+            "codex", '["Bash(echo *)", "Bash(sh *)", "Bash(sleep *)", "Write(./**)"]'
+        )
         c = Corral(tmp_path, config("codex", mock.url, role))
         try:
             mock.script[:] = [
                 # under dash: `echo ok &` then `>/dev/null touch dash.txt`
-                {"tool_calls": [{"name": "exec_command", "input": {
-                    "cmd": "echo ok &>/dev/null touch dash.txt", "shell": "/bin/sh"}}]},
+                {
+                    "tool_calls": [
+                        {
+                            "name": "exec_command",
+                            "input": {
+                                "cmd": "echo ok &>/dev/null touch dash.txt",
+                                "shell": "/bin/sh",
+                            },
+                        }
+                    ]
+                },
                 # under bash: one `echo`, its output discarded
-                {"tool_calls": [{"name": "exec_command", "input": {
-                    "cmd": "echo ok &>/dev/null touch bash.txt", "shell": "bash"}}]},
+                {
+                    "tool_calls": [
+                        {
+                            "name": "exec_command",
+                            "input": {"cmd": "echo ok &>/dev/null touch bash.txt", "shell": "bash"},
+                        }
+                    ]
+                },
                 # an interactive session: what is typed into it later reaches no hook
-                {"tool_calls": [{"name": "exec_command", "input": {
-                    "cmd": "sh", "tty": True, "yield_time_ms": 500}}]},
+                {
+                    "tool_calls": [
+                        {
+                            "name": "exec_command",
+                            "input": {"cmd": "sh", "tty": True, "yield_time_ms": 500},
+                        }
+                    ]
+                },
                 # a session without a TTY, still running when the call returns …
-                {"tool_calls": [{"name": "exec_command", "input": {
-                    "cmd": "sleep 3", "yield_time_ms": 200}}]},
+                {
+                    "tool_calls": [
+                        {"name": "exec_command", "input": {"cmd": "sleep 3", "yield_time_ms": 200}}
+                    ]
+                },
                 # … and text typed into it
-                {"tool_calls": [{"name": "write_stdin", "input": {
-                    "session_id": 0, "chars": "touch typed.txt\n", "yield_time_ms": 200}}]},
-                {"tool_calls": [{"name": "Write", "input": {"file_path": "../escape.txt",
-                                                            "content": "x"}}]},
+                {
+                    "tool_calls": [
+                        {
+                            "name": "write_stdin",
+                            "input": {
+                                "session_id": 0,
+                                "chars": "touch typed.txt\n",
+                                "yield_time_ms": 200,
+                            },
+                        }
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {"name": "Write", "input": {"file_path": "../escape.txt", "content": "x"}}
+                    ]
+                },
                 {"text": "Summary: only the harmless calls ran."},
             ]
             c.serve()
-            job = c.ok("submit", "--role", "shells", "--prompt", "try shells", "--cwd",
-                       str(c.work)).strip()
+            job = c.ok(
+                "submit", "--role", "shells", "--prompt", "try shells", "--cwd", str(c.work)
+            ).strip()
             c.wait(job, timeout=120)
             assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
             for name in ("dash.txt", "bash.txt", "typed.txt", "../escape.txt"):
                 assert not (c.work / name).exists(), name
-            found = [(e["verdict"], e["inputs"]["shell"], e["message"])
-                     for e in tool_call_evaluations(c, job)]
+            found = [
+                (e["verdict"], e["inputs"]["shell"], e["message"])
+                for e in tool_call_evaluations(c, job)
+            ]
             assert [(v, sh) for v, sh, _ in found] == [
-                ("deny", "sh"), ("allow", "bash"), ("deny", "bash"), ("allow", "bash"),
-                ("deny", "bash")]
+                ("deny", "sh"),
+                ("allow", "bash"),
+                ("deny", "bash"),
+                ("allow", "bash"),
+                ("deny", "bash"),
+            ]
             assert "runs under sh" in found[0][2]
             assert "interactive session" in found[2][2]
             assert "outside this role's write scope" in found[4][2]
@@ -261,9 +335,7 @@ def test_codex_calls_are_checked_under_the_shell_codex_runs_them_with(tmp_path: 
             c.stop_all()
 
 
-def test_opencode_runs_bash_whatever_shell_the_job_names(tmp_path: Path,
-                                                        clis: None
-                                                        ) -> None:
+def test_opencode_runs_bash_whatever_shell_the_job_names(tmp_path: Path, clis: None) -> None:
     """OpenCode runs its bash tool with SHELL: the adapter makes it bash, the shell the checker
     reads commands as; and file tools are held to the role's paths."""
     with OpenAIResponsesMock([], dialect="opencode") as mock:
@@ -276,23 +348,48 @@ def test_opencode_runs_bash_whatever_shell_the_job_names(tmp_path: Path,
             mock.script[:] = [
                 {"tool_calls": [bash("echo ok &>/dev/null touch dash.txt")]},
                 {"tool_calls": [{"name": "Read", "input": {"file_path": "/etc/passwd"}}]},
-                {"tool_calls": [{"name": "Write", "input": {
-                    "file_path": str(outside / "escape.txt"), "content": "x"}}]},
-                {"tool_calls": [{"name": "Write", "input": {
-                    "file_path": str(c.work / "out" / "ok.txt"), "content": "ok"}}]},
+                {
+                    "tool_calls": [
+                        {
+                            "name": "Write",
+                            "input": {"file_path": str(outside / "escape.txt"), "content": "x"},
+                        }
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {
+                            "name": "Write",
+                            "input": {"file_path": str(c.work / "out" / "ok.txt"), "content": "ok"},
+                        }
+                    ]
+                },
                 {"text": "Summary."},
             ]
             c.serve()
-            job = c.ok("submit", "--role", "shells", "--prompt", "try", "--cwd", str(c.work),
-                       "--setenv", "SHELL=/bin/sh").strip()  # dash, were it not for the adapter
+            job = c.ok(
+                "submit",
+                "--role",
+                "shells",
+                "--prompt",
+                "try",
+                "--cwd",
+                str(c.work),
+                "--setenv",
+                "SHELL=/bin/sh",
+            ).strip()  # dash, were it not for the adapter
             c.wait(job, timeout=120)
             assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
             assert not (c.work / "dash.txt").exists()
             assert not (outside / "escape.txt").exists()
             assert (c.work / "out" / "ok.txt").read_text().strip() == "ok"
             found = [(e["subject"], e["verdict"]) for e in tool_call_evaluations(c, job)]
-            assert found == [("bash", "allow"), ("read", "deny"), ("apply_patch", "deny"),
-                             ("apply_patch", "allow")]
+            assert found == [
+                ("bash", "allow"),
+                ("read", "deny"),
+                ("apply_patch", "deny"),
+                ("apply_patch", "allow"),
+            ]
             assert "root:x:0:0" not in json.dumps(mock.turn_requests)  # /etc/passwd never read
         finally:
             c.stop_all()

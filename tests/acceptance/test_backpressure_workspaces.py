@@ -13,24 +13,27 @@ from pathlib import Path
 
 from tests.acceptance.conftest import CONFIG, Corral
 
-FULL_AT_2 = CONFIG + """\
+FULL_AT_2 = (
+    CONFIG
+    + """\
   gpu:
     max_inflight: 1
     max_queued: 1
 """
+)
 
 
 def test_a_full_queue_refuses_a_submission_with_exit_75(tmp_path: Path) -> None:
-    corral = Corral(tmp_path, FULL_AT_2.replace("scheduler:\n",
-                                                "scheduler:\n  max_queued: 2\n", 1))
+    corral = Corral(tmp_path, FULL_AT_2.replace("scheduler:\n", "scheduler:\n  max_queued: 2\n", 1))
     first = corral.submit("true", opts=("--key", "k"))
     corral.submit("true")
     refused = corral.run("submit", "--", "true")
     assert refused.returncode == 75
     assert refused.stdout == ""
     assert refused.stderr.count("\n") == 1  # one line
-    assert refused.stderr == ("corral: error: queue full: 2 jobs queued "
-                              "(max 2, scheduler.max_queued); retry after 5 s\n")
+    assert refused.stderr == (
+        "corral: error: queue full: 2 jobs queued (max 2, scheduler.max_queued); retry after 5 s\n"
+    )
     assert len(corral.json("jobs")) == 2  # nothing written
     # a submission that coalesces into a queued job adds nothing, so it passes
     assert corral.submit("true", opts=("--key", "k")) == first
@@ -83,7 +86,12 @@ def test_serialized_jobs_on_one_workspace_never_overlap(corral: Corral, tmp_path
     workspace.mkdir()
     submitted = subprocess.run(
         [sys.executable, "-c", _SUBMIT, str(log), str(workspace), str(tmp_path / "other")],
-        env=corral.env(), capture_output=True, text=True, timeout=60, cwd=corral.work)
+        env=corral.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=corral.work,
+    )
     assert submitted.returncode == 0, submitted.stderr
     a, b, c1, c2 = submitted.stdout.split()
     corral.drain()
@@ -95,7 +103,8 @@ def test_serialized_jobs_on_one_workspace_never_overlap(corral: Corral, tmp_path
     # the engine ran other work alongside: the lock serialises one workspace, not the queue
     starts, ends = zip(*(spans[tag] for tag in ("a", "c1", "c2")), strict=True)
     assert max(starts) < min(ends), f"expected a, c1 and c2 to run together: {spans}"
-    waited = [e["data"] for e in corral.job(b)["timeline"]
-              if e["kind"] == "workspace_lock_acquired"]
+    waited = [
+        e["data"] for e in corral.job(b)["timeline"] if e["kind"] == "workspace_lock_acquired"
+    ]
     assert len(waited) == 1 and waited[0]["workspace"] == str(workspace)
     assert waited[0]["wait_ms"] > 0

@@ -14,9 +14,21 @@ ROOT = Path(__file__).parents[2]
 
 def test_quick_w3_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
     out = tmp_path / "w3.json"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--only",
-                        "W3", "--out", str(out)], capture_output=True, text=True, timeout=180,
-                       cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "run.py"),
+            "--quick",
+            "--only",
+            "W3",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     w3 = json.loads(out.read_text())["workloads"]["W3"]
     assert (w3["lost"], w3["duplicated"]) == (0, 0)
@@ -25,9 +37,13 @@ def test_quick_w3_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
 
 def test_quick_governance_benchmark_decides_as_the_scope_says(tmp_path: Path) -> None:
     out = tmp_path / "governance.json"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "governance.py"), "--quick",
-                        "--out", str(out)], capture_output=True, text=True, timeout=120,
-                       cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "governance.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["ok"] is True
@@ -54,9 +70,13 @@ def test_quick_governance_benchmark_decides_as_the_scope_says(tmp_path: Path) ->
 
 def test_quick_policy_benchmark_decides_as_the_rules_say(tmp_path: Path) -> None:
     out = tmp_path / "policy.json"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "policy.py"), "--quick",
-                        "--out", str(out)], capture_output=True, text=True, timeout=120,
-                       cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "policy.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["ok"] is True
@@ -95,9 +115,13 @@ def test_quick_policy_benchmark_decides_as_the_rules_say(tmp_path: Path) -> None
 
 def test_quick_gateway_benchmark_runs_both_paths(tmp_path: Path) -> None:
     out = tmp_path / "gateway.json"
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gateway.py"), "--quick",
-                        "--out", str(out)], capture_output=True, text=True, timeout=180,
-                       cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gateway.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     result = json.loads(out.read_text())
     for path in ("direct", "gateway"):

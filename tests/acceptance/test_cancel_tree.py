@@ -27,15 +27,19 @@ def test_cancelling_a_parent_leaves_no_child_process_alive(tmp_path: Path) -> No
         # records its pid and sleeps far past the test.
         child = "echo $$ > child.pid; exec sleep 300"
         loose = "echo $$ > loose.pid; exec sleep 300"
-        parent = (f"{CORRAL} submit --cwd {work} -- sh -c '{child}' > child.id && "
-                  f"{CORRAL} submit --role loose --cwd {work} -- sh -c '{loose}' > loose.id && "
-                  "echo $$ > parent.pid; exec sleep 300")
+        parent = (
+            f"{CORRAL} submit --cwd {work} -- sh -c '{child}' > child.id && "
+            f"{CORRAL} submit --role loose --cwd {work} -- sh -c '{loose}' > loose.id && "
+            "echo $$ > parent.pid; exec sleep 300"
+        )
         parent_id = c.submit("sh", "-c", parent, opts=("--cwd", str(work)))
         c.serve()
-        child_pid = eventually(lambda: _pid(work / "child.pid"), timeout=30,
-                               what="the child running")
-        loose_pid = eventually(lambda: _pid(work / "loose.pid"), timeout=30,
-                               what="the detached child running")
+        child_pid = eventually(
+            lambda: _pid(work / "child.pid"), timeout=30, what="the child running"
+        )
+        loose_pid = eventually(
+            lambda: _pid(work / "loose.pid"), timeout=30, what="the detached child running"
+        )
         parent_pid = eventually(lambda: _pid(work / "parent.pid"), what="the parent waiting")
         child_id = (work / "child.id").read_text().strip()
         loose_id = (work / "loose.id").read_text().strip()
@@ -45,11 +49,14 @@ def test_cancelling_a_parent_leaves_no_child_process_alive(tmp_path: Path) -> No
         assert c.wait(parent_id) != 0 and c.wait(child_id) != 0
         shown = c.job(child_id)
         assert shown["state"] == "CANCELLED"
-        assert shown["cancel_requested"] == (f"parent {parent_id} was cancelled: "
-                                             "operator stopped the tree")
+        assert shown["cancel_requested"] == (
+            f"parent {parent_id} was cancelled: operator stopped the tree"
+        )
         assert "cancel_requested" in [e["kind"] for e in shown["timeline"]]
-        eventually(lambda: not alive(child_pid) and not alive(parent_pid),
-                   what="the parent's and the child's processes gone")
+        eventually(
+            lambda: not alive(child_pid) and not alive(parent_pid),
+            what="the parent's and the child's processes gone",
+        )
 
         detached = c.job(loose_id)
         assert detached["state"] == "RUNNING" and detached["detached"] is True

@@ -21,8 +21,9 @@ def _permit(core: CoreProcess, j: dict[str, Any], index: int = 1) -> dict[str, A
     return permit
 
 
-def _submit(core: CoreProcess, j: dict[str, Any], a: dict[str, Any],
-            permit: dict[str, Any]) -> dict[str, Any]:
+def _submit(
+    core: CoreProcess, j: dict[str, Any], a: dict[str, Any], permit: dict[str, Any]
+) -> dict[str, Any]:
     return core.ask({"type": "submit_job", "job": j, "attempt": a, "permit": permit})
 
 
@@ -30,37 +31,37 @@ def _beat(core: CoreProcess) -> dict[str, Any]:
     return core.ask({"type": "heartbeat", "seq": 1})
 
 
-def test_one_permit_starts_one_attempt_of_its_own_job_once(corral: Corral,
-                                                          tmp_path: Path) -> None:
+def test_one_permit_starts_one_attempt_of_its_own_job_once(corral: Corral, tmp_path: Path) -> None:
     core = CoreProcess(corral)
     tmp_path = tmp_path / "attempts"  # attempt directories: none may appear for a refusal
     runs = tmp_path / "runs"  # each job that runs touches its name here
     runs.mkdir(parents=True)
     try:
         assert core.recv()["type"] == "hello"
-        jobs = {name: job(name, str(runs), ["sh", "-c", f"touch {name}; exec sleep 30"],
-                          role="serial") for name in ("A", "B", "C", "D")}
+        jobs = {
+            name: job(name, str(runs), ["sh", "-c", f"touch {name}; exec sleep 30"], role="serial")
+            for name in ("A", "B", "C", "D")
+        }
         permit = _permit(core, jobs["A"])  # role `serial` has concurrency 1: one slot
 
         # The same permit for other jobs (the issue: it started four): refused, nothing runs.
         for other in ("B", "C", "D"):
-            refused = _submit(core, jobs[other],
-                              attempt(other, permit, str(tmp_path / other)), permit)
+            refused = _submit(
+                core, jobs[other], attempt(other, permit, str(tmp_path / other)), permit
+            )
             assert (refused["type"], refused["reason"]) == ("rejected", "PERMIT_WRONG_JOB")
             assert refused["job_id"] == other and f"not for job {other}" in refused["message"]
         changed = {**jobs["A"], "command": ["sh", "-c", "touch X"], "role": "default"}
         refused = _submit(core, changed, attempt("A", permit, str(tmp_path / "A")), permit)
         assert refused["reason"] == "PERMIT_WRONG_JOB", "a changed job is another job"
-        refused = _submit(core, jobs["A"], attempt("A", permit, str(tmp_path / "A2"), 2),
-                          permit)
+        refused = _submit(core, jobs["A"], attempt("A", permit, str(tmp_path / "A2"), 2), permit)
         assert refused["reason"] == "PERMIT_WRONG_ATTEMPT"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"], "no attempt started"
         assert list(runs.iterdir()) == []
 
         started = _submit(core, jobs["A"], attempt("A", permit, str(tmp_path / "A")), permit)
         assert started["type"] == "job_started"
-        again = _submit(core, jobs["A"], attempt("A", permit, str(tmp_path / "A-again")),
-                        permit)
+        again = _submit(core, jobs["A"], attempt("A", permit, str(tmp_path / "A-again")), permit)
         assert (again["type"], again["reason"]) == ("rejected", "PERMIT_USED")
         reused = _submit(core, jobs["B"], attempt("B", permit, str(tmp_path / "B")), permit)
         assert reused["reason"] == "PERMIT_WRONG_JOB"
@@ -71,8 +72,7 @@ def test_one_permit_starts_one_attempt_of_its_own_job_once(corral: Corral,
         core.send({"type": "cancel_job", "job_id": "A", "now": True})
         done = core.until(lambda m: m["type"] == "job_completed")
         assert done["job_id"] == "A" and done["result"]["outcome"] == "cancelled"
-        replay = _submit(core, jobs["A"], attempt("A", permit, str(tmp_path / "A-replay")),
-                         permit)
+        replay = _submit(core, jobs["A"], attempt("A", permit, str(tmp_path / "A-replay")), permit)
         assert (replay["type"], replay["reason"]) == ("rejected", "PERMIT_USED")
         assert sorted(p.name for p in runs.iterdir()) == ["A"], "only A ever ran, once"
         assert not (tmp_path / "A-replay").exists() and not (tmp_path / "B").exists()
@@ -87,27 +87,30 @@ def test_one_permit_starts_one_attempt_of_its_own_job_once(corral: Corral,
 
 
 def test_attempts_past_the_maximum_are_refused_whatever_index_is_asked(
-        corral: Corral, tmp_path: Path) -> None:
+    corral: Corral, tmp_path: Path
+) -> None:
     core = CoreProcess(corral)
     try:
         assert core.recv()["type"] == "hello"
         marker = tmp_path / "ran"
-        j = job("M", str(tmp_path), ["sh", "-c", f"echo x >> {marker}; exit 1"],
-                max_attempts=2)
+        j = job("M", str(tmp_path), ["sh", "-c", f"echo x >> {marker}; exit 1"], max_attempts=2)
         past = core.ask({"type": "request_permit", "job": j, "attempt": 5})
-        assert (past["type"], past["reason"], past["final"]) == ("rejected", "MAX_ATTEMPTS",
-                                                                 True)
+        assert (past["type"], past["reason"], past["final"]) == ("rejected", "MAX_ATTEMPTS", True)
         assert "attempt 5 of job M is past its max_attempts 2" in past["message"]
 
         first = _permit(core, j, 1)
-        assert _submit(core, j, attempt("M", first, str(tmp_path / "1")),
-                       first)["type"] == "job_started"
+        assert (
+            _submit(core, j, attempt("M", first, str(tmp_path / "1")), first)["type"]
+            == "job_started"
+        )
         core.until(lambda m: m["type"] == "job_completed")
         repeated = core.ask({"type": "request_permit", "job": j, "attempt": 1})
         assert (repeated["reason"], repeated["final"]) == ("ATTEMPT_REPEATED", True)
         second = _permit(core, j, 2)
-        assert _submit(core, j, attempt("M", second, str(tmp_path / "2")),
-                       second)["type"] == "job_started"
+        assert (
+            _submit(core, j, attempt("M", second, str(tmp_path / "2")), second)["type"]
+            == "job_started"
+        )
         core.until(lambda m: m["type"] == "job_completed")
         third = core.ask({"type": "request_permit", "job": j, "attempt": 3})
         assert third["reason"] == "MAX_ATTEMPTS"
@@ -115,13 +118,17 @@ def test_attempts_past_the_maximum_are_refused_whatever_index_is_asked(
         core.seen.append(core.until(lambda m: m["type"] == "event"))  # the last refusal's
         refusals = [m["event"] for m in core.seen if m["type"] == "event"]
         assert [e["reason"] for e in refusals if e["kind"] == "rejection"] == [
-            "MAX_ATTEMPTS", "ATTEMPT_REPEATED", "MAX_ATTEMPTS"]
+            "MAX_ATTEMPTS",
+            "ATTEMPT_REPEATED",
+            "MAX_ATTEMPTS",
+        ]
     finally:
         assert core.close() == 0
 
 
-def test_an_unused_permit_lapses_frees_its_slot_and_starts_nothing(corral: Corral,
-                                                                   tmp_path: Path) -> None:
+def test_an_unused_permit_lapses_frees_its_slot_and_starts_nothing(
+    corral: Corral, tmp_path: Path
+) -> None:
     core = CoreProcess(corral)
     try:
         assert core.recv()["type"] == "hello"
@@ -132,8 +139,9 @@ def test_an_unused_permit_lapses_frees_its_slot_and_starts_nothing(corral: Corra
         full = core.ask({"type": "request_permit", "job": waiting, "attempt": 1})
         assert (full["reason"], full["saturated"]["roles"]) == ("BUDGET_EXHAUSTED", ["serial"])
 
-        lapsed = core.until(lambda m: m["type"] == "event" and m["event"]["kind"] == "permit",
-                            timeout=10)
+        lapsed = core.until(
+            lambda m: m["type"] == "event" and m["event"]["kind"] == "permit", timeout=10
+        )
         assert lapsed["event"]["state"] == "expired"
         assert lapsed["event"]["data"]["permit_id"] == permit["id"]
         assert lapsed["saturated"]["roles"] == [], "its slot is free again"
@@ -148,7 +156,8 @@ def test_an_unused_permit_lapses_frees_its_slot_and_starts_nothing(corral: Corra
 
 
 def test_blank_lines_are_ignored_and_cost_is_reported_for_known_jobs_only(
-        corral: Corral, tmp_path: Path) -> None:
+    corral: Corral, tmp_path: Path
+) -> None:
     core = CoreProcess(corral)
     try:
         assert core.recv()["type"] == "hello"

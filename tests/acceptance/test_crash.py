@@ -16,11 +16,11 @@ def _lines(path: Path) -> list[str]:
 
 
 def test_engine_sigkill_keeps_agents_running_and_recovers_exactly_once(
-        corral: Corral, tmp_path: Path) -> None:
+    corral: Corral, tmp_path: Path
+) -> None:
     runs = tmp_path / "runs"
     started = tmp_path / "started"
-    script = (f'echo "$CORRAL_JOB_ID $$" >> {started}; sleep 1.5; '
-              f'echo "$CORRAL_JOB_ID" >> {runs}')
+    script = f'echo "$CORRAL_JOB_ID $$" >> {started}; sleep 1.5; echo "$CORRAL_JOB_ID" >> {runs}'
     ids = [corral.submit("sh", "-c", script) for _ in range(6)]
     engine = corral.serve()
     eventually(lambda: len(_lines(started)) >= 8, what="four attempts running")
@@ -40,7 +40,8 @@ def test_engine_sigkill_keeps_agents_running_and_recovers_exactly_once(
 
 
 def test_a_process_that_died_during_the_outage_is_lost_and_retried(
-        corral: Corral, tmp_path: Path) -> None:
+    corral: Corral, tmp_path: Path
+) -> None:
     marker = tmp_path / "second-try"
     script = f"if [ -e {marker} ]; then exit 0; fi; touch {marker}; sleep 60"
     job_id = corral.submit("sh", "-c", script)
@@ -64,8 +65,12 @@ def test_a_process_that_died_during_the_outage_is_lost_and_retried(
 
 def test_a_job_that_finished_during_the_outage_is_collected(corral: Corral) -> None:
     go = corral.work / "go"  # the job ends only once the engine is down
-    job_id = corral.submit("sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 7",
-                           opts=("--max-attempts", "1"))
+    job_id = corral.submit(
+        "sh",
+        "-c",
+        f"while [ ! -e {go} ]; do sleep 0.05; done; exit 7",
+        opts=("--max-attempts", "1"),
+    )
     engine = corral.serve()
     assert corral.wait(job_id, until="running") == 0
     engine.send_signal(signal.SIGKILL)

@@ -21,7 +21,8 @@ DEEP_ARRAY = b"[" * DEPTH + b"]" * DEPTH + b"\n"
 
 
 def test_the_core_answers_a_deeply_nested_line_with_an_error_and_keeps_serving(
-        corral: Corral, tmp_path: Path) -> None:
+    corral: Corral, tmp_path: Path
+) -> None:
     core = CoreProcess(corral)
     try:
         assert core.recv()["type"] == "hello"
@@ -52,7 +53,8 @@ def _raw(data_dir: Path, line: bytes) -> bytes:
 
 
 def test_the_engine_socket_answers_a_deeply_nested_line_and_keeps_running(
-        corral: Corral, tmp_path: Path) -> None:
+    corral: Corral, tmp_path: Path
+) -> None:
     runs = tmp_path / "runs"
     running = corral.submit("sh", "-c", RAN + "sleep 1", opts=("--setenv", f"RUNS={runs}"))
     engine = corral.serve()

@@ -32,8 +32,9 @@ def _config(nats: Broker | None, redis: Broker | None) -> str:
     if nats is not None:
         sinks.append(f"    - {{kind: nats, url: 'nats://127.0.0.1:{nats.port}', timeout_s: 1}}")
     if redis is not None:
-        sinks.append(f"    - {{kind: redis, url: 'redis://127.0.0.1:{redis.port}/0',"
-                     " timeout_s: 1}")
+        sinks.append(
+            f"    - {{kind: redis, url: 'redis://127.0.0.1:{redis.port}/0', timeout_s: 1}}"
+        )
     return CONFIG + "events:\n  poll_s: 0.1\n  sinks:\n" + "\n".join(sinks) + "\n"
 
 
@@ -80,7 +81,8 @@ def _all_on_jetstream(corral: Corral, nats: Broker) -> list[str] | None:
 
 
 def test_a_broker_outage_mid_run_loses_nothing_and_jetstream_holds_no_duplicate(
-        tmp_path: Path, brokers: tuple[Broker, Broker]) -> None:
+    tmp_path: Path, brokers: tuple[Broker, Broker]
+) -> None:
     nats, redis = brokers
     nats.start()
     redis.start()
@@ -99,12 +101,16 @@ def test_a_broker_outage_mid_run_loses_nothing_and_jetstream_holds_no_duplicate(
         assert [corral.job(i)["state"] for i in first + second] == ["SUCCEEDED"] * 12
         nats.start()
         redis.resume()
-        ids = eventually(lambda: _all_on_jetstream(corral, nats), timeout=60,
-                         what="every committed record on JetStream")
+        ids = eventually(
+            lambda: _all_on_jetstream(corral, nats),
+            timeout=60,
+            what="every committed record on JetStream",
+        )
         expected = committed(corral)
         twice = [i for i, n in Counter(ids).items() if n > 1]
         assert not twice, f"published twice on JetStream: {twice}"
         assert set(ids) == set(expected)
+
         def all_on_redis() -> list[tuple[str, str, dict[str, object]]] | None:
             found = redis_entries(redis.port)
             return found if {i for _, i, _ in found} >= set(expected) else None
@@ -112,8 +118,9 @@ def test_a_broker_outage_mid_run_loses_nothing_and_jetstream_holds_no_duplicate(
         entries = eventually(all_on_redis, timeout=60, what="every committed record on Redis")
         assert {i for _, i, _ in entries} == set(expected)
         assert all(expected[i] == key for key, i, _ in entries), "stream key = subject"
-        states = {body.get("to_state") for key, _, body in entries
-                  if key.startswith("corral.jobs.")}
+        states = {
+            body.get("to_state") for key, _, body in entries if key.startswith("corral.jobs.")
+        }
         assert {"QUEUED", "STARTING", "RUNNING", "SUCCEEDED"} <= states
         status = corral.ok("status")
         assert "events" in status
@@ -122,7 +129,8 @@ def test_a_broker_outage_mid_run_loses_nothing_and_jetstream_holds_no_duplicate(
 
 
 def test_events_committed_before_an_engine_was_killed_are_published_by_the_next(
-        tmp_path: Path, brokers: tuple[Broker, Broker]) -> None:
+    tmp_path: Path, brokers: tuple[Broker, Broker]
+) -> None:
     nats, _ = brokers  # not started: the broker is down while the jobs finish
     corral = _make(tmp_path, _config(nats, None))
     try:
@@ -134,8 +142,11 @@ def test_events_committed_before_an_engine_was_killed_are_published_by_the_next(
         engine.wait()
         nats.start()
         corral.serve()
-        published = eventually(lambda: _all_on_jetstream(corral, nats), timeout=60,
-                               what="the dead engine's events on JetStream")
+        published = eventually(
+            lambda: _all_on_jetstream(corral, nats),
+            timeout=60,
+            what="the dead engine's events on JetStream",
+        )
         assert set(published) == set(committed(corral))
         assert len(published) == len(set(published))
         tailed = _tail(corral, len(published))
@@ -147,9 +158,14 @@ def test_events_committed_before_an_engine_was_killed_are_published_by_the_next(
 
 def _tail(corral: Corral, n: int) -> list[dict[str, Any]]:
     """The first `n` lines of `corral events tail --from-start --json`."""
-    proc = subprocess.Popen([CORRAL, "events", "tail", "--from-start", "--json"],
-                            env=corral.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [CORRAL, "events", "tail", "--from-start", "--json"],
+        env=corral.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         lines = []
@@ -167,13 +183,20 @@ def _tail(corral: Corral, n: int) -> list[dict[str, Any]]:
 
 
 def test_a_redis_sink_keeps_each_subject_in_its_stream_and_tail_follows_them(
-        tmp_path: Path, brokers: tuple[Broker, Broker]) -> None:
+    tmp_path: Path, brokers: tuple[Broker, Broker]
+) -> None:
     _, redis = brokers
     redis.start()
-    spec = SinkSpec(name="r", kind="redis", url=f"redis://127.0.0.1:{redis.port}/0",
-                    maxlen=100, timeout_s=1)
-    first = [record_event("job_events", {"seq": i, "job_id": "j", "kind": "submitted",
-                                         "to_state": "QUEUED", "data": "{}"}) for i in (1, 2)]
+    spec = SinkSpec(
+        name="r", kind="redis", url=f"redis://127.0.0.1:{redis.port}/0", maxlen=100, timeout_s=1
+    )
+    first = [
+        record_event(
+            "job_events",
+            {"seq": i, "job_id": "j", "kind": "submitted", "to_state": "QUEUED", "data": "{}"},
+        )
+        for i in (1, 2)
+    ]
     later = record_event("switch_events", {"seq": 1, "kind": "pause"})
 
     async def main() -> tuple[list[str], list[str]]:

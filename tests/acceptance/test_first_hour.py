@@ -25,8 +25,12 @@ def test_the_quickstarts_failing_jobs_leave_the_command_breaker_closed(corral: C
     c = corral
     c.serve()
     assert c.run("submit", "--wait", "--timeout", "1", "--", "sleep", "60").returncode == 124
-    failing = (["sh", "-c", "exit 3"], ["make", "report"], ["sh", "-c", "kill -9 $$"],
-               ["no-such-program-4f1c"])
+    failing = (
+        ["sh", "-c", "exit 3"],
+        ["make", "report"],
+        ["sh", "-c", "kill -9 $$"],
+        ["no-such-program-4f1c"],
+    )
     for argv in failing:  # each retried once (but the program that does not exist)
         assert c.run("submit", "--wait", "--max-attempts", "2", "--", *argv).returncode != 0
     hello = c.ok("submit", "--wait", "--json", "--", "echo", "hi")
@@ -35,8 +39,12 @@ def test_the_quickstarts_failing_jobs_leave_the_command_breaker_closed(corral: C
     assert all(b["state"] == "CLOSED" for b in _breakers(c)), _breakers(c)
     assert json.loads(c.ok("events", "--kind", "breaker", "--json")) == []
     assert json.loads(c.ok("escalations", "list", "--json")) == [], "no crash loop either"
-    faults = [e["data"].get("fault") for j in json.loads(c.ok("jobs", "--json"))
-              for e in c.job(j["id"])["timeline"] if e["kind"] == "attempt_ended"]
+    faults = [
+        e["data"].get("fault")
+        for j in json.loads(c.ok("jobs", "--json"))
+        for e in c.job(j["id"])["timeline"]
+        if e["kind"] == "attempt_ended"
+    ]
     assert sorted(faults, key=str) == [None] + ["job"] * 8, faults  # all the jobs' own
     verdicts = json.loads(c.ok("policy", "log", "--job", job, "--json"))
     # at submission, then once at dispatch: not once per dispatch round
@@ -73,7 +81,8 @@ def claude_mock(clis: None) -> Iterator[AnthropicMock]:
 
 
 def test_an_agent_that_cannot_authenticate_fails_at_once_with_the_clis_words(
-        tmp_path: Path, claude_mock: AnthropicMock) -> None:
+    tmp_path: Path, claude_mock: AnthropicMock
+) -> None:
     claude_mock.script[:] = [{"status": 401, "message": "invalid x-api-key", "loop": True}]
     c = Corral(tmp_path, claude_config(claude_mock.url, max_attempts=3))
     try:
@@ -86,34 +95,43 @@ def test_an_agent_that_cannot_authenticate_fails_at_once_with_the_clis_words(
         # Claude Code's own words for a refused key, not "exited with code 1"
         assert error.startswith("agent failed (api_error, HTTP 401): Invalid API key"), error
         assert info["attempts"][0]["error"] == error
-        assert [e["data"]["fault"] for e in info["timeline"]
-                if e["kind"] == "attempt_ended"] == ["config"]
+        assert [e["data"]["fault"] for e in info["timeline"] if e["kind"] == "attempt_ended"] == [
+            "config"
+        ]
         assert "agent failed (api_error, HTTP 401)" in c.ok("show", job)
-        report = eventually(lambda: c.json("report", job).get("summary"),
-                            what="the run report")
+        report = eventually(lambda: c.json("report", job).get("summary"), what="the run report")
         assert "Invalid API key" in report
     finally:
         c.stop_all()
 
 
 def test_a_failing_model_api_opens_the_agent_kinds_breaker(
-        tmp_path: Path, claude_mock: AnthropicMock) -> None:
+    tmp_path: Path, claude_mock: AnthropicMock
+) -> None:
     claude_mock.script[:] = [{"status": 529, "message": "overloaded", "loop": True}]
-    c = Corral(tmp_path, claude_config(
-        claude_mock.url, max_attempts=1,
-        extra="breakers: {min_calls: 2, consecutive_failures: 2, open_s: 300}\n"))
+    c = Corral(
+        tmp_path,
+        claude_config(
+            claude_mock.url,
+            max_attempts=1,
+            extra="breakers: {min_calls: 2, consecutive_failures: 2, open_s: 300}\n",
+        ),
+    )
     try:
         c.serve()
         for _ in range(2):
             job = c.ok("submit", "--role", "agent", "--prompt", "list the files").strip()
             assert c.wait(job, timeout=90) == 1
             assert "HTTP 529" in c.job(job)["last_error"]
-        breakers = eventually(lambda: [b for b in _breakers(c) if b["state"] == "OPEN"],
-                              what="the breaker to open")
+        breakers = eventually(
+            lambda: [b for b in _breakers(c) if b["state"] == "OPEN"], what="the breaker to open"
+        )
         assert [b["name"] for b in breakers] == ["worker:claude-code"]
         waiting = c.ok("submit", "--role", "agent", "--prompt", "list the files").strip()
-        rejected = eventually(lambda: [e for e in c.job(waiting)["timeline"]
-                                       if e["kind"] == "permit_rejected"], what="a refusal")
+        rejected = eventually(
+            lambda: [e for e in c.job(waiting)["timeline"] if e["kind"] == "permit_rejected"],
+            what="a refusal",
+        )
         assert rejected[0]["data"]["reason"] == "CIRCUIT_OPEN"
         assert c.job(waiting)["state"] == "QUEUED"
     finally:
@@ -140,8 +158,9 @@ def test_ids_are_short_whole_and_accepted_by_prefix_or_suffix(corral: Corral) ->
 def test_kill_switch_off_takes_a_short_id_and_says_which_switches_exist(corral: Corral) -> None:
     c = corral
     assert c.ok("kill-switch", "off").strip() == "no active kill switch: nothing to lift"
-    switch = c.json("kill-switch", "on", "--scope", "tenant", "--target", "acme",
-                    "--reason", "leak")
+    switch = c.json(
+        "kill-switch", "on", "--scope", "tenant", "--target", "acme", "--reason", "leak"
+    )
     r = c.run("kill-switch", "off")  # the global scope has none: not "lifted 0"
     assert r.returncode == 2, r.stderr
     assert f"active: {switch['id']} (tenant acme)" in r.stderr and "\n" not in r.stderr.strip()
@@ -160,8 +179,9 @@ def test_without_an_engine_submit_says_so_and_wait_fails_fast(corral: Corral) ->
     assert json.loads(c.ok("submit", "--json", "--", "echo", "hi"))["engine_serving"] is False
     assert c.run("submit", "-q", "--", "echo", "hi").stderr == ""
     r = c.run("submit", "--wait", "--", "echo", "hi")
-    assert r.returncode == 7 and "no engine is serving" in r.stderr and \
-        "--no-engine-ok" in r.stderr, r.stderr
+    assert (
+        r.returncode == 7 and "no engine is serving" in r.stderr and "--no-engine-ok" in r.stderr
+    ), r.stderr
     r = c.run("wait", queued)
     assert r.returncode == 7 and r.stderr.count("\n") == 1
     r = c.run("wait", queued, "--no-engine-ok", "--timeout", "3")  # waits, and says why
@@ -172,8 +192,16 @@ def test_without_an_engine_submit_says_so_and_wait_fails_fast(corral: Corral) ->
 def test_wait_says_why_a_job_waits_and_follow_streams_its_output(corral: Corral) -> None:
     c = corral
     c.serve()
-    r = c.run("submit", "--follow", "--max-attempts", "1", "--", "sh", "-c",
-              "echo out; echo err >&2; exit 3")
+    r = c.run(
+        "submit",
+        "--follow",
+        "--max-attempts",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    )
     assert (r.returncode, r.stdout.splitlines()[1:], r.stderr) == (3, ["out"], "err\n")
     c.ok("pause", "--reason", "maintenance")
     job = c.submit("echo", "paused")
@@ -181,8 +209,7 @@ def test_wait_says_why_a_job_waits_and_follow_streams_its_output(corral: Corral)
     assert r.returncode == 124
     assert f"{job[-6:]} is QUEUED: paused (global: maintenance)" in r.stderr, r.stderr
     quiet = c.run("wait", job, "--timeout", "2", "-q")
-    assert (quiet.returncode, quiet.stderr) == (124, f"corral: {job} is still QUEUED after "
-                                                     "2.0s\n")
+    assert (quiet.returncode, quiet.stderr) == (124, f"corral: {job} is still QUEUED after 2.0s\n")
     c.ok("resume")
     done = c.run("wait", job, "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["state"] == "SUCCEEDED"
@@ -215,8 +242,10 @@ workers:
     c.config.write_text("roles: {default: {}}\n")  # this shell's file: no notebook role
     r = c.run("submit", "--wait", "--role", "notebook", "--", "echo", "hi")
     assert r.returncode == 0, r.stderr  # checked against the roles the engine runs
-    assert "is not the configuration the engine runs" in r.stderr and \
-        "`corral config show` prints it" in r.stderr, r.stderr
+    assert (
+        "is not the configuration the engine runs" in r.stderr
+        and "`corral config show` prints it" in r.stderr
+    ), r.stderr
     shown = c.json("config", "show")
     assert shown["active"] and shown["source"] == str(c.config) and not shown["local"]["same"]
     assert "notebook:" in shown["text"] and SECRET not in shown["text"]
@@ -231,9 +260,15 @@ workers:
 
 
 def test_serve_warns_per_worker_kind_whose_cli_cannot_authenticate(
-        corral: Corral, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
-                 "OPENAI_API_KEY", "CODEX_API_KEY"):
+    corral: Corral, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in (
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "OPENAI_API_KEY",
+        "CODEX_API_KEY",
+    ):
         monkeypatch.delenv(name, raising=False)
     c = corral
     c.config.write_text(f"""roles:
@@ -247,10 +282,11 @@ workers:
   opencode: {{binary: /nonexistent/opencode}}
 """)
     c.serve()
-    log = eventually(lambda: "opencode" in c.engine_log() and c.engine_log(),
-                     what="the warnings")
+    log = eventually(lambda: "opencode" in c.engine_log() and c.engine_log(), what="the warnings")
     lines = [x for x in log.splitlines() if "WARNING" in x and ": its CLI " in x]
     assert len(lines) == 2, lines  # codex has its key
-    assert "worker claude-code: its CLI cannot authenticate: none of ANTHROPIC_API_KEY" in \
-        lines[0] and "not retried" in lines[0]
+    assert (
+        "worker claude-code: its CLI cannot authenticate: none of ANTHROPIC_API_KEY" in lines[0]
+        and "not retried" in lines[0]
+    )
     assert "worker opencode: its CLI '/nonexistent/opencode' is not found" in lines[1]

@@ -27,8 +27,10 @@ def test_every_terminal_job_gets_one_report_and_its_incidents(corral: Corral) ->
         data = corral.json("report", job) if r.returncode == 0 else None
         return data if data and data.get("id") else None
 
-    reports = {job: eventually(lambda j=job: report(j), what=f"the report of {job}")
-               for job in (ok, flaky, queued)}
+    reports = {
+        job: eventually(lambda j=job: report(j), what=f"the report of {job}")
+        for job in (ok, flaky, queued)
+    }
     assert reports[ok]["outcome"] == "success" and reports[ok]["attempts"] == 1
     assert reports[flaky]["outcome"] == "dead_lettered" and reports[flaky]["attempts"] == 2
     assert reports[queued]["outcome"] == "failed"
@@ -47,8 +49,10 @@ def test_a_cancel_is_reported_cancelled_never_killed(corral: Corral) -> None:
     assert corral.wait(job, until="running") == 0
     corral.ok("cancel", job)
     corral.wait(job)
-    data = eventually(lambda: corral.run("report", job).returncode == 0
-                      and corral.json("report", job), what="the report")
+    data = eventually(
+        lambda: corral.run("report", job).returncode == 0 and corral.json("report", job),
+        what="the report",
+    )
     assert data["outcome"] == "cancelled"
     assert not any(i["type"] == "kill_switch_activated" for i in data["incidents"])
 
@@ -66,7 +70,8 @@ def test_records_are_append_only_and_tampering_is_found(corral: Corral) -> None:
     # Someone with the file drops the guard, edits a report and puts the guard back.
     [(name, guard)] = db.execute(
         "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'run_reports'"
-        " AND sql LIKE '%UPDATE%'").fetchall()
+        " AND sql LIKE '%UPDATE%'"
+    ).fetchall()
     db.execute(f"DROP TRIGGER {name}")
     db.execute("UPDATE run_reports SET summary = 'all good, nothing to see'")
     db.execute(guard)
@@ -78,7 +83,8 @@ def test_records_are_append_only_and_tampering_is_found(corral: Corral) -> None:
 
 
 def test_kill_switch_stops_running_attempts_within_a_second_and_denies_new_runs(
-        corral: Corral) -> None:
+    corral: Corral,
+) -> None:
     corral.serve()
     running = [corral.submit("sleep", "60", opts=("--tenant", "acme")) for _ in range(2)]
     other = corral.submit("sleep", "60", opts=("--tenant", "globex"))
@@ -101,8 +107,12 @@ def test_kill_switch_stops_running_attempts_within_a_second_and_denies_new_runs(
     info = corral.job(late)
     assert info["state"] == "DENIED" and "kill_switch_active" in info["last_error"]
     assert switch["target"] == "acme" and switch["scope"] == "tenant"
-    report = eventually(lambda: corral.run("report", running[0]).returncode == 0
-                        and corral.json("report", running[0]), what="the report")
+    report = eventually(
+        lambda: (
+            corral.run("report", running[0]).returncode == 0 and corral.json("report", running[0])
+        ),
+        what="the report",
+    )
     assert report["outcome"] == "killed"
     assert "kill_switch_activated" in {i["type"] for i in report["incidents"]}
     corral.ok("kill-switch", "off", "--scope", "tenant", "--target", "acme")
@@ -118,16 +128,23 @@ def test_pause_holds_new_runs_and_lets_running_ones_finish(corral: Corral) -> No
     corral.ok("pause", "--reason", "maintenance")
     waiting = corral.submit("true")
     assert corral.wait(running, timeout=10) == 0  # finished normally
-    eventually(lambda: _held_at_dispatch(corral, waiting), timeout=10,
-               what="a dispatch round to hold the new job")
+    eventually(
+        lambda: _held_at_dispatch(corral, waiting),
+        timeout=10,
+        what="a dispatch round to hold the new job",
+    )
     assert corral.job(waiting)["state"] == "QUEUED"
     corral.ok("resume")
     assert corral.wait(waiting, timeout=10) == 0
-    verdicts = [(e["verdict"], e["reason"]) for e in corral.json("trace", waiting)[
-        "policy_evaluations"]]
+    verdicts = [
+        (e["verdict"], e["reason"]) for e in corral.json("trace", waiting)["policy_evaluations"]
+    ]
     # at submit, then at each dispatch round that saw a change
-    assert verdicts == [("pause", "runner_paused"), ("pause", "runner_paused"),
-                        ("allow", "allowed")]
+    assert verdicts == [
+        ("pause", "runner_paused"),
+        ("pause", "runner_paused"),
+        ("allow", "allowed"),
+    ]
 
 
 GATED = """
@@ -231,8 +248,11 @@ def test_a_role_whose_incident_rate_crosses_the_threshold_is_paused(tmp_path: Pa
         held = c.submit("true", opts=("--role", "flaky"))
         other = c.submit("true")
         assert c.wait(other, timeout=20) == 0  # other roles go on
-        eventually(lambda: _held_at_dispatch(c, held), timeout=10,
-                   what="a dispatch round to hold the role's job")
+        eventually(
+            lambda: _held_at_dispatch(c, held),
+            timeout=10,
+            what="a dispatch round to hold the role's job",
+        )
         assert c.job(held)["state"] == "QUEUED"
         c.ok("resume", "--scope", "role", "--target", "flaky")
         assert c.wait(held, timeout=20) == 0
@@ -244,8 +264,9 @@ def _held_at_dispatch(c: Corral, job: str) -> bool:
     """The job was held by a pause both at submit and again by a dispatch round."""
     db = sqlite3.connect(c.data / "corral.db")
     try:
-        [held] = db.execute("SELECT COUNT(*) FROM policy_evaluations WHERE job_id = ?"
-                            " AND verdict = 'pause'", (job,)).fetchone()
+        [held] = db.execute(
+            "SELECT COUNT(*) FROM policy_evaluations WHERE job_id = ? AND verdict = 'pause'", (job,)
+        ).fetchone()
     finally:
         db.close()
     return int(held) >= 2
@@ -254,8 +275,9 @@ def _held_at_dispatch(c: Corral, job: str) -> bool:
 def _paused(c: Corral, role: str) -> bool:
     db = sqlite3.connect(c.data / "corral.db")
     try:
-        rows = db.execute("SELECT target, actor FROM switch_events WHERE kind = 'pause'"
-                          " AND action = 'activate'").fetchall()
+        rows = db.execute(
+            "SELECT target, actor FROM switch_events WHERE kind = 'pause' AND action = 'activate'"
+        ).fetchall()
     finally:
         db.close()
     return (role, "corral-oversight") in rows

@@ -18,7 +18,9 @@ from tests.acceptance.conftest import Corral
 
 ROOT = Path(__file__).resolve().parents[2]
 # The shipped roles, and a reader like the one the guardrail classes were found with
-CONFIG = (ROOT / "examples" / "corral.yaml").read_text() + """
+CONFIG = (
+    (ROOT / "examples" / "corral.yaml").read_text()
+    + """
   reader:
     worker: claude-code
     tools: ["Bash(kubectl get *)", "Bash(kubectl describe *)", "Bash(ray job submit *)",
@@ -29,6 +31,7 @@ CONFIG = (ROOT / "examples" / "corral.yaml").read_text() + """
             "Bash(python *)"]
 guardrails: etl-guardrails.yaml
 """
+)
 ETL_RULES = """
 roles:
   etl:
@@ -61,27 +64,77 @@ def verdict_of(corral: Corral, *args: str) -> tuple[int, dict[str, Any]]:
     return r.returncode, json.loads(r.stdout)
 
 
-@pytest.mark.parametrize(("args", "code", "verdict", "reason", "rule"), [
-    (("--role", "notebook", "--", "kubectl delete pod trainer-0"), 1, "deny",
-     "destructive_on_running_jobs", "no-delete-running-jobs"),
-    (("--role", "notebook", "--", "kubectl scale deploy web --replicas=4"), 8,
-     "require_approval", "cluster_scaling", "scaling-needs-approval"),
-    (("--role", "cluster", "--", "helm uninstall web --force"), 8, "require_approval",
-     "helm_uninstall", "helm-uninstall-needs-approval"),
-    (("--role", "lakehouse", "--", "duckdb lake.duckdb -c 'DROP TABLE prod.sales'"), 1, "deny",
-     "sql_destructive_protected", "protect-prod-duckdb"),
-    (("--role", "lakehouse", "--sql", "DELETE FROM prod.sales WHERE id = 7"), 8,
-     "require_approval", "sql_delete_protected", "protect-prod-duckdb"),
-    (("--role", "lakehouse", "--sql", "WITH d AS (DELETE FROM prod.s RETURNING *) SELECT 1",
-      "--dialect", "postgres"), 1, "deny", "sql_destructive_protected", "protect-prod-duckdb"),
-    (("--role", "notebook", "--", "kubectl get pods && ray job status x"), 0, "allow",
-     "allowed", "kubectl-reads"),
-    (("--role", "notebook", "--", "echo $(kubectl delete pod x)"), 1, "deny", "out_of_scope",
-     None),
-])
-def test_verdict_reason_rule_and_exit_status(corral: Corral, args: tuple[str, ...], code: int,
-                                             verdict: str, reason: str,
-                                             rule: str | None) -> None:
+@pytest.mark.parametrize(
+    ("args", "code", "verdict", "reason", "rule"),
+    [
+        (
+            ("--role", "notebook", "--", "kubectl delete pod trainer-0"),
+            1,
+            "deny",
+            "destructive_on_running_jobs",
+            "no-delete-running-jobs",
+        ),
+        (
+            ("--role", "notebook", "--", "kubectl scale deploy web --replicas=4"),
+            8,
+            "require_approval",
+            "cluster_scaling",
+            "scaling-needs-approval",
+        ),
+        (
+            ("--role", "cluster", "--", "helm uninstall web --force"),
+            8,
+            "require_approval",
+            "helm_uninstall",
+            "helm-uninstall-needs-approval",
+        ),
+        (
+            ("--role", "lakehouse", "--", "duckdb lake.duckdb -c 'DROP TABLE prod.sales'"),
+            1,
+            "deny",
+            "sql_destructive_protected",
+            "protect-prod-duckdb",
+        ),
+        (
+            ("--role", "lakehouse", "--sql", "DELETE FROM prod.sales WHERE id = 7"),
+            8,
+            "require_approval",
+            "sql_delete_protected",
+            "protect-prod-duckdb",
+        ),
+        (
+            (
+                "--role",
+                "lakehouse",
+                "--sql",
+                "WITH d AS (DELETE FROM prod.s RETURNING *) SELECT 1",
+                "--dialect",
+                "postgres",
+            ),
+            1,
+            "deny",
+            "sql_destructive_protected",
+            "protect-prod-duckdb",
+        ),
+        (
+            ("--role", "notebook", "--", "kubectl get pods && ray job status x"),
+            0,
+            "allow",
+            "allowed",
+            "kubectl-reads",
+        ),
+        (
+            ("--role", "notebook", "--", "echo $(kubectl delete pod x)"),
+            1,
+            "deny",
+            "out_of_scope",
+            None,
+        ),
+    ],
+)
+def test_verdict_reason_rule_and_exit_status(
+    corral: Corral, args: tuple[str, ...], code: int, verdict: str, reason: str, rule: str | None
+) -> None:
     r = check(corral, "--json", *args)
     assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
     out = json.loads(r.stdout)
@@ -111,35 +164,73 @@ CLASSES = [
     ("reader", ("--", "kubectl get po*"), 1, "scope", "into file names"),
     ("reader", ("--", "kubectl get pods\uff1b rm -rf /"), 1, "scope", "FULLWIDTH SEMICOLON"),
     # commands that run commands, and code installed on a cluster
-    ("reader", ("--", "ray job submit -- 'ray job status x; rm -rf /'"), 1, "scope",
-     "`rm -rf /` is outside"),
-    ("etl", ("--", "ray job submit --runtime-env-json '{\"pip\": [\"x\"]}' -- "
-             "python t.py"), 8, "guardrail", "installs or fetches code"),
-    ("notebook", ("--", "kubectl exec web-0 -- cat /etc/shadow"), 1, "scope",
-     "`cat /etc/shadow` is outside"),
+    (
+        "reader",
+        ("--", "ray job submit -- 'ray job status x; rm -rf /'"),
+        1,
+        "scope",
+        "`rm -rf /` is outside",
+    ),
+    (
+        "etl",
+        ("--", 'ray job submit --runtime-env-json \'{"pip": ["x"]}\' -- python t.py'),
+        8,
+        "guardrail",
+        "installs or fetches code",
+    ),
+    (
+        "notebook",
+        ("--", "kubectl exec web-0 -- cat /etc/shadow"),
+        1,
+        "scope",
+        "`cat /etc/shadow` is outside",
+    ),
     # sensitive reads through an allowed verb
     ("reader", ("--", "kubectl get secret db -o yaml"), 1, "guardrail", "secrets"),
     # the shell that runs it: under dash `&>` is `&` then `>`
-    ("reader", ("--shell", "sh", "--", "kubectl get pods &>/dev/null touch M"), 1, "scope",
-     "runs under sh"),
+    (
+        "reader",
+        ("--shell", "sh", "--", "kubectl get pods &>/dev/null touch M"),
+        1,
+        "scope",
+        "runs under sh",
+    ),
     # file tools: paths resolved in the workspace
-    ("reader", ("--tool", "Read", "--input", '{"file_path": "etc/passwd"}'), 1, "scope",
-     "/etc/passwd"),
-    ("reader", ("--tool", "apply_patch", "--input",
-                '{"command": "*** Begin Patch\\n*** Add File: ../x\\n+x\\n*** End Patch"}'),
-     1, "scope", "write scope"),
+    (
+        "reader",
+        ("--tool", "Read", "--input", '{"file_path": "etc/passwd"}'),
+        1,
+        "scope",
+        "/etc/passwd",
+    ),
+    (
+        "reader",
+        (
+            "--tool",
+            "apply_patch",
+            "--input",
+            '{"command": "*** Begin Patch\\n*** Add File: ../x\\n+x\\n*** End Patch"}',
+        ),
+        1,
+        "scope",
+        "write scope",
+    ),
     # SQL: read-only role, search path
-    ("etl", ("--shell", "sh", "--", "psql -c 'DELETE FROM users WHERE id = 1'"), 1, "guardrail",
-     "read-only"),
-    ("etl", ("--", "psql -c 'SELECT pg_terminate_backend(7)'"), 1, "guardrail",
-     "administrative"),
+    (
+        "etl",
+        ("--shell", "sh", "--", "psql -c 'DELETE FROM users WHERE id = 1'"),
+        1,
+        "guardrail",
+        "read-only",
+    ),
+    ("etl", ("--", "psql -c 'SELECT pg_terminate_backend(7)'"), 1, "guardrail", "administrative"),
 ]
 
 
 @pytest.mark.parametrize(("role", "args", "code", "by", "fragment"), CLASSES)
-def test_each_class_is_decided_like_the_engine(corral: Corral, role: str,
-                                               args: tuple[str, ...], code: int, by: str,
-                                               fragment: str) -> None:
+def test_each_class_is_decided_like_the_engine(
+    corral: Corral, role: str, args: tuple[str, ...], code: int, by: str, fragment: str
+) -> None:
     args = tuple(a.encode().decode("unicode_escape") if "\\u" in a else a for a in args)
     got, out = verdict_of(corral, "--role", role, "--cwd", str(corral.work), *args)
     assert (got, out["decided_by"]) == (code, by), out
@@ -150,8 +241,9 @@ def test_human_output_names_rule_command_and_approval(corral: Corral) -> None:
     r = check(corral, "--role", "cluster", "--", "helm uninstall web -n ml --force")
     assert r.returncode == 8, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == ("require_approval  reason=helm_uninstall  "
-                        "rule=helm-uninstall-needs-approval  by=guardrail")
+    assert lines[0] == (
+        "require_approval  reason=helm_uninstall  rule=helm-uninstall-needs-approval  by=guardrail"
+    )
     assert "  about:   helm uninstall web -n ml --force" in lines
     assert "  approve: helm uninstall web -n ml --force" in lines
     assert any("`--force` is not consent" in line for line in lines)
@@ -189,17 +281,43 @@ roles:
       verdict: deny
       reason: no_copy
 """)
-    r = check(corral, "--json", "--role", "notebook", "--rules", str(rules), "--",
-              "kubectl delete configmap old")
+    r = check(
+        corral,
+        "--json",
+        "--role",
+        "notebook",
+        "--rules",
+        str(rules),
+        "--",
+        "kubectl delete configmap old",
+    )
     assert (r.returncode, json.loads(r.stdout)["rule_id"]) == (0, "cleanup-configmaps")
-    r = check(corral, "--json", "--role", "notebook", "--rules", str(rules), "--",
-              "kubectl cp web-0:/data ./data")
+    r = check(
+        corral,
+        "--json",
+        "--role",
+        "notebook",
+        "--rules",
+        str(rules),
+        "--",
+        "kubectl cp web-0:/data ./data",
+    )
     assert (r.returncode, json.loads(r.stdout)["reason"]) == (1, "no_copy")
-    r = check(corral, "--json", "--role", "notebook", "--rules", str(rules), "--",
-              "kubectl delete pod x")  # the defaults still apply
+    r = check(
+        corral, "--json", "--role", "notebook", "--rules", str(rules), "--", "kubectl delete pod x"
+    )  # the defaults still apply
     assert (r.returncode, json.loads(r.stdout)["rule_id"]) == (1, "no-delete-running-jobs")
-    r = check(corral, "--json", "--role", "notebook", "--rules", str(rules), "--no-defaults",
-              "--", "kubectl delete pod x")
+    r = check(
+        corral,
+        "--json",
+        "--role",
+        "notebook",
+        "--rules",
+        str(rules),
+        "--no-defaults",
+        "--",
+        "kubectl delete pod x",
+    )
     assert (r.returncode, json.loads(r.stdout)["rule_id"]) == (0, None)
 
 
@@ -213,36 +331,64 @@ def _one_line_error(r: subprocess.CompletedProcess[str], code: int, *needles: st
         assert needle in lines[0], lines[0]
 
 
-@pytest.mark.parametrize(("text", "needles"), [
-    ("roles:\n  notebook: [1\n", ("guardrails: malformed YAML at line",)),
-    ("roles:\n  notebook:\n    - {id: x, when: {command: 'kubectl *'}, verdict: block, "
-     "reason: r}\n", ("guardrails: roles.notebook[0].verdict: 'block' is not allow",)),
-    ("roles:\n  notebook:\n    - {id: x, when: {command: 'helm uninstall *', option: [--force]},"
-     " verdict: allow, reason: forced}\n", ("roles.notebook[0]: an allow rule cannot depend on "
-                                            "'--force'",)),
-])
-def test_invalid_rules_file_is_one_line(corral: Corral, tmp_path: Path, text: str,
-                                        needles: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        ("roles:\n  notebook: [1\n", ("guardrails: malformed YAML at line",)),
+        (
+            "roles:\n  notebook:\n    - {id: x, when: {command: 'kubectl *'}, verdict: block, "
+            "reason: r}\n",
+            ("guardrails: roles.notebook[0].verdict: 'block' is not allow",),
+        ),
+        (
+            "roles:\n  notebook:\n    - {id: x, when: {command: 'helm uninstall *', "
+            "option: [--force]},"
+            " verdict: allow, reason: forced}\n",
+            ("roles.notebook[0]: an allow rule cannot depend on '--force'",),
+        ),
+    ],
+)
+def test_invalid_rules_file_is_one_line(
+    corral: Corral, tmp_path: Path, text: str, needles: tuple[str, ...]
+) -> None:
     rules = tmp_path / "bad.yaml"
     rules.write_text(text)
-    _one_line_error(check(corral, "--role", "notebook", "--rules", str(rules), "--", "ls"), 2,
-                    *needles)
+    _one_line_error(
+        check(corral, "--role", "notebook", "--rules", str(rules), "--", "ls"), 2, *needles
+    )
 
 
 def test_bad_input_is_one_line(corral: Corral, tmp_path: Path) -> None:
     missing = tmp_path / "missing.yaml"
-    _one_line_error(check(corral, "--role", "x", "--rules", str(missing), "--", "ls"), 2,
-                    "guardrails: cannot read", "missing.yaml")
+    _one_line_error(
+        check(corral, "--role", "x", "--rules", str(missing), "--", "ls"),
+        2,
+        "guardrails: cannot read",
+        "missing.yaml",
+    )
     _one_line_error(check(corral, "--role", "nobody", "--", "ls"), 2, "unknown role 'nobody'")
     _one_line_error(check(corral, "--role", "reader"), 2, "nothing to check")
     _one_line_error(check(corral, "--role", "reader", "--tool", "Read"), 2, "needs --input")
-    _one_line_error(check(corral, "--role", "reader", "--tool", "Read", "--input", "[1]"), 2,
-                    "must be a JSON object")
-    _one_line_error(check(corral, "--role", "reader", "--shell", "zsh", "--", "ls"), 2,
-                    "--shell must be bash or sh")
-    _one_line_error(check(corral, "--role", "x", "--sql", "SELECT 1", "--", "ls"), 2,
-                    "either a call")
-    _one_line_error(check(corral, "--role", "x", "--sql", "SELECT 1", "--dialect", "klingon"),
-                    2, "unknown SQL dialect 'klingon'")
-    _one_line_error(check(corral, "--role", "x", "--stage", "later", "--", "ls"), 2,
-                    "--stage must be spawn or tool_call")
+    _one_line_error(
+        check(corral, "--role", "reader", "--tool", "Read", "--input", "[1]"),
+        2,
+        "must be a JSON object",
+    )
+    _one_line_error(
+        check(corral, "--role", "reader", "--shell", "zsh", "--", "ls"),
+        2,
+        "--shell must be bash or sh",
+    )
+    _one_line_error(
+        check(corral, "--role", "x", "--sql", "SELECT 1", "--", "ls"), 2, "either a call"
+    )
+    _one_line_error(
+        check(corral, "--role", "x", "--sql", "SELECT 1", "--dialect", "klingon"),
+        2,
+        "unknown SQL dialect 'klingon'",
+    )
+    _one_line_error(
+        check(corral, "--role", "x", "--stage", "later", "--", "ls"),
+        2,
+        "--stage must be spawn or tool_call",
+    )

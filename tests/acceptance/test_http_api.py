@@ -19,12 +19,25 @@ from tests.helpers import eventually
 
 def live(c: Corral) -> tuple[str, str]:
     """An engine serving HTTP on a free loopback port, and an all-scopes token for `acme`."""
-    text = c.ok("token", "create", "--tenant", "acme", "--scopes",
-                "jobs:read,jobs:write,approve,govern", "--name", "acceptance").strip()
+    text = c.ok(
+        "token",
+        "create",
+        "--tenant",
+        "acme",
+        "--scopes",
+        "jobs:read,jobs:write,approve,govern",
+        "--name",
+        "acceptance",
+    ).strip()
     c.serve("--http", "127.0.0.1:0")
-    url = eventually(lambda: (m := re.search(r"HTTP API on (http://127\.0\.0\.1:\d+)",
-                                             c.engine_log())) and m.group(1),
-                     timeout=30, what="the engine to say where it serves HTTP")
+    url = eventually(
+        lambda: (
+            (m := re.search(r"HTTP API on (http://127\.0\.0\.1:\d+)", c.engine_log()))
+            and m.group(1)
+        ),
+        timeout=30,
+        what="the engine to say where it serves HTTP",
+    )
     return url, text
 
 
@@ -36,8 +49,11 @@ def test_submit_wait_logs_and_cancel_over_http(corral: Corral) -> None:
         assert httpx.get(f"{url}/api/v1/jobs").status_code == 401
         ready = httpx.get(f"{url}/readyz")
         assert ready.status_code == 200, ready.text
-        r = api.post("/api/v1/jobs", json={"command": ["sh", "-c", "echo hello-http"]},
-                     headers={"Idempotency-Key": "once"})
+        r = api.post(
+            "/api/v1/jobs",
+            json={"command": ["sh", "-c", "echo hello-http"]},
+            headers={"Idempotency-Key": "once"},
+        )
         assert r.status_code == 201, r.text
         job = r.json()["job"]
         assert job["tenant"] == "acme" and job["key"] == "once"
@@ -49,15 +65,19 @@ def test_submit_wait_logs_and_cancel_over_http(corral: Corral) -> None:
         assert follow.headers["content-type"].startswith("text/event-stream")
         assert "hello-http" in follow.text and "event: end" in follow.text
         admin = corral.ok("token", "create", "--tenant", "acme", "--scopes", "admin").strip()
-        status = httpx.get(f"{url}/api/v1/status", timeout=30,
-                           headers={"Authorization": f"Bearer {admin}"})  # the engine asks itself
+        status = httpx.get(
+            f"{url}/api/v1/status", timeout=30, headers={"Authorization": f"Bearer {admin}"}
+        )  # the engine asks itself
         assert status.status_code == 200 and "core" in status.json(), status.text
         shown = corral.job(job["id"])  # the CLI sees what HTTP submitted
         assert shown["state"] == "SUCCEEDED" and shown["tenant"] == "acme"
 
         long = api.post("/api/v1/jobs", json={"command": ["sleep", "60"]}).json()["job"]
-        eventually(lambda: api.get(f"/api/v1/jobs/{long['id']}").json()["state"] == "RUNNING",
-                   timeout=30, what="the long job to run")
+        eventually(
+            lambda: api.get(f"/api/v1/jobs/{long['id']}").json()["state"] == "RUNNING",
+            timeout=30,
+            what="the long job to run",
+        )
         cancelled = api.post(f"/api/v1/jobs/{long['id']}/cancel", json={"reason": "done"})
         assert cancelled.status_code == 200, cancelled.text
         assert cancelled.json()["cancel_requested"].startswith("done (by token:")
@@ -95,11 +115,30 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(corral: Corr
     url, token = live(corral)
     st = str(Path(sys.executable).with_name("schemathesis"))
     r = subprocess.run(
-        [st, "run", f"{url}/openapi.json", "-H", f"Authorization: Bearer {token}",
-         "--checks", "all", "--max-examples", "20", "--request-timeout", "40",
-         "--suppress-health-check", "all", "--no-color",
-         "--exclude-path-regex", "/(wait|logs)$",
-         "--exclude-checks", "positive_data_acceptance"],
-        capture_output=True, text=True, timeout=900, cwd=corral.work,
-        stdin=subprocess.DEVNULL)
+        [
+            st,
+            "run",
+            f"{url}/openapi.json",
+            "-H",
+            f"Authorization: Bearer {token}",
+            "--checks",
+            "all",
+            "--max-examples",
+            "20",
+            "--request-timeout",
+            "40",
+            "--suppress-health-check",
+            "all",
+            "--no-color",
+            "--exclude-path-regex",
+            "/(wait|logs)$",
+            "--exclude-checks",
+            "positive_data_acceptance",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=corral.work,
+        stdin=subprocess.DEVNULL,
+    )
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]

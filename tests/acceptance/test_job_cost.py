@@ -7,18 +7,24 @@ from pathlib import Path
 
 from tests.acceptance.conftest import CONFIG, Corral
 
-COSTLY = CONFIG.replace("roles:\n", """roles:
+COSTLY = (
+    CONFIG.replace(
+        "roles:\n",
+        """roles:
   costly:
     concurrency: 1
     limits: {max_attempts: 5}
     retry: {base_s: 0.05, cap_s: 0.1}
     retry_budget: {cost_usd: 1.0}
-""") + """\
+""",
+    )
+    + """\
 tenants:
   metered:
     cost_allowance_usd: 1.0
     period: daily
 """
+)
 
 SPEND = 'echo \'{"cost_usd": 0.6}\' > "$CORRAL_RESULT_FILE"'
 

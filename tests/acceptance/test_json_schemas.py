@@ -21,22 +21,58 @@ from tests.helpers import eventually
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "schemas"
 
-GATED = CONFIG.replace("environments:", """\
+GATED = CONFIG.replace(
+    "environments:",
+    """\
   gated:
     concurrency: 2
     requires_approval: true
-environments:""")
+environments:""",
+)
 
 # Every command that takes --json (groups spelled out), as `corral … --help` lists them
 COMMANDS_WITH_JSON = {
-    "submit", "jobs", "show", "trace", "cancel", "wait", "workspaces", "events", "events tail",
+    "submit",
+    "jobs",
+    "show",
+    "trace",
+    "cancel",
+    "wait",
+    "workspaces",
+    "events",
+    "events tail",
     "status",
-    "version", "report", "incidents", "runs", "pause", "resume", "dlq list", "dlq show",
-    "dlq requeue", "dlq purge", "audit verify", "kill-switch on", "kill-switch off",
-    "kill-switch status", "approvals list", "approvals approve", "approvals deny",
-    "budget set", "budget status", "dark-launch enable", "dark-launch disable",
-    "dark-launch status", "policy check", "policy log", "policy stats", "config show",
-    "breakers", "breakers reset", "escalations list", "escalations clear", "guard check",
+    "version",
+    "report",
+    "incidents",
+    "runs",
+    "pause",
+    "resume",
+    "dlq list",
+    "dlq show",
+    "dlq requeue",
+    "dlq purge",
+    "audit verify",
+    "kill-switch on",
+    "kill-switch off",
+    "kill-switch status",
+    "approvals list",
+    "approvals approve",
+    "approvals deny",
+    "budget set",
+    "budget status",
+    "dark-launch enable",
+    "dark-launch disable",
+    "dark-launch status",
+    "policy check",
+    "policy log",
+    "policy stats",
+    "config show",
+    "breakers",
+    "breakers reset",
+    "escalations list",
+    "escalations clear",
+    "guard check",
 }
 
 
@@ -88,8 +124,9 @@ def _jobs_and_queue(c: Corral) -> None:
     conforms("Version", c.json("version"))
     c.serve()
     done = conforms("Submitted", js(c, "submit", "--", "true"))["id"]
-    failed = [js(c, "submit", "--max-attempts", "1", "--", "sh", "-c", "exit 3")["id"]
-              for _ in range(2)]
+    failed = [
+        js(c, "submit", "--max-attempts", "1", "--", "sh", "-c", "exit 3")["id"] for _ in range(2)
+    ]
     conforms("Job", json.loads(c.run("wait", done, "--json").stdout))
     for job in failed:
         c.wait(job)
@@ -115,13 +152,14 @@ def _jobs_and_queue(c: Corral) -> None:
 
 
 def _governance(c: Corral) -> None:
-    switch = conforms("KillSwitch", c.json("kill-switch", "on", "--scope", "role", "--target",
-                                           "serial", "--reason", "test"))
+    switch = conforms(
+        "KillSwitch",
+        c.json("kill-switch", "on", "--scope", "role", "--target", "serial", "--reason", "test"),
+    )
     assert conforms("KillSwitch", c.json("kill-switch", "status"), many=True)
     assert conforms("KillSwitch", c.json("kill-switch", "off", switch["id"]), many=True)
     conforms("Pause", c.json("pause", "--scope", "role", "--target", "serial", "--reason", "t"))
-    assert conforms("Pause", c.json("resume", "--scope", "role", "--target", "serial"),
-                    many=True)
+    assert conforms("Pause", c.json("resume", "--scope", "role", "--target", "serial"), many=True)
     gated = [c.submit("true", opts=("--role", "gated")) for _ in range(2)]
     pending = conforms("Approval", c.json("approvals", "list"), many=True)
     by_job = {a["job_id"]: a["id"] for a in pending}
@@ -130,8 +168,21 @@ def _governance(c: Corral) -> None:
 
 
 def _policy_and_config(c: Corral) -> None:
-    conforms("BudgetSet", c.json("budget", "set", "--scope", "tenant", "--target", "default",
-                                 "--period", "daily", "--ceiling-usd", "10"))
+    conforms(
+        "BudgetSet",
+        c.json(
+            "budget",
+            "set",
+            "--scope",
+            "tenant",
+            "--target",
+            "default",
+            "--period",
+            "daily",
+            "--ceiling-usd",
+            "10",
+        ),
+    )
     assert conforms("Budget", c.json("budget", "status"), many=True)
     conforms("DarkLaunch", c.json("dark-launch", "enable", "nightly", "--percentage", "50"))
     conforms("DarkLaunch", c.json("dark-launch", "status", "nightly"))

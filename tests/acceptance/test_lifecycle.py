@@ -70,8 +70,7 @@ def test_deadline_stops_the_whole_tree_and_times_out(corral: Corral, tmp_path: P
     corral.serve()
     pids = tmp_path / "pids"
     script = f"sleep 60 & echo $! >> {pids}; setsid sleep 60 & echo $! >> {pids}; wait"
-    r = corral.run("submit", "--wait", "--timeout", "1", "--grace", "0.5", "--", "sh", "-c",
-                   script)
+    r = corral.run("submit", "--wait", "--timeout", "1", "--grace", "0.5", "--", "sh", "-c", script)
     assert r.returncode == 124
     job = corral.job(r.stdout.strip())
     assert job["state"] == "TIMED_OUT" and job["limit_hit"] == "max_duration_s"
@@ -82,19 +81,31 @@ def test_deadline_stops_the_whole_tree_and_times_out(corral: Corral, tmp_path: P
 
 def test_sigterm_ignoring_job_is_killed_after_the_grace(corral: Corral) -> None:
     corral.serve()
-    r = corral.run("submit", "--wait", "--timeout", "0.5", "--grace", "1", "--", "sh", "-c",
-                   "trap '' TERM; sleep 30")
+    r = corral.run(
+        "submit",
+        "--wait",
+        "--timeout",
+        "0.5",
+        "--grace",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; sleep 30",
+    )
     assert r.returncode == 124
     attempt = corral.job(r.stdout.strip())["attempts"][0]
     assert attempt["signal"] == 9 and attempt["state"] == "TIMED_OUT"
 
 
 def test_cancel_running_job_kills_children_and_setsid_grandchildren(
-        corral: Corral, tmp_path: Path) -> None:
+    corral: Corral, tmp_path: Path
+) -> None:
     corral.serve()
     pids = tmp_path / "pids"
-    script = (f"setsid sh -c 'sleep 60 & echo $! >> {pids}; wait' & "
-              f"sleep 60 & echo $! >> {pids}; wait")
+    script = (
+        f"setsid sh -c 'sleep 60 & echo $! >> {pids}; wait' & sleep 60 & echo $! >> {pids}; wait"
+    )
     job_id = corral.submit("sh", "-c", script)
     eventually(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="two children")
     children = [int(p) for p in pids.read_text().split()]
@@ -170,19 +181,28 @@ def test_100_mb_of_output_without_newlines_lands_whole_in_the_log(corral: Corral
     assert r.returncode == 0, r.stderr
     attempt = corral.job(r.stdout.strip())["attempts"][0]
     assert (Path(attempt["log_dir"]) / "stdout.log").stat().st_size == 104857600
-    engine_rss_kb = int(next(line.split()[1] for line in
-                             Path(f"/proc/{corral.engines[0].pid}/status").read_text().splitlines()
-                             if line.startswith("VmRSS:")))
+    engine_rss_kb = int(
+        next(
+            line.split()[1]
+            for line in Path(f"/proc/{corral.engines[0].pid}/status").read_text().splitlines()
+            if line.startswith("VmRSS:")
+        )
+    )
     assert engine_rss_kb < 200_000  # the output went to a file, never through the engine
 
 
 def test_jobs_that_submit_jobs_are_bounded_by_the_recursion_depth(
-        corral: Corral, tmp_path: Path) -> None:
-    corral.config.write_text(corral.config.read_text().replace(
-        "  serial:", "  chain:\n    concurrency: 4\n    max_recursion_depth: 3\n"
-        "    limits: {max_attempts: 1}\n  serial:"))
+    corral: Corral, tmp_path: Path
+) -> None:
+    corral.config.write_text(
+        corral.config.read_text().replace(
+            "  serial:",
+            "  chain:\n    concurrency: 4\n    max_recursion_depth: 3\n"
+            "    limits: {max_attempts: 1}\n  serial:",
+        )
+    )
     spawner = tmp_path / "spawn.sh"
-    spawner.write_text(f'#!/bin/sh\nexec {CORRAL} submit --role chain -- {spawner}\n')
+    spawner.write_text(f"#!/bin/sh\nexec {CORRAL} submit --role chain -- {spawner}\n")
     spawner.chmod(0o755)
     root = corral.submit(str(spawner), opts=("--role", "chain"))
     corral.drain()

@@ -22,8 +22,16 @@ BIN = Path(CLAUDE).parent
 PROVIDER_KEY = "sk-provider-real-7f3a9c2e51d04b8a"
 
 
-def config(kind: str, upstream: str, *, limits: str = "", provider_extra: str = "",
-           retries: int = 0, role_extra: str = "", top: str = "") -> str:
+def config(
+    kind: str,
+    upstream: str,
+    *,
+    limits: str = "",
+    provider_extra: str = "",
+    retries: int = 0,
+    role_extra: str = "",
+    top: str = "",
+) -> str:
     gateway = f'gateway: {{upstream: "{upstream}", key_env: PROVIDER_KEY}}'
     workers = {
         "claude-code": f"""
@@ -54,7 +62,8 @@ def config(kind: str, upstream: str, *, limits: str = "", provider_extra: str = 
     {gateway}
     config:
       permission: {{bash: allow, edit: allow}}
-"""}
+""",
+    }
     return f"""{top}
 scheduler:
   poll_interval_s: 0.2
@@ -74,8 +83,9 @@ def mock_for(kind: str) -> MockServer:
 
 
 @pytest.fixture
-def setup(request: pytest.FixtureRequest, tmp_path: Path,
-          clis: None) -> Iterator[tuple[str, Corral, MockServer]]:
+def setup(
+    request: pytest.FixtureRequest, tmp_path: Path, clis: None
+) -> Iterator[tuple[str, Corral, MockServer]]:
     kind = str(request.param)
     mock = mock_for(kind).start()
     c = Corral(tmp_path, config(kind, mock.url))
@@ -87,8 +97,9 @@ def setup(request: pytest.FixtureRequest, tmp_path: Path,
 
 
 def submit(c: Corral, *opts: str) -> str:
-    return c.ok("submit", "--role", "agent", "--prompt", "do the task", "--cwd", str(c.work),
-                *opts).strip()
+    return c.ok(
+        "submit", "--role", "agent", "--prompt", "do the task", "--cwd", str(c.work), *opts
+    ).strip()
 
 
 def agent_processes(job: str) -> list[tuple[int, bytes, bytes]]:
@@ -119,19 +130,28 @@ def files_holding(root: Path, needle: bytes) -> list[Path]:
 
 
 @pytest.mark.parametrize("setup", ["claude-code", "codex", "opencode"], indirect=True)
-def test_the_agent_never_holds_the_provider_key(
-        setup: tuple[str, Corral, MockServer]) -> None:
+def test_the_agent_never_holds_the_provider_key(setup: tuple[str, Corral, MockServer]) -> None:
     kind, c, mock = setup
     os.environ.pop("PROVIDER_KEY", None)
     looked = c.work.parent / "looked"  # the CLI waits on its first call until the test looked
-    mock.script[:] = [{"text": "Thinking.", "wait_for": str(looked),
-                       "tool_calls": [{"name": "Bash", "input": {"command": "touch made.txt"}}]},
-                      {"text": "Done: made a file."}]
+    mock.script[:] = [
+        {
+            "text": "Thinking.",
+            "wait_for": str(looked),
+            "tool_calls": [{"name": "Bash", "input": {"command": "touch made.txt"}}],
+        },
+        {"text": "Done: made a file."},
+    ]
     c.serve()
     job = submit(c)
-    procs = eventually(lambda: [p for p in agent_processes(job) if kind.split("-")[0].encode()
-                                in p[2]] and agent_processes(job),
-                       timeout=60, what="the agent CLI running")
+    procs = eventually(
+        lambda: (
+            [p for p in agent_processes(job) if kind.split("-")[0].encode() in p[2]]
+            and agent_processes(job)
+        ),
+        timeout=60,
+        what="the agent CLI running",
+    )
     eventually(lambda: mock.turn_requests, timeout=60, what="the first model call upstream")
     procs = agent_processes(job)
     assert procs
@@ -161,9 +181,11 @@ def token_refused(gateway: str, token: str) -> bool:
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(gateway + "/v1/responses", data=b'{"model": "gpt-5"}',
-                                 headers={"Authorization": f"Bearer {token}",
-                                          "Content-Type": "application/json"})
+    req = urllib.request.Request(
+        gateway + "/v1/responses",
+        data=b'{"model": "gpt-5"}',
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
     try:
         urllib.request.urlopen(req, timeout=10).read()
     except urllib.error.HTTPError as e:
@@ -173,19 +195,27 @@ def token_refused(gateway: str, token: str) -> bool:
 
 @pytest.mark.parametrize("setup", ["codex"], indirect=True)
 def test_a_codex_token_explosion_is_cut_by_the_gateway_at_the_output_budget(
-        setup: tuple[str, Corral, MockServer]) -> None:
+    setup: tuple[str, Corral, MockServer],
+) -> None:
     """Codex reports its usage only when its `exec` ends; the gateway counts the output deltas
     as they stream and cuts the call at the budget."""
     _, c, mock = setup
-    mock.script[:] = [{"text": "x" * 1000, "repeat": 5000,  # 5,000,000 chars streamed
-                       "usage": {"input_tokens": 100, "output_tokens": 1_250_000},
-                       "loop": True}]
+    mock.script[:] = [
+        {
+            "text": "x" * 1000,
+            "repeat": 5000,  # 5,000,000 chars streamed
+            "usage": {"input_tokens": 100, "output_tokens": 1_250_000},
+            "loop": True,
+        }
+    ]
     c.serve()
     job = submit(c, "--token-budget-out", "10000")
     c.wait(job, timeout=120)
     info = c.job(job)
     assert info["state"] == "FAILED" and info["limit_hit"] == "token_budget_out", (
-        info, c.engine_log()[-3000:])
+        info,
+        c.engine_log()[-3000:],
+    )
     event: dict[str, Any] = c.json("trace", job)["agent_events"][0]
     assert event["limit_hit"] == "token_budget_out"
     assert 10_000 < event["tokens_out"] < 50_000  # metered live, not 0 and not 1.25 M
@@ -198,15 +228,26 @@ def test_a_codex_token_explosion_is_cut_by_the_gateway_at_the_output_budget(
 
 @pytest.mark.parametrize("setup", ["codex"], indirect=True)
 def test_a_retried_identical_call_joins_the_one_in_flight(
-        setup: tuple[str, Corral, MockServer]) -> None:
+    setup: tuple[str, Corral, MockServer],
+) -> None:
     """The provider is slow; Codex gives up waiting and sends the same call again. The gateway
     does not call the provider twice: the retry gets the answer of the call in flight."""
     _, c, mock = setup
-    c.config.write_text(config("codex", mock.url, provider_extra=(
-        ", stream_idle_timeout_ms: 1000, stream_max_retries: 5")))
-    mock.script[:] = [{"text": "Slow but here.", "stall_s": 3.5,
-                       "tool_calls": [{"name": "Bash", "input": {"command": "touch once.txt"}}]},
-                      {"text": "Done."}]
+    c.config.write_text(
+        config(
+            "codex",
+            mock.url,
+            provider_extra=(", stream_idle_timeout_ms: 1000, stream_max_retries: 5"),
+        )
+    )
+    mock.script[:] = [
+        {
+            "text": "Slow but here.",
+            "stall_s": 3.5,
+            "tool_calls": [{"name": "Bash", "input": {"command": "touch once.txt"}}],
+        },
+        {"text": "Done."},
+    ]
     c.serve()
     job = submit(c)
     c.wait(job, timeout=120)
@@ -221,20 +262,29 @@ def test_a_retried_identical_call_joins_the_one_in_flight(
 
 @pytest.mark.parametrize("setup", ["codex"], indirect=True)
 def test_429s_open_the_models_breaker_and_the_role_falls_back(
-        setup: tuple[str, Corral, MockServer]) -> None:
+    setup: tuple[str, Corral, MockServer],
+) -> None:
     """The provider rate-limits the role's model: the gateway's breaker for the model opens,
     and the job's retry goes to the role's fallback model without asking for the first one."""
     _, c, mock = setup
-    text = config("codex", mock.url, role_extra="    fallback_models: [gpt-5.4-mini]\n",
-                  limits="").replace(
-        "key_env: PROVIDER_KEY}", "key_env: PROVIDER_KEY, breakers: {consecutive_failures: 1, "
-        "open_s: 600}}").replace("max_attempts: 1,", "max_attempts: 2,").replace(
-        "  agent:\n", "  agent:\n    retry: {base_s: 0.05, cap_s: 0.2}\n")
+    text = (
+        config("codex", mock.url, role_extra="    fallback_models: [gpt-5.4-mini]\n", limits="")
+        .replace(
+            "key_env: PROVIDER_KEY}",
+            "key_env: PROVIDER_KEY, breakers: {consecutive_failures: 1, open_s: 600}}",
+        )
+        .replace("max_attempts: 1,", "max_attempts: 2,")
+        .replace("  agent:\n", "  agent:\n    retry: {base_s: 0.05, cap_s: 0.2}\n")
+    )
     c.config.write_text(text)
-    mock.script[:] = [{"status": 429, "message": "Rate limit reached for gpt-5.5"},
-                      {"text": "On the fallback.",
-                       "tool_calls": [{"name": "Bash", "input": {"command": "touch fb.txt"}}]},
-                      {"text": "Done."}]
+    mock.script[:] = [
+        {"status": 429, "message": "Rate limit reached for gpt-5.5"},
+        {
+            "text": "On the fallback.",
+            "tool_calls": [{"name": "Bash", "input": {"command": "touch fb.txt"}}],
+        },
+        {"text": "Done."},
+    ]
     c.serve()
     job = submit(c)
     c.wait(job, timeout=120)

@@ -13,13 +13,16 @@ from tests.helpers import eventually
 
 
 def test_an_attempt_whose_shim_died_with_the_engine_is_stopped_before_it_is_retried(
-        corral: Corral, tmp_path: Path) -> None:
+    corral: Corral, tmp_path: Path
+) -> None:
     runs, first, overlap = tmp_path / "runs", tmp_path / "first.pid", tmp_path / "overlap"
     # Attempt 1 records its pid and runs on; attempt 2 notes whether attempt 1 still runs
     # (state in /proc, not `kill -0`: a zombie nobody reaped has ended).
-    body = (f'if [ -e {first} ]; then s=$(cut -d" " -f3 /proc/$(cat {first})/stat 2>/dev/null);'
-            f' if [ -n "$s" ] && [ "$s" != Z ]; then touch {overlap}; fi; exit 0; fi;'
-            f" echo $$ > {first}; sleep 120")
+    body = (
+        f'if [ -e {first} ]; then s=$(cut -d" " -f3 /proc/$(cat {first})/stat 2>/dev/null);'
+        f' if [ -n "$s" ] && [ "$s" != Z ]; then touch {overlap}; fi; exit 0; fi;'
+        f" echo $$ > {first}; sleep 120"
+    )
     job_id = corral.submit(*tracked(runs, body))
     engine = corral.serve()
     assert corral.wait(job_id, until="running") == 0

@@ -53,10 +53,12 @@ def collector() -> Iterator[_Collector]:
         server.server_close()
 
 
-def test_an_endpoint_gets_each_jobs_span_tree(corral: Corral, collector: _Collector,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT",
-                       f"http://127.0.0.1:{collector.server_address[1]}")
+def test_an_endpoint_gets_each_jobs_span_tree(
+    corral: Corral, collector: _Collector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.server_address[1]}"
+    )
     job = corral.submit("true")
     corral.drain()  # a draining engine flushes its spans before it exits
     spans = _spans(collector)
@@ -64,8 +66,9 @@ def test_an_endpoint_gets_each_jobs_span_tree(corral: Corral, collector: _Collec
     assert {s.trace_id.hex() for s in spans} == {trace_id_hex(job)}
 
 
-def test_a_collector_that_is_down_does_not_hold_the_engine(corral: Corral,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_collector_that_is_down_does_not_hold_the_engine(
+    corral: Corral, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with socket.socket() as s:  # a loopback port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -78,7 +81,8 @@ def test_a_collector_that_is_down_does_not_hold_the_engine(corral: Corral,
 
 
 def test_a_governed_agent_run_is_exported_with_its_tool_calls(
-        tmp_path: Path, collector: _Collector, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, collector: _Collector, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The real Claude Code CLI against the loopback model mock (tests/acceptance/
     test_agents.py): one invoke_agent span with an execute_tool child per call, the denied one
     carrying Corral's reason code."""
@@ -86,18 +90,26 @@ def test_a_governed_agent_run_is_exported_with_its_tool_calls(
     from tests.agentmock import AnthropicMock
 
     assert CLAUDE.exists(), "scripts/agent-clis installs the pinned CLIs"
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT",
-                       f"http://127.0.0.1:{collector.server_address[1]}")
-    mock = AnthropicMock([{"tool_calls": [bash("ls > listed.txt")]},
-                          {"tool_calls": [bash("ls && rm -f keep.txt")]},
-                          {"text": "Summary: listed; deleting was refused."}]).start()
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{collector.server_address[1]}"
+    )
+    mock = AnthropicMock(
+        [
+            {"tool_calls": [bash("ls > listed.txt")]},
+            {"tool_calls": [bash("ls && rm -f keep.txt")]},
+            {"text": "Summary: listed; deleting was refused."},
+        ]
+    ).start()
     c = Corral(tmp_path, agent_config(mock.url))
     try:
         c.serve()
         job = run_agent(c)
         assert c.job(job)["state"] == "SUCCEEDED"
-        eventually(lambda: len(_spans(collector)) >= 4, timeout=30,
-                   what="the agent job's spans at the collector")
+        eventually(
+            lambda: len(_spans(collector)) >= 4,
+            timeout=30,
+            what="the agent job's spans at the collector",
+        )
     finally:
         c.stop_all()
         mock.close()
@@ -111,8 +123,10 @@ def test_a_governed_agent_run_is_exported_with_its_tool_calls(
     assert attrs["corral.job.id"].string_value == job
     tools = [s for s in _spans(collector) if s.name == "execute_tool Bash"]
     assert len(tools) == 2 and all(t.parent_span_id == agent.span_id for t in tools)
-    codes = sorted(next((a.value.string_value for a in t.attributes if a.key == "error.type"), "")
-                   for t in tools)
+    codes = sorted(
+        next((a.value.string_value for a in t.attributes if a.key == "error.type"), "")
+        for t in tools
+    )
     assert codes == ["", "out_of_scope"]
 
 

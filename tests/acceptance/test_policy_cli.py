@@ -15,7 +15,9 @@ import pytest
 from tests.acceptance.conftest import CONFIG, Corral
 from tests.helpers import eventually
 
-METERED = CONFIG.replace("environments:", """\
+METERED = CONFIG.replace(
+    "environments:",
+    """\
   metered:
     concurrency: 4
     cost_estimate_usd: 0.4
@@ -23,7 +25,8 @@ METERED = CONFIG.replace("environments:", """\
     requires_approval: true
 tenants:
   acme: {max_parallel_runs: 1}
-environments:""")
+environments:""",
+)
 
 
 @pytest.fixture
@@ -54,24 +57,63 @@ def check(corral: Corral, *args: str) -> tuple[int, dict[str, Any]]:
 
 
 def test_budget_set_latest_wins_and_status_shows_the_period(corral: Corral) -> None:
-    out = corral.ok("budget", "set", "--scope", "tenant", "--target", "acme", "--period",
-                    "daily", "--ceiling-usd", "5")
+    out = corral.ok(
+        "budget",
+        "set",
+        "--scope",
+        "tenant",
+        "--target",
+        "acme",
+        "--period",
+        "daily",
+        "--ceiling-usd",
+        "5",
+    )
     assert "tenant acme" in out and "$5.00 daily" in out
-    again = corral.json("budget", "set", "--scope", "tenant", "--target", "acme", "--period",
-                        "monthly", "--ceiling-usd", "7.5")
-    assert again["previous"] == {"scope": "tenant", "target": "acme", "period": "daily",
-                                 "ceiling_usd": 5.0}
-    corral.ok("budget", "set", "--scope", "role", "--target", "default", "--period",
-              "rolling_30d", "--ceiling-usd", "2")
+    again = corral.json(
+        "budget",
+        "set",
+        "--scope",
+        "tenant",
+        "--target",
+        "acme",
+        "--period",
+        "monthly",
+        "--ceiling-usd",
+        "7.5",
+    )
+    assert again["previous"] == {
+        "scope": "tenant",
+        "target": "acme",
+        "period": "daily",
+        "ceiling_usd": 5.0,
+    }
+    corral.ok(
+        "budget",
+        "set",
+        "--scope",
+        "role",
+        "--target",
+        "default",
+        "--period",
+        "rolling_30d",
+        "--ceiling-usd",
+        "2",
+    )
     rows = corral.json("budget", "status")
     assert [(r["scope"], r["target"], r["period"], r["ceiling_usd"]) for r in rows] == [
-        ("role", "default", "rolling_30d", 2.0), ("tenant", "acme", "monthly", 7.5)]
+        ("role", "default", "rolling_30d", 2.0),
+        ("tenant", "acme", "monthly", 7.5),
+    ]
     tenant = rows[1]
     start = dt.datetime.fromisoformat(tenant["period_start"])
     assert (start.day, start.hour, start.minute, start.utcoffset()) == (
-        1, 0, 0, dt.timedelta(0))  # the first of the month, midnight UTC
-    assert (tenant["spent_usd"], tenant["reserved_usd"], tenant["headroom_usd"]) == (
-        0.0, 0.0, 7.5)
+        1,
+        0,
+        0,
+        dt.timedelta(0),
+    )  # the first of the month, midnight UTC
+    assert (tenant["spent_usd"], tenant["reserved_usd"], tenant["headroom_usd"]) == (0.0, 0.0, 7.5)
     assert tenant["resets_at"] is not None and rows[0]["resets_at"] is None
     only = corral.json("budget", "status", "--scope", "role")
     assert [r["target"] for r in only] == ["default"]
@@ -83,20 +125,59 @@ def test_budget_set_latest_wins_and_status_shows_the_period(corral: Corral) -> N
 def test_budget_bad_input_is_one_line(corral: Corral) -> None:
     base = ("budget", "set", "--target", "acme", "--period", "daily", "--ceiling-usd", "5")
     one_line_error(corral.run(*base, "--scope", "global"), 2, "--scope", "tenant or role")
-    one_line_error(corral.run("budget", "set", "--scope", "tenant", "--target", "acme",
-                              "--period", "weekly", "--ceiling-usd", "5"), 2, "--period",
-                   "rolling_30d")
-    one_line_error(corral.run("budget", "set", "--scope", "tenant", "--target", "acme",
-                              "--period", "daily", "--ceiling-usd", "-1"), 2, "--ceiling-usd")
+    one_line_error(
+        corral.run(
+            "budget",
+            "set",
+            "--scope",
+            "tenant",
+            "--target",
+            "acme",
+            "--period",
+            "weekly",
+            "--ceiling-usd",
+            "5",
+        ),
+        2,
+        "--period",
+        "rolling_30d",
+    )
+    one_line_error(
+        corral.run(
+            "budget",
+            "set",
+            "--scope",
+            "tenant",
+            "--target",
+            "acme",
+            "--period",
+            "daily",
+            "--ceiling-usd",
+            "-1",
+        ),
+        2,
+        "--ceiling-usd",
+    )
     one_line_error(corral.run("budget", "status", "--scope", "job"), 2, "--scope")
     assert corral.json("budget", "status") == []
 
 
 def test_budget_status_counts_a_running_reservation_and_check_denies_past_it(
-        metered: Corral) -> None:
+    metered: Corral,
+) -> None:
     corral = metered
-    corral.ok("budget", "set", "--scope", "role", "--target", "metered", "--period", "daily",
-              "--ceiling-usd", "1")
+    corral.ok(
+        "budget",
+        "set",
+        "--scope",
+        "role",
+        "--target",
+        "metered",
+        "--period",
+        "daily",
+        "--ceiling-usd",
+        "1",
+    )
     corral.serve()
     job = corral.submit("sleep", "600", opts=("--role", "metered", "--tenant", "acme"))
     assert corral.wait(job, until="running") == 0
@@ -106,25 +187,45 @@ def test_budget_status_counts_a_running_reservation_and_check_denies_past_it(
     assert d["snapshot"]["parallel_limit"]["active_job_ids"] == [corral.job(job)["id"]]
     code, d = check(corral, "--role", "gated")
     assert (code, d["verdict"], d["reason"], d["step"]) == (
-        8, "require_approval", "approval_required", "approval")
+        8,
+        "require_approval",
+        "approval_required",
+        "approval",
+    )
     [row] = corral.json("budget", "status", "--scope", "role", "--target", "metered")
     assert row["reserved_usd"] == pytest.approx(0.4)
     assert row["headroom_usd"] == pytest.approx(0.6)
     code, d = check(corral, "--role", "metered")
     assert (code, d["verdict"], d["step"]) == (0, "allow", "none")  # 0.4 + 0.4 ≤ 1
-    corral.ok("budget", "set", "--scope", "role", "--target", "metered", "--period", "daily",
-              "--ceiling-usd", "0.7")
+    corral.ok(
+        "budget",
+        "set",
+        "--scope",
+        "role",
+        "--target",
+        "metered",
+        "--period",
+        "daily",
+        "--ceiling-usd",
+        "0.7",
+    )
     code, d = check(corral, "--role", "metered")
     assert (code, d["verdict"], d["reason"], d["step"]) == (
-        1, "deny", "budget_ceiling_exceeded", "budget")
+        1,
+        "deny",
+        "budget_ceiling_exceeded",
+        "budget",
+    )
     [ceiling] = d["snapshot"]["budget"]["ceilings"]
     assert ceiling["reserved_usd"] == pytest.approx(0.4) and ceiling["admits"] is False
     code, d = check(corral, "--role", "metered", "--estimate-usd", "0.2")
     assert code == 0 and d["snapshot"]["budget"]["estimate_usd"] == 0.2
     corral.ok("cancel", job)
     corral.wait(job)
-    [row] = eventually(lambda: [r for r in corral.json("budget", "status")
-                                if r["reserved_usd"] == 0], what="the reservation settled")
+    [row] = eventually(
+        lambda: [r for r in corral.json("budget", "status") if r["reserved_usd"] == 0],
+        what="the reservation settled",
+    )
     assert row["spent_usd"] == 0.0  # a command costs nothing: the reservation is released
 
 
@@ -133,8 +234,15 @@ def test_budget_status_counts_a_running_reservation_and_check_denies_past_it(
 
 def test_dark_launch_enable_status_disable(corral: Corral) -> None:
     on = corral.json("dark-launch", "enable", "wf_a", "--percentage", "50")
-    assert on == {"workflow": "wf_a", "set": True, "enabled": True, "percentage": 50,
-                  "position": 94, "in_window": False, "runs": False}
+    assert on == {
+        "workflow": "wf_a",
+        "set": True,
+        "enabled": True,
+        "percentage": 50,
+        "position": 94,
+        "in_window": False,
+        "runs": False,
+    }
     corral.ok("dark-launch", "enable", "nightly-eval", "--percentage", "50")
     one = corral.json("dark-launch", "status", "nightly-eval")
     assert (one["position"], one["in_window"], one["runs"]) == (28, True, True)
@@ -143,14 +251,21 @@ def test_dark_launch_enable_status_disable(corral: Corral) -> None:
     assert "dark_launch_excluded" in text
     unset = corral.json("dark-launch", "status", "ingest/daily")  # docs' test vector: 40
     assert (unset["set"], unset["position"], unset["in_window"], unset["runs"]) == (
-        False, 40, None, True)
-    assert [d["workflow"] for d in corral.json("dark-launch", "status")] == [
-        "nightly-eval", "wf_a"]
+        False,
+        40,
+        None,
+        True,
+    )
+    assert [d["workflow"] for d in corral.json("dark-launch", "status")] == ["nightly-eval", "wf_a"]
     off = corral.json("dark-launch", "disable", "wf_a")
     assert (off["enabled"], off["percentage"], off["runs"]) == (False, 50, True)
     assert corral.json("dark-launch", "status", "wf_a")["enabled"] is False
-    one_line_error(corral.run("dark-launch", "enable", "wf_a", "--percentage", "101"), 2,
-                   "--percentage", "0 … 100")
+    one_line_error(
+        corral.run("dark-launch", "enable", "wf_a", "--percentage", "101"),
+        2,
+        "--percentage",
+        "0 … 100",
+    )
     one_line_error(corral.run("dark-launch", "disable", "never-set"), 4, "never-set")
 
 
@@ -160,7 +275,10 @@ def test_the_engine_follows_the_dark_launch_and_check_agrees(corral: Corral) -> 
     corral.ok("dark-launch", "enable", "nightly-eval", "--percentage", "50")
     code, d = check(corral, "--role", "default", "--workflow", "wf_a")
     assert (code, d["reason"], d["snapshot"]["dark_launch"]["position"]) == (
-        1, "dark_launch_excluded", 94)
+        1,
+        "dark_launch_excluded",
+        94,
+    )
     code, d = check(corral, "--role", "default", "--workflow", "nightly-eval")
     assert (code, d["verdict"]) == (0, "allow")
     out = corral.submit("true", opts=("--key", "wf_a"))  # the key is the workflow
@@ -171,15 +289,19 @@ def test_the_engine_follows_the_dark_launch_and_check_agrees(corral: Corral) -> 
     assert info["state"] == "DENIED" and "dark_launch_excluded" in info["last_error"]
     [e] = corral.json("policy", "log", "--job", out)
     assert (e["job"], e["stage"], e["subject"], e["verdict"], e["reason"]) == (
-        info["id"], "pre_run", "dark_launch", "deny", "dark_launch_excluded")
+        info["id"],
+        "pre_run",
+        "dark_launch",
+        "deny",
+        "dark_launch_excluded",
+    )
     assert e["inputs"]["dark_launch"]["position"] == 94
 
 
 # ---- policy check ----------------------------------------------------------------------------
 
 
-def test_policy_check_follows_kill_switches_and_pauses_and_writes_nothing(
-        corral: Corral) -> None:
+def test_policy_check_follows_kill_switches_and_pauses_and_writes_nothing(corral: Corral) -> None:
     corral.serve()
     code, d = check(corral, "--role", "default", "--tenant", "acme")
     assert (code, d["verdict"], d["reason"], d["step"]) == (0, "allow", "allowed", "none")
@@ -195,8 +317,7 @@ def test_policy_check_follows_kill_switches_and_pauses_and_writes_nothing(
     assert check(corral, "--role", "default", "--tenant", "globex")[0] == 0  # out of scope
     corral.ok("pause", "--scope", "role", "--target", "serial", "--reason", "maintenance")
     code, d = check(corral, "--role", "serial")
-    assert (code, d["verdict"], d["reason"], d["step"]) == (9, "pause", "runner_paused",
-                                                            "pause")
+    assert (code, d["verdict"], d["reason"], d["step"]) == (9, "pause", "runner_paused", "pause")
     corral.ok("resume", "--scope", "role", "--target", "serial")
     corral.ok("kill-switch", "off", "--scope", "tenant", "--target", "acme")
     assert check(corral, "--role", "default", "--tenant", "acme")[0] == 0
@@ -217,7 +338,9 @@ def test_policy_log_and_stats_across_jobs(corral: Corral) -> None:
     denied_id, allowed_id = corral.job(denied)["id"], corral.job(allowed)["id"]
     log = corral.json("policy", "log")
     assert {(e["job"], e["verdict"], e["reason"]) for e in log} == {
-        (denied_id, "deny", "kill_switch_active"), (allowed_id, "allow", "allowed")}
+        (denied_id, "deny", "kill_switch_active"),
+        (allowed_id, "allow", "allowed"),
+    }
     assert all(e["stage"] == "pre_run" and e["attempt"] == 1 for e in log)
     assert log == sorted(log, key=lambda e: e["id"])  # oldest first, newest last
     [deny] = corral.json("policy", "log", "--verdict", "deny")
@@ -233,7 +356,9 @@ def test_policy_log_and_stats_across_jobs(corral: Corral) -> None:
     stats = corral.json("policy", "stats")
     assert stats["total"] == 3 and stats["since"] is None
     assert {(c["stage"], c["verdict"], c["reason"]): c["count"] for c in stats["counts"]} == {
-        ("pre_run", "deny", "kill_switch_active"): 1, ("pre_run", "allow", "allowed"): 2}
+        ("pre_run", "deny", "kill_switch_active"): 1,
+        ("pre_run", "allow", "allowed"): 2,
+    }
     assert corral.json("policy", "stats", "--since", "3600")["total"] == 3
     assert corral.json("policy", "stats", "--since", "0")["counts"] == []
     text = corral.ok("policy", "stats")

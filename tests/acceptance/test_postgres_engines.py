@@ -30,42 +30,70 @@ def _on_pg(c: Corral, dsn: str) -> dict[str, str]:
 
 
 def test_two_engines_on_one_database_run_each_job_exactly_once(
-        tmp_path: Path, pg_schemas: PgSchemas) -> None:
+    tmp_path: Path, pg_schemas: PgSchemas
+) -> None:
     dsn = pg_schemas.new()
     runs = tmp_path / "runs"
     shared = CONFIG + f"audit: {{key_file: {tmp_path / 'audit.key'}}}\n"  # one key for both
     a, b = Corral(tmp_path / "a", shared), Corral(tmp_path / "b", shared)
     submit = subprocess.run(
         [str(Path(CORRAL).with_name("python")), "-c", _SUBMIT_500, str(runs)],
-        env=_on_pg(a, dsn), capture_output=True, text=True, timeout=120)
+        env=_on_pg(a, dsn),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert submit.returncode == 0, submit.stderr
     ids = submit.stdout.split()
     assert len(ids) == 500
-    engines = [subprocess.Popen([CORRAL, "serve", "--drain", "--no-http"], env=_on_pg(c, dsn),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-               for c in (a, b)]
+    engines = [
+        subprocess.Popen(
+            [CORRAL, "serve", "--drain", "--no-http"],
+            env=_on_pg(c, dsn),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for c in (a, b)
+    ]
     for proc in engines:
         _, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err.decode()
     counts = Counter(runs.read_text().split())
     assert set(counts) == set(ids), "every job ran"
     assert max(counts.values()) == 1, "no job ran twice"
-    jobs = subprocess.run([CORRAL, "jobs", "--json", "--limit", "1000"], env=_on_pg(a, dsn),
-                          capture_output=True, text=True, timeout=60)
+    jobs = subprocess.run(
+        [CORRAL, "jobs", "--json", "--limit", "1000"],
+        env=_on_pg(a, dsn),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     listed = json.loads(jobs.stdout)
     assert len(listed) == 500 and {j["state"] for j in listed} == {"SUCCEEDED"}
     assert {j["attempts"] for j in listed} == {1}
     # both engines took part (the split depends on timing, but neither may be idle)
     owners = subprocess.run(
-        ["psql", dsn.split("?")[0], "-Atc",
-         f"SET search_path TO {dsn.rsplit('%3D', 1)[-1]}; "
-         "SELECT count(DISTINCT engine_id) FROM attempts"],
-        capture_output=True, text=True, timeout=30)
+        [
+            "psql",
+            dsn.split("?")[0],
+            "-Atc",
+            f"SET search_path TO {dsn.rsplit('%3D', 1)[-1]}; "
+            "SELECT count(DISTINCT engine_id) FROM attempts",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert owners.stdout.split()[-1] == "2", owners.stderr
     # one unbroken timeline chain, written by both, matching each engine's checkpoints
     for c in (a, b):
-        audit = subprocess.run([CORRAL, "audit", "verify"], env=_on_pg(c, dsn),
-                               capture_output=True, text=True, timeout=120)
+        audit = subprocess.run(
+            [CORRAL, "audit", "verify"],
+            env=_on_pg(c, dsn),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert audit.returncode == 0, audit.stderr
         assert audit.stdout.startswith("audit ok: ") and "0 checkpoints" not in audit.stdout
 
@@ -91,19 +119,22 @@ anyio.run(main)
 """
 
 
-def test_a_single_engine_on_postgres_runs_the_lifecycle(tmp_path: Path,
-                                                         pg_schemas: PgSchemas) -> None:
+def test_a_single_engine_on_postgres_runs_the_lifecycle(
+    tmp_path: Path, pg_schemas: PgSchemas
+) -> None:
     c = Corral(tmp_path, CONFIG)
     dsn = pg_schemas.new()
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([CORRAL, *args], env=_on_pg(c, dsn), capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [CORRAL, *args], env=_on_pg(c, dsn), capture_output=True, text=True, timeout=60
+        )
 
     ok = run("submit", "--", "true").stdout.strip()
     bad = run("submit", "--max-attempts", "2", "--", "sh", "-c", "exit 4").stdout.strip()
-    engine = subprocess.Popen([CORRAL, "serve", "--drain", "--no-http"], env=_on_pg(c, dsn),
-                              stderr=subprocess.PIPE)
+    engine = subprocess.Popen(
+        [CORRAL, "serve", "--drain", "--no-http"], env=_on_pg(c, dsn), stderr=subprocess.PIPE
+    )
     _, err = engine.communicate(timeout=60)
     assert engine.returncode == 0, err.decode()
     assert run("wait", ok).returncode == 0

@@ -57,19 +57,24 @@ def _timeline(c: Corral, job_id: str, kind: str) -> list[dict[str, Any]]:
 
 
 def test_the_server_terminating_the_engines_connections_is_ridden_out(
-        tmp_path: Path, pg_schemas: PgSchemas) -> None:
+    tmp_path: Path, pg_schemas: PgSchemas
+) -> None:
     name = f"corral_fault_{tmp_path.name[-20:]}"
     c = PgCorral(tmp_path, _named(pg_schemas.new(), name))
     runs, gate = tmp_path / "runs", tmp_path / "gate"
     try:
         engine = c.serve()
-        ids = [c.submit(*tracked(runs, f"while [ ! -e {gate} ]; do sleep 0.05; done"))
-               for _ in range(3)]
+        ids = [
+            c.submit(*tracked(runs, f"while [ ! -e {gate} ]; do sleep 0.05; done"))
+            for _ in range(3)
+        ]
         eventually(lambda: len(runs_of(runs)) == 3, what="three attempts running")
         for i in ids:
             assert c.wait(i, until="running") == 0
-        ended = _sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                     " WHERE application_name = %s", name)
+        ended = _sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            name,
+        )
         assert ended and all(r[0] for r in ended), "the engine's connections were ended"
         gate.touch()  # the attempts end: their ends are written on new connections
         for i in ids:
@@ -84,7 +89,8 @@ def test_the_server_terminating_the_engines_connections_is_ridden_out(
 
 
 def test_a_peer_takes_over_a_paused_engine_which_is_fenced_when_it_wakes(
-        tmp_path: Path, pg_schemas: PgSchemas) -> None:
+    tmp_path: Path, pg_schemas: PgSchemas
+) -> None:
     dsn = pg_schemas.new()
     a, b = PgCorral(tmp_path / "a", dsn), PgCorral(tmp_path / "b", dsn)
     runs, gate = tmp_path / "runs", tmp_path / "gate"
@@ -97,8 +103,11 @@ def test_a_peer_takes_over_a_paused_engine_which_is_fenced_when_it_wakes(
         old.send_signal(signal.SIGSTOP)
         try:
             # The peer notices the missing heart-beats and adopts the running attempt.
-            eventually(lambda: _timeline(b, job_id, "recovered"), timeout=60,
-                       what="the peer taking the attempt over")
+            eventually(
+                lambda: _timeline(b, job_id, "recovered"),
+                timeout=60,
+                what="the peer taking the attempt over",
+            )
             gate.touch()
             assert b.wait(job_id) == 0, b.engine_log()
             other = b.submit(*tracked(runs, "true"))
@@ -113,10 +122,10 @@ def test_a_peer_takes_over_a_paused_engine_which_is_fenced_when_it_wakes(
         [recovered] = _timeline(b, job_id, "recovered")
         assert recovered["data"] == {"from_engine": a_id, "engine": b_id}
         schema = dsn.rsplit("%3D", 1)[-1]
-        assert _sql(f'SELECT engine_id FROM "{schema}".attempts WHERE job_id = %s',
-                    job_id) == [(b_id,)]
-        assert _sql(f'SELECT id FROM "{schema}".engines WHERE fenced_at IS NOT NULL') == [
-            (a_id,)]
+        assert _sql(f'SELECT engine_id FROM "{schema}".attempts WHERE job_id = %s', job_id) == [
+            (b_id,)
+        ]
+        assert _sql(f'SELECT id FROM "{schema}".engines WHERE fenced_at IS NOT NULL') == [(a_id,)]
         assert len(_timeline(b, job_id, "ended")) == 1
         assert [(j, n) for j, n, _ in runs_of(runs) if j == job_id] == [(job_id, 1)]
         invariants(b, runs)
@@ -126,7 +135,8 @@ def test_a_peer_takes_over_a_paused_engine_which_is_fenced_when_it_wakes(
 
 
 def test_a_restart_on_the_same_data_directory_re_adopts_at_once(
-        tmp_path: Path, pg_schemas: PgSchemas) -> None:
+    tmp_path: Path, pg_schemas: PgSchemas
+) -> None:
     c = PgCorral(tmp_path, pg_schemas.new())
     runs, gate = tmp_path / "runs", tmp_path / "gate"
     try:
@@ -145,4 +155,3 @@ def test_a_restart_on_the_same_data_directory_re_adopts_at_once(
         invariants(c, runs)
     finally:
         c.stop_all()
-

@@ -35,23 +35,31 @@ def quickstart() -> list[tuple[str, int]]:
 def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
     steps = quickstart()
     assert any(c.startswith("corral serve &") for c, _ in steps)
-    script = ["set -m"] + [f"{command}\necho {MARK} $? {i}" for i, (command, _) in
-                           enumerate(steps)]
+    script = ["set -m"] + [f"{command}\necho {MARK} $? {i}" for i, (command, _) in enumerate(steps)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     env["CORRAL_DATA_DIR"] = str(tmp_path / "data")
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     work = tmp_path / "work"
     work.mkdir()
     try:
-        r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=work, env=env, text=True,
-                           capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            ["bash", "-c", "\n".join(script)],
+            cwd=work,
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         _stop_engine(tmp_path / "data")
     got = {int(i): int(rc) for rc, i in re.findall(rf"^{MARK} (\d+) (\d+)$", r.stdout, re.M)}
-    report = "\n".join(f"{got.get(i)} (announced {want})  {command}"
-                       for i, (command, want) in enumerate(steps))
-    assert got == {i: want for i, (_, want) in enumerate(steps)}, \
+    report = "\n".join(
+        f"{got.get(i)} (announced {want})  {command}" for i, (command, want) in enumerate(steps)
+    )
+    assert got == {i: want for i, (_, want) in enumerate(steps)}, (
         f"{report}\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
+    )
     output = r.stdout + r.stderr
     assert "corral: error" not in output and "Traceback" not in output, output[-3000:]
 

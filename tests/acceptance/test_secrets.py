@@ -41,8 +41,9 @@ def open_umask() -> Iterator[None]:
 
 
 @pytest.fixture
-def canary_corral(tmp_path: Path, clis: None, open_umask: None,
-                  monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Corral, AnthropicMock]]:
+def canary_corral(
+    tmp_path: Path, clis: None, open_umask: None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Corral, AnthropicMock]]:
     monkeypatch.setenv("FROM_ENGINE", ENGINE)
     monkeypatch.delenv("CORRAL_JOB_UMASK", raising=False)
     mock = AnthropicMock([]).start()
@@ -71,36 +72,66 @@ def leaks_in_rows(db: Path) -> list[str]:
 
 def open_modes(root: Path) -> list[str]:
     """Entries Corral created that others could read, write or enter."""
-    return [f"{p} {p.lstat().st_mode & 0o777:o}" for p in [root, *root.rglob("*")]
-            if not p.is_symlink() and p.lstat().st_mode & 0o077]
+    return [
+        f"{p} {p.lstat().st_mode & 0o777:o}"
+        for p in [root, *root.rglob("*")]
+        if not p.is_symlink() and p.lstat().st_mode & 0o077
+    ]
 
 
 def test_canaries_planted_everywhere_are_found_nowhere(
-        canary_corral: tuple[Corral, AnthropicMock]) -> None:
+    canary_corral: tuple[Corral, AnthropicMock],
+) -> None:
     c, mock = canary_corral
     half = len(NAMED) // 2
-    script = (f'echo "argv {SHAPE} {NAMED} env $DEPLOY_TOKEN $PLAIN $FROM_ENGINE"; '
-              f'echo "err $DEPLOY_TOKEN {SHAPE}" >&2; printf "split {NAMED[:half]}"; '
-              f'sleep 0.2; echo "{NAMED[half:]} $PLAIN"')
-    command = c.ok("submit", "-e", f"DEPLOY_TOKEN={NAMED}", "-e", f"PLAIN={MARKED}",
-                   "--secret-env", "PLAIN", "--secret-env", "FROM_ENGINE",
-                   "--", "sh", "-c", script).strip()
+    script = (
+        f'echo "argv {SHAPE} {NAMED} env $DEPLOY_TOKEN $PLAIN $FROM_ENGINE"; '
+        f'echo "err $DEPLOY_TOKEN {SHAPE}" >&2; printf "split {NAMED[:half]}"; '
+        f'sleep 0.2; echo "{NAMED[half:]} $PLAIN"'
+    )
+    command = c.ok(
+        "submit",
+        "-e",
+        f"DEPLOY_TOKEN={NAMED}",
+        "-e",
+        f"PLAIN={MARKED}",
+        "--secret-env",
+        "PLAIN",
+        "--secret-env",
+        "FROM_ENGINE",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ).strip()
     mock.script[:] = [
         {"tool_calls": [bash(f"echo {PROMPT} {SHAPE}")]},
         {"tool_calls": [bash("printenv AGENT_API_KEY")]},
         {"text": f"Done: {PROMPT} and {NAMED}."},
     ]
-    agent = c.ok("submit", "--role", "agent", "--cwd", str(c.work),
-                 "-e", f"AGENT_API_KEY={PROMPT}", "-e", f"DEPLOY_TOKEN={NAMED}", "--prompt",
-                 f"echo {PROMPT} and the key {SHAPE}").strip()
+    agent = c.ok(
+        "submit",
+        "--role",
+        "agent",
+        "--cwd",
+        str(c.work),
+        "-e",
+        f"AGENT_API_KEY={PROMPT}",
+        "-e",
+        f"DEPLOY_TOKEN={NAMED}",
+        "--prompt",
+        f"echo {PROMPT} and the key {SHAPE}",
+    ).strip()
     c.serve()
     for job in (command, agent):
         c.wait(job, timeout=120)
         assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-3000:]
     # the job itself got the real values: its redacted log shows where they were
     out = c.ok("logs", command)
-    assert out == ("argv [REDACTED] [REDACTED] env [REDACTED] [REDACTED] [REDACTED]\n"
-                   "split [REDACTED] [REDACTED]\n")
+    assert out == (
+        "argv [REDACTED] [REDACTED] env [REDACTED] [REDACTED] [REDACTED]\n"
+        "split [REDACTED] [REDACTED]\n"
+    )
     assert c.run("logs", command).stderr == "err [REDACTED] [REDACTED]\n"
     # the model saw the real prompt and the tool really printed the values
     assert PROMPT in json.dumps(mock.turn_requests[0]) and SHAPE in json.dumps(mock.turn_requests)
@@ -110,13 +141,27 @@ def test_canaries_planted_everywhere_are_found_nowhere(
     assert leaks_in_rows(c.data / "corral.db") == []
     shown = []
     for job in (command, agent):
-        for args in (("show", job), ("show", job, "--json"), ("logs", job), ("trace", job),
-                     ("trace", job, "--json"), ("report", job), ("report", job, "--json")):
+        for args in (
+            ("show", job),
+            ("show", job, "--json"),
+            ("logs", job),
+            ("trace", job),
+            ("trace", job, "--json"),
+            ("report", job),
+            ("report", job, "--json"),
+        ):
             r = c.run(*args)
             assert r.returncode == 0, (args, r.stderr)
             shown.append(r.stdout + r.stderr)
-    for args in (("jobs",), ("jobs", "--json"), ("events",), ("events", "--json"),
-                 ("runs", "--json"), ("incidents", "--json"), ("policy", "log", "--json")):
+    for args in (
+        ("jobs",),
+        ("jobs", "--json"),
+        ("events",),
+        ("events", "--json"),
+        ("runs", "--json"),
+        ("incidents", "--json"),
+        ("policy", "log", "--json"),
+    ):
         r = c.run(*args)
         shown.append(r.stdout + r.stderr)
     assert [s for s in CANARIES if any(s in text for text in shown)] == []
@@ -124,13 +169,15 @@ def test_canaries_planted_everywhere_are_found_nowhere(
     assert open_modes(c.data) == []
 
 
-def test_a_flood_without_newlines_stops_at_the_cap_with_head_and_tail_kept(corral: Corral
-                                                                           ) -> None:
-    corral.config.write_text(corral.config.read_text() + "output:\n  max_bytes: 1048576\n"
-                             "  tail_bytes: 65536\n")
-    code = ("import sys\nsys.stdout.write('BEGIN')\n"
-            "for _ in range(100 * 16):\n    sys.stdout.write('z' * 65536)\n"
-            "sys.stdout.write('END')\n")
+def test_a_flood_without_newlines_stops_at_the_cap_with_head_and_tail_kept(corral: Corral) -> None:
+    corral.config.write_text(
+        corral.config.read_text() + "output:\n  max_bytes: 1048576\n  tail_bytes: 65536\n"
+    )
+    code = (
+        "import sys\nsys.stdout.write('BEGIN')\n"
+        "for _ in range(100 * 16):\n    sys.stdout.write('z' * 65536)\n"
+        "sys.stdout.write('END')\n"
+    )
     job = corral.submit(sys.executable, "-c", code)
     corral.drain()
     info = corral.job(job)
@@ -147,11 +194,13 @@ def test_a_flood_without_newlines_stops_at_the_cap_with_head_and_tail_kept(corra
 
 
 def test_a_secret_variable_the_engine_lacks_fails_the_attempt_with_a_clear_error(
-        corral: Corral, monkeypatch: pytest.MonkeyPatch) -> None:
+    corral: Corral, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("CORRAL_TEST_NOT_THERE", raising=False)
     job = corral.submit("true", opts=("--secret-env", "CORRAL_TEST_NOT_THERE"))
     corral.drain()
     info = corral.job(job)
     assert info["state"] == "FAILED" and len(info["attempts"]) == 1  # not retried
-    assert info["last_error"] == ("--secret-env CORRAL_TEST_NOT_THERE: the engine's "
-                                  "environment has no CORRAL_TEST_NOT_THERE")
+    assert info["last_error"] == (
+        "--secret-env CORRAL_TEST_NOT_THERE: the engine's environment has no CORRAL_TEST_NOT_THERE"
+    )

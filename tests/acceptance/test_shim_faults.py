@@ -73,6 +73,7 @@ def _shim_pid(c: Corral, job_id: str, index: int = 1) -> tuple[int, Path]:
         d = Path(attempts[index - 1]["log_dir"])
         text = (d / "shim.pid").read_text() if (d / "shim.pid").exists() else ""
         return (int(text), d) if text.strip() else None
+
     return eventually(started, timeout=30, what=f"attempt {index} of {job_id} started")
 
 
@@ -81,14 +82,18 @@ def _escaping_job(tmp_path: Path) -> str:
     pids and sleeps; a later attempt records which of those pids are still alive (in
     `overlap`) and succeeds."""
     pids, overlap, first_try = tmp_path / "pids", tmp_path / "overlap", tmp_path / "first-try"
-    check = (f'for p in $(cat {pids}); do if [ -e /proc/$p ] && '
-             f'! grep -q "^State:.*Z" /proc/$p/status 2>/dev/null; then '
-             f'echo $p >> {overlap}; fi; done')
-    return (RAN + f"if [ -e {first_try} ]; then {check}; exit 0; fi; touch {first_try}; "
-            f"echo $$ >> {pids}; "
-            f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
-            f"(sh -c 'echo $$ >> {pids}; exec sleep 300' &) ; "
-            "exec sleep 300")
+    check = (
+        f"for p in $(cat {pids}); do if [ -e /proc/$p ] && "
+        f'! grep -q "^State:.*Z" /proc/$p/status 2>/dev/null; then '
+        f"echo $p >> {overlap}; fi; done"
+    )
+    return (
+        RAN + f"if [ -e {first_try} ]; then {check}; exit 0; fi; touch {first_try}; "
+        f"echo $$ >> {pids}; "
+        f"setsid sh -c 'echo $$ >> {pids}; exec sleep 300' & "
+        f"(sh -c 'echo $$ >> {pids}; exec sleep 300' &) ; "
+        "exec sleep 300"
+    )
 
 
 def _no_overlap(c: Corral, job_id: str, tmp_path: Path, attempt_dir: Path) -> None:
@@ -102,7 +107,8 @@ def _no_overlap(c: Corral, job_id: str, tmp_path: Path, attempt_dir: Path) -> No
 
 
 def test_a_killed_shims_processes_are_stopped_before_the_retry_starts(
-        on_store: Corral, tmp_path: Path) -> None:
+    on_store: Corral, tmp_path: Path
+) -> None:
     """The shim is SIGKILLed while its job and two escapees (setsid, double fork) run: the
     attempt ends LOST only once all of them are gone, the retry finds none of them alive, and
     the `command` kind keeps running other jobs (a single ghost is not a crash loop)."""
@@ -111,8 +117,9 @@ def test_a_killed_shims_processes_are_stopped_before_the_retry_starts(
     job_id = c.submit("sh", "-c", _escaping_job(tmp_path), opts=("--setenv", f"RUNS={runs}"))
     c.serve()
     shim, attempt_dir = _shim_pid(c, job_id)
-    eventually(lambda: len(_pids(tmp_path / "pids")) == 3,
-               what="the job and its two escapees running")
+    eventually(
+        lambda: len(_pids(tmp_path / "pids")) == 3, what="the job and its two escapees running"
+    )
     os.kill(shim, signal.SIGKILL)
     assert c.wait(job_id) == 0, c.engine_log()[-3000:]
     _no_overlap(c, job_id, tmp_path, attempt_dir)
@@ -120,16 +127,17 @@ def test_a_killed_shims_processes_are_stopped_before_the_retry_starts(
 
 
 def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
-        corral: Corral, tmp_path: Path) -> None:
+    corral: Corral, tmp_path: Path
+) -> None:
     """The engine is SIGKILLed, then the shim: the restarted engine finds the attempt vanished,
     stops what it left behind, and only then retries it."""
     runs = tmp_path / "runs"
-    job_id = corral.submit("sh", "-c", _escaping_job(tmp_path),
-                           opts=("--setenv", f"RUNS={runs}"))
+    job_id = corral.submit("sh", "-c", _escaping_job(tmp_path), opts=("--setenv", f"RUNS={runs}"))
     engine = corral.serve()
     shim, attempt_dir = _shim_pid(corral, job_id)
-    eventually(lambda: len(_pids(tmp_path / "pids")) == 3,
-               what="the job and its two escapees running")
+    eventually(
+        lambda: len(_pids(tmp_path / "pids")) == 3, what="the job and its two escapees running"
+    )
     engine.send_signal(signal.SIGKILL)
     engine.wait()
     os.kill(shim, signal.SIGKILL)
@@ -142,15 +150,28 @@ def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
 
 
 def test_a_stopped_shim_cannot_keep_its_job_past_the_deadline(
-        on_store: Corral, tmp_path: Path) -> None:
+    on_store: Corral, tmp_path: Path
+) -> None:
     """SIGSTOP the shim of a job with an 8 s deadline: the core notices the shim did not act
     after the deadline and its grace, kills it and the job's processes: TIMED_OUT."""
     c = on_store
     runs, pids = tmp_path / "runs", tmp_path / "pids"
     script = RAN + f"echo $$ >> {pids}; sleep 300 & echo $! >> {pids}; wait"
-    job_id = c.submit("sh", "-c", script, opts=(
-        "--setenv", f"RUNS={runs}", "--timeout", "8", "--grace", "0.5",
-        "--max-attempts", "1"))
+    job_id = c.submit(
+        "sh",
+        "-c",
+        script,
+        opts=(
+            "--setenv",
+            f"RUNS={runs}",
+            "--timeout",
+            "8",
+            "--grace",
+            "0.5",
+            "--max-attempts",
+            "1",
+        ),
+    )
     c.serve()
     shim, attempt_dir = _shim_pid(c, job_id)
     eventually(lambda: len(_pids(pids)) == 2, what="the job running")
@@ -171,8 +192,7 @@ def test_a_stopped_shim_cannot_keep_its_job_past_the_deadline(
 def test_a_stopped_shim_cannot_ignore_a_cancel(corral: Corral, tmp_path: Path) -> None:
     runs, pids = tmp_path / "runs", tmp_path / "pids"
     script = RAN + f"echo $$ >> {pids}; exec sleep 300"
-    job_id = corral.submit("sh", "-c", script, opts=("--setenv", f"RUNS={runs}",
-                                                     "--grace", "0.5"))
+    job_id = corral.submit("sh", "-c", script, opts=("--setenv", f"RUNS={runs}", "--grace", "0.5"))
     corral.serve()
     shim, attempt_dir = _shim_pid(corral, job_id)
     eventually(lambda: len(_pids(pids)) == 1, what="the job running")
@@ -191,24 +211,29 @@ def test_a_stopped_shim_cannot_ignore_a_cancel(corral: Corral, tmp_path: Path) -
 
 
 def test_latest_wins_starts_the_new_job_only_once_the_old_tree_is_gone(
-        on_store: Corral, tmp_path: Path) -> None:
+    on_store: Corral, tmp_path: Path
+) -> None:
     """The replaced job takes its time to stop (a TERM trap, a child that ignores TERM): the
     new job on the same key starts only after the last of its processes is gone."""
     c = on_store
     runs, log, pids = tmp_path / "runs", tmp_path / "log", tmp_path / "pids"
-    old = (RAN + f"echo $$ >> {pids}; sh -c 'trap \"\" TERM; echo $$ >> {pids}; "
-           f"exec sleep 300' & trap 'sleep 1; echo old-stopped >> {log}; exit 143' TERM; "
-           f"echo old-started >> {log}; wait")
-    alive_check = (f'for p in $(cat {pids}); do if [ -e /proc/$p ] && '
-                   f'! grep -q "^State:.*Z" /proc/$p/status 2>/dev/null; then '
-                   f'echo "overlap $p" >> {log}; fi; done')
+    old = (
+        RAN + f'echo $$ >> {pids}; sh -c \'trap "" TERM; echo $$ >> {pids}; '
+        f"exec sleep 300' & trap 'sleep 1; echo old-stopped >> {log}; exit 143' TERM; "
+        f"echo old-started >> {log}; wait"
+    )
+    alive_check = (
+        f"for p in $(cat {pids}); do if [ -e /proc/$p ] && "
+        f'! grep -q "^State:.*Z" /proc/$p/status 2>/dev/null; then '
+        f'echo "overlap $p" >> {log}; fi; done'
+    )
     new = RAN + f"{alive_check}; echo new-started >> {log}"
-    opts = ("--key", "deploy", "--dedup", "latest-wins", "--setenv", f"RUNS={runs}",
-            "--grace", "2")
+    opts = ("--key", "deploy", "--dedup", "latest-wins", "--setenv", f"RUNS={runs}", "--grace", "2")
     old_id = c.submit("sh", "-c", old, opts=opts)
     c.serve()
-    eventually(lambda: len(_pids(pids)) == 2 and "old-started" in _lines(log),
-               what="the old job running")
+    eventually(
+        lambda: len(_pids(pids)) == 2 and "old-started" in _lines(log), what="the old job running"
+    )
     new_id = c.submit("sh", "-c", new, opts=opts)
     assert c.wait(new_id) == 0
     assert c.job(old_id)["state"] == "CANCELLED"

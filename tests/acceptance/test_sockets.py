@@ -60,8 +60,11 @@ def test_a_peer_of_another_user_is_refused_even_through_an_open_socket(tmp_path:
         # A socket left open to everyone (the mode is no longer the only wall): still refused.
         control.chmod(0o666)
         governance.chmod(0o666)
-        answer = json.loads(_as_nobody(control, b'{"op": "core", "core_op": "reset_breaker", '
-                                                b'"name": "worker:command"}\n'))
+        answer = json.loads(
+            _as_nobody(
+                control, b'{"op": "core", "core_op": "reset_breaker", "name": "worker:command"}\n'
+            )
+        )
         assert answer["ok"] is False and "refused" in answer["error"]
         assert f"runs as uid {NOBODY}" in answer["error"]
         hook = _as_nobody(governance, b'{"attempt": "x.1", "token": "t"}\n{}')
@@ -77,9 +80,11 @@ def test_a_peer_of_another_user_is_refused_even_through_an_open_socket(tmp_path:
 
 def test_a_job_cannot_run_operator_commands_the_operator_can(corral: Corral) -> None:
     corral.serve()
-    script = (f"{CORRAL} status >/dev/null && echo status-ok; "
-              f"{CORRAL} breakers reset worker:command; echo rc=$?; "
-              f"env -u CORRAL_JOB_ID {CORRAL} breakers reset worker:command; echo rc=$?")
+    script = (
+        f"{CORRAL} status >/dev/null && echo status-ok; "
+        f"{CORRAL} breakers reset worker:command; echo rc=$?; "
+        f"env -u CORRAL_JOB_ID {CORRAL} breakers reset worker:command; echo rc=$?"
+    )
     job = corral.submit("sh", "-c", script)
     assert corral.wait(job) == 0
     out = corral.ok("logs", job)
@@ -119,7 +124,8 @@ def test_a_job_may_cancel_its_children_but_no_operator_write(corral: Corral) -> 
         f"{CORRAL} kill-switch on --reason mine; echo kill=$?; "
         f"{CORRAL} pause --reason mine; echo pause=$?; "
         f"{CORRAL} budget set --scope role --target default --period daily --ceiling-usd 0; "
-        "echo budget=$?")
+        "echo budget=$?"
+    )
     job = corral.submit("sh", "-c", script)
     assert corral.wait(job) == 0
     out, err = corral.ok("logs", job), corral.run("logs", job).stderr

@@ -47,13 +47,18 @@ def test_a_sqlite_lock_held_past_the_busy_timeout_is_ridden_out(tmp_path: Path) 
     try:
         engine = c.serve()
         # Each job waits for the gate file, then ends: it ends while the lock is held.
-        ids = [c.submit(*tracked(runs, f"while [ ! -e {gate} ]; do sleep 0.05; done"))
-               for _ in range(3)]
+        ids = [
+            c.submit(*tracked(runs, f"while [ ! -e {gate} ]; do sleep 0.05; done"))
+            for _ in range(3)
+        ]
         eventually(lambda: len(runs_of(runs)) == 3, what="three attempts running")
         for i in ids:
             assert c.wait(i, until="running") == 0
-        holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(c.data / "corral.db")],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD, str(c.data / "corral.db")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         try:
             assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
             gate.touch()  # the attempts end; writing their ends fails while the lock is held
@@ -105,8 +110,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     acceptance suite's process control)."""
     mount = tmp_path / "small-disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, f"a full disk is simulated on a tmpfs mount: {done.stderr}"
     try:
         yield mount
@@ -116,19 +124,24 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_full_disk_under_the_store_is_ridden_out(tmp_path: Path, small_disk: Path) -> None:
     db = small_disk / "corral.db"
-    c = Corral(tmp_path / "c", CONFIG.replace(
-        "store: {sqlite_busy_timeout_ms: 200}", f"store: {{url: 'sqlite://{db}'}}"))
+    c = Corral(
+        tmp_path / "c",
+        CONFIG.replace("store: {sqlite_busy_timeout_ms: 200}", f"store: {{url: 'sqlite://{db}'}}"),
+    )
     runs, gate, filler = tmp_path / "runs", tmp_path / "gate", small_disk / "filler"
     try:
         engine = c.serve()
-        ids = [c.submit(*tracked(runs, f"while [ ! -e {gate} ]; do sleep 0.05; done"))
-               for _ in range(3)]
+        ids = [
+            c.submit(*tracked(runs, f"while [ ! -e {gate} ]; do sleep 0.05; done"))
+            for _ in range(3)
+        ]
         for i in ids:
             assert c.wait(i, until="running") == 0
         _fill(filler)
         # The heart-beat's write fails within one beat; the attempts go on.
-        eventually(lambda: "store unavailable" in c.engine_log(), timeout=30,
-                   what="the outage logged")
+        eventually(
+            lambda: "store unavailable" in c.engine_log(), timeout=30, what="the outage logged"
+        )
         assert engine.poll() is None, c.engine_log()
         status = c.json("status")
         assert status["store"]["degraded"] is True and "disk full" in status["store"]["error"]
@@ -137,8 +150,7 @@ def test_a_full_disk_under_the_store_is_ridden_out(tmp_path: Path, small_disk: P
         gate.touch()
         for i in ids:
             assert c.wait(i) == 0, c.engine_log()
-        eventually(lambda: c.json("status")["store"]["degraded"] is False,
-                   what="the outage over")
+        eventually(lambda: c.json("status")["store"]["degraded"] is False, what="the outage over")
         log = c.engine_log()
         assert log.count("store unavailable") == 1 and "store answers again" in log
         assert all(len(c.job(i)["attempts"]) == 1 for i in ids), "nothing ran twice"

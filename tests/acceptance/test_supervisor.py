@@ -16,17 +16,19 @@ from tests.acceptance.corewire import CoreProcess
 from tests.acceptance.corewire import job as _job
 from tests.helpers import eventually
 
-FAST_CORE = CONFIG + """\
+FAST_CORE = (
+    CONFIG
+    + """\
 core:
   heartbeat_s: 0.2
   heartbeat_timeout_s: 2.5
   max_restarts: 3
   restart_window_s: 60
 """
+)
 
 
-def test_the_core_speaks_json_lines_and_survives_bad_input(corral: Corral,
-                                                           tmp_path: Path) -> None:
+def test_the_core_speaks_json_lines_and_survives_bad_input(corral: Corral, tmp_path: Path) -> None:
     core = CoreProcess(corral)
     try:
         hello = core.recv()
@@ -37,8 +39,11 @@ def test_the_core_speaks_json_lines_and_survives_bad_input(corral: Corral,
         assert "object" in core.recv()["error"]
         core.send({"type": "launch_missiles", "id": 7})
         reply = core.recv()
-        assert reply == {"type": "error", "id": 7, "error": "unknown message type "
-                                                            "'launch_missiles'"}
+        assert reply == {
+            "type": "error",
+            "id": 7,
+            "error": "unknown message type 'launch_missiles'",
+        }
         core.send_raw(b'{"type": "heartbeat", "pad": "' + b"x" * (1 << 21) + b'"}\n')
         assert "exceeds the 1048576-byte limit" in core.recv()["error"]
         core.send({"type": "request_permit", "id": 8})  # missing fields
@@ -50,19 +55,34 @@ def test_the_core_speaks_json_lines_and_survives_bad_input(corral: Corral,
         core.send({"type": "request_permit", "id": 10, "job": job, "attempt": 1})
         granted = core.recv()
         assert granted["type"] == "permit" and granted["permit"]["job_id"] == "j-proto"
-        attempt = {"id": "a1", "job_id": "j-proto", "index": 1, "state": "STARTING",
-                   "permit_id": granted["permit"]["id"],
-                   "deadline_at": granted["permit"]["deadline_at"], "created_at": 1.0,
-                   "dir": str(tmp_path / "attempt"), "engine_id": "test"}
+        attempt = {
+            "id": "a1",
+            "job_id": "j-proto",
+            "index": 1,
+            "state": "STARTING",
+            "permit_id": granted["permit"]["id"],
+            "deadline_at": granted["permit"]["deadline_at"],
+            "created_at": 1.0,
+            "dir": str(tmp_path / "attempt"),
+            "engine_id": "test",
+        }
         forged = {**granted["permit"], "deadline_at": granted["permit"]["deadline_at"] + 1e6}
-        core.send({"type": "submit_job", "id": 11, "job": job, "attempt": attempt,
-                   "permit": forged})
+        core.send(
+            {"type": "submit_job", "id": 11, "job": job, "attempt": attempt, "permit": forged}
+        )
         refused = core.recv()
         assert refused["type"] == "rejected" and refused["id"] == 11
         assert refused["reason"] == "PERMIT_FORGED" and "forged" in refused["message"]
         assert not (tmp_path / "attempt").exists()
-        core.send({"type": "submit_job", "id": 12, "job": job, "attempt": attempt,
-                   "permit": granted["permit"]})
+        core.send(
+            {
+                "type": "submit_job",
+                "id": 12,
+                "job": job,
+                "attempt": attempt,
+                "permit": granted["permit"],
+            }
+        )
         started = core.recv()
         assert started["type"] == "job_started" and started["pid"] > 0
         done = core.recv()
@@ -78,16 +98,17 @@ def _ping(c: Corral) -> dict[str, Any]:
     return poke(c.data, "ping") or {}
 
 
-def test_sigkill_of_the_core_mid_run_loses_nothing_and_runs_nothing_twice(
-        tmp_path: Path) -> None:
+def test_sigkill_of_the_core_mid_run_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
     c = Corral(tmp_path, FAST_CORE)
     try:
         runs, started = tmp_path / "runs", tmp_path / "started"
-        script = (f'echo "$$" >> {started}; sleep 1.5; echo "$CORRAL_JOB_ID" >> {runs}')
+        script = f'echo "$$" >> {started}; sleep 1.5; echo "$CORRAL_JOB_ID" >> {runs}'
         ids = [c.submit("sh", "-c", script) for _ in range(4)]
         c.serve()
-        eventually(lambda: started.exists() and len(started.read_text().split()) == 4,
-                   what="four attempts running")
+        eventually(
+            lambda: started.exists() and len(started.read_text().split()) == 4,
+            what="four attempts running",
+        )
         first = eventually(lambda: _ping(c), what="the engine")
         os.kill(first["core_pid"], signal.SIGKILL)
         for job_id in ids:
@@ -108,8 +129,10 @@ def test_a_stopped_core_misses_heartbeats_and_is_replaced(tmp_path: Path) -> Non
         assert c.wait(c.submit("true")) == 0
         stuck = _ping(c)["core_pid"]
         os.kill(stuck, signal.SIGSTOP)
-        fresh = eventually(lambda: _ping(c).get("core_pid") not in (None, stuck)
-                           and _ping(c)["core_pid"], what="a new core")
+        fresh = eventually(
+            lambda: _ping(c).get("core_pid") not in (None, stuck) and _ping(c)["core_pid"],
+            what="a new core",
+        )
         assert fresh != stuck and not alive(stuck)
         assert c.wait(c.submit("true")) == 0, "the new core grants and runs work"
     finally:
@@ -121,8 +144,12 @@ def _crash_loop(c: Corral) -> None:
     for _ in range(4):
         pid = eventually(lambda: _ping(c).get("core_pid"), what="a core")
         os.kill(pid, signal.SIGKILL)
-        eventually(lambda p=pid: _ping(c).get("core_pid") not in (None, p)
-                   or _ping(c).get("core_given_up"), what="the supervisor to react")
+        eventually(
+            lambda p=pid: (
+                _ping(c).get("core_pid") not in (None, p) or _ping(c).get("core_given_up")
+            ),
+            what="the supervisor to react",
+        )
     assert eventually(lambda: _ping(c).get("core_given_up"), what="the supervisor to give up")
 
 
@@ -133,8 +160,7 @@ def test_a_crash_loop_spends_the_restart_budget_and_escalates(tmp_path: Path) ->
         _crash_loop(c)
         assert "restart budget spent" in c.engine_log()
         escalations = json.loads(c.ok("escalations", "list", "--json"))
-        assert [(e["scope"], e["reason"]) for e in escalations] == [("global",
-                                                                    "core_crash_loop")]
+        assert [(e["scope"], e["reason"]) for e in escalations] == [("global", "core_crash_loop")]
         job_id = c.submit("true")
         assert c.wait(job_id, timeout=1.5) == 124, "no new work is started after giving up"
     finally:

@@ -301,9 +301,14 @@ class MockServer:
 # ---------------------------------------------------------------------------------------------
 
 
-_ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error",
-                     403: "permission_error", 404: "not_found_error", 429: "rate_limit_error",
-                     529: "overloaded_error"}
+_ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 
 
 class AnthropicMock(MockServer):
@@ -340,9 +345,10 @@ class AnthropicMock(MockServer):
         usage = {**DEFAULT_USAGE, **(turn.get("usage") or {})}
         stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
         if (body or {}).get("stream"):
-            handler.send_sse(_anthropic_events(model, blocks, usage, stop,
-                                               int(turn.get("repeat") or 1)),
-                             float(turn.get("stall_s") or 0))
+            handler.send_sse(
+                _anthropic_events(model, blocks, usage, stop, int(turn.get("repeat") or 1)),
+                float(turn.get("stall_s") or 0),
+            )
         else:
             handler.send_json(_anthropic_message(model, blocks, usage, stop))
 
@@ -396,7 +402,10 @@ def _anthropic_message(
 
 
 def _anthropic_events(
-    model: str, blocks: list[dict[str, Any]], usage: dict[str, int], stop: str,
+    model: str,
+    blocks: list[dict[str, Any]],
+    usage: dict[str, int],
+    stop: str,
     repeat: int = 1,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     message = _anthropic_message(model, [], usage, stop)
@@ -419,8 +428,10 @@ def _anthropic_events(
             },
         )
         for _ in range(repeat if block["type"] == "text" else 1):
-            yield "content_block_delta", {"type": "content_block_delta", "index": index,
-                                          "delta": delta}
+            yield (
+                "content_block_delta",
+                {"type": "content_block_delta", "index": index, "delta": delta},
+            )
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
     yield (
         "message_delta",
@@ -444,8 +455,9 @@ class OpenAIResponsesMock(MockServer):
     ``dialect`` selects the tool-name mapping: ``"codex"`` or ``"opencode"``.
     """
 
-    def __init__(self, script: Sequence[Turn] = (), dialect: str = "codex",
-                 keep_alive: bool = False) -> None:
+    def __init__(
+        self, script: Sequence[Turn] = (), dialect: str = "codex", keep_alive: bool = False
+    ) -> None:
         if dialect not in ("codex", "opencode"):
             raise ValueError(f"unknown dialect {dialect!r}")
         super().__init__(script, keep_alive)
@@ -474,9 +486,10 @@ class OpenAIResponsesMock(MockServer):
         items = [self._native(call, offered) for call in turn.get("tool_calls") or ()]
         text = turn.get("text") or ("" if items else FINAL_TEXT)
         usage = {**DEFAULT_USAGE, **(turn.get("usage") or {})}
-        handler.send_sse(_responses_events(model, text, items, usage,
-                                           int(turn.get("repeat") or 1)),
-                         float(turn.get("stall_s") or 0))
+        handler.send_sse(
+            _responses_events(model, text, items, usage, int(turn.get("repeat") or 1)),
+            float(turn.get("stall_s") or 0),
+        )
 
     def _native(self, call: dict[str, Any], offered: set[str]) -> dict[str, Any]:
         """Map a Claude-terms tool call to this dialect's function/custom tool call item."""
@@ -565,7 +578,7 @@ def _opencode_call(
             "newString": args["new_string"],
         }
     if name.startswith("mcp__"):  # OpenCode names an MCP tool `<server>_<tool>`
-        return name[len("mcp__"):].replace("__", "_", 1), args
+        return name[len("mcp__") :].replace("__", "_", 1), args
     return name, args
 
 
@@ -574,7 +587,10 @@ def _sh_quote(s: str) -> str:
 
 
 def _responses_events(
-    model: str, text: str, calls: list[dict[str, Any]], usage: dict[str, int],
+    model: str,
+    text: str,
+    calls: list[dict[str, Any]],
+    usage: dict[str, int],
     repeat: int = 1,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     seq = iter(range(1_000_000))

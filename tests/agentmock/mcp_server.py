@@ -11,10 +11,16 @@ import sys
 from typing import Any
 
 TOOLS = [
-    {"name": "list_runs", "description": "List the runs of a W&B project.",
-     "inputSchema": {"type": "object", "properties": {"project": {"type": "string"}}}},
-    {"name": "delete_run", "description": "Delete a W&B run.",
-     "inputSchema": {"type": "object", "properties": {"run": {"type": "string"}}}},
+    {
+        "name": "list_runs",
+        "description": "List the runs of a W&B project.",
+        "inputSchema": {"type": "object", "properties": {"project": {"type": "string"}}},
+    },
+    {
+        "name": "delete_run",
+        "description": "Delete a W&B run.",
+        "inputSchema": {"type": "object", "properties": {"run": {"type": "string"}}},
+    },
 ]
 
 
@@ -22,14 +28,23 @@ def answer(message: dict[str, Any]) -> dict[str, Any]:
     method = message.get("method")
     if method == "initialize":
         version = (message.get("params") or {}).get("protocolVersion", "2025-06-18")
-        return {"result": {"protocolVersion": version, "capabilities": {"tools": {}},
-                           "serverInfo": {"name": "wandb-mock", "version": "1.0"}}}
+        return {
+            "result": {
+                "protocolVersion": version,
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "wandb-mock", "version": "1.0"},
+            }
+        }
     if method == "tools/list":
         return {"result": {"tools": TOOLS}}
     if method == "tools/call":
         name = message["params"]["name"]
-        return {"result": {"content": [{"type": "text", "text": f"{name}: run-1 run-2"}],
-                           "isError": False}}
+        return {
+            "result": {
+                "content": [{"type": "text", "text": f"{name}: run-1 run-2"}],
+                "isError": False,
+            }
+        }
     if method == "ping":
         return {"result": {}}
     return {"error": {"code": -32601, "message": f"no method {method}"}}

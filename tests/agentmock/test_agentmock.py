@@ -395,11 +395,15 @@ def test_mock_script_semantics_loop_aux_and_hang() -> None:
 
 def test_a_status_turn_is_an_api_error_in_the_apis_own_shape() -> None:
     tools = [{"name": "Bash", "input_schema": {}}]
-    with AnthropicMock([{"status": 401, "message": "invalid x-api-key"},
-                        {"status": 529, "loop": True}]) as m:
+    with AnthropicMock(
+        [{"status": 401, "message": "invalid x-api-key"}, {"status": 529, "loop": True}]
+    ) as m:
         url = f"{m.url}/v1/messages?beta=true"
-        for status, kind in ((401, "authentication_error"), (529, "overloaded_error"),
-                             (529, "overloaded_error")):
+        for status, kind in (
+            (401, "authentication_error"),
+            (529, "overloaded_error"),
+            (529, "overloaded_error"),
+        ):
             with pytest.raises(urllib.error.HTTPError) as err:
                 _post(url, {"stream": True, "tools": tools})
             assert err.value.code == status
@@ -409,8 +413,9 @@ def test_a_status_turn_is_an_api_error_in_the_apis_own_shape() -> None:
             _post(f"{m2.url}/v1/responses", {"tools": [{"name": "exec_command"}]})
         assert err.value.code == 429
         assert json.loads(err.value.read())["error"]["message"] == "mock 429"
-        assert '"text": "done"' in _post(f"{m2.url}/v1/responses",
-                                         {"tools": [{"name": "exec_command"}]})
+        assert '"text": "done"' in _post(
+            f"{m2.url}/v1/responses", {"tools": [{"name": "exec_command"}]}
+        )
 
 
 # ---------------------------------------------------------------------------------------------

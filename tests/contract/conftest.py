@@ -25,8 +25,6 @@ Body = Callable[[Store], Awaitable[None]]
 UseStore = Callable[[Body], None]
 
 
-
-
 def _factory(kind: str, tmp_path: Path, pg_schemas: PgSchemas) -> Callable[[], Store]:
     """Stores that chain with the audit key of `tmp_path` (as every engine's store does)."""
     key = KeyFile(tmp_path / "audit.key")
@@ -49,9 +47,7 @@ def keyed(store: S, key: KeyFile) -> S:
     return store
 
 
-@pytest.fixture(
-    params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     return kind

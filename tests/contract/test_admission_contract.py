@@ -36,10 +36,10 @@ SERIALIZE = Admission(workspace_policy=WorkspacePolicy.SERIALIZE)
 WS = "/repos/corral"
 
 
-async def put(store: Store, admission: Admission = SERIALIZE, *, now: float = NOW,
-              **overrides: Any) -> Job:
-    result = await store.submit(make_job(**overrides), now=now, aging_s=AGING,
-                                admission=admission)
+async def put(
+    store: Store, admission: Admission = SERIALIZE, *, now: float = NOW, **overrides: Any
+) -> Job:
+    result = await store.submit(make_job(**overrides), now=now, aging_s=AGING, admission=admission)
     assert result.created
     return result.job
 
@@ -53,8 +53,7 @@ async def start_at(store: Store, job: Job, now: float = NOW, *, pid: int = 4242)
     return won[0]
 
 
-async def finish(store: Store, c: Claimed, state: JobState, now: float = NOW + 3,
-                 **kw: Any) -> Job:
+async def finish(store: Store, c: Claimed, state: JobState, now: float = NOW + 3, **kw: Any) -> Job:
     moved = await store.finish([ending(c.attempt, state, **kw)], now=now)
     assert [j.id for j in moved] == [c.job.id]
     return await store.get_job(c.job.id)
@@ -68,7 +67,8 @@ async def holders(store: Store) -> dict[str, str]:
 
 
 def test_past_the_global_bound_a_submission_is_refused_and_writes_nothing(
-        use_store: UseStore) -> None:
+    use_store: UseStore,
+) -> None:
     bound = Admission(max_queued=3)
 
     async def body(store: Store) -> None:
@@ -80,7 +80,8 @@ def test_past_the_global_bound_a_submission_is_refused_and_writes_nothing(
         assert err.value.retry_after_s == 5.0  # nothing started lately: the fallback
         assert exit_code(err.value) == 75
         assert str(err.value) == (
-            "queue full: 3 jobs queued (max 3, scheduler.max_queued); retry after 5 s")
+            "queue full: 3 jobs queued (max 3, scheduler.max_queued); retry after 5 s"
+        )
         assert await store.counts() == {"QUEUED": 3}
         # starting a job frees a slot; RETRY_WAIT counts as queued again
         c = await start_at(store, first)
@@ -127,13 +128,13 @@ def test_coalesced_submissions_pass_a_full_queue(use_store: UseStore) -> None:
             await put(store, full)
         again = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING, admission=full)
         assert not again.created and again.job.id == keyed.id and again.coalesced_on == "key"
-        joined = await store.submit(make_job(workspace=WS), now=NOW, aging_s=AGING,
-                                    admission=full)
+        joined = await store.submit(make_job(workspace=WS), now=NOW, aging_s=AGING, admission=full)
         assert not joined.created and joined.job.id == ws_holder.id
         assert joined.coalesced_on == "workspace"
         # latest-wins over a queued holder leaves the queue as long as it was
-        newer = await store.submit(make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW,
-                                   aging_s=AGING, admission=full)
+        newer = await store.submit(
+            make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW, aging_s=AGING, admission=full
+        )
         assert newer.created and newer.superseded == keyed.id
         # a job that fails at once (its dependency failed) is not queued, so not refused
         await store.request_cancel(newer.job.id, reason="x", kind="cancel", now=NOW)
@@ -155,8 +156,10 @@ def test_environment_bound_counts_its_own_environment_only(use_store: UseStore) 
         await put(store, gpu, env_name="gpu")
         with pytest.raises(Backpressure) as err:
             await put(store, gpu, env_name="gpu")
-        assert str(err.value) == ("queue full: 2 jobs queued in environment gpu "
-                                  "(max 2, environments.gpu.max_queued); retry after 5 s")
+        assert str(err.value) == (
+            "queue full: 2 jobs queued in environment gpu "
+            "(max 2, environments.gpu.max_queued); retry after 5 s"
+        )
         await put(store, Admission(max_queued=100, env_max_queued=2), env_name="cpu")
         # the global bound counts every environment
         with pytest.raises(Backpressure, match=r"queue full: 6 jobs queued \(max 6, sched"):
@@ -173,8 +176,7 @@ def test_dlq_requeue_is_refused_when_full_and_stays_unresolved(use_store: UseSto
         await finish(store, c, JobState.DEAD_LETTERED, exit_code=1)
         await put(store)
         with pytest.raises(Backpressure):
-            await store.dlq_requeue(dead.id, make_job(), now=NOW,
-                                    admission=Admission(max_queued=1))
+            await store.dlq_requeue(dead.id, make_job(), now=NOW, admission=Admission(max_queued=1))
         assert (await store.get_job(dead.id)).dlq_resolution is None
         assert await store.counts() == {"DEAD_LETTERED": 1, "QUEUED": 1}
 
@@ -192,8 +194,10 @@ def test_reject_names_the_holder_and_writes_nothing(use_store: UseStore) -> None
         with pytest.raises(Conflict) as err:
             await put(store, REJECT, workspace=WS)
         assert exit_code(err.value) == 5
-        assert str(err.value) == (f"workspace {WS} is held by job {holder.id} (QUEUED); "
-                                  "role default has workspace_policy reject")
+        assert str(err.value) == (
+            f"workspace {WS} is held by job {holder.id} (QUEUED); "
+            "role default has workspace_policy reject"
+        )
         assert await store.counts() == {"QUEUED": 1}
         other = await put(store, REJECT, workspace="/repos/other")
         # a queued serialize job occupies its workspace too, before it holds the lock
@@ -212,13 +216,15 @@ def test_coalesce_returns_the_holder(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         holder = await put(store, COALESCE, workspace=WS)
         c = await start_at(store, holder)
-        again = await store.submit(make_job(workspace=WS), now=NOW, aging_s=AGING,
-                                   admission=COALESCE)
+        again = await store.submit(
+            make_job(workspace=WS), now=NOW, aging_s=AGING, admission=COALESCE
+        )
         assert not again.created and again.job.id == holder.id
         assert again.job.state is JobState.RUNNING
         await finish(store, c, JobState.FAILED, exit_code=2)
-        fresh = await store.submit(make_job(workspace=WS), now=NOW, aging_s=AGING,
-                                   admission=COALESCE)
+        fresh = await store.submit(
+            make_job(workspace=WS), now=NOW, aging_s=AGING, admission=COALESCE
+        )
         assert fresh.created and await holders(store) == {WS: fresh.job.id}
 
     use_store(body)
@@ -282,8 +288,13 @@ async def _dead_letter(store: Store, job: Job) -> None:
 
 
 async def _time_out(store: Store, job: Job) -> None:
-    await finish(store, await start_at(store, job), JobState.TIMED_OUT, exit_code=None,
-                 outcome=Outcome.TIMED_OUT)
+    await finish(
+        store,
+        await start_at(store, job),
+        JobState.TIMED_OUT,
+        exit_code=None,
+        outcome=Outcome.TIMED_OUT,
+    )
 
 
 async def _cancel_queued(store: Store, job: Job) -> None:
@@ -304,11 +315,22 @@ async def _kill_in_retry_wait(store: Store, job: Job) -> None:
     await store.request_cancel(job.id, reason="kill switch", kind="kill", now=NOW)
 
 
-@pytest.mark.parametrize("end_it", [_succeed, _fail, _dead_letter, _time_out, _cancel_queued,
-                                    _cancel_running, _kill_in_retry_wait])
+@pytest.mark.parametrize(
+    "end_it",
+    [
+        _succeed,
+        _fail,
+        _dead_letter,
+        _time_out,
+        _cancel_queued,
+        _cancel_running,
+        _kill_in_retry_wait,
+    ],
+)
 @pytest.mark.parametrize("policy", [WorkspacePolicy.REJECT, WorkspacePolicy.SERIALIZE])
 def test_every_terminal_path_releases_the_workspace(
-        use_store: UseStore, end_it: Ending, policy: WorkspacePolicy) -> None:
+    use_store: UseStore, end_it: Ending, policy: WorkspacePolicy
+) -> None:
     async def body(store: Store) -> None:
         holder = await put(store, Admission(workspace_policy=policy), workspace=WS)
         waiting = await put(store, workspace=WS)
@@ -342,8 +364,7 @@ def test_held_through_retry_wait_and_the_retry_keeps_it(use_store: UseStore) -> 
     use_store(body)
 
 
-def test_dependency_failure_releases_a_workspace_taken_at_submission(
-        use_store: UseStore) -> None:
+def test_dependency_failure_releases_a_workspace_taken_at_submission(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         dep = await put(store)
         holder = await put(store, REJECT, workspace=WS, after=(dep.id,))
@@ -366,11 +387,17 @@ def test_lock_waits_are_measured(use_store: UseStore) -> None:
         c2 = await start_at(store, queued_early, NOW + 25)
         await finish(store, c2, JobState.SUCCEEDED, now=NOW + 30)
         await start_at(store, submitted_late, NOW + 40)
-        acquired = [(e.job_id, e.data) for j in (first, queued_early, submitted_late)
-                    for _, e in await store.events(j.id) if e.kind == "workspace_lock_acquired"]
-        assert acquired == [(first.id, {"workspace": WS, "wait_ms": 0.0}),
-                            (queued_early.id, {"workspace": WS, "wait_ms": 15000.0}),
-                            (submitted_late.id, {"workspace": WS, "wait_ms": 28000.0})]
+        acquired = [
+            (e.job_id, e.data)
+            for j in (first, queued_early, submitted_late)
+            for _, e in await store.events(j.id)
+            if e.kind == "workspace_lock_acquired"
+        ]
+        assert acquired == [
+            (first.id, {"workspace": WS, "wait_ms": 0.0}),
+            (queued_early.id, {"workspace": WS, "wait_ms": 15000.0}),
+            (submitted_late.id, {"workspace": WS, "wait_ms": 28000.0}),
+        ]
         assert await store.workspace_lock_waits(NOW) == [15000.0, 28000.0]
         assert await store.workspace_lock_waits(NOW + 30) == [28000.0]
         assert await store.workspace_lock_waits(NOW + 41) == []
@@ -380,14 +407,18 @@ def test_lock_waits_are_measured(use_store: UseStore) -> None:
 
 
 def test_a_stopping_holder_is_neither_coalesced_into_nor_a_reason_to_reject(
-        use_store: UseStore) -> None:
+    use_store: UseStore,
+) -> None:
     async def body(store: Store) -> None:
         old = await put(store, COALESCE, workspace=WS, key="k", dedup=DedupMode.LATEST_WINS)
         c = await start_at(store, old)
         for admission in (COALESCE, REJECT):
             result = await store.submit(
-                make_job(workspace=WS, key="k", dedup=DedupMode.LATEST_WINS), now=NOW,
-                aging_s=AGING, admission=admission)
+                make_job(workspace=WS, key="k", dedup=DedupMode.LATEST_WINS),
+                now=NOW,
+                aging_s=AGING,
+                admission=admission,
+            )
             assert result.created and result.superseded is not None
         newest = result.job
         assert await holders(store) == {WS: old.id}  # the old process still runs
@@ -404,7 +435,8 @@ def test_a_stopping_holder_is_neither_coalesced_into_nor_a_reason_to_reject(
 @pytest.mark.postgres
 @pytest.mark.parametrize("store_kind", ["postgres"], indirect=True)
 def test_concurrent_submissions_respect_bound_and_reject(
-        store_kind: str, new_store: Callable[[], Store]) -> None:
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
     async def attempt(store: Store, admission: Admission, **kw: Any) -> str:
         try:
             await store.submit(make_job(**kw), now=NOW, aging_s=AGING, admission=admission)
@@ -420,15 +452,20 @@ def test_concurrent_submissions_respect_bound_and_reject(
             await s.open()
         try:
             bounded = Admission(max_queued=5)
-            results = await asyncio.gather(*(attempt(s, bounded) for _ in range(6)
-                                             for s in stores))
+            results = await asyncio.gather(*(attempt(s, bounded) for _ in range(6) for s in stores))
             assert results.count("created") == 5 and results.count("full") == 19
-            rejects = await asyncio.gather(*(attempt(s, REJECT, workspace=WS) for _ in range(3)
-                                             for s in stores))
+            rejects = await asyncio.gather(
+                *(attempt(s, REJECT, workspace=WS) for _ in range(3) for s in stores)
+            )
             assert rejects.count("created") == 1 and rejects.count("conflict") == 11
             assert len(await stores[0].workspaces()) == 1
-            claims = [claim(j) for j in await stores[0].reserve(
-                engine_id="e", now=NOW, limit=100, where=QueueFilter()) if j.workspace]
+            claims = [
+                claim(j)
+                for j in await stores[0].reserve(
+                    engine_id="e", now=NOW, limit=100, where=QueueFilter()
+                )
+                if j.workspace
+            ]
             assert len(claims) == 1
         finally:
             for s in stores:

@@ -44,16 +44,19 @@ def key_of(store: Store) -> AuditKey:
 
 def marks_of(heads: Mapping[str, ChainHead], at: float = NOW) -> list[ChainMark]:
     """Checkpoints of these heads (as the engine signs and writes them)."""
-    return [ChainMark(chain=c, seq=h.seq, hash=h.hash, at=at, keyed_from=h.keyed_from)
-            for c, h in heads.items()]
+    return [
+        ChainMark(chain=c, seq=h.seq, hash=h.hash, at=at, keyed_from=h.keyed_from)
+        for c, h in heads.items()
+    ]
 
 
 # ---- changing the database behind the store's back ------------------------------------------
 
 
 def _id_col(table: str) -> str:
-    return "id" if table in ("policy_evaluations", "job_events", "run_reports",
-                             "incidents") else "seq"
+    return (
+        "id" if table in ("policy_evaluations", "job_events", "run_reports", "incidents") else "seq"
+    )
 
 
 async def chain_rows(store: Store, table: str) -> list[dict[str, Any]]:
@@ -62,8 +65,10 @@ async def chain_rows(store: Store, table: str) -> list[dict[str, Any]]:
         return [dict(r) for r in sorted(store._chains[table], key=lambda r: r["seq"])]
     assert isinstance(store, SqliteStore | PostgresStore)
     async with store.driver.read() as tx:
-        return [dict(r) for r in await tx.fetchall(
-            f"SELECT * FROM {table} WHERE seq IS NOT NULL ORDER BY seq")]
+        return [
+            dict(r)
+            for r in await tx.fetchall(f"SELECT * FROM {table} WHERE seq IS NOT NULL ORDER BY seq")
+        ]
 
 
 async def rewrite(store: Store, table: str, rows: list[dict[str, Any]], head: ChainHead) -> None:
@@ -78,8 +83,10 @@ async def rewrite(store: Store, table: str, rows: list[dict[str, Any]], head: Ch
     cols = (*CHAINS[table], "hash")
     async with store.driver.write() as tx:
         if isinstance(store, SqliteStore):
-            guards = await tx.fetchall("SELECT name, sql FROM sqlite_master WHERE type ="
-                                       " 'trigger' AND tbl_name = ?", (table,))
+            guards = await tx.fetchall(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?",
+                (table,),
+            )
             for g in guards:
                 await tx.execute(f"DROP TRIGGER {g['name']}")
         else:
@@ -91,10 +98,14 @@ async def rewrite(store: Store, table: str, rows: list[dict[str, Any]], head: Ch
                 await tx.execute(f"DELETE FROM {table} WHERE {key} = ?", (r[key],))
         for r in rows:
             sets = ", ".join(f"{c} = ?" for c in cols if c != key)
-            await tx.execute(f"UPDATE {table} SET {sets} WHERE {key} = ?",
-                             [*(r[c] for c in cols if c != key), r[key]])
-        await tx.execute("UPDATE audit_heads SET seq = ?, hash = ?, keyed_from = ?"
-                         " WHERE chain = ?", (head.seq, head.hash, head.keyed_from, table))
+            await tx.execute(
+                f"UPDATE {table} SET {sets} WHERE {key} = ?",
+                [*(r[c] for c in cols if c != key), r[key]],
+            )
+        await tx.execute(
+            "UPDATE audit_heads SET seq = ?, hash = ?, keyed_from = ? WHERE chain = ?",
+            (head.seq, head.hash, head.keyed_from, table),
+        )
         if isinstance(store, SqliteStore):
             for g in guards:
                 await tx.execute(g["sql"])
@@ -102,8 +113,9 @@ async def rewrite(store: Store, table: str, rows: list[dict[str, Any]], head: Ch
             await tx.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
 
 
-def relinked(table: str, rows: list[dict[str, Any]], start: int,
-             key: bytes | None) -> list[dict[str, Any]]:
+def relinked(
+    table: str, rows: list[dict[str, Any]], start: int, key: bytes | None
+) -> list[dict[str, Any]]:
     """The rows with every hash from position `start` on recomputed (with `key`, or plain)."""
     out = [dict(r) for r in rows[:start]]
     for r in rows[start:]:
@@ -132,20 +144,27 @@ def test_every_chain_is_keyed_and_verifies_against_its_checkpoints(use_store: Us
 
 
 def test_removing_the_newest_records_with_the_head_rewound_is_found_by_the_checkpoint(
-        use_store: UseStore) -> None:
+    use_store: UseStore,
+) -> None:
     async def body(store: Store) -> None:
         job = await submit(store)
         await store.append_policy_evaluations([evaluation(job, at=NOW + n) for n in range(5)])
         marks = marks_of(await store.audit_heads(), at=NOW + 60)
         rows = await chain_rows(store, "policy_evaluations")
-        await rewrite(store, "policy_evaluations", rows[:3],
-                      ChainHead(3, rows[2]["hash"], keyed_from=1))
+        await rewrite(
+            store, "policy_evaluations", rows[:3], ChainHead(3, rows[2]["hash"], keyed_from=1)
+        )
         assert (await store.verify_audit()).ok  # the database alone cannot tell
         report = await store.verify_audit(marks)
         [mark] = [m for m in marks if m.chain == "policy_evaluations"]
-        assert report.problems == (("policy_evaluations", "3",
-                                    "chain policy_evaluations: 2 records after seq 3 missing"
-                                    f" (checkpoint at {mark.when} says head seq 5)"),)
+        assert report.problems == (
+            (
+                "policy_evaluations",
+                "3",
+                "chain policy_evaluations: 2 records after seq 3 missing"
+                f" (checkpoint at {mark.when} says head seq 5)",
+            ),
+        )
 
     use_store(body)
 
@@ -153,16 +172,20 @@ def test_removing_the_newest_records_with_the_head_rewound_is_found_by_the_check
 def test_a_chain_recomputed_after_an_edit_is_found(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         job = await submit(store)
-        await store.append_policy_evaluations([evaluation(job, "deny", "x", at=NOW + n)
-                                               for n in range(4)])
+        await store.append_policy_evaluations(
+            [evaluation(job, "deny", "x", at=NOW + n) for n in range(4)]
+        )
         marks = marks_of(await store.audit_heads())
         rows = await chain_rows(store, "policy_evaluations")
         rows[1]["verdict"] = "allow"
-        for key, expect in ((ATTACKER_KEY, "record seq 2 changed: its HMAC does not match"),
-                            (None, "record seq 2 has a plain hash inside the keyed part")):
+        for key, expect in (
+            (ATTACKER_KEY, "record seq 2 changed: its HMAC does not match"),
+            (None, "record seq 2 has a plain hash inside the keyed part"),
+        ):
             forged = relinked("policy_evaluations", rows, 1, key)
-            await rewrite(store, "policy_evaluations", forged,
-                          ChainHead(4, forged[-1]["hash"], keyed_from=1))
+            await rewrite(
+                store, "policy_evaluations", forged, ChainHead(4, forged[-1]["hash"], keyed_from=1)
+            )
             # Without a checkpoint, the key alone finds it: every recomputed record.
             found = whys((await store.verify_audit()).problems)
             assert len(found) == 3 and found[0].startswith(expect), found
@@ -174,7 +197,8 @@ def test_a_chain_recomputed_after_an_edit_is_found(use_store: UseStore) -> None:
 
 
 def test_rows_hashed_before_the_key_stay_verifiable_and_cannot_be_downgraded(
-        use_store: UseStore) -> None:
+    use_store: UseStore,
+) -> None:
     async def body(store: Store) -> None:
         key = key_of(store)
         job = make_job()
@@ -228,9 +252,14 @@ def test_the_job_timeline_is_chained_and_tampering_is_found(use_store: UseStore)
         rows[0]["message"] = "nothing happened"
         await rewrite(store, "job_events", rows, (await store.audit_heads())["job_events"])
         report = await store.verify_audit()
-        assert report.problems == (("job_events", str(rows[0]["id"]),
-                                    "record seq 1 changed: its HMAC does not match (changed,"
-                                    " or recomputed without the key)"),)
+        assert report.problems == (
+            (
+                "job_events",
+                str(rows[0]["id"]),
+                "record seq 1 changed: its HMAC does not match (changed,"
+                " or recomputed without the key)",
+            ),
+        )
 
     use_store(body)
 
@@ -247,11 +276,12 @@ def test_a_rolled_back_operation_leaves_the_timeline_chain_whole(use_store: UseS
     use_store(body)
 
 
-@pytest.mark.parametrize("store_kind", ["sqlite", pytest.param("postgres",
-                                                                marks=pytest.mark.postgres)],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "store_kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_the_database_refuses_to_change_the_job_timeline(
-        store_kind: str, new_store: Callable[[], Store]) -> None:
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
     async def main() -> None:
         store = new_store()
         await store.open()
@@ -259,8 +289,11 @@ def test_the_database_refuses_to_change_the_job_timeline(
             await submit(store)
         finally:
             await store.close()
-        for sql in ("UPDATE job_events SET message = 'x'", "DELETE FROM job_events",
-                    *(["TRUNCATE job_events"] if isinstance(store, PostgresStore) else [])):
+        for sql in (
+            "UPDATE job_events SET message = 'x'",
+            "DELETE FROM job_events",
+            *(["TRUNCATE job_events"] if isinstance(store, PostgresStore) else []),
+        ):
             if isinstance(store, SqliteStore):
                 conn = sqlite3.connect(store.sqlite.path, isolation_level=None)
                 with pytest.raises(sqlite3.IntegrityError, match="job_events is append-only"):
@@ -268,8 +301,10 @@ def test_the_database_refuses_to_change_the_job_timeline(
                 conn.close()
             else:
                 assert isinstance(store, PostgresStore)
-                with psycopg.connect(store.pg.dsn, autocommit=True) as conn, pytest.raises(
-                        psycopg.errors.RaiseException, match="job_events is append-only"):
+                with (
+                    psycopg.connect(store.pg.dsn, autocommit=True) as conn,
+                    pytest.raises(psycopg.errors.RaiseException, match="job_events is append-only"),
+                ):
                     conn.execute(sql)  # type: ignore[arg-type]
 
     asyncio.run(main())
@@ -278,11 +313,12 @@ def test_the_database_refuses_to_change_the_job_timeline(
 # ---- the append-only triggers ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("store_kind", ["sqlite", pytest.param("postgres",
-                                                                marks=pytest.mark.postgres)],
-                         indirect=True)
-def test_a_missing_or_disabled_trigger_is_reported(store_kind: str,
-                                                   new_store: Callable[[], Store]) -> None:
+@pytest.mark.parametrize(
+    "store_kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_a_missing_or_disabled_trigger_is_reported(
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
     async def main() -> None:
         store = new_store()
         await store.open()
@@ -300,8 +336,9 @@ def test_a_missing_or_disabled_trigger_is_reported(store_kind: str,
                     conn.execute(f"ALTER TABLE run_reports DISABLE TRIGGER {gone}")
             assert await store.missing_triggers() == [gone]
             report = await store.verify_audit()
-            assert report.problems == (("triggers", gone,
-                                        "append-only trigger missing or disabled"),)
+            assert report.problems == (
+                ("triggers", gone, "append-only trigger missing or disabled"),
+            )
             assert await store.restore_triggers() == [gone]
             assert await store.missing_triggers() == []
             assert await store.restore_triggers() == []
@@ -312,11 +349,12 @@ def test_a_missing_or_disabled_trigger_is_reported(store_kind: str,
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("store_kind", ["sqlite", pytest.param("postgres",
-                                                                marks=pytest.mark.postgres)],
-                         indirect=True)
-def test_a_lost_key_is_not_silently_replaced(store_kind: str, new_store: Callable[[], Store],
-                                             tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "store_kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_a_lost_key_is_not_silently_replaced(
+    store_kind: str, new_store: Callable[[], Store], tmp_path: Path
+) -> None:
     async def main() -> None:
         store = new_store()
         await store.open()
@@ -324,9 +362,12 @@ def test_a_lost_key_is_not_silently_replaced(store_kind: str, new_store: Callabl
             job = await submit(store)
             lost = KeyFile(tmp_path / "elsewhere" / "audit.key")
             store.use_audit_key(lost)
-            with pytest.raises(StoreError, match=r"the audit key .*elsewhere/audit.key is"
-                                                 r" missing, but this store's records were"
-                                                 r" hashed with one"):
+            with pytest.raises(
+                StoreError,
+                match=r"the audit key .*elsewhere/audit.key is"
+                r" missing, but this store's records were"
+                r" hashed with one",
+            ):
                 await store.append_policy_evaluations([evaluation(job)])
             assert not lost.path.exists()
         finally:

@@ -45,35 +45,69 @@ CHAINED = tuple(CHAINS)
 
 def report_for(job: Job, **overrides: Any) -> RunReport:
     fields: dict[str, Any] = {
-        "id": new_id(), "job_id": job.id, "role": job.role, "tenant": job.tenant,
-        "workflow": "wf-1", "outcome": ReportOutcome.SUCCESS, "attempts": 1, "steps": 3,
-        "tool_calls": 2, "tokens_in": 100, "tokens_out": 20, "cost_usd": 0.25,
-        "started_at": NOW + 1, "ended_at": NOW + 2, "duration_ms": 1000, "summary": "done",
-        "created_at": NOW + 3, "metrics": {"tool_statuses": {"ok": 2}}}
+        "id": new_id(),
+        "job_id": job.id,
+        "role": job.role,
+        "tenant": job.tenant,
+        "workflow": "wf-1",
+        "outcome": ReportOutcome.SUCCESS,
+        "attempts": 1,
+        "steps": 3,
+        "tool_calls": 2,
+        "tokens_in": 100,
+        "tokens_out": 20,
+        "cost_usd": 0.25,
+        "started_at": NOW + 1,
+        "ended_at": NOW + 2,
+        "duration_ms": 1000,
+        "summary": "done",
+        "created_at": NOW + 3,
+        "metrics": {"tool_statuses": {"ok": 2}},
+    }
     fields.update(overrides)
     return RunReport(**fields)
 
 
 def incident(job: Job, **overrides: Any) -> Incident:
     fields: dict[str, Any] = {
-        "id": new_id(), "report_id": None, "job_id": job.id, "type": IncidentType.TOOL_ERROR,
-        "severity": Severity.MEDIUM, "message": "tool failed", "created_at": NOW,
-        "context": {"tool": "Bash"}}
+        "id": new_id(),
+        "report_id": None,
+        "job_id": job.id,
+        "type": IncidentType.TOOL_ERROR,
+        "severity": Severity.MEDIUM,
+        "message": "tool failed",
+        "created_at": NOW,
+        "context": {"tool": "Bash"},
+    }
     fields.update(overrides)
     return Incident(**fields)
 
 
-def evaluation(job: Job, verdict: str = "allow", reason: str = "allowed",
-               at: float = NOW) -> PolicyEvaluation:
-    return PolicyEvaluation(at=at, job_id=job.id, attempt=None, stage="pre_run",
-                            subject="run", verdict=verdict,  # type: ignore[arg-type]
-                            reason=reason, inputs={"n": 1})
+def evaluation(
+    job: Job, verdict: str = "allow", reason: str = "allowed", at: float = NOW
+) -> PolicyEvaluation:
+    return PolicyEvaluation(
+        at=at,
+        job_id=job.id,
+        attempt=None,
+        stage="pre_run",
+        subject="run",
+        verdict=verdict,  # type: ignore[arg-type]
+        reason=reason,
+        inputs={"n": 1},
+    )
 
 
 def approval(job: Job, **overrides: Any) -> Approval:
     fields: dict[str, Any] = {
-        "id": new_id(), "job_id": job.id, "subject": "rm -rf build", "digest": "d" * 64,
-        "reason": "approval_required", "requested_at": NOW, "expires_at": NOW + 600}
+        "id": new_id(),
+        "job_id": job.id,
+        "subject": "rm -rf build",
+        "digest": "d" * 64,
+        "reason": "approval_required",
+        "requested_at": NOW,
+        "expires_at": NOW + 600,
+    }
     fields.update(overrides)
     return Approval(**fields)
 
@@ -92,11 +126,21 @@ async def fill_every_chain(store: Store) -> Job:
     await store.record_report(report_for(job))
     first = (await store.append_incidents([incident(job)]))[0]
     await store.append_incidents([incident(job, resolves=first.id, message="fixed")])
-    await store.activate_kill_switch(KillSwitch(id="k1", scope=ScopeKind.GLOBAL, target=None,
-                                                reason="r", created_at=NOW, created_by="op"))
+    await store.activate_kill_switch(
+        KillSwitch(
+            id="k1",
+            scope=ScopeKind.GLOBAL,
+            target=None,
+            reason="r",
+            created_at=NOW,
+            created_by="op",
+        )
+    )
     await store.lift_kill_switch("k1", at=NOW + 1, by="op")
-    await store.set_budget(BudgetCeiling(scope=ScopeKind.TENANT, target="t", period=Period.DAILY,
-                                         ceiling_usd=5.0), at=NOW)
+    await store.set_budget(
+        BudgetCeiling(scope=ScopeKind.TENANT, target="t", period=Period.DAILY, ceiling_usd=5.0),
+        at=NOW,
+    )
     assert await store.reserve_budget(ScopeKind.TENANT, "t", NOW, 1.0, job.id, at=NOW)
     await store.commit_budget(job.id, 0.5, at=NOW + 1)
     await store.set_dark_launch(DarkLaunch(workflow="wf", percentage=10), at=NOW)
@@ -150,7 +194,8 @@ def test_incidents_are_appended_and_resolved_by_a_new_record(use_store: UseStore
         c = incident(other)
         got = await store.append_incidents([a, b, c])
         assert [i.id for i in got] == [a.id, b.id, c.id] and all(
-            i.hash.startswith("k1:") for i in got)
+            i.hash.startswith("k1:") for i in got
+        )
         assert await store.incidents(job.id) == got[:2]
         fix = incident(job, resolves=a.id, message="retried by hand", type=IncidentType.ANOMALY)
         [resolution] = await store.append_incidents([fix])
@@ -185,10 +230,23 @@ def test_incidents_are_appended_and_resolved_by_a_new_record(use_store: UseStore
 
 def test_kill_switches_are_activated_and_lifted_by_new_rows(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
-        g = KillSwitch(id="k-global", scope=ScopeKind.GLOBAL, target=None, reason="incident",
-                       created_at=NOW, created_by="alice")
-        t = KillSwitch(id="k-tenant", scope=ScopeKind.TENANT, target="acme", reason="spend",
-                       created_at=NOW + 1, created_by="bob", expires_at=NOW + 100)
+        g = KillSwitch(
+            id="k-global",
+            scope=ScopeKind.GLOBAL,
+            target=None,
+            reason="incident",
+            created_at=NOW,
+            created_by="alice",
+        )
+        t = KillSwitch(
+            id="k-tenant",
+            scope=ScopeKind.TENANT,
+            target="acme",
+            reason="spend",
+            created_at=NOW + 1,
+            created_by="bob",
+            expires_at=NOW + 100,
+        )
         assert await store.activate_kill_switch(g) == g
         await store.activate_kill_switch(t)
         with pytest.raises(Conflict):
@@ -210,8 +268,14 @@ def test_kill_switches_are_activated_and_lifted_by_new_rows(use_store: UseStore)
 
 def test_pauses_are_activated_and_lifted_by_new_rows(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
-        p = Pause(id="p1", scope=ScopeKind.ROLE, target="notebook", reason="maintenance",
-                  created_at=NOW, created_by="ops")
+        p = Pause(
+            id="p1",
+            scope=ScopeKind.ROLE,
+            target="notebook",
+            reason="maintenance",
+            created_at=NOW,
+            created_by="ops",
+        )
         assert await store.activate_pause(p) == p
         assert await store.pauses() == [p]
         resumed = await store.lift_pause("p1", at=NOW + 5, by="ops")
@@ -232,10 +296,12 @@ def test_pauses_are_activated_and_lifted_by_new_rows(use_store: UseStore) -> Non
 
 def test_budget_ceilings_latest_wins_and_history_is_kept(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
-        first = BudgetCeiling(scope=ScopeKind.TENANT, target="acme", period=Period.DAILY,
-                              ceiling_usd=10.0)
-        role = BudgetCeiling(scope=ScopeKind.ROLE, target="notebook", period=Period.MONTHLY,
-                             ceiling_usd=100.0)
+        first = BudgetCeiling(
+            scope=ScopeKind.TENANT, target="acme", period=Period.DAILY, ceiling_usd=10.0
+        )
+        role = BudgetCeiling(
+            scope=ScopeKind.ROLE, target="notebook", period=Period.MONTHLY, ceiling_usd=100.0
+        )
         await store.set_budget(first, at=NOW, by="alice")
         await store.set_budget(role, at=NOW)
         await store.set_budget(replace(first, ceiling_usd=20.0), at=NOW + 1, by="bob")
@@ -252,8 +318,9 @@ def test_budget_ceilings_latest_wins_and_history_is_kept(use_store: UseStore) ->
 def test_reservations_never_overshoot_the_ceiling(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         tenant, day = ScopeKind.TENANT, NOW - 3600
-        await store.set_budget(BudgetCeiling(scope=tenant, target="acme", period=Period.DAILY,
-                                             ceiling_usd=1.0), at=day)
+        await store.set_budget(
+            BudgetCeiling(scope=tenant, target="acme", period=Period.DAILY, ceiling_usd=1.0), at=day
+        )
         assert await store.reserve_budget(tenant, "acme", day, 0.4, "j1", at=NOW)
         assert await store.reserve_budget(tenant, "acme", day, 0.4, "j1", at=NOW)  # held once
         assert await store.reserve_budget(tenant, "acme", day, 0.5, "j2", at=NOW)
@@ -283,8 +350,10 @@ def test_reservations_never_overshoot_the_ceiling(use_store: UseStore) -> None:
 
 def test_float_sums_fit_an_exact_ceiling(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
-        await store.set_budget(BudgetCeiling(scope=ScopeKind.ROLE, target="r",
-                                             period=Period.DAILY, ceiling_usd=0.3), at=NOW)
+        await store.set_budget(
+            BudgetCeiling(scope=ScopeKind.ROLE, target="r", period=Period.DAILY, ceiling_usd=0.3),
+            at=NOW,
+        )
         assert await store.reserve_budget(ScopeKind.ROLE, "r", NOW, 0.1, "a", at=NOW)
         assert await store.reserve_budget(ScopeKind.ROLE, "r", NOW, 0.2, "b", at=NOW)
         assert not await store.reserve_budget(ScopeKind.ROLE, "r", NOW, 0.001, "c", at=NOW)
@@ -302,10 +371,12 @@ def test_dark_launch_latest_per_workflow_wins(use_store: UseStore) -> None:
         assert await store.dark_launch("wf") is None
         await store.set_dark_launch(DarkLaunch(workflow="wf", percentage=10), at=NOW)
         await store.set_dark_launch(DarkLaunch(workflow="other", percentage=50), at=NOW)
-        await store.set_dark_launch(DarkLaunch(workflow="wf", percentage=60, enabled=False),
-                                    at=NOW + 1)
-        assert await store.dark_launch("wf") == DarkLaunch(workflow="wf", percentage=60,
-                                                           enabled=False)
+        await store.set_dark_launch(
+            DarkLaunch(workflow="wf", percentage=60, enabled=False), at=NOW + 1
+        )
+        assert await store.dark_launch("wf") == DarkLaunch(
+            workflow="wf", percentage=60, enabled=False
+        )
         assert [d.workflow for d in await store.dark_launches()] == ["other", "wf"]
         with pytest.raises(InvalidRequest):
             await store.set_dark_launch(DarkLaunch(workflow="wf", percentage=101))
@@ -321,10 +392,12 @@ def test_approvals_are_decided_once_by_a_new_event(use_store: UseStore) -> None:
         with pytest.raises(Conflict):
             await store.request_approval(a)
         assert await store.approvals(state=ApprovalState.PENDING) == [a]
-        decided = await store.decide_approval("a1", ApprovalState.APPROVED, at=NOW + 5,
-                                              by="alice", note="ok")
-        assert decided == replace(a, state=ApprovalState.APPROVED, decided_at=NOW + 5,
-                                  decided_by="alice", note="ok")
+        decided = await store.decide_approval(
+            "a1", ApprovalState.APPROVED, at=NOW + 5, by="alice", note="ok"
+        )
+        assert decided == replace(
+            a, state=ApprovalState.APPROVED, decided_at=NOW + 5, decided_by="alice", note="ok"
+        )
         assert await store.approval("a1") == decided
         with pytest.raises(Conflict, match="approved already"):
             await store.decide_approval("a1", ApprovalState.DENIED, at=NOW + 6, by="bob")
@@ -350,13 +423,23 @@ def test_pending_approvals_expire_into_a_denial(use_store: UseStore) -> None:
         with pytest.raises(Conflict, match="expired"):
             await store.decide_approval("soon", ApprovalState.APPROVED, at=NOW + 10, by="x")
         expired = await store.expire_approvals(NOW + 10)
-        assert expired == [replace(soon, state=ApprovalState.EXPIRED, decided_at=NOW + 10,
-                                   decided_by="corral", note="expired undecided")]
+        assert expired == [
+            replace(
+                soon,
+                state=ApprovalState.EXPIRED,
+                decided_at=NOW + 10,
+                decided_by="corral",
+                note="expired undecided",
+            )
+        ]
         assert await store.expire_approvals(NOW + 10) == []
         assert [a.id for a in await store.approvals(state=ApprovalState.PENDING)] == ["late"]
         states = {a.id: a.state for a in await store.approvals()}
-        assert states == {"soon": ApprovalState.EXPIRED, "late": ApprovalState.PENDING,
-                          "done": ApprovalState.DENIED}
+        assert states == {
+            "soon": ApprovalState.EXPIRED,
+            "late": ApprovalState.PENDING,
+            "done": ApprovalState.DENIED,
+        }
 
     use_store(body)
 
@@ -367,9 +450,12 @@ def test_pending_approvals_expire_into_a_denial(use_store: UseStore) -> None:
 def test_run_unified_joins_reports_incidents_and_the_latest_verdict(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         bare, governed = await submit(store), await ended(store, JobState.KILLED)
-        await store.append_policy_evaluations([evaluation(governed, at=NOW),
-                                               evaluation(governed, "deny", "max_tool_calls",
-                                                          at=NOW + 1)])
+        await store.append_policy_evaluations(
+            [
+                evaluation(governed, at=NOW),
+                evaluation(governed, "deny", "max_tool_calls", at=NOW + 1),
+            ]
+        )
         await store.record_report(report_for(governed, cost_usd=1.5))
         a, b = incident(governed), incident(governed)
         await store.append_incidents([a, b, incident(governed, resolves=a.id)])
@@ -377,17 +463,29 @@ def test_run_unified_joins_reports_incidents_and_the_latest_verdict(use_store: U
         assert [r.job_id for r in rows] == [governed.id, bare.id]
         g, z = rows
         assert (g.outcome, g.workflow, g.cost_usd, g.tokens_in, g.duration_ms) == (
-            "success", "wf-1", 1.5, 100, 1000)
+            "success",
+            "wf-1",
+            1.5,
+            100,
+            1000,
+        )
         assert (g.incidents_total, g.incidents_open) == (2, 1)
         assert (g.policy_verdict, g.policy_reason, g.policy_stage) == (
-            "deny", "max_tool_calls", "pre_run")
+            "deny",
+            "max_tool_calls",
+            "pre_run",
+        )
         assert (g.state, g.role, g.tenant) == ("KILLED", governed.role, governed.tenant)
-        assert (z.report_id, z.outcome, z.incidents_total, z.incidents_open,
-                z.policy_verdict) == (None, None, 0, 0, None)
+        assert (z.report_id, z.outcome, z.incidents_total, z.incidents_open, z.policy_verdict) == (
+            None,
+            None,
+            0,
+            0,
+            None,
+        )
         assert len(await store.run_unified(limit=1)) == 1
         assert await store.run_unified(state="RUNNING") == []
-        assert [r.job_id for r in await store.run_unified(state=JobState.QUEUED.value)] == [
-            bare.id]
+        assert [r.job_id for r in await store.run_unified(state=JobState.QUEUED.value)] == [bare.id]
 
     use_store(body)
 
@@ -431,15 +529,22 @@ def _tamper(store: Store, table: str, key: str, value: Any, column: str, new: st
         row[column] = new
     elif isinstance(store, SqliteStore):
         conn = sqlite3.connect(store.sqlite.path)
-        [(ddl,)] = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?",
-                                (f"{table}_no_update",)).fetchall()
+        [(ddl,)] = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE name = ?", (f"{table}_no_update",)
+        ).fetchall()
         conn.close()
         _sqlite_raw(store.sqlite.path, [f"DROP TRIGGER {table}_no_update", update, ddl])
     else:
         assert isinstance(store, PostgresStore)
         trigger = f"{table}_append_only"
-        _pg_raw(store.pg.dsn, [f"ALTER TABLE {table} DISABLE TRIGGER {trigger}", update,
-                               f"ALTER TABLE {table} ENABLE TRIGGER {trigger}"])
+        _pg_raw(
+            store.pg.dsn,
+            [
+                f"ALTER TABLE {table} DISABLE TRIGGER {trigger}",
+                update,
+                f"ALTER TABLE {table} ENABLE TRIGGER {trigger}",
+            ],
+        )
 
 
 def test_verify_finds_exactly_the_tampered_row(use_store: UseStore) -> None:
@@ -464,17 +569,17 @@ def test_verify_finds_a_tampered_policy_evaluation(use_store: UseStore) -> None:
         evs = await store.policy_evaluations(job.id)
         _tamper(store, "policy_evaluations", "id", evs[1].id, "verdict", "allow")
         report = await store.verify_audit()
-        assert report.problems == (("policy_evaluations", str(evs[1].id),
-                                    report.problems[0][2]),)
+        assert report.problems == (("policy_evaluations", str(evs[1].id), report.problems[0][2]),)
 
     use_store(body)
 
 
-@pytest.mark.parametrize("store_kind", ["sqlite", pytest.param("postgres",
-                                                                marks=pytest.mark.postgres)],
-                         indirect=True)
-def test_the_database_refuses_update_and_delete(store_kind: str,
-                                                new_store: Callable[[], Store]) -> None:
+@pytest.mark.parametrize(
+    "store_kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_the_database_refuses_update_and_delete(
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
     async def main() -> None:
         store = new_store()
         await store.open()
@@ -504,33 +609,45 @@ def test_the_database_refuses_update_and_delete(store_kind: str,
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("store_kind", ["sqlite", pytest.param("postgres",
-                                                                marks=pytest.mark.postgres)],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "store_kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_verify_notices_rows_removed_around_the_triggers(
-        store_kind: str, new_store: Callable[[], Store]) -> None:
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
     async def main() -> None:
         store = new_store()
         await store.open()
         try:
             job = await submit(store)
-            await store.append_policy_evaluations([evaluation(job, at=NOW + n)
-                                                   for n in range(4)])
-            middle, last = "DELETE FROM policy_evaluations WHERE seq = 2", (
-                "DELETE FROM policy_evaluations WHERE seq = 4")
+            await store.append_policy_evaluations([evaluation(job, at=NOW + n) for n in range(4)])
+            middle, last = (
+                "DELETE FROM policy_evaluations WHERE seq = 2",
+                ("DELETE FROM policy_evaluations WHERE seq = 4"),
+            )
             if isinstance(store, SqliteStore):
                 conn = sqlite3.connect(store.sqlite.path)
-                [(ddl,)] = conn.execute("SELECT sql FROM sqlite_master WHERE name ="
-                                        " 'policy_evaluations_no_delete'").fetchall()
+                [(ddl,)] = conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE name = 'policy_evaluations_no_delete'"
+                ).fetchall()
                 conn.close()
-                _sqlite_raw(store.sqlite.path, ["DROP TRIGGER policy_evaluations_no_delete",
-                                                middle, last, ddl])
+                _sqlite_raw(
+                    store.sqlite.path,
+                    ["DROP TRIGGER policy_evaluations_no_delete", middle, last, ddl],
+                )
             else:
                 assert isinstance(store, PostgresStore)
-                _pg_raw(store.pg.dsn, [
-                    "ALTER TABLE policy_evaluations DISABLE TRIGGER policy_evaluations_append_only",
-                    middle, last,
-                    "ALTER TABLE policy_evaluations ENABLE TRIGGER policy_evaluations_append_only"])
+                _pg_raw(
+                    store.pg.dsn,
+                    [
+                        "ALTER TABLE policy_evaluations "
+                        "DISABLE TRIGGER policy_evaluations_append_only",
+                        middle,
+                        last,
+                        "ALTER TABLE policy_evaluations "
+                        "ENABLE TRIGGER policy_evaluations_append_only",
+                    ],
+                )
             report = await store.verify_audit()
             whys = [p[2] for p in report.problems]
             assert len(whys) == 2
@@ -548,15 +665,25 @@ def test_verify_notices_rows_removed_around_the_triggers(
 @pytest.mark.postgres
 @pytest.mark.parametrize("store_kind", ["postgres"], indirect=True)
 def test_two_engines_reserving_cannot_overshoot_a_ceiling(
-        store_kind: str, new_store: Callable[[], Store]) -> None:
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
     async def main() -> None:
         async with opened(new_store(), new_store()) as (one, two):
-            await one.set_budget(BudgetCeiling(scope=ScopeKind.TENANT, target="acme",
-                                               period=Period.DAILY, ceiling_usd=10.0), at=NOW)
-            results = await asyncio.gather(*(
-                store.reserve_budget(ScopeKind.TENANT, "acme", NOW, 1.0, f"{name}-{n}",
-                                     at=NOW + n)
-                for n in range(15) for name, store in (("one", one), ("two", two))))
+            await one.set_budget(
+                BudgetCeiling(
+                    scope=ScopeKind.TENANT, target="acme", period=Period.DAILY, ceiling_usd=10.0
+                ),
+                at=NOW,
+            )
+            results = await asyncio.gather(
+                *(
+                    store.reserve_budget(
+                        ScopeKind.TENANT, "acme", NOW, 1.0, f"{name}-{n}", at=NOW + n
+                    )
+                    for n in range(15)
+                    for name, store in (("one", one), ("two", two))
+                )
+            )
             assert sum(results) == 10
             status = await two.budget_status(ScopeKind.TENANT, "acme", NOW)
             assert (status.reserved, status.remaining) == (10.0, 0.0)
@@ -568,17 +695,27 @@ def test_two_engines_reserving_cannot_overshoot_a_ceiling(
 @pytest.mark.postgres
 @pytest.mark.parametrize("store_kind", ["postgres"], indirect=True)
 def test_two_engines_appending_keep_one_unbroken_chain(
-        store_kind: str, new_store: Callable[[], Store]) -> None:
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
     async def main() -> None:
         async with opened(new_store(), new_store()) as (one, two):
             job = await submit(one)
-            await asyncio.gather(*(
-                store.append_policy_evaluations([evaluation(job, at=NOW + n),
-                                                 evaluation(job, at=NOW + n)])
-                for n in range(25) for store in (one, two)))
-            await asyncio.gather(*(
-                store.append_incidents([incident(job)]) for _ in range(10)
-                for store in (one, two)))
+            await asyncio.gather(
+                *(
+                    store.append_policy_evaluations(
+                        [evaluation(job, at=NOW + n), evaluation(job, at=NOW + n)]
+                    )
+                    for n in range(25)
+                    for store in (one, two)
+                )
+            )
+            await asyncio.gather(
+                *(
+                    store.append_incidents([incident(job)])
+                    for _ in range(10)
+                    for store in (one, two)
+                )
+            )
             report = await one.verify_audit()
             assert report.ok, report.problems
             assert report.checked == 120 + 1  # and the job's timeline: submitted
@@ -593,20 +730,30 @@ def test_recent_policy_evaluations_across_jobs_newest_last(use_store: UseStore) 
     async def body(store: Store) -> None:
         assert await store.recent_policy_evaluations() == []
         one, two = await submit(store), await submit(store)
-        await store.append_policy_evaluations([
-            evaluation(one, at=NOW), evaluation(two, "deny", "kill_switch_active", at=NOW + 1)])
-        await store.append_policy_evaluations([
-            replace(evaluation(one, "deny", "out_of_scope", at=NOW + 2), stage="tool_call",
-                    subject="Bash", attempt=1),
-            evaluation(two, "pause", "runner_paused", at=NOW + 3)])
+        await store.append_policy_evaluations(
+            [evaluation(one, at=NOW), evaluation(two, "deny", "kill_switch_active", at=NOW + 1)]
+        )
+        await store.append_policy_evaluations(
+            [
+                replace(
+                    evaluation(one, "deny", "out_of_scope", at=NOW + 2),
+                    stage="tool_call",
+                    subject="Bash",
+                    attempt=1,
+                ),
+                evaluation(two, "pause", "runner_paused", at=NOW + 3),
+            ]
+        )
         found = await store.recent_policy_evaluations()
         assert [(e.job_id, e.verdict, e.at) for e in found] == [
-            (one.id, "allow", NOW), (two.id, "deny", NOW + 1), (one.id, "deny", NOW + 2),
-            (two.id, "pause", NOW + 3)]
+            (one.id, "allow", NOW),
+            (two.id, "deny", NOW + 1),
+            (one.id, "deny", NOW + 2),
+            (two.id, "pause", NOW + 3),
+        ]
         assert all(e.id is not None for e in found)
         assert found[2].stage == "tool_call" and found[2].inputs == {"n": 1}
-        assert [e.at for e in await store.recent_policy_evaluations(limit=2)] == [NOW + 2,
-                                                                                NOW + 3]
+        assert [e.at for e in await store.recent_policy_evaluations(limit=2)] == [NOW + 2, NOW + 3]
         assert await store.recent_policy_evaluations(limit=0) == []
         assert await store.recent_policy_evaluations(limit=-1) == []
         pre = await store.recent_policy_evaluations(stage="pre_run")
@@ -618,7 +765,9 @@ def test_recent_policy_evaluations_across_jobs_newest_last(use_store: UseStore) 
         late = await store.recent_policy_evaluations(since=NOW + 2)
         assert [e.at for e in late] == [NOW + 2, NOW + 3]
         assert await store.recent_policy_evaluations(stage="tool_call", since=NOW + 3) == []
-        assert [e.at for e in await store.recent_policy_evaluations(
-            verdict="deny", since=NOW + 1, limit=1)] == [NOW + 2]
+        assert [
+            e.at
+            for e in await store.recent_policy_evaluations(verdict="deny", since=NOW + 1, limit=1)
+        ] == [NOW + 2]
 
     use_store(body)

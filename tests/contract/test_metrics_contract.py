@@ -26,20 +26,69 @@ def test_fleet_figures_aggregate_jobs_attempts_tool_calls_and_usage(use_store: U
         await end(store, done, JobState.SUCCEEDED)
         lost = await submit(store, role="review", at=NOW - 3)
         await end(store, lost, JobState.DEAD_LETTERED, exit_code=1)
-        await store.append_policy_evaluations([
-            PolicyEvaluation(at=NOW, job_id=done.id, attempt=1, stage="tool_call",
-                             subject="Bash", verdict="allow", reason="allowed"),
-            PolicyEvaluation(at=NOW, job_id=done.id, attempt=1, stage="tool_call",
-                             subject="Bash", verdict="deny", reason="out_of_scope"),
-            PolicyEvaluation(at=NOW, job_id=done.id, attempt=1, stage="guardrail",
-                             subject="Bash", verdict="deny", reason="guardrail"),
-            PolicyEvaluation(at=NOW, job_id=done.id, attempt=1, stage="guardrail",
-                             subject="spawn", verdict="deny", reason="guardrail"),
-            PolicyEvaluation(at=NOW, job_id=done.id, attempt=1, stage="pre_run",
-                             subject="kill_switch", verdict="allow", reason="allowed")])
-        assert await store.record_agent_event(AgentEvent(
-            event_id="e1", job_id=done.id, attempt=1, at=NOW, role="review", worker="claude",
-            tenant="acme", tokens_in=120, tokens_out=30, cost_usd=0.25))
+        await store.append_policy_evaluations(
+            [
+                PolicyEvaluation(
+                    at=NOW,
+                    job_id=done.id,
+                    attempt=1,
+                    stage="tool_call",
+                    subject="Bash",
+                    verdict="allow",
+                    reason="allowed",
+                ),
+                PolicyEvaluation(
+                    at=NOW,
+                    job_id=done.id,
+                    attempt=1,
+                    stage="tool_call",
+                    subject="Bash",
+                    verdict="deny",
+                    reason="out_of_scope",
+                ),
+                PolicyEvaluation(
+                    at=NOW,
+                    job_id=done.id,
+                    attempt=1,
+                    stage="guardrail",
+                    subject="Bash",
+                    verdict="deny",
+                    reason="guardrail",
+                ),
+                PolicyEvaluation(
+                    at=NOW,
+                    job_id=done.id,
+                    attempt=1,
+                    stage="guardrail",
+                    subject="spawn",
+                    verdict="deny",
+                    reason="guardrail",
+                ),
+                PolicyEvaluation(
+                    at=NOW,
+                    job_id=done.id,
+                    attempt=1,
+                    stage="pre_run",
+                    subject="kill_switch",
+                    verdict="allow",
+                    reason="allowed",
+                ),
+            ]
+        )
+        assert await store.record_agent_event(
+            AgentEvent(
+                event_id="e1",
+                job_id=done.id,
+                attempt=1,
+                at=NOW,
+                role="review",
+                worker="claude",
+                tenant="acme",
+                tokens_in=120,
+                tokens_out=30,
+                cost_usd=0.25,
+            )
+        )
 
         f = await store.fleet_figures(BOUNDS)
         jobs = _by(f.jobs)
@@ -51,18 +100,25 @@ def test_fleet_figures_aggregate_jobs_attempts_tool_calls_and_usage(use_store: U
         assert _by(f.inflight) == {("coder", "dev", "claude"): 1}
         assert _by(f.attempts) == {("coder",): 1, ("review",): 2}
         assert _by(f.retries) == {("coder",): 0, ("review",): 0}
-        assert _by(f.tool_calls) == {("allow", "allowed"): 1, ("deny", "out_of_scope"): 1,
-                                     ("deny", "guardrail"): 1}
+        assert _by(f.tool_calls) == {
+            ("allow", "allowed"): 1,
+            ("deny", "out_of_scope"): 1,
+            ("deny", "guardrail"): 1,
+        }
         assert f.usage == ((("review", "acme", "claude"), 120, 30, 0.25),)
 
         runs = {d.labels: d for d in f.attempt_seconds}
         review = [a for j in (done, lost) for a in await store.attempts(j.id)]
-        durations = [a.ended_at - a.started_at for a in review
-                     if a.ended_at is not None and a.started_at is not None]
+        durations = [
+            a.ended_at - a.started_at
+            for a in review
+            if a.ended_at is not None and a.started_at is not None
+        ]
         assert runs[("review",)].observed == len(durations) == 2
         assert runs[("review",)].total == sum(durations)
         assert runs[("review",)].cumulative == tuple(
-            sum(1 for d in durations if d <= b) for b in BOUNDS)
+            sum(1 for d in durations if d <= b) for b in BOUNDS
+        )
         assert runs[("coder",)].observed == 0  # still running
         waits = {d.labels: d for d in f.start_seconds}
         [first] = await store.attempts(running.id)
@@ -73,13 +129,16 @@ def test_fleet_figures_aggregate_jobs_attempts_tool_calls_and_usage(use_store: U
         # settled attempts are folded into rollups by the first read (SQL stores): reading
         # again, after the running attempt ended too, counts each attempt once
         assert await store.fleet_figures(BOUNDS) == f
-        c = await store.finish([ending((await store.attempts(running.id))[0],
-                                       JobState.SUCCEEDED)], now=NOW + 3)
+        c = await store.finish(
+            [ending((await store.attempts(running.id))[0], JobState.SUCCEEDED)], now=NOW + 3
+        )
         assert [j.id for j in c] == [running.id]
         again = await store.fleet_figures(BOUNDS)
         assert _by(again.attempts) == {("coder",): 1, ("review",): 2}
-        assert {d.labels: d.observed for d in again.attempt_seconds} == {("coder",): 1,
-                                                                        ("review",): 2}
+        assert {d.labels: d.observed for d in again.attempt_seconds} == {
+            ("coder",): 1,
+            ("review",): 2,
+        }
         assert await store.fleet_figures(BOUNDS) == again
 
     use_store(body)

@@ -36,13 +36,25 @@ def _sql(text: str | None) -> str | None:
 async def _sqlite_catalog(driver: Driver) -> Catalog:
     async with driver.read() as tx:
         objects = await tx.fetchall(
-            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
-        out: Catalog = [("object", r["type"], r["name"], r["tbl_name"], _sql(r["sql"]))
-                        for r in objects]
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+        )
+        out: Catalog = [
+            ("object", r["type"], r["name"], r["tbl_name"], _sql(r["sql"])) for r in objects
+        ]
         for table in [r["name"] for r in objects if r["type"] == "table"]:
             for c in await tx.fetchall(f'PRAGMA table_info("{table}")'):
-                out.append(("column", table, c["cid"], c["name"], c["type"], c["notnull"],
-                            c["dflt_value"], c["pk"]))
+                out.append(
+                    (
+                        "column",
+                        table,
+                        c["cid"],
+                        c["name"],
+                        c["type"],
+                        c["notnull"],
+                        c["dflt_value"],
+                        c["pk"],
+                    )
+                )
     return out
 
 
@@ -54,37 +66,59 @@ async def _postgres_catalog(driver: Driver) -> Catalog:
         columns = await tx.fetchall(
             "SELECT table_name, column_name, ordinal_position, data_type, is_nullable,"
             " column_default FROM information_schema.columns WHERE table_schema = ?"
-            " ORDER BY table_name, ordinal_position", (schema,))
+            " ORDER BY table_name, ordinal_position",
+            (schema,),
+        )
         indexes = await tx.fetchall(
             "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = ?"
-            " ORDER BY tablename, indexname", (schema,))
+            " ORDER BY tablename, indexname",
+            (schema,),
+        )
         constraints = await tx.fetchall(
             "SELECT table_name, constraint_name, constraint_type"
             " FROM information_schema.table_constraints WHERE constraint_schema = ?"
-            " AND constraint_type <> 'CHECK' ORDER BY table_name, constraint_name", (schema,))
+            " AND constraint_type <> 'CHECK' ORDER BY table_name, constraint_name",
+            (schema,),
+        )
         # what the append-only rule and the read model are made of (migration 0006, 0005)
         triggers = await tx.fetchall(
             "SELECT t.tgname, c.relname, pg_get_triggerdef(t.oid) AS def FROM pg_trigger t"
             " JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = ? AND NOT t.tgisinternal ORDER BY c.relname, t.tgname", (schema,))
+            " WHERE n.nspname = ? AND NOT t.tgisinternal ORDER BY c.relname, t.tgname",
+            (schema,),
+        )
         functions = await tx.fetchall(
             "SELECT p.proname, pg_get_functiondef(p.oid) AS def FROM pg_proc p"
             " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = ?"
-            " ORDER BY p.proname", (schema,))
-        views = await tx.fetchall("SELECT viewname, definition FROM pg_views"
-                                  " WHERE schemaname = ? ORDER BY viewname", (schema,))
+            " ORDER BY p.proname",
+            (schema,),
+        )
+        views = await tx.fetchall(
+            "SELECT viewname, definition FROM pg_views WHERE schemaname = ? ORDER BY viewname",
+            (schema,),
+        )
 
     def strip(text: str | None) -> str | None:
         # the schemas differ by name only: drop it from sequence defaults and index definitions
-        return None if text is None else text.replace(f'"{schema}".', "").replace(
-            f"{schema}.", "")
+        return None if text is None else text.replace(f'"{schema}".', "").replace(f"{schema}.", "")
 
-    out: Catalog = [("column", c["table_name"], c["column_name"], c["ordinal_position"],
-                     c["data_type"], c["is_nullable"], strip(c["column_default"]))
-                    for c in columns]
+    out: Catalog = [
+        (
+            "column",
+            c["table_name"],
+            c["column_name"],
+            c["ordinal_position"],
+            c["data_type"],
+            c["is_nullable"],
+            strip(c["column_default"]),
+        )
+        for c in columns
+    ]
     out += [("index", i["tablename"], i["indexname"], strip(i["indexdef"])) for i in indexes]
-    out += [("constraint", c["table_name"], c["constraint_name"], c["constraint_type"])
-            for c in constraints]
+    out += [
+        ("constraint", c["table_name"], c["constraint_name"], c["constraint_type"])
+        for c in constraints
+    ]
     out += [("trigger", t["relname"], t["tgname"], strip(t["def"])) for t in triggers]
     out += [("function", f["proname"], strip(f["def"])) for f in functions]
     out += [("view", v["viewname"], strip(v["definition"])) for v in views]
@@ -104,8 +138,10 @@ async def _build(driver: Driver, *, fresh_from_schema: bool) -> tuple[Catalog, i
         version = await migrate(driver, fresh_from_schema=fresh_from_schema)
         catalog = await _catalog(driver)
         async with driver.read() as tx:
-            applied = [int(r["version"]) for r in await tx.fetchall(
-                "SELECT version FROM schema_migrations ORDER BY version")]
+            applied = [
+                int(r["version"])
+                for r in await tx.fetchall("SELECT version FROM schema_migrations ORDER BY version")
+            ]
         assert applied == [v for v, _, _ in migrations(driver.dialect)]
         assert await migrate(driver, fresh_from_schema=fresh_from_schema) == version
         assert await migrate(driver, fresh_from_schema=not fresh_from_schema) == version
@@ -121,23 +157,34 @@ async def _build(driver: Driver, *, fresh_from_schema: bool) -> tuple[Catalog, i
 def _assert_same(migrated: Catalog, fresh: Catalog, dialect: str) -> None:
     assert migrations(dialect), f"no migrations found for {dialect}"
     names = {entry[1] for entry in fresh} | {entry[2] for entry in fresh}
-    assert {"jobs", "attempts", "job_events", "idem_keys", "job_deps", "engines",
-            "workspace_locks", "workspace_waits", "schema_migrations", "v_run_unified",
-            *CHAINS} <= names
+    assert {
+        "jobs",
+        "attempts",
+        "job_events",
+        "idem_keys",
+        "job_deps",
+        "engines",
+        "workspace_locks",
+        "workspace_waits",
+        "schema_migrations",
+        "v_run_unified",
+        *CHAINS,
+    } <= names
     triggers = {e[2] for e in fresh if e[0] == "trigger"} | {
-        e[2] for e in fresh if e[:2] == ("object", "trigger")}
+        e[2] for e in fresh if e[:2] == ("object", "trigger")
+    }
     assert len(triggers) == 2 * len(CHAINS), "every chained table refuses UPDATE and DELETE"
     only_migrated = [e for e in migrated if e not in fresh]
     only_fresh = [e for e in fresh if e not in migrated]
     assert (only_migrated, only_fresh) == ([], []), (
-        "migrations and the current schema file disagree")
+        "migrations and the current schema file disagree"
+    )
     assert migrated == fresh
 
 
 def test_sqlite_migrations_equal_the_schema_file(tmp_path: Path) -> None:
     async def main() -> None:
-        migrated, v1 = await _build(SqliteDriver(tmp_path / "migrated.db"),
-                                    fresh_from_schema=False)
+        migrated, v1 = await _build(SqliteDriver(tmp_path / "migrated.db"), fresh_from_schema=False)
         fresh, v2 = await _build(SqliteDriver(tmp_path / "fresh.db"), fresh_from_schema=True)
         assert v1 == v2 == migrations("sqlite")[-1][0]
         _assert_same(migrated, fresh, "sqlite")
@@ -166,8 +213,10 @@ async def _upgrade_from_v1(driver: Driver) -> list[tuple[str, str]]:
         running = make_job(workspace="/repos/a").with_(state=JobState.RUNNING)
         queued = make_job(workspace="/repos/a")
         async with driver.write() as tx:
-            await tx.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
-                             " name TEXT NOT NULL, applied_at REAL NOT NULL)")
+            await tx.execute(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                " name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
             for stmt in statements(sql):
                 await tx.execute(stmt)
             await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v1, name, 0.0))
@@ -176,7 +225,8 @@ async def _upgrade_from_v1(driver: Driver) -> list[tuple[str, str]]:
                 await tx.execute(
                     f"INSERT INTO jobs ({', '.join(v1_columns)})"
                     f" VALUES ({', '.join('?' * len(v1_columns))})",
-                    job_params(job)[:len(v1_columns)])
+                    job_params(job)[: len(v1_columns)],
+                )
         await migrate(driver)
         async with driver.read() as tx:
             rows = await tx.fetchall("SELECT workspace, job_id FROM workspace_locks")
@@ -200,8 +250,10 @@ async def _upgrade_from_v4(driver: Driver, reopen: Callable[[], SqlStore]) -> No
     await driver.open()
     try:
         async with driver.write() as tx:
-            await tx.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
-                             " name TEXT NOT NULL, applied_at REAL NOT NULL)")
+            await tx.execute(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                " name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
             for v, name, sql in migrations(driver.dialect)[:4]:
                 for stmt in statements(sql):
                     await tx.execute(stmt)
@@ -210,8 +262,8 @@ async def _upgrade_from_v4(driver: Driver, reopen: Callable[[], SqlStore]) -> No
                 await tx.execute(
                     "INSERT INTO policy_evaluations (at, job_id, attempt, stage, subject,"
                     " verdict, reason, message, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (100 + n, "j1", 1, "tool_call", "Bash", "allow", "allowed", "",
-                     f'{{"n":{n}}}'))
+                    (100 + n, "j1", 1, "tool_call", "Bash", "allow", "allowed", "", f'{{"n":{n}}}'),
+                )
     finally:
         await driver.close()
     store = reopen()
@@ -219,11 +271,25 @@ async def _upgrade_from_v4(driver: Driver, reopen: Callable[[], SqlStore]) -> No
     try:
         before = await store.verify_audit()
         assert (before.ok, before.checked) == (True, 3), before.problems
-        await store.append_policy_evaluations([PolicyEvaluation(
-            at=200.0, job_id="j1", attempt=2, stage="tool_call", subject="Bash",
-            verdict="deny", reason="out_of_scope")])
+        await store.append_policy_evaluations(
+            [
+                PolicyEvaluation(
+                    at=200.0,
+                    job_id="j1",
+                    attempt=2,
+                    stage="tool_call",
+                    subject="Bash",
+                    verdict="deny",
+                    reason="out_of_scope",
+                )
+            ]
+        )
         assert [e.inputs for e in await store.policy_evaluations("j1")] == [
-            {"n": 0}, {"n": 1}, {"n": 2}, {}]
+            {"n": 0},
+            {"n": 1},
+            {"n": 2},
+            {},
+        ]
         after = await store.verify_audit()
         assert (after.ok, after.checked) == (True, 4), after.problems
     finally:
@@ -236,8 +302,7 @@ def test_sqlite_upgrade_puts_old_policy_evaluations_on_the_chain(tmp_path: Path)
 
 
 @pytest.mark.postgres
-def test_postgres_upgrade_puts_old_policy_evaluations_on_the_chain(
-        pg_schemas: PgSchemas) -> None:
+def test_postgres_upgrade_puts_old_policy_evaluations_on_the_chain(pg_schemas: PgSchemas) -> None:
     dsn = pg_schemas.new()
     asyncio.run(_upgrade_from_v4(PostgresDriver(dsn), lambda: PostgresStore(dsn)))
 
@@ -248,8 +313,10 @@ async def _upgrade_to_keyed(driver: Driver, reopen: Callable[[], SqlStore], key:
     await driver.open()
     try:
         async with driver.write() as tx:
-            await tx.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
-                             " name TEXT NOT NULL, applied_at REAL NOT NULL)")
+            await tx.execute(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                " name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
             for v, name, sql in migrations(driver.dialect):
                 if v >= 12:
                     break
@@ -259,16 +326,35 @@ async def _upgrade_to_keyed(driver: Driver, reopen: Callable[[], SqlStore], key:
             for n in range(2):
                 await tx.execute(
                     "INSERT INTO job_events (job_id, at, kind, message, data)"
-                    " VALUES (?, ?, ?, ?, ?)", ("j1", 100.0 + n, "submitted", "", "{}"))
-            plain = link("policy_evaluations", {
-                "at": 100.0, "job_id": "j1", "attempt": 1, "stage": "tool_call",
-                "subject": "Bash", "verdict": "allow", "reason": "allowed", "message": "",
-                "inputs": "{}"}, 1, "")
+                    " VALUES (?, ?, ?, ?, ?)",
+                    ("j1", 100.0 + n, "submitted", "", "{}"),
+                )
+            plain = link(
+                "policy_evaluations",
+                {
+                    "at": 100.0,
+                    "job_id": "j1",
+                    "attempt": 1,
+                    "stage": "tool_call",
+                    "subject": "Bash",
+                    "verdict": "allow",
+                    "reason": "allowed",
+                    "message": "",
+                    "inputs": "{}",
+                },
+                1,
+                "",
+            )
             cols = CHAINS["policy_evaluations"] + ("hash",)
-            await tx.execute(f"INSERT INTO policy_evaluations ({', '.join(cols)}) VALUES"
-                             f" ({', '.join('?' * len(cols))})", [plain[c] for c in cols])
-            await tx.execute("INSERT INTO audit_heads (chain, seq, hash) VALUES (?, 1, ?)",
-                             ("policy_evaluations", plain["hash"]))
+            await tx.execute(
+                f"INSERT INTO policy_evaluations ({', '.join(cols)}) VALUES"
+                f" ({', '.join('?' * len(cols))})",
+                [plain[c] for c in cols],
+            )
+            await tx.execute(
+                "INSERT INTO audit_heads (chain, seq, hash) VALUES (?, 1, ?)",
+                ("policy_evaluations", plain["hash"]),
+            )
     finally:
         await driver.close()
     store = reopen()
@@ -277,9 +363,19 @@ async def _upgrade_to_keyed(driver: Driver, reopen: Callable[[], SqlStore], key:
     try:
         before = await store.verify_audit()
         assert (before.ok, before.checked, before.prechain) == (True, 3, 2), before.problems
-        await store.append_policy_evaluations([PolicyEvaluation(
-            at=200.0, job_id="j1", attempt=2, stage="tool_call", subject="Bash",
-            verdict="deny", reason="out_of_scope")])
+        await store.append_policy_evaluations(
+            [
+                PolicyEvaluation(
+                    at=200.0,
+                    job_id="j1",
+                    attempt=2,
+                    stage="tool_call",
+                    subject="Bash",
+                    verdict="deny",
+                    reason="out_of_scope",
+                )
+            ]
+        )
         await store.submit(make_job(), now=300.0, aging_s=60.0)
         heads = await store.audit_heads()
         assert (heads["policy_evaluations"].seq, heads["policy_evaluations"].keyed_from) == (2, 2)
@@ -292,13 +388,16 @@ async def _upgrade_to_keyed(driver: Driver, reopen: Callable[[], SqlStore], key:
 
 def test_sqlite_upgrade_keeps_the_plain_chain_and_keys_what_follows(tmp_path: Path) -> None:
     path = tmp_path / "v11.db"
-    asyncio.run(_upgrade_to_keyed(SqliteDriver(path), lambda: SqliteStore(path),
-                                  tmp_path / "audit.key"))
+    asyncio.run(
+        _upgrade_to_keyed(SqliteDriver(path), lambda: SqliteStore(path), tmp_path / "audit.key")
+    )
 
 
 @pytest.mark.postgres
 def test_postgres_upgrade_keeps_the_plain_chain_and_keys_what_follows(
-        pg_schemas: PgSchemas, tmp_path: Path) -> None:
+    pg_schemas: PgSchemas, tmp_path: Path
+) -> None:
     dsn = pg_schemas.new()
-    asyncio.run(_upgrade_to_keyed(PostgresDriver(dsn), lambda: PostgresStore(dsn),
-                                  tmp_path / "audit.key"))
+    asyncio.run(
+        _upgrade_to_keyed(PostgresDriver(dsn), lambda: PostgresStore(dsn), tmp_path / "audit.key")
+    )

@@ -37,9 +37,16 @@ def test_outbox_rows_come_in_seq_order_past_the_cursor(use_store: UseStore) -> N
 
 def test_governance_records_are_in_the_outbox(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
-        await store.activate_kill_switch(KillSwitch(id="ks1", scope=ScopeKind.GLOBAL,
-                                                    target=None, reason="drill",
-                                                    created_at=NOW, created_by="ops"))
+        await store.activate_kill_switch(
+            KillSwitch(
+                id="ks1",
+                scope=ScopeKind.GLOBAL,
+                target=None,
+                reason="drill",
+                created_at=NOW,
+                created_by="ops",
+            )
+        )
         rows = await store.outbox_rows("switch_events", after=0, limit=10)
         assert len(rows) == 1
         event = record_event("switch_events", rows[0])
@@ -56,10 +63,10 @@ def test_cursors_start_at_zero_and_move_only_forward(use_store: UseStore) -> Non
         assert {c.source for c in cursors} == set(SOURCES)
         assert all(c.last_id == 0 and c.skipped == 0 and c.holder == "e1" for c in cursors)
         assert await store.advance_cursor(SINK, "job_events", holder="e1", last_id=5, now=NOW)
-        assert await store.advance_cursor(SINK, "job_events", holder="e1", last_id=9,
-                                          skipped=4, now=NOW)
-        assert not await store.advance_cursor(SINK, "job_events", holder="e1", last_id=3,
-                                              now=NOW)
+        assert await store.advance_cursor(
+            SINK, "job_events", holder="e1", last_id=9, skipped=4, now=NOW
+        )
+        assert not await store.advance_cursor(SINK, "job_events", holder="e1", last_id=3, now=NOW)
         again = await store.claim_cursors(SINK, SOURCES, holder="e1", now=NOW + 1, lease_s=30)
         assert again is not None
         job = next(c for c in again if c.source == "job_events")
@@ -73,17 +80,19 @@ def test_cursors_start_at_zero_and_move_only_forward(use_store: UseStore) -> Non
 def test_one_holder_drains_a_sink_until_its_lease_runs_out(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         assert await store.claim_cursors(SINK, SOURCES, holder="e1", now=NOW, lease_s=30)
-        assert await store.claim_cursors(SINK, SOURCES, holder="e2", now=NOW + 10,
-                                         lease_s=30) is None
-        assert await store.claim_cursors("redis", SOURCES, holder="e2", now=NOW + 10,
-                                         lease_s=30)  # another sink: its own lease
+        assert (
+            await store.claim_cursors(SINK, SOURCES, holder="e2", now=NOW + 10, lease_s=30) is None
+        )
+        assert await store.claim_cursors(
+            "redis", SOURCES, holder="e2", now=NOW + 10, lease_s=30
+        )  # another sink: its own lease
         taken = await store.claim_cursors(SINK, SOURCES, holder="e2", now=NOW + 31, lease_s=30)
         assert taken is not None and {c.holder for c in taken} == {"e2"}
         # the engine that lost the lease can no longer move the cursor
-        assert not await store.advance_cursor(SINK, "job_events", holder="e1", last_id=1,
-                                              now=NOW + 32)
-        assert await store.advance_cursor(SINK, "job_events", holder="e2", last_id=1,
-                                          now=NOW + 32)
+        assert not await store.advance_cursor(
+            SINK, "job_events", holder="e1", last_id=1, now=NOW + 32
+        )
+        assert await store.advance_cursor(SINK, "job_events", holder="e2", last_id=1, now=NOW + 32)
 
     use_store(body)
 
@@ -91,9 +100,17 @@ def test_one_holder_drains_a_sink_until_its_lease_runs_out(use_store: UseStore) 
 def test_agent_events_of_a_batch_come_in_one_read(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         for job_id, attempt in (("j1", 1), ("j1", 2), ("j2", 1), ("j3", 1)):
-            await store.record_agent_event(AgentEvent(
-                event_id=f"{job_id}-{attempt}", job_id=job_id, attempt=attempt, at=NOW,
-                role="default", worker="codex", tenant="default"))
+            await store.record_agent_event(
+                AgentEvent(
+                    event_id=f"{job_id}-{attempt}",
+                    job_id=job_id,
+                    attempt=attempt,
+                    at=NOW,
+                    role="default",
+                    worker="codex",
+                    tenant="default",
+                )
+            )
         found = await store.outbox_agent_events(["j1", "j3", "j1"])
         assert [(e.job_id, e.attempt) for e in found] == [("j1", 1), ("j1", 2), ("j3", 1)]
         assert await store.outbox_agent_events([]) == []

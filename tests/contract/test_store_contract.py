@@ -46,6 +46,8 @@ async def opened(*stores: Store) -> AsyncIterator[tuple[Store, ...]]:
     finally:
         for store in stores:
             await store.close()
+
+
 _clock = itertools.count(1)
 
 
@@ -54,38 +56,84 @@ def make_job(**overrides: Any) -> Job:
     at = overrides.pop("at", NOW + next(_clock))
     priority = overrides.get("priority", DEFAULT_PRIORITY)
     fields: dict[str, Any] = {
-        "id": new_id(int(at * 1000)), "state": JobState.QUEUED, "role": "default",
-        "worker": "process", "env_name": "local", "priority": priority, "tenant": "default",
-        "command": ("echo", "hi"), "prompt": None, "cwd": None, "env": {}, "options": JobOptions(),
-        "limits": Limits(), "key": None, "dedup": DedupMode.COALESCE, "workspace": None,
-        "parent_id": None, "depth": 0, "created_at": at, "updated_at": at,
+        "id": new_id(int(at * 1000)),
+        "state": JobState.QUEUED,
+        "role": "default",
+        "worker": "process",
+        "env_name": "local",
+        "priority": priority,
+        "tenant": "default",
+        "command": ("echo", "hi"),
+        "prompt": None,
+        "cwd": None,
+        "env": {},
+        "options": JobOptions(),
+        "limits": Limits(),
+        "key": None,
+        "dedup": DedupMode.COALESCE,
+        "workspace": None,
+        "parent_id": None,
+        "depth": 0,
+        "created_at": at,
+        "updated_at": at,
         "sort_at": at + priority * AGING,
     }
     fields.update(overrides)
     return Job(**fields)
 
 
-def claim(job: Job, *, index: int | None = None, engine: str = "engine-1",
-          now: float = NOW) -> Claimed:
+def claim(
+    job: Job, *, index: int | None = None, engine: str = "engine-1", now: float = NOW
+) -> Claimed:
     """A claim for the job's next attempt (or `index`), with a permit that is only data."""
     idx = job.attempts + 1 if index is None else index
     permit_id = new_id()
-    attempt = Attempt(id=new_id(), job_id=job.id, index=idx, state=AttemptState.STARTING,
-                      permit_id=permit_id, deadline_at=now + 3600, created_at=now,
-                      dir=f"/tmp/corral/{job.id}/{idx}", engine_id=engine)
-    permit = Permit(id=permit_id, job_id=job.id, attempt_index=idx, issued_at=now,
-                    deadline_at=now + 3600, grace_s=10.0, granted={"role": job.role},
-                    breaker="closed", seal="not-a-real-seal")
+    attempt = Attempt(
+        id=new_id(),
+        job_id=job.id,
+        index=idx,
+        state=AttemptState.STARTING,
+        permit_id=permit_id,
+        deadline_at=now + 3600,
+        created_at=now,
+        dir=f"/tmp/corral/{job.id}/{idx}",
+        engine_id=engine,
+    )
+    permit = Permit(
+        id=permit_id,
+        job_id=job.id,
+        attempt_index=idx,
+        issued_at=now,
+        deadline_at=now + 3600,
+        grace_s=10.0,
+        granted={"role": job.role},
+        breaker="closed",
+        seal="not-a-real-seal",
+    )
     return Claimed(job=job, attempt=attempt, permit=permit)
 
 
-def ending(attempt: Attempt, state: JobState, *, exit_code: int | None = 0,
-           outcome: Outcome = Outcome.EXITED, retry_at: float | None = None,
-           error: str | None = None, events: tuple[JobEvent, ...] = ()) -> Finish:
-    result = AttemptResult(outcome=outcome, exit_code=exit_code, started_at=NOW + 1,
-                           ended_at=NOW + 2)
-    return Finish(attempt=attempt, result=result, job_state=state, retry_at=retry_at,
-                  error=error, events=events)
+def ending(
+    attempt: Attempt,
+    state: JobState,
+    *,
+    exit_code: int | None = 0,
+    outcome: Outcome = Outcome.EXITED,
+    retry_at: float | None = None,
+    error: str | None = None,
+    events: tuple[JobEvent, ...] = (),
+) -> Finish:
+    result = AttemptResult(
+        outcome=outcome, exit_code=exit_code, started_at=NOW + 1, ended_at=NOW + 2
+    )
+    return Finish(
+        attempt=attempt,
+        result=result,
+        job_state=state,
+        retry_at=retry_at,
+        error=error,
+        events=events,
+    )
 
 
 async def submit(store: Store, **overrides: Any) -> Job:
@@ -115,8 +163,9 @@ async def kinds(store: Store, job_id: str) -> list[str]:
 
 
 async def reservable(store: Store, where: QueueFilter | None = None) -> list[str]:
-    jobs = await store.reserve(engine_id="engine-1", now=NOW, limit=100,
-                               where=where or QueueFilter())
+    jobs = await store.reserve(
+        engine_id="engine-1", now=NOW, limit=100, where=where or QueueFilter()
+    )
     return [j.id for j in jobs]
 
 
@@ -127,8 +176,14 @@ def test_submit_get_list_and_counts(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         # `n` is a key this version does not know: kept as read, written back unchanged
         options = JobOptions.from_json({"model": "x", "n": [1, 2]})
-        job = make_job(role="coder", env={"A": "1"}, options=options,
-                       prompt="fix it", cwd="/src", limits=Limits(max_attempts=2, timeout_s=5))
+        job = make_job(
+            role="coder",
+            env={"A": "1"},
+            options=options,
+            prompt="fix it",
+            cwd="/src",
+            limits=Limits(max_attempts=2, timeout_s=5),
+        )
         result = await store.submit(job, now=NOW, aging_s=AGING)
         assert result.created and result.superseded is None
         assert result.job == job
@@ -136,12 +191,12 @@ def test_submit_get_list_and_counts(use_store: UseStore) -> None:
         other = await submit(store, role="reviewer")
         third = await submit(store, role="coder")
         assert [j.id for j in await store.list_jobs(JobQuery())] == [third.id, other.id, job.id]
-        assert [j.id for j in await store.list_jobs(JobQuery(role="coder"))] == [
-            third.id, job.id]
+        assert [j.id for j in await store.list_jobs(JobQuery(role="coder"))] == [third.id, job.id]
         assert [j.id for j in await store.list_jobs(JobQuery(limit=1))] == [third.id]
         await store.request_cancel(other.id, reason="no", kind="cancel", now=NOW)
         assert [j.id for j in await store.list_jobs(JobQuery(state=JobState.CANCELLED))] == [
-            other.id]
+            other.id
+        ]
         assert await store.counts() == {"QUEUED": 2, "CANCELLED": 1}
         assert await kinds(store, job.id) == ["submitted"]
 
@@ -216,14 +271,28 @@ def test_queue_filter_exclusions(use_store: UseStore) -> None:
         everything = [coder.id, remote.id, ray.id, plain.id]
         assert await reservable(store) == everything
         assert await reservable(store, QueueFilter(exclude_roles=frozenset({"coder"}))) == [
-            remote.id, ray.id, plain.id]
+            remote.id,
+            ray.id,
+            plain.id,
+        ]
         assert await reservable(store, QueueFilter(exclude_envs=frozenset({"remote"}))) == [
-            coder.id, ray.id, plain.id]
+            coder.id,
+            ray.id,
+            plain.id,
+        ]
         assert await reservable(store, QueueFilter(exclude_workers=frozenset({"ray"}))) == [
-            coder.id, remote.id, plain.id]
-        assert await reservable(store, QueueFilter(
-            exclude_roles=frozenset({"coder", "x"}), exclude_envs=frozenset({"remote"}),
-            exclude_workers=frozenset({"ray"}))) == [plain.id]
+            coder.id,
+            remote.id,
+            plain.id,
+        ]
+        assert await reservable(
+            store,
+            QueueFilter(
+                exclude_roles=frozenset({"coder", "x"}),
+                exclude_envs=frozenset({"remote"}),
+                exclude_workers=frozenset({"ray"}),
+            ),
+        ) == [plain.id]
         await start(store, plain)  # not QUEUED any more
         waiting = await submit(store, after=(coder.id,))  # deps pending
         assert waiting.deps_pending == 1
@@ -240,8 +309,9 @@ def test_happy_path(use_store: UseStore) -> None:
         await store.register_engine("engine-1", pid=1, host="here", now=NOW)
         await store.heartbeat_engine("engine-1", now=NOW + 1)
         job = await submit(store)
-        [reserved] = await store.reserve(engine_id="engine-1", now=NOW, limit=10,
-                                         where=QueueFilter())
+        [reserved] = await store.reserve(
+            engine_id="engine-1", now=NOW, limit=10, where=QueueFilter()
+        )
         assert reserved == job
         c = claim(reserved)
         [won] = await store.start_attempts([c], now=NOW + 1)
@@ -252,10 +322,16 @@ def test_happy_path(use_store: UseStore) -> None:
         [(running, live)] = await store.inflight()
         assert running.state is JobState.RUNNING and live.pid == 777
         assert live.state is AttemptState.RUNNING and live.started_at == NOW + 2
-        note = JobEvent(job_id=job.id, at=NOW + 3, kind="report", message="wrote report",
-                        data={"path": "/r.json"})
-        [moved] = await store.finish([ending(c.attempt, JobState.SUCCEEDED, events=(note,))],
-                                     now=NOW + 4)
+        note = JobEvent(
+            job_id=job.id,
+            at=NOW + 3,
+            kind="report",
+            message="wrote report",
+            data={"path": "/r.json"},
+        )
+        [moved] = await store.finish(
+            [ending(c.attempt, JobState.SUCCEEDED, events=(note,))], now=NOW + 4
+        )
         assert moved.state is JobState.SUCCEEDED and moved.exit_code == 0
         stored = await store.get_job(job.id)
         assert moved == stored
@@ -268,10 +344,19 @@ def test_happy_path(use_store: UseStore) -> None:
         assert await store.inflight() == []
         events = [e for _, e in await store.events(job.id)]
         assert [e.kind for e in events] == [
-            "submitted", "permit_granted", "running", "report", "ended"]
+            "submitted",
+            "permit_granted",
+            "running",
+            "report",
+            "ended",
+        ]
         assert [(e.from_state, e.to_state) for e in events] == [
-            (None, "QUEUED"), ("QUEUED", "STARTING"), ("STARTING", "RUNNING"),
-            (None, None), ("RUNNING", "SUCCEEDED")]
+            (None, "QUEUED"),
+            ("QUEUED", "STARTING"),
+            ("STARTING", "RUNNING"),
+            (None, None),
+            ("RUNNING", "SUCCEEDED"),
+        ]
         assert events[1].attempt == 1 and events[1].data["permit"] == c.permit.id
         assert events[3].data == {"path": "/r.json"}
         assert await store.counts() == {"SUCCEEDED": 1}
@@ -317,8 +402,10 @@ def test_finish_twice_closes_once(use_store: UseStore) -> None:
         # both in one batch: the first closes it, the second is skipped
         other = await submit(store)
         c2 = await start(store, other)
-        batch = [ending(c2.attempt, JobState.SUCCEEDED),
-                 ending(c2.attempt, JobState.FAILED, exit_code=1)]
+        batch = [
+            ending(c2.attempt, JobState.SUCCEEDED),
+            ending(c2.attempt, JobState.FAILED, exit_code=1),
+        ]
         assert [j.state for j in await store.finish(batch, now=NOW)] == [JobState.SUCCEEDED]
 
     use_store(body)
@@ -353,8 +440,14 @@ def test_retry_wait_then_promote_then_second_attempt(use_store: UseStore) -> Non
     async def body(store: Store) -> None:
         job = await submit(store, priority=1)
         first = await start(store, job)
-        waiting = await end_attempt(store, first, JobState.RETRY_WAIT, exit_code=1,
-                                    retry_at=NOW + 30, error="exited with code 1")
+        waiting = await end_attempt(
+            store,
+            first,
+            JobState.RETRY_WAIT,
+            exit_code=1,
+            retry_at=NOW + 30,
+            error="exited with code 1",
+        )
         assert waiting.state is JobState.RETRY_WAIT and waiting.retry_at == NOW + 30
         assert waiting.exit_code == 1 and waiting.last_error == "exited with code 1"
         assert await store.next_retry_at() == NOW + 30
@@ -373,11 +466,20 @@ def test_retry_wait_then_promote_then_second_attempt(use_store: UseStore) -> Non
         await end_attempt(store, second, JobState.SUCCEEDED)
         attempts = await store.attempts(job.id)
         assert [(a.index, a.state) for a in attempts] == [
-            (1, AttemptState.FAILED), (2, AttemptState.SUCCEEDED)]
+            (1, AttemptState.FAILED),
+            (2, AttemptState.SUCCEEDED),
+        ]
         assert (await store.get_job(job.id)).attempts == 2
         assert await kinds(store, job.id) == [
-            "submitted", "permit_granted", "running", "retry_scheduled", "requeued",
-            "permit_granted", "running", "ended"]
+            "submitted",
+            "permit_granted",
+            "running",
+            "retry_scheduled",
+            "requeued",
+            "permit_granted",
+            "running",
+            "ended",
+        ]
 
     use_store(body)
 
@@ -410,8 +512,9 @@ def test_reject_names_the_holder(use_store: UseStore) -> None:
 def test_latest_wins_cancels_a_queued_holder_and_takes_the_key(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         old = await submit(store, key="k", dedup=DedupMode.LATEST_WINS)
-        result = await store.submit(make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW,
-                                    aging_s=AGING)
+        result = await store.submit(
+            make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW, aging_s=AGING
+        )
         assert result.created and result.superseded == old.id
         cancelled = await store.get_job(old.id)
         assert cancelled.state is JobState.CANCELLED
@@ -420,8 +523,9 @@ def test_latest_wins_cancels_a_queued_holder_and_takes_the_key(use_store: UseSto
         # the key now belongs to the new job
         again = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
         assert not again.created and again.job.id == result.job.id
-        newest = await store.submit(make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW,
-                                    aging_s=AGING)
+        newest = await store.submit(
+            make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW, aging_s=AGING
+        )
         assert newest.superseded == result.job.id
         assert (await store.get_job(result.job.id)).state is JobState.CANCELLED
 
@@ -432,8 +536,9 @@ def test_latest_wins_flags_a_running_holder_and_moves_the_key(use_store: UseStor
     async def body(store: Store) -> None:
         old = await submit(store, key="k", dedup=DedupMode.LATEST_WINS)
         c = await start(store, old)
-        result = await store.submit(make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW,
-                                    aging_s=AGING)
+        result = await store.submit(
+            make_job(key="k", dedup=DedupMode.LATEST_WINS), now=NOW, aging_s=AGING
+        )
         assert result.superseded == old.id
         flagged = await store.get_job(old.id)
         assert flagged.state is JobState.RUNNING and flagged.stop_kind == "cancel"
@@ -446,8 +551,7 @@ def test_latest_wins_flags_a_running_holder_and_moves_the_key(use_store: UseStor
         other = await submit(store, key="other-key")
         assert await reservable(store) == [other.id], "not beside the job it superseded"
         # the old job ending does not release the key it no longer holds
-        await end_attempt(store, c, JobState.CANCELLED, exit_code=None,
-                          outcome=Outcome.CANCELLED)
+        await end_attempt(store, c, JobState.CANCELLED, exit_code=None, outcome=Outcome.CANCELLED)
         assert sorted(await reservable(store)) == sorted([result.job.id, other.id])
         coalesced = await store.submit(make_job(key="k"), now=NOW, aging_s=AGING)
         assert coalesced.job.id == result.job.id and not coalesced.created
@@ -457,8 +561,13 @@ def test_latest_wins_flags_a_running_holder_and_moves_the_key(use_store: UseStor
 
 def test_key_held_in_retry_wait_and_released_when_terminal(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
-        for final in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED,
-                      JobState.DEAD_LETTERED, JobState.TIMED_OUT):
+        for final in (
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+            JobState.DEAD_LETTERED,
+            JobState.TIMED_OUT,
+        ):
             key = f"key-{final.value}"
             job = await submit(store, key=key)
             c = await start(store, job)
@@ -556,7 +665,8 @@ def test_diamond_dependencies_fail_once_each(use_store: UseStore) -> None:
             assert stored.state is JobState.FAILED, job.id
             assert (await kinds(store, job.id)).count("dependency_failed") == 1
         assert (await store.get_job(left.id)).last_error == (
-            f"dependency {root.id} ended CANCELLED")
+            f"dependency {root.id} ended CANCELLED"
+        )
 
     use_store(body)
 
@@ -565,8 +675,7 @@ def test_after_a_finished_failure_or_unknown_job(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         gone = await submit(store)
         await store.request_cancel(gone.id, reason="x", kind="kill", now=NOW)
-        result = await store.submit(make_job(after=(gone.id,), key="kk"), now=NOW,
-                                    aging_s=AGING)
+        result = await store.submit(make_job(after=(gone.id,), key="kk"), now=NOW, aging_s=AGING)
         assert result.created and result.job.state is JobState.FAILED
         assert result.job.last_error == f"dependency {gone.id} ended KILLED"
         assert await store.get_job(result.job.id) == result.job
@@ -590,8 +699,7 @@ def test_cancel_queued_and_retry_wait_jobs_at_once(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         for kind, state in (("cancel", JobState.CANCELLED), ("kill", JobState.KILLED)):
             job = await submit(store)
-            stopped = await store.request_cancel(job.id, reason="operator", kind=kind,
-                                                 now=NOW + 5)
+            stopped = await store.request_cancel(job.id, reason="operator", kind=kind, now=NOW + 5)
             assert stopped.state is state and stopped.stop_kind == kind
             assert stopped.cancel_requested == "operator" and stopped.last_error == "operator"
             assert stopped == await store.get_job(job.id)
@@ -611,8 +719,7 @@ def test_cancel_running_job_is_persisted_and_visible(use_store: UseStore) -> Non
     async def body(store: Store) -> None:
         job = await submit(store)
         c = await start(store, job)
-        flagged = await store.request_cancel(job.id, reason="operator", kind="cancel",
-                                             now=NOW + 1)
+        flagged = await store.request_cancel(job.id, reason="operator", kind="cancel", now=NOW + 1)
         assert flagged.state is JobState.RUNNING and flagged.cancel_requested == "operator"
         assert flagged == await store.get_job(job.id)
         [(live, attempt)] = await store.inflight()
@@ -623,15 +730,20 @@ def test_cancel_running_job_is_persisted_and_visible(use_store: UseStore) -> Non
         assert again == await store.get_job(job.id)
         assert again.cancel_requested == "operator"
         assert (await kinds(store, job.id)).count("cancel_requested") == 1
-        done = await end_attempt(store, c, JobState.CANCELLED, exit_code=None,
-                                 outcome=Outcome.CANCELLED, error="operator")
+        done = await end_attempt(
+            store,
+            c,
+            JobState.CANCELLED,
+            exit_code=None,
+            outcome=Outcome.CANCELLED,
+            error="operator",
+        )
         assert done.state is JobState.CANCELLED
         assert (await store.attempts(job.id))[0].state is AttemptState.CANCELLED
         # a starting job can be flagged too
         starting = await submit(store)
         await start(store, starting, pid=None)
-        killed = await store.request_cancel(starting.id, reason="kill switch", kind="kill",
-                                            now=NOW)
+        killed = await store.request_cancel(starting.id, reason="kill switch", kind="kill", now=NOW)
         assert killed.state is JobState.STARTING and killed.stop_kind == "kill"
         assert "kill_requested" in await kinds(store, starting.id)
 
@@ -681,8 +793,9 @@ def test_dlq_requeue_is_atomic(use_store: UseStore) -> None:
         with pytest.raises(NotFound):
             await store.dlq_requeue(dead.id, make_job(after=("missing",)), now=NOW)
         assert (await store.get_job(dead.id)).dlq_resolution is None
-        assert [j.id for j in await store.list_jobs(JobQuery(dead_lettered_unresolved=True))] \
-            == [dead.id]
+        assert [j.id for j in await store.list_jobs(JobQuery(dead_lettered_unresolved=True))] == [
+            dead.id
+        ]
         holder = await submit(store, key="k")  # a live job now holds the dead job's key
         with pytest.raises(Conflict, match="held by job " + holder.id):
             await store.dlq_requeue(dead.id, make_job(key="k"), now=NOW)
@@ -708,7 +821,10 @@ def test_inflight_pairs_jobs_with_their_current_attempt(use_store: UseStore) -> 
         pairs = await store.inflight()
         assert [j.id for j, _ in pairs] == [running.id, retried.id, starting.id]
         assert [j.state for j, _ in pairs] == [
-            JobState.RUNNING, JobState.RUNNING, JobState.STARTING]
+            JobState.RUNNING,
+            JobState.RUNNING,
+            JobState.STARTING,
+        ]
         for job, attempt in pairs:
             assert attempt.job_id == job.id and attempt.index == job.attempts
         assert pairs[1][1].id == second.attempt.id
@@ -721,9 +837,12 @@ def test_events_paginate_by_increasing_id(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         job = await submit(store)
         noise = await submit(store)
-        await store.append_events([
-            JobEvent(job_id=job.id, at=NOW + i, kind=f"note{i}", data={"i": i, "xs": [i]})
-            for i in range(5)])
+        await store.append_events(
+            [
+                JobEvent(job_id=job.id, at=NOW + i, kind=f"note{i}", data={"i": i, "xs": [i]})
+                for i in range(5)
+            ]
+        )
         await store.append_events([JobEvent(job_id=noise.id, at=NOW, kind="other")])
         page = await store.events(job.id)
         ids = [i for i, _ in page]
@@ -731,8 +850,9 @@ def test_events_paginate_by_increasing_id(use_store: UseStore) -> None:
         assert [e.kind for _, e in page] == ["submitted", *(f"note{i}" for i in range(5))]
         rest = await store.events(job.id, after_id=ids[2])
         assert [i for i, _ in rest] == ids[3:]
-        assert rest[0][1] == JobEvent(job_id=job.id, at=NOW + 2, kind="note2",
-                                      data={"i": 2, "xs": [2]})
+        assert rest[0][1] == JobEvent(
+            job_id=job.id, at=NOW + 2, kind="note2", data={"i": 2, "xs": [2]}
+        )
         assert await store.events(job.id, after_id=ids[-1]) == []
         assert [e.kind for _, e in await store.events(noise.id)] == ["submitted", "other"]
         assert await store.events("no-such-job") == []
@@ -760,7 +880,8 @@ def test_two_engines_claim_each_job_exactly_once(
                 return
             won = await store.start_attempts([claim(j, engine=name) for j in jobs], now=now)
             moved = await store.finish(
-                [ending(c.attempt, JobState.SUCCEEDED) for c in won], now=now)
+                [ending(c.attempt, JobState.SUCCEEDED) for c in won], now=now
+            )
             finished.extend(j.id for j in moved)
 
     async def main() -> None:
@@ -794,9 +915,13 @@ def test_two_engines_submitting_one_key_create_one_job(
 ) -> None:
     async def main() -> None:
         async with opened(new_store(), new_store()) as (one, two):
-            results = await asyncio.gather(*(
-                store.submit(make_job(key="shared"), now=NOW, aging_s=AGING)
-                for _ in range(10) for store in (one, two)))
+            results = await asyncio.gather(
+                *(
+                    store.submit(make_job(key="shared"), now=NOW, aging_s=AGING)
+                    for _ in range(10)
+                    for store in (one, two)
+                )
+            )
             assert sum(r.created for r in results) == 1
             assert len({r.job.id for r in results}) == 1
             assert await one.counts() == {"QUEUED": 1}
@@ -818,6 +943,7 @@ def test_stale_engines_are_those_that_stopped_heart_beating(use_store: UseStore)
 def test_a_takeover_fences_the_old_owner_out_of_the_attempt(use_store: UseStore) -> None:
     """A peer takes a dead engine's attempt over: the old engine's heart-beat is refused and
     its writes of the attempt's state change nothing; the new owner's apply."""
+
     async def body(store: Store) -> None:
         await store.register_engine("e-old", pid=1, host="h", now=NOW)
         await store.register_engine("e-new", pid=2, host="h", now=NOW)
@@ -826,17 +952,21 @@ def test_a_takeover_fences_the_old_owner_out_of_the_attempt(use_store: UseStore)
         assert await store.heartbeat_engine("e-old", now=NOW + 1)
         [(_, seen)] = await store.inflight()
         assert await store.take_over("e-new", [seen], fence=["e-old"], now=NOW + 20) == [
-            c.attempt.id]
+            c.attempt.id
+        ]
         assert await store.take_over("e-other", [seen], fence=[], now=NOW + 20) == [], (
-            "a second peer loses the compare-and-set")
+            "a second peer loses the compare-and-set"
+        )
         assert not await store.heartbeat_engine("e-old", now=NOW + 21)
         assert await store.heartbeat_engine("e-new", now=NOW + 21)
         fenced = {e.id: e.fenced_at for e in await store.engines()}
         assert fenced == {"e-old": NOW + 20, "e-new": None}
         # The old owner wakes up: its writes are refused.
         assert await store.mark_running([(c.attempt, AttemptRef.local(111))], now=NOW + 22) == 0
-        assert await store.finish([ending(c.attempt, JobState.FAILED, exit_code=9)],
-                                  now=NOW + 22) == []
+        assert (
+            await store.finish([ending(c.attempt, JobState.FAILED, exit_code=9)], now=NOW + 22)
+            == []
+        )
         [(job, attempt)] = await store.inflight()
         assert job.state is JobState.STARTING and attempt.engine_id == "e-new"
         assert attempt.state is AttemptState.STARTING and attempt.pid is None
@@ -852,18 +982,22 @@ def test_a_takeover_fences_the_old_owner_out_of_the_attempt(use_store: UseStore)
 
 
 def test_a_final_refusal_denies_a_queued_job_and_the_lifecycle_is_enforced(
-        use_store: UseStore) -> None:
+    use_store: UseStore,
+) -> None:
     async def body(store: Store) -> None:
         queued = await submit(store, key="kd")
-        denied = await store.request_cancel(queued.id, reason="FATAL_MODE: safe stop",
-                                            kind="deny", now=NOW)
+        denied = await store.request_cancel(
+            queued.id, reason="FATAL_MODE: safe stop", kind="deny", now=NOW
+        )
         assert denied.state is JobState.DENIED
         assert (await store.submit(make_job(key="kd"), now=NOW, aging_s=AGING)).created
         running = await submit(store)
         c = await start(store, running)
-        backwards = Finish(attempt=c.attempt, result=AttemptResult(outcome=Outcome.EXITED,
-                                                                  exit_code=1),
-                           job_state=JobState.QUEUED)
+        backwards = Finish(
+            attempt=c.attempt,
+            result=AttemptResult(outcome=Outcome.EXITED, exit_code=1),
+            job_state=JobState.QUEUED,
+        )
         with pytest.raises(Conflict, match="cannot go from RUNNING to QUEUED"):
             await store.finish([backwards], now=NOW)
         assert (await store.get_job(running.id)).state is JobState.RUNNING
@@ -873,20 +1007,37 @@ def test_a_final_refusal_denies_a_queued_job_and_the_lifecycle_is_enforced(
 
 def test_core_events_are_appended_and_read_back_by_kind(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
-        opened = {"at": 10.0, "kind": "breaker", "scope": "worker", "name": "worker:codex",
-                  "state": "OPEN", "severity": "high", "reason": "failure_rate",
-                  "message": "5 of 8 failed", "data": {"calls": 8, "failures": 5}}
-        stage = {**opened, "at": 11.0, "kind": "defense", "name": "watchdog", "state": "shed",
-                 "reason": "threshold_exceeded", "data": {}}
+        opened = {
+            "at": 10.0,
+            "kind": "breaker",
+            "scope": "worker",
+            "name": "worker:codex",
+            "state": "OPEN",
+            "severity": "high",
+            "reason": "failure_rate",
+            "message": "5 of 8 failed",
+            "data": {"calls": 8, "failures": 5},
+        }
+        stage = {
+            **opened,
+            "at": 11.0,
+            "kind": "defense",
+            "name": "watchdog",
+            "state": "shed",
+            "reason": "threshold_exceeded",
+            "data": {},
+        }
         await store.append_core_events([opened, stage])
-        await store.append_core_events([{**opened, "at": 12.0, "state": "HALF_OPEN",
-                                         "reason": "open_elapsed", "data": {}}])
+        await store.append_core_events(
+            [{**opened, "at": 12.0, "state": "HALF_OPEN", "reason": "open_elapsed", "data": {}}]
+        )
         breakers = await store.core_events(kind="breaker")
         assert [(e["state"], e["reason"]) for e in breakers] == [
-            ("OPEN", "failure_rate"), ("HALF_OPEN", "open_elapsed")]
+            ("OPEN", "failure_rate"),
+            ("HALF_OPEN", "open_elapsed"),
+        ]
         assert breakers[0]["data"] == {"calls": 8, "failures": 5}
-        assert [e["kind"] for e in await store.core_events()] == ["breaker", "defense",
-                                                                 "breaker"]
+        assert [e["kind"] for e in await store.core_events()] == ["breaker", "defense", "breaker"]
         assert [e["at"] for e in await store.core_events(limit=1)] == [12.0]
 
     use_store(body)
@@ -905,19 +1056,47 @@ def test_one_agent_event_per_attempt_is_kept_and_read_back(use_store: UseStore) 
     async def body(store: Store) -> None:
         job = await submit(store)
         first = AgentEvent(
-            event_id=new_id(), job_id=job.id, attempt=1, at=NOW, role="default",
-            worker="claude-code", tenant="t1", session_id="s-1", tokens_in=10, tokens_out=2,
-            cost_usd=0.5, limit_hit="max_tool_calls", checkpoint_count=3,
-            tool_calls=(ToolCallTrace(tool="Bash", input={"command": "ls"}, output="a\n",
-                                      duration_ms=4),
-                        ToolCallTrace(tool="Bash", input={"command": "rm x"}, denied=True,
-                                      reason="outside scope")))
+            event_id=new_id(),
+            job_id=job.id,
+            attempt=1,
+            at=NOW,
+            role="default",
+            worker="claude-code",
+            tenant="t1",
+            session_id="s-1",
+            tokens_in=10,
+            tokens_out=2,
+            cost_usd=0.5,
+            limit_hit="max_tool_calls",
+            checkpoint_count=3,
+            tool_calls=(
+                ToolCallTrace(tool="Bash", input={"command": "ls"}, output="a\n", duration_ms=4),
+                ToolCallTrace(
+                    tool="Bash", input={"command": "rm x"}, denied=True, reason="outside scope"
+                ),
+            ),
+        )
         assert await store.record_agent_event(first)
-        again = AgentEvent(event_id=new_id(), job_id=job.id, attempt=1, at=NOW + 1,
-                           role="default", worker="claude-code", tenant="t1")
+        again = AgentEvent(
+            event_id=new_id(),
+            job_id=job.id,
+            attempt=1,
+            at=NOW + 1,
+            role="default",
+            worker="claude-code",
+            tenant="t1",
+        )
         assert not await store.record_agent_event(again)  # written once, never replaced
-        second = AgentEvent(event_id=new_id(), job_id=job.id, attempt=2, at=NOW + 2,
-                            role="default", worker="claude-code", tenant="t1", retry_count=1)
+        second = AgentEvent(
+            event_id=new_id(),
+            job_id=job.id,
+            attempt=2,
+            at=NOW + 2,
+            role="default",
+            worker="claude-code",
+            tenant="t1",
+            retry_count=1,
+        )
         assert await store.record_agent_event(second)
         assert await store.agent_events(job.id) == [first, second]
         assert await store.agent_events("nope") == []
@@ -929,26 +1108,53 @@ def test_checkpoints_and_policy_evaluations_are_appended_in_order(use_store: Use
     async def body(store: Store) -> None:
         job = await submit(store)
         for n in (1, 2):
-            await store.append_checkpoint(Checkpoint(
-                job_id=job.id, attempt=1, at=NOW + n, worker="codex", session_id="th-1",
-                tool_call_count=n, last_tool="Bash", last_output_digest=f"d{n}"))
+            await store.append_checkpoint(
+                Checkpoint(
+                    job_id=job.id,
+                    attempt=1,
+                    at=NOW + n,
+                    worker="codex",
+                    session_id="th-1",
+                    tool_call_count=n,
+                    last_tool="Bash",
+                    last_output_digest=f"d{n}",
+                )
+            )
         cps = await store.checkpoints(job.id)
         assert [c.tool_call_count for c in cps] == [1, 2]
         assert cps[-1].session_id == "th-1" and cps[-1].last_output_digest == "d2"
-        evs = [PolicyEvaluation(at=NOW + n, job_id=job.id, attempt=a, stage="tool_call",
-                                subject="Bash", verdict=v, reason=r, message=m,
-                                inputs={"calls": n})
-               for n, (a, v, r, m) in enumerate([(1, "allow", "allowed", ""),
-                                                 (1, "deny", "max_tool_calls", "limit"),
-                                                 (2, "allow", "allowed", "")])]
+        evs = [
+            PolicyEvaluation(
+                at=NOW + n,
+                job_id=job.id,
+                attempt=a,
+                stage="tool_call",
+                subject="Bash",
+                verdict=v,
+                reason=r,
+                message=m,
+                inputs={"calls": n},
+            )
+            for n, (a, v, r, m) in enumerate(
+                [
+                    (1, "allow", "allowed", ""),
+                    (1, "deny", "max_tool_calls", "limit"),
+                    (2, "allow", "allowed", ""),
+                ]
+            )
+        ]
         await store.append_policy_evaluations(evs)
         got = await store.policy_evaluations(job.id)
         assert [(e.attempt, e.verdict, e.reason, e.inputs["calls"]) for e in got] == [
-            (1, "allow", "allowed", 0), (1, "deny", "max_tool_calls", 1),
-            (2, "allow", "allowed", 2)]
+            (1, "allow", "allowed", 0),
+            (1, "deny", "max_tool_calls", 1),
+            (2, "allow", "allowed", 2),
+        ]
         assert all(e.id is not None for e in got)
         assert [e.reason for e in await store.policy_evaluations(job.id, attempt=1)] == [
-            "allowed", "max_tool_calls"]
+            "allowed",
+            "max_tool_calls",
+        ]
         assert len(await store.policy_evaluations(job.id, limit=1)) == 1
 
     use_store(body)
@@ -992,8 +1198,13 @@ def test_live_engines_and_the_active_configuration(use_store: UseStore) -> None:
         assert await store.live_engines(since=NOW) == ["e1", "e2"]
         assert await store.active_config() is None
         old = EngineConfig(engine_id="e1", at=NOW, hash="a" * 64, source=None, text="")
-        new = EngineConfig(engine_id="e2", at=NOW + 1, hash="b" * 64, source="/etc/c.yaml",
-                           text="roles: {notebook: {}}\n")
+        new = EngineConfig(
+            engine_id="e2",
+            at=NOW + 1,
+            hash="b" * 64,
+            source="/etc/c.yaml",
+            text="roles: {notebook: {}}\n",
+        )
         await store.publish_config(new)
         await store.publish_config(old)  # an engine that started earlier, written later
         assert await store.active_config() == new

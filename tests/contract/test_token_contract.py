@@ -15,9 +15,15 @@ from tests.contract.test_store_contract import NOW, UseStore
 
 def a_token(**overrides: object) -> ApiToken:
     fields: dict[str, object] = {
-        "id": new_id(), "name": "ci", "tenant": "acme", "scopes": ("jobs:read", "approve"),
-        "secret_hash": hash_secret("s3cret"), "created_at": NOW, "created_by": "operator",
-        "expires_at": NOW + 3600}
+        "id": new_id(),
+        "name": "ci",
+        "tenant": "acme",
+        "scopes": ("jobs:read", "approve"),
+        "secret_hash": hash_secret("s3cret"),
+        "created_at": NOW,
+        "created_by": "operator",
+        "expires_at": NOW + 3600,
+    }
     fields.update(overrides)
     return ApiToken(**fields)  # type: ignore[arg-type]
 

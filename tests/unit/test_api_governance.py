@@ -22,18 +22,23 @@ def token_actor(api: Api, who: str) -> str:
 def test_kill_switches_and_pauses_of_the_tenant(tmp_path: Path) -> None:
     async def body(api: Api) -> None:
         h = api.auth("admin")
-        r = await api.client.post("/api/v1/kill-switches", json={"reason": "stop acme"},
-                                  headers=h)
+        r = await api.client.post("/api/v1/kill-switches", json={"reason": "stop acme"}, headers=h)
         assert r.status_code == 201, r.text
         switch = r.json()
         assert (switch["scope"], switch["target"], switch["created_by"]) == (
-            "tenant", "acme", token_actor(api, "admin"))
+            "tenant",
+            "acme",
+            token_actor(api, "admin"),
+        )
         listed = await api.client.get("/api/v1/kill-switches", headers=h)
         assert [s["id"] for s in listed.json()] == [switch["id"]]
         lifted = await api.client.post(f"/api/v1/kill-switches/{switch['id']}/lift", headers=h)
         assert lifted.status_code == 200 and lifted.json()["lifted_at"] is not None
-        assert_problem(await api.client.post(f"/api/v1/kill-switches/{switch['id']}/lift",
-                                             headers=h), 404, "not_found")
+        assert_problem(
+            await api.client.post(f"/api/v1/kill-switches/{switch['id']}/lift", headers=h),
+            404,
+            "not_found",
+        )
         p = await api.client.post("/api/v1/pauses", json={"reason": "calm"}, headers=h)
         assert p.status_code == 201 and p.json()["created_by"] == token_actor(api, "admin")
         assert len((await api.client.get("/api/v1/pauses", headers=h)).json()) == 1
@@ -43,30 +48,36 @@ def test_kill_switches_and_pauses_of_the_tenant(tmp_path: Path) -> None:
     with_api(config(tmp_path), body)
 
 
-
 def test_a_govern_token_controls_its_tenant_only(tmp_path: Path) -> None:
     async def body(api: Api) -> None:
         from corral.services import tokens
 
-        govern = (await tokens.create(api.store, tenant="acme", scopes="govern",
-                                      by="test")).text
+        govern = (await tokens.create(api.store, tenant="acme", scopes="govern", by="test")).text
         h = {"Authorization": f"Bearer {govern}"}
-        ok = await api.client.post("/api/v1/kill-switches",
-                                   json={"reason": "x", "scope": "tenant"}, headers=h)
+        ok = await api.client.post(
+            "/api/v1/kill-switches", json={"reason": "x", "scope": "tenant"}, headers=h
+        )
         assert ok.status_code == 201
-        for beyond in ({"scope": "global"}, {"scope": "tenant", "target": "globex"},
-                       {"scope": "role", "target": "small"}):
-            r = await api.client.post("/api/v1/kill-switches", json={"reason": "x", **beyond},
-                                      headers=h)
+        for beyond in (
+            {"scope": "global"},
+            {"scope": "tenant", "target": "globex"},
+            {"scope": "role", "target": "small"},
+        ):
+            r = await api.client.post(
+                "/api/v1/kill-switches", json={"reason": "x", **beyond}, headers=h
+            )
             assert_problem(r, 403, "not_permitted")
         theirs = (await api.submit("other")).json()["job"]["id"]
-        r = await api.client.post("/api/v1/pauses",
-                                  json={"reason": "x", "scope": "job", "target": theirs},
-                                  headers=h)
+        r = await api.client.post(
+            "/api/v1/pauses", json={"reason": "x", "scope": "job", "target": theirs}, headers=h
+        )
         assert_problem(r, 404, "not_found")
         # a global switch an admin set applies to every tenant: the govern token sees it
-        await api.client.post("/api/v1/kill-switches", json={"reason": "all", "scope": "global"},
-                              headers=api.auth("admin"))
+        await api.client.post(
+            "/api/v1/kill-switches",
+            json={"reason": "all", "scope": "global"},
+            headers=api.auth("admin"),
+        )
         seen = (await api.client.get("/api/v1/kill-switches", headers=h)).json()
         assert sorted(s["scope"] for s in seen) == ["global", "tenant"]
         other_view = await api.client.get("/api/v1/kill-switches", headers=api.auth("other"))
@@ -76,8 +87,9 @@ def test_a_govern_token_controls_its_tenant_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("decision", ["approve", "deny"])
-def test_approvals_are_decided_by_the_token_of_the_jobs_tenant(tmp_path: Path,
-                                                               decision: str) -> None:
+def test_approvals_are_decided_by_the_token_of_the_jobs_tenant(
+    tmp_path: Path, decision: str
+) -> None:
     async def body(api: Api) -> None:
         job = (await api.submit(role="gated")).json()["job"]
         assert job["state"] == "AWAITING_APPROVAL", job
@@ -86,8 +98,7 @@ def test_approvals_are_decided_by_the_token_of_the_jobs_tenant(tmp_path: Path,
         approval = listed.json()[0]["id"]
         url = f"/api/v1/approvals/{approval}/{decision}"
         assert_problem(await api.client.post(url), 401, "unauthenticated")
-        assert_problem(await api.client.post(url, headers=api.auth("writer")), 403,
-                       "not_permitted")
+        assert_problem(await api.client.post(url, headers=api.auth("writer")), 403, "not_permitted")
         other = await tokens_for(api, "globex", "approve")
         assert_problem(await api.client.post(url, headers=other), 404, "not_found")
         assert (await api.client.get("/api/v1/approvals", headers=other)).json() == []

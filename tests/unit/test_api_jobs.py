@@ -40,13 +40,19 @@ class Api:
         return {} if who is None else {"Authorization": f"Bearer {self.tok[who]}"}
 
     async def submit(self, who: str = "writer", **body: Any) -> httpx.Response:
-        return await self.client.post("/api/v1/jobs", json={"command": ["true"], **body},
-                                      headers=self.auth(who))
+        return await self.client.post(
+            "/api/v1/jobs", json={"command": ["true"], **body}, headers=self.auth(who)
+        )
 
 
-TOKENS = {"writer": ("acme", "jobs:read,jobs:write"), "reader": ("acme", "jobs:read"),
-          "approver": ("acme", "approve"), "other": ("globex", "jobs:read,jobs:write"),
-          "admin": ("acme", "admin"), "scraper": ("acme", "metrics")}
+TOKENS = {
+    "writer": ("acme", "jobs:read,jobs:write"),
+    "reader": ("acme", "jobs:read"),
+    "approver": ("acme", "approve"),
+    "other": ("globex", "jobs:read,jobs:write"),
+    "admin": ("acme", "admin"),
+    "scraper": ("acme", "metrics"),
+}
 
 
 def config(tmp_path: Path, text: str = CONFIG) -> Config:
@@ -57,8 +63,10 @@ def config(tmp_path: Path, text: str = CONFIG) -> Config:
 def with_api(cfg: Config, body: Callable[[Api], Awaitable[None]]) -> None:
     async def main() -> None:
         store = MemoryStore()
-        made = {who: (await tokens.create(store, tenant=t, scopes=s, by="test")).text
-                for who, (t, s) in TOKENS.items()}
+        made = {
+            who: (await tokens.create(store, tenant=t, scopes=s, by="test")).text
+            for who, (t, s) in TOKENS.items()
+        }
         app = create_app(cfg, store, wake=lambda op: None)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
@@ -83,17 +91,27 @@ def test_submit_then_read_back_with_the_tokens_tenant(tmp_path: Path) -> None:
         assert r.status_code == 201, r.text
         job = r.json()["job"]
         assert (job["tenant"], job["priority"], job["timeout_s"], job["max_attempts"]) == (
-            "acme", 1, 30, 1)
+            "acme",
+            1,
+            30,
+            1,
+        )
         got = await api.client.get(f"/api/v1/jobs/{job['id']}", headers=api.auth("reader"))
         assert got.status_code == 200 and got.json()["id"] == job["id"]
         assert [e["kind"] for e in got.json()["timeline"]][:1] == ["submitted"]
         page = await api.client.get("/api/v1/jobs", headers=api.auth("reader"))
         assert [j["id"] for j in page.json()["jobs"]] == [job["id"]]
         for ref in (job["id"][-6:], job["id"][:2], "0"):  # whole ids only: prefixes leak
-            assert_problem(await api.client.get(f"/api/v1/jobs/{ref}", headers=api.auth("other")),
-                           404, "not_found")
-            assert_problem(await api.client.get(f"/api/v1/jobs/{ref}",
-                                                headers=api.auth("reader")), 404, "not_found")
+            assert_problem(
+                await api.client.get(f"/api/v1/jobs/{ref}", headers=api.auth("other")),
+                404,
+                "not_found",
+            )
+            assert_problem(
+                await api.client.get(f"/api/v1/jobs/{ref}", headers=api.auth("reader")),
+                404,
+                "not_found",
+            )
         empty = await api.client.get("/api/v1/jobs", headers=api.auth("other"))
         assert empty.json() == {"jobs": [], "next_cursor": None}
 
@@ -112,10 +130,8 @@ def test_a_body_names_another_tenant_only_with_admin(tmp_path: Path) -> None:
 def test_the_idempotency_key_coalesces_like_submit_key(tmp_path: Path) -> None:
     async def body(api: Api) -> None:
         headers = {**api.auth("writer"), "Idempotency-Key": "k1"}
-        first = await api.client.post("/api/v1/jobs", json={"command": ["true"]},
-                                      headers=headers)
-        again = await api.client.post("/api/v1/jobs", json={"command": ["true"]},
-                                      headers=headers)
+        first = await api.client.post("/api/v1/jobs", json={"command": ["true"]}, headers=headers)
+        again = await api.client.post("/api/v1/jobs", json={"command": ["true"]}, headers=headers)
         assert (first.status_code, again.status_code) == (201, 200)
         assert again.json()["created"] is False
         assert again.json()["job"]["id"] == first.json()["job"]["id"]
@@ -172,8 +188,14 @@ def test_wait_logs_trace_and_report_of_a_queued_job(tmp_path: Path) -> None:
         w = await api.client.get(f"{base}/wait", params={"timeout_s": 0.3}, headers=h)
         assert w.status_code == 200 and w.json()["state"] == "QUEUED"
         logs = await api.client.get(f"{base}/logs", headers=h)
-        assert logs.json() == {"attempt": None, "stream": "stdout", "offset": 0,
-                               "next_offset": 0, "complete": False, "data": ""}
+        assert logs.json() == {
+            "attempt": None,
+            "stream": "stdout",
+            "offset": 0,
+            "next_offset": 0,
+            "complete": False,
+            "data": "",
+        }
         assert (await api.client.get(f"{base}/trace", headers=h)).json()["agent_events"] == []
         report = (await api.client.get(f"{base}/report", headers=h)).json()
         assert report["report"] is None and "QUEUED" in report["reason"]
@@ -194,29 +216,31 @@ ROUTES: list[tuple[str, str, str]] = [  # method, path ({id}: a job of tenant ac
 
 
 @pytest.mark.parametrize(("method", "path", "needed"), ROUTES)
-def test_the_authorisation_matrix(tmp_path: Path, method: str, path: str,
-                                  needed: str) -> None:
+def test_the_authorisation_matrix(tmp_path: Path, method: str, path: str, needed: str) -> None:
     async def body(api: Api) -> None:
         job_id = (await api.submit()).json()["job"]["id"]
         url = path.replace("{id}", job_id)
         payload = {"command": ["true"]} if path == "/api/v1/jobs" else None
 
-        async def call(who: str | None, headers: dict[str, str] | None = None
-                       ) -> httpx.Response:
-            return await api.client.request(method, url, json=payload,
-                                            headers=headers or api.auth(who))
+        async def call(who: str | None, headers: dict[str, str] | None = None) -> httpx.Response:
+            return await api.client.request(
+                method, url, json=payload, headers=headers or api.auth(who)
+            )
 
         assert_problem(await call(None), 401, "unauthenticated")
-        assert_problem(await call(None, {"Authorization": "Bearer crl_nope_nope"}), 401,
-                       "unauthenticated")
+        assert_problem(
+            await call(None, {"Authorization": "Bearer crl_nope_nope"}), 401, "unauthenticated"
+        )
         assert_problem(await call("approver"), 403, "not_permitted")
         if "{id}" in path:
             other = await call("other")
             data = assert_problem(other, 404, "not_found")
             missing = await api.client.request(
-                method, path.replace("{id}", "0" * 26), json=payload, headers=api.auth("writer"))
+                method, path.replace("{id}", "0" * 26), json=payload, headers=api.auth("writer")
+            )
             assert assert_problem(missing, 404, "not_found")["detail"] == data["detail"].replace(
-                job_id, "0" * 26)
+                job_id, "0" * 26
+            )
         right = await call("writer" if needed == "jobs:write" else "reader")
         assert right.status_code in (200, 201), right.text
         assert (await call("admin")).status_code in (200, 201, 409)
@@ -227,8 +251,7 @@ def test_the_authorisation_matrix(tmp_path: Path, method: str, path: str,
 def test_bad_input_and_unknown_routes_are_problems_too(tmp_path: Path) -> None:
     async def body(api: Api) -> None:
         h = api.auth("writer")
-        r = await api.client.post("/api/v1/jobs", json={"command": ["x"], "priority": 9},
-                                  headers=h)
+        r = await api.client.post("/api/v1/jobs", json={"command": ["x"], "priority": 9}, headers=h)
         assert "priority" in assert_problem(r, 422, "invalid_request")["detail"]
         r = await api.client.post("/api/v1/jobs", json={"bogus": 1}, headers=h)
         assert_problem(r, 422, "invalid_request")
@@ -239,8 +262,9 @@ def test_bad_input_and_unknown_routes_are_problems_too(tmp_path: Path) -> None:
         assert_problem(r, 405, "method_not_allowed")
         assert r.headers["Allow"] == "GET, POST"  # every method of the path
         for junk in (b"{not json", b"\xff\xfe{"):  # bad JSON: 422; bytes that are no text: 400
-            r = await api.client.post("/api/v1/jobs", content=junk,
-                                      headers={**h, "Content-Type": "application/json"})
+            r = await api.client.post(
+                "/api/v1/jobs", content=junk, headers={**h, "Content-Type": "application/json"}
+            )
             assert_problem(r, r.status_code, "invalid_request")
             assert r.status_code in (400, 422)
 
@@ -249,8 +273,11 @@ def test_bad_input_and_unknown_routes_are_problems_too(tmp_path: Path) -> None:
 
 def test_health_needs_no_token_and_openapi_and_docs_are_served(tmp_path: Path) -> None:
     async def body(api: Api) -> None:
-        assert (await api.client.get("/healthz")).json() == {"status": "ok", "store": None,
-                                                              "engine": None}
+        assert (await api.client.get("/healthz")).json() == {
+            "status": "ok",
+            "store": None,
+            "engine": None,
+        }
         ready = await api.client.get("/readyz")
         assert ready.status_code == 503 and ready.json()["engine"] == "not answering"
         spec = (await api.client.get("/openapi.json")).json()
@@ -266,28 +293,38 @@ async def dead_letter(api: Api, who: str = "writer") -> str:
     """A job of `who`'s tenant whose only attempt failed into the dead-letter queue."""
     job_id: str = (await api.submit(who)).json()["job"]["id"]
     won = await api.store.start_attempts([claim(await api.store.get_job(job_id))], now=NOW)
-    await api.store.finish([ending(won[0].attempt, JobState.DEAD_LETTERED, exit_code=1)],
-                           now=NOW + 3)
+    await api.store.finish(
+        [ending(won[0].attempt, JobState.DEAD_LETTERED, exit_code=1)], now=NOW + 3
+    )
     return job_id
 
 
 def test_the_dead_letter_queue_of_a_tenant(tmp_path: Path) -> None:
     async def body(api: Api) -> None:
-        mine, second, theirs = (await dead_letter(api), await dead_letter(api),
-                                await dead_letter(api, "other"))
+        mine, second, theirs = (
+            await dead_letter(api),
+            await dead_letter(api),
+            await dead_letter(api, "other"),
+        )
         h = api.auth("writer")
         listed = (await api.client.get("/api/v1/dlq", headers=h)).json()["jobs"]
         assert [j["id"] for j in listed] == [second, mine]
-        assert_problem(await api.client.get("/api/v1/dlq", headers=api.auth("approver")),
-                       403, "not_permitted")
-        assert_problem(await api.client.post(f"/api/v1/dlq/{theirs}/requeue", headers=h),
-                       404, "not_found")
+        assert_problem(
+            await api.client.get("/api/v1/dlq", headers=api.auth("approver")), 403, "not_permitted"
+        )
+        assert_problem(
+            await api.client.post(f"/api/v1/dlq/{theirs}/requeue", headers=h), 404, "not_found"
+        )
         r = await api.client.post(f"/api/v1/dlq/{mine}/requeue", headers=h)
         assert r.status_code == 201 and r.json()["requeued_from"] == mine
-        assert_problem(await api.client.post("/api/v1/dlq/purge", json={"jobs": [theirs]},
-                                             headers=h), 404, "not_found")
-        assert_problem(await api.client.post("/api/v1/dlq/purge", json={}, headers=h), 422,
-                       "invalid_request")
+        assert_problem(
+            await api.client.post("/api/v1/dlq/purge", json={"jobs": [theirs]}, headers=h),
+            404,
+            "not_found",
+        )
+        assert_problem(
+            await api.client.post("/api/v1/dlq/purge", json={}, headers=h), 422, "invalid_request"
+        )
         r = await api.client.post("/api/v1/dlq/purge", json={"all": True}, headers=h)
         assert r.json() == {"purged": [second]}
         other = await api.client.get("/api/v1/dlq", headers=api.auth("other"))

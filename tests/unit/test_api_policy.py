@@ -15,14 +15,23 @@ def test_budgets_of_the_tenant(tmp_path: Path) -> None:
         r = await api.client.post("/api/v1/budgets", json={"ceiling_usd": 5}, headers=h)
         assert r.status_code == 200, r.text
         assert (r.json()["scope"], r.json()["target"], r.json()["headroom_usd"]) == (
-            "tenant", "acme", 5)
+            "tenant",
+            "acme",
+            5,
+        )
         for beyond in ({"target": "globex"}, {"scope": "role", "target": "small"}):
-            r = await api.client.post("/api/v1/budgets", json={"ceiling_usd": 1, **beyond},
-                                      headers=h)
+            r = await api.client.post(
+                "/api/v1/budgets", json={"ceiling_usd": 1, **beyond}, headers=h
+            )
             assert_problem(r, 403, "not_permitted")
         admin = api.auth("admin")
-        assert (await api.client.post("/api/v1/budgets", json={
-            "ceiling_usd": 1, "scope": "tenant", "target": "globex"}, headers=admin)).is_success
+        assert (
+            await api.client.post(
+                "/api/v1/budgets",
+                json={"ceiling_usd": 1, "scope": "tenant", "target": "globex"},
+                headers=admin,
+            )
+        ).is_success
         seen = (await api.client.get("/api/v1/budgets", headers=h)).json()
         assert [b["target"] for b in seen] == ["acme"]
         assert len((await api.client.get("/api/v1/budgets", headers=admin)).json()) == 2
@@ -34,11 +43,11 @@ def test_dark_launches_are_set_by_admin(tmp_path: Path) -> None:
     async def body(api: Api) -> None:
         h = await tokens_for(api, "acme", "govern")
         url = "/api/v1/dark-launches/wf-1"
-        assert_problem(await api.client.post(url, json={"percentage": 10}, headers=h), 403,
-                       "not_permitted")
+        assert_problem(
+            await api.client.post(url, json={"percentage": 10}, headers=h), 403, "not_permitted"
+        )
         admin = api.auth("admin")
-        assert_problem(await api.client.post(url, json={}, headers=admin), 422,
-                       "invalid_request")
+        assert_problem(await api.client.post(url, json={}, headers=admin), 422, "invalid_request")
         r = await api.client.post(url, json={"percentage": 10}, headers=admin)
         assert r.status_code == 200 and r.json()["percentage"] == 10 and r.json()["enabled"]
         off = await api.client.post(url, json={"enabled": False}, headers=admin)

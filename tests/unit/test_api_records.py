@@ -16,8 +16,9 @@ def test_records_of_the_tenant_only(tmp_path: Path, path: str) -> None:
         mine = (await api.submit()).json()["job"]["id"]
         theirs = (await api.submit("other")).json()["job"]["id"]
         assert_problem(await api.client.get(path), 401, "unauthenticated")
-        assert_problem(await api.client.get(path, headers=api.auth("approver")), 403,
-                       "not_permitted")
+        assert_problem(
+            await api.client.get(path, headers=api.auth("approver")), 403, "not_permitted"
+        )
         r = await api.client.get(path, headers=api.auth("reader"))
         assert r.status_code == 200, r.text
         if path == "/api/v1/runs":
@@ -34,8 +35,11 @@ def test_records_of_the_tenant_only(tmp_path: Path, path: str) -> None:
 
 def test_audit_verify_is_for_admin_tokens(tmp_path: Path) -> None:
     async def body(api: Api) -> None:
-        assert_problem(await api.client.get("/api/v1/audit/verify", headers=api.auth("writer")),
-                       403, "not_permitted")
+        assert_problem(
+            await api.client.get("/api/v1/audit/verify", headers=api.auth("writer")),
+            403,
+            "not_permitted",
+        )
         r = await api.client.get("/api/v1/audit/verify", headers=api.auth("admin"))
         assert r.status_code == 200, r.text
         assert set(r.json()) >= {"ok", "checked", "problems"}
@@ -43,16 +47,24 @@ def test_audit_verify_is_for_admin_tokens(tmp_path: Path) -> None:
     with_api(config(tmp_path), body)
 
 
-@pytest.mark.parametrize(("method", "path"), [
-    ("GET", "/api/v1/status"), ("GET", "/api/v1/breakers"), ("GET", "/api/v1/escalations"),
-    ("POST", "/api/v1/breakers/worker:command/reset"),
-    ("POST", "/api/v1/escalations/e1/clear")])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/api/v1/status"),
+        ("GET", "/api/v1/breakers"),
+        ("GET", "/api/v1/escalations"),
+        ("POST", "/api/v1/breakers/worker:command/reset"),
+        ("POST", "/api/v1/escalations/e1/clear"),
+    ],
+)
 def test_the_mechanism_is_for_admin_and_says_when_no_engine_answers(
-        tmp_path: Path, method: str, path: str) -> None:
+    tmp_path: Path, method: str, path: str
+) -> None:
     async def body(api: Api) -> None:
         assert_problem(await api.client.request(method, path), 401, "unauthenticated")
-        assert_problem(await api.client.request(method, path, headers=api.auth("writer")), 403,
-                       "not_permitted")
+        assert_problem(
+            await api.client.request(method, path, headers=api.auth("writer")), 403, "not_permitted"
+        )
         r = await api.client.request(method, path, headers=api.auth("admin"))
         assert "no engine is serving" in assert_problem(r, 503, "engine_not_running")["detail"]
 
@@ -61,8 +73,11 @@ def test_the_mechanism_is_for_admin_and_says_when_no_engine_answers(
 
 def test_workspaces_for_admin(tmp_path: Path) -> None:
     async def body(api: Api) -> None:
-        assert_problem(await api.client.get("/api/v1/workspaces", headers=api.auth("reader")),
-                       403, "not_permitted")
+        assert_problem(
+            await api.client.get("/api/v1/workspaces", headers=api.auth("reader")),
+            403,
+            "not_permitted",
+        )
         assert (await api.client.get("/api/v1/workspaces", headers=api.auth("admin"))).json() == []
 
     with_api(config(tmp_path), body)
@@ -72,17 +87,19 @@ def test_metrics_are_for_a_metrics_token_and_name_no_job(tmp_path: Path) -> None
     """GET /metrics (outside /api/v1, where Prometheus looks) is the fleet's exposition: every
     tenant's figures, aggregated, so a token needs the `metrics` scope (or admin) and the body
     names no job."""
+
     async def body(api: Api) -> None:
         job_id = (await api.submit()).json()["job"]["id"]
         assert_problem(await api.client.get("/metrics"), 401, "unauthenticated")
-        assert_problem(await api.client.get("/metrics", headers=api.auth("reader")), 403,
-                       "not_permitted")
+        assert_problem(
+            await api.client.get("/metrics", headers=api.auth("reader")), 403, "not_permitted"
+        )
         for who in ("scraper", "admin"):
             r = await api.client.get("/metrics", headers=api.auth(who))
             assert r.status_code == 200, r.text
             assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
             assert "corral_engine_up 0" in r.text  # no engine serves this data directory
-            assert 'corral_queue_depth' in r.text and job_id not in r.text
+            assert "corral_queue_depth" in r.text and job_id not in r.text
         scraper = await api.client.get("/api/v1/jobs", headers=api.auth("scraper"))
         assert_problem(scraper, 403, "not_permitted")
 

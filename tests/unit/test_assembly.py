@@ -16,11 +16,14 @@ def test_the_configuration_names_every_agent_adapter_the_engine_can_run() -> Non
 
 
 def test_a_short_command_imports_neither_the_engine_nor_rich() -> None:
-    probe = ("import sys, corral.cli; "
-             "print(sorted(m for m in ('corral.runtime.engine', 'corral.workers.agents', "
-             "'corral.scheduler.dispatcher', 'rich') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True).stdout
+    probe = (
+        "import sys, corral.cli; "
+        "print(sorted(m for m in ('corral.runtime.engine', 'corral.workers.agents', "
+        "'corral.scheduler.dispatcher', 'rich') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -38,12 +41,18 @@ workers:
   tools: {adapter: codex}
 """
     settings = resolve(parse(text, "c.yaml"), "c.yaml")
-    config = Config(settings=settings, data_dir=tmp_path, store_url=None,
-                    sqlite_synchronous="NORMAL", source=None)
+    config = Config(
+        settings=settings,
+        data_dir=tmp_path,
+        store_url=None,
+        sqlite_synchronous="NORMAL",
+        source=None,
+    )
     assert role_warnings(config) == [
         "role a: worker codex has no turn limit; max_turns 30 is not applied (max_tool_calls "
         "50 bounds it)",
         "role b: worker opencode only asks the model to stop after max_turns 5 (max_tool_calls "
         "9 bounds it)",
         "role d: worker tools has no turn limit; max_turns 3 is not applied (max_tool_calls 50 "
-        "bounds it)"]
+        "bounds it)",
+    ]

@@ -31,44 +31,55 @@ NONE = RetryBudget()
 
 
 def seen(last: int = 1, first_at: float = NOW, cost: float = 0.0) -> JobAttempts:
-    return JobAttempts(job_id="j1", first_at=first_at, last_index=last, started=last,
-                       cost_usd=cost)
+    return JobAttempts(job_id="j1", first_at=first_at, last_index=last, started=last, cost_usd=cost)
 
 
-@pytest.mark.parametrize(("index", "max_attempts", "known", "budget", "now", "reason"), [
-    (1, 4, None, NONE, NOW, None),
-    (4, 4, seen(3), NONE, NOW, None),
-    (5, 4, seen(4), NONE, NOW, MAX_ATTEMPTS),
-    (5, 2, None, NONE, NOW, MAX_ATTEMPTS),  # a fresh core still holds the job's own bound
-    (3, 10, None, RetryBudget(max_attempts=2), NOW, MAX_ATTEMPTS),  # the role's ceiling
-    (2, 10, None, RetryBudget(max_attempts=2), NOW, None),
-    (1, 4, seen(1), NONE, NOW, ATTEMPT_REPEATED),  # asking for attempt 1 again and again
-    (2, 4, seen(3), NONE, NOW, ATTEMPT_REPEATED),
-    (1, 4, None, RetryBudget(max_timeout_s=10), NOW, TIMEOUT_TOO_LONG),  # job asks 30 s
-    (1, 4, None, RetryBudget(max_timeout_s=30), NOW, None),
-    (2, 4, seen(1), RetryBudget(window_s=60), NOW + 59.9, None),
-    (2, 4, seen(1), RetryBudget(window_s=60), NOW + 60, RETRY_BUDGET_EXHAUSTED),
-    (1, 4, None, RetryBudget(window_s=60), NOW + 1e6, None),  # the window starts with attempt 1
-    (2, 4, seen(1, cost=0.99), RetryBudget(cost_usd=1.0), NOW, None),
-    (2, 4, seen(1, cost=1.0), RetryBudget(cost_usd=1.0), NOW, RETRY_BUDGET_EXHAUSTED),
-])
-def test_attempt_bounds(index: int, max_attempts: int, known: JobAttempts | None,
-                        budget: RetryBudget, now: float, reason: str | None) -> None:
+@pytest.mark.parametrize(
+    ("index", "max_attempts", "known", "budget", "now", "reason"),
+    [
+        (1, 4, None, NONE, NOW, None),
+        (4, 4, seen(3), NONE, NOW, None),
+        (5, 4, seen(4), NONE, NOW, MAX_ATTEMPTS),
+        (5, 2, None, NONE, NOW, MAX_ATTEMPTS),  # a fresh core still holds the job's own bound
+        (3, 10, None, RetryBudget(max_attempts=2), NOW, MAX_ATTEMPTS),  # the role's ceiling
+        (2, 10, None, RetryBudget(max_attempts=2), NOW, None),
+        (1, 4, seen(1), NONE, NOW, ATTEMPT_REPEATED),  # asking for attempt 1 again and again
+        (2, 4, seen(3), NONE, NOW, ATTEMPT_REPEATED),
+        (1, 4, None, RetryBudget(max_timeout_s=10), NOW, TIMEOUT_TOO_LONG),  # job asks 30 s
+        (1, 4, None, RetryBudget(max_timeout_s=30), NOW, None),
+        (2, 4, seen(1), RetryBudget(window_s=60), NOW + 59.9, None),
+        (2, 4, seen(1), RetryBudget(window_s=60), NOW + 60, RETRY_BUDGET_EXHAUSTED),
+        (1, 4, None, RetryBudget(window_s=60), NOW + 1e6, None),  # the window starts with attempt 1
+        (2, 4, seen(1, cost=0.99), RetryBudget(cost_usd=1.0), NOW, None),
+        (2, 4, seen(1, cost=1.0), RetryBudget(cost_usd=1.0), NOW, RETRY_BUDGET_EXHAUSTED),
+    ],
+)
+def test_attempt_bounds(
+    index: int,
+    max_attempts: int,
+    known: JobAttempts | None,
+    budget: RetryBudget,
+    now: float,
+    reason: str | None,
+) -> None:
     j = job(id="j1", limits=Limits(max_attempts=max_attempts, timeout_s=30.0))
     r = decide(j, index, known, budget, now)
     assert (r.reason if r else None) == reason
     assert r is None or r.final, "asking again cannot help: the scheduler must stop asking"
 
 
-@pytest.mark.parametrize(("known", "budget", "expected"), [
-    (None, NONE, NOW + 30),
-    (None, RetryBudget(window_s=10), NOW + 10),
-    (seen(1, first_at=NOW - 55), RetryBudget(window_s=60), NOW + 5),
-    (seen(1, first_at=NOW - 5), RetryBudget(window_s=600), NOW + 30),
-])
-def test_a_permit_deadline_never_passes_the_time_window(known: JobAttempts | None,
-                                                        budget: RetryBudget,
-                                                        expected: float) -> None:
+@pytest.mark.parametrize(
+    ("known", "budget", "expected"),
+    [
+        (None, NONE, NOW + 30),
+        (None, RetryBudget(window_s=10), NOW + 10),
+        (seen(1, first_at=NOW - 55), RetryBudget(window_s=60), NOW + 5),
+        (seen(1, first_at=NOW - 5), RetryBudget(window_s=600), NOW + 30),
+    ],
+)
+def test_a_permit_deadline_never_passes_the_time_window(
+    known: JobAttempts | None, budget: RetryBudget, expected: float
+) -> None:
     j = job(id="j1", limits=Limits(timeout_s=30.0))
     assert deadline(j, known, budget, NOW) == expected
 
@@ -84,15 +95,19 @@ def test_the_core_counts_attempts_itself_whatever_index_it_is_asked_for() -> Non
     past = core.request_permit(j, 5, NOW + 2)
     assert getattr(past, "reason", None) == MAX_ATTEMPTS and getattr(past, "final", False)
     assert "attempt 5 of job j1 is past its max_attempts 2" in getattr(past, "message", "")
-    assert [e.reason for e in events if e.kind == "rejection"] == [ATTEMPT_REPEATED,
-                                                                   MAX_ATTEMPTS]
+    assert [e.reason for e in events if e.kind == "rejection"] == [ATTEMPT_REPEATED, MAX_ATTEMPTS]
     p2 = granted(core, j, NOW + 3, attempt=2)
     assert p2.attempt_index == 2
 
 
 def test_a_role_retry_budget_of_cost_stops_the_next_attempt() -> None:
-    s = settings(roles={"r": RoleSpec(name="r", concurrency=10,
-                                      retry_budget=RetryBudget(cost_usd=1.0, window_s=3600))})
+    s = settings(
+        roles={
+            "r": RoleSpec(
+                name="r", concurrency=10, retry_budget=RetryBudget(cost_usd=1.0, window_s=3600)
+            )
+        }
+    )
     core, _, _ = make_core(s)
     j = job(id="j1", role="r", limits=Limits(max_attempts=10, timeout_s=7200))
     for i, cost in enumerate((0.4, 0.7), start=1):

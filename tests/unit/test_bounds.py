@@ -21,12 +21,17 @@ from corral.workers import process
 from tests.helpers import eventually
 
 
-@pytest.mark.parametrize(("text", "depth"), [
-    ("1", 0), ("[]", 1), ('{"a": [1, {"b": []}]}', 4),
-    ('["[[[[", "]]"]', 1),  # brackets inside strings do not count
-    (r'["a\"[[[", "\\", [[]]]', 3),  # nor after an escaped quote; `\\"` closes the string
-    ("[" * 5000 + "]" * 5000, 5000),
-])
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("1", 0),
+        ("[]", 1),
+        ('{"a": [1, {"b": []}]}', 4),
+        ('["[[[[", "]]"]', 1),  # brackets inside strings do not count
+        (r'["a\"[[[", "\\", [[]]]', 3),  # nor after an escaped quote; `\\"` closes the string
+        ("[" * 5000 + "]" * 5000, 5000),
+    ],
+)
 def test_json_depth_counts_nesting_outside_strings(text: str, depth: int) -> None:
     assert bounds.json_depth(text) == depth
     assert bounds.json_depth(text.encode()) == depth
@@ -50,15 +55,18 @@ def test_the_core_protocol_answers_a_deep_line_with_an_error() -> None:
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 1e308, 0, -1, "x", None])
 def test_a_timeout_must_be_finite_positive_and_bounded(value: object) -> None:
     with pytest.raises(BoundError, match="timeout must be a finite number of seconds > 0"):
-        bounds.number("timeout", value, low=0, high=bounds.MAX_TIMEOUT_S, low_open=True,
-                      unit="seconds")
+        bounds.number(
+            "timeout", value, low=0, high=bounds.MAX_TIMEOUT_S, low_open=True, unit="seconds"
+        )
 
 
 def test_limits_are_checked_field_by_field() -> None:
     assert bounds.check_limits(Limits()) == Limits()
     for bad, needle in [
-        (Limits(timeout_s=math.nan), "timeout"), (Limits(grace_s=-1), "grace"),
-        (Limits(grace_s=math.inf), "grace"), (Limits(max_attempts=0), "max attempts"),
+        (Limits(timeout_s=math.nan), "timeout"),
+        (Limits(grace_s=-1), "grace"),
+        (Limits(grace_s=math.inf), "grace"),
+        (Limits(max_attempts=0), "max attempts"),
         (Limits(max_tool_calls=-1), "max tool calls"),
         (Limits(token_budget_in=-5), "token budget in"),
         (Limits(token_budget_out=10**13), "token budget out"),
@@ -68,10 +76,20 @@ def test_limits_are_checked_field_by_field() -> None:
 
 
 def test_limits_on_the_core_protocol_are_checked_too() -> None:
-    wire = {"id": "J", "state": "QUEUED", "role": "default", "worker": "command",
-            "env_name": "local", "priority": 2, "tenant": "t", "command": ["true"],
-            "limits": {"timeout_s": math.inf}, "created_at": 1.0, "updated_at": 1.0,
-            "sort_at": 1.0}
+    wire = {
+        "id": "J",
+        "state": "QUEUED",
+        "role": "default",
+        "worker": "command",
+        "env_name": "local",
+        "priority": 2,
+        "tenant": "t",
+        "command": ["true"],
+        "limits": {"timeout_s": math.inf},
+        "created_at": 1.0,
+        "updated_at": 1.0,
+        "sort_at": 1.0,
+    }
     with pytest.raises(p.ProtocolError, match="invalid job: timeout must be a finite"):
         p.job_in(json.loads(json.dumps(wire)))  # Python's json reads `Infinity`
 
@@ -91,14 +109,14 @@ def test_blank_names_are_refused() -> None:
 
 def test_a_deep_yaml_flow_sequence_is_found_without_recursing() -> None:
     text = "roles: " + "[" * 100_000 + "]" * 100_000 + "\n"
-    assert bounds.yaml_too_deep(text) == f"line 1: nested deeper than {bounds.MAX_YAML_DEPTH} " \
-                                         "levels"
+    assert (
+        bounds.yaml_too_deep(text) == f"line 1: nested deeper than {bounds.MAX_YAML_DEPTH} levels"
+    )
     assert bounds.yaml_too_deep("roles:\n  a: {concurrency: 1}\n") is None
     assert bounds.yaml_too_deep("roles: [1\n") is None  # malformed: the loader says so
 
 
-def test_job_marks_find_the_job_of_a_process_that_dropped_its_environment(
-        tmp_path: Path) -> None:
+def test_job_marks_find_the_job_of_a_process_that_dropped_its_environment(tmp_path: Path) -> None:
     """A job's process that cleared CORRAL_JOB_ID is still found through its parent."""
     env = {"PATH": os.environ["PATH"], "CORRAL_JOB_ID": "J-1"}
     parent = subprocess.Popen(["sh", "-c", "env -i sleep 30; true"], env=env)
@@ -106,8 +124,10 @@ def test_job_marks_find_the_job_of_a_process_that_dropped_its_environment(
         children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children")
         eventually(lambda: children.read_text().split(), what="sh to start sleep")
         child = int(children.read_text().split()[0])
-        eventually(lambda: Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep"),
-                   what="the child to exec sleep")
+        eventually(
+            lambda: Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep"),
+            what="the child to exec sleep",
+        )
         assert b"CORRAL_JOB_ID" not in Path(f"/proc/{child}/environ").read_bytes()
         assert job_marks(child) == ["J-1"]
     finally:
@@ -116,7 +136,8 @@ def test_job_marks_find_the_job_of_a_process_that_dropped_its_environment(
 
 
 def test_a_process_that_left_its_session_and_environment_is_its_jobs_by_its_cgroup(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """setsid + env -i + a double fork, then its shim SIGKILLed: nothing in the environment or
     the ancestry names the job any more; the attempt's cgroup, which the kernel keeps, still
     does (where the host gives attempts a cgroup: this machine does, and CI runs on one like
@@ -124,18 +145,36 @@ def test_a_process_that_left_its_session_and_environment_is_its_jobs_by_its_cgro
     assert process.cgroup_base() is not None, "this host gives attempts no cgroup"
     pidfile = tmp_path / "escapee.pid"
     proc = process.spawn(
-        attempt_dir=tmp_path / "J-9.1", cwd=None, grace_s=1.0, deadline_epoch_s=None,
+        attempt_dir=tmp_path / "J-9.1",
+        cwd=None,
+        grace_s=1.0,
+        deadline_epoch_s=None,
         env={"PATH": os.environ["PATH"], "CORRAL_JOB_ID": "J-9"},
-        argv=["sh", "-c", f"(setsid env -i sh -c 'echo $$ > {pidfile}; exec sleep 30' &); "
-                          "sleep 30"])
+        argv=[
+            "sh",
+            "-c",
+            f"(setsid env -i sh -c 'echo $$ > {pidfile}; exec sleep 30' &); sleep 30",
+        ],
+    )
     try:
-        escapee = int(eventually(lambda: pidfile.exists() and pidfile.read_text().strip(),
-                                 what="the escapee to write its pid"))
-        eventually(lambda: Path(f"/proc/{escapee}/cmdline").read_bytes().startswith(b"sleep"),
-                   what="the escapee to exec sleep")
+        escapee = int(
+            eventually(
+                lambda: pidfile.exists() and pidfile.read_text().strip(),
+                what="the escapee to write its pid",
+            )
+        )
+        eventually(
+            lambda: Path(f"/proc/{escapee}/cmdline").read_bytes().startswith(b"sleep"),
+            what="the escapee to exec sleep",
+        )
         os.kill(proc.pid, signal.SIGKILL)  # the shim, its subreaper, is gone
-        eventually(lambda: Path(f"/proc/{escapee}/stat").read_text().rsplit(")", 1)[1].split()[1]
-                   != str(proc.pid), what="the escapee to be reparented")
+        eventually(
+            lambda: (
+                Path(f"/proc/{escapee}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                != str(proc.pid)
+            ),
+            what="the escapee to be reparented",
+        )
         assert b"CORRAL_JOB_ID" not in Path(f"/proc/{escapee}/environ").read_bytes()
         assert job_marks(escapee) == ["J-9"]
         with pytest.MonkeyPatch.context() as mp:  # the environment and ancestry alone lose it

@@ -44,46 +44,58 @@ def board(spec: BreakerSpec = SPEC) -> tuple[BreakerBoard, list[CoreEvent]]:
     return BreakerBoard(spec, events.append), events
 
 
-def feed(b: BreakerBoard, results: list[AttemptResult], start: float = NOW,
-         step: float = 1.0, name: str = "worker:codex") -> None:
+def feed(
+    b: BreakerBoard,
+    results: list[AttemptResult],
+    start: float = NOW,
+    step: float = 1.0,
+    name: str = "worker:codex",
+) -> None:
     for i, r in enumerate(results):
         b.record([name], f"p{i}", r, start + i * step)
 
 
-@pytest.mark.parametrize(("result", "stopped", "expected"), [
-    (ok(), False, "success"),
-    (failed(code=1), False, "failure"),
-    (failed(code=None, sig=9), False, "failure"),
-    (failed(code=None, sig=15), True, "neutral"),  # we asked it to stop
-    (failed(Outcome.TIMED_OUT, None), False, "failure"),
-    (failed(Outcome.LOST, None), False, "failure"),
-    (failed(Outcome.SPAWN_ERROR, 127), False, "failure"),
-    (failed(Outcome.CANCELLED, None), False, "neutral"),
-    (failed(Outcome.KILLED, None), False, "neutral"),
-    (failed(code=1, fault=Fault.CONFIG), False, "failure"),  # cannot authenticate
-    # the job's own failures say the worker works: they count as healthy calls
-    (failed(code=3, fault=Fault.JOB), False, "success"),
-    (failed(code=None, sig=9, fault=Fault.JOB), False, "success"),
-    (failed(Outcome.TIMED_OUT, None, fault=Fault.JOB), False, "success"),
-    (failed(Outcome.SPAWN_ERROR, None, fault=Fault.JOB), False, "success"),
-    (failed(code=1, fault=None), False, "success"),  # unclassified: never the provider's
-])
+@pytest.mark.parametrize(
+    ("result", "stopped", "expected"),
+    [
+        (ok(), False, "success"),
+        (failed(code=1), False, "failure"),
+        (failed(code=None, sig=9), False, "failure"),
+        (failed(code=None, sig=15), True, "neutral"),  # we asked it to stop
+        (failed(Outcome.TIMED_OUT, None), False, "failure"),
+        (failed(Outcome.LOST, None), False, "failure"),
+        (failed(Outcome.SPAWN_ERROR, 127), False, "failure"),
+        (failed(Outcome.CANCELLED, None), False, "neutral"),
+        (failed(Outcome.KILLED, None), False, "neutral"),
+        (failed(code=1, fault=Fault.CONFIG), False, "failure"),  # cannot authenticate
+        # the job's own failures say the worker works: they count as healthy calls
+        (failed(code=3, fault=Fault.JOB), False, "success"),
+        (failed(code=None, sig=9, fault=Fault.JOB), False, "success"),
+        (failed(Outcome.TIMED_OUT, None, fault=Fault.JOB), False, "success"),
+        (failed(Outcome.SPAWN_ERROR, None, fault=Fault.JOB), False, "success"),
+        (failed(code=1, fault=None), False, "success"),  # unclassified: never the provider's
+    ],
+)
 def test_verdict(result: AttemptResult, stopped: bool, expected: str) -> None:
     assert verdict(result, stop_requested=stopped) == expected
 
 
-@pytest.mark.parametrize(("results", "step", "state", "reason"), [
-    ([F, F, F], 1.0, OPEN, "consecutive_failures"),
-    ([F, F], 1.0, CLOSED, None),  # two in a row and below min_calls
-    ([S, F, S, F], 1.0, OPEN, "failure_rate"),  # 2 of 4 = 0.5
-    ([S, S, S, F, F], 1.0, CLOSED, None),  # 2 of 5 = 0.4
-    ([S, F, S, F], 30.0, CLOSED, None),  # 4 calls but never 4 inside one 60 s window
-    ([F, F, C, C, F], 1.0, OPEN, "consecutive_failures"),  # cancels neither count nor reset
-    ([C, C, C, C, C], 1.0, CLOSED, None),
-    ([F, F, S, F, F], 1.0, OPEN, "failure_rate"),  # 4 of 5 failed; the success broke the run
-])
+@pytest.mark.parametrize(
+    ("results", "step", "state", "reason"),
+    [
+        ([F, F, F], 1.0, OPEN, "consecutive_failures"),
+        ([F, F], 1.0, CLOSED, None),  # two in a row and below min_calls
+        ([S, F, S, F], 1.0, OPEN, "failure_rate"),  # 2 of 4 = 0.5
+        ([S, S, S, F, F], 1.0, CLOSED, None),  # 2 of 5 = 0.4
+        ([S, F, S, F], 30.0, CLOSED, None),  # 4 calls but never 4 inside one 60 s window
+        ([F, F, C, C, F], 1.0, OPEN, "consecutive_failures"),  # cancels neither count nor reset
+        ([C, C, C, C, C], 1.0, CLOSED, None),
+        ([F, F, S, F, F], 1.0, OPEN, "failure_rate"),  # 4 of 5 failed; the success broke the run
+    ],
+)
 def test_a_closed_breaker_opens_on_rate_or_concentration(
-        results: list[AttemptResult], step: float, state: str, reason: str | None) -> None:
+    results: list[AttemptResult], step: float, state: str, reason: str | None
+) -> None:
     b, events = board()
     feed(b, results, step=step)
     assert b.state("worker:codex") == state
@@ -107,17 +119,20 @@ def test_half_open_admits_one_probe_whose_result_decides() -> None:
     assert b.state("worker:codex") == HALF_OPEN
     b.record(["worker:codex"], "probe", S, opened + 33)
     assert b.state("worker:codex") == CLOSED
-    assert [e.reason for e in events] == ["consecutive_failures", "open_elapsed",
-                                          "probe_succeeded"]
+    assert [e.reason for e in events] == ["consecutive_failures", "open_elapsed", "probe_succeeded"]
     assert b.get("worker:codex").figures(opened + 33)["calls"] == 0  # a fresh start
 
 
-@pytest.mark.parametrize(("probe_result", "state", "probe_free"), [
-    (failed(), OPEN, True),
-    (failed(Outcome.CANCELLED, None), HALF_OPEN, True),  # says nothing: the next may probe
-])
+@pytest.mark.parametrize(
+    ("probe_result", "state", "probe_free"),
+    [
+        (failed(), OPEN, True),
+        (failed(Outcome.CANCELLED, None), HALF_OPEN, True),  # says nothing: the next may probe
+    ],
+)
 def test_probe_failure_reopens_and_a_cancelled_probe_frees_the_slot(
-        probe_result: AttemptResult, state: str, probe_free: bool) -> None:
+    probe_result: AttemptResult, state: str, probe_free: bool
+) -> None:
     b, _ = board()
     feed(b, [F, F, F])
     b.admits("worker:codex", NOW + 40)
@@ -158,9 +173,11 @@ def test_breaker_names_follow_provider_and_model() -> None:
 
 # ---- through the Core --------------------------------------------------------------------
 
+
 def core_settings(**role: Any) -> Settings:
-    return settings(roles={"r": RoleSpec(name="r", worker="codex", concurrency=10, **role)},
-                    breakers=SPEC)
+    return settings(
+        roles={"r": RoleSpec(name="r", worker="codex", concurrency=10, **role)}, breakers=SPEC
+    )
 
 
 def codex_job(i: int, **kw: Any) -> Job:
@@ -229,9 +246,17 @@ def test_fallback_goes_to_the_first_closed_kind_the_core_runs(tmp_path: Path) ->
     p = granted(core, codex_job(9), NOW + 1)
     assert p.granted["worker"] == "claude" and p.granted["requested_worker"] == "codex"
     assert core.gate.held("worker", "claude") == 1
-    attempt = Attempt(id="a9", job_id="j9", index=1, state=AttemptState.STARTING,
-                      permit_id=p.id, deadline_at=p.deadline_at, created_at=NOW,
-                      dir=str(tmp_path), engine_id="e")
+    attempt = Attempt(
+        id="a9",
+        job_id="j9",
+        index=1,
+        state=AttemptState.STARTING,
+        permit_id=p.id,
+        deadline_at=p.deadline_at,
+        created_at=NOW,
+        dir=str(tmp_path),
+        engine_id="e",
+    )
     core.launch(Claimed(job=codex_job(9), attempt=attempt, permit=p))
     assert adapters["claude"].started == [("j9", "claude")] and not adapters["codex"].started
     core.complete(p, codex_job(9), failed(), NOW + 2)  # the fallback's own breaker learns
@@ -252,17 +277,24 @@ def test_no_closed_fallback_means_circuit_open() -> None:
 
 
 def test_a_provider_breaker_is_shared_across_worker_kinds() -> None:
-    s = settings(roles={"r": RoleSpec(name="r", worker="codex", concurrency=10,
-                                      fallback_workers=("claude",))}, breakers=SPEC)
+    s = settings(
+        roles={
+            "r": RoleSpec(name="r", worker="codex", concurrency=10, fallback_workers=("claude",))
+        },
+        breakers=SPEC,
+    )
     core, _, _ = make_core(s, kinds=("codex", "claude"))
     opts = JobOptions(provider="openai")
     for i in range(3):
         run(core, codex_job(i, options=opts), failed(), NOW)
     assert core.breakers.state("provider:openai") == OPEN
-    assert refused(core, job(id="c1", role="r", worker="claude", options=opts),
-                   NOW + 1).reason == CIRCUIT_OPEN
-    assert isinstance(core.request_permit(job(id="c2", role="r", worker="claude"), 1, NOW + 1),
-                      Permit)
+    assert (
+        refused(core, job(id="c1", role="r", worker="claude", options=opts), NOW + 1).reason
+        == CIRCUIT_OPEN
+    )
+    assert isinstance(
+        core.request_permit(job(id="c2", role="r", worker="claude"), 1, NOW + 1), Permit
+    )
 
 
 def test_breaker_and_fallback_config() -> None:
@@ -272,7 +304,8 @@ roles:
   coder: {worker: codex, fallback_workers: [claude-code, opencode]}
 """
     s = resolve(parse(text, "c.yaml"), "c.yaml")
-    assert s.breakers == BreakerSpec(window_s=30, min_calls=3, failure_rate=0.25,
-                                     consecutive_failures=2, open_s=9)
+    assert s.breakers == BreakerSpec(
+        window_s=30, min_calls=3, failure_rate=0.25, consecutive_failures=2, open_s=9
+    )
     assert s.roles["coder"].fallback_workers == ("claude-code", "opencode")
     assert resolve(parse("", "c"), "c").breakers == BreakerSpec()

@@ -29,14 +29,17 @@ def ts(*args: int) -> float:
     return datetime(*args, tzinfo=UTC).timestamp()  # type: ignore[misc]
 
 
-@pytest.mark.parametrize(("takes", "at", "level", "wait"), [
-    ([], 0.0, 3.0, 0.0),  # a new bucket is full
-    ([0.0, 0.0, 0.0], 0.0, 0.0, 0.5),
-    ([0.0, 0.0, 0.0], 0.25, 0.5, 0.25),
-    ([0.0, 0.0, 0.0], 0.5, 1.0, 0.0),
-    ([0.0, 0.0, 0.0], 100.0, 3.0, 0.0),  # never more than the burst
-    ([0.0, 0.0, 0.0, 0.5], 0.5, 0.0, 0.5),
-])
+@pytest.mark.parametrize(
+    ("takes", "at", "level", "wait"),
+    [
+        ([], 0.0, 3.0, 0.0),  # a new bucket is full
+        ([0.0, 0.0, 0.0], 0.0, 0.0, 0.5),
+        ([0.0, 0.0, 0.0], 0.25, 0.5, 0.25),
+        ([0.0, 0.0, 0.0], 0.5, 1.0, 0.0),
+        ([0.0, 0.0, 0.0], 100.0, 3.0, 0.0),  # never more than the burst
+        ([0.0, 0.0, 0.0, 0.5], 0.5, 0.0, 0.5),
+    ],
+)
 def test_token_bucket(takes: list[float], at: float, level: float, wait: float) -> None:
     b = TokenBucket(per_s=2.0, burst=3)
     for t in takes:
@@ -48,16 +51,27 @@ def test_token_bucket(takes: list[float], at: float, level: float, wait: float) 
 RATE = RateSpec(per_s=0.5, burst=2)
 
 
-@pytest.mark.parametrize(("changes", "options", "bucket"), [
-    ({"roles": {"r": RoleSpec(name="r", concurrency=10, rate=RATE)}}, {}, "role:r"),
-    ({"workers": {"command": WorkerSpec(name="command", rate=RATE)}}, {}, "worker:command"),
-    ({"providers": {"anthropic": ProviderSpec(name="anthropic", rate=RATE)}},
-     {"provider": "anthropic"}, "provider:anthropic"),
-    # with no provider named, the worker kind is the provider
-    ({"providers": {"command": ProviderSpec(name="command", rate=RATE)}}, {}, "provider:command"),
-])
+@pytest.mark.parametrize(
+    ("changes", "options", "bucket"),
+    [
+        ({"roles": {"r": RoleSpec(name="r", concurrency=10, rate=RATE)}}, {}, "role:r"),
+        ({"workers": {"command": WorkerSpec(name="command", rate=RATE)}}, {}, "worker:command"),
+        (
+            {"providers": {"anthropic": ProviderSpec(name="anthropic", rate=RATE)}},
+            {"provider": "anthropic"},
+            "provider:anthropic",
+        ),
+        # with no provider named, the worker kind is the provider
+        (
+            {"providers": {"command": ProviderSpec(name="command", rate=RATE)}},
+            {},
+            "provider:command",
+        ),
+    ],
+)
 def test_rate_limit_refuses_with_retry_after_and_refills(
-        changes: dict[str, Any], options: dict[str, str], bucket: str) -> None:
+    changes: dict[str, Any], options: dict[str, str], bucket: str
+) -> None:
     core, events, _ = make_core(settings(**changes))
     now = 1000.0
     opts = JobOptions.from_json(options)
@@ -66,8 +80,9 @@ def test_rate_limit_refuses_with_retry_after_and_refills(
     granted(core, job(id="j2", role="r", options=opts), now)
     r = refused(core, job(id="j3", role="r", options=opts), now)
     assert r.reason == RATE_LIMIT and r.retry_after_s == pytest.approx(2.0) and bucket in r.message
-    assert refused(core, job(id="j3", role="r", options=opts),
-                   now + 1.5).retry_after_s == pytest.approx(0.5)
+    assert refused(
+        core, job(id="j3", role="r", options=opts), now + 1.5
+    ).retry_after_s == pytest.approx(0.5)
     granted(core, job(id="j3", role="r", options=opts), now + 2.0)
     assert events[-1].data["retry_after_s"] == pytest.approx(0.5)
     # another role / kind / provider is not limited by this bucket
@@ -84,33 +99,42 @@ def test_a_refused_request_takes_no_token() -> None:
     assert core.rates.buckets["role:r"].level(1000.0) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize(("period", "now", "bounds"), [
-    (CostPeriod.DAILY, ts(2024, 3, 10, 12), (ts(2024, 3, 10), ts(2024, 3, 11))),
-    (CostPeriod.MONTHLY, ts(2024, 2, 29, 23), (ts(2024, 2, 1), ts(2024, 3, 1))),
-    (CostPeriod.MONTHLY, ts(2024, 12, 31, 5), (ts(2024, 12, 1), ts(2025, 1, 1))),
-    (CostPeriod.ROLLING_30D, ts(2024, 3, 31), (ts(2024, 3, 1), ts(2024, 3, 31))),
-])
+@pytest.mark.parametrize(
+    ("period", "now", "bounds"),
+    [
+        (CostPeriod.DAILY, ts(2024, 3, 10, 12), (ts(2024, 3, 10), ts(2024, 3, 11))),
+        (CostPeriod.MONTHLY, ts(2024, 2, 29, 23), (ts(2024, 2, 1), ts(2024, 3, 1))),
+        (CostPeriod.MONTHLY, ts(2024, 12, 31, 5), (ts(2024, 12, 1), ts(2025, 1, 1))),
+        (CostPeriod.ROLLING_30D, ts(2024, 3, 31), (ts(2024, 3, 1), ts(2024, 3, 31))),
+    ],
+)
 def test_period_bounds(period: CostPeriod, now: float, bounds: tuple[float, float]) -> None:
     assert period_bounds(period, now) == bounds
 
 
 def cost_core(period: CostPeriod, allowance: float = 1.0) -> Any:
-    s = settings(tenants={"t": TenantSpec(name="t", cost_allowance_usd=allowance,
-                                          period=period)})
+    s = settings(tenants={"t": TenantSpec(name="t", cost_allowance_usd=allowance, period=period)})
     return make_core(s)[0]
 
 
-@pytest.mark.parametrize(("period", "spent_at", "refused_at", "retry_after", "free_at"), [
-    (CostPeriod.DAILY, ts(2024, 3, 10, 9), ts(2024, 3, 10, 12), 12 * 3600.0,
-     ts(2024, 3, 11)),
-    (CostPeriod.MONTHLY, ts(2024, 3, 2), ts(2024, 3, 31, 23), 3600.0, ts(2024, 4, 1)),
-    # rolling: the hour 12:00-13:00 of March 1 counts until 13:00 thirty days later
-    (CostPeriod.ROLLING_30D, ts(2024, 3, 1, 12, 30), ts(2024, 3, 31), 13 * 3600.0,
-     ts(2024, 3, 31, 13)),
-])
-def test_cost_allowance_per_tenant_and_period(period: CostPeriod, spent_at: float,
-                                              refused_at: float, retry_after: float,
-                                              free_at: float) -> None:
+@pytest.mark.parametrize(
+    ("period", "spent_at", "refused_at", "retry_after", "free_at"),
+    [
+        (CostPeriod.DAILY, ts(2024, 3, 10, 9), ts(2024, 3, 10, 12), 12 * 3600.0, ts(2024, 3, 11)),
+        (CostPeriod.MONTHLY, ts(2024, 3, 2), ts(2024, 3, 31, 23), 3600.0, ts(2024, 4, 1)),
+        # rolling: the hour 12:00-13:00 of March 1 counts until 13:00 thirty days later
+        (
+            CostPeriod.ROLLING_30D,
+            ts(2024, 3, 1, 12, 30),
+            ts(2024, 3, 31),
+            13 * 3600.0,
+            ts(2024, 3, 31, 13),
+        ),
+    ],
+)
+def test_cost_allowance_per_tenant_and_period(
+    period: CostPeriod, spent_at: float, refused_at: float, retry_after: float, free_at: float
+) -> None:
     core = cost_core(period)
     p = run(core, job(id="j1"), failed(cost=0.6), spent_at)
     assert p.granted["allowance_usd"] == "1"
@@ -144,11 +168,13 @@ tenants: {acme: {max_inflight: 8, cost_allowance_usd: 25.5, period: rolling_30d}
 """
     s = resolve(parse(text, "c.yaml"), "c.yaml")
     assert s.roles["r"].rate == RateSpec(per_s=2, burst=4)
-    assert s.workers["codex"] == WorkerSpec(name="codex", max_inflight=3,
-                                            rate=RateSpec(per_s=0.5, burst=1))
+    assert s.workers["codex"] == WorkerSpec(
+        name="codex", max_inflight=3, rate=RateSpec(per_s=0.5, burst=1)
+    )
     assert s.providers["openai"].rate == RateSpec(per_s=10, burst=20)
-    assert s.tenants["acme"] == TenantSpec(name="acme", max_inflight=8, cost_allowance_usd=25.5,
-                                           period=CostPeriod.ROLLING_30D)
+    assert s.tenants["acme"] == TenantSpec(
+        name="acme", max_inflight=8, cost_allowance_usd=25.5, period=CostPeriod.ROLLING_30D
+    )
     with pytest.raises(ConfigError, match=r"tenants\.acme\.period"):
         parse("tenants: {acme: {period: weekly}}", "c.yaml")
     with pytest.raises(ConfigError, match=r"workers\.codex\.rate\.per_s"):

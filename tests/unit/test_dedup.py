@@ -12,14 +12,17 @@ from tests.unit.test_retry import job
 HOLDER = job(id="h", key="k", state=JobState.RUNNING)
 
 
-@pytest.mark.parametrize(("mode", "holder", "expected"), [
-    (DedupMode.COALESCE, None, "new"),
-    (DedupMode.REJECT, None, "new"),
-    (DedupMode.COALESCE, HOLDER, "coalesce"),
-    (DedupMode.LATEST_WINS, HOLDER, "supersede"),
-    (DedupMode.REJECT, job(id="h", key="k", state=JobState.SUCCEEDED), "new"),
-    (DedupMode.COALESCE, job(id="h", key="k", state=JobState.RETRY_WAIT), "coalesce"),
-])
+@pytest.mark.parametrize(
+    ("mode", "holder", "expected"),
+    [
+        (DedupMode.COALESCE, None, "new"),
+        (DedupMode.REJECT, None, "new"),
+        (DedupMode.COALESCE, HOLDER, "coalesce"),
+        (DedupMode.LATEST_WINS, HOLDER, "supersede"),
+        (DedupMode.REJECT, job(id="h", key="k", state=JobState.SUCCEEDED), "new"),
+        (DedupMode.COALESCE, job(id="h", key="k", state=JobState.RETRY_WAIT), "coalesce"),
+    ],
+)
 def test_decision(mode: DedupMode, holder: object, expected: str) -> None:
     assert on_held_key(job(id="n", key="k", dedup=mode), holder) == expected  # type: ignore[arg-type]
 

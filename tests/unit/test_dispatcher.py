@@ -57,8 +57,9 @@ class FakeHandle:
 class FakeWorker:
     kind = "command"
 
-    def __init__(self, validate: Callable[[Permit], None], script: Script,
-                 hold: bool = False) -> None:
+    def __init__(
+        self, validate: Callable[[Permit], None], script: Script, hold: bool = False
+    ) -> None:
         self.validate = validate
         self.script = script
         self.hold = hold
@@ -69,8 +70,9 @@ class FakeWorker:
 
     def start(self, permit: Permit, job: Job, attempt: Attempt) -> FakeHandle:
         self.validate(permit)
-        handle = FakeHandle(self.script(job, attempt.index), pid=1000 + len(self.handles),
-                            hold=self.hold)
+        handle = FakeHandle(
+            self.script(job, attempt.index), pid=1000 + len(self.handles), hold=self.hold
+        )
         self.handles[attempt.id] = handle
         self.live += 1
         self.max_live = max(self.max_live, self.live)
@@ -97,27 +99,35 @@ def ok(job: Job, attempt: int) -> AttemptResult:
 
 
 SETTINGS = Settings(
-    roles={"default": RoleSpec(name="default", concurrency=3,
-                               retry=RetryPolicy(base_s=0.0, cap_s=0.0)),
-           "solo": RoleSpec(name="solo", concurrency=1)},
+    roles={
+        "default": RoleSpec(
+            name="default", concurrency=3, retry=RetryPolicy(base_s=0.0, cap_s=0.0)
+        ),
+        "solo": RoleSpec(name="solo", concurrency=1),
+    },
     environments={"local": EnvSpec(name="local", max_inflight=5)},
-    scheduler=SchedulerSpec(poll_interval_s=0.05))
+    scheduler=SchedulerSpec(poll_interval_s=0.05),
+)
 
 
 class Rig:
     """A dispatcher wired to an in-process core through the real protocol messages."""
 
-    def __init__(self, script: Script = ok, hold: bool = False,
-                 settings: Settings = SETTINGS) -> None:
+    def __init__(
+        self, script: Script = ok, hold: bool = False, settings: Settings = SETTINGS
+    ) -> None:
         self.store = MemoryStore()
         self.gate = PermitGate(settings)
         self.worker = FakeWorker(self.gate.validate, script, hold)
         self.core = Core(self.gate, {"command": self.worker})
         self.link = CoreLink()
-        self.d = Dispatcher(store=self.store, core=self.link, settings=settings,
-                            jitter=lambda: 0.0,
-                            options=DispatchOptions(engine_id="e1",
-                                                    attempts_root=Path("/nonexistent")))
+        self.d = Dispatcher(
+            store=self.store,
+            core=self.link,
+            settings=settings,
+            jitter=lambda: 0.0,
+            options=DispatchOptions(engine_id="e1", attempts_root=Path("/nonexistent")),
+        )
         self.svc = Submissions(self.store, settings, lambda: 1000.0, frozenset({"command"}))
 
     async def drain(self, tg: anyio.abc.TaskGroup | None = None) -> None:
@@ -127,8 +137,11 @@ class Rig:
             own.cancel_scope.cancel()
 
 
-def build(script: Script = ok, hold: bool = False, settings: Settings = SETTINGS,
-          ) -> tuple[MemoryStore, Rig, FakeWorker, Submissions]:
+def build(
+    script: Script = ok,
+    hold: bool = False,
+    settings: Settings = SETTINGS,
+) -> tuple[MemoryStore, Rig, FakeWorker, Submissions]:
     rig = Rig(script, hold, settings)
     return rig.store, rig, rig.worker, rig.svc
 
@@ -178,15 +191,33 @@ def test_a_cancel_reaches_the_running_attempt() -> None:
     anyio.run(main)
 
 
-async def _mid_flight(store: MemoryStore, d: Rig, svc: Submissions,
-                      state: AttemptState) -> tuple[Job, Attempt]:
+async def _mid_flight(
+    store: MemoryStore, d: Rig, svc: Submissions, state: AttemptState
+) -> tuple[Job, Attempt]:
     """Put a row in flight as a crashed engine would have left it (STYLE rule 9)."""
     job = (await svc.submit(JobSpec(command=("x",)))).job
-    attempt = Attempt(id=new_id(), job_id=job.id, index=1, state=AttemptState.STARTING,
-                      permit_id="p-old", deadline_at=9e9, created_at=1000.0, dir="/x",
-                      engine_id="dead-engine")
-    permit = Permit(id="p-old", job_id=job.id, attempt_index=1, issued_at=0, deadline_at=9e9,
-                    grace_s=1, granted={}, breaker="CLOSED", seal="")
+    attempt = Attempt(
+        id=new_id(),
+        job_id=job.id,
+        index=1,
+        state=AttemptState.STARTING,
+        permit_id="p-old",
+        deadline_at=9e9,
+        created_at=1000.0,
+        dir="/x",
+        engine_id="dead-engine",
+    )
+    permit = Permit(
+        id="p-old",
+        job_id=job.id,
+        attempt_index=1,
+        issued_at=0,
+        deadline_at=9e9,
+        grace_s=1,
+        granted={},
+        breaker="CLOSED",
+        seal="",
+    )
     await store.start_attempts([Claimed(job=job, attempt=attempt, permit=permit)], now=1000.0)
     if state is AttemptState.RUNNING:
         await store.mark_running([(attempt, AttemptRef.local(4242))], now=1000.0)

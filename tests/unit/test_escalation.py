@@ -29,11 +29,15 @@ from tests.unit.test_retry import job
 LOST = failed(Outcome.LOST, None)
 
 
-def esc_core(kinds: tuple[str, ...] = ("command", "codex"), **spec: Any,
-             ) -> tuple[Core, list[Any]]:
-    s = settings(roles={"r": RoleSpec(name="r", worker="codex", concurrency=10)},
-                 escalation=EscalationSpec(**spec),
-                 breakers=BreakerSpec(min_calls=100, consecutive_failures=100))
+def esc_core(
+    kinds: tuple[str, ...] = ("command", "codex"),
+    **spec: Any,
+) -> tuple[Core, list[Any]]:
+    s = settings(
+        roles={"r": RoleSpec(name="r", worker="codex", concurrency=10)},
+        escalation=EscalationSpec(**spec),
+        breakers=BreakerSpec(min_calls=100, consecutive_failures=100),
+    )
     core, events, _ = make_core(s, kinds=kinds)
     return core, events
 
@@ -42,21 +46,23 @@ def codex(i: int | str, **kw: Any) -> Job:
     return job(id=f"j{i}", role="r", worker="codex", **kw)
 
 
-@pytest.mark.parametrize(("result", "stop_requested", "crash"), [
-    (LOST, False, True),
-    (failed(Outcome.SPAWN_ERROR, 127), False, True),
-    (failed(code=None, sig=11), False, True),  # a segfault nobody asked for
-    (failed(code=None, sig=15), True, False),  # we asked it to stop
-    (failed(code=1), False, False),  # an ordinary failure
-    (failed(Outcome.TIMED_OUT, None), False, False),
-    (failed(Outcome.CANCELLED, None), False, False),
-    # a job's own command that dies of a signal, or names no program, is no worker crash
-    (failed(code=None, sig=11, fault=Fault.JOB), False, False),
-    (failed(Outcome.SPAWN_ERROR, 127, fault=Fault.JOB), False, False),
-    (failed(Outcome.SPAWN_ERROR, None, fault=Fault.CONFIG), False, True),  # no CLI binary
-])
-def test_what_counts_as_a_crash(result: AttemptResult, stop_requested: bool,
-                                crash: bool) -> None:
+@pytest.mark.parametrize(
+    ("result", "stop_requested", "crash"),
+    [
+        (LOST, False, True),
+        (failed(Outcome.SPAWN_ERROR, 127), False, True),
+        (failed(code=None, sig=11), False, True),  # a segfault nobody asked for
+        (failed(code=None, sig=15), True, False),  # we asked it to stop
+        (failed(code=1), False, False),  # an ordinary failure
+        (failed(Outcome.TIMED_OUT, None), False, False),
+        (failed(Outcome.CANCELLED, None), False, False),
+        # a job's own command that dies of a signal, or names no program, is no worker crash
+        (failed(code=None, sig=11, fault=Fault.JOB), False, False),
+        (failed(Outcome.SPAWN_ERROR, 127, fault=Fault.JOB), False, False),
+        (failed(Outcome.SPAWN_ERROR, None, fault=Fault.CONFIG), False, True),  # no CLI binary
+    ],
+)
+def test_what_counts_as_a_crash(result: AttemptResult, stop_requested: bool, crash: bool) -> None:
     core, _ = esc_core(crash_loop_per_min=1)
     p = granted(core, codex(1))
     if stop_requested:
@@ -72,8 +78,12 @@ def test_a_crash_loop_isolates_the_worker_kind() -> None:
     assert not core.escalations.active
     run(core, codex(4), LOST, NOW + 40)  # the fifth crash within one minute
     [e] = core.escalations.export()
-    assert (e.scope, e.target, e.reason, e.severity) == ("workerKind", "codex", "crash_loop",
-                                                         "fatal")
+    assert (e.scope, e.target, e.reason, e.severity) == (
+        "workerKind",
+        "codex",
+        "crash_loop",
+        "fatal",
+    )
     [ev] = of(events, "escalation")
     assert ev.state == "open" and ev.data["crashes"] == 5 and ev.data["action"] == "isolate"
     r = refused(core, codex("x"), NOW + 41)
@@ -89,9 +99,12 @@ def test_crashes_spread_over_more_than_a_minute_do_not_escalate() -> None:
 
 
 def test_an_isolated_kind_falls_back_like_an_open_breaker() -> None:
-    s = settings(roles={"r": RoleSpec(name="r", worker="codex", concurrency=10,
-                                      fallback_workers=("claude",))},
-                 escalation=EscalationSpec(crash_loop_per_min=1))
+    s = settings(
+        roles={
+            "r": RoleSpec(name="r", worker="codex", concurrency=10, fallback_workers=("claude",))
+        },
+        escalation=EscalationSpec(crash_loop_per_min=1),
+    )
     core, _, _ = make_core(s, kinds=("codex", "claude"))
     run(core, codex(1), LOST, NOW)
     assert granted(core, codex(2), NOW + 1).granted["worker"] == "claude"
@@ -103,13 +116,17 @@ def test_one_ghost_is_noted_repeated_ghosts_isolate_the_kind_they_ran_as() -> No
     assert core.note_ghosts("j1", [4242, 4243], NOW + 15) is None, "one ghost: that attempt's"
     noted = of(events, "escalation")
     assert [(e.state, e.severity, e.reason) for e in noted] == [
-        ("noted", "warning", "ghost_processes")]
+        ("noted", "warning", "ghost_processes")
+    ]
     assert noted[0].data["pids"] == [4242, 4243] and noted[0].data["ghosts"] == 1
     assert granted(core, codex(2), NOW + 16).granted["worker"] == "codex", "not isolated"
     assert core.note_ghosts("j1", [4244], NOW + 17) is None
     e = core.note_ghosts("j1", [4245], NOW + 18)  # the third in the window
-    assert e is not None and (e.scope, e.target, e.reason) == ("workerKind", "codex",
-                                                               "ghost_processes")
+    assert e is not None and (e.scope, e.target, e.reason) == (
+        "workerKind",
+        "codex",
+        "ghost_processes",
+    )
     assert e.data["ghosts"] == 3 and "3 attempts with ghosts in 600s" in e.message
     assert refused(core, codex(3), NOW + 19).reason == FATAL_MODE
 
@@ -136,8 +153,11 @@ def test_superseded_churn_locks_the_workspace() -> None:
         assert core.note_superseded("/repo/a", NOW + i * 10) is None
     core.note_superseded("/repo/b", NOW + 30)
     e = core.note_superseded("/repo/a", NOW + 50)
-    assert e is not None and (e.scope, e.target, e.reason) == ("workspace", "/repo/a",
-                                                               "superseded_churn")
+    assert e is not None and (e.scope, e.target, e.reason) == (
+        "workspace",
+        "/repo/a",
+        "superseded_churn",
+    )
     assert of(events, "escalation")[0].data["action"] == "lock"
     r = refused(core, codex(1, workspace="/repo/a"), NOW + 51)
     assert r.reason == FATAL_MODE and "/repo/a" in r.message
@@ -146,8 +166,7 @@ def test_superseded_churn_locks_the_workspace() -> None:
 
 
 @pytest.mark.parametrize(("queued", "final"), [("wait", False), ("fail", True)])
-def test_safe_stop_finish_refuses_everything_and_stops_nothing(queued: str,
-                                                               final: bool) -> None:
+def test_safe_stop_finish_refuses_everything_and_stops_nothing(queued: str, final: bool) -> None:
     core, _ = esc_core(safe_stop="finish", safe_stop_queued=queued)
     granted(core, codex(1))
     core.escalate("global", "*", "operator_stop", "maintenance", NOW)
@@ -179,7 +198,11 @@ def test_clear_is_recorded_lifts_the_action_and_resets_the_count() -> None:
     assert cleared.id == e.id and not core.escalations.active
     last = of(events, "escalation")[-1]
     assert (last.state, last.reason, last.data["id"], last.data["open_s"]) == (
-        "cleared", "cleared", e.id, 10)
+        "cleared",
+        "cleared",
+        e.id,
+        10,
+    )
     granted(core, codex("after"), NOW + 10)
     run(core, codex("one-more"), LOST, NOW + 11)  # still in the minute, yet counted afresh
     assert not core.escalations.active
@@ -197,10 +220,11 @@ def test_one_escalation_per_target() -> None:
 
 
 def test_state_round_trip_resumes_breakers_escalations_and_cost() -> None:
-    s = settings(roles={"r": RoleSpec(name="r", worker="codex", concurrency=10)},
-                 breakers=BreakerSpec(consecutive_failures=2, open_s=30),
-                 tenants={"t": TenantSpec(name="t", cost_allowance_usd=1.0,
-                                          period=CostPeriod.DAILY)})
+    s = settings(
+        roles={"r": RoleSpec(name="r", worker="codex", concurrency=10)},
+        breakers=BreakerSpec(consecutive_failures=2, open_s=30),
+        tenants={"t": TenantSpec(name="t", cost_allowance_usd=1.0, period=CostPeriod.DAILY)},
+    )
     core, _, _ = make_core(s, kinds=("codex", "command"))
     run(core, codex(1), failed(), NOW)
     run(core, codex(2), failed(cost=2.0), NOW)  # breaker opens at NOW, allowance spent
@@ -208,15 +232,22 @@ def test_state_round_trip_resumes_breakers_escalations_and_cost() -> None:
     assert esc is not None
     doc = json.loads(json.dumps(core.state().to_dict()))
 
-    restarted, _, _ = make_core(s, kinds=("codex", "command"),
-                                     options=CoreOptions(state=CoreState.from_dict(doc)))
+    restarted, _, _ = make_core(
+        s, kinds=("codex", "command"), options=CoreOptions(state=CoreState.from_dict(doc))
+    )
     assert restarted.state() == core.state()
     assert restarted.breakers.state("worker:codex") == OPEN
     assert refused(restarted, codex(3), NOW + 10).reason == CIRCUIT_OPEN
-    assert refused(restarted, job(id="w", role="r", worker="command", workspace="/repo"),
-                   NOW + 10).reason == FATAL_MODE
-    assert refused(restarted, job(id="c", role="r", worker="command"),
-                   NOW + 10).reason == BUDGET_EXHAUSTED
+    assert (
+        refused(
+            restarted, job(id="w", role="r", worker="command", workspace="/repo"), NOW + 10
+        ).reason
+        == FATAL_MODE
+    )
+    assert (
+        refused(restarted, job(id="c", role="r", worker="command"), NOW + 10).reason
+        == BUDGET_EXHAUSTED
+    )
     probe = granted(restarted, codex(4, tenant="u"), NOW + 30)  # opened_at survived
     assert probe.breaker == HALF_OPEN
     restarted.complete(probe, codex(4, tenant="u"), ok(), NOW + 31)
@@ -232,8 +263,13 @@ escalation: {crash_loop_per_min: 3, superseded_max: 4, superseded_window_s: 30,
              safe_stop: cancel, safe_stop_queued: fail}
 """
     e = resolve(parse(text, "c.yaml"), "c.yaml").escalation
-    assert e == EscalationSpec(crash_loop_per_min=3, superseded_max=4, superseded_window_s=30,
-                               safe_stop="cancel", safe_stop_queued="fail")
+    assert e == EscalationSpec(
+        crash_loop_per_min=3,
+        superseded_max=4,
+        superseded_window_s=30,
+        safe_stop="cancel",
+        safe_stop_queued="fail",
+    )
     assert resolve(parse("", "c"), "c").escalation == EscalationSpec()
 
 
@@ -242,9 +278,17 @@ def test_attempts_lost_while_the_control_plane_was_down_blame_nobody() -> None:
     core, _ = esc_core(crash_loop_per_min=1)
     for i in range(5):
         j = codex(i)
-        attempt = Attempt(id=f"a{i}", job_id=j.id, index=1, state=AttemptState.STARTING,
-                          permit_id=f"p{i}", deadline_at=NOW + 60, created_at=NOW, dir="/x",
-                          engine_id="dead")
+        attempt = Attempt(
+            id=f"a{i}",
+            job_id=j.id,
+            index=1,
+            state=AttemptState.STARTING,
+            permit_id=f"p{i}",
+            deadline_at=NOW + 60,
+            created_at=NOW,
+            dir="/x",
+            engine_id="dead",
+        )
         permit, _ = core.adopt(j, attempt, NOW)
         core.complete(permit, j, LOST, NOW)
     assert core.escalations.isolated("codex") is None

@@ -12,29 +12,33 @@ from corral.domain import errors
 from corral.domain.errors import CorralError
 
 
-@pytest.mark.parametrize(("err", "code", "exit"), [
-    (errors.ConfigError("x"), "config_invalid", 2),
-    (errors.InvalidRequest("x"), "invalid_request", 2),
-    (errors.NotFound("x"), "not_found", 4),
-    (errors.Conflict("x"), "conflict", 5),
-    (errors.DuplicateJob("k", "j1"), "duplicate_key", 5),  # a conflict, with a code of its own
-    (errors.Backpressure("x", 1.0), "backpressure", 75),
-    (errors.StoreError("x"), "store_unavailable", 3),
-    (errors.StoreBroken("x"), "store_broken", 3),
-    (errors.StaleState("x"), "stale_state", 1),
-    (errors.PermitError("x"), "permit_refused", 1),
-    (errors.WorkerError("x"), "worker_failed", 1),
-    (errors.WorkerMisconfigured("x"), "worker_misconfigured", 1),
-    (errors.EngineRunning("x"), "engine_running", 6),
-    (errors.NotPermitted("x"), "not_permitted", 10),
-    (errors.EngineFenced("x"), "engine_fenced", 3),
-    (errors.EngineNotRunning("x"), "engine_not_running", 7),
-    (ProtocolError("x"), "protocol_error", 1),
-    (CoreUnavailable("x"), "core_unavailable", 1),
-    (CorralError("x"), "error", 1),
-])
-def test_every_error_has_a_code_and_the_documented_exit_code(err: CorralError, code: str,
-                                                              exit: int) -> None:
+@pytest.mark.parametrize(
+    ("err", "code", "exit"),
+    [
+        (errors.ConfigError("x"), "config_invalid", 2),
+        (errors.InvalidRequest("x"), "invalid_request", 2),
+        (errors.NotFound("x"), "not_found", 4),
+        (errors.Conflict("x"), "conflict", 5),
+        (errors.DuplicateJob("k", "j1"), "duplicate_key", 5),  # a conflict, with a code of its own
+        (errors.Backpressure("x", 1.0), "backpressure", 75),
+        (errors.StoreError("x"), "store_unavailable", 3),
+        (errors.StoreBroken("x"), "store_broken", 3),
+        (errors.StaleState("x"), "stale_state", 1),
+        (errors.PermitError("x"), "permit_refused", 1),
+        (errors.WorkerError("x"), "worker_failed", 1),
+        (errors.WorkerMisconfigured("x"), "worker_misconfigured", 1),
+        (errors.EngineRunning("x"), "engine_running", 6),
+        (errors.NotPermitted("x"), "not_permitted", 10),
+        (errors.EngineFenced("x"), "engine_fenced", 3),
+        (errors.EngineNotRunning("x"), "engine_not_running", 7),
+        (ProtocolError("x"), "protocol_error", 1),
+        (CoreUnavailable("x"), "core_unavailable", 1),
+        (CorralError("x"), "error", 1),
+    ],
+)
+def test_every_error_has_a_code_and_the_documented_exit_code(
+    err: CorralError, code: str, exit: int
+) -> None:
     assert err.code == code
     assert exit_code(err) == exit
 

@@ -25,8 +25,16 @@ async def _rounds() -> list[tuple[int | None, str, str]]:
     waiting = job(attempts=0)
     for i in range(50):  # allowed, but the core refuses its permit (an open breaker): it waits
         await gate.admit([waiting], NOW + i)
-    await store.activate_pause(Pause(id="p1", scope=ScopeKind.GLOBAL, target=None,
-                                     reason="maintenance", created_at=NOW, created_by="op"))
+    await store.activate_pause(
+        Pause(
+            id="p1",
+            scope=ScopeKind.GLOBAL,
+            target=None,
+            reason="maintenance",
+            created_at=NOW,
+            created_by="op",
+        )
+    )
     gate.stale()
     for i in range(50):
         await gate.admit([waiting], NOW + 100 + i)

@@ -25,9 +25,10 @@ from corral.workers.native import hook_path
 from corral.workers.process import STDOUT
 from tests.contract.test_store_contract import claim, make_job
 
-SETTINGS = Settings(roles={"agent": RoleSpec(name="agent", worker="claude-code",
-                                             tools=("Bash(ls *)", "Read"))},
-                    environments={"local": EnvSpec(name="local")})
+SETTINGS = Settings(
+    roles={"agent": RoleSpec(name="agent", worker="claude-code", tools=("Bash(ls *)", "Read"))},
+    environments={"local": EnvSpec(name="local")},
+)
 
 
 TWO_CALLS = Limits(max_tool_calls=2)
@@ -50,15 +51,29 @@ class Harness:
         async def stop(job_id: str, limit: str, grace: float) -> None:
             self.stops.append((job_id, limit, grace))
 
-        return Governor(store=self.store, settings=SETTINGS, data_dir=self.tmp,
-                        adapter_of=lambda kind: kind,
-                        live=lambda job_id: self.claimed if job_id == self.claimed.job.id
-                        else None, stop=stop)
+        return Governor(
+            store=self.store,
+            settings=SETTINGS,
+            data_dir=self.tmp,
+            adapter_of=lambda kind: kind,
+            live=lambda job_id: self.claimed if job_id == self.claimed.job.id else None,
+            stop=stop,
+        )
 
-    def request(self, payload: dict[str, Any], *, cli: str = "claude-code",
-                token: str | None = None, ref: str | None = None) -> bytes:
-        header = {"op": "hook", "attempt": ref or f"{self.claimed.job.id}.1",
-                  "token": token or self.claimed.permit.id, "cli": cli}
+    def request(
+        self,
+        payload: dict[str, Any],
+        *,
+        cli: str = "claude-code",
+        token: str | None = None,
+        ref: str | None = None,
+    ) -> bytes:
+        header = {
+            "op": "hook",
+            "attempt": ref or f"{self.claimed.job.id}.1",
+            "token": token or self.claimed.permit.id,
+            "cli": cli,
+        }
         return json.dumps(header).encode() + b"\n" + json.dumps(payload).encode()
 
     def ask(self, payload: dict[str, Any], **kw: Any) -> tuple[int, str]:
@@ -66,8 +81,13 @@ class Harness:
 
 
 def pre(command: str, call_id: str = "toolu_1") -> dict[str, Any]:
-    return {"hook_event_name": "PreToolUse", "tool_name": "Bash", "session_id": "s-1",
-            "tool_input": {"command": command}, "tool_use_id": call_id}
+    return {
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "session_id": "s-1",
+        "tool_input": {"command": command},
+        "tool_use_id": call_id,
+    }
 
 
 def test_claude_gets_a_json_decision_and_others_an_exit_code(tmp_path: Path) -> None:
@@ -83,7 +103,8 @@ def test_claude_gets_a_json_decision_and_others_an_exit_code(tmp_path: Path) -> 
 
 
 def test_the_ceiling_is_read_only_for_an_allowed_call_and_a_failed_read_spends_nothing(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The budget ceiling is a store read the decision asks for only when the scope and the
     guardrails allow a call of an attempt that has cost something; when that read fails the
     call is denied (fail closed: `_connection`) and was no use of the tool-call budget."""
@@ -112,9 +133,14 @@ def test_the_ceiling_is_read_only_for_an_allowed_call_and_a_failed_read_spends_n
     assert code == 2 and "tool-call budget (2) is spent" in text
 
 
-@pytest.mark.parametrize("bad", [
-    {"token": "forged"}, {"ref": "nope.1"}, {"ref": "x"},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"token": "forged"},
+        {"ref": "nope.1"},
+        {"ref": "x"},
+    ],
+)
 def test_a_request_for_no_live_attempt_is_denied(tmp_path: Path, bad: dict[str, str]) -> None:
     h = Harness(tmp_path)
     code, text = h.ask(pre("ls"), **bad)
@@ -152,20 +178,36 @@ def test_tokens_read_from_the_stream_are_held_to_the_budget(tmp_path: Path) -> N
 def test_post_tool_use_checkpoints_and_the_trace_is_built_from_records(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.ask(pre("ls", "toolu_ok"))
-    h.ask({"hook_event_name": "PostToolUse", "tool_name": "Bash", "session_id": "s-1",
-           "tool_use_id": "toolu_ok", "tool_response": {"stdout": "a.txt"}, "duration_ms": 7})
+    h.ask(
+        {
+            "hook_event_name": "PostToolUse",
+            "tool_name": "Bash",
+            "session_id": "s-1",
+            "tool_use_id": "toolu_ok",
+            "tool_response": {"stdout": "a.txt"},
+            "duration_ms": 7,
+        }
+    )
     h.ask(pre("rm -rf /", "toolu_no"))
     [cp] = anyio.run(h.store.checkpoints, h.claimed.job.id)
     assert (cp.session_id, cp.tool_call_count, cp.last_tool, cp.call_id, cp.duration_ms) == (
-        "s-1", 1, "Bash", "toolu_ok", 7)
+        "s-1",
+        1,
+        "Bash",
+        "toolu_ok",
+        7,
+    )
     assert cp.last_output_digest and len(cp.last_output_digest) == 64
-    result = AttemptResult(outcome=Outcome.EXITED, exit_code=0, started_at=time.time() - 1,
-                           ended_at=time.time())
+    result = AttemptResult(
+        outcome=Outcome.EXITED, exit_code=0, started_at=time.time() - 1, ended_at=time.time()
+    )
     anyio.run(h.governor.ended, h.claimed, result)
     [event] = anyio.run(h.store.agent_events, h.claimed.job.id)
     # No stream was written: every evaluated call still appears (as Codex would leave it).
     assert [(t.tool, t.denied, t.call_id) for t in event.tool_calls] == [
-        ("Bash", True, "toolu_no"), ("Bash", False, "toolu_ok")]
+        ("Bash", True, "toolu_no"),
+        ("Bash", False, "toolu_ok"),
+    ]
     assert event.checkpoint_count == 1 and event.retry_count == 0
     assert 900 <= (event.duration_ms or 0) <= 1500
 
@@ -177,8 +219,9 @@ def test_the_hook_binary_relays_decisions_and_fails_closed(tmp_path: Path) -> No
     args = [hook, str(sock), f"{h.claimed.job.id}.1", h.claimed.permit.id, "codex", "2000"]
 
     def run(payload: dict[str, Any], argv: list[str] = args) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(argv, input=json.dumps(payload), capture_output=True, text=True,
-                              timeout=10)
+        return subprocess.run(
+            argv, input=json.dumps(payload), capture_output=True, text=True, timeout=10
+        )
 
     # Nobody listening: denied (exit 2), with the reason on stderr.
     down = run(pre("ls"))
@@ -189,8 +232,10 @@ def test_the_hook_binary_relays_decisions_and_fails_closed(tmp_path: Path) -> No
             tg.start_soon(h.governor.serve)
             while not sock.exists():
                 await anyio.sleep(0.01)
-            out = [await anyio.to_thread.run_sync(run, pre("ls", "x1")),
-                   await anyio.to_thread.run_sync(run, pre("rm -rf /", "x2"))]
+            out = [
+                await anyio.to_thread.run_sync(run, pre("ls", "x1")),
+                await anyio.to_thread.run_sync(run, pre("rm -rf /", "x2")),
+            ]
             tg.cancel_scope.cancel()
         return out
 
@@ -210,8 +255,13 @@ def test_a_governor_that_never_answers_times_out_into_a_denial(tmp_path: Path) -
     server.listen(1)
     try:
         started = time.monotonic()
-        r = subprocess.run([str(hook_path()), str(path), "j.1", "t", "claude-code", "300"],
-                           input="{}", capture_output=True, text=True, timeout=10)
+        r = subprocess.run(
+            [str(hook_path()), str(path), "j.1", "t", "claude-code", "300"],
+            input="{}",
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         took = time.monotonic() - started
     finally:
         server.close()
@@ -230,10 +280,20 @@ def test_a_request_read_after_the_hook_gave_up_is_recorded_as_its_denial(tmp_pat
     server.bind(str(path))
     server.listen(1)
     try:
-        r = subprocess.run([str(hook_path()), str(path), f"{h.claimed.job.id}.1",
-                            h.claimed.permit.id, "codex", "200"],
-                           input=json.dumps(pre("ls", "late")), capture_output=True, text=True,
-                           timeout=10)
+        r = subprocess.run(
+            [
+                str(hook_path()),
+                str(path),
+                f"{h.claimed.job.id}.1",
+                h.claimed.permit.id,
+                "codex",
+                "200",
+            ],
+            input=json.dumps(pre("ls", "late")),
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         conn, _ = server.accept()  # the engine wakes up: the request waits in the socket
         with conn:
             stale = b""
@@ -251,7 +311,10 @@ def test_a_request_read_after_the_hook_gave_up_is_recorded_as_its_denial(tmp_pat
     assert h.ask(pre("ls", "b"), cli="codex")[0] == 0
     evaluations = anyio.run(h.store.policy_evaluations, h.claimed.job.id)
     assert [(e.verdict, e.reason) for e in evaluations] == [
-        ("deny", "hook_timeout"), ("allow", "allowed"), ("allow", "allowed")]
+        ("deny", "hook_timeout"),
+        ("allow", "allowed"),
+        ("allow", "allowed"),
+    ]
 
 
 def test_a_call_to_a_tool_the_model_was_never_offered_is_shown_refused(tmp_path: Path) -> None:
@@ -261,8 +324,9 @@ def test_a_call_to_a_tool_the_model_was_never_offered_is_shown_refused(tmp_path:
     fixture = Path("tests/fixtures/agent-cli/claude-code-2.1.197/stream-json_basic.jsonl")
     stream = fixture.read_text().replace('"name":"Read"', '"name":"Write"')
     Path(h.claimed.attempt.dir, STDOUT).write_text(stream)
-    result = AttemptResult(outcome=Outcome.EXITED, exit_code=0, started_at=time.time() - 1,
-                           ended_at=time.time())
+    result = AttemptResult(
+        outcome=Outcome.EXITED, exit_code=0, started_at=time.time() - 1, ended_at=time.time()
+    )
     anyio.run(h.governor.ended, h.claimed, result)
     [event] = anyio.run(h.store.agent_events, h.claimed.job.id)
     shown = {t.tool: (t.denied, t.reason) for t in event.tool_calls}
@@ -271,7 +335,8 @@ def test_a_call_to_a_tool_the_model_was_never_offered_is_shown_refused(tmp_path:
 
 
 def test_every_allowed_call_is_in_the_trace_even_one_the_cli_wrote_no_item_for(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """An attempt stopped right after its hook allowed a call leaves no item for it in the
     stream: the trace still lists it, as many calls as were evaluated."""
     h = Harness(tmp_path, Limits(max_tool_calls=5))
@@ -283,10 +348,13 @@ def test_every_allowed_call_is_in_the_trace_even_one_the_cli_wrote_no_item_for(
     assert bash_id in Path(h.claimed.attempt.dir, STDOUT).read_text()
     assert h.ask(pre("ls", bash_id))[0] == 0
     assert h.ask(pre("ls -l", "toolu_never_written"))[0] == 0
-    result = AttemptResult(outcome=Outcome.EXITED, exit_code=0, started_at=time.time() - 1,
-                           ended_at=time.time())
+    result = AttemptResult(
+        outcome=Outcome.EXITED, exit_code=0, started_at=time.time() - 1, ended_at=time.time()
+    )
     anyio.run(h.governor.ended, h.claimed, result)
     [event] = anyio.run(h.store.agent_events, h.claimed.job.id)
     assert [(t.call_id, t.denied) for t in event.tool_calls] == [
-        (bash_id, False), ("toolu_never_written", False)]
+        (bash_id, False),
+        ("toolu_never_written", False),
+    ]
     assert event.tool_calls[1].input == {"command": "ls -l"}

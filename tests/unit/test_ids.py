@@ -21,12 +21,21 @@ B = "06h0n33pwpj0txdm552bqkjtjg"
 C = "06h0n34yn1bhx7npy46wy6z97g"  # ends like A for three characters
 
 
-@pytest.mark.parametrize(("ref", "expected"), [
-    (A, A), ("06h0n33s", A), ("ee97g", A), ("d9eee97g", A), ("tjg", None),  # 3: too short
-    ("jtjg", B), ("06h0n34", C), ("zzzzzz", None), ("%%%%", None),
-])
-def test_a_reference_is_the_id_or_a_unique_prefix_or_suffix(ref: str,
-                                                            expected: str | None) -> None:
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        (A, A),
+        ("06h0n33s", A),
+        ("ee97g", A),
+        ("d9eee97g", A),
+        ("tjg", None),  # 3: too short
+        ("jtjg", B),
+        ("06h0n34", C),
+        ("zzzzzz", None),
+        ("%%%%", None),
+    ],
+)
+def test_a_reference_is_the_id_or_a_unique_prefix_or_suffix(ref: str, expected: str | None) -> None:
     if expected is None:
         with pytest.raises(NotFound):
             resolve(ref, [A, B, C])

@@ -17,10 +17,16 @@ def test_the_attempts_processes_are_found_by_their_marker_and_stopped(tmp_path: 
     mine_dir, other_dir = tmp_path / "job.2", tmp_path / "job.3"
     mine_dir.mkdir()
     other_dir.mkdir()
-    mine = subprocess.Popen(["sleep", "60"], start_new_session=True,
-                            env={**os.environ, ATTEMPT_ENV: str(mine_dir.resolve())})
-    theirs = subprocess.Popen(["sleep", "60"], start_new_session=True,
-                              env={**os.environ, ATTEMPT_ENV: str(other_dir.resolve())})
+    mine = subprocess.Popen(
+        ["sleep", "60"],
+        start_new_session=True,
+        env={**os.environ, ATTEMPT_ENV: str(mine_dir.resolve())},
+    )
+    theirs = subprocess.Popen(
+        ["sleep", "60"],
+        start_new_session=True,
+        env={**os.environ, ATTEMPT_ENV: str(other_dir.resolve())},
+    )
     try:
         result = vanished(mine_dir)
         assert result.outcome is Outcome.LOST

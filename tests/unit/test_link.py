@@ -23,15 +23,26 @@ from tests.unit.test_retry import job
 
 def _core(result: AttemptResult | None = None, hold: bool = True) -> tuple[Core, FakeWorker]:
     gate = PermitGate(SETTINGS)
-    worker = FakeWorker(gate.validate, lambda j, i: result or AttemptResult(
-        outcome=Outcome.EXITED, exit_code=0), hold=hold)
+    worker = FakeWorker(
+        gate.validate,
+        lambda j, i: result or AttemptResult(outcome=Outcome.EXITED, exit_code=0),
+        hold=hold,
+    )
     return Core(gate, {"command": worker}), worker
 
 
 def _attempt(j: Job, permit: Permit) -> Attempt:
-    return Attempt(id="a1", job_id=j.id, index=1, state=AttemptState.STARTING,
-                   permit_id=permit.id, deadline_at=permit.deadline_at, created_at=1.0,
-                   dir="/nonexistent", engine_id="e")
+    return Attempt(
+        id="a1",
+        job_id=j.id,
+        index=1,
+        state=AttemptState.STARTING,
+        permit_id=permit.id,
+        deadline_at=permit.deadline_at,
+        created_at=1.0,
+        dir="/nonexistent",
+        engine_id="e",
+    )
 
 
 def test_bad_lines_get_error_replies_and_change_nothing() -> None:
@@ -45,8 +56,14 @@ def test_bad_lines_get_error_replies_and_change_nothing() -> None:
         async with anyio.create_task_group() as tg:
             server = CoreServer(core, send, lambda: 1.0)
             server.attach(tg)
-            for line in (b"{nope", b"[]", b'{"type": 3}', p.OVERSIZED,
-                         b'{"type": "fly", "id": 4}', b'{"type": "submit_job", "id": 5}'):
+            for line in (
+                b"{nope",
+                b"[]",
+                b'{"type": 3}',
+                p.OVERSIZED,
+                b'{"type": "fly", "id": 4}',
+                b'{"type": "submit_job", "id": 5}',
+            ):
                 await server.handle_line(line)
             tg.cancel_scope.cancel()
         assert [m["type"] for m in sent] == ["error"] * 6
@@ -103,8 +120,9 @@ def test_a_scheduler_waiting_on_a_result_survives_a_core_restart() -> None:
             assert got == []
             second, second_worker = _core()
             # it ended while no core watched: the new core finds its result on adoption
-            second_worker.adoptable[c.attempt.id] = AttemptResult(outcome=Outcome.EXITED,
-                                                                   exit_code=0)
+            second_worker.adoptable[c.attempt.id] = AttemptResult(
+                outcome=Outcome.EXITED, exit_code=0
+            )
             connect_local(link, second, tg, lambda: 2.0)
             await link.readopt(j, c.attempt)  # the new core adopts it and reports its end
             with anyio.fail_after(5):
@@ -129,8 +147,9 @@ def test_a_refused_submit_reaches_the_scheduler_as_an_attempt_that_never_ran() -
             permit = await link.request_permit(j, 1)
             assert isinstance(permit, Permit)
             other = job(id="j2", role="default", limits=Limits(timeout_s=5.0))
-            misused = await link.submit(Claimed(job=other, attempt=_attempt(other, permit),
-                                                permit=permit))
+            misused = await link.submit(
+                Claimed(job=other, attempt=_attempt(other, permit), permit=permit)
+            )
             assert isinstance(misused, AttemptResult)
             assert misused.outcome is Outcome.LOST, "nothing started: retried within bounds"
             assert misused.error is not None and "(PERMIT_WRONG_JOB)" in misused.error

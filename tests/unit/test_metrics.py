@@ -24,12 +24,20 @@ from tests.contract.test_store_contract import NOW, end, start, submit
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "corral.json"
 SNAPSHOT: Mapping[str, Any] = {
-    "breakers": [{"name": "worker:claude", "scope": "worker", "state": "OPEN"},
-                 {"name": "provider:api.example", "scope": "provider", "state": "CLOSED"}],
-    "watchdog": {"stage": 2, "gauges": {"worker_inflight_count": 3, "worker_queue_lag_ms": 1500,
-                                        "worker_timeout_rate": 0.25, "stalled_attempts": 1},
-                 "by_worker": {"claude": {"worker_inflight_count": 2,
-                                          "worker_queue_lag_ms": 1500}}},
+    "breakers": [
+        {"name": "worker:claude", "scope": "worker", "state": "OPEN"},
+        {"name": "provider:api.example", "scope": "provider", "state": "CLOSED"},
+    ],
+    "watchdog": {
+        "stage": 2,
+        "gauges": {
+            "worker_inflight_count": 3,
+            "worker_queue_lag_ms": 1500,
+            "worker_timeout_rate": 0.25,
+            "stalled_attempts": 1,
+        },
+        "by_worker": {"claude": {"worker_inflight_count": 2, "worker_queue_lag_ms": 1500}},
+    },
 }
 
 
@@ -40,12 +48,33 @@ async def _filled() -> tuple[MemoryStore, list[str]]:
     done = await submit(store, role="review", tenant="acme", worker="claude", at=NOW - 4)
     await end(store, done, JobState.SUCCEEDED)
     queued = await submit(store, role="coder", priority=2)
-    await store.append_policy_evaluations([PolicyEvaluation(
-        at=NOW, job_id=done.id, attempt=1, stage="tool_call", subject="Bash", verdict="deny",
-        reason="out_of_scope")])
-    await store.record_agent_event(AgentEvent(
-        event_id="e1", job_id=done.id, attempt=1, at=NOW, role="review", worker="claude",
-        tenant="acme", tokens_in=100, tokens_out=20, cost_usd=0.5))
+    await store.append_policy_evaluations(
+        [
+            PolicyEvaluation(
+                at=NOW,
+                job_id=done.id,
+                attempt=1,
+                stage="tool_call",
+                subject="Bash",
+                verdict="deny",
+                reason="out_of_scope",
+            )
+        ]
+    )
+    await store.record_agent_event(
+        AgentEvent(
+            event_id="e1",
+            job_id=done.id,
+            attempt=1,
+            at=NOW,
+            role="review",
+            worker="claude",
+            tenant="acme",
+            tokens_in=100,
+            tokens_out=20,
+            cost_usd=0.5,
+        )
+    )
     return store, [running.id, done.id, queued.id]
 
 
@@ -59,18 +88,40 @@ def _text(snapshot: Mapping[str, Any] | None = SNAPSHOT) -> tuple[str, list[str]
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for f in text_string_to_metric_families(text) for s in f.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
 
 
 def test_exposition_carries_the_store_and_core_figures() -> None:
     text, ids = _text()
     s = _samples(text)
-    assert s[("corral_queue_depth", (("environment", "local"), ("priority", "2"),
-                                     ("role", "coder"), ("state", "queued")))] == 1
+    assert (
+        s[
+            (
+                "corral_queue_depth",
+                (
+                    ("environment", "local"),
+                    ("priority", "2"),
+                    ("role", "coder"),
+                    ("state", "queued"),
+                ),
+            )
+        ]
+        == 1
+    )
     assert s[("corral_jobs_finished_total", (("outcome", "succeeded"), ("role", "review")))] == 1
-    assert s[("corral_inflight_attempts", (("environment", "local"), ("role", "coder"),
-                                           ("worker", "claude")))] == 1
+    assert (
+        s[
+            (
+                "corral_inflight_attempts",
+                (("environment", "local"), ("role", "coder"), ("worker", "claude")),
+            )
+        ]
+        == 1
+    )
     assert s[("corral_tool_calls_total", (("decision", "deny"), ("reason", "out_of_scope")))] == 1
     usage = (("provider", "anthropic"), ("role", "review"), ("tenant", "acme"))
     assert s[("corral_tokens_total", (("direction", "in"), *usage))] == 100
@@ -78,10 +129,24 @@ def test_exposition_carries_the_store_and_core_figures() -> None:
     assert s[("corral_cost_usd_total", usage)] == 0.5
     assert s[("corral_attempt_duration_seconds_count", (("role", "review"),))] == 1
     assert s[("corral_submit_to_running_seconds_count", (("role", "coder"),))] == 1
-    assert s[("corral_breaker_state", (("breaker", "worker:claude"), ("scope", "worker"),
-                                       ("state", "open")))] == 1
-    assert s[("corral_breaker_state", (("breaker", "worker:claude"), ("scope", "worker"),
-                                       ("state", "closed")))] == 0
+    assert (
+        s[
+            (
+                "corral_breaker_state",
+                (("breaker", "worker:claude"), ("scope", "worker"), ("state", "open")),
+            )
+        ]
+        == 1
+    )
+    assert (
+        s[
+            (
+                "corral_breaker_state",
+                (("breaker", "worker:claude"), ("scope", "worker"), ("state", "closed")),
+            )
+        ]
+        == 0
+    )
     assert s[("corral_watchdog_stage", ())] == 2
     assert s[("corral_worker_queue_lag_seconds", (("worker", "claude"),))] == 1.5
     assert s[("corral_worker_inflight", (("worker", "all"),))] == 3
@@ -100,16 +165,21 @@ def test_promtool_check_metrics_passes() -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is missing: scripts/setup installs it (Debian package prometheus)")
-    done = subprocess.run([promtool, "check", "metrics"], input=_text()[0], text=True,
-                          capture_output=True, timeout=60, check=False)
+    done = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=_text()[0],
+        text=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_grafana_dashboard_references_only_exposed_metrics() -> None:
     exposed = {f.name for f in text_string_to_metric_families(_text()[0])}
     exposed |= {s.name for f in text_string_to_metric_families(_text()[0]) for s in f.samples}
-    exprs = [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"]
-             for t in p["targets"]]
+    exprs = [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p["targets"]]
     used = {m for e in exprs for m in re.findall(r"\bcorral_[a-z_]+", e)}
     assert used and used <= exposed, sorted(used - exposed)
     assert len(used) >= 20

@@ -45,26 +45,39 @@ class World:
         self.jobs[job_id] = SimpleNamespace(
             job=SimpleNamespace(id=job_id, worker="w", role="r", limits=Limits(**limits)),
             attempt=SimpleNamespace(index=index),
-            permit=SimpleNamespace(id=f"permit-{job_id}-{index}"))
+            permit=SimpleNamespace(id=f"permit-{job_id}-{index}"),
+        )
 
 
 @asynccontextmanager
-async def gateway(tmp_path: Path, upstream: str, api: str = OPENAI, linger_s: float = 30.0,
-                  fallback_models: tuple[str, ...] = ()) -> AsyncIterator[World]:
-    spec = WorkerSpec(name="w", adapter="codex" if api == OPENAI else "claude-code",
-                      env={"REAL_KEY": REAL_KEY},
-                      gateway=GatewaySpec(upstream=upstream, key_env="REAL_KEY"))
+async def gateway(
+    tmp_path: Path,
+    upstream: str,
+    api: str = OPENAI,
+    linger_s: float = 30.0,
+    fallback_models: tuple[str, ...] = (),
+) -> AsyncIterator[World]:
+    spec = WorkerSpec(
+        name="w",
+        adapter="codex" if api == OPENAI else "claude-code",
+        env={"REAL_KEY": REAL_KEY},
+        gateway=GatewaySpec(upstream=upstream, key_env="REAL_KEY"),
+    )
     jobs: dict[str, Any] = {}
     world: World
 
     async def stop(job_id: str, limit: str, grace: float) -> None:
         world.stops.append((job_id, limit))
 
-    settings = Settings(roles={"r": RoleSpec(name="r", fallback_models=fallback_models)},
-                        environments={}, workers={"w": spec},
-                        breakers=BreakerSpec(consecutive_failures=2, open_s=3600))
-    gw = ModelGateway(settings=settings, data_dir=tmp_path, live=jobs.get, stop=stop,
-                      linger_s=linger_s)
+    settings = Settings(
+        roles={"r": RoleSpec(name="r", fallback_models=fallback_models)},
+        environments={},
+        workers={"w": spec},
+        breakers=BreakerSpec(consecutive_failures=2, open_s=3600),
+    )
+    gw = ModelGateway(
+        settings=settings, data_dir=tmp_path, live=jobs.get, stop=stop, linger_s=linger_s
+    )
     world = World(gw, jobs)
     async with anyio.create_task_group() as tg:
         await tg.start(gw.serve)
@@ -72,11 +85,13 @@ async def gateway(tmp_path: Path, upstream: str, api: str = OPENAI, linger_s: fl
         tg.cancel_scope.cancel()
 
 
-def post(url: str, body: dict[str, Any], token: str, path: str = "/v1/responses",
-         api: str = OPENAI) -> tuple[int, bytes]:
+def post(
+    url: str, body: dict[str, Any], token: str, path: str = "/v1/responses", api: str = OPENAI
+) -> tuple[int, bytes]:
     headers = {"Content-Type": "application/json"}
-    headers.update({"x-api-key": token} if api == ANTHROPIC else
-                   {"Authorization": f"Bearer {token}"})
+    headers.update(
+        {"x-api-key": token} if api == ANTHROPIC else {"Authorization": f"Bearer {token}"}
+    )
     req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
@@ -90,8 +105,13 @@ async def in_thread(fn: Callable[[], Any]) -> Any:
 
 
 def turn_body(text: str = "hello") -> dict[str, Any]:
-    return {"model": "gpt-5.5", "stream": True, "tools": TOOLS,
-            "input": [{"role": "user", "content": text}], "prompt_cache_key": "volatile"}
+    return {
+        "model": "gpt-5.5",
+        "stream": True,
+        "tools": TOOLS,
+        "input": [{"role": "user", "content": text}],
+        "prompt_cache_key": "volatile",
+    }
 
 
 def events(raw: bytes) -> list[dict[str, Any]]:
@@ -100,8 +120,9 @@ def events(raw: bytes) -> list[dict[str, Any]]:
 
 @pytest.mark.anyio
 async def test_forwards_with_the_provider_key_and_meters_the_answer(tmp_path: Path) -> None:
-    with OpenAIResponsesMock([{"text": "hi", "usage": {"input_tokens": 1234,
-                                                       "output_tokens": 56}}]) as mock:
+    with OpenAIResponsesMock(
+        [{"text": "hi", "usage": {"input_tokens": 1234, "output_tokens": 56}}]
+    ) as mock:
         async with gateway(tmp_path, mock.url) as w:
             w.add("j1")
             url = read_endpoint(tmp_path).url
@@ -137,13 +158,20 @@ async def test_the_upstream_gets_the_real_key_and_never_the_token(tmp_path: Path
     server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        async with gateway(tmp_path, f"http://127.0.0.1:{server.server_address[1]}/base",
-                           api=ANTHROPIC) as w:
+        async with gateway(
+            tmp_path, f"http://127.0.0.1:{server.server_address[1]}/base", api=ANTHROPIC
+        ) as w:
             w.add("j1")
             token = w.token("j1")
-            status, raw = await in_thread(lambda: post(
-                read_endpoint(tmp_path).url, {"model": "claude-sonnet-4-5", "messages": []},
-                token, path="/v1/messages", api=ANTHROPIC))
+            status, raw = await in_thread(
+                lambda: post(
+                    read_endpoint(tmp_path).url,
+                    {"model": "claude-sonnet-4-5", "messages": []},
+                    token,
+                    path="/v1/messages",
+                    api=ANTHROPIC,
+                )
+            )
             assert status == 200, raw
             [headers] = seen
             assert headers["x-api-key"] == REAL_KEY
@@ -176,13 +204,23 @@ async def test_a_token_works_only_for_its_live_attempt(tmp_path: Path) -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("api", [OPENAI, ANTHROPIC])
 async def test_a_token_explosion_is_cut_at_the_output_budget(tmp_path: Path, api: str) -> None:
-    explosion = {"text": "x" * 1000, "repeat": 5000,  # 5,000,000 chars
-                 "usage": {"input_tokens": 100, "output_tokens": 1_250_000}}
+    explosion = {
+        "text": "x" * 1000,
+        "repeat": 5000,  # 5,000,000 chars
+        "usage": {"input_tokens": 100, "output_tokens": 1_250_000},
+    }
     mock = OpenAIResponsesMock([explosion]) if api == OPENAI else AnthropicMock([explosion])
     path = "/v1/responses" if api == OPENAI else "/v1/messages"
-    body = turn_body() if api == OPENAI else {
-        "model": "claude-sonnet-4-5", "stream": True, "tools": [{"name": "Bash"}],
-        "messages": [{"role": "user", "content": "go"}]}
+    body = (
+        turn_body()
+        if api == OPENAI
+        else {
+            "model": "claude-sonnet-4-5",
+            "stream": True,
+            "tools": [{"name": "Bash"}],
+            "messages": [{"role": "user", "content": "go"}],
+        }
+    )
     with mock:
         async with gateway(tmp_path, mock.url, api=api) as w:
             w.add("j1", token_budget_out=10_000)
@@ -238,8 +276,10 @@ async def test_a_retry_of_an_abandoned_call_gets_its_answer(tmp_path: Path) -> N
 
             def impatient() -> None:
                 req = urllib.request.Request(
-                    url + "/v1/responses", data=json.dumps(turn_body()).encode(),
-                    headers={"Authorization": f"Bearer {w.token('j1', 1)}"})
+                    url + "/v1/responses",
+                    data=json.dumps(turn_body()).encode(),
+                    headers={"Authorization": f"Bearer {w.token('j1', 1)}"},
+                )
                 with pytest.raises(TimeoutError):
                     urllib.request.urlopen(req, timeout=0.3).read()
 
@@ -264,27 +304,35 @@ def test_the_idempotency_key_ignores_volatile_fields_and_hashes_tools() -> None:
 
 def test_output_is_estimated_by_chars_until_the_final_usage() -> None:
     m = CallMeter(api=OPENAI, request_chars=400)
-    m.feed(b'event: response.output_text.delta\ndata: {"type": "response.output_text.delta", '
-           b'"delta": "' + b"y" * 41 + b'"}\n\n')
+    m.feed(
+        b'event: response.output_text.delta\ndata: {"type": "response.output_text.delta", '
+        b'"delta": "' + b"y" * 41 + b'"}\n\n'
+    )
     assert (m.input_tokens, m.output_tokens) == (100, 11)  # ceil(41 / 4); input from the body
-    m.feed(b'data: {"type": "response.completed", "response": {"usage": {"input_tokens": 7, '
-           b'"output_tokens": 3}}}\n\n')
+    m.feed(
+        b'data: {"type": "response.completed", "response": {"usage": {"input_tokens": 7, '
+        b'"output_tokens": 3}}}\n\n'
+    )
     assert (m.input_tokens, m.output_tokens, m.final) == (7, 3, True)
     a = CallMeter(api=ANTHROPIC)
-    a.feed(b'data: {"type": "message_start", "message": {"model": "claude-sonnet-4-5", "usage":'
-           b' {"input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 1}}}\n\n'
-           b'data: {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "ab'
-           b'cdefgh"}}\n\n')
+    a.feed(
+        b'data: {"type": "message_start", "message": {"model": "claude-sonnet-4-5", "usage":'
+        b' {"input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 1}}}\n\n'
+        b'data: {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "ab'
+        b'cdefgh"}}\n\n'
+    )
     assert (a.input_tokens, a.output_tokens, a.cached_in) == (15, 2, 5)
-    a.feed(b'data: {"type": "message_delta", "usage": {"output_tokens": 9}}\n\ndata: {"type": '
-           b'"message_stop"}\n\n')
+    a.feed(
+        b'data: {"type": "message_delta", "usage": {"output_tokens": 9}}\n\ndata: {"type": '
+        b'"message_stop"}\n\n'
+    )
     assert a.output_tokens == 9 and a.final
 
 
 def test_callers_get_whole_sse_events_only() -> None:
     from corral.runtime.modelgate import _whole_events
 
-    assert _whole_events(b"data: {}\n\ndata: {\"a") == (b"data: {}\n\n", b'data: {"a')
+    assert _whole_events(b'data: {}\n\ndata: {"a') == (b"data: {}\n\n", b'data: {"a')
     assert _whole_events(b"data: {") == (b"", b"data: {")
     assert _whole_events(b"data: 1\r\n\r\ndata") == (b"data: 1\r\n\r\n", b"data")
 
@@ -292,17 +340,24 @@ def test_callers_get_whole_sse_events_only() -> None:
 def test_a_worker_behind_the_gateway_authenticates_with_its_key_env() -> None:
     from corral.workers.credentials import missing
 
-    spec = WorkerSpec(name="codex", adapter="codex",
-                      gateway=GatewaySpec(upstream="https://api.openai.com", key_env="PK"))
-    assert missing("codex", spec, "gpt-5", ("OPENAI_API_KEY",), {}) == \
-        "PK (gateway.key_env) is not set"
+    spec = WorkerSpec(
+        name="codex",
+        adapter="codex",
+        gateway=GatewaySpec(upstream="https://api.openai.com", key_env="PK"),
+    )
+    assert (
+        missing("codex", spec, "gpt-5", ("OPENAI_API_KEY",), {})
+        == "PK (gateway.key_env) is not set"
+    )
     assert missing("codex", spec, "gpt-5", ("OPENAI_API_KEY",), {"PK": "sk-x"}) is None
 
 
 def test_the_meter_reads_crlf_events_split_anywhere() -> None:
-    raw = (b'data: {"type": "response.output_text.delta", "delta": "abcd"}\r\n\r\n'
-           b'data: {"type": "response.completed", "response": {"usage": {"input_tokens": 5, '
-           b'"output_tokens": 2}}}\r\n\r\n')
+    raw = (
+        b'data: {"type": "response.output_text.delta", "delta": "abcd"}\r\n\r\n'
+        b'data: {"type": "response.completed", "response": {"usage": {"input_tokens": 5, '
+        b'"output_tokens": 2}}}\r\n\r\n'
+    )
     for cut in range(len(raw)):
         m = CallMeter(api=OPENAI)
         m.feed(raw[:cut])
@@ -313,20 +368,23 @@ def test_the_meter_reads_crlf_events_split_anywhere() -> None:
 
 @pytest.mark.anyio
 async def test_429s_open_the_models_breaker_and_the_role_falls_back(tmp_path: Path) -> None:
-    script = [{"status": 429, "message": "slow down"}, {"status": 429, "message": "slow down"},
-              {"text": "from the fallback"}]
+    script = [
+        {"status": 429, "message": "slow down"},
+        {"status": 429, "message": "slow down"},
+        {"text": "from the fallback"},
+    ]
     with OpenAIResponsesMock(script) as mock:
         async with gateway(tmp_path, mock.url, fallback_models=("gpt-5-mini",)) as w:
             w.add("j1")
             url = read_endpoint(tmp_path).url
             for i, expected in enumerate((429, 429)):
-                status, _ = await in_thread(lambda i=i: post(url, turn_body(f"a{i}"),
-                                                             w.token("j1")))
+                status, _ = await in_thread(
+                    lambda i=i: post(url, turn_body(f"a{i}"), w.token("j1"))
+                )
                 assert status == expected
             status, raw = await in_thread(lambda: post(url, turn_body("b"), w.token("j1")))
             assert status == 200 and b"from the fallback" in raw
-            assert [r["model"] for r in mock.turn_requests] == ["gpt-5.5", "gpt-5.5",
-                                                                 "gpt-5-mini"]
+            assert [r["model"] for r in mock.turn_requests] == ["gpt-5.5", "gpt-5.5", "gpt-5-mini"]
             states = {b["name"]: b["state"] for b in w.gw.breakers.snapshot(0)}
             assert states["model:gpt-5.5"] == "OPEN" and states["model:gpt-5-mini"] == "CLOSED"
             assert states["provider:" + mock.url.split("//")[1]] == "CLOSED"  # a rate limit
@@ -341,14 +399,22 @@ async def test_an_open_provider_breaker_refuses_without_calling_it(tmp_path: Pat
         async with gateway(tmp_path, mock.url, api=ANTHROPIC) as w:
             w.add("j1")
             url = read_endpoint(tmp_path).url
-            body = {"model": "claude-sonnet-4-5", "stream": True, "tools": [{"name": "Bash"}],
-                    "messages": [{"role": "user", "content": "go"}]}
+            body = {
+                "model": "claude-sonnet-4-5",
+                "stream": True,
+                "tools": [{"name": "Bash"}],
+                "messages": [{"role": "user", "content": "go"}],
+            }
             for i in range(2):
-                status, _ = await in_thread(lambda i=i: post(
-                    url, {**body, "system": str(i)}, w.token("j1"), "/v1/messages", ANTHROPIC))
+                status, _ = await in_thread(
+                    lambda i=i: post(
+                        url, {**body, "system": str(i)}, w.token("j1"), "/v1/messages", ANTHROPIC
+                    )
+                )
                 assert status == 503
-            status, raw = await in_thread(lambda: post(url, body, w.token("j1"), "/v1/messages",
-                                                       ANTHROPIC))
+            status, raw = await in_thread(
+                lambda: post(url, body, w.token("j1"), "/v1/messages", ANTHROPIC)
+            )
             assert status == 529 and json.loads(raw)["error"]["type"] == "overloaded_error"
             assert "breaker provider:127.0.0.1" in json.loads(raw)["error"]["message"]
             assert len(mock.turn_requests) == 2
@@ -424,19 +490,27 @@ class KeepAlive(BaseHTTPRequestHandler):
 @pytest.mark.anyio
 @pytest.mark.parametrize("stale", [False, True])
 async def test_upstream_connections_are_kept_and_a_dropped_one_is_replaced(
-        tmp_path: Path, stale: bool) -> None:
+    tmp_path: Path, stale: bool
+) -> None:
     handler = type("H", (KeepAlive,), {"stale": stale, "connections": set(), "requests": 0})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        async with gateway(tmp_path, f"http://127.0.0.1:{server.server_address[1]}",
-                           api=ANTHROPIC) as w:
+        async with gateway(
+            tmp_path, f"http://127.0.0.1:{server.server_address[1]}", api=ANTHROPIC
+        ) as w:
             w.add("j1")
             url = read_endpoint(tmp_path).url
             for i in range(3):
-                status, raw = await in_thread(lambda i=i: post(
-                    url, {"model": "claude-sonnet-4-5", "messages": [str(i)]}, w.token("j1"),
-                    path="/v1/messages", api=ANTHROPIC))
+                status, raw = await in_thread(
+                    lambda i=i: post(
+                        url,
+                        {"model": "claude-sonnet-4-5", "messages": [str(i)]},
+                        w.token("j1"),
+                        path="/v1/messages",
+                        api=ANTHROPIC,
+                    )
+                )
                 assert status == 200, raw
             assert handler.requests == 3  # never sent twice
             pool = w.gw.pool
@@ -453,12 +527,15 @@ async def test_upstream_connections_are_kept_and_a_dropped_one_is_replaced(
 
 @pytest.mark.anyio
 async def test_a_garbled_upstream_answer_is_a_502_and_the_gateway_keeps_serving(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     class Garbled(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
-            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             b"Transfer-Encoding: chunked\r\n\r\nzz\r\n")
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\nzz\r\n"
+            )
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -484,8 +561,7 @@ async def test_streamed_answers_on_a_kept_connection_reuse_it(tmp_path: Path) ->
             w.add("j1")
             url = read_endpoint(tmp_path).url
             for text in ("one", "two"):
-                status, raw = await in_thread(lambda t=text: post(url, turn_body(t),
-                                                                  w.token("j1")))
+                status, raw = await in_thread(lambda t=text: post(url, turn_body(t), w.token("j1")))
                 assert status == 200 and text.encode() in raw
                 assert events(raw)[-1]["type"] == "response.completed"
             assert (w.gw.pool.opened, w.gw.pool.reused) == (1, 1)
@@ -499,7 +575,7 @@ async def test_a_chunked_body_is_read_whole_however_it_is_split() -> None:
 
     from corral.runtime.modelgate import read_body
 
-    body = (b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nX-Trailer: 1\r\n\r\n")
+    body = b"5\r\nhello\r\n1;ext=1\r\n \r\n6\r\nworld!\r\n0\r\nX-Trailer: 1\r\n\r\n"
     for cut in range(1, len(body)):
         send, receive = anyio.create_memory_object_stream[bytes](10)
         await send.send(body[:cut])

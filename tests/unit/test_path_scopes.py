@@ -35,10 +35,22 @@ def ws(tmp_path: Path) -> Path:
     return work
 
 
-def run(ws: Path, rules: list[str], tool: str, tool_input: dict[str, Any],
-        cwd: Path | None = None, shell: str = "bash") -> tuple[bool, str]:
-    call = Call(tool=tool, input=tool_input, workspace=str(ws), cwd=str(cwd or ws),
-                home=str(ws.parent / "home"), shell=shell)
+def run(
+    ws: Path,
+    rules: list[str],
+    tool: str,
+    tool_input: dict[str, Any],
+    cwd: Path | None = None,
+    shell: str = "bash",
+) -> tuple[bool, str]:
+    call = Call(
+        tool=tool,
+        input=tool_input,
+        workspace=str(ws),
+        cwd=str(cwd or ws),
+        home=str(ws.parent / "home"),
+        shell=shell,
+    )
     d = decide(call, FRESH, LIMITS, Scope.parse(rules), os.path.realpath)
     return d.verdict == "allow", d.message
 
@@ -79,8 +91,9 @@ READS = [
 
 
 @pytest.mark.parametrize(("tool", "tool_input", "ok"), READS)
-def test_reads_stay_in_the_workspace(ws: Path, tool: str, tool_input: dict[str, Any],
-                                     ok: bool) -> None:
+def test_reads_stay_in_the_workspace(
+    ws: Path, tool: str, tool_input: dict[str, Any], ok: bool
+) -> None:
     tool_input = {k: v.replace("{ws}", str(ws)) for k, v in tool_input.items()}
     allowed, message = run(ws, [tool], tool, tool_input)
     assert allowed is ok, message
@@ -105,8 +118,15 @@ WRITES = [
     ("edit", {"filePath": "/etc/passwd", "oldString": "a", "newString": "b"}, False),
     ("apply_patch", {"command": PATCH.format(body="*** Add File: src/a.py\n+x")}, True),  # Codex
     ("apply_patch", {"command": PATCH.format(body="*** Add File: ../a.py\n+x")}, False),
-    ("apply_patch", {"command": PATCH.format(
-        body="*** Update File: src/main.py\n*** Move to: /tmp/main.py\n@@\n-1\n+2")}, False),
+    (
+        "apply_patch",
+        {
+            "command": PATCH.format(
+                body="*** Update File: src/main.py\n*** Move to: /tmp/main.py\n@@\n-1\n+2"
+            )
+        },
+        False,
+    ),
     ("apply_patch", {"command": PATCH.format(body="*** Delete File: docs/x.md")}, False),
     ("apply_patch", {"patchText": PATCH.format(body="*** Add File: src/b.py\n+x")}, True),
     ("apply_patch", {"command": "not a patch"}, False),
@@ -115,10 +135,15 @@ WRITES = [
 
 
 @pytest.mark.parametrize(("tool", "tool_input", "ok"), WRITES)
-def test_writes_stay_where_the_scope_says(ws: Path, tool: str, tool_input: dict[str, Any],
-                                          ok: bool) -> None:
-    allowed, message = run(ws, ["Write(src/**)", "Edit(src/**)", "NotebookEdit(src/**)",
-                                "MultiEdit(src/**)"], tool, tool_input)
+def test_writes_stay_where_the_scope_says(
+    ws: Path, tool: str, tool_input: dict[str, Any], ok: bool
+) -> None:
+    allowed, message = run(
+        ws,
+        ["Write(src/**)", "Edit(src/**)", "NotebookEdit(src/**)", "MultiEdit(src/**)"],
+        tool,
+        tool_input,
+    )
     assert allowed is ok, message
 
 
@@ -129,8 +154,9 @@ def test_absolute_patterns_name_exactly_that_place(ws: Path) -> None:
     assert run(ws, rules, "Read", {"file_path": str(data / "a.csv")})[0]
     assert not run(ws, rules, "Read", {"file_path": str(data / "a.json")})[0]
     # the pattern's own links are resolved too: the same file by the link's name
-    assert run(ws, [f"Read({ws.parent}/datalink/*.csv)"], "Read",
-               {"file_path": str(data / "a.csv")})[0]
+    assert run(
+        ws, [f"Read({ws.parent}/datalink/*.csv)"], "Read", {"file_path": str(data / "a.csv")}
+    )[0]
     assert run(ws, rules, "Read", {"file_path": "src/main.py"})[0]
 
 
@@ -143,8 +169,9 @@ def test_a_bare_rule_means_the_workspace_and_a_role_without_one_gets_nothing(ws:
 
 def test_relative_paths_resolve_where_the_call_runs(ws: Path) -> None:
     # Codex runs an exec_command in its `workdir`; the hook reports it as the call's cwd
-    assert not run(ws, ["Read"], "Read", {"file_path": "../../outside/secret.txt"},
-                   cwd=ws / "src")[0]
+    assert not run(ws, ["Read"], "Read", {"file_path": "../../outside/secret.txt"}, cwd=ws / "src")[
+        0
+    ]
     assert run(ws, ["Read"], "Read", {"file_path": "main.py"}, cwd=ws / "src")[0]
     assert not run(ws, ["Read"], "Read", {"file_path": "x"}, cwd=ws.parent / "outside")[0]
 
@@ -169,15 +196,19 @@ REDIRECTS = [
     ("kubectl apply -f - < /etc/shadow", False),
     ("kubectl get pods | kubectl apply -f - > out/x", True),
     ("cd out && kubectl get pods > x", False),  # relative after cd: cannot be placed
-    ("kubectl get pods > \"$HOME/x\"", False),
+    ('kubectl get pods > "$HOME/x"', False),
 ]
 
 
 @pytest.mark.parametrize(("command", "ok"), REDIRECTS)
 def test_redirections_are_held_to_the_path_rules(ws: Path, command: str, ok: bool) -> None:
     (ws / "out").mkdir()
-    allowed, message = run(ws, ["Bash(kubectl *)", "Bash(cd *)", "Read(./**)", "Write(out/**)"],
-                           "Bash", {"command": command})
+    allowed, message = run(
+        ws,
+        ["Bash(kubectl *)", "Bash(cd *)", "Read(./**)", "Write(out/**)"],
+        "Bash",
+        {"command": command},
+    )
     assert allowed is ok, message
     if not ok and ">" in command and "$" not in command and "cd" not in command:
         assert "redirection" in message, message
@@ -204,12 +235,17 @@ def test_claude_codes_run_in_background_is_detaching(ws: Path) -> None:
 
 
 def test_a_shell_the_checker_does_not_model_is_refused(ws: Path) -> None:
-    allowed, message = run(ws, ["Bash(kubectl *)"], "Bash", {"command": "kubectl get pods"},
-                           shell="zsh")
+    allowed, message = run(
+        ws, ["Bash(kubectl *)"], "Bash", {"command": "kubectl get pods"}, shell="zsh"
+    )
     assert not allowed and "does not model" in message
-    allowed, message = run(ws, ["Bash(kubectl *)"], "Bash",
-                           {"command": "kubectl get pods &>/dev/null kubectl delete pod x"},
-                           shell="sh")
+    allowed, message = run(
+        ws,
+        ["Bash(kubectl *)"],
+        "Bash",
+        {"command": "kubectl get pods &>/dev/null kubectl delete pod x"},
+        shell="sh",
+    )
     assert not allowed and "bash syntax" in message
 
 
@@ -217,23 +253,37 @@ def test_a_shell_the_checker_does_not_model_is_refused(ws: Path) -> None:
 # Patterns and uses
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "must not be empty"),
-    ("~/x", "write the home directory out"),
-    ("src/../x", "must not contain `..`"),
-    ("a\nb", "control character"),
-])
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "must not be empty"),
+        ("~/x", "write the home directory out"),
+        ("src/../x", "must not contain `..`"),
+        ("a\nb", "control character"),
+    ],
+)
 def test_bad_path_patterns(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_path_pattern(text)
 
 
 def test_file_uses_name_every_path_of_a_patch() -> None:
-    uses, problem = file_uses("apply_patch", {"command": PATCH.format(
-        body="*** Add File: a\n+x\n*** Update File: b\n*** Move to: c\n@@\n-1\n+2\n"
-             "*** Delete File: d")})
+    uses, problem = file_uses(
+        "apply_patch",
+        {
+            "command": PATCH.format(
+                body="*** Add File: a\n+x\n*** Update File: b\n*** Move to: c\n@@\n-1\n+2\n"
+                "*** Delete File: d"
+            )
+        },
+    )
     assert problem is None
-    assert [(u.path, u.access) for u in uses] == [("a", "write"), ("b", "write"),
-                                                  ("c", "write"), ("d", "write")]
+    assert [(u.path, u.access) for u in uses] == [
+        ("a", "write"),
+        ("b", "write"),
+        ("c", "write"),
+        ("d", "write"),
+    ]
     with pytest.raises(KeyError):
         file_uses("WebFetch", {})

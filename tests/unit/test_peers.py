@@ -15,15 +15,22 @@ from corral.runtime.control import job_may
 from corral.runtime.peers import Refused, check_user, credentials, restrict
 
 
-@pytest.mark.parametrize(("request_", "allowed"), [
-    ({"op": "ping"}, True), ({"op": "wake"}, True), ({"op": "submitted"}, True),
-    ({"op": "whoami"}, True), ({"op": "core", "core_op": "snapshot"}, True),
-    ({"op": "core", "core_op": "reset_breaker", "name": "worker:command"}, False),
-    ({"op": "core", "core_op": "clear_escalation", "escalation": "e"}, False),
-    ({"op": "core", "core_op": "restore", "state": {}}, False),
-    ({"op": "core", "core_op": "report_metric"}, False),
-    ({"op": "shutdown"}, False), ({}, False),
-])
+@pytest.mark.parametrize(
+    ("request_", "allowed"),
+    [
+        ({"op": "ping"}, True),
+        ({"op": "wake"}, True),
+        ({"op": "submitted"}, True),
+        ({"op": "whoami"}, True),
+        ({"op": "core", "core_op": "snapshot"}, True),
+        ({"op": "core", "core_op": "reset_breaker", "name": "worker:command"}, False),
+        ({"op": "core", "core_op": "clear_escalation", "escalation": "e"}, False),
+        ({"op": "core", "core_op": "restore", "state": {}}, False),
+        ({"op": "core", "core_op": "report_metric"}, False),
+        ({"op": "shutdown"}, False),
+        ({}, False),
+    ],
+)
 def test_a_job_may_only_use_the_jobs_operations(request_: dict[str, Any], allowed: bool) -> None:
     assert job_may(request_) is allowed
 

@@ -33,8 +33,10 @@ from corral.domain.states import AttemptState, Fault, JobState, Outcome
 from corral.workers.command import CommandWorker
 from tests.unit.test_retry import job
 
-SETTINGS = Settings(roles={"r": RoleSpec(name="r", concurrency=2)},
-                    environments={"local": EnvSpec(name="local", max_inflight=3)})
+SETTINGS = Settings(
+    roles={"r": RoleSpec(name="r", concurrency=2)},
+    environments={"local": EnvSpec(name="local", max_inflight=3)},
+)
 
 
 def gate_and_core() -> tuple[PermitGate, Core]:
@@ -44,9 +46,17 @@ def gate_and_core() -> tuple[PermitGate, Core]:
 
 def claimed(permit: Permit, tmp: Path) -> Claimed:
     j = job(id=permit.job_id, command=("touch", str(tmp / "ran")))
-    attempt = Attempt(id="a", job_id=j.id, index=1, state=AttemptState.STARTING,
-                      permit_id=permit.id, deadline_at=permit.deadline_at, created_at=0.0,
-                      dir=str(tmp / "attempt"), engine_id="e")
+    attempt = Attempt(
+        id="a",
+        job_id=j.id,
+        index=1,
+        state=AttemptState.STARTING,
+        permit_id=permit.id,
+        deadline_at=permit.deadline_at,
+        created_at=0.0,
+        dir=str(tmp / "attempt"),
+        engine_id="e",
+    )
     return Claimed(job=j, attempt=attempt, permit=permit)
 
 
@@ -153,16 +163,21 @@ class FakeAdapter:
 def settings(**changes: Any) -> Settings:
     """Roles `r` (concurrency 10) and `solo` (1), one roomy environment; override anything."""
     base: dict[str, Any] = dict(
-        roles={"r": RoleSpec(name="r", concurrency=10),
-               "solo": RoleSpec(name="solo", concurrency=1)},
-        environments={"local": EnvSpec(name="local", max_inflight=100)})
+        roles={
+            "r": RoleSpec(name="r", concurrency=10),
+            "solo": RoleSpec(name="solo", concurrency=1),
+        },
+        environments={"local": EnvSpec(name="local", max_inflight=100)},
+    )
     base.update(changes)
     return Settings(**base)
 
 
-def make_core(s: Settings | None = None, kinds: Sequence[str] = ("command",),
-              options: CoreOptions | None = None,
-              ) -> tuple[Core, list[CoreEvent], dict[str, FakeAdapter]]:
+def make_core(
+    s: Settings | None = None,
+    kinds: Sequence[str] = ("command",),
+    options: CoreOptions | None = None,
+) -> tuple[Core, list[CoreEvent], dict[str, FakeAdapter]]:
     gate = PermitGate(s or settings())
     adapters = {k: FakeAdapter(k, gate.validate) for k in kinds}
     events: list[CoreEvent] = []
@@ -173,14 +188,17 @@ def ok() -> AttemptResult:
     return AttemptResult(outcome=Outcome.EXITED, exit_code=0)
 
 
-def failed(outcome: Outcome = Outcome.EXITED, code: int | None = 1,
-           sig: int | None = None, cost: float | None = None,
-           fault: Fault | None = Fault.WORKER) -> AttemptResult:
+def failed(
+    outcome: Outcome = Outcome.EXITED,
+    code: int | None = 1,
+    sig: int | None = None,
+    cost: float | None = None,
+    fault: Fault | None = Fault.WORKER,
+) -> AttemptResult:
     """A failed attempt; by default one its worker classified as the worker's own failure."""
     if outcome in (Outcome.CANCELLED, Outcome.KILLED):
         fault = None
-    return AttemptResult(outcome=outcome, exit_code=code, signal=sig, cost_usd=cost,
-                         fault=fault)
+    return AttemptResult(outcome=outcome, exit_code=code, signal=sig, cost_usd=cost, fault=fault)
 
 
 def granted(core: Core, j: Job, now: float = NOW, attempt: int = 1) -> Permit:
@@ -212,12 +230,25 @@ def test_a_rejection_waits_by_default_and_is_an_event() -> None:
     dup = refused(core, job(id="j1"))
     assert dup.reason == DUPLICATE_PERMIT and dup.retry_after_s is None and dup.final is False
     [e] = of(events, "rejection")
-    assert (e.name, e.reason, e.state, e.data["job_id"]) == ("j1", DUPLICATE_PERMIT, "rejected",
-                                                             "j1")
-    assert set(REASONS) == {"QUEUE_STALL", "CIRCUIT_OPEN", "RATE_LIMIT", "GLOBAL_SHED",
-                            "FATAL_MODE", "DUPLICATE_PERMIT", "BUDGET_EXHAUSTED",
-                            "MAX_ATTEMPTS", "ATTEMPT_REPEATED", "TIMEOUT_TOO_LONG",
-                            "RETRY_BUDGET_EXHAUSTED"}
+    assert (e.name, e.reason, e.state, e.data["job_id"]) == (
+        "j1",
+        DUPLICATE_PERMIT,
+        "rejected",
+        "j1",
+    )
+    assert set(REASONS) == {
+        "QUEUE_STALL",
+        "CIRCUIT_OPEN",
+        "RATE_LIMIT",
+        "GLOBAL_SHED",
+        "FATAL_MODE",
+        "DUPLICATE_PERMIT",
+        "BUDGET_EXHAUSTED",
+        "MAX_ATTEMPTS",
+        "ATTEMPT_REPEATED",
+        "TIMEOUT_TOO_LONG",
+        "RETRY_BUDGET_EXHAUSTED",
+    }
 
 
 def test_core_permit_records_what_it_granted() -> None:
@@ -249,12 +280,16 @@ def test_release_of_an_unstarted_permit_frees_its_slot_and_feeds_nothing() -> No
     granted(core, job(id="j2", role="solo"))
 
 
-@pytest.mark.parametrize(("scope", "spec_changes", "cap"), [
-    ("worker", {"workers": {"command": WorkerSpec(name="command", max_inflight=2)}}, 2),
-    ("tenant", {"tenants": {"t": TenantSpec(name="t", max_inflight=3)}}, 3),
-])
-def test_worker_kind_and_tenant_concurrency(scope: str, spec_changes: dict[str, Any],
-                                            cap: int) -> None:
+@pytest.mark.parametrize(
+    ("scope", "spec_changes", "cap"),
+    [
+        ("worker", {"workers": {"command": WorkerSpec(name="command", max_inflight=2)}}, 2),
+        ("tenant", {"tenants": {"t": TenantSpec(name="t", max_inflight=3)}}, 3),
+    ],
+)
+def test_worker_kind_and_tenant_concurrency(
+    scope: str, spec_changes: dict[str, Any], cap: int
+) -> None:
     core, _, _ = make_core(settings(**spec_changes))
     permits = [granted(core, job(id=f"j{i}", role="r")) for i in range(cap)]
     r = refused(core, job(id="late", role="r"))
@@ -275,9 +310,17 @@ def test_queue_filter_names_what_is_full() -> None:
 def test_adopt_counts_the_kind_the_attempt_ran_as(tmp_path: Path) -> None:
     core, _, _ = make_core(kinds=("command", "codex"))
     j = job(id="j1", role="r")
-    attempt = Attempt(id="a", job_id="j1", index=1, state=AttemptState.RUNNING,
-                      permit_id="p-old", deadline_at=NOW + 60, created_at=NOW,
-                      dir=str(tmp_path), engine_id="e")
+    attempt = Attempt(
+        id="a",
+        job_id="j1",
+        index=1,
+        state=AttemptState.RUNNING,
+        permit_id="p-old",
+        deadline_at=NOW + 60,
+        created_at=NOW,
+        dir=str(tmp_path),
+        engine_id="e",
+    )
     permit, found = core.adopt(j, attempt, NOW, worker="codex")
     assert permit.granted["worker"] == "codex" and not isinstance(found, AttemptResult)
     assert core.gate.held("worker", "codex") == 1
@@ -298,13 +341,25 @@ def test_snapshot_is_json() -> None:
 # ---- one permit, one attempt: of its own job, once, before its deadline -------------------
 
 
-def _attempt(permit: Permit, j: Job, *, index: int | None = None,
-             permit_id: str | None = None, job_id: str | None = None) -> Attempt:
-    return Attempt(id="a", job_id=job_id or j.id,
-                   index=permit.attempt_index if index is None else index,
-                   state=AttemptState.STARTING, permit_id=permit_id or permit.id,
-                   deadline_at=permit.deadline_at, created_at=NOW, dir="/nonexistent",
-                   engine_id="e")
+def _attempt(
+    permit: Permit,
+    j: Job,
+    *,
+    index: int | None = None,
+    permit_id: str | None = None,
+    job_id: str | None = None,
+) -> Attempt:
+    return Attempt(
+        id="a",
+        job_id=job_id or j.id,
+        index=permit.attempt_index if index is None else index,
+        state=AttemptState.STARTING,
+        permit_id=permit_id or permit.id,
+        deadline_at=permit.deadline_at,
+        created_at=NOW,
+        dir="/nonexistent",
+        engine_id="e",
+    )
 
 
 def _misuse(core: Core, permit: Permit, j: Job, case: str) -> tuple[Job, Attempt]:
@@ -325,13 +380,16 @@ def _misuse(core: Core, permit: Permit, j: Job, case: str) -> tuple[Job, Attempt
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize(("case", "reason"), [
-    ("other job", PERMIT_WRONG_JOB),
-    ("changed job", PERMIT_WRONG_JOB),
-    ("other role", PERMIT_WRONG_JOB),
-    ("other attempt", PERMIT_WRONG_ATTEMPT),
-    ("attempt names another permit", PERMIT_WRONG_ATTEMPT),
-])
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("other job", PERMIT_WRONG_JOB),
+        ("changed job", PERMIT_WRONG_JOB),
+        ("other role", PERMIT_WRONG_JOB),
+        ("other attempt", PERMIT_WRONG_ATTEMPT),
+        ("attempt names another permit", PERMIT_WRONG_ATTEMPT),
+    ],
+)
 def test_a_permit_starts_only_its_own_job_and_attempt(case: str, reason: str) -> None:
     core, _, adapters = make_core()
     j = job(id="j1", role="r")
@@ -387,8 +445,12 @@ def test_an_unused_permit_lapses_at_its_deadline_frees_its_slot_and_starts_nothi
     core.tick(NOW + 5.0)
     assert core.gate.live == 0 and core.gate.held("role", "solo") == 0
     [e] = of(events, "permit")
-    assert (e.state, e.reason, e.name, e.data["permit_id"]) == ("expired", "permit_expired",
-                                                               "j1", p.id)
+    assert (e.state, e.reason, e.name, e.data["permit_id"]) == (
+        "expired",
+        "permit_expired",
+        "j1",
+        p.id,
+    )
     with pytest.raises(PermitError) as err:
         core.launch(Claimed(job=j, attempt=_attempt(p, j), permit=p), NOW + 5.1)
     assert err.value.reason == PERMIT_EXPIRED and adapters["command"].started == []
@@ -422,6 +484,8 @@ def test_a_released_permit_says_so_and_a_foreign_one_is_forged() -> None:
         core.launch(Claimed(job=j, attempt=_attempt(p, j), permit=p), NOW)
     assert err.value.reason == PERMIT_RELEASED
     with pytest.raises(PermitError) as err:
-        core.launch(Claimed(job=j, attempt=_attempt(p, j),
-                            permit=dataclasses.replace(p, attempt_index=2)), NOW)
+        core.launch(
+            Claimed(job=j, attempt=_attempt(p, j), permit=dataclasses.replace(p, attempt_index=2)),
+            NOW,
+        )
     assert err.value.reason == PERMIT_FORGED

@@ -15,8 +15,11 @@ from corral.workers.privacy import scrub_tree, secure_data_dir
 
 
 def modes(root: Path) -> dict[str, int]:
-    return {str(p.relative_to(root)): p.lstat().st_mode & 0o777
-            for p in [root, *root.rglob("*")] if not p.is_symlink()}
+    return {
+        str(p.relative_to(root)): p.lstat().st_mode & 0o777
+        for p in [root, *root.rglob("*")]
+        if not p.is_symlink()
+    }
 
 
 def test_a_new_data_directory_is_private_whatever_the_umask(tmp_path: Path) -> None:
@@ -42,8 +45,13 @@ def test_an_open_data_directory_is_narrowed_once_with_a_warning(tmp_path: Path) 
         p.chmod(0o644)
     warning = secure_data_dir(data)
     assert warning is not None and "narrowed 5 entries" in warning
-    assert modes(data) == {".": 0o700, "attempts": 0o700, "attempts/j.1": 0o700,
-                           "corral.db": 0o600, "attempts/j.1/stdout.log": 0o600}
+    assert modes(data) == {
+        ".": 0o700,
+        "attempts": 0o700,
+        "attempts/j.1": 0o700,
+        "corral.db": 0o600,
+        "attempts/j.1/stdout.log": 0o600,
+    }
     assert elsewhere.stat().st_mode & 0o777 == 0o644  # a symlink's target is not followed
     assert secure_data_dir(data) is None  # nothing to say the second time
 
@@ -57,11 +65,17 @@ def test_a_data_directory_of_another_user_is_refused(tmp_path: Path) -> None:
 
 
 def test_corral_processes_run_private_and_jobs_get_the_umask_back() -> None:
-    code = ("import os; from corral.workers import privacy; privacy.make_private(); "
-            "print(oct(os.umask(0)), oct(privacy.job_umask()))")
-    out = subprocess.run([sys.executable, "-c", f"import os; os.umask(0o002); {code}"],
-                         capture_output=True, text=True, check=True,
-                         env={k: v for k, v in os.environ.items() if k != "CORRAL_JOB_UMASK"})
+    code = (
+        "import os; from corral.workers import privacy; privacy.make_private(); "
+        "print(oct(os.umask(0)), oct(privacy.job_umask()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", f"import os; os.umask(0o002); {code}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "CORRAL_JOB_UMASK"},
+    )
     assert out.stdout.split() == ["0o77", "0o2"]
 
 
@@ -85,7 +99,7 @@ def test_a_tree_is_masked_in_place_at_the_same_length(tmp_path: Path) -> None:
     masked = session.read_bytes()
     assert len(masked) == len(line) * 3 and secret.encode() not in masked
     assert key.encode() not in masked and b"*" * len(secret) in masked
-    assert [row.count(b"\"") for row in masked.splitlines()] == [6, 6, 6]  # still JSON-shaped
+    assert [row.count(b'"') for row in masked.splitlines()] == [6, 6, 6]  # still JSON-shaped
     assert session.stat().st_mode & 0o777 == 0o600
     assert key in lib.read_text()
     assert secret.encode() not in big.read_bytes()

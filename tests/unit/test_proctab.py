@@ -13,24 +13,30 @@ LINE = b"4242 (x) (y z) S 17 4242 4242 0 -1 4194560 120 0 0 0 1 0 0 0 20 0 1 0 1
 
 
 def test_a_comm_with_spaces_and_parentheses_is_parsed_after_the_last_paren() -> None:
-    assert parse_stat(4242, LINE) == ProcStat(pid=4242, comm="x) (y z", state="S", ppid=17,
-                                              pgid=4242, sid=4242)
+    assert parse_stat(4242, LINE) == ProcStat(
+        pid=4242, comm="x) (y z", state="S", ppid=17, pgid=4242, sid=4242
+    )
 
 
-@pytest.mark.parametrize("raw", [
-    b"",  # read at the moment the process was torn down
-    b"4242 (sleep",  # cut inside comm
-    b"4242 (sleep) S 1",  # cut after the state: no pgid or sid yet
-    b"4242 sleep S 1 2 3",  # no parentheses: not a stat line
-    b"4242 (sleep) S one 2 3",  # a field that is not a number
-    b"4242 )sleep( S 1 2 3",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",  # read at the moment the process was torn down
+        b"4242 (sleep",  # cut inside comm
+        b"4242 (sleep) S 1",  # cut after the state: no pgid or sid yet
+        b"4242 sleep S 1 2 3",  # no parentheses: not a stat line
+        b"4242 (sleep) S one 2 3",  # a field that is not a number
+        b"4242 )sleep( S 1 2 3",
+    ],
+)
 def test_empty_cut_or_malformed_lines_mean_gone(raw: bytes) -> None:
     assert parse_stat(4242, raw) is None
 
 
-@pytest.mark.parametrize(("state", "live"), [("R", True), ("S", True), ("D", True), ("T", True),
-                                             ("Z", False), ("X", False)])
+@pytest.mark.parametrize(
+    ("state", "live"),
+    [("R", True), ("S", True), ("D", True), ("T", True), ("Z", False), ("X", False)],
+)
 def test_zombies_and_dead_entries_are_not_live(state: str, live: bool) -> None:
     raw = LINE.replace(b") S ", f") {state} ".encode())
     stat = parse_stat(4242, raw)

@@ -15,10 +15,12 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "schemas"
 def test_every_published_schema_equals_the_generated_one() -> None:
     published = {p.stem for p in DOCS.glob("*.json")}
     assert published == set(schemas.MODELS), (
-        "run `corral schema --write docs/reference/schemas` and commit the result")
+        "run `corral schema --write docs/reference/schemas` and commit the result"
+    )
     for name in schemas.MODELS:
         assert (DOCS / f"{name}.json").read_text() == schemas.schema_text(name), (
-            f"{name}.json is stale: run `corral schema --write docs/reference/schemas`")
+            f"{name}.json is stale: run `corral schema --write docs/reference/schemas`"
+        )
 
 
 def test_every_schema_is_a_valid_json_schema() -> None:

@@ -27,9 +27,15 @@ def start(tmp_path: Path) -> Iterator[Any]:
 
     def _start(*argv: str, output: Output | None = None, **kw: Any) -> ShimProcess:
         kw.setdefault("grace_s", 2.0)
-        proc = spawn(attempt_dir=tmp_path / f"attempt-{len(procs)}", argv=argv, cwd=None,
-                     env=kw.pop("env", ENV), deadline_epoch_s=None,
-                     output=output or Output(secrets=(SECRET,)), **kw)
+        proc = spawn(
+            attempt_dir=tmp_path / f"attempt-{len(procs)}",
+            argv=argv,
+            cwd=None,
+            env=kw.pop("env", ENV),
+            deadline_epoch_s=None,
+            output=output or Output(secrets=(SECRET,)),
+            **kw,
+        )
         procs.append(proc)
         return proc
 
@@ -41,8 +47,13 @@ def start(tmp_path: Path) -> Iterator[Any]:
 
 
 def files_holding(root: Path, *needles: str) -> list[str]:
-    return [f"{p}: {n}" for p in root.rglob("*") if p.is_file() for n in needles
-            if n.encode() in p.read_bytes()]
+    return [
+        f"{p}: {n}"
+        for p in root.rglob("*")
+        if p.is_file()
+        for n in needles
+        if n.encode() in p.read_bytes()
+    ]
 
 
 def pump_of(proc: ShimProcess) -> list[int]:
@@ -62,8 +73,10 @@ def pump_of(proc: ShimProcess) -> list[int]:
 
 def test_secrets_never_reach_the_logs_even_split_across_two_writes(start: Any) -> None:
     half = len(SECRET) // 2
-    script = (f"echo out {SECRET}; echo err {KEY} >&2; printf 'split {SECRET[:half]}'; "
-              f"sleep 0.3; echo '{SECRET[half:]} done'")
+    script = (
+        f"echo out {SECRET}; echo err {KEY} >&2; printf 'split {SECRET[:half]}'; "
+        f"sleep 0.3; echo '{SECRET[half:]} done'"
+    )
     proc = start("sh", "-c", script)
     result = wait(proc)
     assert (result.reason, result.exit_code) == ("exited", 0)
@@ -102,10 +115,16 @@ def test_tree_kills_spare_the_pump_which_writes_the_last_words(start: Any) -> No
 
 
 def test_output_past_the_cap_stops_the_job_and_keeps_head_and_tail(start: Any) -> None:
-    code = ("import sys, time\nsys.stdout.write('HEAD')\nwhile True:\n"
-            "    sys.stdout.write('x' * 65536)\n    sys.stdout.flush()\n")
-    proc = start(sys.executable, "-c", code,
-                 output=Output(max_bytes=1 << 20, tail_bytes=4096, secrets=(SECRET,)))
+    code = (
+        "import sys, time\nsys.stdout.write('HEAD')\nwhile True:\n"
+        "    sys.stdout.write('x' * 65536)\n    sys.stdout.flush()\n"
+    )
+    proc = start(
+        sys.executable,
+        "-c",
+        code,
+        output=Output(max_bytes=1 << 20, tail_bytes=4096, secrets=(SECRET,)),
+    )
     result = wait(proc, timeout=30)
     assert (result.reason, result.signal) == ("output", signal.SIGTERM)
     log = (proc.attempt_dir / "stdout.log").read_bytes()
@@ -125,8 +144,7 @@ def test_a_job_that_ends_past_the_cap_by_itself_is_still_reported_at_the_cap(sta
     assert size < (1 << 20) + 300
 
 
-def test_a_pump_that_dies_stops_the_job_rather_than_let_anything_out_unredacted(start: Any
-                                                                                ) -> None:
+def test_a_pump_that_dies_stops_the_job_rather_than_let_anything_out_unredacted(start: Any) -> None:
     proc = start("sh", "-c", "echo first; while :; do echo more; sleep 0.05; done")
     [pump] = eventually(lambda: pump_of(proc), what="the pump")
     os.kill(pump, signal.SIGKILL)
@@ -136,7 +154,8 @@ def test_a_pump_that_dies_stops_the_job_rather_than_let_anything_out_unredacted(
 
 
 def test_logs_and_result_are_private_and_the_job_keeps_the_umask_corral_started_with(
-        start: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    start: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CORRAL_JOB_UMASK", "022")
     old = os.umask(0o077)
     try:
@@ -147,6 +166,12 @@ def test_logs_and_result_are_private_and_the_job_keeps_the_umask_corral_started_
     assert (tmp_path / "made-by-job").stat().st_mode & 0o777 == 0o644
     modes = {p.name: p.stat().st_mode & 0o777 for p in proc.attempt_dir.iterdir()}
     cgroup = {"cgroup": 0o600} if process.cgroup_base() is not None else {}
-    assert modes == {"stdout.log": 0o600, "stderr.log": 0o600, "result.json": 0o600,
-                     "shim.pid": 0o600, "child.pid": 0o600, **cgroup}
+    assert modes == {
+        "stdout.log": 0o600,
+        "stderr.log": 0o600,
+        "result.json": 0o600,
+        "shim.pid": 0o600,
+        "child.pid": 0o600,
+        **cgroup,
+    }
     assert proc.attempt_dir.stat().st_mode & 0o777 == 0o700

@@ -9,30 +9,36 @@ from corral.policy.redact import HOLD, MARK, MAX_KEY_BLOCK, Redactor
 CANARY = "corral-canary-7f3a9c2e51"
 
 
-@pytest.mark.parametrize("text", [
-    "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
-    "sk-proj-0123456789abcdefghijABCDEFGHIJ",
-    "ghp_0123456789abcdefghijABCDEFGHIJklmn",
-    "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstu",
-    "AKIAIOSFODNN7EXAMPLE",
-    "xoxb-123456789012-abcdefghijkl",
-    "AIzaSyA-0123456789abcdefghijklmnopqrstu",
-    "glpat-abcdefghij0123456789",
-    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-    "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "sk-proj-0123456789abcdefghijABCDEFGHIJ",
+        "ghp_0123456789abcdefghijABCDEFGHIJklmn",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstu",
+        "AKIAIOSFODNN7EXAMPLE",
+        "xoxb-123456789012-abcdefghijkl",
+        "AIzaSyA-0123456789abcdefghijklmnopqrstu",
+        "glpat-abcdefghij0123456789",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+    ],
+)
 def test_credential_shapes_are_redacted_wherever_they_appear(text: str) -> None:
     out = Redactor().text(f"before {text} after")
     assert out == f"before {MARK} after"
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("Authorization: Bearer abcdefghijklmnop123", f"Authorization: Bearer {MARK}"),
-    ("export API_KEY=hunter22hunter", f"export API_KEY={MARK}"),
-    ('{"password": "s3cr3t-pass"}', f'{{"password": "{MARK}"}}'),
-    ("psql postgresql://app:pa55word@db/x", f"psql postgresql://app:{MARK}@db/x"),
-    ("--token=abcd1234efgh", f"--token={MARK}"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Authorization: Bearer abcdefghijklmnop123", f"Authorization: Bearer {MARK}"),
+        ("export API_KEY=hunter22hunter", f"export API_KEY={MARK}"),
+        ('{"password": "s3cr3t-pass"}', f'{{"password": "{MARK}"}}'),
+        ("psql postgresql://app:pa55word@db/x", f"psql postgresql://app:{MARK}@db/x"),
+        ("--token=abcd1234efgh", f"--token={MARK}"),
+    ],
+)
 def test_named_secrets_keep_their_name_and_lose_their_value(text: str, expected: str) -> None:
     assert Redactor().text(text) == expected
 
@@ -56,16 +62,26 @@ def test_json_values_are_redacted_recursively() -> None:
 
 
 def test_an_environment_for_display_masks_marked_and_secret_looking_names() -> None:
-    env = {"PATH": "/usr/bin", "DB_URL": "postgresql://u:pw1234@h/d", "MY_TOKEN": "abc",
-           "CUSTOM": "visible-value"}
+    env = {
+        "PATH": "/usr/bin",
+        "DB_URL": "postgresql://u:pw1234@h/d",
+        "MY_TOKEN": "abc",
+        "CUSTOM": "visible-value",
+    }
     out = Redactor().env(env, secret_keys=["CUSTOM"])
-    assert out == {"PATH": "/usr/bin", "DB_URL": f"postgresql://u:{MARK}@h/d",
-                   "MY_TOKEN": MARK, "CUSTOM": MARK}
+    assert out == {
+        "PATH": "/usr/bin",
+        "DB_URL": f"postgresql://u:{MARK}@h/d",
+        "MY_TOKEN": MARK,
+        "CUSTOM": MARK,
+    }
 
 
 def test_token_counts_and_json_literals_are_not_secrets() -> None:
-    line = ('{"maxOutputTokens":64000,"input_tokens":300,"tokens_out":5,"token":null,'
-            '"auth_token":"abcd1234efgh"}')
+    line = (
+        '{"maxOutputTokens":64000,"input_tokens":300,"tokens_out":5,"token":null,'
+        '"auth_token":"abcd1234efgh"}'
+    )
     assert Redactor().text(line) == line.replace("abcd1234efgh", MARK)
 
 
@@ -101,7 +117,7 @@ def test_a_secret_split_across_two_writes_is_caught_wherever_the_split_falls() -
 
 def test_a_stream_written_a_byte_at_a_time_is_redacted_like_the_whole_text() -> None:
     data = STREAM_TEXT.encode()
-    assert streamed([data[i:i + 1] for i in range(len(data))]) == STREAM_EXPECTED
+    assert streamed([data[i : i + 1] for i in range(len(data))]) == STREAM_EXPECTED
     assert Redactor([CANARY]).data(data) == STREAM_EXPECTED
 
 

@@ -19,18 +19,24 @@ SUFFIXES = {".py", ".md", ".sql", ".yaml", ".yml", ".toml", ".c", ".sh", ".json"
 
 # Pointers to documents outside the repository.
 OUTSIDE = re.compile(
-    r"§\s*\d"                                   # a section of some document
+    r"§\s*\d"  # a section of some document
     r"|\bseed[- ]semantics\b|\bseeds? \d{3}\b"  # the design seeds
     r"|\bagent-clis\.md\b|\bplatform\.md\b|\bDESIGN\.md\b|\bSTYLE\.md\b|\bpeer-bench\b"
-    r"|\bissue \d+\b|\bshared/(?:reference|seeds)\b")
+    r"|\bissue \d+\b|\bshared/(?:reference|seeds)\b"
+)
 
 
 def _files() -> list[Path]:
     found = [ROOT / name for name in TOP_LEVEL]
     for top in SCANNED:
         for path in sorted((ROOT / top).rglob("*")):
-            if (path.is_file() and path.suffix in SUFFIXES and "__pycache__" not in path.parts
-                    and "node_modules" not in path.parts and path != Path(__file__).resolve()):
+            if (
+                path.is_file()
+                and path.suffix in SUFFIXES
+                and "__pycache__" not in path.parts
+                and "node_modules" not in path.parts
+                and path != Path(__file__).resolve()
+            ):
                 found.append(path)
     return [p for p in found if p.exists()]
 
@@ -48,9 +54,16 @@ def test_nothing_cites_a_document_outside_the_repository() -> None:
     assert not hits, "cites a document outside the repository:\n" + "\n".join(hits)
 
 
-@pytest.mark.parametrize("line", [
-    "the stream format (agent-clis.md §2.3)", "seed-semantics says so", "see issue 12",
-    "per seed 001", "../shared/reference/platform.md"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "the stream format (agent-clis.md §2.3)",
+        "seed-semantics says so",
+        "see issue 12",
+        "per seed 001",
+        "../shared/reference/platform.md",
+    ],
+)
 def test_the_scan_recognises_an_outside_citation(line: str) -> None:
     assert OUTSIDE.search(line)
 

@@ -8,8 +8,12 @@ import sys
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "corral.workers.runner", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "corral.workers.runner", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_cli_writes_to_the_runners_own_stdout_and_stderr_and_its_status_is_kept() -> None:

@@ -26,21 +26,40 @@ CANARY = "corral-canary-seal-0d9e71"
 KEY = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 
 
-@pytest.mark.parametrize(("parts", "marked", "stored"), [
-    # a variable named like a secret: its value, wherever it appears
-    (Parts(command=("deploy", f"--pw={CANARY}"), env={"API_TOKEN": CANARY}), (),
-     Parts(command=("deploy", f"--pw={MARK}"), env={"API_TOKEN": MARK})),
-    # a variable marked secret (--secret-env NAME with --setenv NAME=…)
-    (Parts(command=("run",), env={"PLAIN": CANARY}, prompt=f"use {CANARY}"), ("PLAIN",),
-     Parts(command=("run",), env={"PLAIN": MARK}, prompt=f"use {MARK}")),
-    # credential shapes nobody declared: in argv, in values of ordinary variables, in a prompt
-    (Parts(command=("curl", "-H", f"x-api-key: {KEY}"),
-           env={"DB_URL": "postgresql://app:pa55word@db/x"}, prompt=f"key {KEY}"), (),
-     Parts(command=("curl", "-H", f"x-api-key: {MARK}"),
-           env={"DB_URL": f"postgresql://app:{MARK}@db/x"}, prompt=f"key {MARK}")),
-])
+@pytest.mark.parametrize(
+    ("parts", "marked", "stored"),
+    [
+        # a variable named like a secret: its value, wherever it appears
+        (
+            Parts(command=("deploy", f"--pw={CANARY}"), env={"API_TOKEN": CANARY}),
+            (),
+            Parts(command=("deploy", f"--pw={MARK}"), env={"API_TOKEN": MARK}),
+        ),
+        # a variable marked secret (--secret-env NAME with --setenv NAME=…)
+        (
+            Parts(command=("run",), env={"PLAIN": CANARY}, prompt=f"use {CANARY}"),
+            ("PLAIN",),
+            Parts(command=("run",), env={"PLAIN": MARK}, prompt=f"use {MARK}"),
+        ),
+        # credential shapes nobody declared: in argv, in values of ordinary variables, in a prompt
+        (
+            Parts(
+                command=("curl", "-H", f"x-api-key: {KEY}"),
+                env={"DB_URL": "postgresql://app:pa55word@db/x"},
+                prompt=f"key {KEY}",
+            ),
+            (),
+            Parts(
+                command=("curl", "-H", f"x-api-key: {MARK}"),
+                env={"DB_URL": f"postgresql://app:{MARK}@db/x"},
+                prompt=f"key {MARK}",
+            ),
+        ),
+    ],
+)
 def test_a_submission_is_stored_redacted_and_its_real_values_come_back(
-        parts: Parts, marked: tuple[str, ...], stored: Parts) -> None:
+    parts: Parts, marked: tuple[str, ...], stored: Parts
+) -> None:
     c = conceal(parts, marked)
     assert c.stored == stored
     assert CANARY not in json.dumps([c.stored.command, dict(c.stored.env), c.stored.prompt])
@@ -75,8 +94,9 @@ def test_a_sealed_payload_opens_with_its_key_only(tmp_path: Path) -> None:
 def test_processes_creating_the_key_at_once_agree_on_one(tmp_path: Path) -> None:
     keepers = [Keeper(tmp_path / "secrets.key") for _ in range(8)]
     tokens: list[str] = []
-    threads = [threading.Thread(target=lambda k=k: tokens.append(k.seal({"n": 1})))
-               for k in keepers]
+    threads = [
+        threading.Thread(target=lambda k=k: tokens.append(k.seal({"n": 1}))) for k in keepers
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -86,13 +106,24 @@ def test_processes_creating_the_key_at_once_agree_on_one(tmp_path: Path) -> None
 
 
 def test_the_store_holds_the_job_redacted_and_the_attempt_runs_it_real(tmp_path: Path) -> None:
-    spec = JobSpec(command=("sh", "-c", f"echo {KEY}"), env={"DB_PASSWORD": CANARY},
-                   options=JobOptions(secret_env=("FROM_ENGINE",)), env_name="local")
+    spec = JobSpec(
+        command=("sh", "-c", f"echo {KEY}"),
+        env={"DB_PASSWORD": CANARY},
+        options=JobOptions(secret_env=("FROM_ENGINE",)),
+        env_name="local",
+    )
     store = MemoryStore()
     keeper = Keeper(tmp_path / "secrets.key")
-    svc = Submissions(store, Settings(roles={"default": RoleSpec(name="default")},
-                                      environments={"local": EnvSpec(name="local")}),
-                      lambda: 1000.0, frozenset({"command"}), conceal=keeper.conceal)
+    svc = Submissions(
+        store,
+        Settings(
+            roles={"default": RoleSpec(name="default")},
+            environments={"local": EnvSpec(name="local")},
+        ),
+        lambda: 1000.0,
+        frozenset({"command"}),
+        conceal=keeper.conceal,
+    )
 
     async def main() -> Any:
         await store.open()
@@ -111,17 +142,38 @@ def test_the_store_holds_the_job_redacted_and_the_attempt_runs_it_real(tmp_path:
 
 
 def test_guardrails_at_spawn_judge_the_command_that_runs_and_record_it_redacted(
-        tmp_path: Path) -> None:
-    rules = load_rules("roles:\n  ops:\n    - {id: no-evil, when: {command: 'curl *evil-host*'},"
-                       " verdict: deny, reason: evil_host}\n")
+    tmp_path: Path,
+) -> None:
+    rules = load_rules(
+        "roles:\n  ops:\n    - {id: no-evil, when: {command: 'curl *evil-host*'},"
+        " verdict: deny, reason: evil_host}\n"
+    )
     keeper = Keeper(tmp_path / "secrets.key")
-    job = keeper.conceal(Job(
-        id="j1", state=JobState.QUEUED, role="ops", worker="command", env_name="local",
-        priority=2, tenant="default", command=("curl", "https://evil-host.example/x"),
-        prompt=None, cwd=None, env={"TARGET_TOKEN": "evil-host.example"},
-        options=JobOptions(secret_env=("FROM_ENGINE",)), limits=Limits(), key=None,
-        dedup=DedupMode.COALESCE, workspace=None, parent_id=None, depth=0, created_at=0,
-        updated_at=0, sort_at=0))
+    job = keeper.conceal(
+        Job(
+            id="j1",
+            state=JobState.QUEUED,
+            role="ops",
+            worker="command",
+            env_name="local",
+            priority=2,
+            tenant="default",
+            command=("curl", "https://evil-host.example/x"),
+            prompt=None,
+            cwd=None,
+            env={"TARGET_TOKEN": "evil-host.example"},
+            options=JobOptions(secret_env=("FROM_ENGINE",)),
+            limits=Limits(),
+            key=None,
+            dedup=DedupMode.COALESCE,
+            workspace=None,
+            parent_id=None,
+            depth=0,
+            created_at=0,
+            updated_at=0,
+            sort_at=0,
+        )
+    )
     assert job.command == ("curl", f"https://{MARK}/x")  # what the store keeps passes…
     gate = PrerunGate(MemoryStore(), guardrails=rules, reveal=revealer(keeper))
     verdict = gate._spawn_guardrails(job)  # …but the command that would run does not

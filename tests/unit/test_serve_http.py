@@ -34,7 +34,8 @@ def test_beyond_loopback_needs_tls_or_insecure() -> None:
 
 
 def test_a_taken_address_is_an_error_when_given_and_a_warning_by_default(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen(1)
@@ -46,8 +47,10 @@ def test_a_taken_address_is_an_error_when_given_and_a_warning_by_default(
             assert address == cli.DEFAULT_HTTP
             return listen(taken)
 
-        assert cli._http_listener(busy_default, None, tls_cert=None, tls_key=None,
-                                  insecure=False) is None
+        assert (
+            cli._http_listener(busy_default, None, tls_cert=None, tls_key=None, insecure=False)
+            is None
+        )
     err = capsys.readouterr().err
     assert f"warning: cannot serve HTTP on {taken}" in err and "without the HTTP API" in err
 

@@ -55,16 +55,16 @@ def ignore(op: str) -> None:
 
 
 async def queued(store: Store, cfg: Config, **spec: object) -> Job:
-    return (await submissions(store, cfg).submit(
-        JobSpec(command=("true",), role="small", **spec))).job  # type: ignore[arg-type]
+    return (
+        await submissions(store, cfg).submit(JobSpec(command=("true",), role="small", **spec))
+    ).job  # type: ignore[arg-type]
 
 
 async def dead_lettered(store: Store, cfg: Config) -> Job:
     """A job whose only attempt failed into the dead-letter queue."""
     job = await queued(store, cfg)
     won = await store.start_attempts([claim(await store.get_job(job.id))], now=NOW)
-    await store.finish([ending(won[0].attempt, JobState.DEAD_LETTERED, exit_code=1)],
-                       now=NOW + 3)
+    await store.finish([ending(won[0].attempt, JobState.DEAD_LETTERED, exit_code=1)], now=NOW + 3)
     return await store.get_job(job.id)
 
 
@@ -72,12 +72,17 @@ async def dead_lettered(store: Store, cfg: Config) -> Job:
 
 
 def test_a_request_takes_the_roles_limits_for_what_it_leaves_out(cfg: Config) -> None:
-    spec = spec_for(SubmitRequest(command=("make",), limits=LimitChoices(timeout_s=30)),
-                    cfg.settings)
+    spec = spec_for(
+        SubmitRequest(command=("make",), limits=LimitChoices(timeout_s=30)), cfg.settings
+    )
     assert (spec.role, spec.env_name) == ("small", cfg.settings.default_env)
     assert spec.limits == Limits(max_attempts=2, timeout_s=30, max_tool_calls=7)
-    other = spec_for(SubmitRequest(command=("make",), role="gated", resume_from="J1",
-                                   secret_env=("B", "A", "B")), cfg.settings)
+    other = spec_for(
+        SubmitRequest(
+            command=("make",), role="gated", resume_from="J1", secret_env=("B", "A", "B")
+        ),
+        cfg.settings,
+    )
     assert other.limits == Limits() and other.role == "gated"
     assert other.options.to_json() == {"resume_from": "J1", "secret_env": ["A", "B"]}
 
@@ -103,13 +108,15 @@ def test_cancel_ends_a_queued_job_and_refuses_one_already_ended(cfg: Config) -> 
     async def body(store: Store) -> None:
         job = await queued(store, cfg)
         woken: list[str] = []
-        done = await cancellation.cancel(store, cfg, job.id, reason="no", caller=None,
-                                         wake=woken.append)
+        done = await cancellation.cancel(
+            store, cfg, job.id, reason="no", caller=None, wake=woken.append
+        )
         assert done.job.state is JobState.CANCELLED and done.job.cancel_requested == "no"
         assert woken == ["wake"] and not done.engine_answered
         with pytest.raises(Conflict, match="already CANCELLED; nothing to cancel"):
-            await cancellation.cancel(store, cfg, job.id, reason="again", caller=None,
-                                      wake=woken.append)
+            await cancellation.cancel(
+                store, cfg, job.id, reason="again", caller=None, wake=woken.append
+            )
         assert woken == ["wake"], "a refused cancel wakes nobody"
 
     run(body)
@@ -121,11 +128,13 @@ def test_a_job_may_cancel_its_descendants_and_no_other_job(cfg: Config) -> None:
         child = await queued(store, cfg, parent_id=parent.id)
         stranger = await queued(store, cfg)
         with pytest.raises(NotPermitted, match=f"job {stranger.id} may cancel itself"):
-            await cancellation.cancel(store, cfg, parent.id, reason="r", caller=stranger.id,
-                                      wake=ignore)
+            await cancellation.cancel(
+                store, cfg, parent.id, reason="r", caller=stranger.id, wake=ignore
+            )
         assert (await store.get_job(parent.id)).state is JobState.QUEUED
-        ended = await cancellation.cancel(store, cfg, child.id, reason="r", caller=parent.id,
-                                          wake=ignore)
+        ended = await cancellation.cancel(
+            store, cfg, child.id, reason="r", caller=parent.id, wake=ignore
+        )
         assert ended.job.state is JobState.CANCELLED
 
     run(body)
@@ -136,14 +145,17 @@ def test_a_job_may_cancel_its_descendants_and_no_other_job(cfg: Config) -> None:
 
 def test_approving_a_gated_run_records_who_and_releases_the_job(cfg: Config) -> None:
     async def body(store: Store) -> None:
-        job = (await submissions(store, cfg).submit(
-            JobSpec(command=("true",), role="gated"))).job
+        job = (await submissions(store, cfg).submit(JobSpec(command=("true",), role="gated"))).job
         assert job.state is JobState.AWAITING_APPROVAL
         [pending] = await approvals.list_approvals(store, state="pending", job=job.id)
-        decided = await approvals.decide(store, cfg, pending.id, approve=True, by="alice",
-                                         wake=ignore, note="ok")
+        decided = await approvals.decide(
+            store, cfg, pending.id, approve=True, by="alice", wake=ignore, note="ok"
+        )
         assert (decided.state, decided.decided_by, decided.note) == (
-            ApprovalState.APPROVED, "alice", "ok")
+            ApprovalState.APPROVED,
+            "alice",
+            "ok",
+        )
         assert (await store.get_job(job.id)).state is JobState.QUEUED
         assert await approvals.list_approvals(store, state="pending", job=None) == []
 
@@ -152,11 +164,11 @@ def test_approving_a_gated_run_records_who_and_releases_the_job(cfg: Config) -> 
 
 def test_denying_a_gated_run_denies_the_job_naming_who(cfg: Config) -> None:
     async def body(store: Store) -> None:
-        job = (await submissions(store, cfg).submit(
-            JobSpec(command=("true",), role="gated"))).job
+        job = (await submissions(store, cfg).submit(JobSpec(command=("true",), role="gated"))).job
         [pending] = await approvals.list_approvals(store, state=None, job=None)
-        decided = await approvals.decide(store, cfg, pending.id, approve=False, by="bob",
-                                         wake=ignore)
+        decided = await approvals.decide(
+            store, cfg, pending.id, approve=False, by="bob", wake=ignore
+        )
         assert (decided.state, decided.decided_by) == (ApprovalState.DENIED, "bob")
         denied = await store.get_job(job.id)
         assert denied.state is JobState.DENIED and "denied by bob" in (denied.last_error or "")
@@ -173,24 +185,53 @@ def test_a_kill_switch_goes_on_and_off_recording_who(cfg: Config) -> None:
     woken: list[str] = []
 
     async def body(store: Store) -> None:
-        on = await controls.kill_switch_on(store, scope=ScopeKind.TENANT, target="acme",
-                                           reason="runaway", expires_in=None, by="carol",
-                                           wake=woken.append, clock=lambda: NOW)
+        on = await controls.kill_switch_on(
+            store,
+            scope=ScopeKind.TENANT,
+            target="acme",
+            reason="runaway",
+            expires_in=None,
+            by="carol",
+            wake=woken.append,
+            clock=lambda: NOW,
+        )
         assert (on.created_by, on.target, on.expires_at) == ("carol", "acme", None)
         assert [s.id for s in await controls.kill_switches(store, clock=lambda: NOW)] == [on.id]
-        with pytest.raises(InvalidRequest, match=f"no active kill switch in scope global; "
-                                                 f"active: {on.id} \\(tenant acme\\)"):
-            await controls.kill_switch_off(store, switch_id=None, scope=ScopeKind.GLOBAL,
-                                           target=None, by="carol", wake=woken.append,
-                                           clock=lambda: NOW)
-        lifted = await controls.kill_switch_off(store, switch_id=on.id[-6:],
-                                                scope=ScopeKind.GLOBAL, target=None,
-                                                by="dave", wake=woken.append,
-                                                clock=lambda: NOW + 1)
+        with pytest.raises(
+            InvalidRequest,
+            match=f"no active kill switch in scope global; active: {on.id} \\(tenant acme\\)",
+        ):
+            await controls.kill_switch_off(
+                store,
+                switch_id=None,
+                scope=ScopeKind.GLOBAL,
+                target=None,
+                by="carol",
+                wake=woken.append,
+                clock=lambda: NOW,
+            )
+        lifted = await controls.kill_switch_off(
+            store,
+            switch_id=on.id[-6:],
+            scope=ScopeKind.GLOBAL,
+            target=None,
+            by="dave",
+            wake=woken.append,
+            clock=lambda: NOW + 1,
+        )
         assert [s.id for s in lifted] == [on.id]
         assert await controls.kill_switches(store, clock=lambda: NOW + 2) == []
-        assert await controls.kill_switch_off(store, switch_id=None, scope=ScopeKind.GLOBAL,
-                                              target=None, by="dave", wake=woken.append) == []
+        assert (
+            await controls.kill_switch_off(
+                store,
+                switch_id=None,
+                scope=ScopeKind.GLOBAL,
+                target=None,
+                by="dave",
+                wake=woken.append,
+            )
+            == []
+        )
         assert woken == ["wake"] * 3, "each change wakes the engine; a refusal does not"
 
     run(body)
@@ -199,15 +240,22 @@ def test_a_kill_switch_goes_on_and_off_recording_who(cfg: Config) -> None:
 def test_a_scope_names_its_target_and_global_takes_none(cfg: Config) -> None:
     async def body(store: Store) -> None:
         with pytest.raises(InvalidRequest, match="--scope global takes no --target"):
-            await controls.pause(store, scope=ScopeKind.GLOBAL, target="x", reason="r",
-                                 by="op", wake=ignore)
+            await controls.pause(
+                store, scope=ScopeKind.GLOBAL, target="x", reason="r", by="op", wake=ignore
+            )
         with pytest.raises(InvalidRequest, match="--scope role needs --target"):
-            await controls.pause(store, scope=ScopeKind.ROLE, target=None, reason="r", by="op",
-                                 wake=ignore)
-        p = await controls.pause(store, scope=ScopeKind.ROLE, target="small", reason="r",
-                                 by="op", wake=ignore)
-        assert [q.id for q in await controls.resume(store, scope=ScopeKind.ROLE, target="small",
-                                                    by="op", wake=ignore)] == [p.id]
+            await controls.pause(
+                store, scope=ScopeKind.ROLE, target=None, reason="r", by="op", wake=ignore
+            )
+        p = await controls.pause(
+            store, scope=ScopeKind.ROLE, target="small", reason="r", by="op", wake=ignore
+        )
+        assert [
+            q.id
+            for q in await controls.resume(
+                store, scope=ScopeKind.ROLE, target="small", by="op", wake=ignore
+            )
+        ] == [p.id]
 
     run(body)
 
@@ -269,19 +317,18 @@ def test_a_budget_ceiling_is_checked_field_by_field_in_order() -> None:
         controls.budget_ceiling(scope="role", target=" ", period="x", ceiling_usd=-1)
     with pytest.raises(InvalidRequest, match="--period must be one of daily, monthly"):
         controls.budget_ceiling(scope="role", target="small", period="x", ceiling_usd=-1)
-    ceiling = controls.budget_ceiling(scope="role", target="small", period="daily",
-                                      ceiling_usd=5)
+    ceiling = controls.budget_ceiling(scope="role", target="small", period="daily", ceiling_usd=5)
     assert (ceiling.scope, ceiling.ceiling_usd) == (ScopeKind.ROLE, 5)
 
 
 def test_setting_a_budget_returns_the_one_it_replaced_and_the_standing(cfg: Config) -> None:
     async def body(store: Store) -> None:
-        first = controls.budget_ceiling(scope="role", target="small", period="daily",
-                                        ceiling_usd=5)
+        first = controls.budget_ceiling(scope="role", target="small", period="daily", ceiling_usd=5)
         previous, line = await controls.set_budget(store, first, by="op", wake=ignore)
         assert previous is None and line.headroom_usd == 5 and line.resets_at is not None
-        second = controls.budget_ceiling(scope="role", target="small", period="rolling_30d",
-                                         ceiling_usd=9)
+        second = controls.budget_ceiling(
+            scope="role", target="small", period="rolling_30d", ceiling_usd=9
+        )
         previous, line = await controls.set_budget(store, second, by="op", wake=ignore)
         assert previous == first and line.resets_at is None
         [only] = await controls.budgets(store, scope=ScopeKind.ROLE, target=None)
@@ -294,15 +341,18 @@ def test_a_dark_launch_lets_a_workflow_run_by_its_position(cfg: Config) -> None:
     async def body(store: Store) -> None:
         unset = await controls.dark_launch(store, "wf-1")
         assert unset.setting is None and unset.in_window is None and unset.runs
-        none = await controls.set_dark_launch(store, "wf-1", percentage=0, enabled=True,
-                                              by="op", wake=ignore)
+        none = await controls.set_dark_launch(
+            store, "wf-1", percentage=0, enabled=True, by="op", wake=ignore
+        )
         assert none.in_window is False and not none.runs
-        off = await controls.set_dark_launch(store, "wf-1", percentage=None, enabled=False,
-                                             by="op", wake=ignore)
+        off = await controls.set_dark_launch(
+            store, "wf-1", percentage=None, enabled=False, by="op", wake=ignore
+        )
         assert off.setting is not None and off.setting.percentage == 0 and off.runs
         with pytest.raises(InvalidRequest, match="--percentage must be 0 … 100, not 101"):
-            await controls.set_dark_launch(store, "wf-1", percentage=101, enabled=True,
-                                           by="op", wake=ignore)
+            await controls.set_dark_launch(
+                store, "wf-1", percentage=101, enabled=True, by="op", wake=ignore
+            )
         assert [s.workflow for s in await controls.dark_launches(store)] == ["wf-1"]
 
     run(body)

@@ -9,8 +9,17 @@ import pytest
 
 from corral.policy.shell import Hold, Redirect, check_scope, parse
 
-READS = ("kubectl *", "ray job submit *", "ray job status *", "helm status *", "echo *",
-         "cat *", "grep *", "ls *", "python *")
+READS = (
+    "kubectl *",
+    "ray job submit *",
+    "ray job status *",
+    "helm status *",
+    "echo *",
+    "cat *",
+    "grep *",
+    "ls *",
+    "python *",
+)
 
 
 def denied(source: str, patterns: tuple[str, ...] = READS, dialect: str = "bash") -> str:
@@ -33,8 +42,10 @@ REDIRECTS = [
     ("kubectl get pods >> /etc/profile", [Redirect("/etc/profile", "write", ">>")]),
     ("kubectl apply -f - < manifest.yaml", [Redirect("manifest.yaml", "read", "<")]),
     ("kubectl get pods &> out.log", [Redirect("out.log", "write", "&>")]),
-    ("kubectl get pods 2> err.log >| out.log",
-     [Redirect("err.log", "write", ">"), Redirect("out.log", "write", ">|")]),
+    (
+        "kubectl get pods 2> err.log >| out.log",
+        [Redirect("err.log", "write", ">"), Redirect("out.log", "write", ">|")],
+    ),
     ("kubectl get pods >&all.log", [Redirect("all.log", "write", ">&")]),
     ("kubectl get pods 2>&1 >&2 <&0 >&-", []),  # descriptors, not files
     ("cat <<'EOF' > notes.md\nhi\nEOF\n", [Redirect("notes.md", "write", ">")]),
@@ -53,15 +64,18 @@ def test_redirections_are_reported_as_files(source: str, redirects: list[Redirec
     assert list(parsed.redirects) == redirects
 
 
-@pytest.mark.parametrize(("source", "fragment"), [
-    ("kubectl get pods > $HOME/.bashrc", "`$HOME` is an expansion"),
-    ("kubectl get pods > \"$OUT\"", "`$OUT` is an expansion"),
-    ("kubectl get pods > ~root/.bashrc", "tilde expansion in the redirection target"),
-    ("kubectl get pods > *.txt", "is a pattern the shell expands"),
-    ("kubectl get pods > out{1,2}", "is a pattern the shell expands"),
-    ("kubectl get pods > /dev/tcp/10.0.0.1/80", "network socket"),
-    ("kubectl get pods > $(mktemp)", "only known at run time"),
-])
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("kubectl get pods > $HOME/.bashrc", "`$HOME` is an expansion"),
+        ('kubectl get pods > "$OUT"', "`$OUT` is an expansion"),
+        ("kubectl get pods > ~root/.bashrc", "tilde expansion in the redirection target"),
+        ("kubectl get pods > *.txt", "is a pattern the shell expands"),
+        ("kubectl get pods > out{1,2}", "is a pattern the shell expands"),
+        ("kubectl get pods > /dev/tcp/10.0.0.1/80", "network socket"),
+        ("kubectl get pods > $(mktemp)", "only known at run time"),
+    ],
+)
 def test_redirection_targets_must_be_static(source: str, fragment: str) -> None:
     assert fragment in denied(source)
 
@@ -76,20 +90,24 @@ def test_changing_directory_is_reported() -> None:
 # Privilege changes: refused, whatever the scope
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("source", [
-    "sudo kubectl get pods",
-    "sudo -u ops -- kubectl get pods",
-    "/usr/bin/sudo ls",
-    "su -c 'kubectl get pods'",
-    "su - root",
-    "doas kubectl get pods",
-    "pkexec kubectl get pods",
-    "run0 ls",
-    "timeout 5 sudo ls",
-    "sh -c 'sudo ls'",
-    "kubectl get pods && sudo -i",
-    "ray job submit -- sudo python t.py",
-])
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "sudo kubectl get pods",
+        "sudo -u ops -- kubectl get pods",
+        "/usr/bin/sudo ls",
+        "su -c 'kubectl get pods'",
+        "su - root",
+        "doas kubectl get pods",
+        "pkexec kubectl get pods",
+        "run0 ls",
+        "timeout 5 sudo ls",
+        "sh -c 'sudo ls'",
+        "kubectl get pods && sudo -i",
+        "ray job submit -- sudo python t.py",
+    ],
+)
 def test_privilege_changes_are_denied(source: str) -> None:
     scope = (*READS, "sudo *", "su *", "doas *", "pkexec *", "run0 *", "sh -c *", "timeout *")
     assert "changes privileges" in denied(source, scope)
@@ -138,14 +156,18 @@ def test_disown_is_a_command_of_its_own() -> None:
 # A shell wrapper is itself a program the role must be allowed to run
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("source", "offender"), [
-    ("bash -c 'kubectl get pods'", "bash -c 'kubectl get pods'"),
-    ("sh -c 'kubectl get pods'", "sh -c 'kubectl get pods'"),
-    ("/bin/dash -c 'kubectl get pods'", "/bin/dash -c 'kubectl get pods'"),
-    ("bash -lc 'echo hi'", "bash -lc 'echo hi'"),
-    ("eval 'kubectl get pods'", "eval 'kubectl get pods'"),
-    ("timeout 5 bash -c 'kubectl get pods'", "bash -c 'kubectl get pods'"),
-])
+
+@pytest.mark.parametrize(
+    ("source", "offender"),
+    [
+        ("bash -c 'kubectl get pods'", "bash -c 'kubectl get pods'"),
+        ("sh -c 'kubectl get pods'", "sh -c 'kubectl get pods'"),
+        ("/bin/dash -c 'kubectl get pods'", "/bin/dash -c 'kubectl get pods'"),
+        ("bash -lc 'echo hi'", "bash -lc 'echo hi'"),
+        ("eval 'kubectl get pods'", "eval 'kubectl get pods'"),
+        ("timeout 5 bash -c 'kubectl get pods'", "bash -c 'kubectl get pods'"),
+    ],
+)
 def test_shell_wrappers_need_allowing(source: str, offender: str) -> None:
     verdict = check_scope(source, READS)
     assert not verdict.allowed and verdict.command == offender
@@ -166,15 +188,19 @@ def test_a_shell_the_checker_does_not_model_is_refused(shell: str) -> None:
 # Path-qualified programs: a bare name is the program on the PATH; a path is that file only
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("source", [
-    "./kubectl get pods",
-    "/tmp/kubectl get pods",
-    "../bin/kubectl get pods",
-    "bin/kubectl get pods",
-    "/usr/local/bin/kubectl get pods",
-    "sh -c './kubectl get pods'",
-    "timeout 5 ./kubectl get pods",
-])
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "./kubectl get pods",
+        "/tmp/kubectl get pods",
+        "../bin/kubectl get pods",
+        "bin/kubectl get pods",
+        "/usr/local/bin/kubectl get pods",
+        "sh -c './kubectl get pods'",
+        "timeout 5 ./kubectl get pods",
+    ],
+)
 def test_a_path_does_not_match_a_bare_name(source: str) -> None:
     assert "outside this role's scope" in denied(source, (*READS, "sh -c *"))
 
@@ -190,29 +216,36 @@ def test_a_path_in_a_scope_means_exactly_that_file() -> None:
 # Unquoted globs: the shell would replace them with file names
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("source", [
-    "kubectl get po*",
-    "cat *.yaml",
-    "cat log?.txt",
-    "ls [ab].txt",
-    "kubectl delete -f manifests/*",
-    "kubectl get pods -o jsonpath={.items[0]}",
-    "grep -r x --include=*.py .",
-    "sh -c 'cat *'",
-])
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "kubectl get po*",
+        "cat *.yaml",
+        "cat log?.txt",
+        "ls [ab].txt",
+        "kubectl delete -f manifests/*",
+        "kubectl get pods -o jsonpath={.items[0]}",
+        "grep -r x --include=*.py .",
+        "sh -c 'cat *'",
+    ],
+)
 def test_unquoted_globs_in_arguments_are_denied(source: str) -> None:
     assert "into file names" in denied(source, (*READS, "sh -c *"))
 
 
-@pytest.mark.parametrize("source", [
-    "kubectl get 'po*'",
-    'cat "*.yaml"',
-    "cat log\\?.txt",
-    "kubectl get pods -o jsonpath='{.items[*].metadata.name}'",
-    "grep -r x '--include=*.py' .",
-    "echo [",  # a lone bracket is no pattern
-    "echo a]",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "kubectl get 'po*'",
+        'cat "*.yaml"',
+        "cat log\\?.txt",
+        "kubectl get pods -o jsonpath='{.items[*].metadata.name}'",
+        "grep -r x '--include=*.py' .",
+        "echo [",  # a lone bracket is no pattern
+        "echo a]",
+    ],
+)
 def test_quoted_globs_are_plain_words(source: str) -> None:
     allowed(source)
 
@@ -221,19 +254,23 @@ def test_quoted_globs_are_plain_words(source: str) -> None:
 # Look-alike characters: they mislead whoever reads or approves the command
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("source", "name"), [
-    ("kubectl get pods\uff1brm -rf /", "FULLWIDTH SEMICOLON"),
-    ("kubectl get pods \uff5c sh", "FULLWIDTH VERTICAL LINE"),
-    ("kubectl get pods\u00a0&&\u00a0ls", "NO-BREAK SPACE"),
-    ("kubectl get pods \u2013n kube-system", "EN DASH"),
-    ("echo \u201chello\u201d", "LEFT DOUBLE QUOTATION MARK"),
-    ("kubectl get pods\u200b", "ZERO WIDTH SPACE"),
-    ("echo safe \u202e; rm -rf / \u202c", "RIGHT-TO-LEFT OVERRIDE"),
-    ("kubectl get pods \u01c0 sh", "LATIN LETTER DENTAL CLICK"),
-    ("kubectl get pods\u3000-A", "IDEOGRAPHIC SPACE"),
-    ("echo 'ok'\x1b[2K", "control character U+001B"),
-    ("sh -c $'ls\\uff1brm x'", "FULLWIDTH SEMICOLON"),  # decoded, then parsed again
-])
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ("kubectl get pods\uff1brm -rf /", "FULLWIDTH SEMICOLON"),
+        ("kubectl get pods \uff5c sh", "FULLWIDTH VERTICAL LINE"),
+        ("kubectl get pods\u00a0&&\u00a0ls", "NO-BREAK SPACE"),
+        ("kubectl get pods \u2013n kube-system", "EN DASH"),
+        ("echo \u201chello\u201d", "LEFT DOUBLE QUOTATION MARK"),
+        ("kubectl get pods\u200b", "ZERO WIDTH SPACE"),
+        ("echo safe \u202e; rm -rf / \u202c", "RIGHT-TO-LEFT OVERRIDE"),
+        ("kubectl get pods \u01c0 sh", "LATIN LETTER DENTAL CLICK"),
+        ("kubectl get pods\u3000-A", "IDEOGRAPHIC SPACE"),
+        ("echo 'ok'\x1b[2K", "control character U+001B"),
+        ("sh -c $'ls\\uff1brm x'", "FULLWIDTH SEMICOLON"),  # decoded, then parsed again
+    ],
+)
 def test_look_alike_characters_are_denied(source: str, name: str) -> None:
     assert name in denied(source, (*READS, "sh -c *"))
 
@@ -284,33 +321,49 @@ def test_carried_commands_are_checked(source: str, offender: str | None) -> None
     assert verdict.command == offender or offender is None
 
 
-@pytest.mark.parametrize(("source", "fragment"), [
-    ("ray job submit", "without an entrypoint"),
-    ("ray job submit --frobnicate -- python t.py", "unsupported option `--frobnicate`"),
-    ("ray job submit python t.py --no-wait", "put the entrypoint after `--`"),
-    ("ray job submit -- 'python t.py &>/dev/null rm x'", "bash syntax"),  # /bin/sh on the cluster
-    ("ssh bastion", "interactive `ssh` session"),
-    ("ssh -o ProxyCommand='sh -c x' bastion ls", "runs a command"),
-    ("ssh -F cfg bastion ls", "configuration file"),
-    ("kubectl exec -it trainer-0 -- bash", "reading a script or stdin"),
-])
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("ray job submit", "without an entrypoint"),
+        ("ray job submit --frobnicate -- python t.py", "unsupported option `--frobnicate`"),
+        ("ray job submit python t.py --no-wait", "put the entrypoint after `--`"),
+        (
+            "ray job submit -- 'python t.py &>/dev/null rm x'",
+            "bash syntax",
+        ),  # /bin/sh on the cluster
+        ("ssh bastion", "interactive `ssh` session"),
+        ("ssh -o ProxyCommand='sh -c x' bastion ls", "runs a command"),
+        ("ssh -F cfg bastion ls", "configuration file"),
+        ("kubectl exec -it trainer-0 -- bash", "reading a script or stdin"),
+    ],
+)
 def test_carried_commands_that_cannot_be_checked(source: str, fragment: str) -> None:
     assert fragment in denied(source, (*READS, "ssh *", "bash *"))
 
 
-@pytest.mark.parametrize(("source", "held"), [
-    ("ray job submit --runtime-env-json '{\"pip\": [\"requests\"]}' -- python t.py", "`pip`"),
-    ("ray job submit --runtime-env-json='{\"conda\": \"env.yaml\"}' -- python t.py", "`conda`"),
-    ("ray job submit --runtime-env-json '{\"p\\u0069p\": [\"x\"]}' -- python t.py", "`pip`"),
-    ("ray job submit --runtime-env-json '{\"env_vars\": {\"LD_PRELOAD\": \"/x.so\"}}' -- "
-     "python t.py", "change which code runs"),
-    ("ray job submit --runtime-env-json '{\"working_dir\": \"s3://b/x.zip\"}' -- python t.py",
-     "from a URL"),
-    ("ray job submit --runtime-env-json 'pip' -- python t.py", "not JSON"),
-    ("ray job submit --working-dir https://github.com/x/y/archive/main.zip -- python t.py",
-     "fetched from"),
-    ("ray job submit --runtime-env env.yaml -- python t.py", "cannot be checked"),
-])
+@pytest.mark.parametrize(
+    ("source", "held"),
+    [
+        ('ray job submit --runtime-env-json \'{"pip": ["requests"]}\' -- python t.py', "`pip`"),
+        ('ray job submit --runtime-env-json=\'{"conda": "env.yaml"}\' -- python t.py', "`conda`"),
+        ('ray job submit --runtime-env-json \'{"p\\u0069p": ["x"]}\' -- python t.py', "`pip`"),
+        (
+            'ray job submit --runtime-env-json \'{"env_vars": {"LD_PRELOAD": "/x.so"}}\' -- '
+            "python t.py",
+            "change which code runs",
+        ),
+        (
+            'ray job submit --runtime-env-json \'{"working_dir": "s3://b/x.zip"}\' -- python t.py',
+            "from a URL",
+        ),
+        ("ray job submit --runtime-env-json 'pip' -- python t.py", "not JSON"),
+        (
+            "ray job submit --working-dir https://github.com/x/y/archive/main.zip -- python t.py",
+            "fetched from",
+        ),
+        ("ray job submit --runtime-env env.yaml -- python t.py", "cannot be checked"),
+    ],
+)
 def test_options_that_install_code_are_held_for_approval(source: str, held: str) -> None:
     parsed = parse(source)
     assert parsed.problems == ()
@@ -320,16 +373,22 @@ def test_options_that_install_code_are_held_for_approval(source: str, held: str)
 
 
 def test_plain_runtime_env_and_local_working_dir_need_no_approval() -> None:
-    source = ("ray job submit --working-dir ./src --runtime-env-json "
-              "'{\"env_vars\": {\"OMP_NUM_THREADS\": \"4\"}}' -- python t.py")
+    source = (
+        "ray job submit --working-dir ./src --runtime-env-json "
+        '\'{"env_vars": {"OMP_NUM_THREADS": "4"}}\' -- python t.py'
+    )
     assert parse(source).holds == ()
     assert parse("ray job status raysubmit_1").holds == ()
 
 
 def test_hold_is_reported_once() -> None:
     assert parse("ray job submit --runtime-env e.yaml -- python t.py").holds == (
-        Hold("installs_code", "the runtime environment comes from the file `e.yaml`, which "
-                              "cannot be checked: a human approves it"),)
+        Hold(
+            "installs_code",
+            "the runtime environment comes from the file `e.yaml`, which "
+            "cannot be checked: a human approves it",
+        ),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,8 +427,12 @@ def test_the_dash_case() -> None:
 
 
 def test_posix_commands_are_the_same_under_both() -> None:
-    for source in ("kubectl get pods > /dev/null 2>&1", "kubectl get pods | grep x && ls",
-                   "for n in a b; do echo \"$n\"; done", "echo \"${HOME:-/}\""):
+    for source in (
+        "kubectl get pods > /dev/null 2>&1",
+        "kubectl get pods | grep x && ls",
+        'for n in a b; do echo "$n"; done',
+        'echo "${HOME:-/}"',
+    ):
         assert parse(source, "sh") == parse(source, "bash"), source
 
 

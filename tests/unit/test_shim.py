@@ -258,14 +258,17 @@ def test_term_child_only_leaves_the_tree_to_the_child_until_the_grace_ends(
 ) -> None:
     # The child traps the graceful signal and writes it down; its grandchild (another session,
     # like an agent's tool) is signalled by nobody but the child, then killed at the grace.
-    script = ("trap 'echo got-term >> trap.log; exit 0' TERM; "
-              "setsid sleep 60 & echo $! > grandchild.pid; echo started; "
-              "while true; do sleep 0.05; done")
+    script = (
+        "trap 'echo got-term >> trap.log; exit 0' TERM; "
+        "setsid sleep 60 & echo $! > grandchild.pid; echo started; "
+        "while true; do sleep 0.05; done"
+    )
     proc = start("sh", "-c", script, term_child_only=True, grace_s=1.0, cwd=str(tmp_path))
     eventually(lambda: read(proc.attempt_dir / "stdout.log"), what="job started")
     pid_file = tmp_path / "grandchild.pid"
-    grandchild = int(eventually(lambda: pid_file.exists() and read(pid_file).strip(),
-                                what="grandchild"))
+    grandchild = int(
+        eventually(lambda: pid_file.exists() and read(pid_file).strip(), what="grandchild")
+    )
     proc.terminate()
     result = wait(proc)
     assert result.reason == "terminated"
@@ -315,8 +318,9 @@ def test_probe_reports_a_killed_shim_as_vanished(start: Start) -> None:
     child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
     try:
         os.kill(proc.pid, signal.SIGKILL)
-        eventually(lambda: probe(proc.attempt_dir).state is ProbeState.VANISHED,
-                   what="the lock released")
+        eventually(
+            lambda: probe(proc.attempt_dir).state is ProbeState.VANISHED, what="the lock released"
+        )
         assert alive(child)  # orphaned to init, yet it does not hold the attempt lock
         lost = wait(proc)
         assert not alive(child), "waiting for a vanished shim stops what it left behind"
@@ -324,8 +328,9 @@ def test_probe_reports_a_killed_shim_as_vanished(start: Start) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
     assert (lost.reason, lost.exit_code, lost.signal) == ("lost", None, None)
-    assert lost.error == ("shim vanished without a result: 1 process(es) of the attempt "
-                          "stopped by the engine")
+    assert lost.error == (
+        "shim vanished without a result: 1 process(es) of the attempt stopped by the engine"
+    )
     assert lost.descendants_killed == 1
     assert probe(proc.attempt_dir).state is ProbeState.VANISHED
 
@@ -335,8 +340,10 @@ def test_a_vanished_shims_escapees_are_found_by_their_marker_and_stopped(start: 
     marker in its environment still finds it once the shim is gone."""
     proc = start("sh", "-c", "setsid sh -c '(sleep 300 &); sleep 300' & exec sleep 300")
     child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
-    marked = eventually(lambda: (lambda p: p if len(p) >= 4 else None)(
-        attempt_processes(proc.attempt_dir)), what="shim, job and escapees running")
+    marked = eventually(
+        lambda: (lambda p: p if len(p) >= 4 else None)(attempt_processes(proc.attempt_dir)),
+        what="shim, job and escapees running",
+    )
     assert proc.pid in marked and child in marked
     others = [pid for pid in marked if pid not in (proc.pid, child)]
     assert all(read_stat(pid).sid != proc.pid for pid in others)  # type: ignore[union-attr]
@@ -348,14 +355,17 @@ def test_a_vanished_shims_escapees_are_found_by_their_marker_and_stopped(start: 
 
 
 def test_an_escapee_that_scrubs_its_environment_is_caught_by_the_attempts_cgroup(
-        start: Start) -> None:
+    start: Start,
+) -> None:
     """`env -i` drops the marker; the attempt's cgroup (where the host has a writable cgroup
     v2) still holds the process. Without one, the marker is all there is: the escapee lives
     on, as docs/explanation/design.md says."""
     proc = start("sh", "-c", "env -i setsid sleep 300 & exec sleep 300")
     child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
-    escapee = eventually(lambda: next((p for p in descendants(proc.pid) if p != child), None),
-                         what="the escapee running")
+    escapee = eventually(
+        lambda: next((p for p in descendants(proc.pid) if p != child), None),
+        what="the escapee running",
+    )
     assert escapee not in attempt_processes(proc.attempt_dir) or process.cgroup_base()
     try:
         os.kill(proc.pid, signal.SIGKILL)
@@ -393,9 +403,11 @@ def test_the_shim_removes_its_cgroup_itself_when_nobody_waits(start: Start) -> N
 
 
 def test_a_stopped_shim_is_killed_with_its_job_once_its_deadline_and_grace_are_past(
-        start: Start) -> None:
-    proc = start("sh", "-c", "sleep 300 & exec sleep 300", grace_s=0.2,
-                 deadline_epoch_s=time.time() + 600)
+    start: Start,
+) -> None:
+    proc = start(
+        "sh", "-c", "sleep 300 & exec sleep 300", grace_s=0.2, deadline_epoch_s=time.time() + 600
+    )
     child = int(eventually(lambda: read(proc.attempt_dir / "child.pid"), what="child.pid"))
     os.kill(proc.pid, signal.SIGSTOP)
     eventually(lambda: getattr(read_stat(proc.pid), "state", "") == "T", what="shim stopped")

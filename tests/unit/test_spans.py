@@ -17,10 +17,20 @@ from tests.contract.test_store_contract import NOW, make_job
 
 def _attempt(job_id: str, index: int, **kw: object) -> Attempt:
     fields: dict[str, object] = {
-        "id": f"a{index}", "job_id": job_id, "index": index, "state": AttemptState.SUCCEEDED,
-        "permit_id": f"p{index}", "deadline_at": NOW + 600, "created_at": NOW,
-        "dir": "/tmp/x", "engine_id": "e", "started_at": NOW + 1, "ended_at": NOW + 9,
-        "exit_code": 0, "outcome": Outcome.EXITED}
+        "id": f"a{index}",
+        "job_id": job_id,
+        "index": index,
+        "state": AttemptState.SUCCEEDED,
+        "permit_id": f"p{index}",
+        "deadline_at": NOW + 600,
+        "created_at": NOW,
+        "dir": "/tmp/x",
+        "engine_id": "e",
+        "started_at": NOW + 1,
+        "ended_at": NOW + 9,
+        "exit_code": 0,
+        "outcome": Outcome.EXITED,
+    }
     fields.update(kw)
     return Attempt(**fields)  # type: ignore[arg-type]
 
@@ -32,30 +42,71 @@ def _emit(*args: object) -> list[ReadableSpan]:
 
 
 def test_an_agent_job_is_one_trace_of_attempts_and_tool_calls() -> None:
-    job = make_job(role="coder", worker="claude-code", tenant="acme", state=JobState.SUCCEEDED,
-                   prompt="fix it", at=NOW - 5)
+    job = make_job(
+        role="coder",
+        worker="claude-code",
+        tenant="acme",
+        state=JobState.SUCCEEDED,
+        prompt="fix it",
+        at=NOW - 5,
+    )
     event = AgentEvent(
-        event_id="e1", job_id=job.id, attempt=1, at=NOW + 9, role="coder", worker="claude",
-        tenant="acme", model="claude-sonnet-4", session_id="s1", tokens_in=100, tokens_out=7,
-        cost_usd=0.02, tool_calls=(
+        event_id="e1",
+        job_id=job.id,
+        attempt=1,
+        at=NOW + 9,
+        role="coder",
+        worker="claude",
+        tenant="acme",
+        model="claude-sonnet-4",
+        session_id="s1",
+        tokens_in=100,
+        tokens_out=7,
+        cost_usd=0.02,
+        tool_calls=(
             ToolCallTrace(tool="Read", duration_ms=30, call_id="c1"),
-            ToolCallTrace(tool="Bash", denied=True, reason="`rm` is outside this role's scope",
-                          call_id="c2")))
-    evals = [PolicyEvaluation(at=NOW + 2, job_id=job.id, attempt=1, stage="tool_call",
-                              subject="Read", verdict="allow", reason="allowed",
-                              inputs={"call_id": "c1"}),
-             PolicyEvaluation(at=NOW + 3, job_id=job.id, attempt=1, stage="tool_call",
-                              subject="Bash", verdict="deny", reason="out_of_scope",
-                              inputs={"call_id": "c2"})]
+            ToolCallTrace(
+                tool="Bash", denied=True, reason="`rm` is outside this role's scope", call_id="c2"
+            ),
+        ),
+    )
+    evals = [
+        PolicyEvaluation(
+            at=NOW + 2,
+            job_id=job.id,
+            attempt=1,
+            stage="tool_call",
+            subject="Read",
+            verdict="allow",
+            reason="allowed",
+            inputs={"call_id": "c1"},
+        ),
+        PolicyEvaluation(
+            at=NOW + 3,
+            job_id=job.id,
+            attempt=1,
+            stage="tool_call",
+            subject="Bash",
+            verdict="deny",
+            reason="out_of_scope",
+            inputs={"call_id": "c2"},
+        ),
+    ]
     found = {s.name: s for s in _emit(job, [_attempt(job.id, 1)], [event], evals)}
-    assert set(found) == {"job coder", "invoke_agent coder", "execute_tool Read",
-                          "execute_tool Bash"}
+    assert set(found) == {
+        "job coder",
+        "invoke_agent coder",
+        "execute_tool Read",
+        "execute_tool Bash",
+    }
     root, agent = found["job coder"], found["invoke_agent coder"]
     assert {s.context.trace_id for s in found.values()} == {spans.trace_id_of(job.id)}
     assert root.parent is None
     assert agent.parent is not None and agent.parent.span_id == root.context.span_id
-    assert all(found[n].parent is not None and found[n].parent.span_id == agent.context.span_id
-               for n in ("execute_tool Read", "execute_tool Bash"))
+    assert all(
+        found[n].parent is not None and found[n].parent.span_id == agent.context.span_id
+        for n in ("execute_tool Read", "execute_tool Bash")
+    )
     a = agent.attributes or {}
     assert a["gen_ai.operation.name"] == "invoke_agent" and a["gen_ai.agent.name"] == "coder"
     assert a["gen_ai.provider.name"] == "anthropic"
@@ -76,9 +127,10 @@ def test_an_agent_job_is_one_trace_of_attempts_and_tool_calls() -> None:
 
 def test_a_command_job_gets_a_span_per_attempt_and_a_failure_its_error_type() -> None:
     job = make_job(role="build", worker="command", state=JobState.FAILED, at=NOW - 5)
-    names = [(s.name, (s.attributes or {}).get("error.type"))
-             for s in _emit(job, [_attempt(job.id, 1, exit_code=2, state=AttemptState.FAILED)],
-                            [], [])]
+    names = [
+        (s.name, (s.attributes or {}).get("error.type"))
+        for s in _emit(job, [_attempt(job.id, 1, exit_code=2, state=AttemptState.FAILED)], [], [])
+    ]
     assert sorted(names, key=str) == [("execute_command build", "exited"), ("job build", None)]
 
 

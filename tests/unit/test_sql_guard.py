@@ -13,8 +13,12 @@ CASES = [
     # (dialect, sql, verdict, reason)
     # reads and unprotected names
     ("duckdb", "SELECT * FROM prod.t", "allow", "sql_allowed"),
-    ("duckdb", "select count(*) from prod.analytics.events where day = '2024-01-01'", "allow",
-     "sql_allowed"),
+    (
+        "duckdb",
+        "select count(*) from prod.analytics.events where day = '2024-01-01'",
+        "allow",
+        "sql_allowed",
+    ),
     ("duckdb", "DROP TABLE dev.t", "allow", "sql_allowed"),
     ("duckdb", "DELETE FROM staging.t", "allow", "sql_allowed"),
     ("duckdb", "TRUNCATE dev.t", "allow", "sql_allowed"),
@@ -51,10 +55,18 @@ CASES = [
     ("duckdb", "DELETE FROM prod.t WHERE name LIKE '%'", "deny", "sql_destructive_protected"),
     ("duckdb", "DELETE FROM prod.t WHERE random() < 2", "deny", "sql_destructive_protected"),
     ("duckdb", "DELETE FROM prod.t WHERE id = 3", "require_approval", "sql_delete_protected"),
-    ("duckdb", "DELETE FROM prod.t WHERE id = 3 AND 1 = 1", "require_approval",
-     "sql_delete_protected"),
-    ("postgres", "DELETE FROM prod.t USING dev.u WHERE prod.t.id = dev.u.id", "require_approval",
-     "sql_delete_protected"),
+    (
+        "duckdb",
+        "DELETE FROM prod.t WHERE id = 3 AND 1 = 1",
+        "require_approval",
+        "sql_delete_protected",
+    ),
+    (
+        "postgres",
+        "DELETE FROM prod.t USING dev.u WHERE prod.t.id = dev.u.id",
+        "require_approval",
+        "sql_delete_protected",
+    ),
     ("duckdb", "UPDATE prod.t SET a = 1", "deny", "sql_destructive_protected"),
     ("duckdb", "UPDATE prod.t SET a = 1 WHERE 1 = 1", "deny", "sql_destructive_protected"),
     ("duckdb", "UPDATE prod.t SET a = 1 WHERE b = 2", "require_approval", "sql_update_protected"),
@@ -65,22 +77,50 @@ CASES = [
     ("duckdb", "ALTER TABLE prod.t ADD COLUMN c INT", "require_approval", "sql_alter_protected"),
     ("duckdb", "ALTER TABLE prod.t RENAME TO t_old", "require_approval", "sql_alter_protected"),
     ("duckdb", "ALTER TABLE dev.t DROP COLUMN c", "allow", "sql_allowed"),
-    ("duckdb", "CREATE OR REPLACE TABLE prod.t AS SELECT 1", "require_approval",
-     "sql_replace_protected"),
-    ("duckdb", "CREATE OR REPLACE VIEW prod.v AS SELECT 1", "require_approval",
-     "sql_replace_protected"),
+    (
+        "duckdb",
+        "CREATE OR REPLACE TABLE prod.t AS SELECT 1",
+        "require_approval",
+        "sql_replace_protected",
+    ),
+    (
+        "duckdb",
+        "CREATE OR REPLACE VIEW prod.v AS SELECT 1",
+        "require_approval",
+        "sql_replace_protected",
+    ),
     ("duckdb", "CREATE OR REPLACE TABLE dev.t AS SELECT 1", "allow", "sql_allowed"),
-    ("spark", "INSERT OVERWRITE TABLE prod.t SELECT 1", "require_approval",
-     "sql_replace_protected"),
-    ("duckdb", "MERGE INTO prod.t USING s ON t.a = s.a WHEN MATCHED THEN DELETE",
-     "require_approval", "sql_merge_protected"),
+    (
+        "spark",
+        "INSERT OVERWRITE TABLE prod.t SELECT 1",
+        "require_approval",
+        "sql_replace_protected",
+    ),
+    (
+        "duckdb",
+        "MERGE INTO prod.t USING s ON t.a = s.a WHEN MATCHED THEN DELETE",
+        "require_approval",
+        "sql_merge_protected",
+    ),
     # statements hidden inside other statements
-    ("postgres", "WITH x AS (DELETE FROM prod.t RETURNING *) SELECT * FROM x", "deny",
-     "sql_destructive_protected"),
-    ("postgres", "WITH x AS (DELETE FROM prod.t WHERE id = 1 RETURNING *) SELECT * FROM x",
-     "require_approval", "sql_delete_protected"),
-    ("postgres", "WITH x AS (UPDATE prod.t SET a = 1 RETURNING *) SELECT 1", "deny",
-     "sql_destructive_protected"),
+    (
+        "postgres",
+        "WITH x AS (DELETE FROM prod.t RETURNING *) SELECT * FROM x",
+        "deny",
+        "sql_destructive_protected",
+    ),
+    (
+        "postgres",
+        "WITH x AS (DELETE FROM prod.t WHERE id = 1 RETURNING *) SELECT * FROM x",
+        "require_approval",
+        "sql_delete_protected",
+    ),
+    (
+        "postgres",
+        "WITH x AS (UPDATE prod.t SET a = 1 RETURNING *) SELECT 1",
+        "deny",
+        "sql_destructive_protected",
+    ),
     # one statement at a time; unparseable and unsupported input is refused
     ("duckdb", "SELECT 1; DROP TABLE dev.x", "deny", "sql_multiple_statements"),
     ("duckdb", "SELECT 1; SELECT 2", "deny", "sql_multiple_statements"),
@@ -110,37 +150,40 @@ def test_sql_verdicts(dialect: str, sql: str, verdict: str, reason: str) -> None
     assert (v.verdict, v.reason) == (verdict, reason), v.message
 
 
-@pytest.mark.parametrize(("sql", "catalog", "protected", "verdict"), [
-    # unqualified names are resolved with the session's catalog (duckdb prod.duckdb …)
-    ("DROP TABLE t", "prod", ("prod.*",), "deny"),
-    ("DROP TABLE t", None, ("prod.*",), "allow"),
-    ("DROP TABLE t", "dev", ("prod.*",), "allow"),
-    ("DROP TABLE main.t", "prod", ("prod.*",), "deny"),
-    ("DROP TABLE t", "prod", ("prod.main.*",), "deny"),
-    # a narrower pattern protects only its schema, and the schema's container
-    ("DROP TABLE prod.analytics.t", None, ("prod.analytics.*",), "deny"),
-    ("DROP TABLE prod.scratch.t", None, ("prod.analytics.*",), "allow"),
-    ("DROP SCHEMA prod.analytics", None, ("prod.analytics.*",), "deny"),
-    ("DROP TABLE prod.scratch.t", None, ("prod.analytics.*",), "allow"),
-    ("DROP DATABASE prod", None, ("prod.analytics.*",), "deny"),
-    ("DROP SCHEMA prod", None, ("prod.t*",), "deny"),
-    # duckdb's two-part name may be catalog.table
-    ("DROP TABLE prod.t", None, ("prod.main.*",), "deny"),
-    # patterns are case-insensitive
-    ("DROP TABLE prod.t", None, ("PROD.*",), "deny"),
-    # nothing protected: destructive statements are allowed, structure is still checked
-    ("DROP TABLE prod.t", None, (), "allow"),
-    ("SELECT 1; SELECT 2", None, (), "deny"),
-])
-def test_name_resolution(sql: str, catalog: str | None, protected: tuple[str, ...],
-                         verdict: str) -> None:
+@pytest.mark.parametrize(
+    ("sql", "catalog", "protected", "verdict"),
+    [
+        # unqualified names are resolved with the session's catalog (duckdb prod.duckdb …)
+        ("DROP TABLE t", "prod", ("prod.*",), "deny"),
+        ("DROP TABLE t", None, ("prod.*",), "allow"),
+        ("DROP TABLE t", "dev", ("prod.*",), "allow"),
+        ("DROP TABLE main.t", "prod", ("prod.*",), "deny"),
+        ("DROP TABLE t", "prod", ("prod.main.*",), "deny"),
+        # a narrower pattern protects only its schema, and the schema's container
+        ("DROP TABLE prod.analytics.t", None, ("prod.analytics.*",), "deny"),
+        ("DROP TABLE prod.scratch.t", None, ("prod.analytics.*",), "allow"),
+        ("DROP SCHEMA prod.analytics", None, ("prod.analytics.*",), "deny"),
+        ("DROP TABLE prod.scratch.t", None, ("prod.analytics.*",), "allow"),
+        ("DROP DATABASE prod", None, ("prod.analytics.*",), "deny"),
+        ("DROP SCHEMA prod", None, ("prod.t*",), "deny"),
+        # duckdb's two-part name may be catalog.table
+        ("DROP TABLE prod.t", None, ("prod.main.*",), "deny"),
+        # patterns are case-insensitive
+        ("DROP TABLE prod.t", None, ("PROD.*",), "deny"),
+        # nothing protected: destructive statements are allowed, structure is still checked
+        ("DROP TABLE prod.t", None, (), "allow"),
+        ("SELECT 1; SELECT 2", None, (), "deny"),
+    ],
+)
+def test_name_resolution(
+    sql: str, catalog: str | None, protected: tuple[str, ...], verdict: str
+) -> None:
     v = check_sql(sql, dialect="duckdb", protected=protected, catalog=catalog)
     assert v.verdict == verdict, v.message
 
 
 def test_postgres_default_schema_is_public() -> None:
-    v = check_sql("DROP TABLE t", dialect="postgres", protected=("prod.public.*",),
-                  catalog="prod")
+    v = check_sql("DROP TABLE t", dialect="postgres", protected=("prod.public.*",), catalog="prod")
     assert (v.verdict, v.reason) == ("deny", "sql_destructive_protected")
     assert "prod.public.t" in v.message
 
@@ -180,14 +223,23 @@ EVERYWHERE = [
     ("postgres", "SELECT set_config('log_statement', 'none', false)", "sql_admin_function"),
     ("postgres", "SELECT pg_read_file('/etc/passwd')", "sql_admin_function"),
     ("postgres", "SELECT lo_export(1, '/tmp/x')", "sql_admin_function"),
-    ("postgres", "SELECT * FROM t WHERE pg_sleep(1) IS NULL AND pg_reload_conf()",
-     "sql_admin_function"),
+    (
+        "postgres",
+        "SELECT * FROM t WHERE pg_sleep(1) IS NULL AND pg_reload_conf()",
+        "sql_admin_function",
+    ),
     ("postgres", "SELECT dblink_exec('host=prod', 'DROP TABLE sales')", "sql_remote_execution"),
-    ("postgres", "SELECT * FROM dblink('host=prod', 'DELETE FROM sales') AS t(a int)",
-     "sql_remote_execution"),
+    (
+        "postgres",
+        "SELECT * FROM dblink('host=prod', 'DELETE FROM sales') AS t(a int)",
+        "sql_remote_execution",
+    ),
     ("postgres", "SELECT dblink_connect('c', 'host=x')", "sql_remote_execution"),
-    ("postgres", "SELECT query_to_xml('DELETE FROM sales RETURNING 1', true, true, '')",
-     "sql_remote_execution"),
+    (
+        "postgres",
+        "SELECT query_to_xml('DELETE FROM sales RETURNING 1', true, true, '')",
+        "sql_remote_execution",
+    ),
     ("postgres", "CREATE SERVER s FOREIGN DATA WRAPPER postgres_fdw", "sql_remote_execution"),
     ("postgres", "CREATE FOREIGN TABLE f (a int) SERVER s", "sql_remote_execution"),
     ("postgres", "CREATE USER MAPPING FOR me SERVER s", "sql_remote_execution"),
@@ -205,19 +257,23 @@ def test_denied_everywhere(dialect: str, sql: str, reason: str) -> None:
         assert (v.verdict, v.reason) == ("deny", reason), (sql, v.message)
 
 
-@pytest.mark.parametrize(("sql", "verdict", "reason"), [
-    ("SELECT prod.purge_old_rows(30)", "require_approval", "sql_protected_function"),
-    ('SELECT "prod"."purge"()', "require_approval", "sql_protected_function"),
-    ("SELECT * FROM t WHERE prod.is_stale(t.id)", "require_approval", "sql_protected_function"),
-    ("SELECT dev.helper(1)", "allow", "sql_allowed"),
-    ("SELECT lower(name) FROM prod.t", "allow", "sql_allowed"),
-    ("SET search_path = prod", "deny", "sql_session_state"),
-    ("SET search_path TO dev, prod", "deny", "sql_session_state"),
-    ("SET statement_timeout = 5000", "allow", "sql_allowed"),
-    ("SET TRANSACTION READ WRITE", "allow", "sql_allowed"),  # not a read-only role
-])
-def test_functions_and_session_where_names_are_protected(sql: str, verdict: str,
-                                                        reason: str) -> None:
+@pytest.mark.parametrize(
+    ("sql", "verdict", "reason"),
+    [
+        ("SELECT prod.purge_old_rows(30)", "require_approval", "sql_protected_function"),
+        ('SELECT "prod"."purge"()', "require_approval", "sql_protected_function"),
+        ("SELECT * FROM t WHERE prod.is_stale(t.id)", "require_approval", "sql_protected_function"),
+        ("SELECT dev.helper(1)", "allow", "sql_allowed"),
+        ("SELECT lower(name) FROM prod.t", "allow", "sql_allowed"),
+        ("SET search_path = prod", "deny", "sql_session_state"),
+        ("SET search_path TO dev, prod", "deny", "sql_session_state"),
+        ("SET statement_timeout = 5000", "allow", "sql_allowed"),
+        ("SET TRANSACTION READ WRITE", "allow", "sql_allowed"),  # not a read-only role
+    ],
+)
+def test_functions_and_session_where_names_are_protected(
+    sql: str, verdict: str, reason: str
+) -> None:
     v = check_sql(sql, dialect="postgres", protected=PROD)
     assert (v.verdict, v.reason) == (verdict, reason), v.message
 
@@ -252,18 +308,21 @@ def test_a_read_only_role_only_reads(sql: str, verdict: str, reason: str) -> Non
     assert (v.verdict, v.reason) == (verdict, reason), v.message
 
 
-@pytest.mark.parametrize(("sql", "search_path", "catalog", "verdict"), [
-    # the role's search path: an unqualified name on a protected schema is caught
-    ("DELETE FROM users", ("prod",), None, "deny"),
-    ("DELETE FROM users WHERE id = 1", ("prod",), None, "require_approval"),
-    ("DELETE FROM users", ("scratch", "prod"), None, "deny"),  # any schema it may resolve in
-    ("DELETE FROM users", ("scratch",), None, "allow"),
-    ("DROP TABLE users", ("public",), "prod", "deny"),  # prod.public.users
-    ("DROP TABLE users", ("prod.public",), None, "deny"),  # a catalog-qualified entry
-    ("TRUNCATE users", ("prod",), None, "deny"),
-])
-def test_search_path_resolves_unqualified_names(sql: str, search_path: tuple[str, ...],
-                                                catalog: str | None, verdict: str) -> None:
-    v = check_sql(sql, dialect="postgres", protected=PROD, search_path=search_path,
-                  catalog=catalog)
+@pytest.mark.parametrize(
+    ("sql", "search_path", "catalog", "verdict"),
+    [
+        # the role's search path: an unqualified name on a protected schema is caught
+        ("DELETE FROM users", ("prod",), None, "deny"),
+        ("DELETE FROM users WHERE id = 1", ("prod",), None, "require_approval"),
+        ("DELETE FROM users", ("scratch", "prod"), None, "deny"),  # any schema it may resolve in
+        ("DELETE FROM users", ("scratch",), None, "allow"),
+        ("DROP TABLE users", ("public",), "prod", "deny"),  # prod.public.users
+        ("DROP TABLE users", ("prod.public",), None, "deny"),  # a catalog-qualified entry
+        ("TRUNCATE users", ("prod",), None, "deny"),
+    ],
+)
+def test_search_path_resolves_unqualified_names(
+    sql: str, search_path: tuple[str, ...], catalog: str | None, verdict: str
+) -> None:
+    v = check_sql(sql, dialect="postgres", protected=PROD, search_path=search_path, catalog=catalog)
     assert v.verdict == verdict, v.message

@@ -6,8 +6,13 @@ import pytest
 
 from corral.domain.states import JOB_TRANSITIONS, TERMINAL, JobState, can_transition
 
-ORDER = [JobState.SUBMITTED, JobState.AWAITING_APPROVAL, JobState.QUEUED, JobState.STARTING,
-         JobState.RUNNING]
+ORDER = [
+    JobState.SUBMITTED,
+    JobState.AWAITING_APPROVAL,
+    JobState.QUEUED,
+    JobState.STARTING,
+    JobState.RUNNING,
+]
 
 
 @pytest.mark.parametrize("state", sorted(TERMINAL))
@@ -17,12 +22,19 @@ def test_no_edge_leaves_a_terminal_state(state: JobState) -> None:
 
 
 def test_the_only_backward_edge_is_the_retry_loop() -> None:
-    backward = [(src, dst) for src, dsts in JOB_TRANSITIONS.items() for dst in dsts
-                if src in ORDER and dst in ORDER and ORDER.index(dst) < ORDER.index(src)]
+    backward = [
+        (src, dst)
+        for src, dsts in JOB_TRANSITIONS.items()
+        for dst in dsts
+        if src in ORDER and dst in ORDER and ORDER.index(dst) < ORDER.index(src)
+    ]
     assert backward == []
     assert can_transition(JobState.RUNNING, JobState.RETRY_WAIT)
-    assert JOB_TRANSITIONS[JobState.RETRY_WAIT] == {JobState.QUEUED, JobState.CANCELLED,
-                                                    JobState.KILLED}
+    assert JOB_TRANSITIONS[JobState.RETRY_WAIT] == {
+        JobState.QUEUED,
+        JobState.CANCELLED,
+        JobState.KILLED,
+    }
 
 
 def test_every_state_is_reachable_from_submitted() -> None:

@@ -31,15 +31,27 @@ from corral.store.memory import MemoryStore
 from corral.store.postgres import PostgresStore
 from corral.store.sqlite import SqliteStore
 
-PORTS: tuple[type, ...] = (StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore,
-                           EngineRegistry, OutboxReads, MetricsReads, TokenStore)
+PORTS: tuple[type, ...] = (
+    StoreLifecycle,
+    JobStore,
+    TraceStore,
+    GovernanceStore,
+    AuditStore,
+    EngineRegistry,
+    OutboxReads,
+    MetricsReads,
+    TokenStore,
+)
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 
 
 def own_methods(cls: type) -> dict[str, Callable[..., Any]]:
     """The public methods a class itself defines (not those it inherits)."""
-    return {name: value for name, value in vars(cls).items()
-            if not name.startswith("_") and inspect.isfunction(value)}
+    return {
+        name: value
+        for name, value in vars(cls).items()
+        if not name.startswith("_") and inspect.isfunction(value)
+    }
 
 
 def public_methods(cls: type) -> dict[str, Callable[..., Any]]:
@@ -55,7 +67,8 @@ def shape(fn: Callable[..., Any]) -> tuple[bool, list[tuple[str, Any, bool]]]:
     may be left out."""
     params = list(inspect.signature(fn).parameters.values())[1:]  # self
     return inspect.iscoroutinefunction(fn), [
-        (p.name, p.kind, p.default is not inspect.Parameter.empty) for p in params]
+        (p.name, p.kind, p.default is not inspect.Parameter.empty) for p in params
+    ]
 
 
 UNION = {name: fn for port in PORTS for name, fn in own_methods(port).items()}
@@ -79,8 +92,11 @@ def test_the_store_is_the_union_of_the_ports_and_adds_nothing() -> None:
 def test_every_protocol_in_the_ports_module_that_is_a_store_port_is_listed() -> None:
     """A new port is added to `Store` and to this list (AttemptHandle, WorkerAdapter and
     AuditKey are ports of other things)."""
-    store_ports = {cls for cls in vars(ports).values() if isinstance(cls, type)
-                   and cls in Store.__mro__ and cls is not Store and own_methods(cls)}
+    store_ports = {
+        cls
+        for cls in vars(ports).values()
+        if isinstance(cls, type) and cls in Store.__mro__ and cls is not Store and own_methods(cls)
+    }
     assert store_ports == set(PORTS)
 
 
@@ -103,14 +119,20 @@ def test_the_memory_store_imports_nothing_of_the_sql_store() -> None:
     """The SQL side is whatever imports the SQL driver port (store/driver.py)."""
     graph = grimp.build_graph("corral", cache_dir=None)
     sql_side = {"corral.store.driver", *graph.find_downstream_modules("corral.store.driver")}
-    for module in ("corral.store.memory", "corral.store.governance_memory",
-                   "corral.store.operator_memory"):
+    for module in (
+        "corral.store.memory",
+        "corral.store.governance_memory",
+        "corral.store.operator_memory",
+    ):
         assert graph.find_upstream_modules(module) & sql_side == set(), module
 
 
 def test_no_module_of_corral_is_in_an_import_circle() -> None:
     graph = grimp.build_graph("corral", cache_dir=None)
-    circles = sorted((module, imported) for module in graph.modules
-                     for imported in graph.find_modules_directly_imported_by(module)
-                     if graph.chain_exists(importer=imported, imported=module))
+    circles = sorted(
+        (module, imported)
+        for module in graph.modules
+        for imported in graph.find_modules_directly_imported_by(module)
+        if graph.chain_exists(importer=imported, imported=module)
+    )
     assert circles == []

@@ -13,11 +13,17 @@ from corral.services.submissions import Submissions
 from corral.store.memory import MemoryStore
 
 SETTINGS = Settings(
-    roles={"default": RoleSpec(name="default"),
-           "capped": RoleSpec(name="capped", limits=Limits(max_attempts=2, timeout_s=60),
-                              retry_budget=RetryBudget(max_attempts=3, max_timeout_s=120)),
-           "loose": RoleSpec(name="loose", detached=True)},
-    environments={"local": EnvSpec(name="local")})
+    roles={
+        "default": RoleSpec(name="default"),
+        "capped": RoleSpec(
+            name="capped",
+            limits=Limits(max_attempts=2, timeout_s=60),
+            retry_budget=RetryBudget(max_attempts=3, max_timeout_s=120),
+        ),
+        "loose": RoleSpec(name="loose", detached=True),
+    },
+    environments={"local": EnvSpec(name="local")},
+)
 
 
 def _svc() -> tuple[MemoryStore, Submissions]:
@@ -25,29 +31,40 @@ def _svc() -> tuple[MemoryStore, Submissions]:
     return store, Submissions(store, SETTINGS, lambda: 1000.0, frozenset({"command"}))
 
 
-@pytest.mark.parametrize(("limits", "message"), [
-    (Limits(max_attempts=4, timeout_s=60), "max_attempts 4 is more than "
-                                           "retry_budget.max_attempts 3 of role capped"),
-    (Limits(max_attempts=3, timeout_s=121), "timeout_s 121 is more than "
-                                            "retry_budget.max_timeout_s 120 of role capped"),
-])
-def test_limits_the_core_would_refuse_are_refused_at_submission(limits: Limits,
-                                                                message: str) -> None:
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        (
+            Limits(max_attempts=4, timeout_s=60),
+            "max_attempts 4 is more than retry_budget.max_attempts 3 of role capped",
+        ),
+        (
+            Limits(max_attempts=3, timeout_s=121),
+            "timeout_s 121 is more than retry_budget.max_timeout_s 120 of role capped",
+        ),
+    ],
+)
+def test_limits_the_core_would_refuse_are_refused_at_submission(
+    limits: Limits, message: str
+) -> None:
     _, svc = _svc()
     with pytest.raises(InvalidRequest, match=message):
         svc.build(JobSpec(command=("x",), role="capped", limits=limits), 1000.0)
-    assert svc.build(JobSpec(command=("x",), role="capped",
-                             limits=Limits(max_attempts=3, timeout_s=120)), 1000.0)
+    assert svc.build(
+        JobSpec(command=("x",), role="capped", limits=Limits(max_attempts=3, timeout_s=120)), 1000.0
+    )
 
 
 def test_only_a_detached_roles_child_is_marked_detached_and_only_by_the_role() -> None:
     async def main() -> None:
         _, svc = _svc()
         parent = (await svc.submit(JobSpec(command=("x",)))).job
-        loose = (await svc.submit(JobSpec(command=("x",), role="loose",
-                                          parent_id=parent.id))).job
-        bound = (await svc.submit(JobSpec(command=("x",), parent_id=parent.id,
-                                          options=JobOptions(detached=True)))).job
+        loose = (await svc.submit(JobSpec(command=("x",), role="loose", parent_id=parent.id))).job
+        bound = (
+            await svc.submit(
+                JobSpec(command=("x",), parent_id=parent.id, options=JobOptions(detached=True))
+            )
+        ).job
         top = (await svc.submit(JobSpec(command=("x",), role="loose"))).job
         assert loose.options.detached is True and loose.depth == 1
         assert "detached" not in bound.options.to_json(), "a submitter cannot detach itself"

@@ -18,26 +18,56 @@ FRESH = Usage(tool_calls=0, tokens_in=0, tokens_out=0)
 
 
 def bash(command: str, used: Usage = FRESH, shell: str = "bash") -> Any:
-    return decide(Call(tool="Bash", input={"command": command}, workspace="/w", shell=shell),
-                  role="notebook", scope=SCOPE, guardrails=default_guardrails(), used=used,
-                  limits=LIMITS, resolve=lambda p: p)
+    return decide(
+        Call(tool="Bash", input={"command": command}, workspace="/w", shell=shell),
+        role="notebook",
+        scope=SCOPE,
+        guardrails=default_guardrails(),
+        used=used,
+        limits=LIMITS,
+        resolve=lambda p: p,
+    )
 
 
-@pytest.mark.parametrize(("command", "verdict", "reason", "by", "rule"), [
-    ("kubectl get pods", "allow", "allowed", "scope", "Bash(kubectl * | ray job submit * | "
-                                                       "python *)"),
-    ("rm -rf /", "deny", "out_of_scope", "scope", None),
-    ("kubectl get pods > ~/.bashrc", "deny", "out_of_scope", "scope", None),
-    ("kubectl delete pod trainer-0", "deny", "destructive_on_running_jobs", "guardrail",
-     "no-delete-running-jobs"),
-    ("kubectl scale deploy web --replicas=3", "require_approval", "cluster_scaling",
-     "guardrail", "scaling-needs-approval"),
-    ("kubectl get secret db -o yaml", "deny", "sensitive_read", "guardrail", "no-secret-reads"),
-    ("ray job submit --runtime-env-json '{\"pip\": [\"x\"]}' -- python t.py",
-     "require_approval", "installs_code", "guardrail", None),
-])
-def test_which_part_decides(command: str, verdict: str, reason: str, by: str,
-                            rule: str | None) -> None:
+@pytest.mark.parametrize(
+    ("command", "verdict", "reason", "by", "rule"),
+    [
+        (
+            "kubectl get pods",
+            "allow",
+            "allowed",
+            "scope",
+            "Bash(kubectl * | ray job submit * | python *)",
+        ),
+        ("rm -rf /", "deny", "out_of_scope", "scope", None),
+        ("kubectl get pods > ~/.bashrc", "deny", "out_of_scope", "scope", None),
+        (
+            "kubectl delete pod trainer-0",
+            "deny",
+            "destructive_on_running_jobs",
+            "guardrail",
+            "no-delete-running-jobs",
+        ),
+        (
+            "kubectl scale deploy web --replicas=3",
+            "require_approval",
+            "cluster_scaling",
+            "guardrail",
+            "scaling-needs-approval",
+        ),
+        ("kubectl get secret db -o yaml", "deny", "sensitive_read", "guardrail", "no-secret-reads"),
+        (
+            'ray job submit --runtime-env-json \'{"pip": ["x"]}\' -- python t.py',
+            "require_approval",
+            "installs_code",
+            "guardrail",
+            None,
+        ),
+    ],
+)
+def test_which_part_decides(
+    command: str, verdict: str, reason: str, by: str, rule: str | None
+) -> None:
     v = bash(command)
     assert (v.verdict, v.reason, v.decided_by, v.rule) == (verdict, reason, by, rule), v.message
 

@@ -37,22 +37,41 @@ TRIPPED = {
 
 
 def approval(state: ApprovalState) -> Approval:
-    return Approval(id="a1", job_id="j", subject=TO_A_HUMAN, digest="d", reason="cluster_scaling",
-                    requested_at=0.0, expires_at=60.0, state=state, decided_by="ana")
+    return Approval(
+        id="a1",
+        job_id="j",
+        subject=TO_A_HUMAN,
+        digest="d",
+        reason="cluster_scaling",
+        requested_at=0.0,
+        expires_at=60.0,
+        state=state,
+        decided_by="ana",
+    )
 
 
 def facts(*trips: Step) -> CallFacts:
     """One call tripping exactly the steps named (every fact given: no step needs a read)."""
-    command = DENIED if Step.GUARDRAIL in trips else (
-        TO_A_HUMAN if Step.APPROVAL in trips else FREE)
+    command = (
+        DENIED if Step.GUARDRAIL in trips else (TO_A_HUMAN if Step.APPROVAL in trips else FREE)
+    )
     return CallFacts(
-        call=Call(tool="Bash", input={"command": command}, workspace="/w"), role="notebook",
-        scope=OUT_OF_SCOPE if Step.SCOPE in trips else IN_SCOPE, guardrails=GUARDRAILS,
-        used=Usage(tool_calls=5 if Step.TOOL_CALLS in trips else 0,
-                   tokens_in=1000 if Step.TOKEN_BUDGET in trips else 0, tokens_out=0),
-        limits=LIMITS, resolve=lambda p: p, cost_usd=2.5,
-        over_ceiling=Step.BUDGET_CEILING in trips, approval=approval(ApprovalState.PENDING),
-        late=Step.HOOK_TIMEOUT in trips)
+        call=Call(tool="Bash", input={"command": command}, workspace="/w"),
+        role="notebook",
+        scope=OUT_OF_SCOPE if Step.SCOPE in trips else IN_SCOPE,
+        guardrails=GUARDRAILS,
+        used=Usage(
+            tool_calls=5 if Step.TOOL_CALLS in trips else 0,
+            tokens_in=1000 if Step.TOKEN_BUDGET in trips else 0,
+            tokens_out=0,
+        ),
+        limits=LIMITS,
+        resolve=lambda p: p,
+        cost_usd=2.5,
+        over_ceiling=Step.BUDGET_CEILING in trips,
+        approval=approval(ApprovalState.PENDING),
+        late=Step.HOOK_TIMEOUT in trips,
+    )
 
 
 def decided(f: CallFacts) -> CallVerdict:
@@ -68,7 +87,11 @@ def test_the_table_is_in_the_documented_order() -> None:
 def test_a_call_that_trips_nothing_is_allowed() -> None:
     v = decided(facts())
     assert (v.verdict, v.reason, v.decided_by, v.guardrail) == (
-        "allow", "allowed", "scope", "kubectl-reads")
+        "allow",
+        "allowed",
+        "scope",
+        "kubectl-reads",
+    )
 
 
 @pytest.mark.parametrize("step", list(Step))
@@ -94,21 +117,23 @@ def test_a_call_sent_to_a_human_is_settled_by_the_approval_not_the_ceiling() -> 
     assert decided(f).reason == "approval_required"
     approved = decided(replace(f, approval=approval(ApprovalState.APPROVED)))
     assert (approved.verdict, approved.reason, approved.message) == (
-        "allow", "approved", "approved by ana (a1)")
-    assert decided(replace(f, approval=approval(ApprovalState.DENIED))).reason == \
-        "approval_rejected"
+        "allow",
+        "approved",
+        "approved by ana (a1)",
+    )
+    assert (
+        decided(replace(f, approval=approval(ApprovalState.DENIED))).reason == "approval_rejected"
+    )
 
 
 @pytest.mark.parametrize("earlier", list(Step)[:-1])
 def test_a_hook_timeout_has_the_last_word(earlier: Step) -> None:
     v = decided(facts(earlier, Step.HOOK_TIMEOUT))
     verdict, reason, _by = TRIPPED[earlier]
-    assert (v.verdict, v.reason, v.decided_by, v.limit) == ("deny", "hook_timeout", "timeout",
-                                                            None)
+    assert (v.verdict, v.reason, v.decided_by, v.limit) == ("deny", "hook_timeout", "timeout", None)
     assert v.message.endswith(f"(the engine would have said {verdict}: {reason})")
     # the evaluation row keeps the stage of what the engine would have said
-    assert v.stage == ("guardrail" if earlier in (Step.GUARDRAIL, Step.APPROVAL)
-                       else "tool_call")
+    assert v.stage == ("guardrail" if earlier in (Step.GUARDRAIL, Step.APPROVAL) else "tool_call")
 
 
 def asked(f: CallFacts) -> list[str]:
@@ -123,24 +148,36 @@ def asked(f: CallFacts) -> list[str]:
     return seen
 
 
-@pytest.mark.parametrize(("trips", "cost", "facts_asked"), [
-    ((), 2.5, ["over_ceiling", "late"]),
-    ((), 0.0, ["late"]),  # nothing spent: no ceiling to read
-    ((Step.SCOPE,), 2.5, ["late"]),  # a call the scope denies costs no store read
-    ((Step.TOOL_CALLS,), 2.5, ["late"]),
-    ((Step.GUARDRAIL,), 2.5, ["late"]),
-    ((Step.APPROVAL,), 2.5, ["approval", "late"]),
-    ((Step.BUDGET_CEILING,), 2.5, ["over_ceiling", "late"]),
-])
-def test_a_step_asks_for_its_fact_only_when_it_needs_it(trips: tuple[Step, ...], cost: float,
-                                                        facts_asked: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("trips", "cost", "facts_asked"),
+    [
+        ((), 2.5, ["over_ceiling", "late"]),
+        ((), 0.0, ["late"]),  # nothing spent: no ceiling to read
+        ((Step.SCOPE,), 2.5, ["late"]),  # a call the scope denies costs no store read
+        ((Step.TOOL_CALLS,), 2.5, ["late"]),
+        ((Step.GUARDRAIL,), 2.5, ["late"]),
+        ((Step.APPROVAL,), 2.5, ["approval", "late"]),
+        ((Step.BUDGET_CEILING,), 2.5, ["over_ceiling", "late"]),
+    ],
+)
+def test_a_step_asks_for_its_fact_only_when_it_needs_it(
+    trips: tuple[Step, ...], cost: float, facts_asked: list[str]
+) -> None:
     assert asked(replace(facts(*trips), cost_usd=cost)) == facts_asked
 
 
-@pytest.mark.parametrize(("trips", "use"), [
-    ((), True), ((Step.SCOPE,), True), ((Step.GUARDRAIL,), True), ((Step.APPROVAL,), True),
-    ((Step.TOKEN_BUDGET,), False), ((Step.TOOL_CALLS,), False),
-    ((Step.BUDGET_CEILING,), False), ((Step.HOOK_TIMEOUT,), False),
-])
+@pytest.mark.parametrize(
+    ("trips", "use"),
+    [
+        ((), True),
+        ((Step.SCOPE,), True),
+        ((Step.GUARDRAIL,), True),
+        ((Step.APPROVAL,), True),
+        ((Step.TOKEN_BUDGET,), False),
+        ((Step.TOOL_CALLS,), False),
+        ((Step.BUDGET_CEILING,), False),
+        ((Step.HOOK_TIMEOUT,), False),
+    ],
+)
 def test_which_calls_are_a_use_of_the_budget(trips: tuple[Step, ...], use: bool) -> None:
     assert counts(decided(facts(*trips))) is use

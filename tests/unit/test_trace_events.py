@@ -43,10 +43,14 @@ class FakeSink:
 
 
 def test_subjects_name_the_state_or_the_governance_kind() -> None:
-    assert subject_of("job_events", {"to_state": "DEAD_LETTERED", "kind": "x"}) == \
-        "corral.jobs.dead_lettered"
-    assert subject_of("job_events", {"to_state": None, "kind": "attempt_ended"}) == \
-        "corral.jobs.event.attempt_ended"
+    assert (
+        subject_of("job_events", {"to_state": "DEAD_LETTERED", "kind": "x"})
+        == "corral.jobs.dead_lettered"
+    )
+    assert (
+        subject_of("job_events", {"to_state": None, "kind": "attempt_ended"})
+        == "corral.jobs.event.attempt_ended"
+    )
     assert subject_of("switch_events", {"kind": "pause"}) == "corral.governance.pause"
     assert subject_of("approval_events", {}) == "corral.governance.approval"
     assert subject_of("policy_evaluations", {}) == "corral.governance.policy_evaluation"
@@ -55,16 +59,33 @@ def test_subjects_name_the_state_or_the_governance_kind() -> None:
 
 
 def test_a_record_keeps_its_id_and_its_json_columns_as_values() -> None:
-    e = record_event("job_events", {"seq": 7, "job_id": "j", "kind": "submitted",
-                                    "to_state": "QUEUED", "data": '{"priority": 2}'})
+    e = record_event(
+        "job_events",
+        {
+            "seq": 7,
+            "job_id": "j",
+            "kind": "submitted",
+            "to_state": "QUEUED",
+            "data": '{"priority": 2}',
+        },
+    )
     assert e.event_id == "job_events:7"
     assert e.body["data"] == {"priority": 2}
     assert b'"event_id":"job_events:7"' in e.payload()
 
 
 def test_an_agent_event_keeps_its_own_id_and_names_the_intent() -> None:
-    ev = AgentEvent(event_id="ae1", job_id="j1", attempt=2, at=NOW, role="r", worker="codex",
-                    tenant="t", tokens_in=5, retry_count=1)
+    ev = AgentEvent(
+        event_id="ae1",
+        job_id="j1",
+        attempt=2,
+        at=NOW,
+        role="r",
+        worker="codex",
+        tenant="t",
+        tokens_in=5,
+        retry_count=1,
+    )
     e = agent_event(ev)
     assert (e.event_id, e.subject) == ("ae1", AGENT_SUBJECT)
     assert e.body["intent_id"] == "j1" and e.body["retry_count"] == 1
@@ -84,8 +105,9 @@ async def _store_with(n: int) -> MemoryStore:
 
 
 def _drainer(store: MemoryStore, sink: FakeSink, **spec: int) -> SinkDrainer:
-    events = EventsSpec(sinks=(SPEC,), max_backlog=spec.get("max_backlog", 1000),
-                        batch=spec.get("batch", 100))
+    events = EventsSpec(
+        sinks=(SPEC,), max_backlog=spec.get("max_backlog", 1000), batch=spec.get("batch", 100)
+    )
     return SinkDrainer(store, sink, events, holder="e1", clock=lambda: NOW)
 
 
@@ -143,11 +165,20 @@ def test_an_attempts_agent_event_goes_out_just_before_its_end() -> None:
         store, sink = await _store_with(1), FakeSink()
         [row] = await store.outbox_rows("job_events", after=0, limit=1)
         job_id = str(row["job_id"])
-        await store.record_agent_event(AgentEvent(event_id="ae1", job_id=job_id, attempt=1,
-                                                  at=NOW, role="default", worker="codex",
-                                                  tenant="default"))
-        await store.append_events([JobEvent(job_id=job_id, at=NOW, kind="attempt_ended",
-                                            attempt=1, message="exit 0")])
+        await store.record_agent_event(
+            AgentEvent(
+                event_id="ae1",
+                job_id=job_id,
+                attempt=1,
+                at=NOW,
+                role="default",
+                worker="codex",
+                tenant="default",
+            )
+        )
+        await store.append_events(
+            [JobEvent(job_id=job_id, at=NOW, kind="attempt_ended", attempt=1, message="exit 0")]
+        )
         await _drainer(store, sink).round()
         assert [e.event_id for e in sink.published] == ["job_events:1", "ae1", "job_events:2"]
 
@@ -157,8 +188,9 @@ def test_an_attempts_agent_event_goes_out_just_before_its_end() -> None:
 def test_another_engines_lease_keeps_this_one_idle() -> None:
     async def main() -> None:
         store, sink = await _store_with(2), FakeSink()
-        assert await store.claim_cursors("fake", ("job_events",), holder="other", now=NOW,
-                                         lease_s=60)
+        assert await store.claim_cursors(
+            "fake", ("job_events",), holder="other", now=NOW, lease_s=60
+        )
         assert await _drainer(store, sink).round() == 0
         assert sink.published == []
 

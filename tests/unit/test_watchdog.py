@@ -39,23 +39,34 @@ def wjob(id: str, **kw: Any) -> Job:
     return job(id=id, **base)
 
 
-def wd_core(gauges: dict[str, Thresholds], kinds: tuple[str, ...] = ("command",),
-            **spec: Any) -> tuple[Core, list[Any]]:
-    s = settings(roles={"r": RoleSpec(name="r", concurrency=4)},
-                 watchdog=WatchdogSpec(gauges=gauges, **spec),
-                 breakers=BreakerSpec(min_calls=100, consecutive_failures=100))
+def wd_core(
+    gauges: dict[str, Thresholds], kinds: tuple[str, ...] = ("command",), **spec: Any
+) -> tuple[Core, list[Any]]:
+    s = settings(
+        roles={"r": RoleSpec(name="r", concurrency=4)},
+        watchdog=WatchdogSpec(gauges=gauges, **spec),
+        breakers=BreakerSpec(min_calls=100, consecutive_failures=100),
+    )
     core, events, _ = make_core(s, kinds=kinds)
     return core, events
 
 
 def stage_events(events: list[Any]) -> list[tuple[str, str]]:
-    return [(e.data["from"], e.data["to"]) for e in of(events, "defense")
-            if e.name == "watchdog"]
+    return [(e.data["from"], e.data["to"]) for e in of(events, "defense") if e.name == "watchdog"]
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (0.0, 0), (9.9, 0), (10.0, 1), (25.0, 2), (49.0, 2), (50.0, 3), (1e9, 4),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0.0, 0),
+        (9.9, 0),
+        (10.0, 1),
+        (25.0, 2),
+        (49.0, 2),
+        (50.0, 3),
+        (1e9, 4),
+    ],
+)
 def test_level_of(value: float, expected: int) -> None:
     assert level_of(value, Thresholds(shed=10, throttle=20, open=50, escalate=100)) == expected
     assert level_of(value, Thresholds()) == 0
@@ -124,24 +135,31 @@ def after(seconds: float) -> Callable[[Core], float]:
     return lambda core: T0 + seconds
 
 
-@pytest.mark.parametrize(("gauge", "threshold", "feed", "cure", "value"), [
-    (INFLIGHT, 2, feed_inflight, cure_inflight, 2.0),
-    (QUEUE_LAG, 20_000, feed_lag, after(5), 30_000.0),  # samples count for sample_s (5 s)
-    (TIMEOUT_RATE, 0.5, feed_timeouts, after(60), 1.0),  # results count for window_s (60 s)
-    (CANCEL_LATENCY, 1000, feed_cancel_latency, after(8), 3000.0),
-    (LOCK_WAIT, 2000, feed_lock_wait, after(5), 2500.0),
-    (STALLED, 1, feed_stall, cure_stall, 1.0),
-])
+@pytest.mark.parametrize(
+    ("gauge", "threshold", "feed", "cure", "value"),
+    [
+        (INFLIGHT, 2, feed_inflight, cure_inflight, 2.0),
+        (QUEUE_LAG, 20_000, feed_lag, after(5), 30_000.0),  # samples count for sample_s (5 s)
+        (TIMEOUT_RATE, 0.5, feed_timeouts, after(60), 1.0),  # results count for window_s (60 s)
+        (CANCEL_LATENCY, 1000, feed_cancel_latency, after(8), 3000.0),
+        (LOCK_WAIT, 2000, feed_lock_wait, after(5), 2500.0),
+        (STALLED, 1, feed_stall, cure_stall, 1.0),
+    ],
+)
 def test_each_gauge_raises_the_stage_and_recovery_lowers_it(
-        gauge: str, threshold: float, feed: Feed, cure: Callable[[Core], float],
-        value: float) -> None:
+    gauge: str, threshold: float, feed: Feed, cure: Callable[[Core], float], value: float
+) -> None:
     core, events = wd_core({gauge: Thresholds(shed=threshold)})
     feed(core)
     core.tick(T0 + 0.5)
     assert core.watchdog.stage == 1 and core.watchdog.cause == gauge
     [up] = [e for e in of(events, "defense") if e.name == "watchdog"]
     assert (up.state, up.reason, up.data["gauge"], up.data["value"]) == (
-        "shed", "threshold_exceeded", gauge, value)
+        "shed",
+        "threshold_exceeded",
+        gauge,
+        value,
+    )
     expected = QUEUE_STALL if gauge == STALLED else GLOBAL_SHED
     assert refused(core, wjob("low", priority=3), T0 + 0.5).reason == expected
     cured = cure(core)
@@ -170,13 +188,17 @@ def test_the_stage_steps_down_one_stage_per_recover_s() -> None:
     assert core.watchdog.stage == 2
     for t in (T0 + 5, T0 + 15, T0 + 24.9, T0 + 25):
         core.tick(t)
-    assert stage_events(events) == [("normal", "throttle"), ("throttle", "shed"),
-                                    ("shed", "normal")]
+    assert stage_events(events) == [
+        ("normal", "throttle"),
+        ("throttle", "shed"),
+        ("shed", "normal"),
+    ]
     assert [e.at for e in of(events, "defense")][1:] == [T0 + 15, T0 + 25]
 
 
-@pytest.mark.parametrize(("gauge", "reason"), [(LOCK_WAIT, BUDGET_EXHAUSTED),
-                                                (STALLED, QUEUE_STALL)])
+@pytest.mark.parametrize(
+    ("gauge", "reason"), [(LOCK_WAIT, BUDGET_EXHAUSTED), (STALLED, QUEUE_STALL)]
+)
 def test_throttle_scales_the_caps_down(gauge: str, reason: str) -> None:
     core, _ = wd_core({gauge: Thresholds(throttle=1)}, throttle_factor=0.5)
     granted(core, wjob("a"), T0)
@@ -214,18 +236,24 @@ def test_stage_open_opens_the_involved_kinds_breakers_and_recovery_closes_them()
     assert of(events, "breaker")[-1].reason == "watchdog_recovered"
 
 
-@pytest.mark.parametrize(("worker", "scope", "target"), [
-    ("codex", "workerKind", "codex"),  # attributed: that kind is isolated
-    (None, "global", "*"),  # nothing to attribute it to: safe stop
-])
-def test_stage_escalate_opens_an_escalation(worker: str | None, scope: str,
-                                            target: str) -> None:
+@pytest.mark.parametrize(
+    ("worker", "scope", "target"),
+    [
+        ("codex", "workerKind", "codex"),  # attributed: that kind is isolated
+        (None, "global", "*"),  # nothing to attribute it to: safe stop
+    ],
+)
+def test_stage_escalate_opens_an_escalation(worker: str | None, scope: str, target: str) -> None:
     core, events = wd_core({LOCK_WAIT: Thresholds(escalate=100)}, kinds=("command", "codex"))
     core.report_metric(LOCK_WAIT, 150, T0, worker=worker)
     core.tick(T0)
     [e] = core.escalations.export()
-    assert (e.scope, e.target, e.reason, e.severity) == (scope, target, "watchdog_escalate",
-                                                         "critical")
+    assert (e.scope, e.target, e.reason, e.severity) == (
+        scope,
+        target,
+        "watchdog_escalate",
+        "critical",
+    )
     assert of(events, "escalation")[0].data["gauge"] == LOCK_WAIT
     assert refused(core, wjob("x", worker="codex", priority=0), T0).reason == FATAL_MODE
     core.tick(T0 + 1)
@@ -241,8 +269,12 @@ def test_stall_detection() -> None:
     assert not of(events, "defense")
     core.tick(T0 + 600)
     [stall] = of(events, "defense")
-    assert (stall.scope, stall.name, stall.reason, stall.state) == ("job", "quiet",
-                                                                    "stall_detected", "stalled")
+    assert (stall.scope, stall.name, stall.reason, stall.state) == (
+        "job",
+        "quiet",
+        "stall_detected",
+        "stalled",
+    )
     assert stall.data["idle_s"] == 600 and stall.data["worker"] == "command"
     core.tick(T0 + 700)  # reported once
     assert len(of(events, "defense")) == 1
@@ -272,8 +304,10 @@ watchdog:
 """
     w = resolve(parse(text, "c.yaml"), "c.yaml").watchdog
     assert (w.stall_s, w.recover_s, w.shed_min_priority, w.throttle_factor) == (120, 3, 2, 0.25)
-    assert w.gauges == {QUEUE_LAG: Thresholds(shed=5000, throttle=20000),
-                        STALLED: Thresholds(shed=1, escalate=10)}
+    assert w.gauges == {
+        QUEUE_LAG: Thresholds(shed=5000, throttle=20000),
+        STALLED: Thresholds(shed=1, escalate=10),
+    }
     assert resolve(parse("", "c"), "c").watchdog == WatchdogSpec()
     with pytest.raises(ConfigError, match=r"watchdog\.worker_lag"):
         parse("watchdog: {worker_lag: {shed: 1}}", "c.yaml")

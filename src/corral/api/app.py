@@ -31,8 +31,14 @@ from .state import ApiState
 READY_TIMEOUT_S = 1.0
 
 
-def create_app(config: Config, store: Store, *, wake: Wake | None = None,
-               own_store: bool = False, clock: Callable[[], float] = time.time) -> FastAPI:
+def create_app(
+    config: Config,
+    store: Store,
+    *,
+    wake: Wake | None = None,
+    own_store: bool = False,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
     """The API over `store` (opened and closed with the app when `own_store`; an engine passes
     its own, open store). `wake` tells the engine to look now (default: its control socket)."""
 
@@ -46,15 +52,24 @@ def create_app(config: Config, store: Store, *, wake: Wake | None = None,
             if own_store:
                 await store.close()
 
-    app = FastAPI(title="Corral", version=__version__, lifespan=lifespan, docs_url=None,
-                  redoc_url=None, responses=problems.documented(),
-                  description="Jobs, governance and the engine's mechanism over HTTP "
-                              "(docs/reference/http-api.md).")
+    app = FastAPI(
+        title="Corral",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        responses=problems.documented(),
+        description="Jobs, governance and the engine's mechanism over HTTP "
+        "(docs/reference/http-api.md).",
+    )
     rate = config.api.rate_limit
     app.state.corral = ApiState(
-        store=store, config=config,
+        store=store,
+        config=config,
         wake=wake or (lambda op: poke(config.data_dir, op)),
-        buckets=Buckets(rate.per_s, rate.burst), clock=clock)
+        buckets=Buckets(rate.per_s, rate.burst),
+        clock=clock,
+    )
     problems.install(app)
     app.include_router(jobs.router)
     app.include_router(dlq.router)
@@ -65,8 +80,7 @@ def create_app(config: Config, store: Store, *, wake: Wake | None = None,
     app.include_router(mechanism.metrics_router)
     app.include_router(intents.router)
     _health_routes(app, store, config)
-    app.add_api_route("/docs", _docs_page, include_in_schema=False,
-                      response_class=HTMLResponse)
+    app.add_api_route("/docs", _docs_page, include_in_schema=False, response_class=HTMLResponse)
     return app
 
 
@@ -76,8 +90,12 @@ def _health_routes(app: FastAPI, store: Store, config: Config) -> None:
         """The process is up (no token needed)."""
         return bodies.Health(status="ok").dump()
 
-    @app.get("/readyz", tags=["health"], response_model=bodies.Health,
-             responses={503: {"model": bodies.Health}})
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        response_model=bodies.Health,
+        responses={503: {"model": bodies.Health}},
+    )
     async def readyz() -> Any:
         """The store answers and an engine serves the data directory (no token needed)."""
         try:
@@ -86,11 +104,13 @@ def _health_routes(app: FastAPI, store: Store, config: Config) -> None:
         except Exception as err:  # any failure to read is "not ready", said in one word
             store_ok = f"unavailable: {type(err).__name__}"
         answer = await anyio.to_thread.run_sync(
-            lambda: poke(config.data_dir, "wake", timeout=READY_TIMEOUT_S))
+            lambda: poke(config.data_dir, "wake", timeout=READY_TIMEOUT_S)
+        )
         engine = "ok" if answer is not None else "not answering"
         ready = store_ok == "ok" and engine == "ok"
-        body = bodies.Health(status="ready" if ready else "not ready", store=store_ok,
-                             engine=engine)
+        body = bodies.Health(
+            status="ready" if ready else "not ready", store=store_ok, engine=engine
+        )
         return JSONResponse(body.dump(), status_code=200 if ready else 503)
 
 

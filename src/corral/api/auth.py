@@ -28,8 +28,10 @@ def actor(token: ApiToken) -> str:
 
 async def _authenticated(request: Request, credentials: Credentials) -> ApiToken:
     if credentials is None:
-        raise Unauthenticated("missing bearer token: send `Authorization: Bearer <token>` "
-                              "(`corral token create` makes one)")
+        raise Unauthenticated(
+            "missing bearer token: send `Authorization: Bearer <token>` "
+            "(`corral token create` makes one)"
+        )
     st = state_of(request)
     token = await tokens.authenticate(st.store, credentials.credentials, clock=st.clock)
     if token is None:
@@ -43,8 +45,9 @@ def scope(needed: str) -> Callable[..., Awaitable[ApiToken]]:
 
     async def check(token: Annotated[ApiToken, Depends(_authenticated)]) -> ApiToken:
         if not token.allows(needed):
-            raise NotPermitted(f"this token lacks the scope {needed!r} "
-                               f"(it has {', '.join(token.scopes)})")
+            raise NotPermitted(
+                f"this token lacks the scope {needed!r} (it has {', '.join(token.scopes)})"
+            )
         return token
 
     return check

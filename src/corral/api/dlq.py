@@ -18,14 +18,19 @@ router = APIRouter(prefix="/api/v1/dlq", tags=["dlq"])
 
 
 @router.get("", response_model=bodies.JobPage)
-async def dlq_list(request: Request, token: JobsRead,
-                   limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-                   cursor: Annotated[str | None, Query(max_length=100)] = None) -> Any:
+async def dlq_list(
+    request: Request,
+    token: JobsRead,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: Annotated[str | None, Query(max_length=100)] = None,
+) -> Any:
     """Dead-lettered jobs not yet requeued or purged, newest first."""
-    page = await tenancy.jobs_of(state_of(request).store, token.tenant, limit=limit,
-                                 cursor=cursor, dead_lettered=True)
-    return bodies.JobPage(jobs=[views.JobDetail.of(j) for j in page.jobs],
-                          next_cursor=page.next_cursor).dump()
+    page = await tenancy.jobs_of(
+        state_of(request).store, token.tenant, limit=limit, cursor=cursor, dead_lettered=True
+    )
+    return bodies.JobPage(
+        jobs=[views.JobDetail.of(j) for j in page.jobs], next_cursor=page.next_cursor
+    ).dump()
 
 
 @router.post("/{job_id}/requeue", status_code=201, response_model=views.Requeued)
@@ -42,6 +47,5 @@ async def dlq_purge(body: bodies.PurgeBody, request: Request, token: JobsWrite) 
     """Drop jobs from the dead-letter queue (`all`: every one of the tenant's); their records,
     attempts and logs stay."""
     st = state_of(request)
-    refs = await tenancy.dead_letters_to_purge(st.store, token.tenant, body.jobs,
-                                               every=body.all)
+    refs = await tenancy.dead_letters_to_purge(st.store, token.tenant, body.jobs, every=body.all)
     return views.Purged(purged=await dlq.purge(st.store, st.config, refs)).dump()

@@ -31,11 +31,13 @@ def _target(body: bodies.ControlBody | bodies.ResumeBody, token: ApiToken) -> st
     return body.target
 
 
-async def _allowed(st: ApiState, token: ApiToken,
-                   body: bodies.ControlBody | bodies.ResumeBody) -> str | None:
+async def _allowed(
+    st: ApiState, token: ApiToken, body: bodies.ControlBody | bodies.ResumeBody
+) -> str | None:
     target = _target(body, token)
-    await tenancy.scope_allowed(st.store, token.tenant, body.scope, target,
-                                admin=token.allows("admin"))
+    await tenancy.scope_allowed(
+        st.store, token.tenant, body.scope, target, admin=token.allows("admin")
+    )
     return target
 
 
@@ -43,8 +45,9 @@ async def _allowed(st: ApiState, token: ApiToken,
 async def kill_switches(request: Request, token: Govern) -> Any:
     """The kill switches active now that apply to the caller's tenant."""
     st = state_of(request)
-    found = await tenancy.visible_controls(st.store, await controls.kill_switches(st.store),
-                                           token.tenant, admin=token.allows("admin"))
+    found = await tenancy.visible_controls(
+        st.store, await controls.kill_switches(st.store), token.tenant, admin=token.allows("admin")
+    )
     return [views.record(s).dump() for s in found]
 
 
@@ -54,8 +57,14 @@ async def kill_switch_on(body: bodies.KillSwitchBody, request: Request, token: G
     st = state_of(request)
     target = await _allowed(st, token, body)
     switch = await controls.kill_switch_on(
-        st.store, scope=body.scope, target=target, reason=body.reason,
-        expires_in=body.expires_in_s, by=actor(token), wake=st.wake)
+        st.store,
+        scope=body.scope,
+        target=target,
+        reason=body.reason,
+        expires_in=body.expires_in_s,
+        by=actor(token),
+        wake=st.wake,
+    )
     return views.record(switch).dump()
 
 
@@ -63,16 +72,23 @@ async def kill_switch_on(body: bodies.KillSwitchBody, request: Request, token: G
 async def kill_switch_off(switch_id: str, request: Request, token: Govern) -> Any:
     """Lift one active kill switch the caller may set."""
     st = state_of(request)
-    visible = await tenancy.visible_controls(st.store, await controls.kill_switches(st.store),
-                                             token.tenant, admin=token.allows("admin"))
+    visible = await tenancy.visible_controls(
+        st.store, await controls.kill_switches(st.store), token.tenant, admin=token.allows("admin")
+    )
     mine = [s for s in visible if s.id == switch_id]
     if not mine:
         raise NotFound(f"no active kill switch {switch_id}")
-    await tenancy.scope_allowed(st.store, token.tenant, mine[0].scope, mine[0].target,
-                                admin=token.allows("admin"))
-    lifted = await controls.kill_switch_off(st.store, switch_id=switch_id, scope=mine[0].scope,
-                                            target=mine[0].target, by=actor(token),
-                                            wake=st.wake)
+    await tenancy.scope_allowed(
+        st.store, token.tenant, mine[0].scope, mine[0].target, admin=token.allows("admin")
+    )
+    lifted = await controls.kill_switch_off(
+        st.store,
+        switch_id=switch_id,
+        scope=mine[0].scope,
+        target=mine[0].target,
+        by=actor(token),
+        wake=st.wake,
+    )
     return views.record(lifted[0]).dump()
 
 
@@ -80,8 +96,9 @@ async def kill_switch_off(switch_id: str, request: Request, token: Govern) -> An
 async def pauses(request: Request, token: Govern) -> Any:
     """The active pauses that apply to the caller's tenant."""
     st = state_of(request)
-    found = await tenancy.visible_controls(st.store, await st.store.pauses(active_only=True),
-                                           token.tenant, admin=token.allows("admin"))
+    found = await tenancy.visible_controls(
+        st.store, await st.store.pauses(active_only=True), token.tenant, admin=token.allows("admin")
+    )
     return [views.record(p).dump() for p in found]
 
 
@@ -90,8 +107,9 @@ async def pause(body: bodies.ControlBody, request: Request, token: Govern) -> An
     """Stop dispatching new runs in a scope; running attempts finish."""
     st = state_of(request)
     target = await _allowed(st, token, body)
-    made = await controls.pause(st.store, scope=body.scope, target=target, reason=body.reason,
-                                by=actor(token), wake=st.wake)
+    made = await controls.pause(
+        st.store, scope=body.scope, target=target, reason=body.reason, by=actor(token), wake=st.wake
+    )
     return views.record(made).dump()
 
 
@@ -100,39 +118,55 @@ async def resume(body: bodies.ResumeBody, request: Request, token: Govern) -> An
     """Lift every active pause of exactly this scope."""
     st = state_of(request)
     target = await _allowed(st, token, body)
-    lifted = await controls.resume(st.store, scope=body.scope, target=target, by=actor(token),
-                                   wake=st.wake)
+    lifted = await controls.resume(
+        st.store, scope=body.scope, target=target, by=actor(token), wake=st.wake
+    )
     return [views.record(p).dump() for p in lifted]
 
 
 @router.get("/approvals", response_model=list[ApprovalView])
-async def approvals_list(request: Request, token: Approve,
-                         state: ApprovalState | None = None) -> Any:
+async def approvals_list(
+    request: Request, token: Approve, state: ApprovalState | None = None
+) -> Any:
     """Approvals of the caller's tenant's jobs, oldest first."""
-    found = await tenancy.approvals_of(state_of(request).store, token.tenant,
-                                       state=state.value if state else None)
+    found = await tenancy.approvals_of(
+        state_of(request).store, token.tenant, state=state.value if state else None
+    )
     return [views.record(a).dump() for a in found]
 
 
-async def _decide(request: Request, token: ApiToken, approval_id: str, approve: bool,
-                  body: bodies.DecisionBody | None) -> Any:
+async def _decide(
+    request: Request,
+    token: ApiToken,
+    approval_id: str,
+    approve: bool,
+    body: bodies.DecisionBody | None,
+) -> Any:
     st = state_of(request)
     await tenancy.approval_of(st.store, approval_id, token.tenant)
-    decided = await approvals.decide(st.store, st.config, approval_id, approve=approve,
-                                     by=actor(token), wake=st.wake,
-                                     note=(body or bodies.DecisionBody()).note)
+    decided = await approvals.decide(
+        st.store,
+        st.config,
+        approval_id,
+        approve=approve,
+        by=actor(token),
+        wake=st.wake,
+        note=(body or bodies.DecisionBody()).note,
+    )
     return views.record(decided).dump()
 
 
 @router.post("/approvals/{approval_id}/approve", response_model=ApprovalView)
-async def approve(approval_id: str, request: Request, token: Approve,
-                  body: bodies.DecisionBody | None = None) -> Any:
+async def approve(
+    approval_id: str, request: Request, token: Approve, body: bodies.DecisionBody | None = None
+) -> Any:
     """Approve: the run is released (or the tool call allowed); recorded as the token's."""
     return await _decide(request, token, approval_id, True, body)
 
 
 @router.post("/approvals/{approval_id}/deny", response_model=ApprovalView)
-async def deny(approval_id: str, request: Request, token: Approve,
-               body: bodies.DecisionBody | None = None) -> Any:
+async def deny(
+    approval_id: str, request: Request, token: Approve, body: bodies.DecisionBody | None = None
+) -> Any:
     """Deny: the job is denied (or the tool call refused); recorded as the token's."""
     return await _decide(request, token, approval_id, False, body)

@@ -22,27 +22,46 @@ router = APIRouter(prefix="/agentops/intents", tags=["agentops"])
 
 
 @router.post("", status_code=202, response_model=bodies.IntentAccepted)
-async def create_intent(body: bodies.IntentCreate, request: Request, token: JobsWrite,
-                        idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
-                        ) -> Any:
+async def create_intent(
+    body: bodies.IntentCreate,
+    request: Request,
+    token: JobsWrite,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> Any:
     """Submit an intent (a job): 202 with its id, its place in the queue and a start estimate."""
     if body.source is not None:
-        raise InvalidRequest("a notebook intent ({source, environment}) needs the notebook "
-                             "worker, which this engine does not have yet")
+        raise InvalidRequest(
+            "a notebook intent ({source, environment}) needs the notebook "
+            "worker, which this engine does not have yet"
+        )
     st = state_of(request)
-    tenant = tenancy.tenant_for_submission(token.tenant, body.tenant,
-                                           admin=token.allows("admin"))
+    tenant = tenancy.tenant_for_submission(token.tenant, body.tenant, admin=token.allows("admin"))
     req = SubmitRequest(
-        command=tuple(body.command), prompt=body.prompt, role=body.role, env_name=body.env_name,
-        priority=body.priority, tenant=tenant, key=idempotency_key, dedup=body.dedup,
+        command=tuple(body.command),
+        prompt=body.prompt,
+        role=body.role,
+        env_name=body.env_name,
+        priority=body.priority,
+        tenant=tenant,
+        key=idempotency_key,
+        dedup=body.dedup,
         limits=LimitChoices(max_attempts=body.max_attempts, timeout_s=body.timeout_s),
-        after=tuple(body.after), cwd=body.cwd, env=dict(body.env), worker=body.worker,
-        resume_from=body.resume_from)
+        after=tuple(body.after),
+        cwd=body.cwd,
+        env=dict(body.env),
+        worker=body.worker,
+        resume_from=body.resume_from,
+    )
     job = (await submit(st.store, st.config, req, st.wake)).result.job
     where = await intents.placement(st.store, st.config, job)
-    return JSONResponse(bodies.IntentAccepted(
-        intent_id=job.id, queue_position=where.queue_position,
-        estimated_start_s=where.estimated_start_s).dump(), status_code=202)
+    return JSONResponse(
+        bodies.IntentAccepted(
+            intent_id=job.id,
+            queue_position=where.queue_position,
+            estimated_start_s=where.estimated_start_s,
+        ).dump(),
+        status_code=202,
+    )
 
 
 @router.get("/{intent_id}", response_model=bodies.IntentStatus)
@@ -51,9 +70,12 @@ async def get_intent(intent_id: str, request: Request, token: JobsRead) -> Any:
     st = state_of(request)
     job = await tenancy.job_of(st.store, intent_id, token.tenant)
     p = await intents.progress(st.store, job)
-    return bodies.IntentStatus(status=p.status, checkpoint=p.checkpoint,
-                               tool_call_count=p.tool_call_count,
-                               duration_ms=p.duration_ms).dump()
+    return bodies.IntentStatus(
+        status=p.status,
+        checkpoint=p.checkpoint,
+        tool_call_count=p.tool_call_count,
+        duration_ms=p.duration_ms,
+    ).dump()
 
 
 @router.post("/{intent_id}/cancel", response_model=views.Cancelled)
@@ -61,8 +83,13 @@ async def cancel_intent(intent_id: str, request: Request, token: JobsWrite) -> A
     """Cancel an intent: 200, or 409 when it has ended."""
     st = state_of(request)
     await tenancy.job_of(st.store, intent_id, token.tenant)
-    done = await cancellation.cancel(st.store, st.config, intent_id,
-                                     reason=f"intent cancelled (by {actor(token)})",
-                                     caller=None, wake=st.wake)
+    done = await cancellation.cancel(
+        st.store,
+        st.config,
+        intent_id,
+        reason=f"intent cancelled (by {actor(token)})",
+        caller=None,
+        wake=st.wake,
+    )
     j = done.job
     return views.Cancelled(id=j.id, state=j.state, cancel_requested=j.cancel_requested).dump()

@@ -32,43 +32,72 @@ def detail(j: Job) -> views.JobDetail:
     return views.JobDetail.of(j)
 
 
-@router.post("", status_code=201, response_model=bodies.JobCreated,
-             responses={200: {"model": bodies.JobCreated,
-                              "description": "Coalesced into an existing job (same key)."}})
-async def create_job(body: bodies.JobCreate, request: Request, token: JobsWrite,
-                     idempotency_key: Annotated[str | None, Header(
-                         max_length=200, description="As `corral submit --key`.")] = None,
-                     ) -> Any:
+@router.post(
+    "",
+    status_code=201,
+    response_model=bodies.JobCreated,
+    responses={
+        200: {
+            "model": bodies.JobCreated,
+            "description": "Coalesced into an existing job (same key).",
+        }
+    },
+)
+async def create_job(
+    body: bodies.JobCreate,
+    request: Request,
+    token: JobsWrite,
+    idempotency_key: Annotated[
+        str | None, Header(max_length=200, description="As `corral submit --key`.")
+    ] = None,
+) -> Any:
     """Submit a job, as `corral submit`: 201 with the new job, 200 with the job a held
     `Idempotency-Key` coalesced into, 429 with Retry-After over a queue cap."""
     st = state_of(request)
-    tenant = tenancy.tenant_for_submission(token.tenant, body.tenant,
-                                           admin=token.allows("admin"))
+    tenant = tenancy.tenant_for_submission(token.tenant, body.tenant, admin=token.allows("admin"))
     req = SubmitRequest(
-        command=tuple(body.command), prompt=body.prompt, role=body.role, env_name=body.env_name,
-        priority=body.priority, tenant=tenant, key=idempotency_key, dedup=body.dedup,
+        command=tuple(body.command),
+        prompt=body.prompt,
+        role=body.role,
+        env_name=body.env_name,
+        priority=body.priority,
+        tenant=tenant,
+        key=idempotency_key,
+        dedup=body.dedup,
         limits=LimitChoices(max_attempts=body.max_attempts, timeout_s=body.timeout_s),
-        after=tuple(body.after), cwd=body.cwd, env=dict(body.env), worker=body.worker,
-        resume_from=body.resume_from)
+        after=tuple(body.after),
+        cwd=body.cwd,
+        env=dict(body.env),
+        worker=body.worker,
+        resume_from=body.resume_from,
+    )
     done = await submit(st.store, st.config, req, st.wake)
     r = done.result
-    out = bodies.JobCreated(created=r.created, coalesced_on=r.coalesced_on,
-                            superseded=r.superseded, engine_serving=done.engine_serving,
-                            job=detail(r.job))
+    out = bodies.JobCreated(
+        created=r.created,
+        coalesced_on=r.coalesced_on,
+        superseded=r.superseded,
+        engine_serving=done.engine_serving,
+        job=detail(r.job),
+    )
     return JSONResponse(out.dump(), status_code=201 if r.created else 200)
 
 
 @router.get("", response_model=bodies.JobPage)
-async def list_jobs(request: Request, token: JobsRead,
-                    state: JobState | None = None, role: str | None = None,
-                    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-                    cursor: Annotated[str | None, Query(max_length=100)] = None) -> Any:
+async def list_jobs(
+    request: Request,
+    token: JobsRead,
+    state: JobState | None = None,
+    role: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    cursor: Annotated[str | None, Query(max_length=100)] = None,
+) -> Any:
     """The token's tenant's jobs, newest first, a page at a time (`cursor`: the previous
     page's `next_cursor`)."""
-    page = await tenancy.jobs_of(state_of(request).store, token.tenant, state=state, role=role,
-                                 limit=limit, cursor=cursor)
-    return bodies.JobPage(jobs=[detail(j) for j in page.jobs],
-                          next_cursor=page.next_cursor).dump()
+    page = await tenancy.jobs_of(
+        state_of(request).store, token.tenant, state=state, role=role, limit=limit, cursor=cursor
+    )
+    return bodies.JobPage(jobs=[detail(j) for j in page.jobs], next_cursor=page.next_cursor).dump()
 
 
 @router.get("/{job_id}", response_model=views.JobShow)
@@ -77,23 +106,28 @@ async def get_job(job_id: JobId, request: Request, token: JobsRead) -> Any:
     st = state_of(request)
     await tenancy.job_of(st.store, job_id, token.tenant)
     d = await queries.job_detail(st.store, job_id)
-    return views.JobShow(**{
-        **views.JobDetail.fields_of(d.job),
-        "attempts": [views.Attempt.of(a) for a in d.attempts],
-        "timeline": [views.JobEvent.of(e) for e in d.timeline],
-        "agent_events": [views.AgentEvent.of(e) for e in d.agent_events]}).dump()
+    return views.JobShow(
+        **{
+            **views.JobDetail.fields_of(d.job),
+            "attempts": [views.Attempt.of(a) for a in d.attempts],
+            "timeline": [views.JobEvent.of(e) for e in d.timeline],
+            "agent_events": [views.AgentEvent.of(e) for e in d.agent_events],
+        }
+    ).dump()
 
 
 @router.post("/{job_id}/cancel", response_model=views.Cancelled)
-async def cancel_job(job_id: JobId, request: Request, token: JobsWrite,
-                     body: bodies.CancelBody | None = None) -> Any:
+async def cancel_job(
+    job_id: JobId, request: Request, token: JobsWrite, body: bodies.CancelBody | None = None
+) -> Any:
     """Cancel a job and the jobs it submitted (409 when it has ended already); the reason
     recorded names the token."""
     st = state_of(request)
     await tenancy.job_of(st.store, job_id, token.tenant)
     reason = f"{(body or bodies.CancelBody()).reason} (by {actor(token)})"
-    done = await cancellation.cancel(st.store, st.config, job_id, reason=reason, caller=None,
-                                     wake=st.wake)
+    done = await cancellation.cancel(
+        st.store, st.config, job_id, reason=reason, caller=None, wake=st.wake
+    )
     j = done.job
     return views.Cancelled(id=j.id, state=j.state, cancel_requested=j.cancel_requested).dump()
 
@@ -104,10 +138,13 @@ async def job_trace(job_id: JobId, request: Request, token: JobsRead) -> Any:
     st = state_of(request)
     await tenancy.job_of(st.store, job_id, token.tenant)
     t = await queries.trace(st.store, job_id)
-    return views.Trace(job=t.job.id, state=t.job.state, worker=t.job.worker,
-                       agent_events=[views.AgentEvent.of(e) for e in t.agent_events],
-                       policy_evaluations=[views.PolicyEvaluation.of(e)
-                                           for e in t.evaluations]).dump()
+    return views.Trace(
+        job=t.job.id,
+        state=t.job.state,
+        worker=t.job.worker,
+        agent_events=[views.AgentEvent.of(e) for e in t.agent_events],
+        policy_evaluations=[views.PolicyEvaluation.of(e) for e in t.evaluations],
+    ).dump()
 
 
 @router.get("/{job_id}/report", response_model=views.RunReport | views.NoReport)
@@ -124,50 +161,69 @@ async def job_report(job_id: JobId, request: Request, token: JobsRead) -> Any:
 
 
 @router.get("/{job_id}/wait", response_model=views.JobDetail)
-async def wait_job(job_id: JobId, request: Request, token: JobsRead,
-                   timeout_s: Annotated[float, Query(ge=0, le=bounds.MAX_EXPIRES_S)] = 30.0,
-                   ) -> Any:
+async def wait_job(
+    job_id: JobId,
+    request: Request,
+    token: JobsRead,
+    timeout_s: Annotated[float, Query(ge=0, le=bounds.MAX_EXPIRES_S)] = 30.0,
+) -> Any:
     """A long poll: the job once it has ended, or as it is after `timeout_s` seconds."""
     st = state_of(request)
     await tenancy.job_of(st.store, job_id, token.tenant)
     return detail(await queries.wait_until_ended(st.store, job_id, timeout_s=timeout_s)).dump()
 
 
-@router.get("/{job_id}/logs", response_model=bodies.LogRange,
-            responses={200: {"content": {"text/event-stream": {}}}})
+@router.get(
+    "/{job_id}/logs",
+    response_model=bodies.LogRange,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
 async def job_logs_route(
-        job_id: JobId, request: Request, token: JobsRead,
-        stream: Literal["stdout", "stderr"] = "stdout",
-        attempt: Annotated[int | None, Query(ge=1, le=bounds.MAX_ATTEMPTS)] = None,
-        offset: Annotated[int, Query(ge=0, le=1 << 50)] = 0,
-        limit: Annotated[int, Query(ge=1, le=job_logs.MAX_CHUNK)] = 65536,
-        follow: bool = False) -> Response | Any:
+    job_id: JobId,
+    request: Request,
+    token: JobsRead,
+    stream: Literal["stdout", "stderr"] = "stdout",
+    attempt: Annotated[int | None, Query(ge=1, le=bounds.MAX_ATTEMPTS)] = None,
+    offset: Annotated[int, Query(ge=0, le=1 << 50)] = 0,
+    limit: Annotated[int, Query(ge=1, le=job_logs.MAX_CHUNK)] = 65536,
+    follow: bool = False,
+) -> Response | Any:
     """A byte range of an attempt's output (default: the latest attempt's stdout); with
     `follow=true`, server-sent events (`event: log`, then `event: end`) until the job ends."""
     st = state_of(request)
     job = await tenancy.job_of(st.store, job_id, token.tenant)
     if follow:
-        return StreamingResponse(_follow(st, job, stream, attempt, offset),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
-    c = await job_logs.log_chunk(st.store, job, stream=stream, attempt=attempt, offset=offset,
-                                 limit=limit)
+        return StreamingResponse(
+            _follow(st, job, stream, attempt, offset),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache"},
+        )
+    c = await job_logs.log_chunk(
+        st.store, job, stream=stream, attempt=attempt, offset=offset, limit=limit
+    )
     return _range(c, stream).dump()
 
 
 def _range(c: job_logs.LogChunk, stream: str) -> bodies.LogRange:
-    return bodies.LogRange(attempt=c.attempt, stream=stream, offset=c.offset,
-                           next_offset=c.next_offset, complete=c.complete,
-                           data=c.data.decode(errors="replace"))
+    return bodies.LogRange(
+        attempt=c.attempt,
+        stream=stream,
+        offset=c.offset,
+        next_offset=c.next_offset,
+        complete=c.complete,
+        data=c.data.decode(errors="replace"),
+    )
 
 
-async def _follow(st: ApiState, job: Job, stream: job_logs.Stream, attempt: int | None,
-                  offset: int) -> AsyncIterator[str]:
+async def _follow(
+    st: ApiState, job: Job, stream: job_logs.Stream, attempt: int | None, offset: int
+) -> AsyncIterator[str]:
     """Server-sent events of the output as it grows; the last one says how the job ended."""
     seen_attempt = attempt
     while True:
-        c = await job_logs.log_chunk(st.store, job, stream=stream, attempt=seen_attempt,
-                                     offset=offset)
+        c = await job_logs.log_chunk(
+            st.store, job, stream=stream, attempt=seen_attempt, offset=offset
+        )
         if c.data:
             yield f"event: log\ndata: {json.dumps(_range(c, stream).dump())}\n\n"
             offset = c.next_offset

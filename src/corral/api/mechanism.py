@@ -55,25 +55,30 @@ async def clear_escalation(escalation_id: Name, request: Request, token: Admin) 
     """End an escalation; for a core crash loop, whether the core is back."""
     data_dir = state_of(request).config.data_dir
     cleared, core = await anyio.to_thread.run_sync(
-        lambda: engine.clear_escalation(data_dir, escalation_id))
-    return views.EscalationCleared(escalation=None if cleared is None else str(cleared),
-                                   cleared=True, core=core).dump()
+        lambda: engine.clear_escalation(data_dir, escalation_id)
+    )
+    return views.EscalationCleared(
+        escalation=None if cleared is None else str(cleared), cleared=True, core=core
+    ).dump()
 
 
 @router.get("/workspaces", response_model=list[views.Workspace])
 async def workspaces(request: Request, token: Admin) -> Any:
     """Workspaces locked by a job, and since when."""
     held = await queries.workspaces(state_of(request).store)
-    return [views.Workspace(workspace=w, job=j, acquired_at=views.iso_time(t)).dump()
-            for w, j, t in held]
+    return [
+        views.Workspace(workspace=w, job=j, acquired_at=views.iso_time(t)).dump()
+        for w, j, t in held
+    ]
 
 
 # Prometheus scrapes /metrics by convention: outside /api/v1.
 metrics_router = APIRouter(tags=["metrics"])
 
 
-@metrics_router.get("/metrics", response_class=Response,
-            responses={200: {"content": {"text/plain": {}}}})
+@metrics_router.get(
+    "/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}}
+)
 async def prometheus_metrics(request: Request, token: Metrics) -> Response:
     """The fleet's figures in the Prometheus text format, read now from the store and the core
     (docs/how-to/observability.md); `metrics` scope: aggregates only, never a job id."""

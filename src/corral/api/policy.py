@@ -23,26 +23,43 @@ Workflow = Annotated[str, Path(min_length=1, max_length=200)]
 
 def _budget(line: BudgetLine) -> views.Budget:
     c = line.ceiling
-    return views.Budget(scope=c.scope, target=c.target, period=c.period,
-                        ceiling_usd=c.ceiling_usd, period_start=views.iso_time(line.period_start),
-                        resets_at=views.iso_time(line.resets_at), spent_usd=line.spent_usd,
-                        reserved_usd=line.reserved_usd, headroom_usd=line.headroom_usd)
+    return views.Budget(
+        scope=c.scope,
+        target=c.target,
+        period=c.period,
+        ceiling_usd=c.ceiling_usd,
+        period_start=views.iso_time(line.period_start),
+        resets_at=views.iso_time(line.resets_at),
+        spent_usd=line.spent_usd,
+        reserved_usd=line.reserved_usd,
+        headroom_usd=line.headroom_usd,
+    )
 
 
 def _launch(s: LaunchStanding) -> views.DarkLaunch:
     launch = s.setting
-    return views.DarkLaunch(workflow=s.workflow, set=launch is not None,
-                            enabled=bool(launch and launch.enabled),
-                            percentage=launch.percentage if launch else None,
-                            position=s.position, in_window=s.in_window, runs=s.runs)
+    return views.DarkLaunch(
+        workflow=s.workflow,
+        set=launch is not None,
+        enabled=bool(launch and launch.enabled),
+        percentage=launch.percentage if launch else None,
+        position=s.position,
+        in_window=s.in_window,
+        runs=s.runs,
+    )
 
 
 @router.get("/budgets", response_model=list[views.Budget])
 async def budgets(request: Request, token: Govern) -> Any:
     """The ceilings that apply to the tenant (its own and the roles') and their standing."""
     lines = await controls.budgets(state_of(request).store, scope=None, target=None)
-    return [_budget(line).dump() for line in lines if token.allows("admin")
-            or line.ceiling.scope is ScopeKind.ROLE or line.ceiling.target == token.tenant]
+    return [
+        _budget(line).dump()
+        for line in lines
+        if token.allows("admin")
+        or line.ceiling.scope is ScopeKind.ROLE
+        or line.ceiling.target == token.tenant
+    ]
 
 
 @router.post("/budgets", response_model=views.Budget)
@@ -50,10 +67,12 @@ async def set_budget(body: bodies.BudgetBody, request: Request, token: Govern) -
     """Set a ceiling (the latest per scope and target wins)."""
     st = state_of(request)
     target = body.target or (token.tenant if body.scope == "tenant" else "")
-    ceiling = controls.budget_ceiling(scope=body.scope, target=target, period=body.period,
-                                      ceiling_usd=body.ceiling_usd)
-    await tenancy.scope_allowed(st.store, token.tenant, ceiling.scope, ceiling.target,
-                                admin=token.allows("admin"))
+    ceiling = controls.budget_ceiling(
+        scope=body.scope, target=target, period=body.period, ceiling_usd=body.ceiling_usd
+    )
+    await tenancy.scope_allowed(
+        st.store, token.tenant, ceiling.scope, ceiling.target, admin=token.allows("admin")
+    )
     _, line = await controls.set_budget(st.store, ceiling, by=actor(token), wake=st.wake)
     return _budget(line).dump()
 
@@ -65,14 +84,21 @@ async def dark_launches(request: Request, token: Govern) -> Any:
 
 
 @router.post("/dark-launches/{workflow}", response_model=views.DarkLaunch)
-async def set_dark_launch(workflow: Workflow, body: bodies.DarkLaunchBody, request: Request,
-                          token: Govern) -> Any:
+async def set_dark_launch(
+    workflow: Workflow, body: bodies.DarkLaunchBody, request: Request, token: Govern
+) -> Any:
     """Enable a workflow's dark launch at `percentage`, or disable it (admin: a workflow's runs
     are every tenant's)."""
     st = state_of(request)
-    await tenancy.scope_allowed(st.store, token.tenant, ScopeKind.GLOBAL, None,
-                                admin=token.allows("admin"))
+    await tenancy.scope_allowed(
+        st.store, token.tenant, ScopeKind.GLOBAL, None, admin=token.allows("admin")
+    )
     standing = await controls.set_dark_launch(
-        st.store, workflow, percentage=body.percentage, enabled=body.enabled, by=actor(token),
-        wake=st.wake)
+        st.store,
+        workflow,
+        percentage=body.percentage,
+        enabled=body.enabled,
+        by=actor(token),
+        wake=st.wake,
+    )
     return _launch(standing).dump()

@@ -38,9 +38,17 @@ STATUS: Mapping[str, int] = {
     "engine_not_running": 503,
 }
 INTERNAL = 500
-_TITLES = {401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
-           409: "Conflict", 422: "Unprocessable Content", 429: "Too Many Requests",
-           500: "Internal Server Error", 503: "Service Unavailable"}
+_TITLES = {
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    422: "Unprocessable Content",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class Unauthenticated(CorralError):
@@ -54,13 +62,21 @@ def documented() -> dict[int | str, dict[str, Any]]:
     from corral.schemas.api import Problem
 
     schema = Problem.model_json_schema()
-    said = {400: "Malformed JSON.", 401: "No valid token.", 403: "A scope is missing.",
-            404: "No such job (or another tenant's).", 409: "Conflicts with the state.",
-            422: "Invalid input.", 429: "Backpressure or the rate limit; see Retry-After.",
-            500: "Internal error.", 503: "The store or the engine is unavailable."}
-    return {status: {"description": text,
-                     "content": {MEDIA_TYPE: {"schema": schema}}}
-            for status, text in said.items()}
+    said = {
+        400: "Malformed JSON.",
+        401: "No valid token.",
+        403: "A scope is missing.",
+        404: "No such job (or another tenant's).",
+        409: "Conflicts with the state.",
+        422: "Invalid input.",
+        429: "Backpressure or the rate limit; see Retry-After.",
+        500: "Internal error.",
+        503: "The store or the engine is unavailable.",
+    }
+    return {
+        status: {"description": text, "content": {MEDIA_TYPE: {"schema": schema}}}
+        for status, text in said.items()
+    }
 
 
 def _methods(request: Request) -> set[str]:
@@ -82,12 +98,20 @@ def status_of(err: CorralError) -> int:
     return INTERNAL
 
 
-def problem(status: int, code: str, detail: str, *,
-            headers: Mapping[str, str] | None = None, **extra: Any) -> JSONResponse:
-    body = {"type": TYPE_BASE + code, "title": _TITLES.get(status, "Error"), "status": status,
-            "detail": detail, "code": code, **extra}
-    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE,
-                        headers=dict(headers or {}))
+def problem(
+    status: int, code: str, detail: str, *, headers: Mapping[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    body = {
+        "type": TYPE_BASE + code,
+        "title": _TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **extra,
+    }
+    return JSONResponse(
+        body, status_code=status, media_type=MEDIA_TYPE, headers=dict(headers or {})
+    )
 
 
 def retry_after(seconds: float) -> str:
@@ -97,8 +121,9 @@ def retry_after(seconds: float) -> str:
 
 def corral_problem(err: CorralError) -> JSONResponse:
     status = status_of(err)
-    headers = ({"Retry-After": retry_after(err.retry_after_s)}
-               if isinstance(err, Backpressure) else {})
+    headers = (
+        {"Retry-After": retry_after(err.retry_after_s)} if isinstance(err, Backpressure) else {}
+    )
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     return problem(status, err.code, str(err), headers=headers)
@@ -113,16 +138,20 @@ def install(app: FastAPI) -> None:
 
     async def on_validation(_: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, RequestValidationError)
-        errors = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
-                  for e in err.errors()]
+        errors = [
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+            for e in err.errors()
+        ]
         first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
-        return problem(422, "invalid_request",
-                       f"{'.'.join(first['loc'])}: {first['msg']}", errors=errors)
+        return problem(
+            422, "invalid_request", f"{'.'.join(first['loc'])}: {first['msg']}", errors=errors
+        )
 
     async def on_http(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, StarletteHTTPException)
-        code = {400: "invalid_request", 404: "not_found",
-                405: "method_not_allowed"}.get(err.status_code, "http_error")
+        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
+            err.status_code, "http_error"
+        )
         headers = dict(err.headers or {})
         if err.status_code == 405:  # every method of the path, not only the first route's
             headers["Allow"] = ", ".join(sorted(_methods(request)))
@@ -130,8 +159,11 @@ def install(app: FastAPI) -> None:
 
     async def on_other(_: Request, err: Exception) -> JSONResponse:
         log.exception("internal error answering an API request")
-        return problem(INTERNAL, "internal", f"internal error ({type(err).__name__}); the "
-                       "engine's log has the details")
+        return problem(
+            INTERNAL,
+            "internal",
+            f"internal error ({type(err).__name__}); the engine's log has the details",
+        )
 
     app.add_exception_handler(CorralError, on_corral)
     app.add_exception_handler(RequestValidationError, on_validation)

@@ -26,8 +26,13 @@ class _Bucket:
 class Buckets:
     """The buckets of every token seen, in this process (each engine keeps its own)."""
 
-    def __init__(self, per_s: float, burst: int, clock: Callable[[], float] = time.monotonic,
-                 max_keys: int = 100_000) -> None:
+    def __init__(
+        self,
+        per_s: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int = 100_000,
+    ) -> None:
         self.per_s, self.burst, self.clock, self.max_keys = per_s, burst, clock, max_keys
         self._buckets: dict[str, _Bucket] = {}
 
@@ -37,13 +42,19 @@ class Buckets:
         b = self._buckets.get(key)
         if b is None:
             if len(self._buckets) >= self.max_keys:  # bounded memory: forget the full ones
-                self._buckets = {k: v for k, v in self._buckets.items()
-                                 if v.units + (now - v.at) * self.per_s < self.burst}
+                self._buckets = {
+                    k: v
+                    for k, v in self._buckets.items()
+                    if v.units + (now - v.at) * self.per_s < self.burst
+                }
             b = self._buckets[key] = _Bucket(float(self.burst), now)
         b.units = min(float(self.burst), b.units + (now - b.at) * self.per_s)
         b.at = now
         if b.units < 1:
             wait = (1 - b.units) / self.per_s
-            raise RateLimited(f"rate limit: at most {self.per_s:g} requests per second "
-                              f"(bursts of {self.burst}) per token; retry in {wait:.1f}s", wait)
+            raise RateLimited(
+                f"rate limit: at most {self.per_s:g} requests per second "
+                f"(bursts of {self.burst}) per token; retry in {wait:.1f}s",
+                wait,
+            )
         b.units -= 1

@@ -22,38 +22,52 @@ Limit = Annotated[int, Query(ge=1, le=1000)]
 
 
 @router.get("/incidents", response_model=list[IncidentView])
-async def incidents(request: Request, token: JobsRead, job: str | None = None,
-                    open_only: bool = False, limit: Limit = 50) -> Any:
+async def incidents(
+    request: Request,
+    token: JobsRead,
+    job: str | None = None,
+    open_only: bool = False,
+    limit: Limit = 50,
+) -> Any:
     """Incidents of the tenant's jobs (of one job when given), newest first."""
     st = state_of(request)
     if job is not None:
         await tenancy.job_of(st.store, job, token.tenant)
-    found = (await queries.incidents(st.store, job=job, open_only=open_only,
-                                     limit=tenancy.SCAN_CAP)).incidents
+    found = (
+        await queries.incidents(st.store, job=job, open_only=open_only, limit=tenancy.SCAN_CAP)
+    ).incidents
     mine = await tenancy.tenant_job_ids(st.store, {i.job_id for i in found}, token.tenant)
     return [views.record(i).dump() for i in found if i.job_id in mine][:limit]
 
 
 @router.get("/runs", response_model=list[RunView])
-async def runs(request: Request, token: JobsRead, state: str | None = None,
-               limit: Limit = 50) -> Any:
+async def runs(
+    request: Request, token: JobsRead, state: str | None = None, limit: Limit = 50
+) -> Any:
     """The unified read model of the tenant's jobs, newest first."""
     found = await queries.runs(state_of(request).store, limit=tenancy.SCAN_CAP, state=state)
-    return [RunView(**dataclasses.asdict(r)).dump() for r in found.runs
-            if r.tenant == token.tenant][:limit]
+    return [
+        RunView(**dataclasses.asdict(r)).dump() for r in found.runs if r.tenant == token.tenant
+    ][:limit]
 
 
 @router.get("/policy-log", response_model=list[views.PolicyEvaluation])
-async def policy_log(request: Request, token: JobsRead, job: str | None = None,
-                     stage: str | None = None, verdict: str | None = None,
-                     since_s: Annotated[float | None, Query(ge=0, le=1e9)] = None,
-                     limit: Limit = 50) -> Any:
+async def policy_log(
+    request: Request,
+    token: JobsRead,
+    job: str | None = None,
+    stage: str | None = None,
+    verdict: str | None = None,
+    since_s: Annotated[float | None, Query(ge=0, le=1e9)] = None,
+    limit: Limit = 50,
+) -> Any:
     """Policy evaluations of the tenant's jobs, oldest first (the latest `limit`)."""
     st = state_of(request)
     if job is not None:
         await tenancy.job_of(st.store, job, token.tenant)
-    f = queries.policy_filter(stage=stage, verdict=verdict, limit=queries.STATS_CAP,
-                              since_s=since_s)
+    f = queries.policy_filter(
+        stage=stage, verdict=verdict, limit=queries.STATS_CAP, since_s=since_s
+    )
     found = await queries.policy_log(st.store, f, job=job)
     mine = await tenancy.tenant_job_ids(st.store, {e.job_id for e in found}, token.tenant)
     return [views.PolicyEvaluation.of(e).dump() for e in found if e.job_id in mine][-limit:]

@@ -43,8 +43,7 @@ class HttpOptions:
         host, sep, port_text = address.rpartition(":")
         host = host.strip("[]")
         if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-            raise InvalidRequest(f"--http wants HOST:PORT (e.g. 127.0.0.1:8765), "
-                                 f"not {address!r}")
+            raise InvalidRequest(f"--http wants HOST:PORT (e.g. 127.0.0.1:8765), not {address!r}")
         opts = cls(host=host, port=int(port_text), **kw)  # type: ignore[arg-type]
         opts.check()
         return opts
@@ -59,7 +58,8 @@ class HttpOptions:
         if not self.tls and not self.insecure and not _loopback(self.host):
             raise InvalidRequest(
                 f"--http {self.host}: serving beyond loopback needs TLS (--tls-cert and "
-                "--tls-key) or --insecure-http to send tokens in the clear")
+                "--tls-key) or --insecure-http to send tokens in the clear"
+            )
 
 
 def _loopback(host: str) -> bool:
@@ -87,9 +87,11 @@ class Listener:
             sock.bind((opts.host, opts.port))
         except OSError as err:
             sock.close()
-            raise InvalidRequest(f"cannot serve HTTP on {opts.host}:{opts.port}: "
-                                 f"{err.strerror or err} (another engine or program holds it? "
-                                 "pick --http HOST:PORT, or --no-http)") from None
+            raise InvalidRequest(
+                f"cannot serve HTTP on {opts.host}:{opts.port}: "
+                f"{err.strerror or err} (another engine or program holds it? "
+                "pick --http HOST:PORT, or --no-http)"
+            ) from None
         sock.listen(128)
         sock.setblocking(False)
         return cls(opts, sock)
@@ -104,9 +106,13 @@ class Listener:
         """Serve the API over the engine's store until the engine's task group is cancelled."""
         app = create_app(engine.config, engine.store, wake=engine.wake)
         config = uvicorn.Config(
-            app, lifespan="off", log_level="warning", access_log=False,
+            app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
             ssl_certfile=str(self.opts.tls_cert) if self.opts.tls_cert else None,
-            ssl_keyfile=str(self.opts.tls_key) if self.opts.tls_key else None)
+            ssl_keyfile=str(self.opts.tls_key) if self.opts.tls_key else None,
+        )
         server = _EngineServer(config)
         try:
             await server.serve(sockets=[self.sock])
@@ -125,9 +131,15 @@ class _EngineServer(uvicorn.Server):
         yield
 
 
-def listen(address: str, *, tls_cert: Path | None = None, tls_key: Path | None = None,
-           insecure: bool = False) -> Listener:
+def listen(
+    address: str,
+    *,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    insecure: bool = False,
+) -> Listener:
     """Check the options and bind `address` (`HOST:PORT`): what `corral serve` calls before
     starting the engine (cli/__init__.py, wired in corral/main.py)."""
-    return Listener.bind(HttpOptions.parse(address, tls_cert=tls_cert, tls_key=tls_key,
-                                           insecure=insecure))
+    return Listener.bind(
+        HttpOptions.parse(address, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure)
+    )

@@ -40,10 +40,14 @@ if TYPE_CHECKING:
     from corral.runtime.engine import Engine
 
 app = typer.Typer(
-    name="corral", no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+    name="corral",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
     help="Corral keeps AI agents bounded: it queues jobs, grants each attempt a permit, "
-         "stops, retries and records them.")
+    "stops, retries and records them.",
+)
 app.add_typer(dlq.app, name="dlq")
 
 
@@ -72,20 +76,30 @@ DEFAULT_HTTP = "127.0.0.1:8765"
 
 
 @app.command()
-def serve(ctx: typer.Context, data_dir: DataDir = None, config: ConfigOpt = None,
-          drain: Annotated[bool, typer.Option(
-              "--drain", help="Exit once nothing is queued, waiting or running.")] = False,
-          http: Annotated[str | None, typer.Option(
-              "--http", metavar="HOST:PORT",
-              help=f"Serve the HTTP API here (default {DEFAULT_HTTP}; port 0: any free one). "
-                   "Beyond loopback it needs --tls-cert/--tls-key or --insecure-http.")] = None,
-          no_http: Annotated[bool, typer.Option(
-              "--no-http", help="Serve no HTTP API.")] = False,
-          tls_cert: Annotated[Path | None, typer.Option("--tls-cert")] = None,
-          tls_key: Annotated[Path | None, typer.Option("--tls-key")] = None,
-          insecure_http: Annotated[bool, typer.Option(
-              "--insecure-http", help="Allow plain HTTP on a non-loopback address.")] = False,
-          verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
+def serve(
+    ctx: typer.Context,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+    drain: Annotated[
+        bool, typer.Option("--drain", help="Exit once nothing is queued, waiting or running.")
+    ] = False,
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            metavar="HOST:PORT",
+            help=f"Serve the HTTP API here (default {DEFAULT_HTTP}; port 0: any free one). "
+            "Beyond loopback it needs --tls-cert/--tls-key or --insecure-http.",
+        ),
+    ] = None,
+    no_http: Annotated[bool, typer.Option("--no-http", help="Serve no HTTP API.")] = False,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key")] = None,
+    insecure_http: Annotated[
+        bool, typer.Option("--insecure-http", help="Allow plain HTTP on a non-loopback address.")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
     """Run the engine on this data directory until SIGTERM/SIGINT, with the HTTP API
     (docs/reference/http-api.md) unless --no-http.
 
@@ -94,12 +108,19 @@ def serve(ctx: typer.Context, data_dir: DataDir = None, config: ConfigOpt = None
     """
     from corral.runtime.engine import Engine  # the engine's machinery: only `serve` needs it
 
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         cfg = load_config(data_dir, config)
-        listener = None if no_http else _http_listener(
-            ctx.obj, http, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure_http)
+        listener = (
+            None
+            if no_http
+            else _http_listener(
+                ctx.obj, http, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure_http
+            )
+        )
         engine = Engine(cfg)
 
         def ready(e: Engine) -> None:
@@ -115,8 +136,14 @@ def serve(ctx: typer.Context, data_dir: DataDir = None, config: ConfigOpt = None
         raise typer.Exit(130) from None
 
 
-def _http_listener(listen: Listen | None, address: str | None, *, tls_cert: Path | None,
-                   tls_key: Path | None, insecure: bool) -> HttpListener | None:
+def _http_listener(
+    listen: Listen | None,
+    address: str | None,
+    *,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    insecure: bool,
+) -> HttpListener | None:
     """The HTTP API's bound socket. The default address taken (another engine on this machine)
     is a warning and no HTTP; an address given that cannot be bound is an error."""
     if listen is None:
@@ -124,8 +151,9 @@ def _http_listener(listen: Listen | None, address: str | None, *, tls_cert: Path
             raise InvalidRequest("this entry point has no HTTP API (run the `corral` command)")
         return None
     try:
-        return listen(address or DEFAULT_HTTP, tls_cert=tls_cert, tls_key=tls_key,
-                      insecure=insecure)
+        return listen(
+            address or DEFAULT_HTTP, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure
+        )
     except InvalidRequest as err:
         if address is not None:
             raise
@@ -141,8 +169,11 @@ def core_cmd(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
     """
     from corral.runtime.coreproc import main as core_main
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     core_main(config_or_fail(data_dir, config))
 
 
@@ -151,12 +182,19 @@ app.add_typer(events.app, name="events")  # after the job commands, as before
 
 
 @app.command()
-def demo(data_dir: Annotated[Path | None, typer.Option(
-             "--data-dir", help="Where the demo engine keeps its state, kept afterwards "
-             "(default: a fresh temporary directory, removed at the end unless --keep).")]
-         = None,
-         keep: Annotated[bool, typer.Option(
-             "--keep", help="Keep the temporary directory for inspection.")] = False) -> None:
+def demo(
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            help="Where the demo engine keeps its state, kept afterwards "
+            "(default: a fresh temporary directory, removed at the end unless --keep).",
+        ),
+    ] = None,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the temporary directory for inspection.")
+    ] = False,
+) -> None:
     """Start an engine and govern a small demo fleet live: retries into the dead-letter queue,
     a timeout, a cancel, a deduplicated submission, a dependency chain."""
     from corral.cli.demo import run_demo
@@ -202,8 +240,11 @@ def main(http: Listen | None = None) -> None:
     except Exception as err:  # a bug: still one line, the traceback on request
         if os.environ.get("CORRAL_DEBUG"):
             raise
-        typer.echo(f"corral: internal error: {type(err).__name__}: {err} "
-                   "(set CORRAL_DEBUG=1 for the traceback)", err=True)
+        typer.echo(
+            f"corral: internal error: {type(err).__name__}: {err} "
+            "(set CORRAL_DEBUG=1 for the traceback)",
+            err=True,
+        )
         sys.exit(70)
 
 

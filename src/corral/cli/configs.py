@@ -20,20 +20,22 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="config")
 
     @group.command("show")
-    def show(as_json: JsonOpt = False, data_dir: DataDir = None,
-             config: ConfigOpt = None) -> None:
+    def show(as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
         """Print the configuration the engine serving this store started with (secrets
         redacted), or the local one when no engine has recorded its own; says whether the
         local file is the same."""
         local = config_or_fail(data_dir, config)
         view = with_store(local, lambda st: config_view(st, local))
         active = view.active
-        info = {"active": active is not None, "engine": active.engine_id if active else None,
-                "since": ts(active.at) if active else None,
-                "source": active.source if active else view.local_source,
-                "hash": active.hash if active else view.local_hash, "text": view.text,
-                "local": {"source": view.local_source, "hash": view.local_hash,
-                          "same": view.same}}
+        info = {
+            "active": active is not None,
+            "engine": active.engine_id if active else None,
+            "since": ts(active.at) if active else None,
+            "source": active.source if active else view.local_source,
+            "hash": active.hash if active else view.local_hash,
+            "text": view.text,
+            "local": {"source": view.local_source, "hash": view.local_hash, "same": view.same},
+        }
         if as_json:
             emit(info)
             return
@@ -44,12 +46,18 @@ def register(app: typer.Typer) -> None:
 def _header(info: dict[str, Any]) -> str:
     source = info["source"] or "the built-in defaults"
     if not info["active"]:
-        return (f"# no engine has recorded its configuration in this store yet: the local one,"
-                f" {source} (config {info['hash'][:8]})\n")
-    lines = [f"# the configuration engine {info['engine']} runs, since {info['since']}: "
-             f"{source} (config {info['hash'][:8]}), secret values redacted"]
+        return (
+            f"# no engine has recorded its configuration in this store yet: the local one,"
+            f" {source} (config {info['hash'][:8]})\n"
+        )
+    lines = [
+        f"# the configuration engine {info['engine']} runs, since {info['since']}: "
+        f"{source} (config {info['hash'][:8]}), secret values redacted"
+    ]
     local = info["local"]
     if not local["same"]:
-        lines.append(f"# differs from the local {local['source'] or 'built-in defaults'} "
-                     f"(config {local['hash'][:8]}): commands check against this one")
+        lines.append(
+            f"# differs from the local {local['source'] or 'built-in defaults'} "
+            f"(config {local['hash'][:8]}): commands check against this one"
+        )
     return "\n".join(lines) + "\n"

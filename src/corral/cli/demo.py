@@ -62,34 +62,86 @@ def fleet(workdir: str) -> list[Entry]:
 
     return [
         Entry("hello", spec("echo", "hello from corral"), JobState.SUCCEEDED, "runs and succeeds"),
-        Entry("compile", spec("sh", "-c", "sleep 1; echo compiled", role="build"),
-              JobState.SUCCEEDED, "a build step"),
-        Entry("test", spec("sh", "-c", "echo tests pass", role="build"), JobState.SUCCEEDED,
-              "--after compile: waits for it"),
-        Entry("flaky", spec("sh", "-c", "echo 'upstream 503' >&2; exit 3",
-                            limits=Limits(max_attempts=3, timeout_s=60)),
-              JobState.DEAD_LETTERED, "fails, retried with backoff, dead-lettered"),
-        Entry("hang", spec("sleep", "600", limits=Limits(timeout_s=1.5, grace_s=1)),
-              JobState.TIMED_OUT, "outlives its deadline: tree stopped"),
+        Entry(
+            "compile",
+            spec("sh", "-c", "sleep 1; echo compiled", role="build"),
+            JobState.SUCCEEDED,
+            "a build step",
+        ),
+        Entry(
+            "test",
+            spec("sh", "-c", "echo tests pass", role="build"),
+            JobState.SUCCEEDED,
+            "--after compile: waits for it",
+        ),
+        Entry(
+            "flaky",
+            spec(
+                "sh",
+                "-c",
+                "echo 'upstream 503' >&2; exit 3",
+                limits=Limits(max_attempts=3, timeout_s=60),
+            ),
+            JobState.DEAD_LETTERED,
+            "fails, retried with backoff, dead-lettered",
+        ),
+        Entry(
+            "hang",
+            spec("sleep", "600", limits=Limits(timeout_s=1.5, grace_s=1)),
+            JobState.TIMED_OUT,
+            "outlives its deadline: tree stopped",
+        ),
         Entry("cancel-me", spec("sleep", "600"), JobState.CANCELLED, "cancelled by the operator"),
-        Entry("report", spec("sh", "-c", "sleep 1.5; echo report", key="nightly-report"),
-              JobState.SUCCEEDED, "holds idempotency key nightly-report"),
-        Entry("report again", spec("sh", "-c", "sleep 1.5; echo report", key="nightly-report"),
-              JobState.SUCCEEDED, "same key: coalesced into the first"),
-        Entry("leaves a child", spec("sh", "-c", "setsid sleep 300 & echo forked; exit 0"),
-              JobState.SUCCEEDED, "its setsid child is killed with it"),
-        Entry("delete pods", spec("kubectl", "delete", "pod", "trainer-0", role="notebook"),
-              JobState.DENIED, "a guardrail refuses it before it runs"),
-        Entry("runaway", spec("sleep", "600", tenant="sandbox"), JobState.KILLED,
-              "kill switch on tenant sandbox"),
+        Entry(
+            "report",
+            spec("sh", "-c", "sleep 1.5; echo report", key="nightly-report"),
+            JobState.SUCCEEDED,
+            "holds idempotency key nightly-report",
+        ),
+        Entry(
+            "report again",
+            spec("sh", "-c", "sleep 1.5; echo report", key="nightly-report"),
+            JobState.SUCCEEDED,
+            "same key: coalesced into the first",
+        ),
+        Entry(
+            "leaves a child",
+            spec("sh", "-c", "setsid sleep 300 & echo forked; exit 0"),
+            JobState.SUCCEEDED,
+            "its setsid child is killed with it",
+        ),
+        Entry(
+            "delete pods",
+            spec("kubectl", "delete", "pod", "trainer-0", role="notebook"),
+            JobState.DENIED,
+            "a guardrail refuses it before it runs",
+        ),
+        Entry(
+            "runaway",
+            spec("sleep", "600", tenant="sandbox"),
+            JobState.KILLED,
+            "kill switch on tenant sandbox",
+        ),
     ]
 
 
 def _start_engine(data_dir: Path, config: Path) -> subprocess.Popen[bytes]:
     log = (data_dir / "engine.log").open("ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve", "--data-dir", str(data_dir),
-         "--config", str(config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "corral",
+            "serve",
+            "--data-dir",
+            str(data_dir),
+            "--config",
+            str(config),
+        ],
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while poke(data_dir, "ping") is None:
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -109,13 +161,20 @@ def _table(entries: list[Entry], jobs: dict[str, Job], elapsed: float) -> Table:
         if j is None:
             table.add_row(e.name, "-", "-", "-", e.story, "")
             continue
-        table.add_row(e.name, j.id[-8:], styled(j.state),
-                      f"{j.attempts}/{j.limits.max_attempts}", e.story, j.last_error or "")
+        table.add_row(
+            e.name,
+            j.id[-8:],
+            styled(j.state),
+            f"{j.attempts}/{j.limits.max_attempts}",
+            e.story,
+            j.last_error or "",
+        )
     return table
 
 
-async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Console,
-                 ids: dict[str, str]) -> bool:
+async def _drive(
+    store: Store, cfg_dir: Path, entries: list[Entry], console: Console, ids: dict[str, str]
+) -> bool:
     """Submit the fleet (its ids go into `ids`), show it live until every job ended, check."""
     cfg = load(data_dir=cfg_dir, config_path=cfg_dir / "corral.yaml")
     svc = submissions(store, cfg)
@@ -140,17 +199,21 @@ async def _drive(store: Store, cfg_dir: Path, entries: list[Entry], console: Con
     ok = all(jobs[e.name].state is e.expect for e in entries)
     coalesced = ids["report"] == ids["report again"]
     console.print()
-    console.print(f"  {len(entries)} submissions, {len(set(ids.values()))} jobs "
-                  f"(the duplicate was {'coalesced' if coalesced else 'NOT coalesced'}).")
+    console.print(
+        f"  {len(entries)} submissions, {len(set(ids.values()))} jobs "
+        f"(the duplicate was {'coalesced' if coalesced else 'NOT coalesced'})."
+    )
     for e in entries:
         got = jobs[e.name].state
         mark = "[green]✓[/green]" if got is e.expect else "[red]✗[/red]"
         console.print(f"  {mark} {e.name:<16} {styled(got)}  (expected {e.expect.value})")
     # reports and incidents are written as jobs end; the engine may still be writing the last
     audit = await store.verify_audit()
-    console.print(f"  {'[green]✓[/green]' if audit.ok else '[red]✗[/red]'} audit: "
-                  f"{audit.checked} append-only records, chain "
-                  f"{'intact' if audit.ok else 'BROKEN'}")
+    console.print(
+        f"  {'[green]✓[/green]' if audit.ok else '[red]✗[/red]'} audit: "
+        f"{audit.checked} append-only records, chain "
+        f"{'intact' if audit.ok else 'BROKEN'}"
+    )
     return ok and coalesced and audit.ok
 
 
@@ -159,10 +222,16 @@ async def _operator(store: Store, svc: Submissions, name: str, job_id: str) -> N
     if name == "cancel-me":
         await svc.cancel(job_id, "cancelled by the demo operator")
         return
-    await store.activate_kill_switch(KillSwitch(
-        id=new_id(), scope=ScopeKind.TENANT, target="sandbox",
-        reason="the demo operator stops a runaway tenant", created_at=time.time(),
-        created_by="corral demo"))
+    await store.activate_kill_switch(
+        KillSwitch(
+            id=new_id(),
+            scope=ScopeKind.TENANT,
+            target="sandbox",
+            reason="the demo operator stops a runaway tenant",
+            created_at=time.time(),
+            created_by="corral demo",
+        )
+    )
 
 
 class Demo:
@@ -181,8 +250,7 @@ class Demo:
         (ddir / "corral.yaml").write_text(DEMO_CONFIG)
         work = ddir / "work"
         work.mkdir(exist_ok=True)
-        self.console.print(f"[bold]corral demo[/bold]: engine on {ddir} (SQLite, embedded "
-                           "default)")
+        self.console.print(f"[bold]corral demo[/bold]: engine on {ddir} (SQLite, embedded default)")
         self.engine = _start_engine(ddir, ddir / "corral.yaml")
         store = build_store(load(data_dir=ddir, config_path=ddir / "corral.yaml"))
 
@@ -211,10 +279,14 @@ class Demo:
     def hints(self) -> None:
         if {"flaky", "delete pods"} <= self.ids.keys():
             d = self.ddir
-            self.console.print(f"\n  inspect: corral jobs --data-dir {d}   |   "
-                               f"corral show {self.ids['flaky']} --data-dir {d}")
-            self.console.print(f"           corral trace {self.ids['delete pods']} --data-dir "
-                               f"{d}   |   corral incidents --data-dir {d}")
+            self.console.print(
+                f"\n  inspect: corral jobs --data-dir {d}   |   "
+                f"corral show {self.ids['flaky']} --data-dir {d}"
+            )
+            self.console.print(
+                f"           corral trace {self.ids['delete pods']} --data-dir "
+                f"{d}   |   corral incidents --data-dir {d}"
+            )
 
 
 def run_demo(data_dir: Path | None, *, keep: bool = False) -> int:
@@ -233,8 +305,11 @@ def run_demo(data_dir: Path | None, *, keep: bool = False) -> int:
             shutil.rmtree(demo.ddir, ignore_errors=True)
     if kept:
         demo.hints()
-    console.print("[green]demo finished: every job ended as governed[/green]" if ok
-                  else f"[red]demo: some jobs did not end as expected; see {demo.ddir}[/red]")
+    console.print(
+        "[green]demo finished: every job ended as governed[/green]"
+        if ok
+        else f"[red]demo: some jobs did not end as expected; see {demo.ddir}[/red]"
+    )
     if kept and temporary and ok:
         console.print(f"  (kept {demo.ddir} for inspection: remove it when done)")
     return 0 if ok else 1

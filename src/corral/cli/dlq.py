@@ -16,15 +16,21 @@ from .exits import fail
 from .jobs import print_job_list, show
 from .options import ConfigOpt, DataDir, JsonOpt
 
-app = typer.Typer(no_args_is_help=True, help="The dead-letter queue: jobs whose retries ran "
-                                             "out. Inspect, requeue with a fresh budget, "
-                                             "or purge.")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="The dead-letter queue: jobs whose retries ran "
+    "out. Inspect, requeue with a fresh budget, "
+    "or purge.",
+)
 
 
 @app.command("list")
-def dlq_list(limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
-             as_json: JsonOpt = False, data_dir: DataDir = None,
-             config: ConfigOpt = None) -> None:
+def dlq_list(
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """Dead-lettered jobs not yet requeued or purged."""
     cfg = config_or_fail(data_dir, config)
     query = dlq.dead_lettered(limit)
@@ -36,15 +42,17 @@ def dlq_list(limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
 
 
 @app.command("show")
-def dlq_show(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
-             config: ConfigOpt = None) -> None:
+def dlq_show(
+    job: str, as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
+) -> None:
     """A dead-lettered job with its attempts and last error."""
     show(job, as_json=as_json, data_dir=data_dir, config=config)
 
 
 @app.command("requeue")
-def dlq_requeue(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
-                config: ConfigOpt = None) -> None:
+def dlq_requeue(
+    job: str, as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
+) -> None:
     """Submit a fresh copy of a dead-lettered job with a fresh attempt budget (recorded on both)."""
     cfg = config_or_fail(data_dir, config)
     operator_only(cfg.data_dir, "dlq requeue")
@@ -56,12 +64,16 @@ def dlq_requeue(job: str, as_json: JsonOpt = False, data_dir: DataDir = None,
 
 
 @app.command("purge")
-def dlq_purge(jobs_: Annotated[list[str] | None, typer.Argument(
-                  metavar="JOB...", help="Jobs to purge.", show_default=False)] = None,
-              all_: Annotated[bool, typer.Option("--all", help="Purge every listed job.")]
-              = False,
-              as_json: JsonOpt = False, data_dir: DataDir = None,
-              config: ConfigOpt = None) -> None:
+def dlq_purge(
+    jobs_: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="JOB...", help="Jobs to purge.", show_default=False),
+    ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Purge every listed job.")] = False,
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """Drop jobs from the dead-letter queue. Their records, attempts and logs stay."""
     cfg = config_or_fail(data_dir, config)
     operator_only(cfg.data_dir, "dlq purge")

@@ -21,12 +21,17 @@ app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
 
 
 @app.callback()
-def core_events(ctx: typer.Context, kind: Annotated[str | None, typer.Option(
-                    "--kind", help="breaker, defense, escalation or permit (default: all).")
-                ] = None,
-                limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
-                as_json: JsonOpt = False, data_dir: DataDir = None,
-                config: ConfigOpt = None) -> None:
+def core_events(
+    ctx: typer.Context,
+    kind: Annotated[
+        str | None,
+        typer.Option("--kind", help="breaker, defense, escalation or permit (default: all)."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """The core's recorded decisions: breaker transitions, defense stages, escalations.
     `corral events tail` follows the events the engine publishes."""
     if ctx.invoked_subcommand is None:
@@ -34,12 +39,18 @@ def core_events(ctx: typer.Context, kind: Annotated[str | None, typer.Option(
 
 
 @app.command("tail")
-def tail(sink: Annotated[str | None, typer.Option(
-             "--sink", help="The sink to follow, by name (default: the first configured).")
-         ] = None,
-         from_start: Annotated[bool, typer.Option(
-             "--from-start", help="Begin with the oldest event the sink keeps.")] = False,
-         as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+def tail(
+    sink: Annotated[
+        str | None,
+        typer.Option("--sink", help="The sink to follow, by name (default: the first configured)."),
+    ] = None,
+    from_start: Annotated[
+        bool, typer.Option("--from-start", help="Begin with the oldest event the sink keeps.")
+    ] = False,
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """Follow the events published to a sink, one line each (Ctrl-C ends it)."""
     cfg = config_or_fail(data_dir, config)
 
@@ -47,9 +58,18 @@ def tail(sink: Annotated[str | None, typer.Option(
         spec = svc.sink_of(cfg, sink)
         async for event in svc.tail(spec, from_start=from_start):
             if as_json:  # JSON Lines: one object per event, as it arrives
-                typer.echo(json.dumps({"event_id": event.event_id, "subject": event.subject,
-                                       "body": dict(event.body)}, sort_keys=True,
-                                      separators=(",", ":"), default=str))
+                typer.echo(
+                    json.dumps(
+                        {
+                            "event_id": event.event_id,
+                            "subject": event.subject,
+                            "body": dict(event.body),
+                        },
+                        sort_keys=True,
+                        separators=(",", ":"),
+                        default=str,
+                    )
+                )
             else:
                 typer.echo(svc.line(event))
 

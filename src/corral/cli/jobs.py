@@ -28,8 +28,12 @@ from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, Quie
 from .waiting import Follow, mode_for
 
 # How `submit --wait` reports a job's end (documented in docs/reference/cli.md).
-WAIT_EXIT = {JobState.TIMED_OUT: 124, JobState.CANCELLED: 130, JobState.KILLED: 137,
-             JobState.DENIED: 77}
+WAIT_EXIT = {
+    JobState.TIMED_OUT: 124,
+    JobState.CANCELLED: 130,
+    JobState.KILLED: 137,
+    JobState.DENIED: 77,
+}
 
 JobArg = Annotated[str, typer.Argument(help="Job id (or a unique prefix or suffix).")]
 
@@ -53,62 +57,112 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
 
 
 def submit(
-    command: Annotated[list[str] | None, typer.Argument(
-        help="The program and its arguments, after `--`.", show_default=False)] = None,
-    role: Annotated[str | None, typer.Option("--role", "-r", help="Role from corral.yaml.")]
-    = None,
-    priority: Annotated[int, typer.Option("--priority", "-p",
-                                          help="0 critical … 4 backlog.")] = 2,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="The program and its arguments, after `--`.", show_default=False),
+    ] = None,
+    role: Annotated[str | None, typer.Option("--role", "-r", help="Role from corral.yaml.")] = None,
+    priority: Annotated[int, typer.Option("--priority", "-p", help="0 critical … 4 backlog.")] = 2,
     key: Annotated[str | None, typer.Option("--key", help="Idempotency key.")] = None,
-    dedup: Annotated[DedupMode, typer.Option("--dedup", help="What a held key does.")]
-    = DedupMode.COALESCE,
-    timeout: Annotated[float | None, typer.Option(
-        "--timeout", help="Seconds per attempt (max_duration_s).")] = None,
-    grace: Annotated[float | None, typer.Option(
-        "--grace", help="Seconds between SIGTERM and SIGKILL.")] = None,
-    max_attempts: Annotated[int | None, typer.Option(
-        "--max-attempts", help="Total tries, first included.")] = None,
+    dedup: Annotated[
+        DedupMode, typer.Option("--dedup", help="What a held key does.")
+    ] = DedupMode.COALESCE,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Seconds per attempt (max_duration_s).")
+    ] = None,
+    grace: Annotated[
+        float | None, typer.Option("--grace", help="Seconds between SIGTERM and SIGKILL.")
+    ] = None,
+    max_attempts: Annotated[
+        int | None, typer.Option("--max-attempts", help="Total tries, first included.")
+    ] = None,
     env_name: Annotated[str | None, typer.Option("--env", help="Environment to run in.")] = None,
-    after: Annotated[list[str] | None, typer.Option(
-        "--after", help="Run only after this job succeeded (repeatable).")] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option("--after", help="Run only after this job succeeded (repeatable)."),
+    ] = None,
     cwd: Annotated[Path | None, typer.Option("--cwd", help="Working directory.")] = None,
-    setenv: Annotated[list[str] | None, typer.Option(
-        "--setenv", "-e", help="NAME=VALUE for the job's environment (repeatable).")] = None,
+    setenv: Annotated[
+        list[str] | None,
+        typer.Option("--setenv", "-e", help="NAME=VALUE for the job's environment (repeatable)."),
+    ] = None,
     tenant: Annotated[str, typer.Option("--tenant")] = "default",
-    worker: Annotated[str | None, typer.Option(
-        "--worker", help="Worker kind (default: the role's, for commands `command`).")] = None,
-    parent: Annotated[str | None, typer.Option(
-        "--parent", envvar="CORRAL_JOB_ID", show_envvar=False,
-        help="The job submitting this one (set automatically inside a job): the child is one "
-             "level deeper, bounded by the role's max_recursion_depth.")] = None,
-    workspace: Annotated[Path | None, typer.Option(
-        "--workspace", help="Directory this job edits; jobs on one workspace follow the "
-        "role's workspace_policy (reject, coalesce or serialize).")] = None,
-    prompt: Annotated[str | None, typer.Option(
-        "--prompt", help="The task for an agent worker (claude-code, codex, opencode).")] = None,
-    prompt_file: Annotated[str | None, typer.Option(
-        "--prompt-file", metavar="PATH",
-        help="Read the prompt from this file (`-`: standard input), for prompts too long "
-             "for the command line.")] = None,
-    resume_from: Annotated[str | None, typer.Option(
-        "--resume-from", help="Continue this earlier agent job's session (same worker kind).")]
-    = None,
-    max_tool_calls: Annotated[int | None, typer.Option(
-        "--max-tool-calls", help="Tool calls an agent attempt may make.")] = None,
-    token_budget_in: Annotated[int | None, typer.Option(
-        "--token-budget-in", help="Input tokens an agent attempt may use.")] = None,
-    token_budget_out: Annotated[int | None, typer.Option(
-        "--token-budget-out", help="Output tokens an agent attempt may use.")] = None,
-    secret_env: Annotated[list[str] | None, typer.Option(
-        "--secret-env", help="NAME of a variable the job gets as a secret: the value given "
-        "with --setenv NAME=VALUE, else the engine's own NAME. Its value is never stored in "
-        "clear and is redacted from logs, traces and output (repeatable).")] = None,
-    wait: Annotated[bool, typer.Option(
-        "--wait", help="Follow the job and exit with its exit code; on a terminal a status "
-                       "line says why it waits.")] = False,
-    follow_output: FollowOpt = False, quiet: QuietOpt = False,
+    worker: Annotated[
+        str | None,
+        typer.Option("--worker", help="Worker kind (default: the role's, for commands `command`)."),
+    ] = None,
+    parent: Annotated[
+        str | None,
+        typer.Option(
+            "--parent",
+            envvar="CORRAL_JOB_ID",
+            show_envvar=False,
+            help="The job submitting this one (set automatically inside a job): the child is one "
+            "level deeper, bounded by the role's max_recursion_depth.",
+        ),
+    ] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            help="Directory this job edits; jobs on one workspace follow the "
+            "role's workspace_policy (reject, coalesce or serialize).",
+        ),
+    ] = None,
+    prompt: Annotated[
+        str | None,
+        typer.Option(
+            "--prompt", help="The task for an agent worker (claude-code, codex, opencode)."
+        ),
+    ] = None,
+    prompt_file: Annotated[
+        str | None,
+        typer.Option(
+            "--prompt-file",
+            metavar="PATH",
+            help="Read the prompt from this file (`-`: standard input), for prompts too long "
+            "for the command line.",
+        ),
+    ] = None,
+    resume_from: Annotated[
+        str | None,
+        typer.Option(
+            "--resume-from", help="Continue this earlier agent job's session (same worker kind)."
+        ),
+    ] = None,
+    max_tool_calls: Annotated[
+        int | None, typer.Option("--max-tool-calls", help="Tool calls an agent attempt may make.")
+    ] = None,
+    token_budget_in: Annotated[
+        int | None, typer.Option("--token-budget-in", help="Input tokens an agent attempt may use.")
+    ] = None,
+    token_budget_out: Annotated[
+        int | None,
+        typer.Option("--token-budget-out", help="Output tokens an agent attempt may use."),
+    ] = None,
+    secret_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--secret-env",
+            help="NAME of a variable the job gets as a secret: the value given "
+            "with --setenv NAME=VALUE, else the engine's own NAME. Its value is never stored in "
+            "clear and is redacted from logs, traces and output (repeatable).",
+        ),
+    ] = None,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Follow the job and exit with its exit code; on a terminal a status "
+            "line says why it waits.",
+        ),
+    ] = False,
+    follow_output: FollowOpt = False,
+    quiet: QuietOpt = False,
     no_engine_ok: NoEngineOkOpt = False,
-    as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
 ) -> None:
     """Queue a job and print its id.
 
@@ -123,37 +177,67 @@ def submit(
 
     def request() -> SubmitRequest:  # after the configuration: a bad --setenv fails inside
         return SubmitRequest(
-            command=tuple(command or ()), prompt=prompt, role=role, env_name=env_name,
-            priority=priority, tenant=tenant, key=key, dedup=dedup,
-            limits=LimitChoices(max_attempts=max_attempts, timeout_s=timeout, grace_s=grace,
-                                max_tool_calls=max_tool_calls, token_budget_in=token_budget_in,
-                                token_budget_out=token_budget_out),
+            command=tuple(command or ()),
+            prompt=prompt,
+            role=role,
+            env_name=env_name,
+            priority=priority,
+            tenant=tenant,
+            key=key,
+            dedup=dedup,
+            limits=LimitChoices(
+                max_attempts=max_attempts,
+                timeout_s=timeout,
+                grace_s=grace,
+                max_tool_calls=max_tool_calls,
+                token_budget_in=token_budget_in,
+                token_budget_out=token_budget_out,
+            ),
             after=tuple(after or ()),
             cwd=str(cwd.expanduser().resolve()) if cwd else str(Path.cwd()),
-            env=_parse_env(setenv or []), worker=worker, parent_id=parent,
+            env=_parse_env(setenv or []),
+            worker=worker,
+            parent_id=parent,
             workspace=str(workspace.expanduser().resolve()) if workspace else None,
-            resume_from=resume_from, secret_env=tuple(secret_env or ()))
+            resume_from=resume_from,
+            secret_env=tuple(secret_env or ()),
+        )
 
-    done = with_store(cfg, lambda st: submit_job(st, cfg, request(), waker(cfg),
-                                                 None if quiet else note))
+    done = with_store(
+        cfg, lambda st: submit_job(st, cfg, request(), waker(cfg), None if quiet else note)
+    )
     result, serving = done.result, done.engine_serving
     if as_json:
-        emit({"id": result.job.id, "created": result.created,
-              "coalesced_on": result.coalesced_on, "superseded": result.superseded,
-              "state": result.job.state.value, "engine_serving": serving})
+        emit(
+            {
+                "id": result.job.id,
+                "created": result.created,
+                "coalesced_on": result.coalesced_on,
+                "superseded": result.superseded,
+                "state": result.job.state.value,
+                "engine_serving": serving,
+            }
+        )
     else:
         typer.echo(result.job.id)
         if not result.created and not quiet:
-            on = (f"workspace {result.job.workspace}" if result.coalesced_on == "workspace"
-                  else f"key {key!r}")
+            on = (
+                f"workspace {result.job.workspace}"
+                if result.coalesced_on == "workspace"
+                else f"key {key!r}"
+            )
             typer.echo(f"corral: coalesced into existing job {result.job.id} ({on})", err=True)
     wait = wait or follow_output
     if not serving and not wait and not quiet and not as_json and not result.job.state.terminal:
-        typer.echo(f"corral: no engine is serving {cfg.data_dir}: the job waits in the queue "
-                   "until `corral serve` runs there", err=True)
+        typer.echo(
+            f"corral: no engine is serving {cfg.data_dir}: the job waits in the queue "
+            "until `corral serve` runs there",
+            err=True,
+        )
     if wait:
-        how = Follow(mode=mode_for(quiet=quiet or as_json), output=follow_output,
-                     no_engine_ok=no_engine_ok)
+        how = Follow(
+            mode=mode_for(quiet=quiet or as_json), output=follow_output, no_engine_ok=no_engine_ok
+        )
         raise typer.Exit(_follow(cfg, result.job.id, how)[0])
 
 
@@ -195,8 +279,9 @@ def _follow(cfg: Config, ref: str, how: Follow) -> tuple[int, Job]:
     try:
         job, done = with_store(cfg, lambda st: follow(cfg, st, ref, how))
     except KeyboardInterrupt:
-        typer.echo(f"corral: stopped following {ref}; the job goes on (corral wait {ref})",
-                   err=True)
+        typer.echo(
+            f"corral: stopped following {ref}; the job goes on (corral wait {ref})", err=True
+        )
         raise typer.Exit(130) from None
     if done is None:
         typer.echo(f"corral: {job.id} is still {job.state.value} after {how.timeout}s", err=True)
@@ -204,17 +289,26 @@ def _follow(cfg: Config, ref: str, how: Follow) -> tuple[int, Job]:
     return (exit_code_of(job) if job.state.terminal else 0), job
 
 
-def wait_cmd(job: JobArg,
-             until: Annotated[str, typer.Option(
-                 "--for", help="`end` (default) or `running`.")] = "end",
-             timeout: Annotated[float | None, typer.Option(
-                 "--timeout", help="Give up after this many seconds (exit 124).")] = None,
-             follow_output: FollowOpt = False, quiet: QuietOpt = False,
-             no_engine_ok: NoEngineOkOpt = False,
-             as_json: Annotated[bool, typer.Option(
-                 "--json", help="Then print the job as JSON (as `show --json` without its "
-                                "timeline); no status on the way.")] = False,
-             data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+def wait_cmd(
+    job: JobArg,
+    until: Annotated[str, typer.Option("--for", help="`end` (default) or `running`.")] = "end",
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Give up after this many seconds (exit 124).")
+    ] = None,
+    follow_output: FollowOpt = False,
+    quiet: QuietOpt = False,
+    no_engine_ok: NoEngineOkOpt = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Then print the job as JSON (as `show --json` without its "
+            "timeline); no status on the way.",
+        ),
+    ] = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """Block until a job ends (exit with its exit code, as `submit --wait`) or starts running.
 
     On a terminal a status line says why the job waits (queued behind N, an open breaker and
@@ -226,8 +320,13 @@ def wait_cmd(job: JobArg,
     if timeout is not None:  # a one-line error (exit 2) from main()
         bounds.number("--timeout", timeout, low=0, high=bounds.MAX_EXPIRES_S, unit="seconds")
     cfg = config_or_fail(data_dir, config)
-    how = Follow(until=until, timeout=timeout, mode=mode_for(quiet=quiet or as_json),
-                 output=follow_output, no_engine_ok=no_engine_ok)
+    how = Follow(
+        until=until,
+        timeout=timeout,
+        mode=mode_for(quiet=quiet or as_json),
+        output=follow_output,
+        no_engine_ok=no_engine_ok,
+    )
     code, seen = _follow(cfg, job, how)
     if as_json:
         emit(views.job_json(with_store(cfg, lambda st: queries.job(st, seen.id))))
@@ -239,11 +338,12 @@ def print_job_list(found: queries.JobList, title: str | None = None) -> None:
 
 
 def jobs(
-    state: Annotated[JobState | None, typer.Option("--state", "-s", case_sensitive=False)]
-    = None,
+    state: Annotated[JobState | None, typer.Option("--state", "-s", case_sensitive=False)] = None,
     role: Annotated[str | None, typer.Option("--role", "-r")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
-    as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
 ) -> None:
     """List jobs, newest first."""
     cfg = config_or_fail(data_dir, config)
@@ -255,8 +355,9 @@ def jobs(
         print_job_list(found)
 
 
-def show(job: JobArg, as_json: JsonOpt = False, data_dir: DataDir = None,
-         config: ConfigOpt = None) -> None:
+def show(
+    job: JobArg, as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
+) -> None:
     """A job: its fields, its attempts and its timeline."""
     cfg = config_or_fail(data_dir, config)
     d = with_store(cfg, lambda st: queries.job_detail(st, job))
@@ -271,21 +372,30 @@ def show(job: JobArg, as_json: JsonOpt = False, data_dir: DataDir = None,
         views.print_agent_events(d.agent_events)
 
 
-def trace(job: JobArg, as_json: JsonOpt = False, data_dir: DataDir = None,
-          config: ConfigOpt = None) -> None:
+def trace(
+    job: JobArg, as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
+) -> None:
     """An agent job's traces: per attempt, every tool call (input, output, duration, denied or
     not and why), tokens, cost, checkpoints and the policy decisions taken on the way."""
     cfg = config_or_fail(data_dir, config)
     t = with_store(cfg, lambda st: queries.trace(st, job))
     j = t.job
     if as_json:
-        emit({"job": j.id, "state": j.state.value, "worker": j.worker,
-              "agent_events": [views.agent_event_json(e) for e in t.agent_events],
-              "policy_evaluations": [views.evaluation_json(e) for e in t.evaluations]})
+        emit(
+            {
+                "job": j.id,
+                "state": j.state.value,
+                "worker": j.worker,
+                "agent_events": [views.agent_event_json(e) for e in t.agent_events],
+                "policy_evaluations": [views.evaluation_json(e) for e in t.evaluations],
+            }
+        )
         return
     if not t.agent_events and not t.evaluations:
-        typer.echo(f"job {j.id} ({j.worker}, {j.state.value}) has no agent trace yet"
-                   + ("" if j.state.terminal else ": attempts write theirs when they end"))
+        typer.echo(
+            f"job {j.id} ({j.worker}, {j.state.value}) has no agent trace yet"
+            + ("" if j.state.terminal else ": attempts write theirs when they end")
+        )
         return
     typer.echo(f"job {j.id}  {j.state.value}  {j.worker}  role {j.role}")
     views.print_agent_events(t.agent_events, full=True)
@@ -296,12 +406,17 @@ def trace(job: JobArg, as_json: JsonOpt = False, data_dir: DataDir = None,
             typer.echo(f"  {views.short_time(e.at)}  {e.verdict:<5}  {e.subject:<10} {e.reason}")
 
 
-def logs(job: JobArg,
-         follow: Annotated[bool, typer.Option("--follow", "-f",
-                                              help="Keep printing until the job ends.")] = False,
-         attempt: Annotated[int | None, typer.Option(
-             "--attempt", help="Only this attempt (default: all).")] = None,
-         data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+def logs(
+    job: JobArg,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")
+    ] = False,
+    attempt: Annotated[
+        int | None, typer.Option("--attempt", help="Only this attempt (default: all).")
+    ] = None,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """Print a job's stdout (to stdout) and stderr (to stderr), attempt by attempt."""
     from corral.cli.logs import stream_logs
 
@@ -312,16 +427,25 @@ def logs(job: JobArg,
         raise typer.Exit(130) from None
 
 
-def cancel(job: JobArg,
-           reason: Annotated[str, typer.Option("--reason", help="Recorded on the job.")]
-           = "cancelled by operator",
-           as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+def cancel(
+    job: JobArg,
+    reason: Annotated[
+        str, typer.Option("--reason", help="Recorded on the job.")
+    ] = "cancelled by operator",
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """Cancel a queued or running job, and every job it submitted (unless their role is
     `detached`). The request is stored first, then the engine stops each attempt's whole
     process tree (SIGTERM, grace, SIGKILL)."""
     cfg = config_or_fail(data_dir, config)
-    done = with_store(cfg, lambda st: cancellation.cancel(
-        st, cfg, job, reason=reason, caller=caller_job(cfg.data_dir), wake=waker(cfg)))
+    done = with_store(
+        cfg,
+        lambda st: cancellation.cancel(
+            st, cfg, job, reason=reason, caller=caller_job(cfg.data_dir), wake=waker(cfg)
+        ),
+    )
     j, answered = done.job, done.engine_answered
     if as_json:
         emit({"id": j.id, "state": j.state.value, "cancel_requested": j.cancel_requested})
@@ -329,13 +453,19 @@ def cancel(job: JobArg,
     if j.state.terminal:
         typer.echo(f"{j.id} {j.state.value}")
     else:
-        typer.echo(f"{j.id} cancel requested; " + (
-            "the engine is stopping it" if answered
-            else "no engine is running: it will be stopped when one starts"))
+        typer.echo(
+            f"{j.id} cancel requested; "
+            + (
+                "the engine is stopping it"
+                if answered
+                else "no engine is running: it will be stopped when one starts"
+            )
+        )
 
 
-def workspaces(as_json: JsonOpt = False, data_dir: DataDir = None,
-               config: ConfigOpt = None) -> None:
+def workspaces(
+    as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
+) -> None:
     """Workspaces locked by a job, and since when."""
     cfg = config_or_fail(data_dir, config)
     held = with_store(cfg, queries.workspaces)
@@ -348,11 +478,16 @@ def workspaces(as_json: JsonOpt = False, data_dir: DataDir = None,
             typer.echo(f"{w}  held by {j} since {views.short_time(t)}")
 
 
-def events(kind: Annotated[str | None, typer.Option(
-               "--kind", help="breaker, defense, escalation or permit (default: all).")] = None,
-           limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
-           as_json: JsonOpt = False, data_dir: DataDir = None,
-           config: ConfigOpt = None) -> None:
+def events(
+    kind: Annotated[
+        str | None,
+        typer.Option("--kind", help="breaker, defense, escalation or permit (default: all)."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """The core's recorded decisions: breaker transitions, defense stages, escalations."""
     cfg = config_or_fail(data_dir, config)
     found = with_store(cfg, lambda st: queries.core_events(st, kind=kind, limit=limit))
@@ -362,5 +497,7 @@ def events(kind: Annotated[str | None, typer.Option(
     if not found:
         typer.echo("no core events recorded")
     for e in found:
-        typer.echo(f"{views.short_time(e['at'])}  {e['kind']:<10} {views.event_subject(e)} "
-                   f"→ {e['state']}  {e['reason']}  {e['message']}")
+        typer.echo(
+            f"{views.short_time(e['at'])}  {e['kind']:<10} {views.event_subject(e)} "
+            f"→ {e['state']}  {e['reason']}  {e['message']}"
+        )

@@ -26,10 +26,14 @@ def cleared_text(escalation: str, core: dict[str, Any] | None) -> str:
     if core is None:
         return text
     if core.get("connected"):
-        return (f"{text}; the core is running again (pid {core.get('pid')}, a fresh budget of "
-                f"{core.get('restart_budget')} restarts)")
-    return (f"{text}; the core was started again (pid {core.get('pid')}) but has not answered "
-            "yet: watch `corral status`, and the engine's log if it crashes again")
+        return (
+            f"{text}; the core is running again (pid {core.get('pid')}, a fresh budget of "
+            f"{core.get('restart_budget')} restarts)"
+        )
+    return (
+        f"{text}; the core was started again (pid {core.get('pid')}) but has not answered "
+        "yet: watch `corral status`, and the engine's log if it crashes again"
+    )
 
 
 def _t(at: float | None) -> str:
@@ -57,16 +61,24 @@ def print_breakers(snapshot: dict[str, Any]) -> None:
     for b in breakers:
         after = b.get("retry_after_s")
         probe = at + after if at is not None and after is not None else None
-        table.add_row(b.get("name", "?"), b.get("state", "?"), _t(breaker_since(b)),
-                      _t(probe), str(b.get("calls", "")), str(b.get("failures", "")),
-                      f"{b.get('failure_rate', 0):.2f}" if "failure_rate" in b else "",
-                      str(b.get("reason") or ""))
+        table.add_row(
+            b.get("name", "?"),
+            b.get("state", "?"),
+            _t(breaker_since(b)),
+            _t(probe),
+            str(b.get("calls", "")),
+            str(b.get("failures", "")),
+            f"{b.get('failure_rate', 0):.2f}" if "failure_rate" in b else "",
+            str(b.get("reason") or ""),
+        )
     console.print(table)
     for b in breakers:
         for h in b.get("history") or []:
-            console.print(f"  {_t(h.get('at'))}  {b.get('name')}: {h.get('from', '?')} → "
-                          f"{h.get('to', h.get('state', '?'))}  {h.get('reason', '')}",
-                          markup=False)
+            console.print(
+                f"  {_t(h.get('at'))}  {b.get('name')}: {h.get('from', '?')} → "
+                f"{h.get('to', h.get('state', '?'))}  {h.get('reason', '')}",
+                markup=False,
+            )
 
 
 def print_escalations(items: list[dict[str, Any]]) -> None:
@@ -78,8 +90,16 @@ def print_escalations(items: list[dict[str, Any]]) -> None:
     for col in ("scope", "target", "reason", "severity", "action", "opened", "message"):
         table.add_column(col, overflow="fold" if col == "message" else "ellipsis")
     for e in items:
-        table.add_row(e["id"], e["scope"], e["target"], e["reason"], e.get("severity", ""),
-                      e.get("action", ""), _t(e.get("opened_at")), e.get("message", ""))
+        table.add_row(
+            e["id"],
+            e["scope"],
+            e["target"],
+            e["reason"],
+            e.get("severity", ""),
+            e.get("action", ""),
+            _t(e.get("opened_at")),
+            e.get("message", ""),
+        )
     console.print(table)
 
 
@@ -100,9 +120,12 @@ def _print_store(store: dict[str, Any]) -> None:
     """The store's health as the engine sees it (scheduler/outage.py)."""
     if store.get("degraded"):
         since = time.strftime("%H:%M:%S", time.localtime(float(store.get("since") or 0)))
-        console.print(f"store DEGRADED since {since} ({store.get('failed_tries')} failed "
-                      f"tries): {store.get('error')}; running attempts keep running, "
-                      "writes are retried", markup=False)
+        console.print(
+            f"store DEGRADED since {since} ({store.get('failed_tries')} failed "
+            f"tries): {store.get('error')}; running attempts keep running, "
+            "writes are retried",
+            markup=False,
+        )
     elif store:
         console.print(f"store ok ({store.get('outages')} outages ridden out)", markup=False)
 
@@ -112,25 +135,32 @@ def _print_events(sinks: list[dict[str, Any]]) -> None:
     for sink in sinks:
         backlog = sink.get("backlog")
         failing = sink.get("failing_rounds") or 0
-        console.print(f"events sink {sink.get('sink')} ({sink.get('kind')}): published "
-                      f"{sink.get('published')}, backlog "
-                      f"{'unknown' if backlog is None else backlog}, skipped "
-                      f"{sink.get('skipped')}" + (f", FAILING ({failing} rounds in a row)"
-                                                  if failing else ""), markup=False)
+        console.print(
+            f"events sink {sink.get('sink')} ({sink.get('kind')}): published "
+            f"{sink.get('published')}, backlog "
+            f"{'unknown' if backlog is None else backlog}, skipped "
+            f"{sink.get('skipped')}"
+            + (f", FAILING ({failing} rounds in a row)" if failing else ""),
+            markup=False,
+        )
 
 
 def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
     """Add the mechanism commands to the `corral` app."""
-    breakers = typer.Typer(help="Circuit breakers per worker kind and provider: state, history, "
-                                "operator reset.", invoke_without_command=True)
-    escalations = typer.Typer(no_args_is_help=True,
-                              help="Escalations (FATAL conditions): list and clear.")
+    breakers = typer.Typer(
+        help="Circuit breakers per worker kind and provider: state, history, operator reset.",
+        invoke_without_command=True,
+    )
+    escalations = typer.Typer(
+        no_args_is_help=True, help="Escalations (FATAL conditions): list and clear."
+    )
     app.add_typer(breakers, name="breakers")
     app.add_typer(escalations, name="escalations")
 
     @breakers.callback()
-    def breakers_show(ctx: typer.Context, data_dir: DataDir = None,
-                      as_json: JsonOpt = False) -> None:
+    def breakers_show(
+        ctx: typer.Context, data_dir: DataDir = None, as_json: JsonOpt = False
+    ) -> None:
         """Show every breaker's state and its recent transitions."""
         if ctx.invoked_subcommand is not None:
             return
@@ -141,9 +171,13 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
             print_breakers(snap)
 
     @breakers.command("reset")
-    def breakers_reset(name: Annotated[str, typer.Argument(
-                           help="Breaker name: worker:KIND, provider:P, model:M, or a kind.")],
-                       data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
+    def breakers_reset(
+        name: Annotated[
+            str, typer.Argument(help="Breaker name: worker:KIND, provider:P, model:M, or a kind.")
+        ],
+        data_dir: DataDir = None,
+        as_json: JsonOpt = False,
+    ) -> None:
         """Close a breaker by hand (recorded as an operator reset)."""
         engine.reset_breaker(resolve(data_dir), name)
         _say(as_json, {"breaker": name, "state": "CLOSED"}, f"breaker {name} reset to CLOSED")
@@ -158,8 +192,11 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
             print_escalations(items)
 
     @escalations.command("clear")
-    def escalations_clear(escalation: Annotated[str, typer.Argument(help="Escalation id.")],
-                          data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
+    def escalations_clear(
+        escalation: Annotated[str, typer.Argument(help="Escalation id.")],
+        data_dir: DataDir = None,
+        as_json: JsonOpt = False,
+    ) -> None:
         """End an escalation: its action (isolation, workspace lock, safe stop) is lifted."""
         _clear(resolve(data_dir), escalation, as_json)
 
@@ -172,13 +209,18 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
             return
         wd, core = snap.get("watchdog", {}), snap.get("core", {})
         if core.get("given_up"):
-            console.print(f"core not running: restart budget spent after {core.get('restarts')} "
-                          "restarts (crash loop); no new work starts. `corral escalations "
-                          "clear <id>` starts it again with a fresh budget", markup=False)
+            console.print(
+                f"core not running: restart budget spent after {core.get('restarts')} "
+                "restarts (crash loop); no new work starts. `corral escalations "
+                "clear <id>` starts it again with a fresh budget",
+                markup=False,
+            )
         else:
-            console.print(f"core pid {core.get('pid')}  restarts {core.get('restarts')}  "
-                          f"permits live {snap.get('permits', {}).get('live')}  defense stage "
-                          f"{wd.get('stage_name')} ({wd.get('cause') or 'no cause'})")
+            console.print(
+                f"core pid {core.get('pid')}  restarts {core.get('restarts')}  "
+                f"permits live {snap.get('permits', {}).get('live')}  defense stage "
+                f"{wd.get('stage_name')} ({wd.get('cause') or 'no cause'})"
+            )
         _print_store(snap.get("store") or {})
         _print_events(snap.get("events") or [])
         for name, value in (wd.get("gauges") or {}).items():

@@ -16,11 +16,20 @@ PUBLISHED = Path("docs/reference/schemas")  # where the repository keeps them
 
 
 def schema(
-    name: Annotated[str | None, typer.Argument(
-        help="A model (Job, JobShow, ProtocolJob …); without one, the list of names.")] = None,
-    write: Annotated[Path | None, typer.Option(
-        "--write", help=f"Write every model's schema as NAME.json into this directory "
-                        f"(the repository publishes them in {PUBLISHED}).")] = None,
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            help="A model (Job, JobShow, ProtocolJob …); without one, the list of names."
+        ),
+    ] = None,
+    write: Annotated[
+        Path | None,
+        typer.Option(
+            "--write",
+            help=f"Write every model's schema as NAME.json into this directory "
+            f"(the repository publishes them in {PUBLISHED}).",
+        ),
+    ] = None,
 ) -> None:
     """Print the JSON Schema of what a command prints as JSON, or of a core protocol value."""
     if write is not None:

@@ -19,20 +19,31 @@ from .exits import fail
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, id_column, new_table, short_time
 
-app = typer.Typer(no_args_is_help=True,
-                  help="Bearer tokens of the HTTP API: create (shown once), list, revoke.")
+app = typer.Typer(
+    no_args_is_help=True, help="Bearer tokens of the HTTP API: create (shown once), list, revoke."
+)
 
 
 @app.command("create")
 def token_create(
-        tenant: Annotated[str, typer.Option("--tenant", help="The tenant whose jobs it sees.")],
-        scopes: Annotated[str, typer.Option(
-            "--scopes", help="Comma-separated: jobs:read, jobs:write, approve, govern, "
-                             "metrics, admin (admin implies every other).")],
-        expires_in: Annotated[str | None, typer.Option(
-            "--expires-in", help="Lifetime: 30d, 12h, 90m or seconds (default: none).")] = None,
-        name: Annotated[str | None, typer.Option("--name", help="A label for people.")] = None,
-        as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+    tenant: Annotated[str, typer.Option("--tenant", help="The tenant whose jobs it sees.")],
+    scopes: Annotated[
+        str,
+        typer.Option(
+            "--scopes",
+            help="Comma-separated: jobs:read, jobs:write, approve, govern, "
+            "metrics, admin (admin implies every other).",
+        ),
+    ],
+    expires_in: Annotated[
+        str | None,
+        typer.Option("--expires-in", help="Lifetime: 30d, 12h, 90m or seconds (default: none)."),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="A label for people.")] = None,
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """Create a token and print it, once: only its hash is kept."""
     try:
         lifetime = None if expires_in is None else tokens.duration_s(expires_in)
@@ -40,20 +51,27 @@ def token_create(
         fail(err)
     cfg = config_or_fail(data_dir, config)
     operator_only(cfg.data_dir, "token create")
-    made = with_store(cfg, lambda st: tokens.create(
-        st, tenant=tenant, scopes=scopes, name=name, expires_in_s=lifetime,
-        by=getpass.getuser()))
+    made = with_store(
+        cfg,
+        lambda st: tokens.create(
+            st, tenant=tenant, scopes=scopes, name=name, expires_in_s=lifetime, by=getpass.getuser()
+        ),
+    )
     if as_json:
         emit(schemas.TokenCreated.created(made.token, made.text).dump())
         return
     typer.echo(made.text)
-    typer.echo(f"token {made.token.id} for tenant {made.token.tenant} "
-               f"({', '.join(made.token.scopes)}): shown this once, keep it secret", err=True)
+    typer.echo(
+        f"token {made.token.id} for tenant {made.token.tenant} "
+        f"({', '.join(made.token.scopes)}): shown this once, keep it secret",
+        err=True,
+    )
 
 
 @app.command("list")
-def token_list(as_json: JsonOpt = False, data_dir: DataDir = None,
-               config: ConfigOpt = None) -> None:
+def token_list(
+    as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
+) -> None:
     """Every token, revoked ones too (never a secret)."""
     cfg = config_or_fail(data_dir, config)
     found = with_store(cfg, tokens.list_tokens)
@@ -65,16 +83,25 @@ def token_list(as_json: JsonOpt = False, data_dir: DataDir = None,
     for header in ("NAME", "TENANT", "SCOPES", "CREATED", "EXPIRES", "REVOKED"):
         table.add_column(header)
     for t in found:
-        table.add_row(t.id, t.name or "-", t.tenant, ",".join(t.scopes),
-                      short_time(t.created_at), short_time(t.expires_at),
-                      short_time(t.revoked_at))
+        table.add_row(
+            t.id,
+            t.name or "-",
+            t.tenant,
+            ",".join(t.scopes),
+            short_time(t.created_at),
+            short_time(t.expires_at),
+            short_time(t.revoked_at),
+        )
     console.print(table)
 
 
 @app.command("revoke")
-def token_revoke(token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id.")],
-                 as_json: JsonOpt = False, data_dir: DataDir = None,
-                 config: ConfigOpt = None) -> None:
+def token_revoke(
+    token_id: Annotated[str, typer.Argument(metavar="ID", help="The token's id.")],
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
     """Revoke a token at once: every call presenting it is refused from now on."""
     cfg = config_or_fail(data_dir, config)
     operator_only(cfg.data_dir, "token revoke")

@@ -43,11 +43,20 @@ def new_table(**options: Any) -> Table:
 
     return Table(**{"show_edge": False, "pad_edge": False, **options})
 
+
 STATE_STYLE = {
-    JobState.SUCCEEDED: "green", JobState.RUNNING: "cyan", JobState.STARTING: "cyan",
-    JobState.QUEUED: "white", JobState.RETRY_WAIT: "yellow", JobState.FAILED: "red",
-    JobState.DEAD_LETTERED: "magenta", JobState.TIMED_OUT: "red", JobState.CANCELLED: "dim",
-    JobState.KILLED: "red", JobState.DENIED: "red", JobState.AWAITING_APPROVAL: "yellow",
+    JobState.SUCCEEDED: "green",
+    JobState.RUNNING: "cyan",
+    JobState.STARTING: "cyan",
+    JobState.QUEUED: "white",
+    JobState.RETRY_WAIT: "yellow",
+    JobState.FAILED: "red",
+    JobState.DEAD_LETTERED: "magenta",
+    JobState.TIMED_OUT: "red",
+    JobState.CANCELLED: "dim",
+    JobState.KILLED: "red",
+    JobState.DENIED: "red",
+    JobState.AWAITING_APPROVAL: "yellow",
 }
 
 
@@ -96,8 +105,9 @@ def id_column(table: Table, header: str, values: Sequence[str]) -> None:
     table.add_column(header, no_wrap=True, overflow="fold", min_width=max(width, len(header)))
 
 
-def print_jobs(jobs: Sequence[Job], *, title: str | None = None,
-               short: Mapping[str, str] | None = None) -> None:
+def print_jobs(
+    jobs: Sequence[Job], *, title: str | None = None, short: Mapping[str, str] | None = None
+) -> None:
     """Jobs as a table; `short`: each id's short form (Store.short_ids), the whole id without."""
     if not jobs:
         console.print("no jobs" + (f" in the {title}" if title else ""))
@@ -106,12 +116,22 @@ def print_jobs(jobs: Sequence[Job], *, title: str | None = None,
     ids = [(short or {}).get(j.id, j.id) for j in jobs]
     id_column(table, "id", ids)
     for col in ("state", "role", "prio", "tries", "command", "note"):
-        table.add_column(col, overflow="fold" if col == "note" else "ellipsis",
-                         no_wrap=col in ("state", "prio", "tries"))
+        table.add_column(
+            col,
+            overflow="fold" if col == "note" else "ellipsis",
+            no_wrap=col in ("state", "prio", "tries"),
+        )
     for shown, j in zip(ids, jobs, strict=True):
         note = j.last_error or (f"key {j.key}" if j.key else "")
-        table.add_row(shown, styled(j.state), j.role, str(j.priority),
-                      f"{j.attempts}/{j.limits.max_attempts}", _command(j), note or "")
+        table.add_row(
+            shown,
+            styled(j.state),
+            j.role,
+            str(j.priority),
+            f"{j.attempts}/{j.limits.max_attempts}",
+            _command(j),
+            note or "",
+        )
     console.print(table)
 
 
@@ -137,17 +157,26 @@ def print_agent_events(events: Sequence[AgentEvent], *, full: bool = False) -> N
         denied = sum(1 for t in e.tool_calls if t.denied)
         console.print(
             f"[bold]agent attempt {e.attempt}[/bold]  {e.worker} {e.cli_version or ''}  "
-            f"session {e.session_id or '-'}", markup=True, highlight=False)
+            f"session {e.session_id or '-'}",
+            markup=True,
+            highlight=False,
+        )
         console.print(
             f"  tool calls {calls} ({denied} denied)  tokens in {e.tokens_in} out "
             f"{e.tokens_out}  cost {cost}  checkpoints {e.checkpoint_count}  "
             f"limit_hit {e.limit_hit or '-'}  exit {_s(e.exit_code)}  "
-            f"duration {_s(e.duration_ms)} ms", markup=False, highlight=False)
+            f"duration {_s(e.duration_ms)} ms",
+            markup=False,
+            highlight=False,
+        )
         if m := e.model_calls:  # through the model gateway
             console.print(
                 f"  model calls {m.get('requests', 0)} through the gateway (upstream "
                 f"{m.get('upstream_calls', 0)}, coalesced {m.get('coalesced', 0)}, refused "
-                f"{m.get('refused', 0)})", markup=False, highlight=False)
+                f"{m.get('refused', 0)})",
+                markup=False,
+                highlight=False,
+            )
         if e.error:  # the agent's own final error and its subtype
             console.print(f"  error: {_clip(e.error, 200)}", markup=False, highlight=False)
         if not full:
@@ -155,8 +184,12 @@ def print_agent_events(events: Sequence[AgentEvent], *, full: bool = False) -> N
         for n, t in enumerate(e.tool_calls, 1):
             verdict = "DENIED" if t.denied else "ok"
             shown = json.dumps(dict(t.input), sort_keys=True)
-            console.print(f"  {n:>3}. {t.tool:<10} {verdict:<6} {_s(t.duration_ms):>6} ms  "
-                          f"{_clip(shown, 90)}", markup=False, highlight=False)
+            console.print(
+                f"  {n:>3}. {t.tool:<10} {verdict:<6} {_s(t.duration_ms):>6} ms  "
+                f"{_clip(shown, 90)}",
+                markup=False,
+                highlight=False,
+            )
             if t.denied and t.reason:
                 console.print(f"       reason: {_clip(t.reason, 120)}", markup=False)
             elif t.output:
@@ -173,16 +206,38 @@ def _clip(text: str, width: int) -> str:
 def print_job(j: Job, attempts: Sequence[Attempt], events: Sequence[JobEvent]) -> None:
     console.print(f"[bold]job {j.id}[/bold]  {styled(j.state)}")
     fields = job_json(j, detail=True)
-    for name in ("role", "worker", "env", "priority", "tenant", "command", "prompt", "cwd",
-                 "key", "dedup", "after", "max_attempts", "timeout_s", "grace_s",
-                 "resume_from", "exit_code", "last_error",
-                 "limit_hit", "cancel_requested", "retry_at", "requeued_from",
-                 "dlq_resolution", "created_at", "updated_at"):
+    for name in (
+        "role",
+        "worker",
+        "env",
+        "priority",
+        "tenant",
+        "command",
+        "prompt",
+        "cwd",
+        "key",
+        "dedup",
+        "after",
+        "max_attempts",
+        "timeout_s",
+        "grace_s",
+        "resume_from",
+        "exit_code",
+        "last_error",
+        "limit_hit",
+        "cancel_requested",
+        "retry_at",
+        "requeued_from",
+        "dlq_resolution",
+        "created_at",
+        "updated_at",
+    ):
         value = fields.get(name)
         if value in (None, [], ""):
             continue
-        console.print(f"  {name:<16} {' '.join(value) if name == 'command' else value}",
-                      markup=False)
+        console.print(
+            f"  {name:<16} {' '.join(value) if name == 'command' else value}", markup=False
+        )
     # the OpenTelemetry trace of the job: derived from its id (trace/spans.py), never stored
     console.print(f"  {'trace_id':<16} {trace_id_hex(j.id)}", markup=False)
     if attempts:
@@ -190,16 +245,24 @@ def print_job(j: Job, attempts: Sequence[Attempt], events: Sequence[JobEvent]) -
         for col in ("#", "state", "exit", "signal", "started", "ended", "pid", "error"):
             table.add_column(col)
         for a in attempts:
-            table.add_row(str(a.index), a.state.value, _s(a.exit_code), _s(a.signal),
-                          short_time(a.started_at), short_time(a.ended_at), _s(a.pid),
-                          a.error or a.limit_hit or "")
+            table.add_row(
+                str(a.index),
+                a.state.value,
+                _s(a.exit_code),
+                _s(a.signal),
+                short_time(a.started_at),
+                short_time(a.ended_at),
+                _s(a.pid),
+                a.error or a.limit_hit or "",
+            )
         console.print(table)
     if events:
         console.print("[bold]timeline[/bold]")
         for e in events:
             arrow = f"{e.from_state or ''}→{e.to_state}" if e.to_state else ""
-            console.print(f"  {short_time(e.at)}  {e.kind:<18} {arrow:<24} {e.message}",
-                          markup=False)
+            console.print(
+                f"  {short_time(e.at)}  {e.kind:<18} {arrow:<24} {e.message}", markup=False
+            )
 
 
 def _s(v: object) -> str:

@@ -93,8 +93,9 @@ class Display:
         self.live: Live | None = None
         self._said: str | None = None
         self._since: tuple[str, float] | None = None  # a reason and when it was first seen
-        self._decoders = {n: codecs.getincrementaldecoder("utf-8")("replace")
-                          for n in ("stdout", "stderr")}
+        self._decoders = {
+            n: codecs.getincrementaldecoder("utf-8")("replace") for n in ("stdout", "stderr")
+        }
 
     def __enter__(self) -> Display:
         if self.mode is Mode.LIVE:
@@ -102,9 +103,14 @@ class Display:
             from rich.live import Live
             from rich.spinner import Spinner
 
-            self.live = Live(Spinner("dots", text=self.label), console=Console(stderr=True),
-                             refresh_per_second=8, transient=True,
-                             redirect_stdout=sys.stdout.isatty(), redirect_stderr=True)
+            self.live = Live(
+                Spinner("dots", text=self.label),
+                console=Console(stderr=True),
+                refresh_per_second=8,
+                transient=True,
+                redirect_stdout=sys.stdout.isatty(),
+                redirect_stderr=True,
+            )
             self.live.start()
         return self
 
@@ -118,8 +124,12 @@ class Display:
             from rich.spinner import Spinner
             from rich.text import Text
 
-            line = Text.assemble((f"{self.label} ", "bold"), (f"{job.state.value} ", "cyan"),
-                                 wait.text, (f"  {_elapsed(self.started)}", "dim"))
+            line = Text.assemble(
+                (f"{self.label} ", "bold"),
+                (f"{job.state.value} ", "cyan"),
+                wait.text,
+                (f"  {_elapsed(self.started)}", "dim"),
+            )
             self.live.update(Spinner("dots", text=line))
         elif self.mode is Mode.LINES:
             self._line(job, wait)
@@ -135,8 +145,11 @@ class Display:
             self._since = (wait.code, now)
         if wait.code != self._said and now - self._since[1] >= SETTLE_S:
             self._said = wait.code
-            print(f"corral: {self.label} is {job.state.value}: {wait.text}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"corral: {self.label} is {job.state.value}: {wait.text}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def output(self, stream: str, data: bytes) -> None:
         """Copy a piece of the job's output where it belongs."""
@@ -161,7 +174,9 @@ class Display:
         tail = "" if ok or not job.last_error else f": {job.last_error}"
         Console(stderr=True, highlight=False).print(
             f"[{style}]{mark}[/{style}] {self.label} {job.state.value} after "
-            f"{_elapsed(self.started)}{tail}", markup=True)
+            f"{_elapsed(self.started)}{tail}",
+            markup=True,
+        )
 
 
 def _elapsed(started: float) -> str:
@@ -182,13 +197,15 @@ async def follow(cfg: Config, store: Operations, ref: str, how: Follow) -> tuple
     if not engine and not job.state.terminal and not how.no_engine_ok:
         raise EngineNotRunning(
             f"no engine is serving {cfg.data_dir}: job {label} stays {job.state.value} until "
-            "`corral serve` runs there (pass --no-engine-ok to wait anyway)")
+            "`corral serve` runs there (pass --no-engine-ok to wait anyway)"
+        )
     with Display(how.mode, label) as display:
         return await _loop(cfg, store, job, how, display, engine)
 
 
-async def _loop(cfg: Config, store: Operations, job: Job, how: Follow, display: Display,
-                engine: bool) -> tuple[Job, int | None]:
+async def _loop(
+    cfg: Config, store: Operations, job: Job, how: Follow, display: Display, engine: bool
+) -> tuple[Job, int | None]:
     watcher, output = Watcher(cfg, store), Output()
     deadline = None if how.timeout is None else time.monotonic() + how.timeout
     next_look, delay = 0.0, 0.02

@@ -46,27 +46,37 @@ class JobAttempts:
     cost_usd: float = 0.0  # what they cost: results and reports
 
 
-def decide(job: Job, index: int, seen: JobAttempts | None, budget: RetryBudget,
-           now: float) -> Rejected | None:
+def decide(
+    job: Job, index: int, seen: JobAttempts | None, budget: RetryBudget, now: float
+) -> Rejected | None:
     """Why attempt `index` of `job` may not have a permit, or None (a pure decision)."""
     cap = job.limits.max_attempts
     if budget.max_attempts is not None and budget.max_attempts < cap:
         cap = budget.max_attempts
     if index > cap:
-        return Rejected(reason=MAX_ATTEMPTS, final=True,
-                        message=f"attempt {index} of job {job.id} is past its max_attempts "
-                                f"{cap}" + _ceiling(budget.max_attempts, cap, job.role))
+        return Rejected(
+            reason=MAX_ATTEMPTS,
+            final=True,
+            message=f"attempt {index} of job {job.id} is past its max_attempts "
+            f"{cap}" + _ceiling(budget.max_attempts, cap, job.role),
+        )
     if seen is not None and index <= seen.last_index:
-        return Rejected(reason=ATTEMPT_REPEATED, final=True,
-                        message=f"attempt {index} of job {job.id} was already started here "
-                                f"(the last was attempt {seen.last_index}); a permit is for "
-                                "a new attempt")
+        return Rejected(
+            reason=ATTEMPT_REPEATED,
+            final=True,
+            message=f"attempt {index} of job {job.id} was already started here "
+            f"(the last was attempt {seen.last_index}); a permit is for "
+            "a new attempt",
+        )
     limit = budget.max_timeout_s
     if limit is not None and job.limits.timeout_s > limit:
-        return Rejected(reason=TIMEOUT_TOO_LONG, final=True,
-                        message=f"job {job.id} asks {job.limits.timeout_s:g}s per attempt; role "
-                                f"{job.role} allows at most {limit:g}s "
-                                "(retry_budget.max_timeout_s)")
+        return Rejected(
+            reason=TIMEOUT_TOO_LONG,
+            final=True,
+            message=f"job {job.id} asks {job.limits.timeout_s:g}s per attempt; role "
+            f"{job.role} allows at most {limit:g}s "
+            "(retry_budget.max_timeout_s)",
+        )
     return _spent(job, seen, budget, now)
 
 
@@ -74,20 +84,25 @@ def _ceiling(ceiling: int | None, cap: int, role: str) -> str:
     return f" (role {role}'s retry_budget.max_attempts)" if ceiling == cap else ""
 
 
-def _spent(job: Job, seen: JobAttempts | None, budget: RetryBudget,
-           now: float) -> Rejected | None:
+def _spent(job: Job, seen: JobAttempts | None, budget: RetryBudget, now: float) -> Rejected | None:
     if seen is None:
         return None
     if budget.window_s is not None and now >= seen.first_at + budget.window_s:
-        return Rejected(reason=RETRY_BUDGET_EXHAUSTED, final=True,
-                        message=f"job {job.id}'s attempts have had their {budget.window_s:g}s "
-                                f"(retry_budget.window_s of role {job.role}, counted from its "
-                                "first attempt)")
+        return Rejected(
+            reason=RETRY_BUDGET_EXHAUSTED,
+            final=True,
+            message=f"job {job.id}'s attempts have had their {budget.window_s:g}s "
+            f"(retry_budget.window_s of role {job.role}, counted from its "
+            "first attempt)",
+        )
     if budget.cost_usd is not None and seen.cost_usd >= budget.cost_usd:
-        return Rejected(reason=RETRY_BUDGET_EXHAUSTED, final=True,
-                        message=f"job {job.id}'s {seen.started} attempt(s) cost "
-                                f"${seen.cost_usd:.4g} of its ${budget.cost_usd:g} "
-                                f"(retry_budget.cost_usd of role {job.role})")
+        return Rejected(
+            reason=RETRY_BUDGET_EXHAUSTED,
+            final=True,
+            message=f"job {job.id}'s {seen.started} attempt(s) cost "
+            f"${seen.cost_usd:.4g} of its ${budget.cost_usd:g} "
+            f"(retry_budget.cost_usd of role {job.role})",
+        )
     return None
 
 
@@ -116,17 +131,29 @@ class AttemptLedger:
         if seen is None:
             self._put(JobAttempts(job_id=job_id, first_at=now, last_index=index, started=1))
         else:
-            self._put(JobAttempts(job_id=job_id, first_at=min(seen.first_at, now),
-                                  last_index=max(seen.last_index, index),
-                                  started=seen.started + 1, cost_usd=seen.cost_usd))
+            self._put(
+                JobAttempts(
+                    job_id=job_id,
+                    first_at=min(seen.first_at, now),
+                    last_index=max(seen.last_index, index),
+                    started=seen.started + 1,
+                    cost_usd=seen.cost_usd,
+                )
+            )
 
     def charge(self, job_id: str, usd: float) -> None:
         """Cost of one of the job's attempts (a worker's result, or a report)."""
         seen = self._jobs.get(job_id)
         if seen is not None and math.isfinite(usd) and usd > 0:
-            self._put(JobAttempts(job_id=job_id, first_at=seen.first_at,
-                                  last_index=seen.last_index, started=seen.started,
-                                  cost_usd=seen.cost_usd + usd))
+            self._put(
+                JobAttempts(
+                    job_id=job_id,
+                    first_at=seen.first_at,
+                    last_index=seen.last_index,
+                    started=seen.started,
+                    cost_usd=seen.cost_usd + usd,
+                )
+            )
 
     def _put(self, entry: JobAttempts) -> None:
         self._jobs[entry.job_id] = entry
@@ -142,8 +169,11 @@ class AttemptLedger:
         for e in entries:
             seen = self._jobs.get(e.job_id)
             if seen is not None:
-                e = JobAttempts(job_id=e.job_id, first_at=min(seen.first_at, e.first_at),
-                                last_index=max(seen.last_index, e.last_index),
-                                started=max(seen.started, e.started),
-                                cost_usd=max(seen.cost_usd, e.cost_usd))
+                e = JobAttempts(
+                    job_id=e.job_id,
+                    first_at=min(seen.first_at, e.first_at),
+                    last_index=max(seen.last_index, e.last_index),
+                    started=max(seen.started, e.started),
+                    cost_usd=max(seen.cost_usd, e.cost_usd),
+                )
             self._put(e)

@@ -81,9 +81,13 @@ class Breaker:
         self._trim(now)
         failures = sum(1 for _, failed in self.calls if failed)
         calls = len(self.calls)
-        return {"calls": calls, "failures": failures,
-                "failure_rate": round(failures / calls, 4) if calls else 0.0,
-                "consecutive": self.consecutive, "window_s": self.spec.window_s}
+        return {
+            "calls": calls,
+            "failures": failures,
+            "failure_rate": round(failures / calls, 4) if calls else 0.0,
+            "consecutive": self.consecutive,
+            "window_s": self.spec.window_s,
+        }
 
     def _trim(self, now: float) -> None:
         while self.calls and self.calls[0][0] <= now - self.spec.window_s:
@@ -117,8 +121,9 @@ class BreakerBoard:
     def get(self, name: str) -> Breaker:
         b = self.breakers.get(name)
         if b is None:
-            b = self.breakers[name] = Breaker(name=name, spec=self.spec,
-                                              history=deque(maxlen=self.history))
+            b = self.breakers[name] = Breaker(
+                name=name, spec=self.spec, history=deque(maxlen=self.history)
+            )
         return b
 
     def find(self, name: str) -> Breaker:
@@ -157,8 +162,15 @@ class BreakerBoard:
 
     # ---- results -------------------------------------------------------------------------
 
-    def record(self, names: Iterable[str], permit_id: str, result: AttemptResult,
-               now: float, *, stop_requested: bool = False) -> None:
+    def record(
+        self,
+        names: Iterable[str],
+        permit_id: str,
+        result: AttemptResult,
+        now: float,
+        *,
+        stop_requested: bool = False,
+    ) -> None:
         v = verdict(result, stop_requested=stop_requested)
         for name in names:
             self._record(self.get(name), permit_id, v, now)
@@ -195,8 +207,7 @@ class BreakerBoard:
 
     # ---- transitions ---------------------------------------------------------------------
 
-    def _move(self, b: Breaker, to: str, now: float, reason: str,
-              data: Mapping[str, Any]) -> None:
+    def _move(self, b: Breaker, to: str, now: float, reason: str, data: Mapping[str, Any]) -> None:
         was = b.state
         b.state, b.reason = to, reason
         if to == OPEN:
@@ -208,16 +219,28 @@ class BreakerBoard:
             b.probe = None
         entry = {"at": now, "from": was, "to": to, "reason": reason, **dict(data)}
         b.history.append(entry)
-        self.emit(CoreEvent(
-            kind=BREAKER, at=now, scope=b.scope, name=b.name, state=to,
-            severity=WARNING if to == OPEN else INFO, reason=reason,
-            message=f"breaker {b.name}: {was} → {to} ({reason})", data=entry))
+        self.emit(
+            CoreEvent(
+                kind=BREAKER,
+                at=now,
+                scope=b.scope,
+                name=b.name,
+                state=to,
+                severity=WARNING if to == OPEN else INFO,
+                reason=reason,
+                message=f"breaker {b.name}: {was} → {to} ({reason})",
+                data=entry,
+            )
+        )
 
     # ---- persistence and views -----------------------------------------------------------
 
     def export(self) -> list[BreakerState]:
-        return [BreakerState(name=b.name, state=b.state, opened_at=b.opened_at, reason=b.reason)
-                for b in self.breakers.values() if b.state != CLOSED]
+        return [
+            BreakerState(name=b.name, state=b.state, opened_at=b.opened_at, reason=b.reason)
+            for b in self.breakers.values()
+            if b.state != CLOSED
+        ]
 
     def restore(self, states: Iterable[BreakerState]) -> None:
         """Re-open breakers a previous core had open; a probe in flight is forgotten, so a
@@ -228,7 +251,17 @@ class BreakerBoard:
             b.opened_at, b.reason, b.probe = s.opened_at, s.reason, None
 
     def snapshot(self, now: float) -> list[dict[str, Any]]:
-        return [{"name": b.name, "scope": b.scope, "state": b.state, "opened_at": b.opened_at,
-                 "reason": b.reason, "probe": b.probe, "retry_after_s": b.retry_after(now),
-                 **b.figures(now), "history": list(b.history)}
-                for b in sorted(self.breakers.values(), key=lambda x: x.name)]
+        return [
+            {
+                "name": b.name,
+                "scope": b.scope,
+                "state": b.state,
+                "opened_at": b.opened_at,
+                "reason": b.reason,
+                "probe": b.probe,
+                "retry_after_s": b.retry_after(now),
+                **b.figures(now),
+                "history": list(b.history),
+            }
+            for b in sorted(self.breakers.values(), key=lambda x: x.name)
+        ]

@@ -66,9 +66,11 @@ class RateLimits:
         s = self.settings
         role, worker = s.roles.get(job.role), s.workers.get(kind)
         provider = s.providers.get(provider_of(job, kind))
-        found = [(f"role:{job.role}", role.rate if role else None),
-                 (f"worker:{kind}", worker.rate if worker else None),
-                 (f"provider:{provider_of(job, kind)}", provider.rate if provider else None)]
+        found = [
+            (f"role:{job.role}", role.rate if role else None),
+            (f"worker:{kind}", worker.rate if worker else None),
+            (f"provider:{provider_of(job, kind)}", provider.rate if provider else None),
+        ]
         return [(name, spec) for name, spec in found if spec is not None]
 
     def _bucket(self, name: str, spec: RateSpec) -> TokenBucket:
@@ -85,12 +87,13 @@ class RateLimits:
 
     def take(self, job: Job, kind: str, now: float) -> dict[str, float]:
         """Take a token from each bucket that applies; the tokens left in each."""
-        return {n: round(self._bucket(n, spec).take(now), 3)
-                for n, spec in self._specs(job, kind)}
+        return {n: round(self._bucket(n, spec).take(now), 3) for n, spec in self._specs(job, kind)}
 
     def snapshot(self, now: float) -> dict[str, dict[str, float]]:
-        return {n: {"tokens": round(b.level(now), 3), "burst": b.burst, "per_s": b.per_s}
-                for n, b in sorted(self.buckets.items())}
+        return {
+            n: {"tokens": round(b.level(now), 3), "burst": b.burst, "per_s": b.per_s}
+            for n, b in sorted(self.buckets.items())
+        }
 
 
 def period_bounds(period: CostPeriod, now: float) -> tuple[float, float]:
@@ -158,14 +161,19 @@ class CostLedger:
         out: dict[str, dict[str, Any]] = {}
         for name in sorted(names):
             spec = self.tenants.get(name)
-            out[name] = {"spent_usd": round(self.spent(name, now), 6),
-                         "allowance_usd": spec.cost_allowance_usd if spec else None,
-                         "period": (spec.period if spec else CostPeriod.MONTHLY).value}
+            out[name] = {
+                "spent_usd": round(self.spent(name, now), 6),
+                "allowance_usd": spec.cost_allowance_usd if spec else None,
+                "period": (spec.period if spec else CostPeriod.MONTHLY).value,
+            }
         return out
 
     def export(self) -> list[tuple[str, float, float]]:
-        return [(t, h, usd) for t, hours in sorted(self.hours.items())
-                for h, usd in sorted(hours.items())]
+        return [
+            (t, h, usd)
+            for t, hours in sorted(self.hours.items())
+            for h, usd in sorted(hours.items())
+        ]
 
     def restore(self, entries: Iterable[tuple[str, float, float]]) -> None:
         for tenant, hour, usd in entries:

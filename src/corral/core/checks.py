@@ -65,9 +65,18 @@ def queue_lag_ms(job: Job, now: float) -> float:
 class PermitChecks:
     """Runs the checks against the core's mechanism; takes nothing."""
 
-    def __init__(self, *, gate: PermitGate, breakers: BreakerBoard, rates: RateLimits,
-                 costs: CostLedger, watchdog: Watchdog, escalations: Escalations,
-                 kinds: Callable[[], Collection[str]], ledger: AttemptLedger) -> None:
+    def __init__(
+        self,
+        *,
+        gate: PermitGate,
+        breakers: BreakerBoard,
+        rates: RateLimits,
+        costs: CostLedger,
+        watchdog: Watchdog,
+        escalations: Escalations,
+        kinds: Callable[[], Collection[str]],
+        ledger: AttemptLedger,
+    ) -> None:
         self.gate = gate
         self.ledger = ledger
         self.breakers = breakers
@@ -84,16 +93,23 @@ class PermitChecks:
         return role.retry_budget if role else RetryBudget()
 
     def decide(self, job: Job, index: int, now: float) -> Passed | Rejected:
-        early = (attempts.decide(job, index, self.ledger.get(job.id), self.budget(job), now)
-                 or self._duplicate(job) or self._fatal(job) or self._shed(job))
+        early = (
+            attempts.decide(job, index, self.ledger.get(job.id), self.budget(job), now)
+            or self._duplicate(job)
+            or self._fatal(job)
+            or self._shed(job)
+        )
         if early is not None:
             return early
         self.watchdog.sample(QUEUE_LAG, queue_lag_ms(job, now), now, job.worker)
         picked = self._pick(job, now)
         if isinstance(picked, Rejected):
             return picked
-        refused = (self._slots(job, picked.worker) or self._rate(job, picked.worker, now)
-                   or self._cost(job, now))
+        refused = (
+            self._slots(job, picked.worker)
+            or self._rate(job, picked.worker, now)
+            or self._cost(job, now)
+        )
         return refused or picked
 
     # ---- the checks ----------------------------------------------------------------------
@@ -102,20 +118,26 @@ class PermitChecks:
         holder = self.gate.holder(job.id)
         if holder is None:
             return None
-        return Rejected(reason=DUPLICATE_PERMIT,
-                        message=f"job {job.id} already holds permit {holder}")
+        return Rejected(
+            reason=DUPLICATE_PERMIT, message=f"job {job.id} already holds permit {holder}"
+        )
 
     def _fatal(self, job: Job) -> Rejected | None:
         stop = self.escalations.safe_stop
         if stop is not None:
             final = self.settings.escalation.safe_stop_queued == "fail"
-            return Rejected(reason=FATAL_MODE, final=final,
-                            message=f"safe stop: escalation {stop.id} ({stop.reason})")
+            return Rejected(
+                reason=FATAL_MODE,
+                final=final,
+                message=f"safe stop: escalation {stop.id} ({stop.reason})",
+            )
         locked = self.escalations.locked(job.workspace)
         if locked is not None:
-            return Rejected(reason=FATAL_MODE,
-                            message=f"workspace {job.workspace} is locked by escalation "
-                                    f"{locked.id} ({locked.reason})")
+            return Rejected(
+                reason=FATAL_MODE,
+                message=f"workspace {job.workspace} is locked by escalation "
+                f"{locked.id} ({locked.reason})",
+            )
         return None
 
     def _shed(self, job: Job) -> Rejected | None:
@@ -123,9 +145,12 @@ class PermitChecks:
         if self.watchdog.stage < SHED or job.priority < spec.shed_min_priority:
             return None
         reason = QUEUE_STALL if self.watchdog.stall_driven else GLOBAL_SHED
-        return Rejected(reason=reason, retry_after_s=spec.recover_s,
-                        message=f"shedding priority ≥ {spec.shed_min_priority} while "
-                                f"{self.watchdog.cause} is high")
+        return Rejected(
+            reason=reason,
+            retry_after_s=spec.recover_s,
+            message=f"shedding priority ≥ {spec.shed_min_priority} while "
+            f"{self.watchdog.cause} is high",
+        )
 
     def _candidates(self, job: Job) -> list[str]:
         role = self.settings.roles.get(job.role)
@@ -142,28 +167,37 @@ class PermitChecks:
         return self.breakers.state(name) == CLOSED
 
     def _pick(self, job: Job, now: float) -> Passed | Rejected:
-        kind = next((k for i, k in enumerate(self._candidates(job))
-                     if self._usable(k, i == 0, now)), None)
+        kind = next(
+            (k for i, k in enumerate(self._candidates(job)) if self._usable(k, i == 0, now)), None
+        )
         if kind is None:
             return self._no_worker(job, now)
         names = tuple(breaker_names(job, kind))
         for name in names[1:]:  # provider and model breakers: no fallback can avoid them
             if not self.breakers.admits(name, now):
                 b = self.breakers.get(name)
-                return Rejected(reason=CIRCUIT_OPEN, retry_after_s=b.retry_after(now),
-                                message=f"breaker {name} is {b.state}")
+                return Rejected(
+                    reason=CIRCUIT_OPEN,
+                    retry_after_s=b.retry_after(now),
+                    message=f"breaker {name} is {b.state}",
+                )
         return Passed(worker=kind, breakers=names)
 
     def _no_worker(self, job: Job, now: float) -> Rejected:
         isolated = self.escalations.isolated(job.worker)
         if isolated is not None:
-            return Rejected(reason=FATAL_MODE,
-                            message=f"worker kind {job.worker} is isolated by escalation "
-                                    f"{isolated.id} ({isolated.reason})")
+            return Rejected(
+                reason=FATAL_MODE,
+                message=f"worker kind {job.worker} is isolated by escalation "
+                f"{isolated.id} ({isolated.reason})",
+            )
         b = self.breakers.get(f"worker:{job.worker}")
         why = "a probe is in flight" if b.state == HALF_OPEN else f"since {b.reason}"
-        return Rejected(reason=CIRCUIT_OPEN, retry_after_s=b.retry_after(now),
-                        message=f"breaker {b.name} is {b.state} ({why}); no fallback available")
+        return Rejected(
+            reason=CIRCUIT_OPEN,
+            retry_after_s=b.retry_after(now),
+            message=f"breaker {b.name} is {b.state} ({why}); no fallback available",
+        )
 
     def _slots(self, job: Job, kind: str) -> Rejected | None:
         refused = self.gate.check(job, kind)
@@ -172,22 +206,28 @@ class PermitChecks:
         if self.gate.check(job, kind, factor=1.0) is not None:
             return refused  # full even without the throttle
         reason = QUEUE_STALL if self.watchdog.stall_driven else BUDGET_EXHAUSTED
-        return Rejected(reason=reason, message=f"throttled ×{self.gate.cap_factor:g}: "
-                                               f"{refused.message}")
+        return Rejected(
+            reason=reason, message=f"throttled ×{self.gate.cap_factor:g}: {refused.message}"
+        )
 
     def _rate(self, job: Job, kind: str, now: float) -> Rejected | None:
         wait, empty = self.rates.check(job, kind, now)
         if not empty:
             return None
-        return Rejected(reason=RATE_LIMIT, retry_after_s=round(wait, 6),
-                        message=f"rate limit: {', '.join(empty)} out of tokens")
+        return Rejected(
+            reason=RATE_LIMIT,
+            retry_after_s=round(wait, 6),
+            message=f"rate limit: {', '.join(empty)} out of tokens",
+        )
 
     def _cost(self, job: Job, now: float) -> Rejected | None:
         left = self.costs.remaining(job.tenant, now)
         if left is None or left > 0:
             return None
         spec = self.settings.tenants[job.tenant]
-        return Rejected(reason=BUDGET_EXHAUSTED,
-                        retry_after_s=round(self.costs.retry_after(job.tenant, now), 3),
-                        message=f"tenant {job.tenant} spent its {spec.period.value} allowance "
-                                f"of ${spec.cost_allowance_usd:g}")
+        return Rejected(
+            reason=BUDGET_EXHAUSTED,
+            retry_after_s=round(self.costs.retry_after(job.tenant, now), 3),
+            message=f"tenant {job.tenant} spent its {spec.period.value} allowance "
+            f"of ${spec.cost_allowance_usd:g}",
+        )

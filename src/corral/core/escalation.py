@@ -42,16 +42,29 @@ class Escalation:
     data: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "scope": self.scope, "target": self.target,
-                "reason": self.reason, "severity": self.severity, "message": self.message,
-                "opened_at": self.opened_at, "data": dict(self.data)}
+        return {
+            "id": self.id,
+            "scope": self.scope,
+            "target": self.target,
+            "reason": self.reason,
+            "severity": self.severity,
+            "message": self.message,
+            "opened_at": self.opened_at,
+            "data": dict(self.data),
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Escalation:
-        return cls(id=str(d["id"]), scope=str(d["scope"]), target=str(d["target"]),
-                   reason=str(d["reason"]), severity=str(d["severity"]),
-                   message=str(d["message"]), opened_at=float(d["opened_at"]),
-                   data=dict(d.get("data") or {}))
+        return cls(
+            id=str(d["id"]),
+            scope=str(d["scope"]),
+            target=str(d["target"]),
+            reason=str(d["reason"]),
+            severity=str(d["severity"]),
+            message=str(d["message"]),
+            opened_at=float(d["opened_at"]),
+            data=dict(d.get("data") or {}),
+        )
 
 
 class Escalations:
@@ -72,29 +85,44 @@ class Escalations:
         n = _count(self._crashes.setdefault(kind, deque()), now, CRASH_WINDOW_S)
         if n < self.spec.crash_loop_per_min:
             return None
-        return self.open(WORKER_KIND, kind, "crash_loop", now,
-                         f"worker kind {kind} crashed {n} times in a minute (last: {what})",
-                         {"crashes": n, "window_s": CRASH_WINDOW_S, "last": what})
+        return self.open(
+            WORKER_KIND,
+            kind,
+            "crash_loop",
+            now,
+            f"worker kind {kind} crashed {n} times in a minute (last: {what})",
+            {"crashes": n, "window_s": CRASH_WINDOW_S, "last": what},
+        )
 
-    def ghosts(self, job_id: str, kind: str | None, pids: Iterable[int],
-               now: float) -> Escalation | None:
+    def ghosts(
+        self, job_id: str, kind: str | None, pids: Iterable[int], now: float
+    ) -> Escalation | None:
         """Processes of an attempt outlived its stop (they have been stopped since). Isolates
         the kind when it happens `ghost_max` times in `ghost_window_s`; before that, a WARNING
         event records it (`state` "noted")."""
         pid_list = sorted(pids)
         window = self.spec.ghost_window_s
         n = _count(self._ghosts.setdefault(kind or "*", deque()), now, window)
-        data = {"job_id": job_id, "pids": pid_list, "worker": kind, "ghosts": n,
-                "window_s": window}
-        message = (f"job {job_id}: {len(pid_list)} process(es) survived the stop of its "
-                   f"attempt: {pid_list}")
+        data = {"job_id": job_id, "pids": pid_list, "worker": kind, "ghosts": n, "window_s": window}
+        message = (
+            f"job {job_id}: {len(pid_list)} process(es) survived the stop of its "
+            f"attempt: {pid_list}"
+        )
         if n < self.spec.ghost_max:
-            self.emit(CoreEvent(kind=ESCALATION, at=now, scope=WORKER_KIND if kind else GLOBAL,
-                                name=kind or "*", state="noted", severity=WARNING,
-                                reason="ghost_processes",
-                                message=f"{message} (stopped; {n} of {self.spec.ghost_max} in "
-                                        f"{window:g}s before the kind is isolated)",
-                                data=data))
+            self.emit(
+                CoreEvent(
+                    kind=ESCALATION,
+                    at=now,
+                    scope=WORKER_KIND if kind else GLOBAL,
+                    name=kind or "*",
+                    state="noted",
+                    severity=WARNING,
+                    reason="ghost_processes",
+                    message=f"{message} (stopped; {n} of {self.spec.ghost_max} in "
+                    f"{window:g}s before the kind is isolated)",
+                    data=data,
+                )
+            )
             return None
         message = f"{message}; {n} attempts with ghosts in {window:g}s"
         if kind is None:  # whose they are is unknown: nothing narrower is safe
@@ -106,25 +134,56 @@ class Escalations:
         n = _count(self._superseded.setdefault(workspace, deque()), now, window)
         if n < self.spec.superseded_max:
             return None
-        return self.open(WORKSPACE, workspace, "superseded_churn", now,
-                         f"workspace {workspace}: {n} latest-wins supersessions in {window:g}s",
-                         {"superseded": n, "window_s": window})
+        return self.open(
+            WORKSPACE,
+            workspace,
+            "superseded_churn",
+            now,
+            f"workspace {workspace}: {n} latest-wins supersessions in {window:g}s",
+            {"superseded": n, "window_s": window},
+        )
 
     # ---- lifecycle -----------------------------------------------------------------------
 
-    def open(self, scope: str, target: str, reason: str, now: float, message: str,
-             data: Mapping[str, Any], severity: str = FATAL) -> Escalation | None:
+    def open(
+        self,
+        scope: str,
+        target: str,
+        reason: str,
+        now: float,
+        message: str,
+        data: Mapping[str, Any],
+        severity: str = FATAL,
+    ) -> Escalation | None:
         """Open an escalation unless one is already active for the same scope and target."""
         if scope not in SCOPES:
             raise ValueError(f"unknown escalation scope {scope!r}")
         if self.find(scope, target) is not None:
             return None
-        e = Escalation(id=new_id(int(now * 1000)), scope=scope, target=target, reason=reason,
-                       severity=severity, message=message, opened_at=now, data=dict(data))
+        e = Escalation(
+            id=new_id(int(now * 1000)),
+            scope=scope,
+            target=target,
+            reason=reason,
+            severity=severity,
+            message=message,
+            opened_at=now,
+            data=dict(data),
+        )
         self.active[e.id] = e
-        self.emit(CoreEvent(kind=ESCALATION, at=now, scope=scope, name=target, state="open",
-                            severity=severity, reason=reason, message=message,
-                            data={"id": e.id, "action": self.action(scope), **dict(data)}))
+        self.emit(
+            CoreEvent(
+                kind=ESCALATION,
+                at=now,
+                scope=scope,
+                name=target,
+                state="open",
+                severity=severity,
+                reason=reason,
+                message=message,
+                data={"id": e.id, "action": self.action(scope), **dict(data)},
+            )
+        )
         return e
 
     def clear(self, escalation_id: str, now: float, by: str = "operator") -> Escalation:
@@ -139,11 +198,19 @@ class Escalations:
             self._ghosts.pop("*", None)
         elif e.scope == WORKSPACE:
             self._superseded.pop(e.target, None)
-        self.emit(CoreEvent(kind=ESCALATION, at=now, scope=e.scope, name=e.target,
-                            state="cleared", severity=INFO, reason="cleared",
-                            message=f"escalation {e.id} ({e.reason}) cleared by {by}",
-                            data={"id": e.id, "was": e.reason, "by": by,
-                                  "open_s": now - e.opened_at}))
+        self.emit(
+            CoreEvent(
+                kind=ESCALATION,
+                at=now,
+                scope=e.scope,
+                name=e.target,
+                state="cleared",
+                severity=INFO,
+                reason="cleared",
+                message=f"escalation {e.id} ({e.reason}) cleared by {by}",
+                data={"id": e.id, "was": e.reason, "by": by, "open_s": now - e.opened_at},
+            )
+        )
         return e
 
     def action(self, scope: str) -> str:
@@ -156,8 +223,9 @@ class Escalations:
     # ---- queries -------------------------------------------------------------------------
 
     def find(self, scope: str, target: str) -> Escalation | None:
-        return next((e for e in self.active.values()
-                     if e.scope == scope and e.target == target), None)
+        return next(
+            (e for e in self.active.values() if e.scope == scope and e.target == target), None
+        )
 
     def isolated(self, kind: str) -> Escalation | None:
         return self.find(WORKER_KIND, kind)

@@ -44,9 +44,17 @@ class CoreEvent:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (the protocol and the store carry it as is)."""
-        return {"kind": self.kind, "at": self.at, "scope": self.scope, "name": self.name,
-                "state": self.state, "severity": self.severity, "reason": self.reason,
-                "message": self.message, "data": dict(self.data)}
+        return {
+            "kind": self.kind,
+            "at": self.at,
+            "scope": self.scope,
+            "name": self.name,
+            "state": self.state,
+            "severity": self.severity,
+            "reason": self.reason,
+            "message": self.message,
+            "data": dict(self.data),
+        }
 
 
 EventSink = Callable[[CoreEvent], None]

@@ -73,9 +73,14 @@ class _Live:
 class Core:
     """Holds the authority to permit and to start work; everything else asks it."""
 
-    def __init__(self, gate: PermitGate, workers: Mapping[str, WorkerAdapter],
-                 options: CoreOptions | None = None, *,
-                 on_event: EventSink | None = None) -> None:
+    def __init__(
+        self,
+        gate: PermitGate,
+        workers: Mapping[str, WorkerAdapter],
+        options: CoreOptions | None = None,
+        *,
+        on_event: EventSink | None = None,
+    ) -> None:
         self.gate = gate
         self.workers = dict(workers)
         self.options = options or CoreOptions()
@@ -87,10 +92,16 @@ class Core:
         self.watchdog = Watchdog(s.watchdog, self.emit)
         self.escalations = Escalations(s.escalation, self.emit)
         self.attempts = AttemptLedger()
-        self.checks = PermitChecks(gate=gate, breakers=self.breakers, rates=self.rates,
-                                   costs=self.costs, watchdog=self.watchdog,
-                                   escalations=self.escalations, kinds=lambda: self.workers,
-                                   ledger=self.attempts)
+        self.checks = PermitChecks(
+            gate=gate,
+            breakers=self.breakers,
+            rates=self.rates,
+            costs=self.costs,
+            watchdog=self.watchdog,
+            escalations=self.escalations,
+            kinds=lambda: self.workers,
+            ledger=self.attempts,
+        )
         self._live: dict[str, _Live] = {}  # by permit id
         self._recent: OrderedDict[str, str] = OrderedDict()  # job id → worker kind
         self._tenants: OrderedDict[str, str] = OrderedDict()  # job id → tenant (ended too)
@@ -120,8 +131,10 @@ class Core:
     def _issue(self, job: Job, attempt_index: int, now: float, adm: Passed) -> Permit:
         usage = self.gate.usage(job, adm.worker)
         tokens = self.rates.take(job, adm.worker, now)
-        extra = {"slots": usage,
-                 "breakers": ",".join(f"{n}={self.breakers.state(n)}" for n in adm.breakers)}
+        extra = {
+            "slots": usage,
+            "breakers": ",".join(f"{n}={self.breakers.state(n)}" for n in adm.breakers),
+        }
         if tokens:
             extra["rate_tokens"] = ",".join(f"{n}={left:g}" for n, left in tokens.items())
         left = self.costs.remaining(job.tenant, now)
@@ -132,27 +145,55 @@ class Core:
         budget, seen = self.checks.budget(job), self.attempts.get(job.id)
         if budget.window_s is not None or budget.cost_usd is not None:
             extra["retry_budget"] = _budget_left(budget, seen, now)
-        grant = Grant(worker=adm.worker, breaker=adm.breaker_state(self.breakers), extra=extra,
-                      deadline_at=attempts.deadline(job, seen, budget, now))
+        grant = Grant(
+            worker=adm.worker,
+            breaker=adm.breaker_state(self.breakers),
+            extra=extra,
+            deadline_at=attempts.deadline(job, seen, budget, now),
+        )
         permit = self.gate.issue(job, attempt_index, now, grant)
         self.breakers.begin(adm.breakers, permit.id)
         self._track(permit, job, adm.worker, adm.breakers, now)
         return permit
 
-    def _track(self, permit: Permit, job: Job, worker: str, breakers: tuple[str, ...],
-               now: float, *, adopted: bool = False) -> None:
-        self._live[permit.id] = _Live(permit=permit, job=job, worker=worker, breakers=breakers,
-                                      adopted=adopted)
+    def _track(
+        self,
+        permit: Permit,
+        job: Job,
+        worker: str,
+        breakers: tuple[str, ...],
+        now: float,
+        *,
+        adopted: bool = False,
+    ) -> None:
+        self._live[permit.id] = _Live(
+            permit=permit, job=job, worker=worker, breakers=breakers, adopted=adopted
+        )
         self.watchdog.started(job.id, worker, now)
 
     def _rejected(self, job: Job, attempt_index: int, r: Rejected, now: float) -> None:
-        self.emit(CoreEvent(
-            kind=REJECTION, at=now, scope="job", name=job.id, state="rejected",
-            severity=WARNING if r.reason == FATAL_MODE else INFO, reason=r.reason,
-            message=r.message,
-            data={"job_id": job.id, "attempt": attempt_index, "role": job.role,
-                  "worker": job.worker, "tenant": job.tenant, "priority": job.priority,
-                  "retry_after_s": r.retry_after_s, "final": r.final}))
+        self.emit(
+            CoreEvent(
+                kind=REJECTION,
+                at=now,
+                scope="job",
+                name=job.id,
+                state="rejected",
+                severity=WARNING if r.reason == FATAL_MODE else INFO,
+                reason=r.reason,
+                message=r.message,
+                data={
+                    "job_id": job.id,
+                    "attempt": attempt_index,
+                    "role": job.role,
+                    "worker": job.worker,
+                    "tenant": job.tenant,
+                    "priority": job.priority,
+                    "retry_after_s": r.retry_after_s,
+                    "final": r.final,
+                },
+            )
+        )
 
     def ready(self, claimed: Claimed) -> None:
         """The blocking checks of the worker kind that will start the claimed attempt (see
@@ -177,22 +218,23 @@ class Core:
         job = claimed.job if kind == claimed.job.worker else claimed.job.with_(worker=kind)
         return worker.start(claimed.permit, job, claimed.attempt)
 
-    def adopt(self, job: Job, attempt: Attempt, now: float, *,
-              worker: str | None = None) -> tuple[Permit, AttemptHandle | AttemptResult]:
+    def adopt(
+        self, job: Job, attempt: Attempt, now: float, *, worker: str | None = None
+    ) -> tuple[Permit, AttemptHandle | AttemptResult]:
         """Re-admit an attempt found in flight after a restart (its permit is re-registered).
 
         `worker`: the kind the attempt ran as, when a fallback ran it (default: the job's)."""
         kind = worker or job.worker
-        permit = self.gate.adopt(job, attempt.index, attempt.permit_id, attempt.deadline_at, now,
-                                 worker=kind)
+        permit = self.gate.adopt(
+            job, attempt.index, attempt.permit_id, attempt.deadline_at, now, worker=kind
+        )
         adapter = self.workers.get(kind)
         if adapter is None:
             self.gate.release(permit)
             raise WorkerError(f"no worker adapter for kind {kind!r}")
         self._track(permit, job, kind, tuple(breaker_names(job, kind)), now, adopted=True)
         self.attempts.started(job.id, attempt.index, min(now, attempt.created_at))
-        return permit, adapter.adopt(job if kind == job.worker else job.with_(worker=kind),
-                                     attempt)
+        return permit, adapter.adopt(job if kind == job.worker else job.with_(worker=kind), attempt)
 
     def release(self, permit: Permit) -> None:
         """Give back a permit whose attempt never started (a lost claim)."""
@@ -202,8 +244,9 @@ class Core:
             self.breakers.abandon(live.breakers, permit.id)
             self._forget(live)
 
-    def complete(self, permit: Permit, job: Job, result: AttemptResult,
-                 now: float | None = None) -> AttemptResult:
+    def complete(
+        self, permit: Permit, job: Job, result: AttemptResult, now: float | None = None
+    ) -> AttemptResult:
         """An attempt ended: release its permit and feed breakers, watchdog, escalation and
         cost (every terminal path comes through here; a second call for one permit is a no-op).
         Returns the result with its whole cost: the worker's plus what was reported for it.
@@ -253,11 +296,13 @@ class Core:
             self.costs.add(tenant, usd, now)
         self.attempts.charge(job_id, usd)
         after = self.attempts.get(job_id)
-        return {"job_id": job_id, "charged_usd": usd,
-                "job_cost_usd": after.cost_usd if after else usd,
-                "tenant": tenant,
-                "tenant_remaining_usd": None if tenant is None
-                else self.costs.remaining(tenant, now)}
+        return {
+            "job_id": job_id,
+            "charged_usd": usd,
+            "job_cost_usd": after.cost_usd if after else usd,
+            "tenant": tenant,
+            "tenant_remaining_usd": None if tenant is None else self.costs.remaining(tenant, now),
+        }
 
     def _time(self, now: float | None, result: AttemptResult) -> float:
         at = now if now is not None else result.ended_at if result.ended_at else self._now
@@ -278,14 +323,14 @@ class Core:
             asked = live.permit.deadline_at  # the deadline is the core's own stop request
         if asked is not None:
             ended = result.ended_at if result.ended_at is not None else at
-            self.watchdog.sample(CANCEL_LATENCY, max(0.0, ended - asked) * 1000.0, at,
-                                 live.worker)
+            self.watchdog.sample(CANCEL_LATENCY, max(0.0, ended - asked) * 1000.0, at, live.worker)
 
     def queue_filter(self) -> QueueFilter:
         """Roles, environments and worker kinds with no free slot (throttle included)."""
         roles, envs = self.gate.full()
-        return QueueFilter(exclude_roles=roles, exclude_envs=envs,
-                           exclude_workers=self.gate.full_workers())
+        return QueueFilter(
+            exclude_roles=roles, exclude_envs=envs, exclude_workers=self.gate.full_workers()
+        )
 
     # ---- reports from the engine -----------------------------------------------------------
 
@@ -304,8 +349,9 @@ class Core:
         if live is not None and live.stop_at is None:
             live.stop_at = now
 
-    def report_metric(self, name: str, value: float, now: float, *,
-                      worker: str | None = None) -> None:
+    def report_metric(
+        self, name: str, value: float, now: float, *, worker: str | None = None
+    ) -> None:
         """A gauge sample measured outside the core (e.g. `workspace_lock_wait_ms`)."""
         if name not in POINT_GAUGES:
             raise InvalidRequest(f"unknown metric {name!r}; known: {sorted(POINT_GAUGES)}")
@@ -343,27 +389,41 @@ class Core:
             if live is not None:
                 self.breakers.abandon(live.breakers, permit.id)
                 self._forget(live)
-            self.emit(CoreEvent(
-                kind=PERMIT, at=now, scope="job", name=permit.job_id, state="expired",
-                severity=WARNING, reason="permit_expired",
-                message=f"permit {permit.id} for attempt {permit.attempt_index} of job "
-                        f"{permit.job_id} lapsed unused at its deadline; its slots are free",
-                data={"permit_id": permit.id, "job_id": permit.job_id,
-                      "attempt": permit.attempt_index, "deadline_at": permit.deadline_at,
-                      "granted": dict(permit.granted)}))
+            self.emit(
+                CoreEvent(
+                    kind=PERMIT,
+                    at=now,
+                    scope="job",
+                    name=permit.job_id,
+                    state="expired",
+                    severity=WARNING,
+                    reason="permit_expired",
+                    message=f"permit {permit.id} for attempt {permit.attempt_index} of job "
+                    f"{permit.job_id} lapsed unused at its deadline; its slots are free",
+                    data={
+                        "permit_id": permit.id,
+                        "job_id": permit.job_id,
+                        "attempt": permit.attempt_index,
+                        "deadline_at": permit.deadline_at,
+                        "granted": dict(permit.granted),
+                    },
+                )
+            )
         return due
 
     def _defend(self, change: StageChange | None, now: float) -> None:
         stage = self.watchdog.stage
-        self.gate.cap_factor = self.gate.settings.watchdog.throttle_factor \
-            if stage >= THROTTLE else 1.0
+        self.gate.cap_factor = (
+            self.gate.settings.watchdog.throttle_factor if stage >= THROTTLE else 1.0
+        )
         if stage >= OPEN_BREAKERS:
             for kind in self.watchdog.involved(now, OPEN_BREAKERS):
                 name = f"worker:{kind}"
                 if name not in self._watchdog_opened:
                     self._watchdog_opened.add(name)
-                    self.breakers.force_open(name, now, "watchdog_open",
-                                             {"gauge": self.watchdog.cause, "worker": kind})
+                    self.breakers.force_open(
+                        name, now, "watchdog_open", {"gauge": self.watchdog.cause, "worker": kind}
+                    )
         elif self._watchdog_opened:
             for name in sorted(self._watchdog_opened):  # undo what the stage did, nothing else
                 b = self.breakers.get(name)
@@ -378,18 +438,32 @@ class Core:
         data = {"gauge": cause, "gauges": self.watchdog.values(now)}
         kinds = self.watchdog.involved(now, ESCALATE)
         for kind in kinds:
-            self.escalations.open(WORKER_KIND, kind, "watchdog_escalate", now,
-                                  f"watchdog: {cause} at escalation level for {kind}", data,
-                                  severity=CRITICAL)
+            self.escalations.open(
+                WORKER_KIND,
+                kind,
+                "watchdog_escalate",
+                now,
+                f"watchdog: {cause} at escalation level for {kind}",
+                data,
+                severity=CRITICAL,
+            )
         if not kinds:
-            self.escalations.open(GLOBAL, "*", "watchdog_escalate", now,
-                                  f"watchdog: {cause} at escalation level", data,
-                                  severity=CRITICAL)
+            self.escalations.open(
+                GLOBAL,
+                "*",
+                "watchdog_escalate",
+                now,
+                f"watchdog: {cause} at escalation level",
+                data,
+                severity=CRITICAL,
+            )
 
     def safe_stop_cancels(self) -> list[str]:
         """Job ids of live attempts a global safe stop with `safe_stop: cancel` must stop."""
-        if self.escalations.safe_stop is None or \
-                self.gate.settings.escalation.safe_stop != "cancel":
+        if (
+            self.escalations.safe_stop is None
+            or self.gate.settings.escalation.safe_stop != "cancel"
+        ):
             return []
         return sorted({v.job.id for v in self._live.values()})
 
@@ -409,8 +483,9 @@ class Core:
         b = self.breakers.reset(name, now)
         self._watchdog_opened.discard(b.name)
 
-    def escalate(self, scope: str, target: str, reason: str, message: str,
-                 now: float) -> Escalation | None:
+    def escalate(
+        self, scope: str, target: str, reason: str, message: str, now: float
+    ) -> Escalation | None:
         """Open an escalation from outside (an operator, the supervisor's crash-loop check)."""
         return self.escalations.open(scope, target, reason, now, message, {})
 
@@ -422,10 +497,12 @@ class Core:
 
     def state(self) -> CoreState:
         keep = self.options.state_attempts
-        return CoreState(breakers=tuple(self.breakers.export()),
-                         escalations=tuple(self.escalations.export()),
-                         costs=tuple(self.costs.export()),
-                         attempts=tuple(self.attempts.export()[-keep:] if keep else ()))
+        return CoreState(
+            breakers=tuple(self.breakers.export()),
+            escalations=tuple(self.escalations.export()),
+            costs=tuple(self.costs.export()),
+            attempts=tuple(self.attempts.export()[-keep:] if keep else ()),
+        )
 
     def restore(self, state: CoreState) -> None:
         """Resume a previous core's open breakers, active escalations and cost spent."""
@@ -441,15 +518,23 @@ class Core:
         stop = self.escalations.safe_stop
         return {
             "at": at,
-            "permits": {"live": self.gate.live, "unused": self.gate.unused,
-                        "full_roles": sorted(roles),
-                        "full_envs": sorted(envs), "cap_factor": self.gate.cap_factor},
+            "permits": {
+                "live": self.gate.live,
+                "unused": self.gate.unused,
+                "full_roles": sorted(roles),
+                "full_envs": sorted(envs),
+                "cap_factor": self.gate.cap_factor,
+            },
             "breakers": self.breakers.snapshot(at),
             "watchdog": self.watchdog.snapshot(at, self.workers),
             "escalations": self.escalations.snapshot(),
-            "safe_stop": None if stop is None else {
-                "escalation": stop.id, "mode": self.gate.settings.escalation.safe_stop,
-                "cancels": self.safe_stop_cancels()},
+            "safe_stop": None
+            if stop is None
+            else {
+                "escalation": stop.id,
+                "mode": self.gate.settings.escalation.safe_stop,
+                "cancels": self.safe_stop_cancels(),
+            },
             "budgets": {"rates": self.rates.snapshot(at), "costs": self.costs.snapshot(at)},
             "events": dict(sorted(self.emit.counts.items())),
         }
@@ -474,5 +559,4 @@ def _is_crash(result: AttemptResult, stop_requested: bool) -> bool:
         return False
     if result.outcome in (Outcome.LOST, Outcome.SPAWN_ERROR):
         return True
-    return (result.outcome is Outcome.EXITED and result.signal is not None
-            and not stop_requested)
+    return result.outcome is Outcome.EXITED and result.signal is not None and not stop_requested

@@ -132,14 +132,18 @@ class CoreLink:
     # ---- the scheduler's calls ------------------------------------------------------------
 
     async def request_permit(self, job: Job, attempt_index: int) -> Permit | Rejected:
-        reply = await self._request({"type": p.REQUEST_PERMIT, "job": p.job_out(job),
-                                     "attempt": attempt_index})
+        reply = await self._request(
+            {"type": p.REQUEST_PERMIT, "job": p.job_out(job), "attempt": attempt_index}
+        )
         if reply["type"] == p.PERMIT:
             return p.permit_in(reply["permit"])
         retry = reply.get("retry_after_s")
-        return Rejected(reason=str(reply.get("reason")), message=str(reply.get("message", "")),
-                        retry_after_s=float(retry) if isinstance(retry, int | float) else None,
-                        final=bool(reply.get("final")))
+        return Rejected(
+            reason=str(reply.get("reason")),
+            message=str(reply.get("message", "")),
+            retry_after_s=float(retry) if isinstance(retry, int | float) else None,
+            final=bool(reply.get("final")),
+        )
 
     async def release(self, permit: Permit) -> None:
         await self._request({"type": p.RELEASE, "permit": p.permit_out(permit)})
@@ -147,22 +151,34 @@ class CoreLink:
     async def submit(self, c: Claimed) -> AttemptRef | AttemptResult:
         """Start the attempt: where it runs, or the result when it could not start."""
         self._results.pop(c.job.id, None)
-        reply = await self._request({"type": p.SUBMIT_JOB, "job": p.job_out(c.job),
-                                     "attempt": p.attempt_out(c.attempt),
-                                     "permit": p.permit_out(c.permit)})
+        reply = await self._request(
+            {
+                "type": p.SUBMIT_JOB,
+                "job": p.job_out(c.job),
+                "attempt": p.attempt_out(c.attempt),
+                "permit": p.permit_out(c.permit),
+            }
+        )
         return self._started(reply, c.job.id)
 
     async def adopt(self, job: Job, attempt: Attempt) -> AttemptRef | AttemptResult:
         """Hand an attempt found in flight to the core: where it runs, or how it ended."""
-        reply = await self._request({"type": p.ADOPT, "job": p.job_out(job),
-                                     "attempt": p.attempt_out(attempt)})
+        reply = await self._request(
+            {"type": p.ADOPT, "job": p.job_out(job), "attempt": p.attempt_out(attempt)}
+        )
         return self._started(reply, job.id)
 
     async def readopt(self, job: Job, attempt: Attempt, worker: str | None = None) -> None:
         """After a core restart: tell the new core about an attempt someone already waits on
         with `result()`; its end is reported there, not here."""
-        await self._request({"type": p.ADOPT, "job": p.job_out(job),
-                             "attempt": p.attempt_out(attempt), "worker": worker})
+        await self._request(
+            {
+                "type": p.ADOPT,
+                "job": p.job_out(job),
+                "attempt": p.attempt_out(attempt),
+                "worker": worker,
+            }
+        )
 
     def _started(self, reply: dict[str, Any], job_id: str) -> AttemptRef | AttemptResult:
         if reply["type"] == p.JOB_COMPLETED:
@@ -180,8 +196,9 @@ class CoreLink:
 
     async def cancel(self, job_id: str, *, now: bool = False) -> None:
         # With an id nobody waits on: "no running attempt" (it just ended) is not worth a log.
-        await self._tell({"type": p.CANCEL_JOB, "id": next(self._ids), "job_id": job_id,
-                          "now": now})
+        await self._tell(
+            {"type": p.CANCEL_JOB, "id": next(self._ids), "job_id": job_id, "now": now}
+        )
 
     async def heartbeat(self, seq: int) -> dict[str, Any]:
         return await self._request({"type": p.HEARTBEAT, "seq": seq})
@@ -201,8 +218,9 @@ def refused_result(reason: str, message: str) -> AttemptResult:
     return AttemptResult(outcome=outcome, error=f"permit refused ({reason}): {message}")
 
 
-def connect_local(link: CoreLink, core: Core, tg: TaskGroup,
-                  clock: Callable[[], float]) -> CoreServer:
+def connect_local(
+    link: CoreLink, core: Core, tg: TaskGroup, clock: Callable[[], float]
+) -> CoreServer:
     """Serve `link` from a core in this process, through the same messages and JSON encoding
     as a core child (used by tests, benchmarks and `core.mode: inline`)."""
 

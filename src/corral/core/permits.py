@@ -51,9 +51,19 @@ MAX_ATTEMPTS = "MAX_ATTEMPTS"  # the index is past the job's max_attempts (or th
 ATTEMPT_REPEATED = "ATTEMPT_REPEATED"  # this core already started that attempt (or a later one)
 TIMEOUT_TOO_LONG = "TIMEOUT_TOO_LONG"  # the per-attempt timeout is past the role's ceiling
 RETRY_BUDGET_EXHAUSTED = "RETRY_BUDGET_EXHAUSTED"  # the job's attempts used its time or cost
-REASONS = (QUEUE_STALL, CIRCUIT_OPEN, RATE_LIMIT, GLOBAL_SHED, FATAL_MODE, DUPLICATE_PERMIT,
-           BUDGET_EXHAUSTED, MAX_ATTEMPTS, ATTEMPT_REPEATED, TIMEOUT_TOO_LONG,
-           RETRY_BUDGET_EXHAUSTED)
+REASONS = (
+    QUEUE_STALL,
+    CIRCUIT_OPEN,
+    RATE_LIMIT,
+    GLOBAL_SHED,
+    FATAL_MODE,
+    DUPLICATE_PERMIT,
+    BUDGET_EXHAUSTED,
+    MAX_ATTEMPTS,
+    ATTEMPT_REPEATED,
+    TIMEOUT_TOO_LONG,
+    RETRY_BUDGET_EXHAUSTED,
+)
 
 # Why a permit does not authorise an attempt (`submit_job` is refused; nothing starts).
 PERMIT_FORGED = "PERMIT_FORGED"  # its seal does not match: altered, or not issued by this core
@@ -62,8 +72,14 @@ PERMIT_USED = "PERMIT_USED"  # it already started an attempt: a permit is good f
 PERMIT_EXPIRED = "PERMIT_EXPIRED"  # its deadline passed before it was used
 PERMIT_WRONG_JOB = "PERMIT_WRONG_JOB"  # issued for another job (another id, or the job changed)
 PERMIT_WRONG_ATTEMPT = "PERMIT_WRONG_ATTEMPT"  # issued for another attempt index
-PERMIT_REASONS = (PERMIT_FORGED, PERMIT_RELEASED, PERMIT_USED, PERMIT_EXPIRED, PERMIT_WRONG_JOB,
-                  PERMIT_WRONG_ATTEMPT)
+PERMIT_REASONS = (
+    PERMIT_FORGED,
+    PERMIT_RELEASED,
+    PERMIT_USED,
+    PERMIT_EXPIRED,
+    PERMIT_WRONG_JOB,
+    PERMIT_WRONG_ATTEMPT,
+)
 
 SPENT_KEPT = 8192  # ended permits remembered, so a replay is told why it is refused
 
@@ -86,8 +102,20 @@ def job_fingerprint(job: Job) -> tuple[Any, ...]:
     it is charged to, compared by value. Bookkeeping (state, attempts, times) is left out, and so
     is the agent session the scheduler adds after the permit (`resume_session`)."""
     options = job.options.with_(resume_session=None)
-    return (job.id, job.role, job.worker, job.env_name, job.tenant, tuple(job.command),
-            job.prompt, job.cwd, dict(job.env), options, job.workspace, job.limits)
+    return (
+        job.id,
+        job.role,
+        job.worker,
+        job.env_name,
+        job.tenant,
+        tuple(job.command),
+        job.prompt,
+        job.cwd,
+        dict(job.env),
+        options,
+        job.workspace,
+        job.limits,
+    )
 
 
 class PermitGate:
@@ -130,8 +158,11 @@ class PermitGate:
         return None if base is None else max(1, int(base * f))
 
     def _at_cap(self, scope: str) -> frozenset[str]:
-        return frozenset(n for (s, n), c in self._held.items()
-                         if s == scope and (cap := self.cap(s, n)) is not None and c >= cap)
+        return frozenset(
+            n
+            for (s, n), c in self._held.items()
+            if s == scope and (cap := self.cap(s, n)) is not None and c >= cap
+        )
 
     def full(self) -> tuple[frozenset[str], frozenset[str]]:
         """Roles and environments with no free slot, so the dispatcher can skip their jobs."""
@@ -163,17 +194,22 @@ class PermitGate:
         """The live permit id a job holds, if any."""
         return self._by_job.get(job_id)
 
-    def check(self, job: Job, worker: str | None = None,
-              factor: float | None = None) -> Rejected | None:
+    def check(
+        self, job: Job, worker: str | None = None, factor: float | None = None
+    ) -> Rejected | None:
         """Why the job cannot have a permit now (a duplicate or a full slot), or None."""
         if job.id in self._by_job:
-            return Rejected(reason=DUPLICATE_PERMIT,
-                            message=f"job {job.id} already holds permit {self._by_job[job.id]}")
+            return Rejected(
+                reason=DUPLICATE_PERMIT,
+                message=f"job {job.id} already holds permit {self._by_job[job.id]}",
+            )
         for scope, name in _slots(job, worker or job.worker):
             cap = self.cap(scope, name, factor)
             if cap is not None and self._held[(scope, name)] >= cap:
-                return Rejected(reason=BUDGET_EXHAUSTED,
-                                message=f"{scope} {name} is at its concurrency cap {cap}")
+                return Rejected(
+                    reason=BUDGET_EXHAUSTED,
+                    message=f"{scope} {name} is at its concurrency cap {cap}",
+                )
         return None
 
     def usage(self, job: Job, worker: str) -> str:
@@ -181,8 +217,9 @@ class PermitGate:
         parts = []
         for scope, name in _slots(job, worker):
             cap = self.cap(scope, name)
-            parts.append(f"{scope}:{name}={self._held[(scope, name)] + 1}/"
-                         f"{'-' if cap is None else cap}")
+            parts.append(
+                f"{scope}:{name}={self._held[(scope, name)] + 1}/{'-' if cap is None else cap}"
+            )
         return ",".join(parts)
 
     def request(self, job: Job, attempt_index: int, now: float) -> Permit | Rejected:
@@ -195,30 +232,59 @@ class PermitGate:
 
     def issue(self, job: Job, attempt_index: int, now: float, grant: Grant) -> Permit:
         """Seal and register a permit (the caller checked first) and take its slots."""
-        deadline = grant.deadline_at if grant.deadline_at is not None \
-            else now + job.limits.timeout_s
+        deadline = (
+            grant.deadline_at if grant.deadline_at is not None else now + job.limits.timeout_s
+        )
         permit = self._issue(job, attempt_index, now, deadline, new_id(), grant)
         self._unused[permit.id] = permit
         return permit
 
-    def adopt(self, job: Job, attempt_index: int, permit_id: str, deadline_at: float,
-              now: float, *, worker: str | None = None) -> Permit:
+    def adopt(
+        self,
+        job: Job,
+        attempt_index: int,
+        permit_id: str,
+        deadline_at: float,
+        now: float,
+        *,
+        worker: str | None = None,
+    ) -> Permit:
         """Re-register the permit of an attempt that survived an engine restart (already used:
         its attempt runs).
 
         Its slots are counted even past a cap: the process already exists."""
         self._spent.pop(permit_id, None)
-        return self._issue(job, attempt_index, now, deadline_at, permit_id,
-                           Grant(worker=worker or job.worker))
+        return self._issue(
+            job, attempt_index, now, deadline_at, permit_id, Grant(worker=worker or job.worker)
+        )
 
-    def _issue(self, job: Job, attempt_index: int, now: float, deadline_at: float,
-               permit_id: str, grant: Grant) -> Permit:
-        granted: dict[str, str] = {"role": job.role, "env": job.env_name,
-                                   "worker": grant.worker, "tenant": job.tenant}
+    def _issue(
+        self,
+        job: Job,
+        attempt_index: int,
+        now: float,
+        deadline_at: float,
+        permit_id: str,
+        grant: Grant,
+    ) -> Permit:
+        granted: dict[str, str] = {
+            "role": job.role,
+            "env": job.env_name,
+            "worker": grant.worker,
+            "tenant": job.tenant,
+        }
         granted.update(grant.extra)
-        unsealed = Permit(id=permit_id, job_id=job.id, attempt_index=attempt_index,
-                          issued_at=now, deadline_at=deadline_at, grace_s=job.limits.grace_s,
-                          granted=granted, breaker=grant.breaker, seal="")
+        unsealed = Permit(
+            id=permit_id,
+            job_id=job.id,
+            attempt_index=attempt_index,
+            issued_at=now,
+            deadline_at=deadline_at,
+            grace_s=job.limits.grace_s,
+            granted=granted,
+            breaker=grant.breaker,
+            seal="",
+        )
         permit = replace(unsealed, seal=self._seal(unsealed))
         self._live[permit.id] = permit
         self._bound[permit.id] = job_fingerprint(job)
@@ -230,18 +296,26 @@ class PermitGate:
     def validate(self, permit: Permit) -> None:
         """Raise PermitError unless the permit was issued here and is still live."""
         if not hmac.compare_digest(permit.seal, self._seal(permit)):
-            raise PermitError(f"permit {permit.id} is forged, altered or not issued by this "
-                              "core", PERMIT_FORGED)
+            raise PermitError(
+                f"permit {permit.id} is forged, altered or not issued by this core", PERMIT_FORGED
+            )
         if self._live.get(permit.id) != permit:
             ended = self._spent.get(permit.id)
             if ended == PERMIT_USED:
-                raise PermitError(f"permit {permit.id} is not live: it already ran its attempt "
-                                  "(a permit starts one attempt, once)", PERMIT_USED)
+                raise PermitError(
+                    f"permit {permit.id} is not live: it already ran its attempt "
+                    "(a permit starts one attempt, once)",
+                    PERMIT_USED,
+                )
             if ended == PERMIT_EXPIRED:
-                raise PermitError(f"permit {permit.id} is not live: it expired unused at its "
-                                  f"deadline {permit.deadline_at:.3f}", PERMIT_EXPIRED)
-            raise PermitError(f"permit {permit.id} is not live (released or never issued)",
-                              PERMIT_RELEASED)
+                raise PermitError(
+                    f"permit {permit.id} is not live: it expired unused at its "
+                    f"deadline {permit.deadline_at:.3f}",
+                    PERMIT_EXPIRED,
+                )
+            raise PermitError(
+                f"permit {permit.id} is not live (released or never issued)", PERMIT_RELEASED
+            )
 
     def consume(self, permit: Permit, job: Job, attempt: Attempt, now: float) -> None:
         """Use the permit for this attempt, or PermitError with the reason it does not authorise
@@ -249,23 +323,35 @@ class PermitGate:
         attempt index. On success the permit is used: it authorises nothing else, ever."""
         self.validate(permit)
         if permit.job_id != job.id or attempt.job_id != job.id:
-            raise PermitError(f"permit {permit.id} was issued for job {permit.job_id}, not for "
-                              f"job {job.id}", PERMIT_WRONG_JOB)
+            raise PermitError(
+                f"permit {permit.id} was issued for job {permit.job_id}, not for job {job.id}",
+                PERMIT_WRONG_JOB,
+            )
         if self._bound.get(permit.id) != job_fingerprint(job):
-            raise PermitError(f"permit {permit.id} was issued for job {job.id} as it was then; "
-                              "the job sent now differs (role, command, limits …)",
-                              PERMIT_WRONG_JOB)
+            raise PermitError(
+                f"permit {permit.id} was issued for job {job.id} as it was then; "
+                "the job sent now differs (role, command, limits …)",
+                PERMIT_WRONG_JOB,
+            )
         if attempt.index != permit.attempt_index or attempt.permit_id != permit.id:
-            raise PermitError(f"permit {permit.id} was issued for attempt "
-                              f"{permit.attempt_index} of job {job.id}, not for attempt "
-                              f"{attempt.index} (permit_id {attempt.permit_id})",
-                              PERMIT_WRONG_ATTEMPT)
+            raise PermitError(
+                f"permit {permit.id} was issued for attempt "
+                f"{permit.attempt_index} of job {job.id}, not for attempt "
+                f"{attempt.index} (permit_id {attempt.permit_id})",
+                PERMIT_WRONG_ATTEMPT,
+            )
         if permit.id not in self._unused:
-            raise PermitError(f"permit {permit.id} already started attempt "
-                              f"{permit.attempt_index} of job {job.id}", PERMIT_USED)
+            raise PermitError(
+                f"permit {permit.id} already started attempt "
+                f"{permit.attempt_index} of job {job.id}",
+                PERMIT_USED,
+            )
         if now >= permit.deadline_at:
-            raise PermitError(f"permit {permit.id} expired at its deadline "
-                              f"{permit.deadline_at:.3f} before it was used", PERMIT_EXPIRED)
+            raise PermitError(
+                f"permit {permit.id} expired at its deadline "
+                f"{permit.deadline_at:.3f} before it was used",
+                PERMIT_EXPIRED,
+            )
         del self._unused[permit.id]
 
     def due(self, now: float) -> list[Permit]:
@@ -280,8 +366,9 @@ class PermitGate:
             return False
         unused = self._unused.pop(permit.id, None) is not None
         self._bound.pop(permit.id, None)
-        self._spent[permit.id] = PERMIT_EXPIRED if expired else (
-            PERMIT_RELEASED if unused else PERMIT_USED)
+        self._spent[permit.id] = (
+            PERMIT_EXPIRED if expired else (PERMIT_RELEASED if unused else PERMIT_USED)
+        )
         while len(self._spent) > SPENT_KEPT:
             self._spent.popitem(last=False)
         self._by_job.pop(live.job_id, None)
@@ -294,5 +381,4 @@ class PermitGate:
 
 
 def _slots(job: Job, worker: str) -> list[tuple[str, str]]:
-    return [("role", job.role), ("env", job.env_name), ("worker", worker),
-            ("tenant", job.tenant)]
+    return [("role", job.role), ("env", job.env_name), ("worker", worker), ("tenant", job.tenant)]

@@ -224,8 +224,9 @@ class JobStore(Protocol):
     run, finish), stops and retries, the dead-letter queue, workspaces held, and the reads of jobs,
     attempts and their timeline. Every state change is a compare-and-set."""
 
-    async def submit(self, job: Job, *, now: float, aging_s: float,
-                     admission: Admission = UNBOUNDED) -> SubmitResult:
+    async def submit(
+        self, job: Job, *, now: float, aging_s: float, admission: Admission = UNBOUNDED
+    ) -> SubmitResult:
         """Persist a new job, applying its idempotency key, workspace policy, queue bounds and
         dependencies atomically; Backpressure past a bound, Conflict for a rejected workspace."""
 
@@ -243,8 +244,9 @@ class JobStore(Protocol):
         A job with a workspace takes its lock here (or holds it already); a claim whose workspace
         another job holds loses."""
 
-    async def mark_running(self, started: Sequence[tuple[Attempt, AttemptRef]], *,
-                           now: float) -> int:
+    async def mark_running(
+        self, started: Sequence[tuple[Attempt, AttemptRef]], *, now: float
+    ) -> int:
         """STARTING → RUNNING for each (attempt, where it runs) that now exists."""
 
     async def finish(self, finishes: Sequence[Finish], *, now: float) -> list[Job]:
@@ -252,9 +254,7 @@ class JobStore(Protocol):
 
         Returns the jobs that moved; an attempt already closed by another path is skipped."""
 
-    async def request_cancel(
-        self, job_id: str, *, reason: str, kind: str, now: float
-    ) -> Job:
+    async def request_cancel(self, job_id: str, *, reason: str, kind: str, now: float) -> Job:
         """Persist a stop request; queued jobs are cancelled at once, running ones flagged."""
 
     async def release_approved(self, job_id: str, *, now: float, aging_s: float) -> Job:
@@ -293,8 +293,9 @@ class JobStore(Protocol):
     async def counts(self) -> dict[str, int]:
         """Jobs per state."""
 
-    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
-                          admission: Admission = UNBOUNDED) -> Job:
+    async def dlq_requeue(
+        self, job_id: str, new_job: Job, *, now: float, admission: Admission = UNBOUNDED
+    ) -> Job:
         """Resolve a dead-lettered job by submitting a fresh copy with a fresh attempt budget."""
 
     async def dlq_purge(self, job_id: str, *, now: float) -> Job:
@@ -325,8 +326,9 @@ class TraceStore(Protocol):
     async def append_core_events(self, events: Sequence[Mapping[str, Any]]) -> None:
         """Record the core's decisions (breaker transitions, defense stages, escalations)."""
 
-    async def core_events(self, *, kind: str | None = None,
-                          limit: int = 100) -> list[dict[str, Any]]:
+    async def core_events(
+        self, *, kind: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         """The latest recorded core decisions, oldest first."""
 
 
@@ -338,18 +340,25 @@ class GovernanceStore(Protocol):
     async def append_policy_evaluations(self, evaluations: Sequence[PolicyEvaluation]) -> None:
         """Append policy decisions; rows are never changed afterwards."""
 
-    async def policy_evaluations(self, job_id: str, *, attempt: int | None = None,
-                                 limit: int = 1000) -> list[PolicyEvaluation]:
+    async def policy_evaluations(
+        self, job_id: str, *, attempt: int | None = None, limit: int = 1000
+    ) -> list[PolicyEvaluation]:
         """A job's policy evaluations (of one attempt, if given), oldest first."""
 
-    async def recent_policy_evaluations(self, *, limit: int = 100, stage: str | None = None,
-                                        verdict: str | None = None,
-                                        since: float | None = None) -> list[PolicyEvaluation]:
+    async def recent_policy_evaluations(
+        self,
+        *,
+        limit: int = 100,
+        stage: str | None = None,
+        verdict: str | None = None,
+        since: float | None = None,
+    ) -> list[PolicyEvaluation]:
         """The latest `limit` policy evaluations across jobs (of this stage and verdict, at or
         after `since`, when given), newest last; none when `limit` ≤ 0."""
 
-    async def record_report(self, report: RunReport,
-                            incidents: Sequence[Incident] = ()) -> RunReport:
+    async def record_report(
+        self, report: RunReport, incidents: Sequence[Incident] = ()
+    ) -> RunReport:
         """Write a job's run report (its chain hash set) with its incidents, in one transaction;
         Conflict if the job has one already."""
 
@@ -359,8 +368,9 @@ class GovernanceStore(Protocol):
         """Append incidents (hashes set). One with `resolves` is the resolution of that incident:
         NotFound if it names none, Conflict if that one is resolved already or is a resolution."""
 
-    async def incidents(self, job_id: str | None = None, *, open_only: bool = False,
-                        limit: int = 1000) -> list[Incident]:
+    async def incidents(
+        self, job_id: str | None = None, *, open_only: bool = False, limit: int = 1000
+    ) -> list[Incident]:
         """Incidents and resolutions, oldest first (the latest `limit`); open_only: incidents
         without a resolution (resolutions themselves excluded)."""
 
@@ -382,30 +392,40 @@ class GovernanceStore(Protocol):
 
     async def pauses(self, *, active_only: bool = True) -> list[Pause]: ...
 
-    async def set_budget(self, ceiling: BudgetCeiling, *, at: float | None = None,
-                         by: str = "") -> None:
+    async def set_budget(
+        self, ceiling: BudgetCeiling, *, at: float | None = None, by: str = ""
+    ) -> None:
         """Set a scope's ceiling; the latest one per (scope, target) wins, history is kept."""
 
     async def budgets(self) -> list[BudgetCeiling]:
         """The ceilings in force (latest per scope and target)."""
 
-    async def reserve_budget(self, scope: ScopeKind, target: str, period_start: float,
-                             amount: float, job_id: str, *, at: float | None = None) -> bool:
+    async def reserve_budget(
+        self,
+        scope: ScopeKind,
+        target: str,
+        period_start: float,
+        amount: float,
+        job_id: str,
+        *,
+        at: float | None = None,
+    ) -> bool:
         """Hold `amount` for the job, atomically with the check: admitted (True, recorded) only
         if spent + reserved since `period_start` + amount ≤ the ceiling and some room is left
         (or there is no ceiling). Spend counts in the window its reservation was made in.
         Race-free across engines. A job's open reservation on the scope is not taken twice."""
 
-    async def commit_budget(self, job_id: str, actual: float, *,
-                            at: float | None = None) -> int:
+    async def commit_budget(self, job_id: str, actual: float, *, at: float | None = None) -> int:
         """Settle each open reservation of the job at its actual cost (0 releases it); returns
         how many were settled."""
 
-    async def budget_status(self, scope: ScopeKind, target: str,
-                            period_start: float) -> BudgetStatus: ...
+    async def budget_status(
+        self, scope: ScopeKind, target: str, period_start: float
+    ) -> BudgetStatus: ...
 
-    async def set_dark_launch(self, launch: DarkLaunch, *, at: float | None = None,
-                              by: str = "") -> None:
+    async def set_dark_launch(
+        self, launch: DarkLaunch, *, at: float | None = None, by: str = ""
+    ) -> None:
         """Set a workflow's dark launch; the latest per workflow wins, history is kept."""
 
     async def dark_launch(self, workflow: str) -> DarkLaunch | None: ...
@@ -415,22 +435,23 @@ class GovernanceStore(Protocol):
     async def request_approval(self, approval: Approval) -> Approval:
         """Record a pending approval; Conflict if the id is taken."""
 
-    async def decide_approval(self, approval_id: str, state: ApprovalState, *, at: float,
-                              by: str, note: str = "") -> Approval:
+    async def decide_approval(
+        self, approval_id: str, state: ApprovalState, *, at: float, by: str, note: str = ""
+    ) -> Approval:
         """Approve or deny a pending approval (a new event row); Conflict if it is decided
         already or expired (at ≥ expires_at); NotFound if unknown."""
 
     async def approval(self, approval_id: str) -> Approval:
         """The approval in its current state (its latest event); NotFound otherwise."""
 
-    async def approvals(self, *, job_id: str | None = None,
-                        state: ApprovalState | None = None) -> list[Approval]: ...
+    async def approvals(
+        self, *, job_id: str | None = None, state: ApprovalState | None = None
+    ) -> list[Approval]: ...
 
     async def expire_approvals(self, now: float) -> list[Approval]:
         """PENDING approvals past expires_at become EXPIRED (new rows); returns them."""
 
-    async def run_unified(self, limit: int = 100, *,
-                          state: str | None = None) -> list[UnifiedRun]:
+    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
         """The `v_run_unified` read model, newest jobs first."""
 
     async def unreported(self, limit: int = 100) -> list[str]:
@@ -480,8 +501,9 @@ class EngineRegistry(Protocol):
     async def engines(self) -> list[EngineInfo]:
         """Every engine registered, by id."""
 
-    async def take_over(self, engine_id: str, attempts: Sequence[Attempt], *,
-                        fence: Sequence[str], now: float) -> list[str]:
+    async def take_over(
+        self, engine_id: str, attempts: Sequence[Attempt], *, fence: Sequence[str], now: float
+    ) -> list[str]:
         """Make `engine_id` the owner of each attempt still in flight and still owned by the
         engine its `engine_id` names (a compare-and-set: of two peers, one wins), and fence the
         engines in `fence`, in one transaction. Returns the ids of the attempts taken. Attempt
@@ -538,13 +560,15 @@ class OutboxReads(Protocol):
     async def outbox_agent_events(self, job_ids: Sequence[str]) -> list[AgentEvent]:
         """The AgentEvents of these jobs, in one read (a batch of timeline rows' attempts)."""
 
-    async def claim_cursors(self, sink: str, sources: Sequence[str], *, holder: str,
-                            now: float, lease_s: float) -> list[EventCursor] | None:
+    async def claim_cursors(
+        self, sink: str, sources: Sequence[str], *, holder: str, now: float, lease_s: float
+    ) -> list[EventCursor] | None:
         """Create the sink's missing cursors (at 0) and lease them all to `holder` until
         `now + lease_s` unless another holder's lease is still running (then None)."""
 
-    async def advance_cursor(self, sink: str, source: str, *, holder: str, last_id: int,
-                             skipped: int = 0, now: float) -> bool:
+    async def advance_cursor(
+        self, sink: str, source: str, *, holder: str, last_id: int, skipped: int = 0, now: float
+    ) -> bool:
         """Move the cursor forward to `last_id` and add `skipped`, if `holder` still holds the
         lease (False: it lost it; another engine drains now)."""
 
@@ -578,8 +602,18 @@ class TokenStore(Protocol):
         already revoked."""
 
 
-class Store(StoreLifecycle, JobStore, TraceStore, GovernanceStore, AuditStore, EngineRegistry,
-            OutboxReads, MetricsReads, TokenStore, Protocol):
+class Store(
+    StoreLifecycle,
+    JobStore,
+    TraceStore,
+    GovernanceStore,
+    AuditStore,
+    EngineRegistry,
+    OutboxReads,
+    MetricsReads,
+    TokenStore,
+    Protocol,
+):
     """The whole store: every port above. What the store implementations (store/memory.py,
     store/sql.py over SQLite and PostgreSQL) provide and what builds them (runtime/assembly.py)
     returns; a consumer asks for the narrowest port it uses (tests/unit/test_store_ports.py keeps

@@ -52,7 +52,6 @@ T = TypeVar("T")
 OVERSIZED = b"\x00oversized\n"
 
 
-
 class ProtocolError(CorralError):
     """A line that is not a valid message (malformed, oversized, unknown type)."""
 
@@ -87,8 +86,9 @@ def field(msg: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> A
     """A required field of the expected JSON type, or ProtocolError."""
     value = msg.get(name)
     if not isinstance(value, kind):
-        raise ProtocolError(f"{msg.get('type')}: field `{name}` is missing or not "
-                            f"{getattr(kind, '__name__', kind)}")
+        raise ProtocolError(
+            f"{msg.get('type')}: field `{name}` is missing or not {getattr(kind, '__name__', kind)}"
+        )
     return value
 
 
@@ -102,8 +102,13 @@ def job_out(j: Job) -> dict[str, Any]:
 def job_in(d: Mapping[str, Any]) -> Job:
     fields = _read(wire.JOB.load, d, "job")
     try:
-        return Job(**{**fields, "options": JobOptions.from_json(fields["options"]),
-                      "limits": bounds.check_limits(fields["limits"])})
+        return Job(
+            **{
+                **fields,
+                "options": JobOptions.from_json(fields["options"]),
+                "limits": bounds.check_limits(fields["limits"]),
+            }
+        )
     except BoundError as err:
         raise ProtocolError(f"invalid job: {err}") from None
 

@@ -62,8 +62,9 @@ class CoreServer:
         """Read lines until the peer closes; attempts keep running if it goes away."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            await self.send({"type": p.HELLO, "version": p.VERSION,
-                             "workers": sorted(self.core.kinds)})
+            await self.send(
+                {"type": p.HELLO, "version": p.VERSION, "workers": sorted(self.core.kinds)}
+            )
             tg.start_soon(self._ticker)
             while (line := await messages()) is not None:
                 await self.handle_line(line)
@@ -88,8 +89,9 @@ class CoreServer:
         kind = msg["type"]
         handler = self._handlers.get(kind)
         if handler is None:
-            await self.send({"type": p.ERROR, "id": msg.get("id"),
-                             "error": f"unknown message type {kind!r}"})
+            await self.send(
+                {"type": p.ERROR, "id": msg.get("id"), "error": f"unknown message type {kind!r}"}
+            )
             return
         try:
             await handler(self, msg)
@@ -114,14 +116,28 @@ class CoreServer:
         decision = self.core.request_permit(job, index, self.clock())
         saturated = self._saturated()
         if isinstance(decision, Rejected):
-            await self.send({"type": p.REJECTED, "id": msg.get("id"), "job_id": job.id,
-                             "reason": decision.reason, "message": decision.message,
-                             "retry_after_s": decision.retry_after_s,
-                             "final": decision.final,
-                             "saturated": saturated})
+            await self.send(
+                {
+                    "type": p.REJECTED,
+                    "id": msg.get("id"),
+                    "job_id": job.id,
+                    "reason": decision.reason,
+                    "message": decision.message,
+                    "retry_after_s": decision.retry_after_s,
+                    "final": decision.final,
+                    "saturated": saturated,
+                }
+            )
             return
-        await self.send({"type": p.PERMIT, "id": msg.get("id"), "job_id": job.id,
-                         "permit": p.permit_out(decision), "saturated": saturated})
+        await self.send(
+            {
+                "type": p.PERMIT,
+                "id": msg.get("id"),
+                "job_id": job.id,
+                "permit": p.permit_out(decision),
+                "saturated": saturated,
+            }
+        )
 
     async def _release(self, msg: dict[str, Any]) -> None:
         permit = p.permit_in(p.field(msg, "permit", dict))
@@ -132,22 +148,42 @@ class CoreServer:
             return
         if permit.job_id not in self.running:
             self.core.release(permit)
-        await self.send({"type": p.RELEASED, "id": msg.get("id"), "permit_id": permit.id,
-                         "saturated": self._saturated()})
+        await self.send(
+            {
+                "type": p.RELEASED,
+                "id": msg.get("id"),
+                "permit_id": permit.id,
+                "saturated": self._saturated(),
+            }
+        )
 
     async def _submit_job(self, msg: dict[str, Any]) -> None:
         job = p.job_in(p.field(msg, "job", dict))
-        claimed = Claimed(job=job, attempt=p.attempt_in(p.field(msg, "attempt", dict)),
-                          permit=p.permit_in(p.field(msg, "permit", dict)))
+        claimed = Claimed(
+            job=job,
+            attempt=p.attempt_in(p.field(msg, "attempt", dict)),
+            permit=p.permit_in(p.field(msg, "permit", dict)),
+        )
         running = self.running.get(job.id)
         if running is not None and running.claimed.permit.id == claimed.permit.id:
-            await self._refuse(msg, claimed, PermitError(
-                f"permit {claimed.permit.id} already started attempt "
-                f"{running.claimed.attempt.index} of job {job.id}, which runs", PERMIT_USED))
+            await self._refuse(
+                msg,
+                claimed,
+                PermitError(
+                    f"permit {claimed.permit.id} already started attempt "
+                    f"{running.claimed.attempt.index} of job {job.id}, which runs",
+                    PERMIT_USED,
+                ),
+            )
             return
         if running is not None:
-            await self.send({"type": p.ERROR, "id": msg.get("id"),
-                             "error": f"job {job.id} already has a running attempt"})
+            await self.send(
+                {
+                    "type": p.ERROR,
+                    "id": msg.get("id"),
+                    "error": f"job {job.id} already has a running attempt",
+                }
+            )
             return
         # Off the event loop, once per worker kind: a CLI asked its version must not cost the
         # core its heartbeats, and a start must not cost a thread hop. What the check finds
@@ -168,24 +204,41 @@ class CoreServer:
             await self._completed(claimed, result, msg.get("id"))
             return
         self.running[job.id] = _Running(claimed=claimed, handle=handle)
-        await self.send({"type": p.JOB_STARTED, "id": msg.get("id"), "job_id": job.id,
-                         "attempt_id": claimed.attempt.id, **_where(handle.ref)})
+        await self.send(
+            {
+                "type": p.JOB_STARTED,
+                "id": msg.get("id"),
+                "job_id": job.id,
+                "attempt_id": claimed.attempt.id,
+                **_where(handle.ref),
+            }
+        )
         self._watch(claimed, handle)
 
     async def _refuse(self, msg: dict[str, Any], c: Claimed, err: PermitError) -> None:
         """A `submit_job` whose permit does not authorise that attempt: nothing started."""
-        await self.send({"type": p.REJECTED, "id": msg.get("id"), "job_id": c.job.id,
-                         "attempt_id": c.attempt.id, "permit_id": c.permit.id,
-                         "reason": err.reason, "message": str(err), "final": True,
-                         "saturated": self._saturated()})
+        await self.send(
+            {
+                "type": p.REJECTED,
+                "id": msg.get("id"),
+                "job_id": c.job.id,
+                "attempt_id": c.attempt.id,
+                "permit_id": c.permit.id,
+                "reason": err.reason,
+                "message": str(err),
+                "final": True,
+                "saturated": self._saturated(),
+            }
+        )
 
     async def _adopt(self, msg: dict[str, Any]) -> None:
         job = p.job_in(p.field(msg, "job", dict))
         attempt = p.attempt_in(p.field(msg, "attempt", dict))
         if job.id in self.running:  # already ours (a scheduler that re-sends after a blip)
             r = self.running[job.id]
-            await self.send({"type": p.ADOPTED, "id": msg.get("id"), "job_id": job.id,
-                             **_where(r.handle.ref)})
+            await self.send(
+                {"type": p.ADOPTED, "id": msg.get("id"), "job_id": job.id, **_where(r.handle.ref)}
+            )
             return
         try:
             worker = msg.get("worker") if isinstance(msg.get("worker"), str) else None
@@ -198,16 +251,23 @@ class CoreServer:
             await self._completed(claimed, found, msg.get("id"))
             return
         self.running[job.id] = _Running(claimed=claimed, handle=found)
-        await self.send({"type": p.ADOPTED, "id": msg.get("id"), "job_id": job.id,
-                         **_where(found.ref)})
+        await self.send(
+            {"type": p.ADOPTED, "id": msg.get("id"), "job_id": job.id, **_where(found.ref)}
+        )
         self._watch(claimed, found)
 
     async def _cancel_job(self, msg: dict[str, Any]) -> None:
         job_id = p.field(msg, "job_id", str)
         r = self.running.get(job_id)
         if r is None:
-            await self.send({"type": p.ERROR, "id": msg.get("id"), "job_id": job_id,
-                             "error": f"cancel_job: no running attempt of job {job_id}"})
+            await self.send(
+                {
+                    "type": p.ERROR,
+                    "id": msg.get("id"),
+                    "job_id": job_id,
+                    "error": f"cancel_job: no running attempt of job {job_id}",
+                }
+            )
             return
         self.core.note_stop_requested(job_id, self.clock())
         r.handle.stop(now_kill=bool(msg.get("now")))
@@ -223,8 +283,15 @@ class CoreServer:
         await self.send({"type": p.COST_REPORTED, "id": msg.get("id"), **charged})
 
     async def _heartbeat(self, msg: dict[str, Any]) -> None:
-        await self.send({"type": p.HEARTBEAT, "id": msg.get("id"), "seq": msg.get("seq"),
-                         "inflight": len(self.running), "permits": self.core.gate.live})
+        await self.send(
+            {
+                "type": p.HEARTBEAT,
+                "id": msg.get("id"),
+                "seq": msg.get("seq"),
+                "inflight": len(self.running),
+                "permits": self.core.gate.live,
+            }
+        )
 
     async def _control(self, msg: dict[str, Any]) -> None:
         """Operator requests relayed by the scheduler (`corral breakers`, `escalations` …)."""
@@ -243,8 +310,12 @@ class CoreServer:
             elif op == "clear_escalation":
                 result = self.core.clear_escalation(p.field(msg, "escalation", str), now).id
             elif op == "report_metric":
-                value = bounds.number("report_metric: value", p.field(msg, "value", (int, float)),
-                                      low=-sys.float_info.max, high=sys.float_info.max)
+                value = bounds.number(
+                    "report_metric: value",
+                    p.field(msg, "value", (int, float)),
+                    low=-sys.float_info.max,
+                    high=sys.float_info.max,
+                )
                 self.core.report_metric(p.field(msg, "name", str), value, now)
                 result = None
             elif op == "note_superseded":
@@ -255,8 +326,7 @@ class CoreServer:
         except CorralError as err:
             await self.send({"type": p.ERROR, "id": msg.get("id"), "error": str(err)})
             return
-        await self.send({"type": p.CONTROL_RESULT, "id": msg.get("id"), "op": op,
-                         "result": result})
+        await self.send({"type": p.CONTROL_RESULT, "id": msg.get("id"), "op": op, "result": result})
 
     # ---- time ----------------------------------------------------------------------------
 
@@ -280,9 +350,14 @@ class CoreServer:
             await self._flush_events(saturated=self.core.gate.live != live)
 
     _handlers: dict[str, Callable[[CoreServer, dict[str, Any]], Awaitable[None]]] = {
-        p.REQUEST_PERMIT: _request_permit, p.RELEASE: _release, p.SUBMIT_JOB: _submit_job,
-        p.ADOPT: _adopt, p.CANCEL_JOB: _cancel_job, p.HEARTBEAT: _heartbeat,
-        p.CONTROL: _control, p.REPORT_COST: _report_cost,
+        p.REQUEST_PERMIT: _request_permit,
+        p.RELEASE: _release,
+        p.SUBMIT_JOB: _submit_job,
+        p.ADOPT: _adopt,
+        p.CANCEL_JOB: _cancel_job,
+        p.HEARTBEAT: _heartbeat,
+        p.CONTROL: _control,
+        p.REPORT_COST: _report_cost,
     }
 
     # ---- attempts ------------------------------------------------------------------------
@@ -309,9 +384,16 @@ class CoreServer:
 
     async def _completed(self, c: Claimed, result: AttemptResult, req: object) -> None:
         result = self.core.complete(c.permit, c.job, result, self.clock())
-        await self.send({"type": p.JOB_COMPLETED, "id": req, "job_id": c.job.id,
-                         "attempt_id": c.attempt.id, "result": p.result_out(result),
-                         "saturated": self._saturated()})
+        await self.send(
+            {
+                "type": p.JOB_COMPLETED,
+                "id": req,
+                "job_id": c.job.id,
+                "attempt_id": c.attempt.id,
+                "result": p.result_out(result),
+                "saturated": self._saturated(),
+            }
+        )
         await self._flush_events()  # what this result changed (a breaker …) follows it at once
 
 

@@ -28,12 +28,15 @@ class CoreState:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "breakers": [{"name": b.name, "state": b.state, "opened_at": b.opened_at,
-                          "reason": b.reason} for b in self.breakers],
+            "breakers": [
+                {"name": b.name, "state": b.state, "opened_at": b.opened_at, "reason": b.reason}
+                for b in self.breakers
+            ],
             "escalations": [e.to_dict() for e in self.escalations],
             "costs": [list(c) for c in self.costs],
-            "attempts": [[a.job_id, a.first_at, a.last_index, a.started, a.cost_usd]
-                         for a in self.attempts],
+            "attempts": [
+                [a.job_id, a.first_at, a.last_index, a.started, a.cost_usd] for a in self.attempts
+            ],
         }
 
     @classmethod
@@ -41,16 +44,26 @@ class CoreState:
         """The inverse of `to_dict`; InvalidRequest when the document is not one."""
         try:
             breakers = tuple(
-                BreakerState(name=str(b["name"]), state=str(b["state"]),
-                             opened_at=None if b.get("opened_at") is None
-                             else float(b["opened_at"]),
-                             reason=b.get("reason"))
-                for b in d.get("breakers", ()))
+                BreakerState(
+                    name=str(b["name"]),
+                    state=str(b["state"]),
+                    opened_at=None if b.get("opened_at") is None else float(b["opened_at"]),
+                    reason=b.get("reason"),
+                )
+                for b in d.get("breakers", ())
+            )
             escalations = tuple(Escalation.from_dict(e) for e in d.get("escalations", ()))
             costs = tuple((str(t), float(h), float(usd)) for t, h, usd in d.get("costs", ()))
-            attempts = tuple(JobAttempts(job_id=str(j), first_at=float(f), last_index=int(i),
-                                         started=int(n), cost_usd=float(c))
-                             for j, f, i, n, c in d.get("attempts", ()))
+            attempts = tuple(
+                JobAttempts(
+                    job_id=str(j),
+                    first_at=float(f),
+                    last_index=int(i),
+                    started=int(n),
+                    cost_usd=float(c),
+                )
+                for j, f, i, n, c in d.get("attempts", ())
+            )
         except (KeyError, TypeError, ValueError) as err:
             raise InvalidRequest(f"invalid core state: {err!r}") from None
         return cls(breakers=breakers, escalations=escalations, costs=costs, attempts=attempts)

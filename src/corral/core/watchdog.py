@@ -42,8 +42,12 @@ STAGES = ("normal", "shed", "throttle", "open", "escalate")
 def level_of(value: float, t: Thresholds) -> int:
     """The highest stage whose threshold the value is at or above (0: none)."""
     level = NORMAL
-    for stage, threshold in ((SHED, t.shed), (THROTTLE, t.throttle), (OPEN_BREAKERS, t.open),
-                             (ESCALATE, t.escalate)):
+    for stage, threshold in (
+        (SHED, t.shed),
+        (THROTTLE, t.throttle),
+        (OPEN_BREAKERS, t.open),
+        (ESCALATE, t.escalate),
+    ):
         if threshold is not None and value >= threshold:
             level = stage
     return level
@@ -74,7 +78,8 @@ class Watchdog:
         self.spec = spec
         self.emit = emit
         self.points: dict[str, deque[tuple[float, float, str | None]]] = {
-            g: deque() for g in POINT_GAUGES}
+            g: deque() for g in POINT_GAUGES
+        }
         self.results: deque[tuple[float, str, bool]] = deque()  # (at, kind, timed out)
         self.live: dict[str, _Attempt] = {}
         self.stage = NORMAL
@@ -103,10 +108,19 @@ class Watchdog:
         a.last_activity = max(a.last_activity, now)
         if a.stalled:
             a.stalled = False
-            self.emit(CoreEvent(kind=DEFENSE, at=now, scope="job", name=job_id, state="active",
-                                severity=INFO, reason="stall_recovered",
-                                message=f"job {job_id} is active again",
-                                data={"job_id": job_id, "worker": a.kind}))
+            self.emit(
+                CoreEvent(
+                    kind=DEFENSE,
+                    at=now,
+                    scope="job",
+                    name=job_id,
+                    state="active",
+                    severity=INFO,
+                    reason="stall_recovered",
+                    message=f"job {job_id} is active again",
+                    data={"job_id": job_id, "worker": a.kind},
+                )
+            )
 
     def scan_stalls(self, now: float) -> list[str]:
         """Flag attempts silent for `stall_s`; the job ids newly stalled (one event each)."""
@@ -117,12 +131,24 @@ class Watchdog:
                 continue
             a.stalled = True
             found.append(job_id)
-            self.emit(CoreEvent(
-                kind=DEFENSE, at=now, scope="job", name=job_id, state="stalled",
-                severity=WARNING, reason="stall_detected",
-                message=f"job {job_id} ({a.kind}) produced nothing for {idle:.0f}s",
-                data={"job_id": job_id, "worker": a.kind, "idle_s": idle,
-                      "stall_s": self.spec.stall_s}))
+            self.emit(
+                CoreEvent(
+                    kind=DEFENSE,
+                    at=now,
+                    scope="job",
+                    name=job_id,
+                    state="stalled",
+                    severity=WARNING,
+                    reason="stall_detected",
+                    message=f"job {job_id} ({a.kind}) produced nothing for {idle:.0f}s",
+                    data={
+                        "job_id": job_id,
+                        "worker": a.kind,
+                        "idle_s": idle,
+                        "stall_s": self.spec.stall_s,
+                    },
+                )
+            )
         return found
 
     # ---- gauges --------------------------------------------------------------------------
@@ -193,28 +219,42 @@ class Watchdog:
             return None
         if now - self._below_since < self.spec.recover_s:
             return None
-        return self._move(self.stage - 1, cause if want > NORMAL else self.cause, now, values,
-                          "recovered")
+        return self._move(
+            self.stage - 1, cause if want > NORMAL else self.cause, now, values, "recovered"
+        )
 
-    def _move(self, to: int, cause: str | None, now: float, values: Mapping[str, float],
-              reason: str) -> StageChange:
+    def _move(
+        self, to: int, cause: str | None, now: float, values: Mapping[str, float], reason: str
+    ) -> StageChange:
         before = self.stage
         self.stage, self.cause, self.since = to, cause, now
         self._below_since = now if reason == "recovered" else None
         if to == NORMAL:
             self.cause = None
         t = self.spec.gauges.get(cause) if cause else None
-        data: dict[str, Any] = {"from": STAGES[before], "to": STAGES[to], "gauge": cause,
-                                "value": values.get(cause) if cause else None,
-                                "threshold": threshold_at(t, to) if t and to else None,
-                                "gauges": dict(values)}
+        data: dict[str, Any] = {
+            "from": STAGES[before],
+            "to": STAGES[to],
+            "gauge": cause,
+            "value": values.get(cause) if cause else None,
+            "threshold": threshold_at(t, to) if t and to else None,
+            "gauges": dict(values),
+        }
         severity = CRITICAL if to == ESCALATE else WARNING if to > before else INFO
-        self.emit(CoreEvent(
-            kind=DEFENSE, at=now, scope="watchdog", name="watchdog", state=STAGES[to],
-            severity=severity, reason=reason,
-            message=f"defense stage {STAGES[before]} → {STAGES[to]}"
-                    + (f" ({cause}={values.get(cause)})" if cause else ""),
-            data=data))
+        self.emit(
+            CoreEvent(
+                kind=DEFENSE,
+                at=now,
+                scope="watchdog",
+                name="watchdog",
+                state=STAGES[to],
+                severity=severity,
+                reason=reason,
+                message=f"defense stage {STAGES[before]} → {STAGES[to]}"
+                + (f" ({cause}={values.get(cause)})" if cause else ""),
+                data=data,
+            )
+        )
         return StageChange(before=before, after=to, cause=cause)
 
     @property
@@ -226,10 +266,16 @@ class Watchdog:
 
     def snapshot(self, now: float, kinds: Iterable[str] = ()) -> dict[str, Any]:
         names = sorted(set(kinds) | self.kinds())
-        return {"stage": self.stage, "stage_name": STAGES[self.stage], "cause": self.cause,
-                "since": self.since, "gauges": self.values(now),
-                "by_worker": {k: self.values(now, k) for k in names},
-                "stalled": self.stalled_jobs(),
-                "thresholds": {g: {"shed": t.shed, "throttle": t.throttle, "open": t.open,
-                                   "escalate": t.escalate}
-                               for g, t in sorted(self.spec.gauges.items())}}
+        return {
+            "stage": self.stage,
+            "stage_name": STAGES[self.stage],
+            "cause": self.cause,
+            "since": self.since,
+            "gauges": self.values(now),
+            "by_worker": {k: self.values(now, k) for k in names},
+            "stalled": self.stalled_jobs(),
+            "thresholds": {
+                g: {"shed": t.shed, "throttle": t.throttle, "open": t.open, "escalate": t.escalate}
+                for g, t in sorted(self.spec.gauges.items())
+            },
+        }

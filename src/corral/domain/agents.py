@@ -22,15 +22,27 @@ class ToolCallTrace:
     call_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tool": self.tool, "input": dict(self.input), "output": self.output,
-                "duration_ms": self.duration_ms, "denied": self.denied, "reason": self.reason,
-                "call_id": self.call_id}
+        return {
+            "tool": self.tool,
+            "input": dict(self.input),
+            "output": self.output,
+            "duration_ms": self.duration_ms,
+            "denied": self.denied,
+            "reason": self.reason,
+            "call_id": self.call_id,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ToolCallTrace:
-        return cls(tool=str(d["tool"]), input=dict(d.get("input") or {}), output=d.get("output"),
-                   duration_ms=d.get("duration_ms"), denied=bool(d.get("denied")),
-                   reason=d.get("reason"), call_id=d.get("call_id"))
+        return cls(
+            tool=str(d["tool"]),
+            input=dict(d.get("input") or {}),
+            output=d.get("output"),
+            duration_ms=d.get("duration_ms"),
+            denied=bool(d.get("denied")),
+            reason=d.get("reason"),
+            call_id=d.get("call_id"),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,31 +76,59 @@ class AgentEvent:
     model_calls: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event_id": self.event_id, "job_id": self.job_id, "attempt": self.attempt,
-                "at": self.at, "role": self.role, "worker": self.worker, "tenant": self.tenant,
-                "session_id": self.session_id, "cli_version": self.cli_version,
-                "model": self.model, "tool_calls": [t.to_dict() for t in self.tool_calls],
-                "tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
-                "cost_usd": self.cost_usd, "exit_code": self.exit_code, "outcome": self.outcome,
-                "limit_hit": self.limit_hit, "retry_count": self.retry_count,
-                "checkpoint_count": self.checkpoint_count, "duration_ms": self.duration_ms,
-                "final_text": self.final_text, "error": self.error,
-                "model_calls": dict(self.model_calls) if self.model_calls else None}
+        return {
+            "event_id": self.event_id,
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "at": self.at,
+            "role": self.role,
+            "worker": self.worker,
+            "tenant": self.tenant,
+            "session_id": self.session_id,
+            "cli_version": self.cli_version,
+            "model": self.model,
+            "tool_calls": [t.to_dict() for t in self.tool_calls],
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "cost_usd": self.cost_usd,
+            "exit_code": self.exit_code,
+            "outcome": self.outcome,
+            "limit_hit": self.limit_hit,
+            "retry_count": self.retry_count,
+            "checkpoint_count": self.checkpoint_count,
+            "duration_ms": self.duration_ms,
+            "final_text": self.final_text,
+            "error": self.error,
+            "model_calls": dict(self.model_calls) if self.model_calls else None,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> AgentEvent:
         return cls(
-            event_id=d["event_id"], job_id=d["job_id"], attempt=int(d["attempt"]),
-            at=float(d["at"]), role=d["role"], worker=d["worker"], tenant=d["tenant"],
-            session_id=d.get("session_id"), cli_version=d.get("cli_version"),
+            event_id=d["event_id"],
+            job_id=d["job_id"],
+            attempt=int(d["attempt"]),
+            at=float(d["at"]),
+            role=d["role"],
+            worker=d["worker"],
+            tenant=d["tenant"],
+            session_id=d.get("session_id"),
+            cli_version=d.get("cli_version"),
             model=d.get("model"),
             tool_calls=tuple(ToolCallTrace.from_dict(t) for t in d.get("tool_calls") or ()),
-            tokens_in=int(d.get("tokens_in") or 0), tokens_out=int(d.get("tokens_out") or 0),
-            cost_usd=d.get("cost_usd"), exit_code=d.get("exit_code"), outcome=d.get("outcome"),
-            limit_hit=d.get("limit_hit"), retry_count=int(d.get("retry_count") or 0),
+            tokens_in=int(d.get("tokens_in") or 0),
+            tokens_out=int(d.get("tokens_out") or 0),
+            cost_usd=d.get("cost_usd"),
+            exit_code=d.get("exit_code"),
+            outcome=d.get("outcome"),
+            limit_hit=d.get("limit_hit"),
+            retry_count=int(d.get("retry_count") or 0),
             checkpoint_count=int(d.get("checkpoint_count") or 0),
-            duration_ms=d.get("duration_ms"), final_text=d.get("final_text"),
-            error=d.get("error"), model_calls=d.get("model_calls"))
+            duration_ms=d.get("duration_ms"),
+            final_text=d.get("final_text"),
+            error=d.get("error"),
+            model_calls=d.get("model_calls"),
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

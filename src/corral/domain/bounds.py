@@ -45,8 +45,9 @@ def _show(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def number(name: str, value: Any, *, low: float, high: float, low_open: bool = False,
-           unit: str = "") -> float:
+def number(
+    name: str, value: Any, *, low: float, high: float, low_open: bool = False, unit: str = ""
+) -> float:
     """`value` as a finite float within [low, high] ((low, high] when `low_open`), or
     BoundError: `timeout must be a finite number of seconds > 0 and ≤ 2592000, got inf`."""
     try:
@@ -56,15 +57,20 @@ def number(name: str, value: Any, *, low: float, high: float, low_open: bool = F
     inside = (v > low if low_open else v >= low) and v <= high
     if not (math.isfinite(v) and inside):
         what = f"a finite number{' of ' + unit if unit else ''}"
-        raise BoundError(f"{name} must be {what} {'>' if low_open else '≥'} {_show(low)} and "
-                         f"≤ {_show(high)}, got {value!r}")
+        raise BoundError(
+            f"{name} must be {what} {'>' if low_open else '≥'} {_show(low)} and "
+            f"≤ {_show(high)}, got {value!r}"
+        )
     return v
 
 
 def integer(name: str, value: Any, *, low: int, high: int) -> int:
     """`value` as an int within [low, high], or BoundError."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            isinstance(value, float) and not value.is_integer()):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not value.is_integer())
+    ):
         raise BoundError(f"{name} must be a whole number {low} … {high}, got {value!r}")
     v = int(value)
     if not low <= v <= high:
@@ -132,15 +138,16 @@ def check_limits(limits: Limits) -> Limits:
     """A job's limits within their bounds (each number finite), or BoundError naming one."""
     return Limits(
         max_attempts=integer("max attempts", limits.max_attempts, low=1, high=MAX_ATTEMPTS),
-        timeout_s=number("timeout", limits.timeout_s, low=0, high=MAX_TIMEOUT_S, low_open=True,
-                         unit="seconds"),
+        timeout_s=number(
+            "timeout", limits.timeout_s, low=0, high=MAX_TIMEOUT_S, low_open=True, unit="seconds"
+        ),
         grace_s=number("grace", limits.grace_s, low=0, high=MAX_GRACE_S, unit="seconds"),
-        max_tool_calls=integer("max tool calls", limits.max_tool_calls, low=0,
-                               high=MAX_TOOL_CALLS),
-        token_budget_in=integer("token budget in", limits.token_budget_in, low=0,
-                                high=MAX_TOKENS),
-        token_budget_out=integer("token budget out", limits.token_budget_out, low=0,
-                                 high=MAX_TOKENS))
+        max_tool_calls=integer("max tool calls", limits.max_tool_calls, low=0, high=MAX_TOOL_CALLS),
+        token_budget_in=integer("token budget in", limits.token_budget_in, low=0, high=MAX_TOKENS),
+        token_budget_out=integer(
+            "token budget out", limits.token_budget_out, low=0, high=MAX_TOKENS
+        ),
+    )
 
 
 def usd(name: str, value: Any) -> float:

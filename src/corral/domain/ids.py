@@ -11,8 +11,9 @@ from corral.domain.errors import InvalidRequest, NotFound
 
 # RFC 4648 base32 digits, in value order, onto Crockford's (also in ASCII order): ids made in
 # a later millisecond sort after earlier ones as plain strings.
-_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567",
-                             b"0123456789abcdefghjkmnpqrstvwxyz")
+_CROCKFORD = bytes.maketrans(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789abcdefghjkmnpqrstvwxyz"
+)
 
 
 def new_id(now_ms: int | None = None) -> str:
@@ -45,8 +46,10 @@ def resolve(ref: str, ids: Iterable[str], what: str = "job") -> str:
     if not found:
         raise NotFound(f"no {what} {ref}")
     if len(found) > 1:
-        raise InvalidRequest(f"{what} id {ref!r} is ambiguous: it names "
-                             f"{', '.join(found[:5])}{' …' if len(found) > 5 else ''}")
+        raise InvalidRequest(
+            f"{what} id {ref!r} is ambiguous: it names "
+            f"{', '.join(found[:5])}{' …' if len(found) > 5 else ''}"
+        )
     return found[0]
 
 
@@ -57,8 +60,9 @@ def shortest(wanted: Iterable[str], everything: Iterable[str]) -> dict[str, str]
     out = {}
     for i in wanted:
         n = min(SHORT_MIN, len(i))
-        while n < len(i) and any(o != i and (o.endswith(i[-n:]) or o.startswith(i[-n:]))
-                                 for o in others):
+        while n < len(i) and any(
+            o != i and (o.endswith(i[-n:]) or o.startswith(i[-n:])) for o in others
+        ):
             n += 1
         out[i] = i[-n:]
     return out

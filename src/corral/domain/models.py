@@ -50,8 +50,16 @@ class JobOptions:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _TYPES: ClassVar[Mapping[str, type]] = {
-        "resume_from": str, "session_root": str, "resume_session": str, "secret_env": list,
-        "sealed": str, "detached": bool, "workflow": str, "provider": str, "model": str}
+        "resume_from": str,
+        "session_root": str,
+        "resume_session": str,
+        "secret_env": list,
+        "sealed": str,
+        "detached": bool,
+        "workflow": str,
+        "provider": str,
+        "model": str,
+    }
 
     def to_json(self) -> dict[str, Any]:
         """The options that are set, then `extra`: what the store and the wire hold."""
@@ -70,8 +78,7 @@ class JobOptions:
         extra: dict[str, Any] = {}
         for name, value in data.items():
             kind = cls._TYPES.get(name)
-            if kind is list and isinstance(value, list) and all(
-                    isinstance(v, str) for v in value):
+            if kind is list and isinstance(value, list) and all(isinstance(v, str) for v in value):
                 known[name] = tuple(value)
             elif kind is not None and kind is not list and type(value) is kind:
                 known[name] = value

@@ -49,11 +49,14 @@ class RetryBudget:
         """(the limit, why) when `limits` ask for more than these ceilings allow: the core would
         refuse every permit of such a job, so configurations and submissions refuse it first."""
         if self.max_attempts is not None and limits.max_attempts > self.max_attempts:
-            return "max_attempts", (f"{limits.max_attempts} is more than "
-                                    f"retry_budget.max_attempts {self.max_attempts}")
+            return "max_attempts", (
+                f"{limits.max_attempts} is more than retry_budget.max_attempts {self.max_attempts}"
+            )
         if self.max_timeout_s is not None and limits.timeout_s > self.max_timeout_s:
-            return "timeout_s", (f"{limits.timeout_s:g} is more than "
-                                 f"retry_budget.max_timeout_s {self.max_timeout_s:g}")
+            return "timeout_s", (
+                f"{limits.timeout_s:g} is more than "
+                f"retry_budget.max_timeout_s {self.max_timeout_s:g}"
+            )
         return None
 
 

@@ -52,12 +52,27 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     _J.AWAITING_APPROVAL: frozenset({_J.QUEUED, _J.DENIED, _J.CANCELLED}),
     _J.QUEUED: frozenset({_J.STARTING, _J.FAILED, _J.CANCELLED, _J.KILLED, _J.DENIED}),
     _J.STARTING: frozenset(
-        {_J.RUNNING, _J.RETRY_WAIT, _J.FAILED, _J.DEAD_LETTERED, _J.TIMED_OUT, _J.CANCELLED,
-         _J.KILLED, _J.SUCCEEDED}
+        {
+            _J.RUNNING,
+            _J.RETRY_WAIT,
+            _J.FAILED,
+            _J.DEAD_LETTERED,
+            _J.TIMED_OUT,
+            _J.CANCELLED,
+            _J.KILLED,
+            _J.SUCCEEDED,
+        }
     ),
     _J.RUNNING: frozenset(
-        {_J.SUCCEEDED, _J.RETRY_WAIT, _J.FAILED, _J.DEAD_LETTERED, _J.TIMED_OUT, _J.CANCELLED,
-         _J.KILLED}
+        {
+            _J.SUCCEEDED,
+            _J.RETRY_WAIT,
+            _J.FAILED,
+            _J.DEAD_LETTERED,
+            _J.TIMED_OUT,
+            _J.CANCELLED,
+            _J.KILLED,
+        }
     ),
     _J.RETRY_WAIT: frozenset({_J.QUEUED, _J.CANCELLED, _J.KILLED}),
 }

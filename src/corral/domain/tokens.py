@@ -52,8 +52,9 @@ def parse_scopes(text: str | Iterable[str]) -> tuple[str, ...]:
     given = [s for s in given if s]
     unknown = sorted(set(given) - set(SCOPES))
     if unknown:
-        raise InvalidRequest(f"unknown scope(s) {', '.join(unknown)}: "
-                             f"scopes are {', '.join(SCOPES)}")
+        raise InvalidRequest(
+            f"unknown scope(s) {', '.join(unknown)}: scopes are {', '.join(SCOPES)}"
+        )
     if not given:
         raise InvalidRequest(f"a token needs at least one scope of {', '.join(SCOPES)}")
     return tuple(s for s in SCOPES if s in given)
@@ -76,7 +77,7 @@ def split_token(text: str) -> tuple[str, str] | None:
     """(id, secret) of a presented token; None when it is not shaped like one."""
     if not text.startswith(PREFIX):
         return None
-    token_id, sep, secret = text[len(PREFIX):].partition("_")
+    token_id, sep, secret = text[len(PREFIX) :].partition("_")
     if not sep or not token_id or not secret:
         return None
     return token_id, secret

@@ -286,8 +286,7 @@ def _pattern_matches(pattern: Pattern, words: _Words, strict: bool) -> bool:
     return _match_either_way(pats, pattern.rest, pos)
 
 
-def _match_either_way(pats: Sequence[str], rest: bool,
-                      pos: Sequence[tuple[str, bool]]) -> bool:
+def _match_either_way(pats: Sequence[str], rest: bool, pos: Sequence[tuple[str, bool]]) -> bool:
     """Match where each word marked "maybe an option's value" may also be skipped."""
     memo: dict[tuple[int, int], bool] = {}
 
@@ -301,7 +300,8 @@ def _match_either_way(pats: Sequence[str], rest: bool,
             else:
                 word, maybe = pos[i]
                 memo[key] = (maybe and match(i + 1, j)) or (
-                    _word_matches(pats[j], word) and match(i + 1, j + 1))
+                    _word_matches(pats[j], word) and match(i + 1, j + 1)
+                )
         return memo[key]
 
     return match(0, 0)
@@ -338,14 +338,16 @@ class Guardrails:
 
     roles: Mapping[str, tuple[Rule, ...]]
     programs: Mapping[str, Program] = field(default_factory=dict)
-    _grammars: dict[str, Program] = field(default_factory=dict, init=False, repr=False,
-                                          compare=False)
-    _aliases: dict[str, str] = field(default_factory=dict, init=False, repr=False,
-                                     compare=False)
+    _grammars: dict[str, Program] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _aliases: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
     _index: dict[tuple[int, str], tuple[Rule, ...]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     _memo: dict[tuple[str, str, str, str, str], GuardVerdict] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         self._aliases.update(_aliases(self.programs))
@@ -367,7 +369,11 @@ class Guardrails:
         return (*lists, self.roles.get(ALL_ROLES, ()))
 
     def evaluate(
-        self, role: str, stage: str, tool: str, tool_input: Mapping[str, Any],
+        self,
+        role: str,
+        stage: str,
+        tool: str,
+        tool_input: Mapping[str, Any],
         shell: str = "bash",
     ) -> GuardVerdict:
         """The verdict on one tool call (stage ``tool_call``) or one job's command (``spawn``);
@@ -393,12 +399,20 @@ class Guardrails:
         if tool.lower() in SHELL_TOOLS:
             command = shell_command(tool_input)
             if command is None:
-                return GuardVerdict("deny", "unverifiable_command", None,
-                                    f"Corral guardrail: {tool} call without a command string")
+                return GuardVerdict(
+                    "deny",
+                    "unverifiable_command",
+                    None,
+                    f"Corral guardrail: {tool} call without a command string",
+                )
             if shell not in SHELLS:
-                return GuardVerdict("deny", "unverifiable_command", None,
-                                    f"Corral guardrail: commands run by {shell} cannot be "
-                                    "checked (Corral models bash and sh)")
+                return GuardVerdict(
+                    "deny",
+                    "unverifiable_command",
+                    None,
+                    f"Corral guardrail: commands run by {shell} cannot be "
+                    "checked (Corral models bash and sh)",
+                )
             outcome = self._shell(lists, stage, tool, tool_input, command, shell)
             return _verdict(outcome, command)
         outcome = self._other(lists, stage, tool, tool_input)
@@ -425,13 +439,25 @@ class Guardrails:
 
     # -- shell -------------------------------------------------------------------------------
 
-    def _shell(self, lists: Sequence[Sequence[Rule]], stage: str, tool: str,
-               tool_input: Mapping[str, Any], command: str, shell: str) -> _Outcome:
+    def _shell(
+        self,
+        lists: Sequence[Sequence[Rule]],
+        stage: str,
+        tool: str,
+        tool_input: Mapping[str, Any],
+        command: str,
+        shell: str,
+    ) -> _Outcome:
         parsed = parse(command, shell)
         if parsed.problems:
             more = f" (and {len(parsed.problems) - 1} more)" if len(parsed.problems) > 1 else ""
-            return _Outcome("deny", "unverifiable_command", None,
-                            f"cannot verify this command: {parsed.problems[0]}{more}", None)
+            return _Outcome(
+                "deny",
+                "unverifiable_command",
+                None,
+                f"cannot verify this command: {parsed.problems[0]}{more}",
+                None,
+            )
         env = frozenset(_ENV_ASSIGN.findall(command)) if "=" in command else frozenset()
         worst = _Outcome("allow", "no_rule_matched", None, "no guardrail applies", None)
         allowed_by: _Outcome | None = None
@@ -458,15 +484,24 @@ class Guardrails:
         key = (id(rules), program)
         found = self._index.get(key)
         if found is None:
-            found = tuple(r for r in rules
-                          if not r.when.commands or any(p.words[0] == program
-                                                        for p in r.when.commands))
+            found = tuple(
+                r
+                for r in rules
+                if not r.when.commands or any(p.words[0] == program for p in r.when.commands)
+            )
             self._index[key] = found
         return found
 
-    def _first(self, rules: Sequence[Rule], stage: str, tool: str,
-               tool_input: Mapping[str, Any], cmd: SimpleCommand, words: _Words,
-               env: frozenset[str]) -> _Outcome | None:
+    def _first(
+        self,
+        rules: Sequence[Rule],
+        stage: str,
+        tool: str,
+        tool_input: Mapping[str, Any],
+        cmd: SimpleCommand,
+        words: _Words,
+        env: frozenset[str],
+    ) -> _Outcome | None:
         appended = any(w == "xargs" or w.endswith(" +") for w in cmd.wrappers)
         for rule in rules:
             if not _tool_stage_input(rule, stage, tool, tool_input):
@@ -474,9 +509,14 @@ class Guardrails:
             if not _command_matches(rule, words, env):
                 if appended and rule.verdict != "allow" and _may_match(rule, words, env):
                     text = shlex.join(cmd.argv)
-                    return _Outcome("deny", "unverifiable_command", rule,
-                                    f"words appended at run time (xargs, find -exec … +) to "
-                                    f"`{text}` could make it {rule.reason}", text)
+                    return _Outcome(
+                        "deny",
+                        "unverifiable_command",
+                        rule,
+                        f"words appended at run time (xargs, find -exec … +) to "
+                        f"`{text}` could make it {rule.reason}",
+                        text,
+                    )
                 continue
             text = shlex.join(cmd.argv)
             if rule.sql is not None:
@@ -487,17 +527,23 @@ class Guardrails:
     def _shell_sql(self, rule: Rule, src: SqlSource, words: _Words, text: str) -> _Outcome:
         texts = [v for name, v in words.options if name in src.options and v is not None]
         operands = [w for w, _ in words.positionals]
-        catalog = next((v for name, v in words.options
-                        if name in src.database_options and v is not None), None)
+        catalog = next(
+            (v for name, v in words.options if name in src.database_options and v is not None), None
+        )
         if src.database_operand and operands:
             catalog = catalog or operands[0]
             operands = operands[1:]
         if src.operands:
             texts.extend(operands)
         if not texts:
-            return _Outcome("deny", "unverifiable_sql", rule,
-                            "the SQL would come from stdin or a file, which cannot be checked; "
-                            "pass it inline (e.g. -c '…')", text)
+            return _Outcome(
+                "deny",
+                "unverifiable_sql",
+                rule,
+                "the SQL would come from stdin or a file, which cannot be checked; "
+                "pass it inline (e.g. -c '…')",
+                text,
+            )
         return _sql_outcome(texts, src, rule, _catalog_of(catalog), text)
 
     def _words(self, cmd: SimpleCommand) -> _Words:
@@ -514,22 +560,31 @@ class Guardrails:
 
     # -- other tools -------------------------------------------------------------------------
 
-    def _other(self, lists: Sequence[Sequence[Rule]], stage: str, tool: str,
-               tool_input: Mapping[str, Any]) -> _Outcome:
+    def _other(
+        self, lists: Sequence[Sequence[Rule]], stage: str, tool: str, tool_input: Mapping[str, Any]
+    ) -> _Outcome:
         worst = _Outcome("allow", "no_rule_matched", None, "no guardrail applies", None)
         allowed_by: _Outcome | None = None
         for rules in lists:
             for rule in rules:
-                if rule.when.needs_command or not _tool_stage_input(rule, stage, tool,
-                                                                   tool_input):
+                if rule.when.needs_command or not _tool_stage_input(rule, stage, tool, tool_input):
                     continue
                 if rule.sql is not None:
-                    texts = [v for k in rule.sql.input_keys
-                             if isinstance(v := tool_input.get(k), str)]
-                    outcome = (_sql_outcome(texts, rule.sql, rule, None, tool) if texts else
-                               _Outcome("deny", "unverifiable_sql", rule,
-                                        f"{tool} call without SQL in "
-                                        f"{', '.join(rule.sql.input_keys) or 'any field'}", tool))
+                    texts = [
+                        v for k in rule.sql.input_keys if isinstance(v := tool_input.get(k), str)
+                    ]
+                    outcome = (
+                        _sql_outcome(texts, rule.sql, rule, None, tool)
+                        if texts
+                        else _Outcome(
+                            "deny",
+                            "unverifiable_sql",
+                            rule,
+                            f"{tool} call without SQL in "
+                            f"{', '.join(rule.sql.input_keys) or 'any field'}",
+                            tool,
+                        )
+                    )
                 else:
                     outcome = _rule_outcome(rule, None, tool)
                 if _RANK[outcome.verdict] > _RANK[worst.verdict]:
@@ -590,7 +645,8 @@ def _command_matches(rule: Rule, words: _Words, env: frozenset[str]) -> bool:
     if when.options and not any(name in when.options for name, _ in words.options):
         return False
     if when.option_values and not any(
-        value is not None and name in when.option_values
+        value is not None
+        and name in when.option_values
         and _glob_any(value, when.option_values[name])
         for name, value in words.options
     ):
@@ -609,8 +665,9 @@ def _may_match(rule: Rule, words: _Words, env: frozenset[str]) -> bool:
         if pattern.words[0] != words.program:
             continue
         pats = pattern.words[1:]
-        if all(_word_matches(p, w) for p, (w, _) in zip(pats, words.positionals, strict=False)) \
-                and (known <= len(pats) or pattern.rest):
+        if all(
+            _word_matches(p, w) for p, (w, _) in zip(pats, words.positionals, strict=False)
+        ) and (known <= len(pats) or pattern.rest):
             return True
     return False
 
@@ -622,8 +679,7 @@ def _rule_outcome(rule: Rule, words: _Words | None, text: str) -> _Outcome:
         typed = [n for n, _ in words.options if n in rule.force_flags]
         typed += [w for w, _ in words.positionals if w in rule.force_flags]
         if typed:
-            message += (f"; `{typed[0]}` is not consent: a human must approve this exact "
-                        "command")
+            message += f"; `{typed[0]}` is not consent: a human must approve this exact command"
     return _Outcome(verdict, rule.reason, rule, message, text)
 
 
@@ -635,16 +691,22 @@ def _catalog_of(database: str | None) -> str | None:
     return name.split(".", 1)[0] or None
 
 
-def _sql_outcome(texts: Sequence[str], src: SqlSource, rule: Rule | None, catalog: str | None,
-                 about: str | None) -> _Outcome:
+def _sql_outcome(
+    texts: Sequence[str], src: SqlSource, rule: Rule | None, catalog: str | None, about: str | None
+) -> _Outcome:
     worst: _Outcome | None = None
     for text in texts:
         if src.dialect in ("duckdb", "sqlite") and text.lstrip().startswith("."):
             outcome = _dot_command(text, rule, about)
         else:
-            v = check_sql(text, dialect=src.dialect, protected=src.protected,
-                          catalog=catalog or src.catalog, search_path=src.search_path,
-                          read_only=src.read_only)
+            v = check_sql(
+                text,
+                dialect=src.dialect,
+                protected=src.protected,
+                catalog=catalog or src.catalog,
+                search_path=src.search_path,
+                read_only=src.read_only,
+            )
             outcome = _Outcome(v.verdict, v.reason, rule, v.message, about)
         if worst is None or _RANK[outcome.verdict] > _RANK[worst.verdict]:
             worst = outcome
@@ -657,8 +719,13 @@ def _dot_command(text: str, rule: Rule | None, about: str | None) -> _Outcome:
     word = lines[0].split()[0] if lines and lines[0].split() else ""
     if len(lines) == 1 and word in _READ_ONLY_DOT:
         return _Outcome("allow", "sql_allowed", rule, f"`{word}` only reads", about)
-    return _Outcome("deny", "sql_unsupported", rule,
-                    f"the CLI command `{word or text[:20]}` cannot be checked", about)
+    return _Outcome(
+        "deny",
+        "sql_unsupported",
+        rule,
+        f"the CLI command `{word or text[:20]}` cannot be checked",
+        about,
+    )
 
 
 def _verdict(outcome: _Outcome, subject: str) -> GuardVerdict:
@@ -666,8 +733,9 @@ def _verdict(outcome: _Outcome, subject: str) -> GuardVerdict:
     prefix = "Corral guardrail" + (f" {rule_id}" if rule_id else "")
     message = outcome.message if outcome.verdict == "allow" else f"{prefix}: {outcome.message}"
     approval = subject.strip() if outcome.verdict == "require_approval" else None
-    return GuardVerdict(outcome.verdict, outcome.reason, rule_id, message, approval,
-                        outcome.command)
+    return GuardVerdict(
+        outcome.verdict, outcome.reason, rule_id, message, approval, outcome.command
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -779,7 +847,8 @@ def _options(value: Any, where: str) -> tuple[str, ...]:
 def _program(spec: Any, where: str) -> Program:
     m = _mapping(spec, where, {"valued", "flags", "single_dash", "aliases"})
     return Program(
-        valued=frozenset(_options(m["valued"], f"{where}.valued")) if "valued" in m
+        valued=frozenset(_options(m["valued"], f"{where}.valued"))
+        if "valued" in m
         else frozenset(),
         flags=frozenset(_options(m["flags"], f"{where}.flags")) if "flags" in m else frozenset(),
         single_dash=_bool(m.get("single_dash", False), f"{where}.single_dash"),
@@ -808,18 +877,28 @@ def _rule(spec: Any, where: str) -> Rule:
         raise _Bad(f"{where}.verdict", "an sql rule takes its verdict from the SQL checker")
     reason = m.get("reason", "guardrail_sql" if sql is not None else None)
     if not isinstance(reason, str) or not _REASON.match(reason):
-        raise _Bad(f"{where}.reason",
-                   f"needs a snake_case machine code, e.g. cluster_scaling (got {reason!r})")
+        raise _Bad(
+            f"{where}.reason",
+            f"needs a snake_case machine code, e.g. cluster_scaling (got {reason!r})",
+        )
     message = m.get("message")
     if message is not None and not isinstance(message, str):
         raise _Bad(f"{where}.message", "must be a string")
-    force = frozenset(_strings(m.get("force_flags", []), f"{where}.force_flags",
-                               allow_empty=True))
+    force = frozenset(_strings(m.get("force_flags", []), f"{where}.force_flags", allow_empty=True))
     if sql is not None and sql.input_keys and when.needs_command:
-        raise _Bad(f"{where}.sql.input_keys", "is for non-shell tools; this rule is about "
-                   "shell commands")
-    return Rule(id=rule_id, when=when, verdict=cast(GuardVerdictKind | None, verdict),
-                reason=reason, message=message, sql=sql, force_flags=force, where=where)
+        raise _Bad(
+            f"{where}.sql.input_keys", "is for non-shell tools; this rule is about shell commands"
+        )
+    return Rule(
+        id=rule_id,
+        when=when,
+        verdict=cast(GuardVerdictKind | None, verdict),
+        reason=reason,
+        message=message,
+        sql=sql,
+        force_flags=force,
+        where=where,
+    )
 
 
 _WHEN_KEYS = {"tool", "stage", "command", "option", "option_value", "env", "input"}
@@ -843,12 +922,15 @@ def _when(spec: Any, where: str) -> When:
         tools=tools,
         stages=frozenset(stages),
         commands=commands,
-        options=frozenset(_options(m["option"], f"{where}.option")) if "option" in m
+        options=frozenset(_options(m["option"], f"{where}.option"))
+        if "option" in m
         else frozenset(),
         option_values=option_values,
         env=frozenset(_strings(m["env"], f"{where}.env")) if "env" in m else frozenset(),
-        input={k: _strings(v, f"{where}.input.{k}")
-               for k, v in _mapping(m.get("input", {}), f"{where}.input").items()},
+        input={
+            k: _strings(v, f"{where}.input.{k}")
+            for k, v in _mapping(m.get("input", {}), f"{where}.input").items()
+        },
     )
     if when.needs_command and tools and not any(_tool_matches(tools, t) for t in SHELL_TOOLS):
         raise _Bad(where, "command, option, option_value and env only apply to shell tools")
@@ -866,35 +948,55 @@ def _patterns(value: Any, where: str) -> tuple[Pattern, ...]:
             raise _Bad(where, f"{text!r}: name the program without a path (it matches any path)")
         for word in pattern.words[1:]:
             if word.startswith("-") and word != "-":
-                raise _Bad(where, f"{text!r}: patterns match positional words; put {word!r} "
-                                  "under `option` or `option_value`")
+                raise _Bad(
+                    where,
+                    f"{text!r}: patterns match positional words; put {word!r} "
+                    "under `option` or `option_value`",
+                )
         out.append(pattern)
     return tuple(out)
 
 
-_SQL_KEYS = {"dialect", "protected", "options", "operands", "database_operand",
-             "database_options", "input_keys", "catalog", "search_path", "read_only"}
+_SQL_KEYS = {
+    "dialect",
+    "protected",
+    "options",
+    "operands",
+    "database_operand",
+    "database_options",
+    "input_keys",
+    "catalog",
+    "search_path",
+    "read_only",
+}
 
 
 def _sql(spec: Any, where: str) -> SqlSource:
     m = _mapping(spec, where, _SQL_KEYS)
     dialect = m.get("dialect", "duckdb")
     if dialect not in DIALECTS:
-        raise _Bad(f"{where}.dialect", f"unknown dialect {dialect!r} (known: "
-                                       f"{', '.join(sorted(DIALECTS))})")
+        raise _Bad(
+            f"{where}.dialect",
+            f"unknown dialect {dialect!r} (known: {', '.join(sorted(DIALECTS))})",
+        )
     return SqlSource(
         dialect=dialect,
-        protected=tuple(p.lower() for p in _strings(m.get("protected", []),
-                                                    f"{where}.protected", allow_empty=True)),
+        protected=tuple(
+            p.lower()
+            for p in _strings(m.get("protected", []), f"{where}.protected", allow_empty=True)
+        ),
         options=_options(m["options"], f"{where}.options") if "options" in m else (),
         operands=_bool(m.get("operands", False), f"{where}.operands"),
         database_operand=_bool(m.get("database_operand", False), f"{where}.database_operand"),
         database_options=_options(m["database_options"], f"{where}.database_options")
-        if "database_options" in m else (),
+        if "database_options" in m
+        else (),
         input_keys=_strings(m.get("input_keys", []), f"{where}.input_keys", allow_empty=True),
         catalog=_strings(m["catalog"], f"{where}.catalog")[0].lower() if "catalog" in m else None,
-        search_path=tuple(s.lower() for s in _strings(m.get("search_path", []),
-                                                      f"{where}.search_path", allow_empty=True)),
+        search_path=tuple(
+            s.lower()
+            for s in _strings(m.get("search_path", []), f"{where}.search_path", allow_empty=True)
+        ),
         read_only=_bool(m.get("read_only", False), f"{where}.read_only"),
     )
 
@@ -913,6 +1015,8 @@ def _check_consent(roles: Mapping[str, Sequence[Rule]]) -> None:
             words += [w for p in rule.when.commands for w in p.words[1:]]
             hit = next((w for w in words if w in force), None)
             if hit is not None:
-                raise _Bad(rule.where, f"an allow rule cannot depend on {hit!r}: a flag an "
-                                       "agent types is never consent")
-
+                raise _Bad(
+                    rule.where,
+                    f"an allow rule cannot depend on {hit!r}: a flag an "
+                    "agent types is never consent",
+                )

@@ -73,8 +73,10 @@ def parse_path_pattern(text: str) -> PathPattern:
     if any(ord(c) < 32 or c == "\x7f" for c in text):
         raise ValueError(f"path pattern {text!r} contains a control character")
     if text.startswith("~"):
-        raise ValueError(f"path pattern {text!r}: write the home directory out (an absolute "
-                         "path); `~` means a different directory to every CLI")
+        raise ValueError(
+            f"path pattern {text!r}: write the home directory out (an absolute "
+            "path); `~` means a different directory to every CLI"
+        )
     parts = [p for p in text.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise ValueError(f"path pattern {text!r} must not contain `..`")
@@ -85,8 +87,12 @@ def parse_path_pattern(text: str) -> PathPattern:
         literal.append(part)
     absolute = text.startswith("/")
     base = ("/" if absolute else "") + "/".join(literal)
-    return PathPattern(source=text, base=base, absolute=absolute,
-                       regex=re.compile(_glob_regex("/".join(parts[len(literal):]))))
+    return PathPattern(
+        source=text,
+        base=base,
+        absolute=absolute,
+        regex=re.compile(_glob_regex("/".join(parts[len(literal) :]))),
+    )
 
 
 def _glob_regex(pattern: str) -> str:
@@ -119,7 +125,7 @@ def _segment_regex(seg: str) -> str:
         elif c == "?":
             out.append("[^/]")
         elif c == "[" and (end := seg.find("]", i + 2)) != -1:
-            body = seg[i + 1:end]
+            body = seg[i + 1 : end]
             body = "^" + body[1:] if body.startswith("!") else body
             out.append("[" + body.replace("\\", "\\\\") + "]")
             i = end
@@ -155,25 +161,37 @@ def absolute(path: str, place: Place) -> str | None:
         path = place.home + path[1:]
     elif path.startswith("~"):
         return None
-    return posixpath.normpath(posixpath.join(place.cwd, path)) if not path.startswith("/") \
+    return (
+        posixpath.normpath(posixpath.join(place.cwd, path))
+        if not path.startswith("/")
         else posixpath.normpath(path)
+    )
 
 
 def covers(pattern: PathPattern, resolved: str, workspace: str, resolve: Resolve) -> bool:
     """Whether ``pattern`` covers ``resolved`` (a resolved absolute path) in ``workspace``."""
-    base = resolve(pattern.base if pattern.absolute
-                   else posixpath.join(workspace, pattern.base) if pattern.base else workspace)
+    base = resolve(
+        pattern.base
+        if pattern.absolute
+        else posixpath.join(workspace, pattern.base)
+        if pattern.base
+        else workspace
+    )
     if resolved == base:
         rel = ""
     elif resolved.startswith(base.rstrip("/") + "/"):
-        rel = resolved[len(base.rstrip("/")) + 1:]
+        rel = resolved[len(base.rstrip("/")) + 1 :]
     else:
         return False
     return pattern.regex.fullmatch(rel) is not None
 
 
-def outside(uses: Iterable[PathUse], patterns: Callable[[PathAccess], Sequence[PathPattern]],
-            place: Place, resolve: Resolve) -> tuple[PathUse, str] | None:
+def outside(
+    uses: Iterable[PathUse],
+    patterns: Callable[[PathAccess], Sequence[PathPattern]],
+    place: Place,
+    resolve: Resolve,
+) -> tuple[PathUse, str] | None:
     """The first use no pattern of its access covers, with why; None when all are covered."""
     for use in uses:
         path = absolute(use.path, place)
@@ -236,18 +254,27 @@ def _glob_uses(tool: str, tool_input: Mapping[str, Any]) -> tuple[list[PathUse],
         if _GLOB.search(part):
             break
         literal.append(part)
-    if ".." in parts[len(literal):]:
+    if ".." in parts[len(literal) :]:
         return [], f"`{pattern}` climbs out with `..` after a wildcard; it cannot be checked"
     prefix = "/".join(literal) or "."
     if pattern.startswith("/"):
         prefix = prefix or "/"
-    return [PathUse(prefix if pattern.startswith("/") else posixpath.join(root, prefix), "read",
-                    "pattern")], None
+    return [
+        PathUse(
+            prefix if pattern.startswith("/") else posixpath.join(root, prefix), "read", "pattern"
+        )
+    ], None
 
 
 def _patch_uses(tool: str, tool_input: Mapping[str, Any]) -> tuple[list[PathUse], str | None]:
-    text = next((v for k in ("command", "patchText", "patch", "input")
-                 if isinstance(v := tool_input.get(k), str)), None)
+    text = next(
+        (
+            v
+            for k in ("command", "patchText", "patch", "input")
+            if isinstance(v := tool_input.get(k), str)
+        ),
+        None,
+    )
     if text is None:
         return [], f"{tool} call without a patch"
     paths = [m.strip() for m in _PATCH_LINE.findall(text)]

@@ -108,8 +108,7 @@ class JobRef:
         return self.id == target
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "role": self.role, "tenant": self.tenant,
-                "workflow": self.workflow}
+        return {"id": self.id, "role": self.role, "tenant": self.tenant, "workflow": self.workflow}
 
 
 # ---- budgets: reserve, then commit ------------------------------------------------------------
@@ -143,9 +142,15 @@ class BudgetState:
 
     def to_dict(self) -> dict[str, Any]:
         c = self.ceiling
-        return {"scope": c.scope.value, "target": c.target, "period": c.period.value,
-                "ceiling_usd": c.ceiling_usd, "spent_usd": self.spent_usd,
-                "reserved_usd": self.reserved_usd, "headroom_usd": self.headroom_usd}
+        return {
+            "scope": c.scope.value,
+            "target": c.target,
+            "period": c.period.value,
+            "ceiling_usd": c.ceiling_usd,
+            "spent_usd": self.spent_usd,
+            "reserved_usd": self.reserved_usd,
+            "headroom_usd": self.headroom_usd,
+        }
 
 
 def reserve(state: BudgetState, amount: float) -> tuple[bool, BudgetState]:
@@ -165,8 +170,11 @@ def commit(state: BudgetState, reserved: float, actual: float) -> BudgetState:
     """An attempt ended: its reservation is replaced by what it actually cost."""
     if actual < 0 or reserved < 0:
         raise ValueError("costs and reservations cannot be negative")
-    return replace(state, reserved_usd=max(0.0, state.reserved_usd - reserved),
-                   spent_usd=state.spent_usd + actual)
+    return replace(
+        state,
+        reserved_usd=max(0.0, state.reserved_usd - reserved),
+        spent_usd=state.spent_usd + actual,
+    )
 
 
 def release(state: BudgetState, reserved: float) -> BudgetState:
@@ -263,8 +271,10 @@ class PrerunInput:
         dl = self.dark_launch
         if dl is not None:
             if dl.workflow != self.job.workflow:
-                raise ValueError(f"dark launch of workflow {dl.workflow!r} given for a job of "
-                                 f"workflow {self.job.workflow!r}")
+                raise ValueError(
+                    f"dark launch of workflow {dl.workflow!r} given for a job of "
+                    f"workflow {self.job.workflow!r}"
+                )
             if not 0 <= dl.percentage <= 100:
                 raise ValueError(f"dark launch percentage {dl.percentage} is not in 0 … 100")
         a = self.approval
@@ -292,13 +302,26 @@ _StepFn = Callable[[PrerunInput, float], tuple[_Match | None, dict[str, Any]]]
 
 
 def _switch_dict(s: KillSwitch) -> dict[str, Any]:
-    return {"id": s.id, "scope": s.scope.value, "target": s.target, "reason": s.reason,
-            "created_at": s.created_at, "created_by": s.created_by, "expires_at": s.expires_at}
+    return {
+        "id": s.id,
+        "scope": s.scope.value,
+        "target": s.target,
+        "reason": s.reason,
+        "created_at": s.created_at,
+        "created_by": s.created_by,
+        "expires_at": s.expires_at,
+    }
 
 
 def _pause_dict(p: Pause) -> dict[str, Any]:
-    return {"id": p.id, "scope": p.scope.value, "target": p.target, "reason": p.reason,
-            "created_at": p.created_at, "created_by": p.created_by}
+    return {
+        "id": p.id,
+        "scope": p.scope.value,
+        "target": p.target,
+        "reason": p.reason,
+        "created_at": p.created_at,
+        "created_by": p.created_by,
+    }
 
 
 def _scope_text(scope: ScopeKind, target: str | None) -> str:
@@ -311,8 +334,11 @@ def _kill_switch(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str,
     if not hits:
         return None, snap
     s = hits[0]
-    return _Match(PrerunVerdict.DENY, Reason.KILL_SWITCH_ACTIVE,
-                  f"kill switch {s.id} ({_scope_text(s.scope, s.target)}) is on: {s.reason}"), snap
+    return _Match(
+        PrerunVerdict.DENY,
+        Reason.KILL_SWITCH_ACTIVE,
+        f"kill switch {s.id} ({_scope_text(s.scope, s.target)}) is on: {s.reason}",
+    ), snap
 
 
 def _pause(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str, Any]]:
@@ -321,8 +347,11 @@ def _pause(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str, Any]]
     if not hits:
         return None, snap
     p = hits[0]
-    return _Match(PrerunVerdict.PAUSE, Reason.RUNNER_PAUSED,
-                  f"dispatch is paused ({_scope_text(p.scope, p.target)}): {p.reason}"), snap
+    return _Match(
+        PrerunVerdict.PAUSE,
+        Reason.RUNNER_PAUSED,
+        f"dispatch is paused ({_scope_text(p.scope, p.target)}): {p.reason}",
+    ), snap
 
 
 def _budget(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str, Any]]:
@@ -331,8 +360,9 @@ def _budget(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str, Any]
     over: list[BudgetState] = []
     for b in applicable:
         ok = b.admits(inp.estimate_usd)
-        rows.append({**b.to_dict(), "period_start": period_start(b.ceiling.period, now),
-                     "admits": ok})
+        rows.append(
+            {**b.to_dict(), "period_start": period_start(b.ceiling.period, now), "admits": ok}
+        )
         if not ok:
             over.append(b)
     snap = {"estimate_usd": inp.estimate_usd, "ceilings": rows}
@@ -340,22 +370,34 @@ def _budget(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str, Any]
         return None, snap
     b = over[0]
     c = b.ceiling
-    return _Match(PrerunVerdict.DENY, Reason.BUDGET_CEILING_EXCEEDED, (
-        f"{c.period.value} budget of {c.scope.value} {c.target} is exhausted: "
-        f"${b.spent_usd:.2f} spent + ${b.reserved_usd:.2f} reserved + "
-        f"${inp.estimate_usd:.2f} for this job > ${c.ceiling_usd:.2f}")), snap
+    return _Match(
+        PrerunVerdict.DENY,
+        Reason.BUDGET_CEILING_EXCEEDED,
+        (
+            f"{c.period.value} budget of {c.scope.value} {c.target} is exhausted: "
+            f"${b.spent_usd:.2f} spent + ${b.reserved_usd:.2f} reserved + "
+            f"${inp.estimate_usd:.2f} for this job > ${c.ceiling_usd:.2f}"
+        ),
+    ), snap
 
 
 def _parallel(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str, Any]]:
     others = sorted(inp.active_job_ids - {inp.job.id})
     limit = inp.max_parallel_runs
-    snap = {"tenant": inp.job.tenant, "max_parallel_runs": limit, "active_runs": len(others),
-            "active_job_ids": others, "self_excluded": inp.job.id in inp.active_job_ids}
+    snap = {
+        "tenant": inp.job.tenant,
+        "max_parallel_runs": limit,
+        "active_runs": len(others),
+        "active_job_ids": others,
+        "self_excluded": inp.job.id in inp.active_job_ids,
+    }
     if limit is None or len(others) < limit:
         return None, snap
-    return _Match(PrerunVerdict.DENY, Reason.MAX_PARALLEL_RUNS_EXCEEDED,
-                  f"tenant {inp.job.tenant} has {len(others)} active runs; its limit is "
-                  f"{limit}"), snap
+    return _Match(
+        PrerunVerdict.DENY,
+        Reason.MAX_PARALLEL_RUNS_EXCEEDED,
+        f"tenant {inp.job.tenant} has {len(others)} active runs; its limit is {limit}",
+    ), snap
 
 
 def _dark_launch(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str, Any]]:
@@ -364,37 +406,59 @@ def _dark_launch(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str,
         return None, {"workflow": inp.job.workflow, "enabled": bool(dl and dl.enabled)}
     position = dark_launch_position(dl.workflow)
     included = position < dl.percentage
-    snap = {"workflow": dl.workflow, "enabled": True, "percentage": dl.percentage,
-            "position": position, "included": included}
+    snap = {
+        "workflow": dl.workflow,
+        "enabled": True,
+        "percentage": dl.percentage,
+        "position": position,
+        "included": included,
+    }
     if included:
         return None, snap
-    return _Match(PrerunVerdict.DENY, Reason.DARK_LAUNCH_EXCLUDED,
-                  f"workflow {dl.workflow} is outside the dark launch window (position "
-                  f"{position} ≥ {dl.percentage}%)"), snap
+    return _Match(
+        PrerunVerdict.DENY,
+        Reason.DARK_LAUNCH_EXCLUDED,
+        f"workflow {dl.workflow} is outside the dark launch window (position "
+        f"{position} ≥ {dl.percentage}%)",
+    ), snap
 
 
 def _approval(inp: PrerunInput, now: float) -> tuple[_Match | None, dict[str, Any]]:
     a = inp.approval
     role_requires = inp.job.role in inp.approval_roles
-    snap: dict[str, Any] = {"role": inp.job.role, "role_requires_approval": role_requires,
-                            "approval": None}
+    snap: dict[str, Any] = {
+        "role": inp.job.role,
+        "role_requires_approval": role_requires,
+        "approval": None,
+    }
     if a is not None:
         expired = a.state is ApprovalState.EXPIRED or (
-            a.state is ApprovalState.PENDING and now >= a.expires_at)
-        snap["approval"] = {"id": a.id, "state": a.state.value, "expires_at": a.expires_at,
-                            "expired": expired, "decided_by": a.decided_by,
-                            "decided_at": a.decided_at}
+            a.state is ApprovalState.PENDING and now >= a.expires_at
+        )
+        snap["approval"] = {
+            "id": a.id,
+            "state": a.state.value,
+            "expires_at": a.expires_at,
+            "expired": expired,
+            "decided_by": a.decided_by,
+            "decided_at": a.decided_at,
+        }
         if a.state is ApprovalState.APPROVED:
             return None, snap
         if a.state is ApprovalState.DENIED or expired:
             how = "expired" if expired else f"was denied by {a.decided_by or 'a reviewer'}"
-            return _Match(PrerunVerdict.DENY, Reason.APPROVAL_POLICY_DENY,
-                          f"approval {a.id} {how}"), snap
-        return _Match(PrerunVerdict.REQUIRE_APPROVAL, Reason.APPROVAL_REQUIRED,
-                      f"approval {a.id} is pending"), snap
+            return _Match(
+                PrerunVerdict.DENY, Reason.APPROVAL_POLICY_DENY, f"approval {a.id} {how}"
+            ), snap
+        return _Match(
+            PrerunVerdict.REQUIRE_APPROVAL, Reason.APPROVAL_REQUIRED, f"approval {a.id} is pending"
+        ), snap
     if role_requires:
-        return _Match(PrerunVerdict.REQUIRE_APPROVAL, Reason.APPROVAL_REQUIRED,
-                      f"jobs of role {inp.job.role} need a human approval"), snap
+        return _Match(
+            PrerunVerdict.REQUIRE_APPROVAL,
+            Reason.APPROVAL_REQUIRED,
+            f"jobs of role {inp.job.role} need a human approval",
+        ), snap
     return None, snap
 
 
@@ -415,25 +479,42 @@ def decide(inp: PrerunInput, now: float) -> PrerunDecision:
     for step, check in STEPS:
         match, snap = check(inp, now)
         if match is not None:
-            return PrerunDecision(verdict=match.verdict, reason=match.reason,
-                                  message=match.message, step=step,
-                                  snapshot={**base, step.value: snap})
+            return PrerunDecision(
+                verdict=match.verdict,
+                reason=match.reason,
+                message=match.message,
+                step=step,
+                snapshot={**base, step.value: snap},
+            )
         checked[step.value] = snap
-    return PrerunDecision(verdict=PrerunVerdict.ALLOW, reason=Reason.ALLOWED,
-                          message="no pre-run policy holds the job back", step=Step.NONE,
-                          snapshot={**base, **checked})
+    return PrerunDecision(
+        verdict=PrerunVerdict.ALLOW,
+        reason=Reason.ALLOWED,
+        message="no pre-run policy holds the job back",
+        step=Step.NONE,
+        snapshot={**base, **checked},
+    )
 
 
 # ---- human oversight: the incident-rate breaker -----------------------------------------------
 
 SEVERITY_RANK: Mapping[Severity, int] = {
-    Severity.LOW: 0, Severity.MEDIUM: 1, Severity.HIGH: 2, Severity.CRITICAL: 3}
+    Severity.LOW: 0,
+    Severity.MEDIUM: 1,
+    Severity.HIGH: 2,
+    Severity.CRITICAL: 3,
+}
 
 IncidentMark = tuple[float, ScopeKind, str | None, Severity]  # (at, scope, target, severity)
 
 
-def should_pause(incidents: Iterable[IncidentMark], now: float, window_s: float,
-                 threshold: int, min_severity: Severity) -> list[tuple[ScopeKind, str | None]]:
+def should_pause(
+    incidents: Iterable[IncidentMark],
+    now: float,
+    window_s: float,
+    threshold: int,
+    min_severity: Severity,
+) -> list[tuple[ScopeKind, str | None]]:
     """The scopes whose incident rate crosses the threshold: pause dispatch there.
 
     Counts the incidents of severity ≥ `min_severity` that occurred in the window
@@ -450,5 +531,6 @@ def should_pause(incidents: Iterable[IncidentMark], now: float, window_s: float,
         if now - window_s < at <= now and SEVERITY_RANK[severity] >= floor:
             key = (scope, None if scope is ScopeKind.GLOBAL else target)
             counts[key] = counts.get(key, 0) + 1
-    return sorted((k for k, n in counts.items() if n >= threshold),
-                  key=lambda k: (k[0].value, k[1] or ""))
+    return sorted(
+        (k for k, n in counts.items() if n >= threshold), key=lambda k: (k[0].value, k[1] or "")
+    )

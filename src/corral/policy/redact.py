@@ -78,7 +78,7 @@ def _replace(m: Any) -> Any:
         if group == _V3 and literal.search(value):
             return whole  # `"token": 300`, `"token": null`: a count or a literal, not a secret
         base = m.start()
-        return whole[: start - base] + mark + whole[end - base:]
+        return whole[: start - base] + mark + whole[end - base :]
     return mark
 
 
@@ -151,8 +151,10 @@ class Redactor:
         """An environment for display: values of `secret_keys` (and of names that say they hold
         a secret) masked, the rest redacted like any text."""
         marked = set(secret_keys)
-        return {k: MARK if k in marked or SECRET_NAME.search(k) else self.text(v)
-                for k, v in env.items()}
+        return {
+            k: MARK if k in marked or SECRET_NAME.search(k) else self.text(v)
+            for k, v in env.items()
+        }
 
     def stream(self) -> StreamRedactor:
         """A redactor for one byte stream written in pieces."""
@@ -212,7 +214,7 @@ class StreamRedactor:
             begin = _KEY_BEGIN_B.search(buf)
             if begin is not None:  # the marker ends whatever line came before it
                 out += _SHAPES_B.sub(_replace, buf[: begin.start()]) + _MARK_B
-                buf = buf[begin.end():]
+                buf = buf[begin.end() :]
                 self._in_key = 1
                 continue
             cut = len(buf) if final else self._cut(buf)
@@ -228,10 +230,10 @@ class StreamRedactor:
         end = _KEY_END_B.search(buf)
         if end is not None:
             self._in_key = 0
-            return buf[end.end():], False
+            return buf[end.end() :], False
         keep = 0 if final else min(len(buf), len(_KEY_END) + 32)  # an END line may be split
         self._in_key += len(buf) - keep
-        tail = buf[len(buf) - keep:]
+        tail = buf[len(buf) - keep :]
         if self._in_key <= MAX_KEY_BLOCK:
             return tail, True
         self._in_key = 0

@@ -43,8 +43,12 @@ from corral.policy.shell import DIALECTS, check_scope, parse
 
 SHELL_TOOLS = frozenset({"bash", "shell", "exec_command", "local_shell", "run_shell_command"})
 # One scope for every CLI: the names a CLI uses for what a scope calls Edit/Write.
-ALIASES = {"apply_patch": ("edit", "write"), "patch": ("edit", "write"), "multiedit": ("edit",),
-           "list": ("glob", "ls")}
+ALIASES = {
+    "apply_patch": ("edit", "write"),
+    "patch": ("edit", "write"),
+    "multiedit": ("edit",),
+    "list": ("glob", "ls"),
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,12 +115,12 @@ class Scope:
                 raise ValueError(f"tool scope rule {rule!r}: missing `)`")
             spec = rest[:-1].strip() if rest else ""
             if rest and not spec:
-                raise ValueError(f"tool scope rule {rule!r}: empty `()`; name a pattern or "
-                                 f"write {name} alone")
+                raise ValueError(
+                    f"tool scope rule {rule!r}: empty `()`; name a pattern or write {name} alone"
+                )
             if name.lower() in FILE_TOOLS:
                 try:
-                    paths.setdefault(name.lower(), []).append(
-                        parse_path_pattern(spec or WORKSPACE))
+                    paths.setdefault(name.lower(), []).append(parse_path_pattern(spec or WORKSPACE))
                 except ValueError as err:
                     raise ValueError(f"tool scope rule {rule!r}: {err}") from None
             elif rest:
@@ -124,24 +128,32 @@ class Scope:
             elif name.lower().startswith("mcp__"):
                 parts = tuple(p for p in name.split("__")[1:] if p)
                 if not 1 <= len(parts) <= 2:
-                    raise ValueError(f"tool scope rule {rule!r}: use mcp__server or "
-                                     "mcp__server__tool")
+                    raise ValueError(
+                        f"tool scope rule {rule!r}: use mcp__server or mcp__server__tool"
+                    )
                 mcp.append(parts)
             else:
                 tools.add(name.lower())
-        return cls(tools=frozenset(tools),
-                   commands={k: tuple(v) for k, v in commands.items()},
-                   paths={k: tuple(v) for k, v in paths.items()},
-                   mcp=frozenset(tuple(p.lower() for p in parts) for parts in mcp),
-                   mcp_rules=tuple(mcp), rules=tuple(rules))
+        return cls(
+            tools=frozenset(tools),
+            commands={k: tuple(v) for k, v in commands.items()},
+            paths={k: tuple(v) for k, v in paths.items()},
+            mcp=frozenset(tuple(p.lower() for p in parts) for parts in mcp),
+            mcp_rules=tuple(mcp),
+            rules=tuple(rules),
+        )
 
     def offers(self, tool: str) -> bool:
         """Whether some call of `tool` can be in scope: a CLI that can hide the other tools from
         the model hides them (the call-by-call check still decides each call)."""
         name = tool.lower()
-        return (name in self.tools or any(a in self.tools for a in ALIASES.get(name, ()))
-                or self._file_patterns(name) is not None
-                or self._mcp_rule(name) is not None or bool(self._patterns(name)))
+        return (
+            name in self.tools
+            or any(a in self.tools for a in ALIASES.get(name, ()))
+            or self._file_patterns(name) is not None
+            or self._mcp_rule(name) is not None
+            or bool(self._patterns(name))
+        )
 
     def offers_server(self, server: str) -> bool:
         """Whether some tool of the MCP server `server` can be in scope."""
@@ -152,13 +164,14 @@ class Scope:
             return None
         parts = tuple(p for p in name.split("__")[1:] if p)
         for allowed in self.mcp:
-            if parts[:len(allowed)] == allowed and len(parts) >= len(allowed):
+            if parts[: len(allowed)] == allowed and len(parts) >= len(allowed):
                 return "mcp__" + "__".join(allowed)
         return None
 
     def _patterns(self, name: str) -> tuple[str, ...] | None:
         return self.commands.get(name) or (
-            self.commands.get("bash") if name in SHELL_TOOLS else None)
+            self.commands.get("bash") if name in SHELL_TOOLS else None
+        )
 
     def _file_patterns(self, name: str) -> tuple[PathPattern, ...] | None:
         """The path patterns a file tool's calls are held to (its own and its aliases')."""
@@ -188,8 +201,9 @@ class Scope:
         listed = ", ".join(self.rules) or "no tools"
         return False, f"{tool} is outside this role's tool scope (allowed: {listed})", None
 
-    def _check_file(self, call: Call, patterns: tuple[PathPattern, ...],
-                    resolve: Resolve) -> tuple[bool, str, str | None]:
+    def _check_file(
+        self, call: Call, patterns: tuple[PathPattern, ...], resolve: Resolve
+    ) -> tuple[bool, str, str | None]:
         uses, problem = file_uses(call.tool, call.input)
         if problem is not None:
             return False, problem, None
@@ -199,26 +213,41 @@ class Scope:
         rule = f"{call.tool}({' | '.join(p.source for p in patterns)})"
         return True, f"{call.tool} of {', '.join(u.path for u in uses)} is in scope", rule
 
-    def _check_shell(self, call: Call, patterns: tuple[str, ...],
-                     resolve: Resolve) -> tuple[bool, str, str | None]:
+    def _check_shell(
+        self, call: Call, patterns: tuple[str, ...], resolve: Resolve
+    ) -> tuple[bool, str, str | None]:
         command = shell_command(call.input)
         if command is None:
             return False, f"{call.tool} call without a command string", None
         if call.shell not in DIALECTS:
-            return False, (f"this command would run under {call.shell}, which Corral does not "
-                           "model (bash and sh only)"), None
+            return (
+                False,
+                (
+                    f"this command would run under {call.shell}, which Corral does not "
+                    "model (bash and sh only)"
+                ),
+                None,
+            )
         if call.input.get("run_in_background") is True:  # Claude Code's own way to detach
             command = "{ " + command + "\n} &"
         verdict = check_scope(command, patterns, call.shell)
         if not verdict.allowed:
             return False, verdict.reason, None
         parsed = parse(command, call.shell)
-        if parsed.changes_dir and any(not r.target.startswith(("/", "~"))
-                                      for r in parsed.redirects):
-            return False, ("a relative redirection after `cd`: which file it opens depends on "
-                           "where the command has moved; use an absolute path"), None
-        uses = [PathUse(r.target, r.access, f"`{r.operator}` redirection")
-                for r in parsed.redirects]
+        if parsed.changes_dir and any(
+            not r.target.startswith(("/", "~")) for r in parsed.redirects
+        ):
+            return (
+                False,
+                (
+                    "a relative redirection after `cd`: which file it opens depends on "
+                    "where the command has moved; use an absolute path"
+                ),
+                None,
+            )
+        uses = [
+            PathUse(r.target, r.access, f"`{r.operator}` redirection") for r in parsed.redirects
+        ]
         miss = outside(uses, self.redirect_patterns, call.place, resolve)
         if miss is not None:
             return False, f"the {miss[0].what} to {miss[1]}", None
@@ -238,12 +267,21 @@ def shell_command(tool_input: Mapping[str, Any]) -> str | None:
 
 def token_limit(used: Usage, limits: Limits) -> Decision | None:
     """A token budget the attempt has spent (input first), if any."""
-    for limit, spent, budget in (("token_budget_in", used.tokens_in, limits.token_budget_in),
-                                 ("token_budget_out", used.tokens_out, limits.token_budget_out)):
+    for limit, spent, budget in (
+        ("token_budget_in", used.tokens_in, limits.token_budget_in),
+        ("token_budget_out", used.tokens_out, limits.token_budget_out),
+    ):
         if spent >= budget:
-            return Decision(verdict="deny", reason=limit, limit=limit, message=(
-                f"Corral: this run has used {spent} of its {budget} {limit} tokens. Do not call "
-                "more tools; reply now with a short summary of what you did and what is left."))
+            return Decision(
+                verdict="deny",
+                reason=limit,
+                limit=limit,
+                message=(
+                    f"Corral: this run has used {spent} of its {budget} {limit} tokens. "
+                    "Do not call more tools; reply now with a short summary of what you did and "
+                    "what is left."
+                ),
+            )
     return None
 
 
@@ -251,24 +289,30 @@ def call_limit(used: Usage, limits: Limits) -> Decision | None:
     """The tool-call budget, when the attempt has spent it."""
     if used.tool_calls < limits.max_tool_calls:
         return None
-    return Decision(verdict="deny", reason="max_tool_calls", limit="max_tool_calls", message=(
-        f"Corral: this run's tool-call budget ({limits.max_tool_calls}) is spent. Do not "
-        "call more tools; reply now with a short summary of what you did and what is left."))
+    return Decision(
+        verdict="deny",
+        reason="max_tool_calls",
+        limit="max_tool_calls",
+        message=(
+            f"Corral: this run's tool-call budget ({limits.max_tool_calls}) is spent. Do not "
+            "call more tools; reply now with a short summary of what you did and what is left."
+        ),
+    )
 
 
 def in_scope(call: Call, scope: Scope, resolve: Resolve = real) -> Decision:
     """The scope's verdict on one call: allowed (naming the rule) or out of scope."""
     if call.problem is not None:
-        return Decision(verdict="deny", reason="out_of_scope",
-                        message=f"Corral: {call.problem}")
+        return Decision(verdict="deny", reason="out_of_scope", message=f"Corral: {call.problem}")
     allowed, message, rule = scope.check(call, resolve)
     if not allowed:
         return Decision(verdict="deny", reason="out_of_scope", message=f"Corral: {message}")
     return Decision(verdict="allow", reason="allowed", message=message, rule=rule)
 
 
-def decide(call: Call, used: Usage, limits: Limits, scope: Scope,
-           resolve: Resolve = real) -> Decision:
+def decide(
+    call: Call, used: Usage, limits: Limits, scope: Scope, resolve: Resolve = real
+) -> Decision:
     """The verdict of budgets and scope on one tool call: the first three steps of the
     tool-call decision (policy/toolcall.py), without the role's guardrails."""
     return token_limit(used, limits) or call_limit(used, limits) or in_scope(call, scope, resolve)

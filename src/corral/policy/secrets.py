@@ -68,7 +68,8 @@ def reveal(stored: Parts, hidden: Mapping[str, Any]) -> Parts:
     return Parts(
         command=tuple(str(a) for a in command) if isinstance(command, list) else stored.command,
         env={**stored.env, **{str(k): str(v) for k, v in dict(env).items()}},
-        prompt=str(hidden["prompt"]) if "prompt" in hidden else stored.prompt)
+        prompt=str(hidden["prompt"]) if "prompt" in hidden else stored.prompt,
+    )
 
 
 def secret_values(parts: Parts, marked: Iterable[str] = ()) -> list[str]:

@@ -246,8 +246,7 @@ _HANDLERS = {**WRAPPERS, **PROGRAMS}
 
 
 class _Walker:
-    def __init__(self, src: bytes, depth: int, wrappers: tuple[str, ...],
-                 dialect: Dialect) -> None:
+    def __init__(self, src: bytes, depth: int, wrappers: tuple[str, ...], dialect: Dialect) -> None:
         self.src = src
         self.depth = depth
         self.dialect = dialect
@@ -277,8 +276,10 @@ class _Walker:
     def bashism(self, what: str) -> None:
         """Under sh, bash-only syntax means something else (or nothing): refuse it there."""
         if self.dialect == "sh":
-            self.problem(f"`{what}` is bash syntax, but this command runs under sh, which reads "
-                         "it differently")
+            self.problem(
+                f"`{what}` is bash syntax, but this command runs under sh, which reads "
+                "it differently"
+            )
 
     def unsupported(self, node: Node) -> None:
         self.cover(node)
@@ -613,11 +614,14 @@ class _Walker:
         target = "".join(t for t, _ in segs)
         chars = [(ch, q) for text, q in segs for ch in text]
         if has_glob(chars) or has_brace_expansion(chars):
-            self.problem(f"the redirection target `{snip(target)}` is a pattern the shell "
-                         "expands; quote it")
+            self.problem(
+                f"the redirection target `{snip(target)}` is a pattern the shell expands; quote it"
+            )
         elif chars and chars[0] == ("~", False) and tilde_prefix(chars):
-            self.problem(f"tilde expansion in the redirection target `{snip(target)}` cannot be "
-                         "resolved statically")
+            self.problem(
+                f"tilde expansion in the redirection target `{snip(target)}` cannot be "
+                "resolved statically"
+            )
         elif target.startswith(("/dev/tcp/", "/dev/udp/")):
             self.problem(f"redirection to a network socket `{target}` is not allowed")
         elif op == "<&" or not target:
@@ -714,8 +718,10 @@ class _Walker:
         if is_name and any(ch in "*?[" and not q for ch, q in chars):
             reason = "a glob"
         elif has_glob(chars):
-            self.problem(f"the shell expands the unquoted pattern `{snip(word)}` into file names, "
-                         "so what runs cannot be known; quote it")
+            self.problem(
+                f"the shell expands the unquoted pattern `{snip(word)}` into file names, "
+                "so what runs cannot be known; quote it"
+            )
             return False
         elif has_brace_expansion(chars):
             reason = "brace expansion"
@@ -922,8 +928,12 @@ class _Walker:
         if self.depth >= MAX_DEPTH:
             self.problem(f"commands nested more than {MAX_DEPTH} levels deep")
             return
-        inner = _analyse(code, self.depth + 1, ctx.wrap(label),
-                         "sh" if (dialect or self.dialect) == "sh" else "bash")
+        inner = _analyse(
+            code,
+            self.depth + 1,
+            ctx.wrap(label),
+            "sh" if (dialect or self.dialect) == "sh" else "bash",
+        )
         self.commands.extend(inner.commands)
         self.problems.extend(f"in `{label}` string: {p}" for p in inner.problems)
         self.redirects.extend(inner.redirects)
@@ -997,8 +1007,13 @@ def _analyse(source: str, depth: int, ctx: Ctx, dialect: Dialect) -> Parsed:
     if b"\0" in src:
         return Parsed((), ("the command contains a NUL byte",))
     if (odd := lookalike(source)) is not None:
-        return Parsed((), (f"the command contains {odd}, which looks like shell syntax (or hides "
-                           "text) but is not; write it in plain ASCII",))
+        return Parsed(
+            (),
+            (
+                f"the command contains {odd}, which looks like shell syntax (or hides "
+                "text) but is not; write it in plain ASCII",
+            ),
+        )
     with _PARSER_LOCK:
         tree = _parser().parse(src)
     walker = _Walker(src, depth, ctx.wrappers, dialect)
@@ -1009,8 +1024,13 @@ def _analyse(source: str, depth: int, ctx: Ctx, dialect: Dialect) -> Parsed:
     walker.statement(root)
     walker.check_coverage()
     problems = tuple(dict.fromkeys(walker.problems))
-    return Parsed(tuple(walker.commands), problems, tuple(walker.redirects),
-                  tuple(dict.fromkeys(walker.holds)), walker.changes_dir)
+    return Parsed(
+        tuple(walker.commands),
+        problems,
+        tuple(walker.redirects),
+        tuple(dict.fromkeys(walker.holds)),
+        walker.changes_dir,
+    )
 
 
 @functools.lru_cache(maxsize=2048)
@@ -1032,16 +1052,17 @@ def check_scope(source: str, patterns: Sequence[str], dialect: str = "bash") -> 
     compiled = [parse_pattern(p) for p in patterns]
     allowed = ", ".join(patterns) if patterns else "none"
     parsed = parse(source, dialect)
-    offender = next((c for c in parsed.commands if not _command_allowed(c, compiled, False)),
-                    None)
+    offender = next((c for c in parsed.commands if not _command_allowed(c, compiled, False)), None)
     detached = next((c for c in parsed.commands if not _command_allowed(c, compiled)), None)
     if offender is not None or detached is not None:
         cmd = offender or detached
         assert cmd is not None
         text = shlex.join(cmd.argv)
         if offender is None:
-            reason = (f"`{text}` would run detached from the attempt (`&`, nohup, setsid), "
-                      "which this role's scope does not allow (a pattern ending in `&` does)")
+            reason = (
+                f"`{text}` would run detached from the attempt (`&`, nohup, setsid), "
+                "which this role's scope does not allow (a pattern ending in `&` does)"
+            )
         else:
             reason = f"`{text}` is outside this role's scope (allowed: {allowed})"
         if parsed.problems:
@@ -1055,9 +1076,12 @@ def check_scope(source: str, patterns: Sequence[str], dialect: str = "bash") -> 
     return ScopeVerdict(True, "every command is within this role's scope", None)
 
 
-def _command_allowed(cmd: SimpleCommand, patterns: Sequence[Pattern],
-                     detached: bool | None = None) -> bool:
+def _command_allowed(
+    cmd: SimpleCommand, patterns: Sequence[Pattern], detached: bool | None = None
+) -> bool:
     appended = any(w == "xargs" or w.endswith(" +") for w in cmd.wrappers)
     detach = cmd.detached if detached is None else detached
-    return any(p.matches(cmd.argv) and (p.rest or not appended) and (p.detach or not detach)
-               for p in patterns)
+    return any(
+        p.matches(cmd.argv) and (p.rest or not appended) and (p.detach or not detach)
+        for p in patterns
+    )

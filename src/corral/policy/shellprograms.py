@@ -45,7 +45,7 @@ def _ray_job_submit(walker: Walker, argv: list[str], ctx: Ctx) -> None:
     while i < len(argv):
         word = argv[i]
         if word == "--":
-            entry = argv[i + 1:]
+            entry = argv[i + 1 :]
             break
         name, eq, value = word.partition("=")
         if name in _RAY_SUBMIT_VALUED:
@@ -64,8 +64,10 @@ def _ray_job_submit(walker: Walker, argv: list[str], ctx: Ctx) -> None:
         else:  # the entrypoint without `--`: click would still read options after it
             entry = argv[i:]
             if any(w.split("=", 1)[0] in _RAY_SUBMIT_VALUED | _RAY_SUBMIT_FLAGS for w in entry):
-                walker.problem("`ray job submit`: an option after the entrypoint is ambiguous; "
-                               "put the entrypoint after `--`")
+                walker.problem(
+                    "`ray job submit`: an option after the entrypoint is ambiguous; "
+                    "put the entrypoint after `--`"
+                )
                 return
             break
         i += 1
@@ -80,8 +82,11 @@ def _ray_job_submit(walker: Walker, argv: list[str], ctx: Ctx) -> None:
 
 def _ray_option_hold(walker: Walker, name: str, value: str) -> None:
     if name == "--runtime-env":
-        walker.hold("installs_code", f"the runtime environment comes from the file `{value}`, "
-                    "which cannot be checked: a human approves it")
+        walker.hold(
+            "installs_code",
+            f"the runtime environment comes from the file `{value}`, "
+            "which cannot be checked: a human approves it",
+        )
     elif name == "--working-dir" and "://" in value:
         walker.hold("installs_code", f"the working directory is fetched from `{value}`")
     elif name == "--runtime-env-json":
@@ -103,17 +108,18 @@ def _runtime_env_installs(text: str) -> str | None:
             return f"installs or fetches code (`{key}`)"
         if key in ("working_dir", "py_modules") and "://" in json.dumps(value):
             return f"fetches `{key}` from a URL"
-        if key == "env_vars" and (not isinstance(value, dict)
-                                  or any(dangerous_env(str(k)) for k in value)):
+        if key == "env_vars" and (
+            not isinstance(value, dict) or any(dangerous_env(str(k)) for k in value)
+        ):
             return "sets variables that change which code runs"
     return None
 
 
 _RAY_EXEC = Opts(
-    long_flags=frozenset({"--stop", "--start", "--no-config-cache", "--disable-usage-stats",
-                          "--screen", "--tmux"}),
-    long_valued=frozenset({"--run-env", "--cluster-name", "--port-forward",
-                           "--extra-screen-args"}),
+    long_flags=frozenset(
+        {"--stop", "--start", "--no-config-cache", "--disable-usage-stats", "--screen", "--tmux"}
+    ),
+    long_valued=frozenset({"--run-env", "--cluster-name", "--port-forward", "--extra-screen-args"}),
     valued="np",
 )
 
@@ -125,7 +131,7 @@ def _ray_exec(walker: Walker, argv: list[str], ctx: Ctx) -> None:
         walker.problem(f"`ray exec`: {result}")
         return
     start, seen = result
-    rest = argv[start + 1:]
+    rest = argv[start + 1 :]
     if len(rest) != 2:
         walker.problem("`ray exec` needs exactly the cluster config and one command string")
         return
@@ -157,14 +163,20 @@ def _kubectl(walker: Walker, argv: list[str], ctx: Ctx) -> None:
             sub = word
     walker.add(argv, ctx)
     if sub in _KUBECTL_RUNS and "--" in argv:
-        inner = argv[argv.index("--") + 1:]
+        inner = argv[argv.index("--") + 1 :]
         if inner:
             walker.emit(inner, ctx.wrap(f"kubectl {sub}"))
 
 
 _SSH = Opts(flags="46AaCfGgKkMNnqsTtVvXxYy", valued="BbcDEeFIiJLlmOoPpQRSWw")
-_SSH_COMMAND_OPTIONS = ("proxycommand", "localcommand", "permitlocalcommand",
-                        "knownhostscommand", "remotecommand", "proxyusefdpass")
+_SSH_COMMAND_OPTIONS = (
+    "proxycommand",
+    "localcommand",
+    "permitlocalcommand",
+    "knownhostscommand",
+    "remotecommand",
+    "proxyusefdpass",
+)
 
 
 def _ssh(walker: Walker, argv: list[str], ctx: Ctx) -> None:
@@ -178,18 +190,20 @@ def _ssh(walker: Walker, argv: list[str], ctx: Ctx) -> None:
         walker.problem("`ssh -F`: a configuration file may run commands; it cannot be checked")
         return
     for k, word in enumerate(argv[1:start], start=1):
-        value = word[2:] if word.startswith("-o") and len(word) > 2 else (
-            argv[k + 1] if word == "-o" and k + 1 < len(argv) else "")
+        value = (
+            word[2:]
+            if word.startswith("-o") and len(word) > 2
+            else (argv[k + 1] if word == "-o" and k + 1 < len(argv) else "")
+        )
         if value.lower().replace(" ", "").startswith(_SSH_COMMAND_OPTIONS):
             walker.problem(f"`ssh -o {value}` runs a command that cannot be checked")
             return
     if start >= len(argv):
         walker.problem("`ssh` without a host")
         return
-    host, command = argv[start], argv[start + 1:]
+    host, command = argv[start], argv[start + 1 :]
     if command:
-        walker.nested(" ".join(command), ctx.detach() if "f" in seen else ctx, f"ssh {host}",
-                      "sh")
+        walker.nested(" ".join(command), ctx.detach() if "f" in seen else ctx, f"ssh {host}", "sh")
     elif not seen & {"N", "s"}:
         walker.problem("an interactive `ssh` session cannot be checked; give the command")
     walker.add(argv, ctx)

@@ -136,7 +136,6 @@ def tilde_prefix(chars: list[tuple[str, bool]]) -> bool:
     return False
 
 
-
 def has_glob(chars: list[tuple[str, bool]]) -> bool:
     """An unquoted ``*``, ``?`` or ``[…]``: the shell replaces the word with matching file names."""
     opened = False
@@ -175,9 +174,12 @@ def lookalike(text: str) -> str | None:
             previous = ch
             continue
         category = unicodedata.category(ch)
-        if (category[0] in "ZCPS" or ch in _CONFUSABLE_LETTERS
-                or unicodedata.normalize("NFKC", ch).isascii()
-                or (category[0] == "M" and previous.isascii() and previous != "")):
+        if (
+            category[0] in "ZCPS"
+            or ch in _CONFUSABLE_LETTERS
+            or unicodedata.normalize("NFKC", ch).isascii()
+            or (category[0] == "M" and previous.isascii() and previous != "")
+        ):
             name = unicodedata.name(ch, "an unnamed character")
             return f"U+{ord(ch):04X} {name}"
         previous = ch

@@ -50,8 +50,12 @@ class Ctx:
     detached: bool = False  # runs in the background or in a session of its own
 
     def wrap(self, label: str, placeholder: str | None = None, appended: bool = False) -> Ctx:
-        return Ctx((*self.wrappers, label), placeholder or self.placeholder,
-                   appended or self.appended, self.detached)
+        return Ctx(
+            (*self.wrappers, label),
+            placeholder or self.placeholder,
+            appended or self.appended,
+            self.detached,
+        )
 
     def detach(self) -> Ctx:
         """The same, run in the background or in a session of its own."""
@@ -342,8 +346,7 @@ def _coproc(walker: Walker, argv: list[str], ctx: Ctx) -> None:
     walker.problem("`coproc` is not supported")
 
 
-PRIVILEGED = frozenset({"sudo", "su", "doas", "pkexec", "run0", "chroot", "sg", "setpriv",
-                        "capsh"})
+PRIVILEGED = frozenset({"sudo", "su", "doas", "pkexec", "run0", "chroot", "sg", "setpriv", "capsh"})
 SHELLS = frozenset(SHELL_DIALECTS) | _UNMODELLED_SHELLS
 
 WRAPPERS: dict[str, Handler] = {

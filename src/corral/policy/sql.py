@@ -88,17 +88,29 @@ def check_sql(
     path = tuple(search_path) or ((schema,) if schema else ())
     if not path and dialect in DEFAULT_SCHEMA:
         path = (DEFAULT_SCHEMA[dialect],)
-    return _check(sql, dialect, tuple(p.lower() for p in protected),
-                  catalog.lower() if catalog else None, tuple(p.lower() for p in path),
-                  read_only)
+    return _check(
+        sql,
+        dialect,
+        tuple(p.lower() for p in protected),
+        catalog.lower() if catalog else None,
+        tuple(p.lower() for p in path),
+        read_only,
+    )
 
 
 @functools.lru_cache(maxsize=2048)
-def _check(sql: str, dialect: str, protected: tuple[str, ...], catalog: str | None,
-           search_path: tuple[str, ...], read_only: bool) -> SqlVerdict:
+def _check(
+    sql: str,
+    dialect: str,
+    protected: tuple[str, ...],
+    catalog: str | None,
+    search_path: tuple[str, ...],
+    read_only: bool,
+) -> SqlVerdict:
     if "/*!" in sql:
-        return SqlVerdict("deny", "sql_unsupported",
-                          "executable comments (`/*! … */`) are not supported")
+        return SqlVerdict(
+            "deny", "sql_unsupported", "executable comments (`/*! … */`) are not supported"
+        )
     from corral.policy import sqltree  # sqlglot loads on the first SQL text, not at start-up
 
     return sqltree.judge(sql, dialect, protected, catalog, search_path, read_only)

@@ -37,8 +37,14 @@ _UNSUPPORTED: tuple[type[exp.Expr], ...] = tuple(
 )
 
 
-def judge(sql: str, dialect: str, protected: tuple[str, ...], catalog: str | None,
-          search_path: tuple[str, ...], read_only: bool) -> SqlVerdict:
+def judge(
+    sql: str,
+    dialect: str,
+    protected: tuple[str, ...],
+    catalog: str | None,
+    search_path: tuple[str, ...],
+    read_only: bool,
+) -> SqlVerdict:
     """Parse ``sql`` as ``dialect`` would and judge its one statement (arguments normalised by
     `policy.sql.check_sql`)."""
     try:
@@ -51,9 +57,12 @@ def judge(sql: str, dialect: str, protected: tuple[str, ...], catalog: str | Non
     if not parsed:
         return SqlVerdict("deny", "sql_empty", "there is no SQL statement to check")
     if len(parsed) > 1:
-        return SqlVerdict("deny", "sql_multiple_statements",
-                          f"{len(parsed)} statements in one call; send one statement at a time",
-                          tuple(_render(s, dialect) for s in parsed))
+        return SqlVerdict(
+            "deny",
+            "sql_multiple_statements",
+            f"{len(parsed)} statements in one call; send one statement at a time",
+            tuple(_render(s, dialect) for s in parsed),
+        )
     ctx = _Names(dialect, protected, catalog, search_path, read_only)
     verdict, reason, message = _judge(parsed[0], ctx)
     return SqlVerdict(verdict, reason, message, (sql.strip().rstrip(";").rstrip(),))
@@ -159,14 +168,39 @@ def _judge(statement: exp.Expr, ctx: _Names) -> _Result:
     return worst
 
 
-_READS: tuple[type[exp.Expr], ...] = (exp.Query, exp.Describe, exp.Show, exp.Values,
-                                      exp.Transaction, exp.Commit, exp.Rollback)
+_READS: tuple[type[exp.Expr], ...] = (
+    exp.Query,
+    exp.Describe,
+    exp.Show,
+    exp.Values,
+    exp.Transaction,
+    exp.Commit,
+    exp.Rollback,
+)
 _WRITES: tuple[type[exp.Expr], ...] = (
-    exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter,
-    exp.TruncateTable, exp.Copy, exp.Cache, exp.Uncache)
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Merge,
+    exp.Create,
+    exp.Drop,
+    exp.Alter,
+    exp.TruncateTable,
+    exp.Copy,
+    exp.Cache,
+    exp.Uncache,
+)
 _REMOTE_COMMANDS = ("SERVER", "FOREIGN", "USER MAPPING")
-_SESSION_SETTINGS = frozenset({"search_path", "schema", "role", "session_authorization",
-                               "default_transaction_read_only", "transaction_read_only"})
+_SESSION_SETTINGS = frozenset(
+    {
+        "search_path",
+        "schema",
+        "role",
+        "session_authorization",
+        "default_transaction_read_only",
+        "transaction_read_only",
+    }
+)
 
 
 def _command(node: exp.Expr) -> _Result:
@@ -175,11 +209,17 @@ def _command(node: exp.Expr) -> _Result:
     expression = node.args.get("expression")
     rest = (expression.sql() if isinstance(expression, exp.Expr) else str(expression or "")).upper()
     if verb in ("SET", "RESET"):
-        return ("deny", "sql_session_state",
-                f"`{verb} {rest[:40]}` changes who runs the statements or how they run; refused")
+        return (
+            "deny",
+            "sql_session_state",
+            f"`{verb} {rest[:40]}` changes who runs the statements or how they run; refused",
+        )
     if verb in ("CREATE", "IMPORT", "ALTER") and any(w in rest for w in _REMOTE_COMMANDS):
-        return ("deny", "sql_remote_execution",
-                f"`{verb} {rest[:40]}` reaches another server; refused")
+        return (
+            "deny",
+            "sql_remote_execution",
+            f"`{verb} {rest[:40]}` reaches another server; refused",
+        )
     return _unsupported(node)
 
 
@@ -189,31 +229,42 @@ def _session(statement: exp.Expr, ctx: _Names) -> _Result | None:
     if isinstance(statement, exp.Transaction):
         modes = " ".join(str(m) for m in statement.args.get("modes") or ()).upper()
         if ctx.read_only and "WRITE" in modes:
-            return ("deny", "sql_session_state", "a read-only role cannot start a READ WRITE "
-                                                 "transaction")
+            return (
+                "deny",
+                "sql_session_state",
+                "a read-only role cannot start a READ WRITE transaction",
+            )
         return None
     if not isinstance(statement, exp.Set | exp.Use):
         return None
     text = statement.sql(dialect=ctx.dialect)[:60]
     if ctx.read_only:
-        return ("deny", "sql_session_state", f"a read-only role cannot change its session "
-                                             f"(`{text}`)")
+        return (
+            "deny",
+            "sql_session_state",
+            f"a read-only role cannot change its session (`{text}`)",
+        )
     names = {n.name.lower() for n in statement.find_all(exp.Identifier)}
     if ctx.protected and (isinstance(statement, exp.Use) or names & _SESSION_SETTINGS):
-        return ("deny", "sql_session_state",
-                f"`{text}` would change how protected names resolve; refused")
+        return (
+            "deny",
+            "sql_session_state",
+            f"`{text}` would change how protected names resolve; refused",
+        )
     return None
 
 
 def _deny_read_only(node: exp.Expr) -> _Result:
-    return ("deny", "sql_read_only",
-            f"`{node.sql()[:60]}` writes, and this role is read-only")
+    return ("deny", "sql_read_only", f"`{node.sql()[:60]}` writes, and this role is read-only")
 
 
 def _unsupported(node: exp.Expr) -> _Result:
     text = node.sql()[:60] if not isinstance(node, exp.Command) else f"{node.this} …"
-    return ("deny", "sql_unsupported",
-            f"`{text}` cannot be checked (statements of this kind are not supported)")
+    return (
+        "deny",
+        "sql_unsupported",
+        f"`{text}` cannot be checked (statements of this kind are not supported)",
+    )
 
 
 def _judge_node(node: exp.Expr, ctx: _Names) -> _Result | None:
@@ -238,30 +289,40 @@ def _create(node: exp.Expr, ctx: _Names) -> _Result | None:
     hit = ctx.table_protected(_parts(node.this))
     if hit is None:
         return None
-    return ("require_approval", "sql_replace_protected",
-            f"CREATE OR REPLACE over protected `{hit}` needs a human's approval")
+    return (
+        "require_approval",
+        "sql_replace_protected",
+        f"CREATE OR REPLACE over protected `{hit}` needs a human's approval",
+    )
 
 
 def _insert(node: exp.Expr, ctx: _Names) -> _Result | None:
     hit = _target_protected(node.this, ctx) if node.args.get("overwrite") else None
     if hit is None:
         return None
-    return ("require_approval", "sql_replace_protected",
-            f"INSERT OVERWRITE into protected `{hit}` needs a human's approval")
+    return (
+        "require_approval",
+        "sql_replace_protected",
+        f"INSERT OVERWRITE into protected `{hit}` needs a human's approval",
+    )
 
 
 def _merge(node: exp.Expr, ctx: _Names) -> _Result | None:
     hit = _target_protected(node.this, ctx)
     if hit is None:
         return None
-    return ("require_approval", "sql_merge_protected",
-            f"MERGE into protected `{hit}` needs a human's approval")
+    return (
+        "require_approval",
+        "sql_merge_protected",
+        f"MERGE into protected `{hit}` needs a human's approval",
+    )
 
 
 def _copy(node: exp.Expr, ctx: _Names) -> _Result | None:
     for item in node.args.get("files") or ():
         if isinstance(item, exp.Identifier | exp.Var | exp.Column) and item.name.upper() in (
-            "PROGRAM", "STDIN_PROGRAM"
+            "PROGRAM",
+            "STDIN_PROGRAM",
         ):
             return ("deny", "sql_unsupported", "COPY … TO/FROM PROGRAM runs a shell command")
     return None
@@ -296,8 +357,11 @@ def _drop(node: exp.Expr, ctx: _Names) -> _Result | None:
         if hit:
             return _deny_destructive(f"DROP {kind}", hit)
     if kind in _CONTAINERS:
-        return ("deny", "sql_destructive",
-                f"DROP {kind} removes everything in it; it is refused on any name")
+        return (
+            "deny",
+            "sql_destructive",
+            f"DROP {kind} removes everything in it; it is refused on any name",
+        )
     return None
 
 
@@ -309,8 +373,17 @@ _ADMIN = frozenset(
      "pg_logical_emit_message", "pg_notify", "set_config", "pg_import_system_collations",
      "pg_truncate_visibility_map", "pg_advisory_lock", "pg_advisory_xact_lock"}
 )  # fmt: skip
-_ADMIN_PREFIXES = ("pg_file_", "pg_ls_", "pg_read_", "pg_stat_reset", "pg_replication_",
-                   "pg_create_", "pg_drop_", "pg_copy_", "lo_")
+_ADMIN_PREFIXES = (
+    "pg_file_",
+    "pg_ls_",
+    "pg_read_",
+    "pg_stat_reset",
+    "pg_replication_",
+    "pg_create_",
+    "pg_drop_",
+    "pg_copy_",
+    "lo_",
+)
 _REMOTE = ("dblink", "query_to_xml", "cursor_to_xml")
 _SEQUENCE_WRITES = frozenset({"nextval", "setval"})
 
@@ -320,11 +393,17 @@ def _function(node: exp.Expr, ctx: _Names) -> _Result | None:
     protected name needs a human's approval (its side effects are unknown)."""
     name = node.name.lower()
     if name in _ADMIN or name.startswith(_ADMIN_PREFIXES):
-        return ("deny", "sql_admin_function",
-                f"`{name}()` is an administrative function with side effects; refused")
+        return (
+            "deny",
+            "sql_admin_function",
+            f"`{name}()` is an administrative function with side effects; refused",
+        )
     if name.startswith(_REMOTE):
-        return ("deny", "sql_remote_execution",
-                f"`{name}()` runs SQL given as text (or on another server); refused")
+        return (
+            "deny",
+            "sql_remote_execution",
+            f"`{name}()` runs SQL given as text (or on another server); refused",
+        )
     if ctx.read_only and name in _SEQUENCE_WRITES:
         return ("deny", "sql_read_only", f"`{name}()` writes, and this role is read-only")
     parent = node.parent
@@ -332,8 +411,11 @@ def _function(node: exp.Expr, ctx: _Names) -> _Result | None:
         qualifier = [p.strip('"`[]').lower() for p in parent.this.sql().split(".")]
         hit = ctx.table_protected([*qualifier, name])
         if hit:
-            return ("require_approval", "sql_protected_function",
-                    f"calling `{hit}()` in a protected schema needs a human's approval")
+            return (
+                "require_approval",
+                "sql_protected_function",
+                f"calling `{hit}()` in a protected schema needs a human's approval",
+            )
     return None
 
 
@@ -360,8 +442,11 @@ def _alter(node: exp.Expr, ctx: _Names) -> _Result | None:
     for action in node.args.get("actions") or ():
         if isinstance(action, exp.Drop | exp.DropPartition):
             return _deny_destructive("ALTER … DROP", hit)
-    return ("require_approval", "sql_alter_protected",
-            f"ALTER on protected `{hit}` needs a human's approval")
+    return (
+        "require_approval",
+        "sql_alter_protected",
+        f"ALTER on protected `{hit}` needs a human's approval",
+    )
 
 
 _HANDLERS: tuple[tuple[type[exp.Expr], Callable[[exp.Expr, _Names], _Result | None]], ...] = (
@@ -384,7 +469,9 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 def _always_true(predicate: exp.Expr) -> bool:
     """A predicate that selects every row, as far as a static look can tell."""
     if isinstance(predicate, _COMPARISONS) and {type(predicate.left), type(predicate.right)} == {
-            exp.Column, exp.Literal}:
+        exp.Column,
+        exp.Literal,
+    }:
         return False  # `id = 7`: nothing to simplify (and the most common predicate by far)
     try:
         reduced: exp.Expr = simplify(predicate.copy())

@@ -47,8 +47,18 @@ from corral.policy.paths import Resolve, real
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.scopes import Call, Decision, Scope, Usage, call_limit, in_scope, token_limit
 
-__all__ = ["HOOK_TIMEOUT", "STEPS", "CallFacts", "CallVerdict", "DecidedBy", "Need", "Step",
-           "counts", "decide", "run"]
+__all__ = [
+    "HOOK_TIMEOUT",
+    "STEPS",
+    "CallFacts",
+    "CallVerdict",
+    "DecidedBy",
+    "Need",
+    "Step",
+    "counts",
+    "decide",
+    "run",
+]
 
 DecidedBy = Literal["budget", "scope", "guardrail", "timeout"]
 Fact = Literal["over_ceiling", "approval", "late"]
@@ -116,9 +126,14 @@ _StepFn = Callable[[CallFacts, CallVerdict | None], CallVerdict | Need | None]
 def _verdict(d: Decision | None) -> CallVerdict | None:
     if d is None:
         return None
-    return CallVerdict(verdict="allow" if d.verdict == "allow" else "deny", reason=d.reason,
-                       message=d.message, limit=d.limit, rule=d.rule,
-                       decided_by="budget" if d.limit else "scope")
+    return CallVerdict(
+        verdict="allow" if d.verdict == "allow" else "deny",
+        reason=d.reason,
+        message=d.message,
+        limit=d.limit,
+        rule=d.rule,
+        decided_by="budget" if d.limit else "scope",
+    )
 
 
 def _token_budget(f: CallFacts, so_far: CallVerdict | None) -> CallVerdict | None:
@@ -140,9 +155,16 @@ def _guardrail(f: CallFacts, so_far: CallVerdict | None) -> CallVerdict | None:
     g = f.guardrails.evaluate(f.role, "tool_call", c.tool, c.input, c.shell)
     if g.verdict == "allow":
         return replace(so_far, guardrail=g.rule_id)
-    return CallVerdict(verdict=g.verdict, reason=g.reason, message=g.message,
-                       decided_by="guardrail", rule=g.rule_id, stage="guardrail",
-                       approval_subject=g.approval_subject, command=g.command)
+    return CallVerdict(
+        verdict=g.verdict,
+        reason=g.reason,
+        message=g.message,
+        decided_by="guardrail",
+        rule=g.rule_id,
+        stage="guardrail",
+        approval_subject=g.approval_subject,
+        command=g.command,
+    )
 
 
 def _budget_ceiling(f: CallFacts, so_far: CallVerdict | None) -> CallVerdict | Need | None:
@@ -153,10 +175,13 @@ def _budget_ceiling(f: CallFacts, so_far: CallVerdict | None) -> CallVerdict | N
     if not f.over_ceiling:
         return None
     return CallVerdict(
-        verdict="deny", reason=BUDGET_CEILING_LIMIT, limit=BUDGET_CEILING_LIMIT,
+        verdict="deny",
+        reason=BUDGET_CEILING_LIMIT,
+        limit=BUDGET_CEILING_LIMIT,
         decided_by="budget",
         message=f"Corral: this run has cost ${f.cost_usd:.4f} so far, which crosses its "
-                "budget ceiling. Make no more tool calls: write your summary and stop.")
+        "budget ceiling. Make no more tool calls: write your summary and stop.",
+    )
 
 
 def _approval(f: CallFacts, so_far: CallVerdict | None) -> CallVerdict | Need | None:
@@ -167,15 +192,29 @@ def _approval(f: CallFacts, so_far: CallVerdict | None) -> CallVerdict | Need | 
         return Need(fact="approval", so_far=so_far)
     subject = so_far.approval_subject or ""
     if a.state is ApprovalState.APPROVED:
-        return replace(so_far, verdict="allow", reason="approved",
-                       message=f"approved by {a.decided_by} ({a.id})")
+        return replace(
+            so_far,
+            verdict="allow",
+            reason="approved",
+            message=f"approved by {a.decided_by} ({a.id})",
+        )
     if a.state is ApprovalState.PENDING:
-        return replace(so_far, verdict="deny", reason="approval_required", message=(
-            f"Corral: `{subject}` needs a human's approval ({so_far.message}); request "
-            f"{a.id} is waiting. Do not work around it: do something else or stop, "
-            "and retry exactly this command only once it is approved."))
-    return replace(so_far, verdict="deny", reason="approval_rejected",
-                   message=f"Corral: `{subject}` was not approved ({a.id}, {a.state.value}).")
+        return replace(
+            so_far,
+            verdict="deny",
+            reason="approval_required",
+            message=(
+                f"Corral: `{subject}` needs a human's approval ({so_far.message}); request "
+                f"{a.id} is waiting. Do not work around it: do something else or stop, "
+                "and retry exactly this command only once it is approved."
+            ),
+        )
+    return replace(
+        so_far,
+        verdict="deny",
+        reason="approval_rejected",
+        message=f"Corral: `{subject}` was not approved ({a.id}, {a.state.value}).",
+    )
 
 
 def _hook_timeout(f: CallFacts, so_far: CallVerdict | None) -> CallVerdict | Need | None:
@@ -186,9 +225,13 @@ def _hook_timeout(f: CallFacts, so_far: CallVerdict | None) -> CallVerdict | Nee
     if not f.late:
         return None
     return CallVerdict(
-        verdict="deny", reason=HOOK_TIMEOUT, decided_by="timeout", stage=so_far.stage,
+        verdict="deny",
+        reason=HOOK_TIMEOUT,
+        decided_by="timeout",
+        stage=so_far.stage,
         message="the hook gave up waiting for the engine and denied the call "
-                f"(the engine would have said {so_far.verdict}: {so_far.reason})")
+        f"(the engine would have said {so_far.verdict}: {so_far.reason})",
+    )
 
 
 STEPS: tuple[tuple[Step, _StepFn], ...] = (
@@ -216,13 +259,32 @@ def run(facts: CallFacts, *, after: Need | None = None) -> CallVerdict | Need:
     return so_far
 
 
-def decide(call: Call, *, role: str, scope: Scope, guardrails: Guardrails, used: Usage,
-           limits: Limits, resolve: Resolve = real) -> CallVerdict:
+def decide(
+    call: Call,
+    *,
+    role: str,
+    scope: Scope,
+    guardrails: Guardrails,
+    used: Usage,
+    limits: Limits,
+    resolve: Resolve = real,
+) -> CallVerdict:
     """The verdict of a role's rules alone on one call of an agent of ``role``, outside any run
     (no cost spent, no hook waiting): a call a guardrail sends to a human stays
     require_approval. What `corral guard check` shows. Pure, given ``resolve``."""
-    out = run(CallFacts(call=call, role=role, scope=scope, guardrails=guardrails, used=used,
-                        limits=limits, resolve=resolve, over_ceiling=False, late=False))
+    out = run(
+        CallFacts(
+            call=call,
+            role=role,
+            scope=scope,
+            guardrails=guardrails,
+            used=used,
+            limits=limits,
+            resolve=resolve,
+            over_ceiling=False,
+            late=False,
+        )
+    )
     return out.so_far if isinstance(out, Need) else out
 
 

@@ -34,8 +34,9 @@ def _store(config: Config) -> Store:
     from corral.store.sqlite import SqliteStore
 
     path = Path(url.removeprefix("sqlite://")) if url else config.db_path
-    return SqliteStore(path, synchronous=config.sqlite_synchronous,
-                       busy_timeout_ms=config.sqlite_busy_timeout_ms)
+    return SqliteStore(
+        path, synchronous=config.sqlite_synchronous, busy_timeout_ms=config.sqlite_busy_timeout_ms
+    )
 
 
 def is_shared(config: Config) -> bool:
@@ -55,7 +56,7 @@ def advertise(config: Config) -> None:
 def adapter_of(config: Config, kind: str) -> str:
     """The adapter behind a worker kind: its configured one, else the kind's own name."""
     spec = config.settings.workers.get(kind)
-    return (spec.adapter if spec is not None and spec.adapter else kind)
+    return spec.adapter if spec is not None and spec.adapter else kind
 
 
 def worker_kinds(config: Config) -> frozenset[str]:

@@ -37,7 +37,8 @@ async def refuse_without_triggers(store: AuditStore) -> None:
             f"the store's append-only trigger{'s' if len(missing) > 1 else ''} "
             f"{', '.join(missing)} {'are' if len(missing) > 1 else 'is'} missing or disabled: "
             "refusing to serve (see what changed with `corral audit verify`, then put them back "
-            "with `corral audit restore-triggers`)")
+            "with `corral audit restore-triggers`)"
+        )
 
 
 async def refuse_without_key(store: AuditStore, config: Config) -> None:
@@ -48,9 +49,11 @@ async def refuse_without_key(store: AuditStore, config: Config) -> None:
         return
     keyed = sorted(c for c, h in (await store.audit_heads()).items() if h.keyed_from is not None)
     if keyed:
-        raise StoreError(f"the audit key {key} is missing, but the records of {', '.join(keyed)}"
-                         " were hashed with one: refusing to serve (restore it from your backup:"
-                         " docs/explanation/audit.md)")
+        raise StoreError(
+            f"the audit key {key} is missing, but the records of {', '.join(keyed)}"
+            " were hashed with one: refusing to serve (restore it from your backup:"
+            " docs/explanation/audit.md)"
+        )
 
 
 async def verify(store: AuditStore, config: Config) -> AuditReport:
@@ -59,16 +62,22 @@ async def verify(store: AuditStore, config: Config) -> AuditReport:
     marks, problems = checkpoints.read(config.audit_checkpoints, key)
     report = await store.verify_audit(marks)
     found = (*problems, *report.problems)
-    return dataclasses.replace(report, ok=not found, problems=tuple(found),
-                               first_bad=found[0] if found else None, checkpoints=len(marks))
+    return dataclasses.replace(
+        report,
+        ok=not found,
+        problems=tuple(found),
+        first_bad=found[0] if found else None,
+        checkpoints=len(marks),
+    )
 
 
 class Checkpointer:
     """Writes a signed checkpoint of every chain that moved: after `every_records` records on
     one chain or `every_s` seconds, whichever comes first, and at a clean stop (`flush`)."""
 
-    def __init__(self, store: AuditStore, config: Config,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, store: AuditStore, config: Config, clock: Callable[[], float] = time.time
+    ) -> None:
         self.store = store
         self.path = config.audit_checkpoints
         self.key = audit_key(config)
@@ -90,22 +99,30 @@ class Checkpointer:
         for chain, mark in sorted(newest.items()):
             head = heads.get(chain, ChainHead(0, ""))
             if head.seq < mark.seq:
-                out.append(f"audit chain {chain}: the head is seq {head.seq} but the checkpoint"
-                           f" at {mark.when} says seq {mark.seq}: records were removed"
-                           " (run `corral audit verify`)")
+                out.append(
+                    f"audit chain {chain}: the head is seq {head.seq} but the checkpoint"
+                    f" at {mark.when} says seq {mark.seq}: records were removed"
+                    " (run `corral audit verify`)"
+                )
         return out
 
     async def tick(self, *, force: bool = False) -> int:
         """Write what is due; the number of checkpoints written."""
         heads = await self.store.audit_heads()
-        moved = {c: h for c, h in heads.items()
-                 if h.seq and self._written.get(c) != (h.seq, h.hash)}
+        moved = {
+            c: h for c, h in heads.items() if h.seq and self._written.get(c) != (h.seq, h.hash)
+        }
         if not moved:
             return 0
         now = self.clock()
-        due = force or now - self._at >= self.every_s or any(
-            h.seq - self._written.get(c, (0, ""))[0] >= self.every_records
-            for c, h in moved.items())
+        due = (
+            force
+            or now - self._at >= self.every_s
+            or any(
+                h.seq - self._written.get(c, (0, ""))[0] >= self.every_records
+                for c, h in moved.items()
+            )
+        )
         if not due:
             return 0
         n = checkpoints.append(self.path, self._key(), moved, now)

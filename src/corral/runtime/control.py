@@ -56,12 +56,14 @@ def operator_only(data_dir: Path, command: str) -> None:
     `approvals approve` …): the engine, which sees who calls, says whether it is one."""
     job = caller_job(data_dir)
     if job is not None:
-        raise NotPermitted(f"refused: `corral {command}` is an operator command; job {job} may "
-                           "not run it")
+        raise NotPermitted(
+            f"refused: `corral {command}` is an operator command; job {job} may not run it"
+        )
 
 
-def poke(data_dir: Path, op: str = "wake", timeout: float = 0.5,
-         **fields: Any) -> dict[str, Any] | None:
+def poke(
+    data_dir: Path, op: str = "wake", timeout: float = 0.5, **fields: Any
+) -> dict[str, Any] | None:
     """Tell a running engine to look now (or ask it something); None when none answers."""
     path = socket_path(data_dir)
     try:
@@ -103,8 +105,9 @@ async def _no_jobs(job: str) -> bool:
     return False
 
 
-async def serve_control(data_dir: Path, handle: Handler, *, group: int | None = None,
-                        is_job: IsJob = _no_jobs) -> None:
+async def serve_control(
+    data_dir: Path, handle: Handler, *, group: int | None = None, is_job: IsJob = _no_jobs
+) -> None:
     """Answer one JSON line per connection until cancelled."""
     path = socket_path(data_dir)
     path.unlink(missing_ok=True)
@@ -116,15 +119,19 @@ async def serve_control(data_dir: Path, handle: Handler, *, group: int | None = 
         path.unlink(missing_ok=True)
 
 
-async def _answer(stream: SocketStream, handle: Handler, group: int | None,
-                  is_job: IsJob) -> None:
+async def _answer(stream: SocketStream, handle: Handler, group: int | None, is_job: IsJob) -> None:
     async with stream:
         try:
-            peer = await admit(stream.extra(SocketAttribute.raw_socket), group=group,
-                               is_job=is_job, what="engine.sock")
+            peer = await admit(
+                stream.extra(SocketAttribute.raw_socket),
+                group=group,
+                is_job=is_job,
+                what="engine.sock",
+            )
         except Refused as err:
-            await refuse(stream, json.dumps({"ok": False, "error": f"refused: {err}"}).encode()
-                         + b"\n")
+            await refuse(
+                stream, json.dumps({"ok": False, "error": f"refused: {err}"}).encode() + b"\n"
+            )
             return
         data = b""
         with anyio.move_on_after(2.0):
@@ -142,11 +149,15 @@ async def _answer(stream: SocketStream, handle: Handler, group: int | None,
         else:
             if peer.capability == "job" and not job_may(request):
                 what = request.get("core_op") if request.get("op") == "core" else request.get("op")
-                log.warning("engine.sock: refused %r from %s: an operator command",
-                            what, peer.describe())
-                reply = {"ok": False, "refused": True,
-                         "error": f"refused: {what!r} is an operator command; "
-                                  f"job {peer.job} may not run it"}
+                log.warning(
+                    "engine.sock: refused %r from %s: an operator command", what, peer.describe()
+                )
+                reply = {
+                    "ok": False,
+                    "refused": True,
+                    "error": f"refused: {what!r} is an operator command; "
+                    f"job {peer.job} may not run it",
+                }
             else:
                 try:
                     reply = await handle(request, peer)

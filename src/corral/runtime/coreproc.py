@@ -60,14 +60,14 @@ async def _stdio() -> tuple[asyncio.StreamReader, Any]:
     reader = asyncio.StreamReader(limit=p.MAX_LINE)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, os.fdopen(os.dup(sys.stdout.fileno()), "wb"))
+        asyncio.streams.FlowControlMixin, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    )
     writer = asyncio.StreamWriter(transport, protocol, reader, loop)
     return reader, writer
 
 
 async def serve_stdio(config: Config) -> None:
     """Run one core until stdin closes."""
-
 
     reader, writer = await _stdio()
     lock = anyio.Lock()

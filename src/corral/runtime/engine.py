@@ -61,8 +61,10 @@ REVIVE_WAIT_S = 7.0  # how long clearing a crash loop waits for the new core (th
 def build_core(config: Config) -> Core:
     gate = PermitGate(config.settings)
     launch = Launch(keeper=Keeper(config.secrets_key), settings=config.settings)
-    return Core(gate, {kind: build_worker(config, gate.validate, kind, launch)
-                       for kind in worker_kinds(config)})
+    return Core(
+        gate,
+        {kind: build_worker(config, gate.validate, kind, launch) for kind in worker_kinds(config)},
+    )
 
 
 def role_warnings(config: Config) -> list[str]:
@@ -74,11 +76,15 @@ def role_warnings(config: Config) -> list[str]:
             adapter = ADAPTERS.get(adapter_of(config, kind))
             if not role.max_turns or adapter is None or adapter.turn_limit == "enforced":
                 continue
-            what = (f"has no turn limit; max_turns {role.max_turns} is not applied"
-                    if adapter.turn_limit is None
-                    else f"only asks the model to stop after max_turns {role.max_turns}")
-            out.append(f"role {role.name}: worker {kind} {what} (max_tool_calls "
-                       f"{role.limits.max_tool_calls} bounds it)")
+            what = (
+                f"has no turn limit; max_turns {role.max_turns} is not applied"
+                if adapter.turn_limit is None
+                else f"only asks the model to stop after max_turns {role.max_turns}"
+            )
+            out.append(
+                f"role {role.name}: worker {kind} {what} (max_tool_calls "
+                f"{role.limits.max_tool_calls} bounds it)"
+            )
     return out
 
 
@@ -95,24 +101,34 @@ def credential_warnings(config: Config, environ: Mapping[str, str] = os.environ)
         spec = config.settings.workers.get(kind) or WorkerSpec(name=kind, adapter=adapter)
         binary = spec.binary or cls.default_binary
         if shutil.which(binary) is None:
-            out.append(f"worker {kind}: its CLI {binary!r} is not found (set workers.{kind}."
-                       "binary, or run scripts/agent-clis and put "
-                       "tests/agent-clis/node_modules/.bin on PATH): its jobs will fail, and are "
-                       "not retried")
+            out.append(
+                f"worker {kind}: its CLI {binary!r} is not found (set workers.{kind}."
+                "binary, or run scripts/agent-clis and put "
+                "tests/agent-clis/node_modules/.bin on PATH): its jobs will fail, and are "
+                "not retried"
+            )
             continue
         models = {r.model or spec.model for r in roles if kind in (r.worker, *r.fallback_workers)}
-        why = next((w for m in sorted(models, key=str)
-                    if (w := credentials.missing(adapter, spec, m, cls.api_key_envs, environ))),
-                   None)
+        why = next(
+            (
+                w
+                for m in sorted(models, key=str)
+                if (w := credentials.missing(adapter, spec, m, cls.api_key_envs, environ))
+            ),
+            None,
+        )
         if why:
-            out.append(f"worker {kind}: its CLI cannot authenticate: {why} (in workers.{kind}.env"
-                       f" or, through pass_env, in the engine's environment; a login in your own"
-                       f" home does not reach it): its jobs will fail, and are not retried")
+            out.append(
+                f"worker {kind}: its CLI cannot authenticate: {why} (in workers.{kind}.env"
+                f" or, through pass_env, in the engine's environment; a login in your own"
+                f" home does not reach it): its jobs will fail, and are not retried"
+            )
     return out
 
 
-def build_worker(config: Config, validate: Callable[[Permit], None],
-                 kind: str, launch: Launch) -> WorkerAdapter:
+def build_worker(
+    config: Config, validate: Callable[[Permit], None], kind: str, launch: Launch
+) -> WorkerAdapter:
     adapter = adapter_of(config, kind)
     if adapter == "command":
         return CommandWorker(validate, kind, launch)
@@ -136,8 +152,9 @@ class ServeLock:
             f.seek(0)
             holder = f.read().strip() or "?"
             f.close()
-            raise EngineRunning(f"another engine (pid {holder}) is already serving "
-                                f"{self.path.parent}") from None
+            raise EngineRunning(
+                f"another engine (pid {holder}) is already serving {self.path.parent}"
+            ) from None
         f.seek(0)
         f.truncate()
         f.write(str(os.getpid()))
@@ -173,36 +190,49 @@ class Engine:
         self.link.on_event = self._on_core_event
         rules = guardrails_of(config.settings)  # read once: the file was checked at load
         self.governor = Governor(
-            store=self.store, settings=config.settings, data_dir=config.data_dir,
+            store=self.store,
+            settings=config.settings,
+            data_dir=config.data_dir,
             adapter_of=lambda kind: adapter_of(config, kind),
             live=lambda job_id: self.dispatcher.live_claim(job_id),
-            stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit,
-                                                                            grace),
-            guardrails=rules, keeper=Keeper(config.secrets_key))
+            stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit, grace),
+            guardrails=rules,
+            keeper=Keeper(config.secrets_key),
+        )
         self.governor.socket_group = config.socket_group
         self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         self.reporter = Reporter(self.store, config.settings.oversight, spans=self.spans)
         # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py)
         self.drainer = Drainer(self.store, config.settings.events, holder=self.id)
-        self.gate = PrerunGate(self.store, config.settings, rules,
-                               reveal=revealer(Keeper(config.secrets_key)))
+        self.gate = PrerunGate(
+            self.store, config.settings, rules, reveal=revealer(Keeper(config.secrets_key))
+        )
         self.governor.overrun = self.gate.overrun
         self.modelgate = ModelGateway(
-            settings=config.settings, data_dir=config.data_dir,
+            settings=config.settings,
+            data_dir=config.data_dir,
             live=lambda job_id: self.dispatcher.live_claim(job_id),
-            stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit,
-                                                                            grace),
-            overrun=self.gate.overrun)
+            stop=lambda job_id, limit, grace: self.dispatcher.stop_for_limit(job_id, limit, grace),
+            overrun=self.gate.overrun,
+        )
         self.governor.gateway = self.modelgate
         self.dispatcher = Dispatcher(
-            store=self.store, core=self.link, settings=config.settings,
-            options=DispatchOptions(engine_id=self.id,
-                                    attempts_root=config.data_dir / "attempts",
-                                    shared=is_shared(config), host=socket.gethostname(),
-                                    stale_s=config.engine.stale_after_s,
-                                    scan_s=config.engine.heartbeat_s),
-            agents=self.governor, gate=self.gate, on_settled=self.reporter.wake,
-            health=self.health)
+            store=self.store,
+            core=self.link,
+            settings=config.settings,
+            options=DispatchOptions(
+                engine_id=self.id,
+                attempts_root=config.data_dir / "attempts",
+                shared=is_shared(config),
+                host=socket.gethostname(),
+                stale_s=config.engine.stale_after_s,
+                scan_s=config.engine.heartbeat_s,
+            ),
+            agents=self.governor,
+            gate=self.gate,
+            on_settled=self.reporter.wake,
+            health=self.health,
+        )
 
     async def _is_job(self, job_id: str) -> bool:
         """Whether a socket's caller that names this job is one of this engine's jobs (runtime/
@@ -221,15 +251,18 @@ class Engine:
             return {"ok": True}
         if op == "ping":
             sup = self.supervisor
-            return {"ok": True, "engine": self.id, "pid": os.getpid(),
-                    "inflight": self.dispatcher.inflight,
-                    "core_pid": sup.pid if sup else os.getpid(),
-                    "core_connected": sup.connected if sup else True,
-                    "core_restarts": (sup.generation - 1) if sup else 0,
-                    "core_given_up": sup.given_up if sup else False,
-                    "core_state_synced": not (self._state_dirty
-                                              or self._state_changed.is_set()),
-                    "store": self.health.snapshot()}
+            return {
+                "ok": True,
+                "engine": self.id,
+                "pid": os.getpid(),
+                "inflight": self.dispatcher.inflight,
+                "core_pid": sup.pid if sup else os.getpid(),
+                "core_connected": sup.connected if sup else True,
+                "core_restarts": (sup.generation - 1) if sup else 0,
+                "core_given_up": sup.given_up if sup else False,
+                "core_state_synced": not (self._state_dirty or self._state_changed.is_set()),
+                "store": self.health.snapshot(),
+            }
         if op == "whoami":  # what the caller may do (runtime/peers.py)
             return {"ok": True, "capability": peer.capability, "job": peer.job}
         if op == "core":
@@ -255,19 +288,28 @@ class Engine:
         except CoreUnavailable as err:
             if core_op != "snapshot":
                 return {"ok": False, "error": f"the core is not running: {err}"}
-            result = {"breakers": [], "escalations": [], "watchdog": {}, "permits": {},
-                      "core_unavailable": str(err)}  # the engine's own view still answers
+            result = {
+                "breakers": [],
+                "escalations": [],
+                "watchdog": {},
+                "permits": {},
+                "core_unavailable": str(err),
+            }  # the engine's own view still answers
         except CorralError as err:
             return {"ok": False, "error": str(err)}
         if core_op == "snapshot" and isinstance(result, dict):
             result["escalations"] = [*self.escalations.values(), *result.get("escalations", [])]
             # the model gateway's breakers (per provider and model) live in the engine
-            result["breakers"] = [*result.get("breakers", []),
-                                  *self.modelgate.breakers.snapshot(time.time())]
+            result["breakers"] = [
+                *result.get("breakers", []),
+                *self.modelgate.breakers.snapshot(time.time()),
+            ]
             sup = self.supervisor
-            result["core"] = {"pid": sup.pid if sup else os.getpid(),
-                              "restarts": (sup.generation - 1) if sup else 0,
-                              "given_up": sup.given_up if sup else False}
+            result["core"] = {
+                "pid": sup.pid if sup else os.getpid(),
+                "restarts": (sup.generation - 1) if sup else 0,
+                "given_up": sup.given_up if sup else False,
+            }
             result["store"] = self.health.snapshot()
             if self.drainer.sinks:
                 result["events"] = await self.drainer.snapshot()
@@ -275,9 +317,13 @@ class Engine:
             self._state_changed.set()
         return {"ok": True, "result": result}
 
-    async def run(self, *, drain: bool = False,
-                  on_ready: Callable[[Engine], None] | None = None,
-                  also: Sequence[Callable[[Engine], Coroutine[Any, Any, None]]] = ()) -> None:
+    async def run(
+        self,
+        *,
+        drain: bool = False,
+        on_ready: Callable[[Engine], None] | None = None,
+        also: Sequence[Callable[[Engine], Coroutine[Any, Any, None]]] = (),
+    ) -> None:
         """Serve until SIGTERM/SIGINT (or, with `drain`, until nothing is left to do); `also`
         are more tasks of the engine's task group (an edge such as the HTTP API), cancelled
         with it."""
@@ -304,11 +350,16 @@ class Engine:
         finally:
             self.lock.release()
 
-    async def _run(self, drain: bool, on_ready: Callable[[Engine], None] | None,
-                   also: Sequence[Callable[[Engine], Coroutine[Any, Any, None]]]) -> None:
+    async def _run(
+        self,
+        drain: bool,
+        on_ready: Callable[[Engine], None] | None,
+        also: Sequence[Callable[[Engine], Coroutine[Any, Any, None]]],
+    ) -> None:
         now = time.time()
-        await self.store.register_engine(self.id, pid=os.getpid(), host=socket.gethostname(),
-                                         now=now)
+        await self.store.register_engine(
+            self.id, pid=os.getpid(), host=socket.gethostname(), now=now
+        )
         await self.store.publish_config(published.record(self.config, self.id, now))
         for warning in (*role_warnings(self.config), *credential_warnings(self.config)):
             log.warning("%s", warning)
@@ -319,8 +370,15 @@ class Engine:
             if self.modelgate.wanted():  # before the core: its workers read where it listens
                 await tg.start(self.modelgate.serve)
             await self._start_core(tg)
-            tg.start_soon(partial(serve_control, self.config.data_dir, self._control,
-                                  group=self.config.socket_group, is_job=self._is_job))
+            tg.start_soon(
+                partial(
+                    serve_control,
+                    self.config.data_dir,
+                    self._control,
+                    group=self.config.socket_group,
+                    is_job=self._is_job,
+                )
+            )
             tg.start_soon(self.governor.serve)
             tg.start_soon(self.reporter.run)
             tg.start_soon(self._heartbeat)
@@ -351,11 +409,17 @@ class Engine:
         if self.config.source is not None:
             argv += ["--config", str(self.config.source)]
         self.supervisor = CoreSupervisor(
-            self.link, argv,
-            SupervisorOptions(heartbeat_s=cfg.heartbeat_s,
-                              heartbeat_timeout_s=cfg.heartbeat_timeout_s,
-                              max_restarts=cfg.max_restarts, window_s=cfg.restart_window_s),
-            on_restart=self._core_restarted, on_escalation=self._escalate)
+            self.link,
+            argv,
+            SupervisorOptions(
+                heartbeat_s=cfg.heartbeat_s,
+                heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+                max_restarts=cfg.max_restarts,
+                window_s=cfg.restart_window_s,
+            ),
+            on_restart=self._core_restarted,
+            on_escalation=self._escalate,
+        )
         tg.start_soon(self.supervisor.run)
         with anyio.fail_after(30):
             await self.supervisor.wait_connected()
@@ -365,36 +429,65 @@ class Engine:
         a core again: the supervisor starts one with a fresh restart budget, and the answer says
         whether it is up (tests/acceptance/test_supervisor.py)."""
         eid, now = str(escalation["id"]), time.time()
-        await self._append_core_event({
-            "at": now, "kind": "escalation", "scope": "global", "name": "core",
-            "state": "cleared", "severity": "info", "reason": "cleared",
-            "message": f"escalation {eid} ({escalation['reason']}) cleared by operator",
-            "data": {"id": eid, "was": escalation["reason"]}})
+        await self._append_core_event(
+            {
+                "at": now,
+                "kind": "escalation",
+                "scope": "global",
+                "name": "core",
+                "state": "cleared",
+                "severity": "info",
+                "reason": "cleared",
+                "message": f"escalation {eid} ({escalation['reason']}) cleared by operator",
+                "data": {"id": eid, "was": escalation["reason"]},
+            }
+        )
         answer: dict[str, Any] = {"ok": True, "result": eid}
         sup = self.supervisor
         if escalation["reason"] != "core_crash_loop" or sup is None or self._tg is None:
             return answer
         if sup.revive():
-            log.warning("escalation %s cleared: starting the core again with a fresh restart "
-                        "budget", eid)
+            log.warning(
+                "escalation %s cleared: starting the core again with a fresh restart budget", eid
+            )
             self._tg.start_soon(sup.run)
         with anyio.move_on_after(REVIVE_WAIT_S):
             await sup.wait_connected()
-        answer["core"] = {"pid": sup.pid, "connected": sup.connected,
-                          "restart_budget": sup.opts.max_restarts}
+        answer["core"] = {
+            "pid": sup.pid,
+            "connected": sup.connected,
+            "restart_budget": sup.opts.max_restarts,
+        }
         return answer
 
     async def _escalate(self, reason: str, message: str) -> None:
         log.error("escalation %s: %s", reason, message)
         eid = new_id()
         now = time.time()
-        self.escalations[eid] = {"id": eid, "scope": "global", "target": "core",
-                                 "reason": reason, "severity": "fatal", "message": message,
-                                 "opened_at": now, "data": {}, "action": "safe_stop_finish"}
-        await self._append_core_event({
-            "at": now, "kind": "escalation", "scope": "global", "name": "core",
-            "state": "open", "severity": "fatal", "reason": reason, "message": message,
-            "data": {"id": eid}})
+        self.escalations[eid] = {
+            "id": eid,
+            "scope": "global",
+            "target": "core",
+            "reason": reason,
+            "severity": "fatal",
+            "message": message,
+            "opened_at": now,
+            "data": {},
+            "action": "safe_stop_finish",
+        }
+        await self._append_core_event(
+            {
+                "at": now,
+                "kind": "escalation",
+                "scope": "global",
+                "name": "core",
+                "state": "open",
+                "severity": "fatal",
+                "reason": reason,
+                "message": message,
+                "data": {"id": eid},
+            }
+        )
 
     async def _append_core_event(self, event: dict[str, Any]) -> None:
         """Written now; during a store outage kept for `_record_core_events` to write."""
@@ -407,8 +500,13 @@ class Engine:
         event = msg.get("event") or {}
         kind = event.get("kind")
         if kind in ("breaker", "escalation", "defense", "permit"):
-            log.warning("core %s %s %s: %s", kind, event.get("name"),
-                        event.get("state"), event.get("message"))
+            log.warning(
+                "core %s %s %s: %s",
+                kind,
+                event.get("name"),
+                event.get("state"),
+                event.get("message"),
+            )
             if kind != "permit":  # a lapsed permit changes nothing a restarted core resumes
                 self._state_changed.set()
             self._events.append(event)  # refusals are counted by the core and kept per job
@@ -451,20 +549,28 @@ class Engine:
         while True:
             await anyio.sleep(self.config.engine.heartbeat_s)
             beat = await self.health.retry(
-                "heart-beat", lambda: self.store.heartbeat_engine(self.id, now=time.time()))
+                "heart-beat", lambda: self.store.heartbeat_engine(self.id, now=time.time())
+            )
             if not beat:
-                log.error("this engine was declared dead by a peer (no heart-beat for %.0f s: "
-                          "paused, or cut off from the database) and its attempts were taken "
-                          "over; exiting without touching them", self.config.engine.stale_after_s)
+                log.error(
+                    "this engine was declared dead by a peer (no heart-beat for %.0f s: "
+                    "paused, or cut off from the database) and its attempts were taken "
+                    "over; exiting without touching them",
+                    self.config.engine.stale_after_s,
+                )
                 raise EngineFenced(
                     f"engine {self.id} lost its attempts to a peer after missing its heart-beat"
-                    " (paused or cut off from the database); start it again to rejoin")
+                    " (paused or cut off from the database); start it again to rejoin"
+                )
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
-                log.info("received %s: stopping; running attempts keep running and are "
-                         "re-adopted by the next engine", signal.Signals(signum).name)
+                log.info(
+                    "received %s: stopping; running attempts keep running and are "
+                    "re-adopted by the next engine",
+                    signal.Signals(signum).name,
+                )
                 scope.cancel()
                 return
 

@@ -50,11 +50,15 @@ class Admission:
 Reveal = Callable[[Job], tuple[Job, Redactor]]
 
 
-
 class PrerunGate:
-    def __init__(self, store: JobGovernance, settings: Settings | None = None,
-                 guardrails: Guardrails | None = None,
-                 clock: Callable[[], float] = time.time, reveal: Reveal | None = None) -> None:
+    def __init__(
+        self,
+        store: JobGovernance,
+        settings: Settings | None = None,
+        guardrails: Guardrails | None = None,
+        clock: Callable[[], float] = time.time,
+        reveal: Reveal | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
         self.guardrails = guardrails
@@ -82,9 +86,12 @@ class PrerunGate:
         self._read_at = now
 
     def _ceilings_of(self, job: Job) -> list[BudgetCeiling]:
-        return [c for c in self._ceilings
-                if (c.scope is ScopeKind.TENANT and c.target == job.tenant)
-                or (c.scope is ScopeKind.ROLE and c.target == job.role)]
+        return [
+            c
+            for c in self._ceilings
+            if (c.scope is ScopeKind.TENANT and c.target == job.tenant)
+            or (c.scope is ScopeKind.ROLE and c.target == job.role)
+        ]
 
     def estimate(self, job: Job) -> float:
         """What an attempt of the job is expected to cost: its reservation."""
@@ -94,10 +101,12 @@ class PrerunGate:
     async def _budgets(self, job: Job, now: float) -> list[prerun.BudgetState]:
         states = []
         for c in self._ceilings_of(job):
-            status = await self.store.budget_status(c.scope, c.target,
-                                                    prerun.period_start(c.period, now))
-            states.append(prerun.BudgetState(ceiling=c, spent_usd=status.spent,
-                                             reserved_usd=status.reserved))
+            status = await self.store.budget_status(
+                c.scope, c.target, prerun.period_start(c.period, now)
+            )
+            states.append(
+                prerun.BudgetState(ceiling=c, spent_usd=status.spent, reserved_usd=status.reserved)
+            )
         return states
 
     async def _reserve(self, job: Job, now: float) -> bool:
@@ -105,9 +114,14 @@ class PrerunGate:
         runs cannot overshoot. All or nothing."""
         held = False
         for c in self._ceilings_of(job):
-            if not await self.store.reserve_budget(c.scope, c.target,
-                                                   prerun.period_start(c.period, now),
-                                                   self.estimate(job), job.id, at=now):
+            if not await self.store.reserve_budget(
+                c.scope,
+                c.target,
+                prerun.period_start(c.period, now),
+                self.estimate(job),
+                job.id,
+                at=now,
+            ):
                 if held:
                     await self.store.commit_budget(job.id, 0.0, at=now)  # give back the others
                 return False
@@ -150,8 +164,9 @@ class PrerunGate:
             e = await self._evaluate(job, active, now)
             if e.verdict == "allow" and job.tenant in active:
                 active[job.tenant].add(job.id)  # the batch's own admissions count too
-            out[job.id] = Admission(verdict=PrerunVerdict(e.verdict), reason=e.reason,
-                                    message=e.message)
+            out[job.id] = Admission(
+                verdict=PrerunVerdict(e.verdict), reason=e.reason, message=e.message
+            )
             if self._changed(job.id, e):
                 records.append(e)
         if records:
@@ -168,7 +183,7 @@ class PrerunGate:
             return True
         self._recorded[job_id] = key
         if len(self._recorded) > REMEMBERED:  # forget the oldest; worst case one more record
-            for old in list(self._recorded)[:REMEMBERED // 4]:
+            for old in list(self._recorded)[: REMEMBERED // 4]:
                 del self._recorded[old]
         return True
 
@@ -185,33 +200,64 @@ class PrerunGate:
         active = await self._active_by_tenant([job])
         return await self._evaluate(job, active, now, reserve=False)
 
-    async def _evaluate(self, job: Job, active: dict[str, set[str]], now: float, *,
-                        reserve: bool = True) -> PolicyEvaluation:
+    async def _evaluate(
+        self, job: Job, active: dict[str, set[str]], now: float, *, reserve: bool = True
+    ) -> PolicyEvaluation:
         """The seven steps, then the guardrails at spawn, then the budget reservation."""
         ref = prerun.JobRef.of(job)
         launch = await self.store.dark_launch(ref.workflow) if ref.workflow else None
-        d = prerun.decide(prerun.PrerunInput(
-            job=ref, kill_switches=self._switches, pauses=self._pauses,
-            budgets=await self._budgets(job, now), estimate_usd=self.estimate(job),
-            active_job_ids=frozenset(active.get(job.tenant, ())),
-            max_parallel_runs=self._parallel_limit(job), dark_launch=launch), now)
-        e = PolicyEvaluation(at=now, job_id=job.id, attempt=job.attempts + 1,
-                             stage=prerun.PRE_RUN_STAGE, subject=d.step.value,
-                             verdict=d.verdict.value, reason=d.reason.value, message=d.message,
-                             inputs=d.snapshot)
+        d = prerun.decide(
+            prerun.PrerunInput(
+                job=ref,
+                kill_switches=self._switches,
+                pauses=self._pauses,
+                budgets=await self._budgets(job, now),
+                estimate_usd=self.estimate(job),
+                active_job_ids=frozenset(active.get(job.tenant, ())),
+                max_parallel_runs=self._parallel_limit(job),
+                dark_launch=launch,
+            ),
+            now,
+        )
+        e = PolicyEvaluation(
+            at=now,
+            job_id=job.id,
+            attempt=job.attempts + 1,
+            stage=prerun.PRE_RUN_STAGE,
+            subject=d.step.value,
+            verdict=d.verdict.value,
+            reason=d.reason.value,
+            message=d.message,
+            inputs=d.snapshot,
+        )
         if e.verdict != "allow":
             return e
         guard = self._spawn_guardrails(job)
         if guard is not None:
-            return replace(e, stage="guardrail", subject="spawn", verdict="deny",
-                           reason=guard.reason, message=guard.message,
-                           inputs={**d.snapshot, "guardrail": {
-                               "rule": guard.rule_id, "verdict": guard.verdict,
-                               "command": guard.command}})
+            return replace(
+                e,
+                stage="guardrail",
+                subject="spawn",
+                verdict="deny",
+                reason=guard.reason,
+                message=guard.message,
+                inputs={
+                    **d.snapshot,
+                    "guardrail": {
+                        "rule": guard.rule_id,
+                        "verdict": guard.verdict,
+                        "command": guard.command,
+                    },
+                },
+            )
         if reserve and not await self._reserve(job, now):  # another took the room meanwhile
-            return replace(e, subject=prerun.Step.BUDGET.value, verdict="deny",
-                           reason=Reason.BUDGET_CEILING_EXCEEDED.value,
-                           message="budget ceiling reached while reserving this run")
+            return replace(
+                e,
+                subject=prerun.Step.BUDGET.value,
+                verdict="deny",
+                reason=Reason.BUDGET_CEILING_EXCEEDED.value,
+                message="budget ceiling reached while reserving this run",
+            )
         return e
 
     def _spawn_guardrails(self, job: Job) -> GuardVerdict | None:
@@ -224,13 +270,20 @@ class PrerunGate:
         g = self.guardrails.spawn_check(job.role, real.command)  # as `corral guard check` does
         if g is None or g.verdict == "allow":
             return None
-        g = replace(g, message=redactor.text(g.message),
-                    command=redactor.text(g.command) if g.command else g.command,
-                    approval_subject=(redactor.text(g.approval_subject)
-                                      if g.approval_subject else g.approval_subject))
+        g = replace(
+            g,
+            message=redactor.text(g.message),
+            command=redactor.text(g.command) if g.command else g.command,
+            approval_subject=(
+                redactor.text(g.approval_subject) if g.approval_subject else g.approval_subject
+            ),
+        )
         if g.verdict == "require_approval":
-            return replace(g, message=f"guardrail {g.rule_id}: `{g.approval_subject}` needs a "
-                           "human's approval; submit it in a role with requires_approval")
+            return replace(
+                g,
+                message=f"guardrail {g.rule_id}: `{g.approval_subject}` needs a "
+                "human's approval; submit it in a role with requires_approval",
+            )
         return replace(g, message=f"guardrail {g.rule_id}: {g.message}")
 
     async def to_kill(self, running: Iterable[Job], now: float) -> list[tuple[Job, KillSwitch]]:

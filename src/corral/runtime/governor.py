@@ -71,8 +71,9 @@ MAX_RECORDED_CHARS = 2000  # of a tool input or output kept in a policy evaluati
 # The decisions that spend the tool-call budget: a call refused for scope counts too, or an agent
 # looping on refused calls would never reach its limit.
 LIMITS = frozenset({"max_tool_calls", "token_budget_in", "token_budget_out"})
-NOT_OFFERED = ("refused by the CLI: a tool outside this role's scope, which the model was never "
-               "offered")
+NOT_OFFERED = (
+    "refused by the CLI: a tool outside this role's scope, which the model was never offered"
+)
 ALL = 1 << 31  # read every evaluation of an attempt (the store's default page is 1,000)
 
 
@@ -99,12 +100,20 @@ Live = Callable[[str], Claimed | None]
 StopForLimit = Callable[[str, str, float], Awaitable[None]]
 
 
-
 class Governor:
-    def __init__(self, *, store: JobRecords, settings: Settings, data_dir: Path,
-                 adapter_of: Callable[[str], str], live: Live, stop: StopForLimit,
-                 guardrails: Guardrails | None = None,
-                 clock: Callable[[], float] = time.time, keeper: Keeper | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store: JobRecords,
+        settings: Settings,
+        data_dir: Path,
+        adapter_of: Callable[[str], str],
+        live: Live,
+        stop: StopForLimit,
+        guardrails: Guardrails | None = None,
+        clock: Callable[[], float] = time.time,
+        keeper: Keeper | None = None,
+    ) -> None:
         self.store = store
         self.keeper = keeper  # opens the jobs' sealed secrets, to redact them
         self.settings = settings
@@ -175,16 +184,20 @@ class Governor:
         ref = str(header.get("attempt", ""))
         job_id, _, index = ref.rpartition(".")
         claimed = self.live(job_id)
-        if (claimed is None or str(claimed.attempt.index) != index
-                or header.get("token") != claimed.permit.id):
+        if (
+            claimed is None
+            or str(claimed.attempt.index) != index
+            or header.get("token") != claimed.permit.id
+        ):
             return 2, f"corral: tool call denied: {ref} is not a live attempt of this engine"
         cli = str(header.get("cli", ""))
         event = str(payload.get("hook_event_name", ""))
         monitor = await self._monitor(claimed)
         if event == "PreToolUse":
             deadline = header.get("deadline_ms")
-            return await self._pre(monitor, cli, payload,
-                                   deadline / 1000 if isinstance(deadline, int) else None)
+            return await self._pre(
+                monitor, cli, payload, deadline / 1000 if isinstance(deadline, int) else None
+            )
         if event in ("PostToolUse", "PostToolUseFailure"):
             await self._post(monitor, payload)
         return 0, ""  # PostToolUse, or an event we do not govern
@@ -203,16 +216,24 @@ class Governor:
     async def _new_monitor(self, ref: str, claimed: Claimed) -> _Monitor:
         job = claimed.job
         role = self.settings.roles.get(job.role)
-        m = _Monitor(claimed=claimed, adapter=self.adapter_of(job.worker),
-                     redactor=self.redactor(job),
-                     scope=policy.Scope.parse(role.tools if role else ()),
-                     stream=Path(claimed.attempt.dir) / STDOUT)
+        m = _Monitor(
+            claimed=claimed,
+            adapter=self.adapter_of(job.worker),
+            redactor=self.redactor(job),
+            scope=policy.Scope.parse(role.tools if role else ()),
+            stream=Path(claimed.attempt.dir) / STDOUT,
+        )
         # After an engine restart the count comes back from the durable evaluations.
-        evaluations = await self.store.policy_evaluations(job.id, attempt=claimed.attempt.index,
-                                                          limit=ALL)
-        m.calls = sum(1 for e in evaluations
-                      if e.stage in ("tool_call", "guardrail") and e.reason not in LIMITS
-                      and e.reason != toolcall.HOOK_TIMEOUT)
+        evaluations = await self.store.policy_evaluations(
+            job.id, attempt=claimed.attempt.index, limit=ALL
+        )
+        m.calls = sum(
+            1
+            for e in evaluations
+            if e.stage in ("tool_call", "guardrail")
+            and e.reason not in LIMITS
+            and e.reason != toolcall.HOOK_TIMEOUT
+        )
         self._monitors[ref] = m
         return m
 
@@ -257,15 +278,17 @@ class Governor:
     def _gateway_figures(self, m: _Monitor) -> None:
         """What the model gateway metered, when it saw more than the CLI reported (Codex
         reports its usage only at the end)."""
-        usage = self.gateway.usage(m.claimed.job.id, m.claimed.attempt.index) \
-            if self.gateway else None
+        usage = (
+            self.gateway.usage(m.claimed.job.id, m.claimed.attempt.index) if self.gateway else None
+        )
         if usage is not None:
             tin, tout, cost = usage.totals()
             m.tokens_in, m.tokens_out = max(m.tokens_in, tin), max(m.tokens_out, tout)
             m.cost_usd = max(m.cost_usd, cost)
 
-    async def _pre(self, m: _Monitor, cli: str, payload: Mapping[str, Any],
-                   deadline: float | None = None) -> tuple[int, str]:
+    async def _pre(
+        self, m: _Monitor, cli: str, payload: Mapping[str, Any], deadline: float | None = None
+    ) -> tuple[int, str]:
         """Decide one tool call (policy/toolcall.py): read what a step asks for, record the
         verdict, reply. `deadline` (monotonic seconds) is when the hook gives up and denies the
         call itself: a decision reached later is recorded as that denial."""
@@ -279,10 +302,15 @@ class Governor:
         now = self.clock()
         used = m.calls
         facts = toolcall.CallFacts(
-            call=call, role=job.role, scope=m.scope, guardrails=self.guardrails,
+            call=call,
+            role=job.role,
+            scope=m.scope,
+            guardrails=self.guardrails,
             used=policy.Usage(tool_calls=used, tokens_in=m.tokens_in, tokens_out=m.tokens_out),
-            limits=job.limits, cost_usd=m.cost_usd,
-            over_ceiling=None if self.overrun is not None else False)
+            limits=job.limits,
+            cost_usd=m.cost_usd,
+            over_ceiling=None if self.overrun is not None else False,
+        )
         # Counted before the first await, and given back once decided if the call was no use
         # (or the decision failed): concurrent calls of one attempt (a storm) each see the calls
         # before them, so the budget holds without a lock. A refused call counts.
@@ -296,25 +324,45 @@ class Governor:
             m.calls -= 1
         if d.verdict == "allow" and isinstance(call_id, str):
             m.pre_at[call_id] = now
-        await self.store.append_policy_evaluations([PolicyEvaluation(
-            at=now, job_id=job.id, attempt=m.claimed.attempt.index, stage=d.stage,
-            subject=tool, verdict=d.verdict, reason=d.reason,
-            message=m.redactor.text(d.message),
-            inputs={"input": _clip(m.redactor.obj(dict(tool_input))),
-                    "call_id": call_id, "session_id": payload.get("session_id"),
-                    "tool_calls": used, "tokens_in": m.tokens_in,
-                    "tokens_out": m.tokens_out, "rule": d.rule, "decided_by": d.decided_by,
-                    "shell": call.shell, "cwd": call.cwd,
-                    "limits": {"max_tool_calls": job.limits.max_tool_calls,
-                               "token_budget_in": job.limits.token_budget_in,
-                               "token_budget_out": job.limits.token_budget_out},
-                    "scope": list(m.scope.rules)})])
+        await self.store.append_policy_evaluations(
+            [
+                PolicyEvaluation(
+                    at=now,
+                    job_id=job.id,
+                    attempt=m.claimed.attempt.index,
+                    stage=d.stage,
+                    subject=tool,
+                    verdict=d.verdict,
+                    reason=d.reason,
+                    message=m.redactor.text(d.message),
+                    inputs={
+                        "input": _clip(m.redactor.obj(dict(tool_input))),
+                        "call_id": call_id,
+                        "session_id": payload.get("session_id"),
+                        "tool_calls": used,
+                        "tokens_in": m.tokens_in,
+                        "tokens_out": m.tokens_out,
+                        "rule": d.rule,
+                        "decided_by": d.decided_by,
+                        "shell": call.shell,
+                        "cwd": call.cwd,
+                        "limits": {
+                            "max_tool_calls": job.limits.max_tool_calls,
+                            "token_budget_in": job.limits.token_budget_in,
+                            "token_budget_out": job.limits.token_budget_out,
+                        },
+                        "scope": list(m.scope.rules),
+                    },
+                )
+            ]
+        )
         if d.limit is not None:
             await self.stop(job.id, d.limit, self._summary_grace(job.worker))
         return ADAPTERS.get(cli, AgentWorker).reply(d.verdict, d.message)
 
-    def _call(self, m: _Monitor, tool: str, tool_input: Mapping[str, Any],
-              payload: Mapping[str, Any]) -> policy.Call:
+    def _call(
+        self, m: _Monitor, tool: str, tool_input: Mapping[str, Any], payload: Mapping[str, Any]
+    ) -> policy.Call:
         """The call and where it runs: the job's workspace, the directory the CLI runs it in
         (its `workdir`, if the tool takes one), the CLI's home, and the shell that runs it."""
         job = m.claimed.job
@@ -329,11 +377,19 @@ class Governor:
         shell, problem = "bash", None
         if tool.lower() in policy.SHELL_TOOLS:
             shell, problem = ADAPTERS[m.adapter].call_shell(payload, home)
-        return policy.Call(tool=tool, input=tool_input, workspace=workspace, cwd=cwd,
-                           home=spec.env.get("HOME") or str(home), shell=shell, problem=problem)
+        return policy.Call(
+            tool=tool,
+            input=tool_input,
+            workspace=workspace,
+            cwd=cwd,
+            home=spec.env.get("HOME") or str(home),
+            shell=shell,
+            problem=problem,
+        )
 
-    async def _decide(self, m: _Monitor, facts: toolcall.CallFacts, now: float,
-                      deadline: float | None) -> toolcall.CallVerdict:
+    async def _decide(
+        self, m: _Monitor, facts: toolcall.CallFacts, now: float, deadline: float | None
+    ) -> toolcall.CallVerdict:
         """Run the decision's steps, reading each fact a step asks for when it asks."""
         out = toolcall.run(facts)
         while isinstance(out, toolcall.Need):
@@ -341,13 +397,20 @@ class Governor:
             out = toolcall.run(facts, after=out)
         return out
 
-    async def _read_fact(self, m: _Monitor, facts: toolcall.CallFacts, need: toolcall.Need,
-                         now: float, deadline: float | None) -> toolcall.CallFacts:
+    async def _read_fact(
+        self,
+        m: _Monitor,
+        facts: toolcall.CallFacts,
+        need: toolcall.Need,
+        now: float,
+        deadline: float | None,
+    ) -> toolcall.CallFacts:
         """Read the one fact a step of the decision asks for."""
         if need.fact == "over_ceiling":
             assert self.overrun is not None  # else the facts said False from the start
-            return replace(facts, over_ceiling=await self.overrun(m.claimed.job, facts.cost_usd,
-                                                                  self.clock()))
+            return replace(
+                facts, over_ceiling=await self.overrun(m.claimed.job, facts.cost_usd, self.clock())
+            )
         if need.fact == "approval":
             return replace(facts, approval=await self._approval(m, need.so_far, now))
         return replace(facts, late=deadline is not None and time.monotonic() > deadline)
@@ -362,9 +425,17 @@ class Governor:
         mine = [a for a in await self.store.approvals(job_id=job.id) if a.digest == digest]
         if mine:
             return mine[-1]
-        return await self.store.request_approval(Approval(
-            id=new_id(), job_id=job.id, subject=subject, digest=digest, reason=guard.reason,
-            requested_at=now, expires_at=now + self.settings.approval_ttl_s))
+        return await self.store.request_approval(
+            Approval(
+                id=new_id(),
+                job_id=job.id,
+                subject=subject,
+                digest=digest,
+                reason=guard.reason,
+                requested_at=now,
+                expires_at=now + self.settings.approval_ttl_s,
+            )
+        )
 
     async def _post(self, m: _Monitor, payload: Mapping[str, Any]) -> None:
         job = m.claimed.job
@@ -376,11 +447,20 @@ class Governor:
         if not isinstance(duration, int) and call_id in m.pre_at:
             duration = round((self.clock() - m.pre_at[call_id]) * 1000)
         m.pre_at.pop(call_id or "", None)
-        await self.store.append_checkpoint(Checkpoint(
-            job_id=job.id, attempt=m.claimed.attempt.index, at=self.clock(), worker=job.worker,
-            session_id=_str(payload.get("session_id")), tool_call_count=m.calls,
-            last_tool=_str(payload.get("tool_name")), last_output_digest=digest,
-            call_id=call_id, duration_ms=duration if isinstance(duration, int) else None))
+        await self.store.append_checkpoint(
+            Checkpoint(
+                job_id=job.id,
+                attempt=m.claimed.attempt.index,
+                at=self.clock(),
+                worker=job.worker,
+                session_id=_str(payload.get("session_id")),
+                tool_call_count=m.calls,
+                last_tool=_str(payload.get("tool_name")),
+                last_output_digest=digest,
+                call_id=call_id,
+                duration_ms=duration if isinstance(duration, int) else None,
+            )
+        )
 
     def _summary_grace(self, kind: str) -> float:
         spec = self.settings.workers.get(kind)
@@ -398,13 +478,17 @@ class Governor:
                 self._read_stream(m)
                 limits = m.claimed.job.limits
                 for limit, spent, budget in (
-                        ("token_budget_in", m.tokens_in, limits.token_budget_in),
-                        ("token_budget_out", m.tokens_out, limits.token_budget_out)):
+                    ("token_budget_in", m.tokens_in, limits.token_budget_in),
+                    ("token_budget_out", m.tokens_out, limits.token_budget_out),
+                ):
                     if spent > budget:
                         await self.stop(m.claimed.job.id, limit, 0.0)
                 try:
-                    over = m.cost_usd and self.overrun is not None and await self.overrun(
-                        m.claimed.job, m.cost_usd, self.clock())
+                    over = (
+                        m.cost_usd
+                        and self.overrun is not None
+                        and await self.overrun(m.claimed.job, m.cost_usd, self.clock())
+                    )
                 except StoreError as err:  # a store outage: the next look asks again
                     log.warning("budget check of %s: %s", m.claimed.job.id, err)
                     continue
@@ -429,10 +513,14 @@ class Governor:
         summary = summarize_stream(adapter.parser_for(), attempt_dir / STDOUT, result.exit_code)
         redactor = self.redactor(job)
         meta = _read_json(attempt_dir / AGENT_FILE)
-        evaluations = [e for e in await self.store.policy_evaluations(
-            job.id, attempt=attempt.index, limit=ALL) if e.stage in ("tool_call", "guardrail")]
-        checkpoints = [c for c in await self.store.checkpoints(job.id)
-                       if c.attempt == attempt.index]
+        evaluations = [
+            e
+            for e in await self.store.policy_evaluations(job.id, attempt=attempt.index, limit=ALL)
+            if e.stage in ("tool_call", "guardrail")
+        ]
+        checkpoints = [
+            c for c in await self.store.checkpoints(job.id) if c.attempt == attempt.index
+        ]
         denials = {str(e.inputs.get("call_id")): e for e in evaluations if e.verdict == "deny"}
         durations = {c.call_id: c.duration_ms for c in checkpoints if c.call_id}
         calls: list[ToolCallTrace] = []
@@ -445,25 +533,43 @@ class Governor:
             reason = denial.message if denial else None
             if reason is None and adapter.hides_tools and not scope.offers(call.tool):
                 reason = NOT_OFFERED  # the model asked for a tool it was never given
-            calls.append(ToolCallTrace(
-                tool=call.tool, input=redactor.obj(dict(call.input)),
-                output=redactor.text(call.output) if call.output is not None else None,
-                duration_ms=durations.get(call.id, call.duration_ms),
-                denied=call.denied or reason is not None, reason=reason, call_id=call.id))
+            calls.append(
+                ToolCallTrace(
+                    tool=call.tool,
+                    input=redactor.obj(dict(call.input)),
+                    output=redactor.text(call.output) if call.output is not None else None,
+                    duration_ms=durations.get(call.id, call.duration_ms),
+                    denied=call.denied or reason is not None,
+                    reason=reason,
+                    call_id=call.id,
+                )
+            )
         for call_id, e in denials.items():  # Codex writes no item for a call a hook blocked
             if call_id not in seen:
-                calls.append(ToolCallTrace(tool=e.subject, input=dict(e.inputs.get("input") or {}),
-                                           denied=True, reason=e.message, call_id=call_id))
+                calls.append(
+                    ToolCallTrace(
+                        tool=e.subject,
+                        input=dict(e.inputs.get("input") or {}),
+                        denied=True,
+                        reason=e.message,
+                        call_id=call_id,
+                    )
+                )
         # Every allowed call is in the trace, even one the CLI wrote no item for (an attempt
         # stopped right after its hook allowed it). Codex's items have ids of their own, so
         # the surplus of allowed evaluations over the calls shown says how many are missing.
         allowed = [e for e in evaluations if e.verdict == "allow"]
         surplus = len(allowed) - sum(1 for c in calls if not c.denied)
         unmatched = [e for e in allowed if str(e.inputs.get("call_id")) not in seen]
-        for e in unmatched[len(unmatched) - surplus:] if surplus > 0 else ():
+        for e in unmatched[len(unmatched) - surplus :] if surplus > 0 else ():
             given = e.inputs.get("call_id")
-            calls.append(ToolCallTrace(tool=e.subject, input=dict(e.inputs.get("input") or {}),
-                                       call_id=given if isinstance(given, str) else None))
+            calls.append(
+                ToolCallTrace(
+                    tool=e.subject,
+                    input=dict(e.inputs.get("input") or {}),
+                    call_id=given if isinstance(given, str) else None,
+                )
+            )
         started, ended = result.started_at, result.ended_at
         gw = self.gateway.forget(job.id, attempt.index) if self.gateway else None
         tokens_in = summary.tokens_in if summary else 0
@@ -474,21 +580,32 @@ class Governor:
             tokens_in, tokens_out = max(tokens_in, g_in), max(tokens_out, g_out)
             cost = g_cost if cost is None else max(cost, g_cost)
         event = AgentEvent(
-            event_id=new_id(), job_id=job.id, attempt=attempt.index, at=self.clock(),
-            role=job.role, worker=job.worker, tenant=job.tenant,
+            event_id=new_id(),
+            job_id=job.id,
+            attempt=attempt.index,
+            at=self.clock(),
+            role=job.role,
+            worker=job.worker,
+            tenant=job.tenant,
             session_id=(summary.session_id if summary else None) or _str(meta.get("session_id")),
-            cli_version=_str(meta.get("cli_version")) or (summary.cli_version if summary
-                                                           else None),
-            model=summary.model if summary else None, tool_calls=tuple(calls),
-            tokens_in=tokens_in, tokens_out=tokens_out, cost_usd=cost,
+            cli_version=_str(meta.get("cli_version")) or (summary.cli_version if summary else None),
+            model=summary.model if summary else None,
+            tool_calls=tuple(calls),
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost_usd=cost,
             model_calls=gw.to_dict() if gw is not None else None,
-            exit_code=result.exit_code, outcome=result.outcome.value,
-            limit_hit=result.limit_hit, retry_count=attempt.index - 1,
+            exit_code=result.exit_code,
+            outcome=result.outcome.value,
+            limit_hit=result.limit_hit,
+            retry_count=attempt.index - 1,
             checkpoint_count=len(checkpoints),
             duration_ms=round((ended - started) * 1000) if started and ended else None,
             final_text=redactor.text(summary.final_text)[:4000]
-            if summary and summary.final_text else None,
-            error=redactor.text(result.error) if result.error else None)
+            if summary and summary.final_text
+            else None,
+            error=redactor.text(result.error) if result.error else None,
+        )
         await self.store.record_agent_event(event)
 
     async def resume_session(self, claimed: Claimed) -> str | None:

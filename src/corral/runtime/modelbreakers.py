@@ -38,8 +38,9 @@ class ModelBreakers:
     def get(self, name: str, spec: BreakerSpec | None = None) -> Breaker:
         b = self.breakers.get(name)
         if b is None:
-            b = self.breakers[name] = Breaker(name=name, spec=spec or self.spec,
-                                              history=deque(maxlen=20))
+            b = self.breakers[name] = Breaker(
+                name=name, spec=spec or self.spec, history=deque(maxlen=20)
+            )
         elif spec is not None and spec != b.spec:
             b.spec = spec  # the configuration changed
         return b
@@ -65,8 +66,9 @@ class ModelBreakers:
             if b is not None and b.state == HALF_OPEN and b.probe is None:
                 b.probe = GATEWAY
 
-    def record(self, names: Iterable[str], failed: bool | None, now: float,
-               spec: BreakerSpec | None = None) -> None:
+    def record(
+        self, names: Iterable[str], failed: bool | None, now: float, spec: BreakerSpec | None = None
+    ) -> None:
         """One upstream call's result (None: neither a success nor a failure)."""
         for name in names:
             b = self.get(name, spec)
@@ -93,10 +95,20 @@ class ModelBreakers:
             b.opened_at = None
 
     def snapshot(self, now: float) -> list[dict[str, Any]]:
-        return [{"name": b.name, "scope": GATEWAY, "state": b.state, "opened_at": b.opened_at,
-                 "reason": b.reason, "probe": b.probe, "retry_after_s": b.retry_after(now),
-                 **b.figures(now), "history": list(b.history)}
-                for b in sorted(self.breakers.values(), key=lambda x: x.name)]
+        return [
+            {
+                "name": b.name,
+                "scope": GATEWAY,
+                "state": b.state,
+                "opened_at": b.opened_at,
+                "reason": b.reason,
+                "probe": b.probe,
+                "retry_after_s": b.retry_after(now),
+                **b.figures(now),
+                "history": list(b.history),
+            }
+            for b in sorted(self.breakers.values(), key=lambda x: x.name)
+        ]
 
 
 def failed(status: int | None) -> bool | None:

@@ -65,13 +65,28 @@ CONNECT_TIMEOUT_S = 30.0
 HEAD_TIMEOUT_S = 300.0  # from the request sent to the answer's status line
 POOL_PER_HOST = 8  # idle upstream connections kept per provider
 IDLE_S = 30.0  # how long one is kept unused
-HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
-                 "trailer", "upgrade", "content-length", "host", "accept-encoding",
-                 "authorization", "x-api-key", "proxy-authorization"})
+HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "content-length",
+        "host",
+        "accept-encoding",
+        "authorization",
+        "x-api-key",
+        "proxy-authorization",
+    }
+)
 # Request fields that differ between two identical calls (a session id, a cache key): not part
 # of the prompt hash
-VOLATILE = frozenset({"metadata", "prompt_cache_key", "user", "stream", "store",
-                      "safety_identifier", "service_tier"})
+VOLATILE = frozenset(
+    {"metadata", "prompt_cache_key", "user", "stream", "store", "safety_identifier", "service_tier"}
+)
 
 Live = Callable[[str], Claimed | None]
 Stop = Callable[[str, str, float], Awaitable[None]]
@@ -121,17 +136,30 @@ class Usage:
 
     def to_dict(self) -> dict[str, Any]:
         tin, tout, cost = self.totals()
-        return {"requests": self.requests, "upstream_calls": self.upstream_calls,
-                "coalesced": self.coalesced, "refused": self.refused,
-                "fallbacks": self.fallbacks, "tokens_in": tin,
-                "tokens_out": tout, "cost_usd": round(cost, 6), "limit_hit": self.limit_hit}
+        return {
+            "requests": self.requests,
+            "upstream_calls": self.upstream_calls,
+            "coalesced": self.coalesced,
+            "refused": self.refused,
+            "fallbacks": self.fallbacks,
+            "tokens_in": tin,
+            "tokens_out": tout,
+            "cost_usd": round(cost, 6),
+            "limit_hit": self.limit_hit,
+        }
 
 
 class Flight:
     """One upstream call and the bytes it has answered so far, for every caller waiting on it."""
 
-    def __init__(self, key: tuple[str, ...] | None, payer: Usage, meter: CallMeter,
-                 breakers: tuple[str, ...] = (), spec: BreakerSpec | None = None) -> None:
+    def __init__(
+        self,
+        key: tuple[str, ...] | None,
+        payer: Usage,
+        meter: CallMeter,
+        breakers: tuple[str, ...] = (),
+        spec: BreakerSpec | None = None,
+    ) -> None:
         self.key = key
         self.breakers = breakers  # the breakers its result feeds
         self.spec = spec  # and their settings
@@ -148,8 +176,9 @@ class Flight:
 
     def cost(self) -> float:
         m = self.meter
-        found = DEFAULT_PRICES.cost_of(m.model, m.input_tokens, m.output_tokens,
-                                       cached_in=m.cached_in, vendor=m.api)
+        found = DEFAULT_PRICES.cost_of(
+            m.model, m.input_tokens, m.output_tokens, cached_in=m.cached_in, vendor=m.api
+        )
         return found or 0.0
 
     def notify(self) -> None:
@@ -158,9 +187,18 @@ class Flight:
 
 
 class ModelGateway:
-    def __init__(self, *, settings: Settings, data_dir: Path, live: Live, stop: Stop,
-                 overrun: Overrun | None = None, clock: Callable[[], float] = time.time,
-                 environ: Mapping[str, str] = os.environ, linger_s: float = LINGER_S) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        data_dir: Path,
+        live: Live,
+        stop: Stop,
+        overrun: Overrun | None = None,
+        clock: Callable[[], float] = time.time,
+        environ: Mapping[str, str] = os.environ,
+        linger_s: float = LINGER_S,
+    ) -> None:
         self.settings = settings
         self.data_dir = data_dir
         self.live = live
@@ -181,8 +219,9 @@ class ModelGateway:
 
     # ---- life -----------------------------------------------------------------------------
 
-    async def serve(self, *, task_status: anyio.abc.TaskStatus[Endpoint]
-                    = anyio.TASK_STATUS_IGNORED) -> None:
+    async def serve(
+        self, *, task_status: anyio.abc.TaskStatus[Endpoint] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         port = listener.extra(SocketAttribute.local_port)
         self.endpoint = new_endpoint(f"http://127.0.0.1:{port}")
@@ -211,8 +250,14 @@ class ModelGateway:
             reader = BufferedByteReceiveStream(client)
             try:
                 req = await read_request(reader)
-            except (BadRequest, ValueError, anyio.EndOfStream, anyio.IncompleteRead,
-                    anyio.DelimiterNotFound, anyio.BrokenResourceError) as err:
+            except (
+                BadRequest,
+                ValueError,
+                anyio.EndOfStream,
+                anyio.IncompleteRead,
+                anyio.DelimiterNotFound,
+                anyio.BrokenResourceError,
+            ) as err:
                 with contextlib.suppress(OSError, anyio.BrokenResourceError):
                     await _send_error(client, 400, OPENAI, f"Corral gateway: bad request ({err})")
                 return
@@ -223,10 +268,12 @@ class ModelGateway:
                 pass  # the CLI went away
             except Exception as err:  # a bug here must not take the engine down
                 log.exception("model gateway: %s %s failed", req.method, req.target)
-                with contextlib.suppress(OSError, anyio.BrokenResourceError,
-                                         anyio.ClosedResourceError):
-                    await _send_error(client, 500, api, f"Corral gateway: internal error "
-                                                        f"({type(err).__name__})")
+                with contextlib.suppress(
+                    OSError, anyio.BrokenResourceError, anyio.ClosedResourceError
+                ):
+                    await _send_error(
+                        client, 500, api, f"Corral gateway: internal error ({type(err).__name__})"
+                    )
 
     def _attempt(self, req: Request) -> tuple[Claimed, WorkerSpec] | str:
         """The live attempt a request's token names, or why it is refused."""
@@ -239,8 +286,11 @@ class ModelGateway:
             return "Corral gateway: not a gateway token"
         job_id, index, mac = found
         claimed = self.live(job_id)
-        if (claimed is None or str(claimed.attempt.index) != index
-                or not token_valid(self.endpoint.key, job_id, index, mac, claimed.permit.id)):
+        if (
+            claimed is None
+            or str(claimed.attempt.index) != index
+            or not token_valid(self.endpoint.key, job_id, index, mac, claimed.permit.id)
+        ):
             return "Corral gateway: this token's attempt is not running (tokens end with it)"
         spec = self.settings.workers.get(claimed.job.worker)
         if spec is None or spec.gateway is None:
@@ -280,9 +330,12 @@ class ModelGateway:
         if routed != model and parsed:  # the role's fallback while its model's breaker is open
             usage.fallbacks += 1
             model = parsed["model"] = routed
-            req = Request(method=req.method, target=req.target, body=json.dumps(parsed).encode(),
-                          headers=[(k, v) for k, v in req.headers
-                                   if k.lower() != "content-encoding"])
+            req = Request(
+                method=req.method,
+                target=req.target,
+                body=json.dumps(parsed).encode(),
+                headers=[(k, v) for k, v in req.headers if k.lower() != "content-encoding"],
+            )
         names = (provider, f"model:{model}") if model else (provider,)
         fkey = (job.id, upstream, idempotency_key(api, model, parsed)) if parsed else None
         joined = self._flights.get(fkey) if fkey else None
@@ -294,9 +347,13 @@ class ModelGateway:
             elif flight.payer is not usage and self._job(flight.payer) is None:
                 self._move(flight, usage)  # its attempt is over: the one it answers pays
         else:
-            flight = Flight(fkey, usage, CallMeter(api=api, model=model,
-                                                   request_chars=len(req.body)), names,
-                            spec.gateway.breakers if spec.gateway else None)
+            flight = Flight(
+                fkey,
+                usage,
+                CallMeter(api=api, model=model, request_chars=len(req.body)),
+                names,
+                spec.gateway.breakers if spec.gateway else None,
+            )
             self.breakers.admitted(names)
             usage.upstream_calls += 1
             usage.live.add(flight)
@@ -311,8 +368,9 @@ class ModelGateway:
         flight.payer = to
         to.live.add(flight)
 
-    def _route(self, provider: str, model: str | None,
-               fallbacks: tuple[str, ...]) -> tuple[str | None, str | None]:
+    def _route(
+        self, provider: str, model: str | None, fallbacks: tuple[str, ...]
+    ) -> tuple[str | None, str | None]:
         """(the model to send a call to: its own, or the first fallback whose breaker is
         closed; why it cannot go upstream now, if it cannot)."""
         now = self.clock()
@@ -335,16 +393,21 @@ class ModelGateway:
             return "token_budget_out"
         if tin > limits.token_budget_in:
             return "token_budget_in"
-        if cost_too and cost and self.overrun is not None and \
-                await self.overrun(job, cost, self.clock()):
+        if (
+            cost_too
+            and cost
+            and self.overrun is not None
+            and await self.overrun(job, cost, self.clock())
+        ):
             return BUDGET_CEILING_LIMIT
         return None
 
     async def _limit(self, usage: Usage, limit: str) -> None:
         if usage.limit_hit is None:
             usage.limit_hit = limit
-            log.info("job %s attempt %d: model calls stopped at %s", usage.job_id, usage.index,
-                     limit)
+            log.info(
+                "job %s attempt %d: model calls stopped at %s", usage.job_id, usage.index, limit
+            )
         await self.stop(usage.job_id, limit, 0.0)
 
     # ---- the upstream call --------------------------------------------------------------------
@@ -360,9 +423,18 @@ class ModelGateway:
             try:
                 await self._call(flight, spec, req)
             except Exception as err:  # no answer, a garbled one, or a bug: never the engine's end
-                if not isinstance(err, (OSError, anyio.EndOfStream, anyio.IncompleteRead,
-                                        anyio.DelimiterNotFound, anyio.BrokenResourceError,
-                                        BadRequest, TimeoutError)):
+                if not isinstance(
+                    err,
+                    (
+                        OSError,
+                        anyio.EndOfStream,
+                        anyio.IncompleteRead,
+                        anyio.DelimiterNotFound,
+                        anyio.BrokenResourceError,
+                        BadRequest,
+                        TimeoutError,
+                    ),
+                ):
                     log.exception("model gateway: the upstream call failed")
                 message = f"Corral gateway: the provider did not answer ({err or type(err)})"
                 if flight.status is None:
@@ -376,8 +448,9 @@ class ModelGateway:
             outcome = None if flight.scope.cancel_called else failed(flight.status)
             now = self.clock()
             # a 429 is the model's rate limit: the provider's breaker counts the rest
-            self.breakers.record(flight.breakers[:1], None if flight.status == 429 else outcome,
-                                 now, flight.spec)
+            self.breakers.record(
+                flight.breakers[:1], None if flight.status == 429 else outcome, now, flight.spec
+            )
             self.breakers.record(flight.breakers[1:], outcome, now, flight.spec)
         self._settle(flight)
         flight.notify()
@@ -392,8 +465,9 @@ class ModelGateway:
         host = up.hostname or "127.0.0.1"
         port = up.port or (443 if tls else 80)
         where = (host, port, tls)
-        data = _upstream_request(req, up.path.rstrip("/"), up.netloc, flight.meter.api,
-                                 gateway_key(spec, self.environ))
+        data = _upstream_request(
+            req, up.path.rstrip("/"), up.netloc, flight.meter.api, gateway_key(spec, self.environ)
+        )
         while True:
             conn, reused = await self.pool.take(where)
             try:
@@ -401,8 +475,13 @@ class ModelGateway:
                 with anyio.fail_after(HEAD_TIMEOUT_S):  # no answer: the provider's failure
                     status, headers = await read_head(conn.reader)
                 break
-            except (OSError, anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
-                    anyio.ClosedResourceError):
+            except (
+                OSError,
+                anyio.EndOfStream,
+                anyio.IncompleteRead,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ):
                 await _close(conn)
                 if not reused:
                     raise
@@ -416,8 +495,13 @@ class ModelGateway:
             else:
                 await _close(conn)
 
-    async def _relay_body(self, flight: Flight, reader: BufferedByteReceiveStream, status: int,
-                          headers: list[tuple[str, str]]) -> bool:
+    async def _relay_body(
+        self,
+        flight: Flight,
+        reader: BufferedByteReceiveStream,
+        status: int,
+        headers: list[tuple[str, str]],
+    ) -> bool:
         """Read the answer into the flight as it comes, metered and held to the budgets; True
         when it was read whole and its connection may serve another call."""
         flight.status, flight.headers = status, headers
@@ -447,8 +531,9 @@ class ModelGateway:
             if (limit := await self._over(usage, job, cost_too=cost_too)) is not None:
                 usage.refused += 1
                 message = _why(limit, usage, job)
-                flight.chunks.append(refusal(flight.meter.api, message,
-                                             streaming=flight.meter.sse)[1])
+                flight.chunks.append(
+                    refusal(flight.meter.api, message, streaming=flight.meter.sse)[1]
+                )
                 await self._limit(usage, limit)
                 return False  # the rest of the answer is not read: the call is cut
         if pending:
@@ -537,8 +622,9 @@ class Pool:
         with anyio.fail_after(CONNECT_TIMEOUT_S):
             stream: ByteStream
             if tls:
-                stream = await anyio.connect_tcp(host, port, tls=True,
-                                                 tls_standard_compatible=False)
+                stream = await anyio.connect_tcp(
+                    host, port, tls=True, tls_standard_compatible=False
+                )
             else:
                 stream = await anyio.connect_tcp(host, port)
         self.opened += 1
@@ -611,9 +697,10 @@ def _open(name: str, retry_after: float | None, fallbacks: tuple[str, ...] = ())
 
 def _why(limit: str, usage: Usage, job: Job) -> str:
     tin, tout, cost = usage.totals()
-    what = {"token_budget_out": f"{tout} output tokens (budget {job.limits.token_budget_out})",
-            "token_budget_in": f"{tin} input tokens (budget {job.limits.token_budget_in})"}.get(
-        limit, f"${cost:.4f} (over its budget ceiling)")
+    what = {
+        "token_budget_out": f"{tout} output tokens (budget {job.limits.token_budget_out})",
+        "token_budget_in": f"{tin} input tokens (budget {job.limits.token_budget_in})",
+    }.get(limit, f"${cost:.4f} (over its budget ceiling)")
     return f"Corral: this attempt has used {what}; no more model calls are allowed ({limit})"
 
 
@@ -649,8 +736,9 @@ def _headers(lines: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-async def read_body(reader: BufferedByteReceiveStream, headers: list[tuple[str, str]], *,
-                    request: bool = False) -> AsyncIterator[bytes]:
+async def read_body(
+    reader: BufferedByteReceiveStream, headers: list[tuple[str, str]], *, request: bool = False
+) -> AsyncIterator[bytes]:
     """The body's bytes as they come: chunked, by Content-Length, or (an answer) until close."""
     h = {k.lower(): v for k, v in headers}
     if "chunked" in h.get("transfer-encoding", "").lower():
@@ -689,7 +777,7 @@ async def _dechunk(reader: BufferedByteReceiveStream) -> AsyncIterator[bytes]:
                 return
             if len(buf) < eol + 2 + size + 2:
                 break
-            out.append(buf[eol + 2:eol + 2 + size])
+            out.append(buf[eol + 2 : eol + 2 + size])
             pos = eol + 2 + size + 2
             total += size
         if total > MAX_BODY:
@@ -709,8 +797,7 @@ def _chunk_size(line: bytes) -> int:
         raise BadRequest(f"bad chunk size {line[:20]!r}") from None
 
 
-def _upstream_request(req: Request, prefix: str, netloc: str, api: str,
-                      key: str | None) -> bytes:
+def _upstream_request(req: Request, prefix: str, netloc: str, api: str, key: str | None) -> bytes:
     lines = [f"{req.method} {prefix}{req.target} HTTP/1.1", f"Host: {netloc}"]
     lines += [f"{k}: {v}" for k, v in req.headers if k.lower() not in HOP]
     if key:
@@ -732,6 +819,15 @@ async def _send_error(client: ByteStream, status: int, api: str, message: str) -
     await client.send(head[:-2] + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-            404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
-            502: "Bad Gateway", 503: "Service Unavailable", 529: "Overloaded"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    529: "Overloaded",
+}

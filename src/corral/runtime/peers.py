@@ -75,8 +75,7 @@ def check_user(pid: int, uid: int, gid: int, *, group: int | None) -> None:
     raise Refused(f"pid {pid} runs as uid {uid}: only {allowed} may use this socket")
 
 
-async def admit(sock: socket.socket, *, group: int | None, is_job: IsJob,
-                what: str) -> Peer:
+async def admit(sock: socket.socket, *, group: int | None, is_job: IsJob, what: str) -> Peer:
     """The peer of a new connection, with its capability; Refused (logged) for a stranger."""
     try:
         pid, uid, gid = credentials(sock)

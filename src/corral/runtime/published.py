@@ -34,16 +34,19 @@ def redacted(text: str) -> str:
 
 def _redact(value: Any, r: Redactor) -> Any:
     if isinstance(value, dict):  # a number under a name like `token_budget_in` is no secret
-        return {k: MARK if _secret_key(k) and isinstance(v, str) else _redact(v, r)
-                for k, v in value.items()}
+        return {
+            k: MARK if _secret_key(k) and isinstance(v, str) else _redact(v, r)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_redact(v, r) for v in value]
     return r.text(value) if isinstance(value, str) else value
 
 
 def _secret_key(key: Any) -> bool:
-    return isinstance(key, str) and (SECRET_NAME.search(key) is not None
-                                     or key.lower() == "authorization")
+    return isinstance(key, str) and (
+        SECRET_NAME.search(key) is not None or key.lower() == "authorization"
+    )
 
 
 def fingerprint(text: str) -> str:
@@ -54,8 +57,13 @@ def fingerprint(text: str) -> str:
 def record(cfg: Config, engine_id: str, now: float) -> EngineConfig:
     """What an engine publishes about its configuration when it starts."""
     text = redacted(cfg.text)
-    return EngineConfig(engine_id=engine_id, at=now, hash=fingerprint(text),
-                        source=str(cfg.source) if cfg.source else None, text=text)
+    return EngineConfig(
+        engine_id=engine_id,
+        at=now,
+        hash=fingerprint(text),
+        source=str(cfg.source) if cfg.source else None,
+        text=text,
+    )
 
 
 def effective(local: Config, active: EngineConfig | None) -> tuple[Config, str | None]:
@@ -72,15 +80,23 @@ def effective(local: Config, active: EngineConfig | None) -> tuple[Config, str |
         source = active.source or "(defaults)"
         settings = resolve(parse(active.text, source), source)
     except ConfigError as err:
-        return local, (f"the engine's configuration ({where}) cannot be used here ({err}); "
-                       "checking against the local one")
+        return local, (
+            f"the engine's configuration ({where}) cannot be used here ({err}); "
+            "checking against the local one"
+        )
     note = None
     if local.source is not None:
-        note = (f"{local.source} (config {mine[:8]}) is not the configuration the engine runs "
-                f"({where}, config {active.hash[:8]}): using the engine's; `corral config show` "
-                "prints it")
-    return replace(local, settings=settings, source=Path(active.source) if active.source
-                   else None, text=active.text), note
+        note = (
+            f"{local.source} (config {mine[:8]}) is not the configuration the engine runs "
+            f"({where}, config {active.hash[:8]}): using the engine's; `corral config show` "
+            "prints it"
+        )
+    return replace(
+        local,
+        settings=settings,
+        source=Path(active.source) if active.source else None,
+        text=active.text,
+    ), note
 
 
 async def active_config(store: EngineRegistry, local: Config) -> tuple[Config, str | None]:

@@ -32,10 +32,14 @@ LOOK_EVERY_S = 1.0
 BATCH = 100
 
 
-
 class Reporter:
-    def __init__(self, store: JobRecords, oversight: OversightSpec | None = None,
-                 clock: Callable[[], float] = time.time, spans: JobSpans | None = None) -> None:
+    def __init__(
+        self,
+        store: JobRecords,
+        oversight: OversightSpec | None = None,
+        clock: Callable[[], float] = time.time,
+        spans: JobSpans | None = None,
+    ) -> None:
         self.store = store
         self.spans = spans  # the job's OpenTelemetry spans, once its report is written
         self.oversight = oversight or OversightSpec()
@@ -54,8 +58,11 @@ class Reporter:
                     if a.subject == prerun.RUN_SUBJECT:
                         with contextlib.suppress(Conflict):  # ended meanwhile
                             await self.store.request_cancel(
-                                a.job_id, reason=f"approval_expired: {a.id}", kind="deny",
-                                now=self.clock())
+                                a.job_id,
+                                reason=f"approval_expired: {a.id}",
+                                kind="deny",
+                                now=self.clock(),
+                            )
                 while await self.catch_up():
                     pass
             except CorralError as err:  # the store is down: try again on the next look
@@ -82,10 +89,17 @@ class Reporter:
         events = await self.store.agent_events(job_id)
         evaluations = await self.store.policy_evaluations(job_id, limit=1 << 31)
         now = self.clock()
-        report = build_report(job, attempts, events, now=now, report_id=new_id(),
-                              attempt_costs=await self._attempt_costs(job_id))
-        incidents = incidents_for(job, attempts, events, evaluations, now=now,
-                                  report_id=report.id, new_id=new_id)
+        report = build_report(
+            job,
+            attempts,
+            events,
+            now=now,
+            report_id=new_id(),
+            attempt_costs=await self._attempt_costs(job_id),
+        )
+        incidents = incidents_for(
+            job, attempts, events, evaluations, now=now, report_id=report.id, new_id=new_id
+        )
         try:  # the report and its incidents in one transaction
             await self.store.record_report(report, incidents)
         except Conflict:
@@ -121,18 +135,25 @@ class Reporter:
             self._marks.clear()
             return
         self._marks = [m for m in self._marks if m[0] > now - o.window_s]
-        hot = prerun.should_pause(self._marks, now, o.window_s, o.incident_threshold,
-                                  Severity(o.min_severity))
+        hot = prerun.should_pause(
+            self._marks, now, o.window_s, o.incident_threshold, Severity(o.min_severity)
+        )
         if not hot:
             return
         paused = {(p.scope, p.target) for p in await self.store.pauses(active_only=True)}
         for scope, target in hot:
             if (scope, target) in paused:
                 continue
-            await self.store.activate_pause(Pause(
-                id=new_id(), scope=scope, target=target, created_at=now,
-                created_by="corral-oversight",
-                reason=f"incident_rate: {o.incident_threshold} incidents of severity "
-                       f"≥ {o.min_severity} within {o.window_s:g} s"))
+            await self.store.activate_pause(
+                Pause(
+                    id=new_id(),
+                    scope=scope,
+                    target=target,
+                    created_at=now,
+                    created_by="corral-oversight",
+                    reason=f"incident_rate: {o.incident_threshold} incidents of severity "
+                    f"≥ {o.min_severity} within {o.window_s:g} s",
+                )
+            )
             log.warning("paused %s %s: incident rate over the threshold", scope.value, target)
             self._marks = [m for m in self._marks if (m[1], m[2]) != (scope, target)]

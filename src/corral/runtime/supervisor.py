@@ -49,9 +49,15 @@ class CrashLoop(CorralError):
 class CoreSupervisor:
     """Keeps one core child alive behind a CoreLink."""
 
-    def __init__(self, link: CoreLink, argv: Sequence[str], options: SupervisorOptions,
-                 *, on_restart: Callable[[], Coroutine[Any, Any, None]],
-                 on_escalation: Callable[[str, str], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        link: CoreLink,
+        argv: Sequence[str],
+        options: SupervisorOptions,
+        *,
+        on_restart: Callable[[], Coroutine[Any, Any, None]],
+        on_escalation: Callable[[str, str], Awaitable[None]],
+    ) -> None:
         self.link = link
         self.argv = list(argv)
         self.opts = options
@@ -93,8 +99,10 @@ class CoreSupervisor:
             if len(self.restarts) > self.opts.max_restarts:
                 self.given_up = True
                 self.pid = None  # no core runs: say so, not the pid of the last dead one
-                msg = (f"core restarted {len(self.restarts) - 1} times in "
-                       f"{self.opts.window_s:.0f}s ({why}); restart budget spent")
+                msg = (
+                    f"core restarted {len(self.restarts) - 1} times in "
+                    f"{self.opts.window_s:.0f}s ({why}); restart budget spent"
+                )
                 log.error("%s: no new work will be started", msg)
                 await self.on_escalation("core_crash_loop", msg)
                 return
@@ -102,9 +110,13 @@ class CoreSupervisor:
             await anyio.sleep(self.opts.backoff_s * len(self.restarts))
 
     async def _run_once(self) -> str:
-        proc = await anyio.open_process(self.argv, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=None,
-                                        start_new_session=True)
+        proc = await anyio.open_process(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            start_new_session=True,
+        )
         self.pid = proc.pid
         self.generation += 1
         assert proc.stdin is not None and proc.stdout is not None
@@ -123,8 +135,7 @@ class CoreSupervisor:
         finally:  # also when the engine stops: no core outlives its supervisor
             await self._reap(proc)
 
-    async def _serve(self, proc: Process,
-                     send: Callable[[dict[str, Any]], Awaitable[None]]) -> str:
+    async def _serve(self, proc: Process, send: Callable[[dict[str, Any]], Awaitable[None]]) -> str:
         reason = "exited"
         last_beat = [time.monotonic()]
         async with anyio.create_task_group() as tg:

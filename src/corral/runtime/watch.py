@@ -40,9 +40,10 @@ def engine_holds(data_dir: Path) -> bool:
     except OSError:
         return False
     where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    return any(len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where
-               for parts in (line.split() for line in table.splitlines()))
-
+    return any(
+        len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where
+        for parts in (line.split() for line in table.splitlines())
+    )
 
 
 class Watcher:
@@ -59,17 +60,26 @@ class Watcher:
             self._seen, self._last = event_id, event
         queued = job.state is JobState.QUEUED
         ref = JobRef.of(job)
-        pauses = [p for p in await self.store.pauses(active_only=True)
-                  if ref.matches(p.scope, p.target)] if queued else []
+        pauses = (
+            [p for p in await self.store.pauses(active_only=True) if ref.matches(p.scope, p.target)]
+            if queued
+            else []
+        )
         ahead = await self.store.queued_ahead(job) if queued and not job.deps_pending else 0
         snap = _snapshot(self.cfg) if engine and queued else {}
         permits = snap.get("permits") or {}
         return WaitFacts(
-            job=job, now=now, engine=engine, ahead=ahead, pauses=pauses,
+            job=job,
+            now=now,
+            engine=engine,
+            ahead=ahead,
+            pauses=pauses,
             refusal=self._last if self._last and self._last.kind == "permit_rejected" else None,
             breakers={b["name"]: b for b in snap.get("breakers") or () if "name" in b},
             full_roles=frozenset(permits.get("full_roles") or ()),
-            full_envs=frozenset(permits.get("full_envs") or ()), data_dir=str(self.cfg.data_dir))
+            full_envs=frozenset(permits.get("full_envs") or ()),
+            data_dir=str(self.cfg.data_dir),
+        )
 
 
 def _snapshot(cfg: Config) -> dict[str, Any]:

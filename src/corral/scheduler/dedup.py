@@ -21,6 +21,8 @@ def on_held_key(job: Job, holder: Job | None) -> KeyDecision:
     if job.dedup is DedupMode.REJECT:
         raise DuplicateJob(job.key, holder.id)
     if holder.id in job.after:
-        raise InvalidRequest(f"job cannot run --after {holder.id}: it supersedes that job "
-                             "(latest-wins on the same key would close a cycle)")
+        raise InvalidRequest(
+            f"job cannot run --after {holder.id}: it supersedes that job "
+            "(latest-wins on the same key would close a cycle)"
+        )
     return "supersede"

@@ -42,8 +42,9 @@ log = logging.getLogger("corral.dispatch")
 
 BATCH = 64  # jobs reserved per dispatch round
 # Ends that stop the job's children too (store/cascade.py).
-_REACHES_CHILDREN = frozenset({JobState.CANCELLED, JobState.KILLED, JobState.TIMED_OUT,
-                               JobState.DENIED})
+_REACHES_CHILDREN = frozenset(
+    {JobState.CANCELLED, JobState.KILLED, JobState.TIMED_OUT, JobState.DENIED}
+)
 # An attempt the shim should have ended long ago is killed by the engine too (defence in depth).
 DEADLINE_SLACK_S = 5.0
 
@@ -133,14 +134,20 @@ class DispatchStore(JobStore, EngineRegistry, Protocol):
 class Dispatcher:
     """Runs the queue against the core until cancelled (or, in drain mode, until idle)."""
 
-    def __init__(self, *, store: DispatchStore, core: CoreLink, settings: Settings,
-                 options: DispatchOptions,
-                 agents: AgentHooks | None = None,
-                 gate: RunGate | None = None,
-                 on_settled: Callable[[], None] = lambda: None,
-                 health: StoreHealth | None = None,
-                 clock: Callable[[], float] = time.time,
-                 jitter: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        *,
+        store: DispatchStore,
+        core: CoreLink,
+        settings: Settings,
+        options: DispatchOptions,
+        agents: AgentHooks | None = None,
+        gate: RunGate | None = None,
+        on_settled: Callable[[], None] = lambda: None,
+        health: StoreHealth | None = None,
+        clock: Callable[[], float] = time.time,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
         self.store = store
         self.core = core  # a link: the core may live in this process or in a supervised child
         self.settings = settings
@@ -212,8 +219,12 @@ class Dispatcher:
                 self._wake = anyio.Event()
                 try:
                     runnable = await self._tick()
-                    if drain and not runnable and not self._live and (
-                            await self._nothing_pending()):
+                    if (
+                        drain
+                        and not runnable
+                        and not self._live
+                        and (await self._nothing_pending())
+                    ):
                         break
                 except StoreError as err:  # an outage: attempts keep running, we wait it out
                     self._check_stops = True
@@ -286,8 +297,9 @@ class Dispatcher:
             return False
         roles_full, envs_full = self.core.saturated
         where = QueueFilter(exclude_roles=roles_full, exclude_envs=envs_full)
-        jobs = await self.store.reserve(engine_id=self.opts.engine_id, now=now, limit=free,
-                                        where=where)
+        jobs = await self.store.reserve(
+            engine_id=self.opts.engine_id, now=now, limit=free, where=where
+        )
         if self.gate is not None and jobs:
             jobs = await self._admit(jobs, now)
         try:
@@ -334,8 +346,9 @@ class Dispatcher:
                 admitted.append(job)
             elif v.verdict == "deny":
                 with contextlib.suppress(CorralError):
-                    await self.store.request_cancel(job.id, reason=f"{v.reason}: {v.message}",
-                                                    kind="deny", now=now)
+                    await self.store.request_cancel(
+                        job.id, reason=f"{v.reason}: {v.message}", kind="deny", now=now
+                    )
         return admitted
 
     async def _claim_all(self, jobs: list[Job], now: float) -> list[Claimed | None]:
@@ -370,24 +383,38 @@ class Dispatcher:
             permit = Rejected(reason="invalid_job", message=str(err), final=True)
         if isinstance(permit, Rejected) and permit.final:  # refused for good: it never runs
             with contextlib.suppress(CorralError):
-                await self.store.request_cancel(job.id, reason=f"{permit.reason}: "
-                                                f"{permit.message}", kind="deny", now=now)
+                await self.store.request_cancel(
+                    job.id, reason=f"{permit.reason}: {permit.message}", kind="deny", now=now
+                )
             return None
         if isinstance(permit, Rejected):
             # The job waits (it never fails for lack of a slot); the refusal is recorded once
             # per reason so a long wait does not flood its timeline.
             if self._rejected.get(job.id) != permit.reason:
                 self._rejected[job.id] = permit.reason
-                self._rejections.append(JobEvent(
-                    job_id=job.id, at=now, kind="permit_rejected", message=permit.message,
-                    attempt=index, data={"reason": permit.reason,
-                                         "retry_after_s": permit.retry_after_s}))
+                self._rejections.append(
+                    JobEvent(
+                        job_id=job.id,
+                        at=now,
+                        kind="permit_rejected",
+                        message=permit.message,
+                        attempt=index,
+                        data={"reason": permit.reason, "retry_after_s": permit.retry_after_s},
+                    )
+                )
             return None
         self._rejected.pop(job.id, None)
         attempt = Attempt(
-            id=new_id(), job_id=job.id, index=index, state=AttemptState.STARTING,
-            permit_id=permit.id, deadline_at=permit.deadline_at, created_at=now,
-            dir=str(self.opts.attempts_root / f"{job.id}.{index}"), engine_id=self.opts.engine_id)
+            id=new_id(),
+            job_id=job.id,
+            index=index,
+            state=AttemptState.STARTING,
+            permit_id=permit.id,
+            deadline_at=permit.deadline_at,
+            created_at=now,
+            dir=str(self.opts.attempts_root / f"{job.id}.{index}"),
+            engine_id=self.opts.engine_id,
+        )
         return Claimed(job=job, attempt=attempt, permit=permit)
 
     async def _report_lock_waits(self, now: float) -> None:
@@ -395,8 +422,9 @@ class Dispatcher:
         waits = await self.store.workspace_lock_waits(now)
         if waits:
             with contextlib.suppress(CorralError):
-                await self.core.control("report_metric", name="workspace_lock_wait_ms",
-                                        value=max(waits))
+                await self.core.control(
+                    "report_metric", name="workspace_lock_wait_ms", value=max(waits)
+                )
 
     async def _record_rejections(self) -> None:
         events, self._rejections = self._rejections, []
@@ -414,8 +442,11 @@ class Dispatcher:
             if live is not None:
                 self._stop_reasons[job.id] = job.cancel_requested
             kind = job.stop_kind or "cancel"
-            if job.workspace and job.cancel_requested.startswith("superseded by") and (
-                    live is None or live.stop_sent is None):
+            if (
+                job.workspace
+                and job.cancel_requested.startswith("superseded by")
+                and (live is None or live.stop_sent is None)
+            ):
                 # latest-wins churn on one workspace is something the core escalates
                 with contextlib.suppress(CorralError):
                     await self.core.control("note_superseded", workspace=job.workspace)
@@ -439,14 +470,17 @@ class Dispatcher:
 
     async def _supervise(self, c: Claimed, adopt: bool) -> None:
         live = self._live.setdefault(c.job.id, _Live(claimed=c))
-        if not adopt and self.agents is not None and self.agents.is_agent(
-                c.permit.granted.get("worker") or c.job.worker):
+        if (
+            not adopt
+            and self.agents is not None
+            and self.agents.is_agent(c.permit.granted.get("worker") or c.job.worker)
+        ):
             agents = self.agents
-            session = await self.health.retry("reading the agent's session",
-                                              lambda: agents.resume_session(c))
+            session = await self.health.retry(
+                "reading the agent's session", lambda: agents.resume_session(c)
+            )
             if session:
-                c = replace(c, job=c.job.with_(options=c.job.options.with_(
-                    resume_session=session)))
+                c = replace(c, job=c.job.with_(options=c.job.options.with_(resume_session=session)))
                 live.claimed = c
         try:
             started = await (self._adopt(c) if adopt else self.core.submit(c))
@@ -485,8 +519,12 @@ class Dispatcher:
             except CoreUnavailable:
                 raise
             except CorralError as err:
-                log.warning("attempt %s cannot be adopted yet (%s); looking again in %.0f s",
-                            c.attempt.id, err, delay)
+                log.warning(
+                    "attempt %s cannot be adopted yet (%s); looking again in %.0f s",
+                    c.attempt.id,
+                    err,
+                    delay,
+                )
             await anyio.sleep(delay)
             delay = min(delay * 2, 30.0)
 
@@ -507,10 +545,21 @@ class Dispatcher:
         role = self.settings.roles.get(c.job.role)
         policy = role.retry if role else self.settings.roles[self.settings.default_role].retry
         now = self.clock()
-        job = c.job.with_(attempts=c.attempt.index, cancel_requested=self._stop_reasons.pop(
-            c.job.id, None) or c.job.cancel_requested)
-        d = decide(RetryInput(job=job, result=result, policy=policy, stop_kind=stop_kind,
-                              runtime_limit=limit_hit, jitter=self.jitter()), now)
+        job = c.job.with_(
+            attempts=c.attempt.index,
+            cancel_requested=self._stop_reasons.pop(c.job.id, None) or c.job.cancel_requested,
+        )
+        d = decide(
+            RetryInput(
+                job=job,
+                result=result,
+                policy=policy,
+                stop_kind=stop_kind,
+                runtime_limit=limit_hit,
+                jitter=self.jitter(),
+            ),
+            now,
+        )
         if stop_kind == "kill" and result.outcome is Outcome.CANCELLED:
             result = replace(result, outcome=Outcome.KILLED)
         if d.limit_hit and not result.limit_hit:
@@ -527,14 +576,33 @@ class Dispatcher:
             except Exception:  # the trace is best effort; the result is not
                 log.exception("writing the agent trace of %s failed", c.attempt.id)
         fault = result.fault.value if result.fault else None
-        events = [JobEvent(job_id=c.job.id, at=now, kind="attempt_ended", attempt=c.attempt.index,
-                           message=result.describe() + (
-                               f" ({fault} failure)" if fault and fault != "job" else ""),
-                           data={"outcome": result.outcome.value, "exit_code": result.exit_code,
-                                 "signal": result.signal, "cost_usd": result.cost_usd,
-                                 "fault": fault})]
-        await self._write(finished=Finish(attempt=c.attempt, result=result, job_state=d.state,
-                                          retry_at=d.retry_at, error=d.error, events=events))
+        events = [
+            JobEvent(
+                job_id=c.job.id,
+                at=now,
+                kind="attempt_ended",
+                attempt=c.attempt.index,
+                message=result.describe()
+                + (f" ({fault} failure)" if fault and fault != "job" else ""),
+                data={
+                    "outcome": result.outcome.value,
+                    "exit_code": result.exit_code,
+                    "signal": result.signal,
+                    "cost_usd": result.cost_usd,
+                    "fault": fault,
+                },
+            )
+        ]
+        await self._write(
+            finished=Finish(
+                attempt=c.attempt,
+                result=result,
+                job_state=d.state,
+                retry_at=d.retry_at,
+                error=d.error,
+                events=events,
+            )
+        )
         if d.retry_at is not None:
             self._retry_due = min(d.retry_at, self._retry_due or d.retry_at)
         self._live.pop(c.job.id, None)
@@ -557,12 +625,14 @@ class Dispatcher:
         if not found:
             return 0
         engines = {e.id: e for e in await self.store.engines()} if self.opts.shared else {}
-        picked = [(j, a, why) for j, a in found
-                  if (why := self._orphaned(j, a, engines.get(a.engine_id), now)) is not None]
+        picked = [
+            (j, a, why)
+            for j, a in found
+            if (why := self._orphaned(j, a, engines.get(a.engine_id), now)) is not None
+        ]
         me = self.opts.engine_id
         fence = sorted({a.engine_id for _, a, _ in picked if a.engine_id != me})
-        taken = set(await self.store.take_over(me, [a for _, a, _ in picked], fence=fence,
-                                               now=now))
+        taken = set(await self.store.take_over(me, [a for _, a, _ in picked], fence=fence, now=now))
         events = []
         for job, attempt, why in picked:
             if attempt.id not in taken:
@@ -573,16 +643,22 @@ class Dispatcher:
             far = self.opts.shared and (owner is None or owner.host != self.opts.host)
             self._live[job.id] = _Live(claimed=c, lost_why=why if far else None)
             self._tg.start_soon(self._supervise, c, True)
-            events.append(JobEvent(job_id=job.id, at=now, kind="recovered",
-                                   attempt=attempt.index, message=why,
-                                   data={"from_engine": attempt.engine_id, "engine": me}))
+            events.append(
+                JobEvent(
+                    job_id=job.id,
+                    at=now,
+                    kind="recovered",
+                    attempt=attempt.index,
+                    message=why,
+                    data={"from_engine": attempt.engine_id, "engine": me},
+                )
+            )
         if events:
             with contextlib.suppress(StoreError):  # the timeline line is not worth a retry
                 await self.store.append_events(events)
         return len(events)
 
-    def _orphaned(self, job: Job, a: Attempt, owner: EngineInfo | None,
-                  now: float) -> str | None:
+    def _orphaned(self, job: Job, a: Attempt, owner: EngineInfo | None, now: float) -> str | None:
         """Why this engine takes the attempt over, or None when it must leave it alone."""
         if a.engine_id == self.opts.engine_id:  # our start committed, its answer got lost
             return "found in flight after a store outage; handed back to the core"
@@ -591,10 +667,12 @@ class Dispatcher:
         here = owner is not None and owner.host == self.opts.host
         if here and _under(a.dir, self.opts.attempts_root):
             # an earlier engine of this data directory (we hold its lock: it is gone)
-            return (f"engine {a.engine_id} served this data directory before; taken over at "
-                    "restart")
-        if owner is not None and owner.fenced_at is None and (
-                owner.heartbeat_at >= now - self.opts.stale_s):
+            return f"engine {a.engine_id} served this data directory before; taken over at restart"
+        if (
+            owner is not None
+            and owner.fenced_at is None
+            and (owner.heartbeat_at >= now - self.opts.stale_s)
+        ):
             return None  # its engine is alive
         if here:  # its shim, its lock and its result are on this host: adopt or collect
             return f"engine {a.engine_id} stopped heart-beating; taken over by a peer"
@@ -602,8 +680,10 @@ class Dispatcher:
         # has stopped it, so a retry cannot run beside it.
         if now > a.deadline_at + job.limits.grace_s + DEADLINE_SLACK_S:
             where = owner.host if owner is not None else "an unknown host"
-            return (f"engine {a.engine_id} on {where} stopped heart-beating and the attempt's "
-                    "deadline has passed; its end cannot be seen from here")
+            return (
+                f"engine {a.engine_id} on {where} stopped heart-beating and the attempt's "
+                "deadline has passed; its end cannot be seen from here"
+            )
         return None
 
     async def core_restarted(self) -> None:
@@ -619,8 +699,9 @@ class Dispatcher:
 
     # ---- batched writes ------------------------------------------------------------------
 
-    async def _write(self, *, started: tuple[Attempt, AttemptRef] | None = None,
-                     finished: Finish | None = None) -> None:
+    async def _write(
+        self, *, started: tuple[Attempt, AttemptRef] | None = None, finished: Finish | None = None
+    ) -> None:
         batch = self._batch
         if started is not None:
             batch.started.append(started)
@@ -648,8 +729,12 @@ class Dispatcher:
             # (STARTING → terminal is an edge of the lifecycle), its pid written with the end:
             # one write less per short job.
             pids = dict((a.id, ref.pid) for a, ref in batch.started)
-            finished = [replace(f, attempt=replace(f.attempt, pid=pids[f.attempt.id]))
-                        if f.attempt.id in pids else f for f in batch.finished]
+            finished = [
+                replace(f, attempt=replace(f.attempt, pid=pids[f.attempt.id]))
+                if f.attempt.id in pids
+                else f
+                for f in batch.finished
+            ]
             ending = {f.attempt.id for f in finished}
             started = [s for s in batch.started if s[0].id not in ending]
             # An outage is waited out: the write is tried again until the store answers (the
@@ -682,6 +767,14 @@ def _under(attempt_dir: str, root: Path) -> bool:
 def _adopted_permit(job: Job, attempt: Attempt) -> Permit:
     """The scheduler's view of a recovered attempt's permit (the core re-registers the real one;
     this copy only carries the deadline and grace the dispatcher's backstop uses)."""
-    return Permit(id=attempt.permit_id, job_id=job.id, attempt_index=attempt.index,
-                  issued_at=attempt.created_at, deadline_at=attempt.deadline_at,
-                  grace_s=job.limits.grace_s, granted={}, breaker="", seal="")
+    return Permit(
+        id=attempt.permit_id,
+        job_id=job.id,
+        attempt_index=attempt.index,
+        issued_at=attempt.created_at,
+        deadline_at=attempt.deadline_at,
+        grace_s=job.limits.grace_s,
+        granted={},
+        breaker="",
+        seal="",
+    )

@@ -32,8 +32,9 @@ class StoreHealth:
     (one kind of write may fail while a small one still passes: that is not the end of it); it
     is logged once when it begins and once when it ends."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time,
-                 jitter: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, jitter: Callable[[], float] = random.random
+    ) -> None:
         self.clock = clock
         self.jitter = jitter
         self.since: float | None = None  # when the current outage began
@@ -58,8 +59,12 @@ class StoreHealth:
         if self.since is None:
             self.since = self.clock()
             self.outages += 1
-            log.error("store unavailable (%s: %s): running attempts keep running; writes are "
-                      "retried until it answers", what, err)
+            log.error(
+                "store unavailable (%s: %s): running attempts keep running; writes are "
+                "retried until it answers",
+                what,
+                err,
+            )
         delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * float(2 ** min(tries - 1, 10)))
         return delay * (0.5 + self.jitter() / 2)
 
@@ -67,15 +72,23 @@ class StoreHealth:
         """The store call `what` succeeded: the outage ends once nothing fails any more."""
         if self._failing.pop(what, None) is None or self._failing or self.since is None:
             return
-        log.warning("store answers again after %.1f s and %d failed tries: writes resumed",
-                    self.clock() - self.since, self.failures)
+        log.warning(
+            "store answers again after %.1f s and %d failed tries: writes resumed",
+            self.clock() - self.since,
+            self.failures,
+        )
         self.since = None
         self.error = ""
         self.failures = 0
 
     def snapshot(self) -> dict[str, Any]:
-        return {"degraded": self.degraded, "since": self.since, "error": self.error or None,
-                "failed_tries": self.failures, "outages": self.outages}
+        return {
+            "degraded": self.degraded,
+            "since": self.since,
+            "error": self.error or None,
+            "failed_tries": self.failures,
+            "outages": self.outages,
+        }
 
     async def retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """`call()` until it does not fail with a StoreError, waiting with backoff between."""

@@ -64,25 +64,41 @@ def decide(inp: RetryInput, now: float) -> RetryDecision:
     # whatever it printed last, the run is over.
     runtime = inp.runtime_limit or (r.limit_hit if r.limit_hit in WORKER_LIMITS else None)
     if runtime:
-        return RetryDecision(state=JobState.FAILED, retry_at=None,
-                             error=f"runtime limit reached: {runtime}", limit_hit=runtime)
+        return RetryDecision(
+            state=JobState.FAILED,
+            retry_at=None,
+            error=f"runtime limit reached: {runtime}",
+            limit_hit=runtime,
+        )
     if r.succeeded:
         return RetryDecision(state=JobState.SUCCEEDED, retry_at=None, error=None)
     error = r.describe()
     if inp.stop_kind or r.outcome in (Outcome.CANCELLED, Outcome.KILLED):
         killed = inp.stop_kind == "kill" or r.outcome is Outcome.KILLED
-        return RetryDecision(state=JobState.KILLED if killed else JobState.CANCELLED,
-                             retry_at=None, error=job.cancel_requested or error,
-                             limit_hit=r.limit_hit)
+        return RetryDecision(
+            state=JobState.KILLED if killed else JobState.CANCELLED,
+            retry_at=None,
+            error=job.cancel_requested or error,
+            limit_hit=r.limit_hit,
+        )
     limit = r.limit_hit or ("max_duration_s" if r.outcome is Outcome.TIMED_OUT else None)
     if not retryable(r, inp.policy):
         final = JobState.TIMED_OUT if r.outcome is Outcome.TIMED_OUT else JobState.FAILED
         return RetryDecision(state=final, retry_at=None, error=error, limit_hit=limit)
     if job.attempts >= job.limits.max_attempts:
-        return RetryDecision(state=JobState.DEAD_LETTERED, retry_at=None, limit_hit=limit,
-                             error=f"{error} (attempt {job.attempts} of "
-                                   f"{job.limits.max_attempts}; retries exhausted)",
-                             retryable=True)
+        return RetryDecision(
+            state=JobState.DEAD_LETTERED,
+            retry_at=None,
+            limit_hit=limit,
+            error=f"{error} (attempt {job.attempts} of "
+            f"{job.limits.max_attempts}; retries exhausted)",
+            retryable=True,
+        )
     delay = backoff_s(inp.policy, job.attempts, inp.jitter)
-    return RetryDecision(state=JobState.RETRY_WAIT, retry_at=now + delay, error=error,
-                         limit_hit=limit, retryable=True)
+    return RetryDecision(
+        state=JobState.RETRY_WAIT,
+        retry_at=now + delay,
+        error=error,
+        limit_hit=limit,
+        retryable=True,
+    )

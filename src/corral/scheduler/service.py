@@ -38,8 +38,7 @@ class Seat(StrEnum):
     JOIN = "join"  # coalesced: the submission returns the occupant
 
 
-def workspace_seat(job: Job, policy: WorkspacePolicy, occupant: Job | None,
-                   held: bool) -> Seat:
+def workspace_seat(job: Job, policy: WorkspacePolicy, occupant: Job | None, held: bool) -> Seat:
     """A workspace policy decision.
 
     `occupant` is the job the workspace belongs to now: its lock holder (`held`), else the first
@@ -54,19 +53,28 @@ def workspace_seat(job: Job, policy: WorkspacePolicy, occupant: Job | None,
         # coalesce into a job that is going away; queue behind it until it has let go.
         return Seat.WAIT if held else Seat.QUEUE
     if policy is WorkspacePolicy.REJECT:
-        raise Conflict(f"workspace {job.workspace} is held by job {occupant.id} "
-                       f"({occupant.state.value}); role {job.role} has workspace_policy reject")
+        raise Conflict(
+            f"workspace {job.workspace} is held by job {occupant.id} "
+            f"({occupant.state.value}); role {job.role} has workspace_policy reject"
+        )
     if policy is WorkspacePolicy.COALESCE:
         return Seat.JOIN
     return Seat.WAIT if held else Seat.QUEUE
 
 
-def queue_full(*, queued: int, bound: int, env: str | None, started: int,
-               admission: Admission) -> Backpressure:
+def queue_full(
+    *, queued: int, bound: int, env: str | None, started: int, admission: Admission
+) -> Backpressure:
     """The refusal of a submission past a queue bound: one line naming the bound and its key."""
-    after = retry_after_s(started=started, window_s=admission.rate_window_s,
-                          fallback_s=admission.retry_after_s)
-    where, key = ((f" in environment {env}", f"environments.{env}.max_queued") if env
-                  else ("", "scheduler.max_queued"))
-    return Backpressure(f"queue full: {queued} jobs queued{where} (max {bound}, {key}); "
-                        f"retry after {after:g} s", after)
+    after = retry_after_s(
+        started=started, window_s=admission.rate_window_s, fallback_s=admission.retry_after_s
+    )
+    where, key = (
+        (f" in environment {env}", f"environments.{env}.max_queued")
+        if env
+        else ("", "scheduler.max_queued")
+    )
+    return Backpressure(
+        f"queue full: {queued} jobs queued{where} (max {bound}, {key}); retry after {after:g} s",
+        after,
+    )

@@ -55,8 +55,13 @@ def clock(at: float, now: float) -> str:
 
 def _span(seconds: float) -> str:
     s = max(0, round(seconds))
-    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else \
-        f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return (
+        f"{s}s"
+        if s < 60
+        else f"{s // 60}m{s % 60:02d}s"
+        if s < 3600
+        else f"{s // 3600}h{s % 3600 // 60:02d}m"
+    )
 
 
 def why(f: WaitFacts) -> Wait:
@@ -68,26 +73,32 @@ def why(f: WaitFacts) -> Wait:
         where = f" {f.data_dir}" if f.data_dir else " this data directory"
         return Wait(code="no_engine", text=f"no engine is serving{where}: start `corral serve`")
     if j.state is JobState.AWAITING_APPROVAL:
-        return Wait(code="awaiting_approval",
-                    text=f"awaiting a human's approval: corral approvals list --job {j.id}")
+        return Wait(
+            code="awaiting_approval",
+            text=f"awaiting a human's approval: corral approvals list --job {j.id}",
+        )
     if j.state is JobState.RETRY_WAIT:
         at = j.retry_at or f.now
-        return Wait(code="retry_wait", until=at,
-                    text=f"attempt {j.attempts} of {j.limits.max_attempts} failed "
-                         f"({_clip(j.last_error or 'no error')}); next at {clock(at, f.now)}")
+        return Wait(
+            code="retry_wait",
+            until=at,
+            text=f"attempt {j.attempts} of {j.limits.max_attempts} failed "
+            f"({_clip(j.last_error or 'no error')}); next at {clock(at, f.now)}",
+        )
     if j.state is JobState.STARTING:
         return Wait(code="starting", text=f"starting attempt {j.attempts}")
     if j.state is JobState.RUNNING:
-        return Wait(code="running", text=f"running attempt {j.attempts} of "
-                                         f"{j.limits.max_attempts}")
+        return Wait(code="running", text=f"running attempt {j.attempts} of {j.limits.max_attempts}")
     return _queued(f)
 
 
 def _queued(f: WaitFacts) -> Wait:
     j = f.job
     if j.deps_pending:
-        return Wait(code="dependencies",
-                    text=f"waiting for {j.deps_pending} job(s) it runs --after to succeed")
+        return Wait(
+            code="dependencies",
+            text=f"waiting for {j.deps_pending} job(s) it runs --after to succeed",
+        )
     if f.pauses:
         p = f.pauses[0]
         scope = p.scope.value if p.target is None else f"{p.scope.value} {p.target}"
@@ -97,8 +108,10 @@ def _queued(f: WaitFacts) -> Wait:
         return refused
     if j.role in f.full_roles or j.env_name in f.full_envs:
         what = f"role {j.role}" if j.role in f.full_roles else f"environment {j.env_name}"
-        return Wait(code="at_capacity", text=f"{what} is at its concurrency cap: waits for a "
-                                             "running job to end")
+        return Wait(
+            code="at_capacity",
+            text=f"{what} is at its concurrency cap: waits for a running job to end",
+        )
     if f.ahead:
         return Wait(code="queued", text=f"queued behind {f.ahead} job(s)")
     return Wait(code="queued", text="queued: next to start")
@@ -115,8 +128,11 @@ def _refused(f: WaitFacts) -> Wait | None:
     after = e.data.get("retry_after_s")
     until = e.at + float(after) if isinstance(after, int | float) else None
     tail = f"; again at {clock(until, f.now)}" if until is not None and until > f.now else ""
-    return Wait(code="permit_refused", until=until,
-                text=f"the core refuses a permit ({reason}): {_clip(e.message)}{tail}")
+    return Wait(
+        code="permit_refused",
+        until=until,
+        text=f"the core refuses a permit ({reason}): {_clip(e.message)}{tail}",
+    )
 
 
 def _breaker(f: WaitFacts, e: JobEvent) -> Wait:
@@ -125,17 +141,21 @@ def _breaker(f: WaitFacts, e: JobEvent) -> Wait:
     if live is not None and live.get("state") == "CLOSED":
         return Wait(code="queued", text=f"breaker {name} closed again: next round starts it")
     if live is not None and live.get("state") == "HALF_OPEN":
-        return Wait(code="breaker_open", text=f"breaker {name} is HALF_OPEN: one probe runs "
-                                              "first, the rest wait for its result")
+        return Wait(
+            code="breaker_open",
+            text=f"breaker {name} is HALF_OPEN: one probe runs first, the rest wait for its result",
+        )
     after = (live or {}).get("retry_after_s", e.data.get("retry_after_s"))
     at = f.now if live is not None else e.at
     until = at + float(after) if isinstance(after, int | float) else None
     when = f" until {clock(until, f.now)}" if until is not None else ""
-    return Wait(code="breaker_open", until=until,
-                text=f"breaker {name} is OPEN{when}: its worker failed; `corral breakers` shows "
-                     "why")
+    return Wait(
+        code="breaker_open",
+        until=until,
+        text=f"breaker {name} is OPEN{when}: its worker failed; `corral breakers` shows why",
+    )
 
 
 def _clip(text: str, width: int = 80) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"

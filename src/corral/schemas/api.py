@@ -28,21 +28,31 @@ class JobCreate(Body):
     """`POST /api/v1/jobs`: what `corral submit` takes. Give `command` (an argv list) or
     `prompt` (for an agent worker). Fields left out take the role's defaults."""
 
-    model_config = ConfigDict(json_schema_extra={"anyOf": [
-        {"required": ["command"], "properties": {"command": {"minItems": 1}}},
-        {"required": ["prompt"], "properties": {"prompt": {"type": "string", "minLength": 1}}}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["command"], "properties": {"command": {"minItems": 1}}},
+                {
+                    "required": ["prompt"],
+                    "properties": {"prompt": {"type": "string", "minLength": 1}},
+                },
+            ]
+        }
+    )
 
     command: list[Annotated[str, Field(max_length=bounds.MAX_PROMPT_BYTES)]] = Field(
-        default_factory=list, max_length=10_000)
+        default_factory=list, max_length=10_000
+    )
     prompt: str | None = Field(None, min_length=1, max_length=bounds.MAX_PROMPT_BYTES)
     role: Name | None = None
     env_name: Name | None = Field(None, description="The environment to run in.")
     priority: int = Field(2, ge=bounds.MIN_PRIORITY, le=bounds.MAX_PRIORITY)
     tenant: Name | None = Field(None, description="Another tenant than the token's: admin only.")
     dedup: DedupMode = DedupMode.COALESCE
-    env: dict[Annotated[str, Field(min_length=1, max_length=1000)],
-              Annotated[str, Field(max_length=1 << 16)]] = Field(default_factory=dict,
-                                                                  max_length=1000)
+    env: dict[
+        Annotated[str, Field(min_length=1, max_length=1000)],
+        Annotated[str, Field(max_length=1 << 16)],
+    ] = Field(default_factory=dict, max_length=1000)
     timeout_s: float | None = Field(None, gt=0, le=bounds.MAX_TIMEOUT_S)
     max_attempts: int | None = Field(None, ge=1, le=bounds.MAX_ATTEMPTS)
     after: list[Name] = Field(default_factory=list, max_length=1000)
@@ -94,12 +104,18 @@ class Health(View):
 class PurgeBody(Body):
     """`POST /api/v1/dlq/purge`: the jobs to purge, or `all` of the tenant's."""
 
-    model_config = ConfigDict(json_schema_extra={"anyOf": [
-        {"required": ["jobs"], "properties": {"jobs": {"minItems": 1}}},
-        {"required": ["all"], "properties": {"all": {"const": True}}}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["jobs"], "properties": {"jobs": {"minItems": 1}}},
+                {"required": ["all"], "properties": {"all": {"const": True}}},
+            ]
+        }
+    )
 
     jobs: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
-        default_factory=list, max_length=10_000)
+        default_factory=list, max_length=10_000
+    )
     all: bool = False
 
 
@@ -150,9 +166,14 @@ class DarkLaunchBody(Body):
     """`POST /api/v1/dark-launches/{workflow}`: enable at `percentage`, or disable
     (`enabled: false`, the percentage kept)."""
 
-    model_config = ConfigDict(json_schema_extra={"anyOf": [
-        {"required": ["percentage"], "properties": {"percentage": {"type": "integer"}}},
-        {"required": ["enabled"], "properties": {"enabled": {"const": False}}}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["percentage"], "properties": {"percentage": {"type": "integer"}}},
+                {"required": ["enabled"], "properties": {"enabled": {"const": False}}},
+            ]
+        }
+    )
 
     enabled: bool = True
     percentage: int | None = Field(None, ge=0, le=100)
@@ -168,10 +189,18 @@ class IntentCreate(JobCreate):
     """`POST /agentops/intents`: a job's body; or a notebook's `{source, environment}`, accepted
     by the schema but refused (422) until a notebook worker exists."""
 
-    model_config = ConfigDict(json_schema_extra={"anyOf": [
-        {"required": ["command"], "properties": {"command": {"minItems": 1}}},
-        {"required": ["prompt"], "properties": {"prompt": {"type": "string", "minLength": 1}}},
-        {"required": ["source"]}]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["command"], "properties": {"command": {"minItems": 1}}},
+                {
+                    "required": ["prompt"],
+                    "properties": {"prompt": {"type": "string", "minLength": 1}},
+                },
+                {"required": ["source"]},
+            ]
+        }
+    )
 
     source: str | None = Field(None, max_length=bounds.MAX_PROMPT_BYTES)
     environment: dict[str, str] | None = Field(None, max_length=1000)

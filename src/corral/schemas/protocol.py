@@ -37,12 +37,20 @@ class Projection(Generic[T]):
     A field has the dataclass's type and default; `overrides` gives (type, default) where the
     wire differs (a job's options are their JSON object; fields a sender may leave out)."""
 
-    def __init__(self, cls: type[T], name: str, names: tuple[str, ...], *,
-                 overrides: Mapping[str, tuple[Any, Any]] | None = None, doc: str = "") -> None:
+    def __init__(
+        self,
+        cls: type[T],
+        name: str,
+        names: tuple[str, ...],
+        *,
+        overrides: Mapping[str, tuple[Any, Any]] | None = None,
+        doc: str = "",
+    ) -> None:
         hints = typing.get_type_hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         spec: dict[str, Any] = {
-            n: (overrides or {}).get(n) or (hints[n], _default(fields[n])) for n in names}
+            n: (overrides or {}).get(n) or (hints[n], _default(fields[n])) for n in names
+        }
         self.names = names
         self.model: type[BaseModel] = create_model(name, __base__=_Wire, __doc__=doc, **spec)
 
@@ -67,22 +75,70 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 _OPTIONAL = (str | None, None)  # a field the sender may leave out
 
 JOB: Projection[dm.Job] = Projection(
-    dm.Job, "ProtocolJob",
-    ("id", "state", "role", "worker", "env_name", "priority", "tenant", "command", "prompt",
-     "cwd", "env", "options", "limits", "key", "dedup", "workspace", "parent_id", "depth",
-     "created_at", "updated_at", "sort_at", "attempts", "cancel_requested", "stop_kind"),
-    overrides={"prompt": _OPTIONAL, "cwd": _OPTIONAL, "key": _OPTIONAL,
-               "workspace": _OPTIONAL, "parent_id": _OPTIONAL, "depth": (int, 0),
-               "dedup": (DedupMode, DedupMode.COALESCE),
-               "env": (dict[str, str], Field(default_factory=dict)),
-               "options": (dict[str, Any], Field(
-                   default_factory=dict, description="Only the options that are set "
-                   "(domain/models.py JobOptions); keys a reader does not know are kept."))},
+    dm.Job,
+    "ProtocolJob",
+    (
+        "id",
+        "state",
+        "role",
+        "worker",
+        "env_name",
+        "priority",
+        "tenant",
+        "command",
+        "prompt",
+        "cwd",
+        "env",
+        "options",
+        "limits",
+        "key",
+        "dedup",
+        "workspace",
+        "parent_id",
+        "depth",
+        "created_at",
+        "updated_at",
+        "sort_at",
+        "attempts",
+        "cancel_requested",
+        "stop_kind",
+    ),
+    overrides={
+        "prompt": _OPTIONAL,
+        "cwd": _OPTIONAL,
+        "key": _OPTIONAL,
+        "workspace": _OPTIONAL,
+        "parent_id": _OPTIONAL,
+        "depth": (int, 0),
+        "dedup": (DedupMode, DedupMode.COALESCE),
+        "env": (dict[str, str], Field(default_factory=dict)),
+        "options": (
+            dict[str, Any],
+            Field(
+                default_factory=dict,
+                description="Only the options that are set "
+                "(domain/models.py JobOptions); keys a reader does not know are kept.",
+            ),
+        ),
+    },
     doc="A job as the scheduler hands it to the core: what decides what runs and what it is "
-        "charged to, and the bookkeeping the core's checks read.")
+    "charged to, and the bookkeeping the core's checks read.",
+)
 
 ATTEMPT: Projection[dm.Attempt] = Projection(
-    dm.Attempt, "ProtocolAttempt",
-    ("id", "job_id", "index", "state", "permit_id", "deadline_at", "created_at", "dir",
-     "engine_id", "pid"),
-    doc="An attempt as the scheduler created it, before it runs.")
+    dm.Attempt,
+    "ProtocolAttempt",
+    (
+        "id",
+        "job_id",
+        "index",
+        "state",
+        "permit_id",
+        "deadline_at",
+        "created_at",
+        "dir",
+        "engine_id",
+        "pid",
+    ),
+    doc="An attempt as the scheduler created it, before it runs.",
+)

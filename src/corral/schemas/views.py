@@ -66,11 +66,23 @@ class Job(View):
 
     @classmethod
     def fields_of(cls, j: dm.Job) -> dict[str, Any]:
-        return {"id": j.id, "state": j.state, "role": j.role, "priority": j.priority,
-                "attempts": j.attempts, "worker": j.worker, "env": j.env_name,
-                "tenant": j.tenant, "command": list(j.command), "key": j.key,
-                "created_at": iso_time(j.created_at), "updated_at": iso_time(j.updated_at),
-                "exit_code": j.exit_code, "last_error": j.last_error, "limit_hit": j.limit_hit}
+        return {
+            "id": j.id,
+            "state": j.state,
+            "role": j.role,
+            "priority": j.priority,
+            "attempts": j.attempts,
+            "worker": j.worker,
+            "env": j.env_name,
+            "tenant": j.tenant,
+            "command": list(j.command),
+            "key": j.key,
+            "created_at": iso_time(j.created_at),
+            "updated_at": iso_time(j.updated_at),
+            "exit_code": j.exit_code,
+            "last_error": j.last_error,
+            "limit_hit": j.limit_hit,
+        }
 
     @classmethod
     def of(cls, j: dm.Job) -> Self:
@@ -106,18 +118,31 @@ class JobDetail(Job):
     @classmethod
     def fields_of(cls, j: dm.Job) -> dict[str, Any]:
         lim = j.limits
-        return {**super().fields_of(j),
-                "max_attempts": lim.max_attempts, "timeout_s": lim.timeout_s,
-                "grace_s": lim.grace_s, "dedup": j.dedup, "after": list(j.after),
-                "cwd": j.cwd, "retry_at": iso_time(j.retry_at),
-                "cancel_requested": j.cancel_requested, "stop_kind": j.stop_kind,
-                "requeued_from": j.requeued_from, "dlq_resolution": j.dlq_resolution,
-                "parent_id": j.parent_id, "depth": j.depth, "workspace": j.workspace,
-                "deps_pending": j.deps_pending, "prompt": j.prompt,
-                "max_tool_calls": lim.max_tool_calls, "token_budget_in": lim.token_budget_in,
-                "token_budget_out": lim.token_budget_out,
-                "resume_from": j.options.resume_from,
-                "secret_env": list(j.options.secret_env), "detached": j.options.detached}
+        return {
+            **super().fields_of(j),
+            "max_attempts": lim.max_attempts,
+            "timeout_s": lim.timeout_s,
+            "grace_s": lim.grace_s,
+            "dedup": j.dedup,
+            "after": list(j.after),
+            "cwd": j.cwd,
+            "retry_at": iso_time(j.retry_at),
+            "cancel_requested": j.cancel_requested,
+            "stop_kind": j.stop_kind,
+            "requeued_from": j.requeued_from,
+            "dlq_resolution": j.dlq_resolution,
+            "parent_id": j.parent_id,
+            "depth": j.depth,
+            "workspace": j.workspace,
+            "deps_pending": j.deps_pending,
+            "prompt": j.prompt,
+            "max_tool_calls": lim.max_tool_calls,
+            "token_budget_in": lim.token_budget_in,
+            "token_budget_out": lim.token_budget_out,
+            "resume_from": j.options.resume_from,
+            "secret_env": list(j.options.secret_env),
+            "detached": j.options.detached,
+        }
 
 
 class Attempt(View):
@@ -140,11 +165,22 @@ class Attempt(View):
 
     @classmethod
     def of(cls, a: dm.Attempt) -> Attempt:
-        return cls(index=a.index, id=a.id, state=a.state, exit_code=a.exit_code,
-                   signal=a.signal, outcome=a.outcome.value if a.outcome else None,
-                   started=iso_time(a.started_at), ended=iso_time(a.ended_at), pid=a.pid,
-                   error=a.error, limit_hit=a.limit_hit, permit_id=a.permit_id,
-                   deadline_at=iso_time(a.deadline_at), log_dir=a.dir)
+        return cls(
+            index=a.index,
+            id=a.id,
+            state=a.state,
+            exit_code=a.exit_code,
+            signal=a.signal,
+            outcome=a.outcome.value if a.outcome else None,
+            started=iso_time(a.started_at),
+            ended=iso_time(a.ended_at),
+            pid=a.pid,
+            error=a.error,
+            limit_hit=a.limit_hit,
+            permit_id=a.permit_id,
+            deadline_at=iso_time(a.deadline_at),
+            log_dir=a.dir,
+        )
 
 
 class JobEvent(View):
@@ -160,8 +196,15 @@ class JobEvent(View):
 
     @classmethod
     def of(cls, e: dm.JobEvent) -> JobEvent:
-        return cls(at=iso_time(e.at), kind=e.kind, from_=e.from_state, to=e.to_state,
-                   attempt=e.attempt, message=e.message, data=dict(e.data))
+        return cls(
+            at=iso_time(e.at),
+            kind=e.kind,
+            from_=e.from_state,
+            to=e.to_state,
+            attempt=e.attempt,
+            message=e.message,
+            data=dict(e.data),
+        )
 
 
 class ToolCall(View):
@@ -224,9 +267,18 @@ class PolicyEvaluation(View):
 
     @classmethod
     def of(cls, e: da.PolicyEvaluation) -> PolicyEvaluation:
-        return cls(id=e.id, at=iso_time(e.at), job=e.job_id, attempt=e.attempt, stage=e.stage,
-                   subject=e.subject, verdict=e.verdict, reason=e.reason, message=e.message,
-                   inputs=dict(e.inputs))
+        return cls(
+            id=e.id,
+            at=iso_time(e.at),
+            job=e.job_id,
+            attempt=e.attempt,
+            stage=e.stage,
+            subject=e.subject,
+            verdict=e.verdict,
+            reason=e.reason,
+            message=e.message,
+            inputs=dict(e.inputs),
+        )
 
 
 class JobShow(JobDetail):
@@ -312,10 +364,17 @@ class Token(View):
 
     @classmethod
     def fields_of(cls, t: dt_.ApiToken) -> dict[str, Any]:
-        return {"id": t.id, "name": t.name, "tenant": t.tenant, "scopes": list(t.scopes),
-                "created_at": iso_time(t.created_at), "created_by": t.created_by,
-                "expires_at": iso_time(t.expires_at), "revoked_at": iso_time(t.revoked_at),
-                "revoked_by": t.revoked_by}
+        return {
+            "id": t.id,
+            "name": t.name,
+            "tenant": t.tenant,
+            "scopes": list(t.scopes),
+            "created_at": iso_time(t.created_at),
+            "created_by": t.created_by,
+            "expires_at": iso_time(t.expires_at),
+            "revoked_at": iso_time(t.revoked_at),
+            "revoked_by": t.revoked_by,
+        }
 
     @classmethod
     def of(cls, t: dt_.ApiToken) -> Token:
@@ -362,8 +421,12 @@ Approval = record_model(dg.Approval)
 Incident = record_model(dg.Incident)
 RunReportRecord = record_model(dg.RunReport)
 RECORDS: Mapping[type, type[View]] = {
-    dg.KillSwitch: KillSwitch, dg.Pause: Pause, dg.Approval: Approval, dg.Incident: Incident,
-    dg.RunReport: RunReportRecord}
+    dg.KillSwitch: KillSwitch,
+    dg.Pause: Pause,
+    dg.Approval: Approval,
+    dg.Incident: Incident,
+    dg.RunReport: RunReportRecord,
+}
 
 
 def record(value: Any) -> View:
@@ -390,8 +453,10 @@ class NoReport(View):
 
 
 UnifiedRun = dataclass_model(
-    dg.UnifiedRun, "`runs`: one row of the unified read model (times as epoch seconds, as "
-    "stored).", iso_times=False)
+    dg.UnifiedRun,
+    "`runs`: one row of the unified read model (times as epoch seconds, as stored).",
+    iso_times=False,
+)
 
 
 class AuditReport(View):
@@ -539,13 +604,17 @@ class GuardCheck(View):
     reason: str
     rule_id: str | None
     decided_by: str
-    scope_rule: str | None = Field(default=None, description="Only for a tool call: the "
-                                   "scope rule that decided, if the scope did.")
+    scope_rule: str | None = Field(
+        default=None,
+        description="Only for a tool call: the scope rule that decided, if the scope did.",
+    )
     command: str | None
     message: str
     approval_subject: str | None
     approval_digest: str | None
-    shell: str | None = Field(default=None, description="Only for a tool call: the shell "
-                              "its command is read as.")
-    cwd: str | None = Field(default=None, description="Only for a tool call: the directory "
-                            "it runs in.")
+    shell: str | None = Field(
+        default=None, description="Only for a tool call: the shell its command is read as."
+    )
+    cwd: str | None = Field(
+        default=None, description="Only for a tool call: the directory it runs in."
+    )

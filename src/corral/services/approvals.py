@@ -10,8 +10,9 @@ from corral.services import Wake
 from corral.services.submissions import active_submissions
 
 
-async def list_approvals(store: JobGovernance, *, state: str | None,
-                         job: str | None) -> list[Approval]:
+async def list_approvals(
+    store: JobGovernance, *, state: str | None, job: str | None
+) -> list[Approval]:
     """Approvals, oldest first; `state` one of ApprovalState's values (None: every state),
     `job` a job id or a unique prefix or suffix of one."""
     job_id = (await store.get_job(job)).id if job else None
@@ -22,8 +23,16 @@ async def list_approvals(store: JobGovernance, *, state: str | None,
     return await store.approvals(job_id=job_id, state=wanted)
 
 
-async def decide(store: Operations, local: Config, approval_id: str, *, approve: bool, by: str,
-                 wake: Wake, note: str = "") -> Approval:
+async def decide(
+    store: Operations,
+    local: Config,
+    approval_id: str,
+    *,
+    approve: bool,
+    by: str,
+    wake: Wake,
+    note: str = "",
+) -> Approval:
     """`by`'s decision on an approval, against the engine's roles and scheduler settings: a run
     approval releases its job to the queue or denies it; a waiting agent learns it when the
     engine looks."""

@@ -22,8 +22,9 @@ class Cancelled:
     engine_answered: bool
 
 
-async def cancel(store: JobGovernance, config: Config, ref: str, *, reason: str, caller: str | None,
-                 wake: Wake) -> Cancelled:
+async def cancel(
+    store: JobGovernance, config: Config, ref: str, *, reason: str, caller: str | None, wake: Wake
+) -> Cancelled:
     """Cancel a job (Conflict when it has already ended). One of the engine's jobs (`caller`)
     may cancel itself and the jobs it submitted (its descendants), not anyone else's:
     NotPermitted. `caller` None: the operator, who may cancel any job."""
@@ -40,5 +41,7 @@ async def _check_descendant(store: JobStore, ref: str, caller: str) -> None:
         seen.add(cursor.id)
         cursor = await store.get_job(cursor.parent_id)
     if cursor.id != caller:
-        raise NotPermitted(f"refused: job {caller} may cancel itself and the jobs it "
-                           f"submitted, not job {target.id}")
+        raise NotPermitted(
+            f"refused: job {caller} may cancel itself and the jobs it "
+            f"submitted, not job {target.id}"
+        )

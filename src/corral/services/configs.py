@@ -33,5 +33,9 @@ class ConfigView:
 
 async def config_view(store: EngineRegistry, local: Config) -> ConfigView:
     text = redacted(local.text)
-    return ConfigView(await store.active_config(), str(local.source) if local.source else None,
-                      text, fingerprint(text))
+    return ConfigView(
+        await store.active_config(),
+        str(local.source) if local.source else None,
+        text,
+        fingerprint(text),
+    )

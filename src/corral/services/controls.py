@@ -69,27 +69,56 @@ def check_expiry(expires_in: float | None) -> None:
     """A kill switch's lifetime, when given, is positive seconds within bounds (domain/bounds.py;
     an edge may check it before anything else)."""
     if expires_in is not None:
-        bounds.number("--expires-in", expires_in, low=0, high=bounds.MAX_EXPIRES_S,
-                      low_open=True, unit="seconds")
+        bounds.number(
+            "--expires-in",
+            expires_in,
+            low=0,
+            high=bounds.MAX_EXPIRES_S,
+            low_open=True,
+            unit="seconds",
+        )
 
 
-async def kill_switch_on(store: JobGovernance, *, scope: ScopeKind, target: str | None, reason: str,
-                         expires_in: float | None, by: str, wake: Wake,
-                         clock: Clock = time.time) -> KillSwitch:
+async def kill_switch_on(
+    store: JobGovernance,
+    *,
+    scope: ScopeKind,
+    target: str | None,
+    reason: str,
+    expires_in: float | None,
+    by: str,
+    wake: Wake,
+    clock: Clock = time.time,
+) -> KillSwitch:
     """Deny new runs in a scope and stop the running ones; lifts by itself after `expires_in`
     seconds when given."""
     check_expiry(expires_in)
     now = clock()
-    switch = await store.activate_kill_switch(KillSwitch(
-        id=new_id(), scope=scope, target=await target_of(store, scope, target), reason=reason,
-        created_at=now, created_by=by, expires_at=now + expires_in if expires_in else None))
+    switch = await store.activate_kill_switch(
+        KillSwitch(
+            id=new_id(),
+            scope=scope,
+            target=await target_of(store, scope, target),
+            reason=reason,
+            created_at=now,
+            created_by=by,
+            expires_at=now + expires_in if expires_in else None,
+        )
+    )
     wake("wake")
     return switch
 
 
-async def kill_switch_off(store: JobGovernance, *, switch_id: str | None, scope: ScopeKind,
-                          target: str | None, by: str, wake: Wake,
-                          clock: Clock = time.time) -> list[KillSwitch]:
+async def kill_switch_off(
+    store: JobGovernance,
+    *,
+    switch_id: str | None,
+    scope: ScopeKind,
+    target: str | None,
+    by: str,
+    wake: Wake,
+    clock: Clock = time.time,
+) -> list[KillSwitch]:
     """Lift one active switch (`switch_id`: its id or a unique prefix or suffix), else every
     active one in the scope; when none is in the scope but others are, say which are."""
     now = clock()
@@ -105,7 +134,8 @@ async def kill_switch_off(store: JobGovernance, *, switch_id: str | None, scope:
                 f"no active kill switch in scope {scope_text(scope, tgt)}; active: "
                 + ", ".join(f"{s.id} ({scope_of(s)})" for s in active)
                 + " — lift one by id (`corral kill-switch off ID`) or give its "
-                  "--scope and --target")
+                "--scope and --target"
+            )
     lifted = [await store.lift_kill_switch(s.id, at=now, by=by) for s in chosen]
     wake("wake")
     return lifted
@@ -119,23 +149,47 @@ async def kill_switches(store: GovernanceStore, clock: Clock = time.time) -> lis
 # ---- pauses -----------------------------------------------------------------------------------
 
 
-async def pause(store: JobGovernance, *, scope: ScopeKind, target: str | None, reason: str, by: str,
-                wake: Wake, clock: Clock = time.time) -> Pause:
+async def pause(
+    store: JobGovernance,
+    *,
+    scope: ScopeKind,
+    target: str | None,
+    reason: str,
+    by: str,
+    wake: Wake,
+    clock: Clock = time.time,
+) -> Pause:
     """Stop dispatching new runs in a scope; running attempts finish."""
-    p = await store.activate_pause(Pause(
-        id=new_id(), scope=scope, target=await target_of(store, scope, target), reason=reason,
-        created_at=clock(), created_by=by))
+    p = await store.activate_pause(
+        Pause(
+            id=new_id(),
+            scope=scope,
+            target=await target_of(store, scope, target),
+            reason=reason,
+            created_at=clock(),
+            created_by=by,
+        )
+    )
     wake("wake")
     return p
 
 
-async def resume(store: JobGovernance, *, scope: ScopeKind, target: str | None, by: str,
-                 wake: Wake, clock: Clock = time.time) -> list[Pause]:
+async def resume(
+    store: JobGovernance,
+    *,
+    scope: ScopeKind,
+    target: str | None,
+    by: str,
+    wake: Wake,
+    clock: Clock = time.time,
+) -> list[Pause]:
     """Lift every active pause of exactly this scope."""
     tgt = await target_of(store, scope, target)
-    lifted = [await store.lift_pause(p.id, at=clock(), by=by)
-              for p in await store.pauses(active_only=True)
-              if p.scope is scope and p.target == tgt]
+    lifted = [
+        await store.lift_pause(p.id, at=clock(), by=by)
+        for p in await store.pauses(active_only=True)
+        if p.scope is scope and p.target == tgt
+    ]
     wake("wake")
     return lifted
 
@@ -158,12 +212,14 @@ class BudgetLine:
         return self.ceiling.ceiling_usd - self.spent_usd - self.reserved_usd
 
 
-def budget_ceiling(*, scope: str, target: str, period: str,
-                   ceiling_usd: float) -> BudgetCeiling:
+def budget_ceiling(*, scope: str, target: str, period: str, ceiling_usd: float) -> BudgetCeiling:
     """A checked ceiling: a tenant or role scope, a target, a known period, USD within bounds."""
-    return BudgetCeiling(scope=budget_scope(scope), target=_nonempty(target, "--target"),
-                         period=choice(Period, period, "--period"),
-                         ceiling_usd=bounds.usd("--ceiling-usd", ceiling_usd))
+    return BudgetCeiling(
+        scope=budget_scope(scope),
+        target=_nonempty(target, "--target"),
+        period=choice(Period, period, "--period"),
+        ceiling_usd=bounds.usd("--ceiling-usd", ceiling_usd),
+    )
 
 
 def _nonempty(value: str, option: str) -> str:
@@ -177,8 +233,9 @@ def budget_scope(scope: str) -> ScopeKind:
     return choice(ScopeKind, scope, "--scope", BUDGET_SCOPES)
 
 
-async def budget_lines(store: GovernanceStore, ceilings: Sequence[BudgetCeiling],
-                       now: float) -> list[BudgetLine]:
+async def budget_lines(
+    store: GovernanceStore, ceilings: Sequence[BudgetCeiling], now: float
+) -> list[BudgetLine]:
     """Per ceiling: its period's start (and reset), spent and reserved now."""
     lines = []
     for c in ceilings:
@@ -189,23 +246,27 @@ async def budget_lines(store: GovernanceStore, ceilings: Sequence[BudgetCeiling]
     return lines
 
 
-async def set_budget(store: GovernanceStore, ceiling: BudgetCeiling, *, by: str, wake: Wake,
-                     clock: Clock = time.time) -> tuple[BudgetCeiling | None, BudgetLine]:
+async def set_budget(
+    store: GovernanceStore, ceiling: BudgetCeiling, *, by: str, wake: Wake, clock: Clock = time.time
+) -> tuple[BudgetCeiling | None, BudgetLine]:
     """Set a ceiling (the latest per scope and target wins); the one it replaced, and the new
     one's standing."""
-    before = [b for b in await store.budgets()
-              if (b.scope, b.target) == (ceiling.scope, ceiling.target)]
+    before = [
+        b for b in await store.budgets() if (b.scope, b.target) == (ceiling.scope, ceiling.target)
+    ]
     await store.set_budget(ceiling, at=clock(), by=by)
     [line] = await budget_lines(store, [ceiling], clock())
     wake("wake")
     return (before[0] if before else None), line
 
 
-async def budgets(store: GovernanceStore, *, scope: ScopeKind | None, target: str | None,
-                  clock: Clock = time.time) -> list[BudgetLine]:
+async def budgets(
+    store: GovernanceStore, *, scope: ScopeKind | None, target: str | None, clock: Clock = time.time
+) -> list[BudgetLine]:
     """The ceilings in force (only `scope`'s and `target`'s when given) and their standing."""
-    chosen = [c for c in await store.budgets() if scope in (None, c.scope)
-              and target in (None, c.target)]
+    chosen = [
+        c for c in await store.budgets() if scope in (None, c.scope) and target in (None, c.target)
+    ]
     return await budget_lines(store, chosen, clock())
 
 
@@ -246,9 +307,16 @@ def check_workflow(workflow: str) -> None:
         raise InvalidRequest("the workflow id is empty")
 
 
-async def set_dark_launch(store: GovernanceStore, workflow: str, *, percentage: int | None,
-                          enabled: bool, by: str, wake: Wake,
-                          clock: Clock = time.time) -> LaunchStanding:
+async def set_dark_launch(
+    store: GovernanceStore,
+    workflow: str,
+    *,
+    percentage: int | None,
+    enabled: bool,
+    by: str,
+    wake: Wake,
+    clock: Clock = time.time,
+) -> LaunchStanding:
     """Enable a workflow's dark launch at `percentage`, or disable it (`percentage` None keeps
     the current one; NotFound when there is none to disable)."""
     check_workflow(workflow)
@@ -272,4 +340,3 @@ async def dark_launch(store: GovernanceStore, workflow: str) -> LaunchStanding:
 async def dark_launches(store: GovernanceStore) -> list[LaunchStanding]:
     """The standing of every workflow that has a dark launch setting."""
     return [LaunchStanding(d.workflow, d) for d in await store.dark_launches()]
-

@@ -19,8 +19,9 @@ def dead_lettered(limit: int) -> JobQuery:
     return JobQuery(dead_lettered_unresolved=True, limit=limit)
 
 
-async def requeue(store: Operations, local: Config, ref: str, *, wake: Wake,
-                  notify: Notify | None = None) -> Job:
+async def requeue(
+    store: Operations, local: Config, ref: str, *, wake: Wake, notify: Notify | None = None
+) -> Job:
     """A fresh job with the dead-lettered one's spec, admitted against the engine's
     configuration."""
     svc, _ = await active_submissions(store, local, notify)
@@ -29,8 +30,9 @@ async def requeue(store: Operations, local: Config, ref: str, *, wake: Wake,
     return fresh
 
 
-async def purge(store: JobGovernance, config: Config, refs: Sequence[str], *,
-                every: bool = False) -> list[str]:
+async def purge(
+    store: JobGovernance, config: Config, refs: Sequence[str], *, every: bool = False
+) -> list[str]:
     """Purge the jobs named (each once), and with `every` every dead-lettered one; their ids."""
     chosen = list(refs)
     if every:

@@ -23,8 +23,9 @@ def sink_of(cfg: Config, name: str | None) -> SinkSpec:
     for sink in sinks:
         if sink.name == name:
             return sink
-    raise InvalidRequest(f"no event sink named {name!r} (configured: "
-                         f"{', '.join(s.name for s in sinks)})")
+    raise InvalidRequest(
+        f"no event sink named {name!r} (configured: {', '.join(s.name for s in sinks)})"
+    )
 
 
 async def tail(sink: SinkSpec, *, from_start: bool) -> AsyncIterator[Event]:
@@ -37,8 +38,15 @@ def line(event: Event) -> str:
     """One event as a line for an operator: subject, id, and what it is about."""
     b: dict[str, Any] = dict(event.body)
     about = b.get("job_id") or b.get("switch_id") or b.get("approval_id") or b.get("workflow")
-    what = (b.get("message") or b.get("outcome") or b.get("verdict") or b.get("reason")
-            or b.get("state") or b.get("action") or "")
+    what = (
+        b.get("message")
+        or b.get("outcome")
+        or b.get("verdict")
+        or b.get("reason")
+        or b.get("state")
+        or b.get("action")
+        or ""
+    )
     if b.get("from_state") or b.get("to_state"):
         what = f"{b.get('from_state') or '-'} → {b.get('to_state') or '-'} {what}".strip()
     return f"{event.subject}  {event.event_id}  {about or '-'}  {what}".rstrip()

@@ -37,8 +37,9 @@ async def placement(store: JobGovernance, config: Config, job: Job) -> Placement
     """Where a queued job stands, and about when it may start."""
     ahead = await store.queued_ahead(job)
     runs = [r for r in await store.run_unified(RECENT) if r.duration_ms is not None]
-    service_s = (sum(r.duration_ms or 0 for r in runs) / len(runs) / 1000 if runs
-                 else DEFAULT_SERVICE_S)
+    service_s = (
+        sum(r.duration_ms or 0 for r in runs) / len(runs) / 1000 if runs else DEFAULT_SERVICE_S
+    )
     env = config.settings.environments.get(job.env_name)
     slots = max(1, env.max_inflight if env is not None else 1)
     waves = 0 if ahead == 0 else math.ceil(ahead / slots)
@@ -59,7 +60,14 @@ async def progress(store: JobTraces, job: Job) -> Progress:
     if started:
         end = max(ended) if job.state.terminal and ended else job.updated_at
         duration = max(0, int((end - min(started)) * 1000))
-    point: dict[str, object] | None = None if last is None else {
-        "attempt": last.attempt, "at": last.at, "tool_call_count": last.tool_call_count,
-        "last_tool": last.last_tool}
+    point: dict[str, object] | None = (
+        None
+        if last is None
+        else {
+            "attempt": last.attempt,
+            "at": last.at,
+            "tool_call_count": last.tool_call_count,
+            "last_tool": last.last_tool,
+        }
+    )
     return Progress(job.state.value.lower(), point, calls, duration)

@@ -27,9 +27,15 @@ class LogChunk:
     complete: bool
 
 
-async def log_chunk(store: JobStore, job: Job, *, stream: Stream = "stdout",
-                    attempt: int | None = None, offset: int = 0,
-                    limit: int = MAX_CHUNK) -> LogChunk:
+async def log_chunk(
+    store: JobStore,
+    job: Job,
+    *,
+    stream: Stream = "stdout",
+    attempt: int | None = None,
+    offset: int = 0,
+    limit: int = MAX_CHUNK,
+) -> LogChunk:
     """Up to `limit` bytes of `attempt`'s (default: the latest attempt's) `stream` from
     `offset`."""
     if offset < 0 or not 1 <= limit <= MAX_CHUNK:

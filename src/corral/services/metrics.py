@@ -25,4 +25,3 @@ def core_state(data_dir: Path) -> metrics.Snapshot:
 async def exposition(store: MetricsSource, data_dir: Path) -> bytes:
     """The metrics in Prometheus text format, read now."""
     return await metrics.exposition(store, core_state(data_dir))
-

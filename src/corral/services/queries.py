@@ -63,8 +63,12 @@ class JobDetail:
 
 async def job_detail(store: JobTraces, ref: str) -> JobDetail:
     j = await store.get_job(ref)
-    return JobDetail(j, await store.attempts(j.id), [e for _, e in await store.events(j.id)],
-                     await store.agent_events(j.id))
+    return JobDetail(
+        j,
+        await store.attempts(j.id),
+        [e for _, e in await store.events(j.id)],
+        await store.agent_events(j.id),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +100,11 @@ class ReportView:
 
     def missing_because(self) -> str:
         """Why there is no report yet."""
-        return ("it is still " + self.job.state.value if not self.job.state.terminal
-                else "it is written within a second of the end")
+        return (
+            "it is still " + self.job.state.value
+            if not self.job.state.terminal
+            else "it is written within a second of the end"
+        )
 
 
 async def report(store: JobGovernance, ref: str) -> ReportView:
@@ -111,13 +118,13 @@ class IncidentList:
     short: dict[str, str] = field(default_factory=dict)
 
 
-async def incidents(store: JobGovernance, *, job: str | None, open_only: bool, limit: int,
-                    short: bool = False) -> IncidentList:
+async def incidents(
+    store: JobGovernance, *, job: str | None, open_only: bool, limit: int, short: bool = False
+) -> IncidentList:
     """Incidents (of one job when given), with their jobs' short ids when asked for."""
     job_id = (await store.get_job(job)).id if job else None
     found = await store.incidents(job_id, open_only=open_only, limit=limit)
-    return IncidentList(found, await store.short_ids([i.job_id for i in found]) if short
-                        else {})
+    return IncidentList(found, await store.short_ids([i.job_id for i in found]) if short else {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +133,9 @@ class RunList:
     short: dict[str, str] = field(default_factory=dict)
 
 
-async def runs(store: JobGovernance, *, limit: int, state: str | None,
-               short: bool = False) -> RunList:
+async def runs(
+    store: JobGovernance, *, limit: int, state: str | None, short: bool = False
+) -> RunList:
     """The unified read model (`v_run_unified`), newest first."""
     found = await store.run_unified(limit, state=state)
     return RunList(found, await store.short_ids([r.job_id for r in found]) if short else {})
@@ -156,8 +164,14 @@ class PolicyFilter:
     since: float | None = None  # a timestamp; None: from the beginning
 
 
-def policy_filter(*, stage: str | None = None, verdict: str | None = None, limit: int = 50,
-                  since_s: float | None = None, clock: Clock = time.time) -> PolicyFilter:
+def policy_filter(
+    *,
+    stage: str | None = None,
+    verdict: str | None = None,
+    limit: int = 50,
+    since_s: float | None = None,
+    clock: Clock = time.time,
+) -> PolicyFilter:
     """A checked filter: a known verdict, a positive limit, `since_s` seconds ago (≥ 0)."""
     if verdict is not None and verdict not in VERDICTS:
         raise InvalidRequest(f"--verdict must be one of {', '.join(VERDICTS)}, not {verdict!r}")
@@ -170,16 +184,23 @@ def policy_filter(*, stage: str | None = None, verdict: str | None = None, limit
     return PolicyFilter(stage, verdict, limit, clock() - since_s)
 
 
-async def policy_log(store: JobGovernance, f: PolicyFilter, *,
-                     job: str | None = None) -> list[PolicyEvaluation]:
+async def policy_log(
+    store: JobGovernance, f: PolicyFilter, *, job: str | None = None
+) -> list[PolicyEvaluation]:
     """Policy evaluations (pre-run decisions and guardrail checks), oldest first: the latest
     `f.limit` that match, across jobs or of one job."""
     if job is None:
-        return await store.recent_policy_evaluations(limit=f.limit, stage=f.stage,
-                                                     verdict=f.verdict, since=f.since)
+        return await store.recent_policy_evaluations(
+            limit=f.limit, stage=f.stage, verdict=f.verdict, since=f.since
+        )
     found = await store.policy_evaluations((await store.get_job(job)).id, limit=STATS_CAP)
-    return [e for e in found if f.stage in (None, e.stage) and f.verdict in (None, e.verdict)
-            and (f.since is None or e.at >= f.since)][-f.limit:]
+    return [
+        e
+        for e in found
+        if f.stage in (None, e.stage)
+        and f.verdict in (None, e.verdict)
+        and (f.since is None or e.at >= f.since)
+    ][-f.limit :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,8 +223,14 @@ async def policy_stats(store: GovernanceStore, f: PolicyFilter) -> PolicyStats:
     return PolicyStats(f.since, len(found), sorted(counts.items()))
 
 
-async def wait_until_ended(store: JobStore, job_id: str, *, timeout_s: float,
-                           poll_s: float = 0.2, clock: Clock = time.monotonic) -> Job:
+async def wait_until_ended(
+    store: JobStore,
+    job_id: str,
+    *,
+    timeout_s: float,
+    poll_s: float = 0.2,
+    clock: Clock = time.monotonic,
+) -> Job:
     """The job once it has ended, or as it is after `timeout_s` seconds (a long poll; the caller
     tells the two apart by the job's state)."""
     deadline = clock() + timeout_s

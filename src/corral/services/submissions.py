@@ -72,10 +72,16 @@ def _names(names: Iterable[str]) -> str:
 class Submissions:
     """Validates submissions and stop requests, then hands them to the store."""
 
-    def __init__(self, store: JobGovernance, settings: Settings, clock: Callable[[], float],
-                 workers: frozenset[str],
-                 command_workers: frozenset[str] = frozenset({"command"}),
-                 prerun: PrerunCheck | None = None, conceal: Conceal | None = None) -> None:
+    def __init__(
+        self,
+        store: JobGovernance,
+        settings: Settings,
+        clock: Callable[[], float],
+        workers: frozenset[str],
+        command_workers: frozenset[str] = frozenset({"command"}),
+        prerun: PrerunCheck | None = None,
+        conceal: Conceal | None = None,
+    ) -> None:
         self.store = store
         # the job as the store may keep it: secrets redacted, their real values sealed
         self.conceal = conceal
@@ -96,39 +102,65 @@ class Submissions:
             raise InvalidRequest(f"unknown role {spec.role!r} (configured: {_names(s.roles)})")
         env = s.environments.get(spec.env_name)
         if env is None:
-            raise InvalidRequest(f"unknown environment {spec.env_name!r} "
-                                 f"(configured: {_names(s.environments)})")
-        if env.kind != "local":
-            raise InvalidRequest(f"environment {env.name!r} is a {env.kind} cluster; this build "
-                                 "runs attempts on `local` environments only")
-        if (isinstance(spec.priority, bool) or not isinstance(spec.priority, int)
-                or not PRIORITY_CRITICAL <= spec.priority <= PRIORITY_BACKLOG):
             raise InvalidRequest(
-                f"priority must be 0 (critical) … 4 (backlog), got {spec.priority!r}")
+                f"unknown environment {spec.env_name!r} (configured: {_names(s.environments)})"
+            )
+        if env.kind != "local":
+            raise InvalidRequest(
+                f"environment {env.name!r} is a {env.kind} cluster; this build "
+                "runs attempts on `local` environments only"
+            )
+        if (
+            isinstance(spec.priority, bool)
+            or not isinstance(spec.priority, int)
+            or not PRIORITY_CRITICAL <= spec.priority <= PRIORITY_BACKLOG
+        ):
+            raise InvalidRequest(
+                f"priority must be 0 (critical) … 4 (backlog), got {spec.priority!r}"
+            )
         worker = spec.worker or self._default_worker(spec, role.worker)
         if worker not in self.workers:
-            raise InvalidRequest(f"worker kind {worker!r} is not available "
-                                 f"(available: {', '.join(sorted(self.workers))})")
+            raise InvalidRequest(
+                f"worker kind {worker!r} is not available "
+                f"(available: {', '.join(sorted(self.workers))})"
+            )
         if worker == "command" and not (spec.command and spec.command[0]):
             raise InvalidRequest("empty command: give the program to run after `--`")
         if worker not in self.command_workers and not (spec.prompt and spec.prompt.strip()):
-            raise InvalidRequest(f"worker kind {worker!r} runs an agent: give it a prompt "
-                                 "(--prompt)")
+            raise InvalidRequest(
+                f"worker kind {worker!r} runs an agent: give it a prompt (--prompt)"
+            )
         if spec.prompt is not None and len(spec.prompt.encode()) > bounds.MAX_PROMPT_BYTES:
-            raise InvalidRequest(f"prompt of {len(spec.prompt.encode())} bytes is over the "
-                                 f"{bounds.MAX_PROMPT_BYTES}-byte limit")
+            raise InvalidRequest(
+                f"prompt of {len(spec.prompt.encode())} bytes is over the "
+                f"{bounds.MAX_PROMPT_BYTES}-byte limit"
+            )
         limits = bounds.check_limits(spec.limits or role.limits)
         _within_budget(limits, role)
         if spec.cwd is not None and not os.path.isdir(spec.cwd):
             raise InvalidRequest(f"working directory does not exist: {spec.cwd}")
         workspace = self._workspace(spec.workspace)
         return Job(
-            id=new_id(int(now * 1000)), state=JobState.QUEUED, role=role.name, worker=worker,
-            env_name=env.name, priority=spec.priority, tenant=spec.tenant,
-            command=tuple(spec.command), prompt=spec.prompt, cwd=spec.cwd, env=dict(spec.env),
-            options=_options(spec, role), limits=limits, key=spec.key or None, dedup=spec.dedup,
-            workspace=workspace, parent_id=spec.parent_id, depth=spec.depth,
-            created_at=now, updated_at=now,
+            id=new_id(int(now * 1000)),
+            state=JobState.QUEUED,
+            role=role.name,
+            worker=worker,
+            env_name=env.name,
+            priority=spec.priority,
+            tenant=spec.tenant,
+            command=tuple(spec.command),
+            prompt=spec.prompt,
+            cwd=spec.cwd,
+            env=dict(spec.env),
+            options=_options(spec, role),
+            limits=limits,
+            key=spec.key or None,
+            dedup=spec.dedup,
+            workspace=workspace,
+            parent_id=spec.parent_id,
+            depth=spec.depth,
+            created_at=now,
+            updated_at=now,
             sort_at=sort_key(now, spec.priority, s.scheduler.aging_s),
             after=tuple(dict.fromkeys(spec.after)),
         )
@@ -156,7 +188,8 @@ class Submissions:
             max_queued=s.scheduler.max_queued,
             env_max_queued=env.max_queued if env else None,
             workspace_policy=role.workspace_policy if role else WorkspacePolicy.SERIALIZE,
-            retry_after_s=s.scheduler.backpressure_retry_after_s)
+            retry_after_s=s.scheduler.backpressure_retry_after_s,
+        )
 
     def _default_worker(self, spec: JobSpec, role_worker: str) -> str:
         """A command job runs on its role's kind when that kind runs commands, else `command`;
@@ -179,13 +212,15 @@ class Submissions:
         verdict = await self.prerun(job, now) if self.prerun is not None else None
         gated = role is not None and role.requires_approval
         if verdict is not None and verdict.verdict == "deny":  # never queued, never run
-            job = job.with_(state=JobState.DENIED, last_error=f"{verdict.reason}: "
-                            f"{verdict.message}")
+            job = job.with_(
+                state=JobState.DENIED, last_error=f"{verdict.reason}: {verdict.message}"
+            )
             gated = False
         elif gated:  # pre-run step 6: the run waits for a human
             job = job.with_(state=JobState.AWAITING_APPROVAL)
-        result = await self.store.submit(job, now=now, aging_s=self.settings.scheduler.aging_s,
-                                         admission=self.admission(job))
+        result = await self.store.submit(
+            job, now=now, aging_s=self.settings.scheduler.aging_s, admission=self.admission(job)
+        )
         if result.created and verdict is not None and not gated:
             await self.store.append_policy_evaluations([verdict])
         if gated and result.created:
@@ -194,16 +229,32 @@ class Submissions:
 
     async def _request_run_approval(self, job: Job, now: float) -> None:
         subject = RUN_SUBJECT
-        await self.store.request_approval(Approval(
-            id=new_id(int(now * 1000)), job_id=job.id, subject=subject,
-            digest=hashlib.sha256(subject.encode()).hexdigest(),
-            reason="role_requires_approval", requested_at=now,
-            expires_at=now + self.settings.approval_ttl_s))
-        await self.store.append_policy_evaluations([PolicyEvaluation(
-            at=now, job_id=job.id, attempt=None, stage="pre_run", subject="approval",
-            verdict="require_approval", reason="approval_required",
-            message=f"role {job.role} requires a human's approval before every run",
-            inputs={"role": job.role, "ttl_s": self.settings.approval_ttl_s})])
+        await self.store.request_approval(
+            Approval(
+                id=new_id(int(now * 1000)),
+                job_id=job.id,
+                subject=subject,
+                digest=hashlib.sha256(subject.encode()).hexdigest(),
+                reason="role_requires_approval",
+                requested_at=now,
+                expires_at=now + self.settings.approval_ttl_s,
+            )
+        )
+        await self.store.append_policy_evaluations(
+            [
+                PolicyEvaluation(
+                    at=now,
+                    job_id=job.id,
+                    attempt=None,
+                    stage="pre_run",
+                    subject="approval",
+                    verdict="require_approval",
+                    reason="approval_required",
+                    message=f"role {job.role} requires a human's approval before every run",
+                    inputs={"role": job.role, "ttl_s": self.settings.approval_ttl_s},
+                )
+            ]
+        )
 
     async def _nested(self, spec: JobSpec) -> JobSpec:
         """A job submitted from inside another: one level deeper than its parent, refused past
@@ -215,7 +266,8 @@ class Submissions:
         if depth > limit:
             raise InvalidRequest(
                 f"recursion depth {depth} exceeds max_recursion_depth {limit} of role "
-                f"{spec.role!r} (parent {parent.id} is at depth {parent.depth})")
+                f"{spec.role!r} (parent {parent.id} is at depth {parent.depth})"
+            )
         return replace(spec, parent_id=parent.id, depth=depth)
 
     async def _resuming(self, spec: JobSpec) -> JobSpec:
@@ -225,26 +277,41 @@ class Submissions:
         role = self.settings.roles.get(spec.role)
         worker = spec.worker or (role.worker if role else None)
         if worker != earlier.worker:
-            raise InvalidRequest(f"--resume-from {earlier.id}: that job ran on {earlier.worker!r};"
-                                 f" a session continues on the same worker kind, not {worker!r}")
+            raise InvalidRequest(
+                f"--resume-from {earlier.id}: that job ran on {earlier.worker!r};"
+                f" a session continues on the same worker kind, not {worker!r}"
+            )
         root = earlier.options.session_root or earlier.id
-        return replace(spec, worker=worker, options=spec.options.with_(resume_from=earlier.id,
-                                                                       session_root=root))
+        return replace(
+            spec,
+            worker=worker,
+            options=spec.options.with_(resume_from=earlier.id, session_root=root),
+        )
 
-    async def decide_approval(self, approval_id: str, approve: bool, *, by: str,
-                              note: str = "") -> Approval:
+    async def decide_approval(
+        self, approval_id: str, approve: bool, *, by: str, note: str = ""
+    ) -> Approval:
         """A human's decision; a run approval releases the job to the queue or denies it."""
         now = self.clock()
         a = await self.store.decide_approval(
-            approval_id, ApprovalState.APPROVED if approve else ApprovalState.DENIED, at=now,
-            by=by, note=note)
+            approval_id,
+            ApprovalState.APPROVED if approve else ApprovalState.DENIED,
+            at=now,
+            by=by,
+            note=note,
+        )
         if a.subject == RUN_SUBJECT:
             if approve:
-                await self.store.release_approved(a.job_id, now=now,
-                                                  aging_s=self.settings.scheduler.aging_s)
+                await self.store.release_approved(
+                    a.job_id, now=now, aging_s=self.settings.scheduler.aging_s
+                )
             else:
-                await self.store.request_cancel(a.job_id, reason=f"approval_rejected: {a.id}"
-                                                f" denied by {by}", kind="deny", now=now)
+                await self.store.request_cancel(
+                    a.job_id,
+                    reason=f"approval_rejected: {a.id} denied by {by}",
+                    kind="deny",
+                    now=now,
+                )
         return a
 
     async def cancel(self, ref: str, reason: str, *, kind: str = "cancel") -> Job:
@@ -256,13 +323,24 @@ class Submissions:
         old = await self.store.get_job(ref)
         now = self.clock()
         fresh = old.with_(
-            id=new_id(int(now * 1000)), state=JobState.QUEUED, created_at=now, updated_at=now,
-            sort_at=sort_key(now, old.priority, self.settings.scheduler.aging_s), retry_at=None,
-            attempts=0, deps_pending=0, after=(), last_error=None, exit_code=None,
-            limit_hit=None, cancel_requested=None, stop_kind=None, requeued_from=old.id,
-            dlq_resolution=None)
-        return await self.store.dlq_requeue(old.id, fresh, now=now,
-                                            admission=self.admission(fresh))
+            id=new_id(int(now * 1000)),
+            state=JobState.QUEUED,
+            created_at=now,
+            updated_at=now,
+            sort_at=sort_key(now, old.priority, self.settings.scheduler.aging_s),
+            retry_at=None,
+            attempts=0,
+            deps_pending=0,
+            after=(),
+            last_error=None,
+            exit_code=None,
+            limit_hit=None,
+            cancel_requested=None,
+            stop_kind=None,
+            requeued_from=old.id,
+            dlq_resolution=None,
+        )
+        return await self.store.dlq_requeue(old.id, fresh, now=now, admission=self.admission(fresh))
 
     async def dlq_purge(self, ref: str) -> Job:
         old = await self.store.get_job(ref)
@@ -282,8 +360,9 @@ class LimitChoices:
 
     def over(self, base: Limits) -> Limits:
         """These choices over the role's limits."""
-        return Limits(**{f.name: _or(getattr(self, f.name), getattr(base, f.name))
-                         for f in fields(Limits)})
+        return Limits(
+            **{f.name: _or(getattr(self, f.name), getattr(base, f.name)) for f in fields(Limits)}
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -315,18 +394,27 @@ def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
     runs): a limit the caller left out is the role's."""
     role_name = request.role if request.role is not None else settings.default_role
     role = settings.roles.get(role_name)
-    options = JobOptions(resume_from=request.resume_from or None,
-                         secret_env=tuple(sorted(set(request.secret_env))))
-    return JobSpec(command=request.command, prompt=request.prompt, options=options,
-                   role=role_name,
-                   env_name=(request.env_name if request.env_name is not None
-                             else settings.default_env),
-                   priority=request.priority, tenant=request.tenant, key=request.key,
-                   dedup=request.dedup,
-                   limits=request.limits.over(role.limits if role else Limits()),
-                   after=request.after, cwd=request.cwd, env=dict(request.env),
-                   worker=request.worker, parent_id=request.parent_id,
-                   workspace=request.workspace)
+    options = JobOptions(
+        resume_from=request.resume_from or None, secret_env=tuple(sorted(set(request.secret_env)))
+    )
+    return JobSpec(
+        command=request.command,
+        prompt=request.prompt,
+        options=options,
+        role=role_name,
+        env_name=(request.env_name if request.env_name is not None else settings.default_env),
+        priority=request.priority,
+        tenant=request.tenant,
+        key=request.key,
+        dedup=request.dedup,
+        limits=request.limits.over(role.limits if role else Limits()),
+        after=request.after,
+        cwd=request.cwd,
+        env=dict(request.env),
+        worker=request.worker,
+        parent_id=request.parent_id,
+        workspace=request.workspace,
+    )
 
 
 def _or(value: T | None, default: T) -> T:
@@ -346,15 +434,23 @@ def submissions(store: JobGovernance, config: Config) -> Submissions:
     that seals secrets."""
     kinds = worker_kinds(config)
     keeper = Keeper(config.secrets_key)
-    gate = PrerunGate(store, config.settings, guardrails_of(config.settings),
-                      reveal=revealer(keeper))
-    return Submissions(store, config.settings, time.time, kinds,
-                       command_workers=kinds - agent_kinds(config), prerun=gate.at_submit,
-                       conceal=keeper.conceal)
+    gate = PrerunGate(
+        store, config.settings, guardrails_of(config.settings), reveal=revealer(keeper)
+    )
+    return Submissions(
+        store,
+        config.settings,
+        time.time,
+        kinds,
+        command_workers=kinds - agent_kinds(config),
+        prerun=gate.at_submit,
+        conceal=keeper.conceal,
+    )
 
 
-async def active_submissions(store: Operations, local: Config,
-                             notify: Notify | None = None) -> tuple[Submissions, Config]:
+async def active_submissions(
+    store: Operations, local: Config, notify: Notify | None = None
+) -> tuple[Submissions, Config]:
     """The submission service over the configuration the engine runs (runtime/published.py);
     `notify` hears a note when the local configuration is not that one."""
     cfg, note = await active_config(store, local)
@@ -363,8 +459,13 @@ async def active_submissions(store: Operations, local: Config,
     return submissions(store, cfg), cfg
 
 
-async def submit(store: Operations, local: Config, request: SubmitRequest, wake: Wake,
-                 notify: Notify | None = None) -> Submitted:
+async def submit(
+    store: Operations,
+    local: Config,
+    request: SubmitRequest,
+    wake: Wake,
+    notify: Notify | None = None,
+) -> Submitted:
     """Submit against the engine's configuration, wake the engine, and say whether one serves
     the data directory."""
     svc, cfg = await active_submissions(store, local, notify)

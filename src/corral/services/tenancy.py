@@ -49,8 +49,10 @@ def tenant_for_submission(token_tenant: str, asked: str | None, *, admin: bool) 
     if asked is None or asked == token_tenant:
         return token_tenant
     if not admin:
-        raise NotPermitted(f"this token submits for tenant {token_tenant!r} only; naming "
-                           f"tenant {asked!r} needs the admin scope")
+        raise NotPermitted(
+            f"this token submits for tenant {token_tenant!r} only; naming "
+            f"tenant {asked!r} needs the admin scope"
+        )
     return asked
 
 
@@ -62,37 +64,48 @@ class Page:
     next_cursor: str | None
 
 
-async def jobs_of(store: JobStore, tenant: str, *, state: JobState | None = None,
-                  role: str | None = None, limit: int = 50, cursor: str | None = None,
-                  dead_lettered: bool = False) -> Page:
+async def jobs_of(
+    store: JobStore,
+    tenant: str,
+    *,
+    state: JobState | None = None,
+    role: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+    dead_lettered: bool = False,
+) -> Page:
     """`tenant`'s jobs (newest first) older than the job `cursor` names (None: from the newest).
     The store's list has no tenant or cursor filter, so this reads up to SCAN_CAP of the newest
     jobs that match and filters them (docs/reference/http-api.md says so)."""
-    found = await store.list_jobs(JobQuery(state=state, role=role, limit=SCAN_CAP,
-                                           dead_lettered_unresolved=dead_lettered))
+    found = await store.list_jobs(
+        JobQuery(state=state, role=role, limit=SCAN_CAP, dead_lettered_unresolved=dead_lettered)
+    )
     mine = [j for j in found if j.tenant == tenant and (cursor is None or j.id < cursor)]
     page = mine[:limit]
     return Page(page, page[-1].id if len(mine) > limit else None)
 
 
-async def dead_letters_to_purge(store: JobStore, tenant: str, refs: list[str], *,
-                                every: bool) -> list[str]:
+async def dead_letters_to_purge(
+    store: JobStore, tenant: str, refs: list[str], *, every: bool
+) -> list[str]:
     """The ids of `tenant`'s jobs to purge from the dead-letter queue: those named (each must
     be the tenant's) and, with `every`, every dead-lettered one of the tenant's."""
     if not refs and not every:
         raise InvalidRequest("name the jobs to purge, or pass all")
     chosen = [(await job_of(store, r, tenant)).id for r in refs]
     if every:
-        chosen += [j.id for j in (await jobs_of(store, tenant, limit=SCAN_CAP,
-                                                dead_lettered=True)).jobs]
+        chosen += [
+            j.id for j in (await jobs_of(store, tenant, limit=SCAN_CAP, dead_lettered=True)).jobs
+        ]
     return list(dict.fromkeys(chosen))
 
 
 # ---- governance for a tenant ------------------------------------------------------------------
 
 
-async def scope_allowed(store: JobStore, tenant: str, scope: ScopeKind, target: str | None, *,
-                        admin: bool) -> None:
+async def scope_allowed(
+    store: JobStore, tenant: str, scope: ScopeKind, target: str | None, *, admin: bool
+) -> None:
     """Whether a caller of `tenant` may set a control in this scope: an admin any; otherwise
     its own tenant, or one of its tenant's jobs (whole id). Global and role controls reach
     every tenant: NotPermitted."""
@@ -103,13 +116,16 @@ async def scope_allowed(store: JobStore, tenant: str, scope: ScopeKind, target: 
     if scope is ScopeKind.JOB and target:
         await job_of(store, target, tenant)
         return
-    raise NotPermitted(f"a control in scope {scope.value}"
-                       f"{' ' + target if target else ''} reaches beyond tenant {tenant!r}: "
-                       "it needs the admin scope")
+    raise NotPermitted(
+        f"a control in scope {scope.value}"
+        f"{' ' + target if target else ''} reaches beyond tenant {tenant!r}: "
+        "it needs the admin scope"
+    )
 
 
-async def visible_controls(store: JobStore, records: list[C], tenant: str, *,
-                           admin: bool) -> list[C]:
+async def visible_controls(
+    store: JobStore, records: list[C], tenant: str, *, admin: bool
+) -> list[C]:
     """The controls a caller of `tenant` sees: every global and role one (they apply to it),
     its tenant's and its jobs' (an admin sees all)."""
     out = []

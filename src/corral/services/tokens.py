@@ -41,27 +41,49 @@ def duration_s(text: str, option: str = "--expires-in") -> float:
     """`30d`, `12h`, `90m`, `45s`, `2w` or plain seconds, as seconds within bounds."""
     m = _DURATION.match(text)
     if not m:
-        raise InvalidRequest(f"{option} must be a duration like 30d, 12h, 90m or 3600, "
-                             f"not {text!r}")
+        raise InvalidRequest(
+            f"{option} must be a duration like 30d, 12h, 90m or 3600, not {text!r}"
+        )
     seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    return bounds.number(option, seconds, low=0, high=MAX_TOKEN_LIFETIME_S, low_open=True,
-                         unit="seconds")
+    return bounds.number(
+        option, seconds, low=0, high=MAX_TOKEN_LIFETIME_S, low_open=True, unit="seconds"
+    )
 
 
-async def create(store: TokenStore, *, tenant: str, scopes: str | Sequence[str],
-                 name: str | None = None, expires_in_s: float | None = None, by: str,
-                 clock: Clock = time.time) -> Created:
+async def create(
+    store: TokenStore,
+    *,
+    tenant: str,
+    scopes: str | Sequence[str],
+    name: str | None = None,
+    expires_in_s: float | None = None,
+    by: str,
+    clock: Clock = time.time,
+) -> Created:
     """A new token of `tenant` with `scopes`, lifting itself after `expires_in_s` if given."""
     bounds.text("--tenant", tenant)
     wanted = parse_scopes(scopes)
     if expires_in_s is not None:
-        bounds.number("--expires-in", expires_in_s, low=0, high=MAX_TOKEN_LIFETIME_S,
-                      low_open=True, unit="seconds")
+        bounds.number(
+            "--expires-in",
+            expires_in_s,
+            low=0,
+            high=MAX_TOKEN_LIFETIME_S,
+            low_open=True,
+            unit="seconds",
+        )
     now = clock()
     secret, token_id = new_secret(), new_id()
-    token = ApiToken(id=token_id, name=name or "", tenant=tenant.strip(), scopes=wanted,
-                     secret_hash=hash_secret(secret), created_at=now, created_by=by,
-                     expires_at=None if expires_in_s is None else now + expires_in_s)
+    token = ApiToken(
+        id=token_id,
+        name=name or "",
+        tenant=tenant.strip(),
+        scopes=wanted,
+        secret_hash=hash_secret(secret),
+        created_at=now,
+        created_by=by,
+        expires_at=None if expires_in_s is None else now + expires_in_s,
+    )
     await store.create_token(token)
     return Created(token, token_text(token_id, secret))
 
@@ -70,14 +92,16 @@ async def list_tokens(store: TokenStore) -> list[ApiToken]:
     return await store.tokens()
 
 
-async def revoke(store: TokenStore, token_id: str, *, by: str,
-                 clock: Clock = time.time) -> ApiToken:
+async def revoke(
+    store: TokenStore, token_id: str, *, by: str, clock: Clock = time.time
+) -> ApiToken:
     """Revoke a token at once (NotFound, or Conflict when it is revoked already)."""
     return await store.revoke_token(token_id, at=clock(), by=by)
 
 
-async def authenticate(store: TokenStore, presented: str, *,
-                       clock: Clock = time.time) -> ApiToken | None:
+async def authenticate(
+    store: TokenStore, presented: str, *, clock: Clock = time.time
+) -> ApiToken | None:
     """The live token whose text was presented; None for anything else (malformed, unknown,
     wrong secret, expired, revoked) — the caller answers all of them alike."""
     parts = split_token(presented.strip())

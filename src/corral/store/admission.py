@@ -64,7 +64,8 @@ RUNNABLE_ON_KEY = (
     " AND o.idem_key = jobs.idem_key AND o.id <> jobs.id))"
 )
 _HOLDER_SELECT = (
-    "SELECT " + ", ".join(f"h.{c}" for c in JOB_COLUMNS)
+    "SELECT "
+    + ", ".join(f"h.{c}" for c in JOB_COLUMNS)
     + " FROM workspace_locks w JOIN jobs h ON h.id = w.job_id"
     f" WHERE w.workspace = ? AND h.state IN {ACTIVE_SQL}"
 )
@@ -82,7 +83,8 @@ async def _waiting(tx: Tx, env: str | None, limit: int) -> int:
     where = f"state IN {WAITING_SQL}" + (" AND env_name = ?" if env else "")
     params = (env, limit) if env else (limit,)
     row = await tx.fetchone(
-        f"SELECT COUNT(*) AS n FROM (SELECT 1 FROM jobs WHERE {where} LIMIT ?) q", params)
+        f"SELECT COUNT(*) AS n FROM (SELECT 1 FROM jobs WHERE {where} LIMIT ?) q", params
+    )
     return int(row["n"]) if row else 0
 
 
@@ -91,15 +93,19 @@ async def _started_since(tx: Tx, env: str | None, since: float) -> int:
     if env:
         row = await tx.fetchone(
             "SELECT COUNT(*) AS n FROM attempts a JOIN jobs j ON j.id = a.job_id"
-            " WHERE a.created_at >= ? AND j.env_name = ?", (since, env))
+            " WHERE a.created_at >= ? AND j.env_name = ?",
+            (since, env),
+        )
     else:
-        row = await tx.fetchone("SELECT COUNT(*) AS n FROM attempts WHERE created_at >= ?",
-                                (since,))
+        row = await tx.fetchone(
+            "SELECT COUNT(*) AS n FROM attempts WHERE created_at >= ?", (since,)
+        )
     return int(row["n"]) if row else 0
 
 
-async def check_bounds(tx: Tx, job: Job, admission: Admission, now: float, *,
-                       serialise: bool) -> None:
+async def check_bounds(
+    tx: Tx, job: Job, admission: Admission, now: float, *, serialise: bool
+) -> None:
     """Backpressure past the environment's or the global bound (see the module docstring)."""
     locked = False
     for bound, env in ((admission.env_max_queued, job.env_name), (admission.max_queued, None)):
@@ -113,8 +119,9 @@ async def check_bounds(tx: Tx, job: Job, admission: Admission, now: float, *,
         if queued >= bound:  # refused: count exactly for the message (this path only)
             exact = await _waiting(tx, env, 2**62)
             started = await _started_since(tx, env, now - admission.rate_window_s)
-            raise queue_full(queued=exact, bound=bound, env=env, started=started,
-                             admission=admission)
+            raise queue_full(
+                queued=exact, bound=bound, env=env, started=started, admission=admission
+            )
 
 
 # ---- workspace locks -----------------------------------------------------------------------
@@ -135,7 +142,9 @@ async def take_at_submit(tx: Tx, job: Job, now: float) -> JobEvent:
     assert job.workspace is not None
     await tx.execute(
         "DELETE FROM workspace_locks WHERE workspace = ?"
-        f" AND job_id IN (SELECT id FROM jobs WHERE state IN {TERMINAL_SQL})", (job.workspace,))
+        f" AND job_id IN (SELECT id FROM jobs WHERE state IN {TERMINAL_SQL})",
+        (job.workspace,),
+    )
     if not await _insert_lock(tx, job, now):
         raise StaleState(f"workspace {job.workspace} taken concurrently")
     return acquired_event(job, now, 0.0)
@@ -144,7 +153,9 @@ async def take_at_submit(tx: Tx, job: Job, now: float) -> JobEvent:
 async def _insert_lock(tx: Tx, job: Job, now: float) -> bool:
     n = await tx.execute(
         "INSERT INTO workspace_locks (workspace, job_id, acquired_at) VALUES (?, ?, ?)"
-        " ON CONFLICT (workspace) DO NOTHING", (job.workspace, job.id, now))
+        " ON CONFLICT (workspace) DO NOTHING",
+        (job.workspace, job.id, now),
+    )
     return n == 1
 
 
@@ -153,7 +164,9 @@ async def note_wait(tx: Tx, job: Job, now: float) -> None:
     await tx.execute(
         "INSERT INTO workspace_waits (job_id, workspace, since)"
         " SELECT id, workspace, ? FROM jobs WHERE id = ? AND state = 'QUEUED'"
-        " ON CONFLICT (job_id) DO NOTHING", (now, job.id))
+        " ON CONFLICT (job_id) DO NOTHING",
+        (now, job.id),
+    )
 
 
 async def acquire_for_start(tx: Tx, job: Job, now: float) -> bool | None:
@@ -162,7 +175,9 @@ async def acquire_for_start(tx: Tx, job: Job, now: float) -> bool | None:
     assert job.workspace is not None
     row = await tx.fetchone(
         "SELECT w.job_id, h.state FROM workspace_locks w LEFT JOIN jobs h ON h.id = w.job_id"
-        " WHERE w.workspace = ?", (job.workspace,))
+        " WHERE w.workspace = ?",
+        (job.workspace,),
+    )
     if row is not None:
         if row["job_id"] == job.id:
             return False
@@ -170,8 +185,10 @@ async def acquire_for_start(tx: Tx, job: Job, now: float) -> bool | None:
             await note_wait(tx, job, now)
             return None
         # A stale row (its holder ended without releasing it): the workspace is free.
-        await tx.execute("DELETE FROM workspace_locks WHERE workspace = ? AND job_id = ?",
-                         (job.workspace, row["job_id"]))
+        await tx.execute(
+            "DELETE FROM workspace_locks WHERE workspace = ? AND job_id = ?",
+            (job.workspace, row["job_id"]),
+        )
     if not await _insert_lock(tx, job, now):  # PostgreSQL: another engine took it just now
         await note_wait(tx, job, now)
         return None
@@ -180,8 +197,9 @@ async def acquire_for_start(tx: Tx, job: Job, now: float) -> bool | None:
 
 async def undo_acquire(tx: Tx, job: Job) -> None:
     """The claim that took the lock lost its compare-and-set after all: give the lock back."""
-    await tx.execute("DELETE FROM workspace_locks WHERE workspace = ? AND job_id = ?",
-                     (job.workspace, job.id))
+    await tx.execute(
+        "DELETE FROM workspace_locks WHERE workspace = ? AND job_id = ?", (job.workspace, job.id)
+    )
 
 
 async def after_acquire(tx: Tx, job: Job, now: float) -> JobEvent:
@@ -191,33 +209,41 @@ async def after_acquire(tx: Tx, job: Job, now: float) -> JobEvent:
     wait_ms = 0.0
     if row is not None:
         wait_ms = max(0.0, (now - float(row["since"])) * 1000.0)
-        await tx.execute("UPDATE workspace_waits SET acquired_at = ? WHERE job_id = ?",
-                         (now, job.id))
+        await tx.execute(
+            "UPDATE workspace_waits SET acquired_at = ? WHERE job_id = ?", (now, job.id)
+        )
     await tx.execute(
         "INSERT INTO workspace_waits (job_id, workspace, since)"
         " SELECT id, workspace, ? FROM jobs WHERE workspace = ? AND state = 'QUEUED' AND id <> ?"
-        " ON CONFLICT (job_id) DO NOTHING", (now, job.workspace, job.id))
+        " ON CONFLICT (job_id) DO NOTHING",
+        (now, job.workspace, job.id),
+    )
     return acquired_event(job, now, wait_ms)
 
 
 async def release(tx: Tx, job: Job) -> None:
     """A job ended: free its workspace (if it held it) and drop a wait it never finished."""
     if job.workspace:
-        await tx.execute("DELETE FROM workspace_locks WHERE workspace = ? AND job_id = ?",
-                         (job.workspace, job.id))
         await tx.execute(
-            "DELETE FROM workspace_waits WHERE job_id = ? AND acquired_at IS NULL", (job.id,))
+            "DELETE FROM workspace_locks WHERE workspace = ? AND job_id = ?",
+            (job.workspace, job.id),
+        )
+        await tx.execute(
+            "DELETE FROM workspace_waits WHERE job_id = ? AND acquired_at IS NULL", (job.id,)
+        )
 
 
 async def held(tx: Tx) -> list[tuple[str, str, float]]:
     rows = await tx.fetchall(
-        "SELECT workspace, job_id, acquired_at FROM workspace_locks ORDER BY workspace")
+        "SELECT workspace, job_id, acquired_at FROM workspace_locks ORDER BY workspace"
+    )
     return [(r["workspace"], r["job_id"], float(r["acquired_at"])) for r in rows]
 
 
 async def waits(tx: Tx, since: float) -> list[float]:
     rows = await tx.fetchall(
         "SELECT since, acquired_at FROM workspace_waits WHERE acquired_at IS NOT NULL"
-        " AND acquired_at >= ? ORDER BY acquired_at, job_id", (since,))
-    return [round(max(0.0, float(r["acquired_at"]) - float(r["since"])) * 1000.0, 3)
-            for r in rows]
+        " AND acquired_at >= ? ORDER BY acquired_at, job_id",
+        (since,),
+    )
+    return [round(max(0.0, float(r["acquired_at"]) - float(r["since"])) * 1000.0, 3) for r in rows]

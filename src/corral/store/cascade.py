@@ -16,8 +16,12 @@ from corral.domain.models import Job
 from corral.domain.states import JobState
 
 # How a parent's end reaches its children: the stop kind each child gets.
-_CASCADE = {JobState.CANCELLED: "cancel", JobState.KILLED: "kill", JobState.DENIED: "cancel",
-            JobState.TIMED_OUT: "cancel"}
+_CASCADE = {
+    JobState.CANCELLED: "cancel",
+    JobState.KILLED: "kill",
+    JobState.DENIED: "cancel",
+    JobState.TIMED_OUT: "cancel",
+}
 _VERB = {"cancel": "was cancelled", "kill": "was killed", "deny": "was denied"}
 
 

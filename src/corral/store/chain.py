@@ -49,37 +49,140 @@ __all__ = ["AuditKey", "Head", "Mark"]
 
 # Hashed columns per chained table, in the table's column order (`hash` follows them).
 CHAINS: dict[str, tuple[str, ...]] = {
-    "policy_evaluations": ("at", "job_id", "attempt", "stage", "subject", "verdict", "reason",
-                           "message", "inputs", "seq", "prev_hash"),
-    "run_reports": ("id", "seq", "job_id", "role", "tenant", "workflow", "outcome", "attempts",
-                    "steps", "tool_calls", "tokens_in", "tokens_out", "cost_usd", "started_at",
-                    "ended_at", "duration_ms", "summary", "created_at", "metrics", "prev_hash"),
-    "incidents": ("id", "seq", "report_id", "job_id", "type", "severity", "message",
-                  "created_at", "context", "resolves", "prev_hash"),
-    "switch_events": ("seq", "kind", "switch_id", "action", "scope", "target", "reason", "at",
-                      "actor", "expires_at", "prev_hash"),
-    "budget_ceilings": ("seq", "scope", "target", "period", "ceiling_usd", "at", "actor",
-                        "prev_hash"),
-    "budget_ledger": ("seq", "kind", "job_id", "scope", "target", "amount", "charged_at", "at",
-                      "settles", "prev_hash"),
+    "policy_evaluations": (
+        "at",
+        "job_id",
+        "attempt",
+        "stage",
+        "subject",
+        "verdict",
+        "reason",
+        "message",
+        "inputs",
+        "seq",
+        "prev_hash",
+    ),
+    "run_reports": (
+        "id",
+        "seq",
+        "job_id",
+        "role",
+        "tenant",
+        "workflow",
+        "outcome",
+        "attempts",
+        "steps",
+        "tool_calls",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "started_at",
+        "ended_at",
+        "duration_ms",
+        "summary",
+        "created_at",
+        "metrics",
+        "prev_hash",
+    ),
+    "incidents": (
+        "id",
+        "seq",
+        "report_id",
+        "job_id",
+        "type",
+        "severity",
+        "message",
+        "created_at",
+        "context",
+        "resolves",
+        "prev_hash",
+    ),
+    "switch_events": (
+        "seq",
+        "kind",
+        "switch_id",
+        "action",
+        "scope",
+        "target",
+        "reason",
+        "at",
+        "actor",
+        "expires_at",
+        "prev_hash",
+    ),
+    "budget_ceilings": (
+        "seq",
+        "scope",
+        "target",
+        "period",
+        "ceiling_usd",
+        "at",
+        "actor",
+        "prev_hash",
+    ),
+    "budget_ledger": (
+        "seq",
+        "kind",
+        "job_id",
+        "scope",
+        "target",
+        "amount",
+        "charged_at",
+        "at",
+        "settles",
+        "prev_hash",
+    ),
     "dark_launches": ("seq", "workflow", "percentage", "enabled", "at", "actor", "prev_hash"),
-    "approval_events": ("seq", "approval_id", "job_id", "subject", "digest", "reason",
-                        "requested_at", "expires_at", "state", "at", "actor", "note",
-                        "prev_hash"),
-    "job_events": ("job_id", "at", "kind", "from_state", "to_state", "attempt", "message",
-                   "data", "seq", "prev_hash"),
+    "approval_events": (
+        "seq",
+        "approval_id",
+        "job_id",
+        "subject",
+        "digest",
+        "reason",
+        "requested_at",
+        "expires_at",
+        "state",
+        "at",
+        "actor",
+        "note",
+        "prev_hash",
+    ),
+    "job_events": (
+        "job_id",
+        "at",
+        "kind",
+        "from_state",
+        "to_state",
+        "attempt",
+        "message",
+        "data",
+        "seq",
+        "prev_hash",
+    ),
 }
 # The id a problem is reported under: the table's own id, else its chain position.
-ROW_ID = {"policy_evaluations": "id", "run_reports": "id", "incidents": "id",
-          "job_events": "id"}
+ROW_ID = {"policy_evaluations": "id", "run_reports": "id", "incidents": "id", "job_events": "id"}
 # Tables whose rows from before their chain began stay outside it (seq NULL): not a problem
 # while they precede the chain's first row.
 PRECHAIN = frozenset({"job_events"})
 # A keyed (HMAC-SHA256) hash is stored with this prefix; a plain SHA-256 one without.
 KEYED = "k1:"
 # REAL columns: hashed as floats whatever the caller passed (SQLite gives 1 back as 1.0).
-_REAL = frozenset({"at", "cost_usd", "started_at", "ended_at", "created_at", "expires_at",
-                   "ceiling_usd", "amount", "charged_at", "requested_at"})
+_REAL = frozenset(
+    {
+        "at",
+        "cost_usd",
+        "started_at",
+        "ended_at",
+        "created_at",
+        "expires_at",
+        "ceiling_usd",
+        "amount",
+        "charged_at",
+        "requested_at",
+    }
+)
 
 Problem = tuple[str, str, str]  # (table, row id, why)
 
@@ -99,8 +202,13 @@ def normalise(row: Mapping[str, Any]) -> dict[str, Any]:
 def canonical(table: str, row: Mapping[str, Any]) -> str:
     """What a row's hash is taken over: its hashed columns and its table, as canonical JSON."""
     content = {c: row.get(c) for c in CHAINS[table]}
-    return json.dumps({"table": table, "row": content}, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        {"table": table, "row": content},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
 
 
 def row_hash(table: str, row: Mapping[str, Any], key: bytes | None = None) -> str:
@@ -111,8 +219,9 @@ def row_hash(table: str, row: Mapping[str, Any], key: bytes | None = None) -> st
     return KEYED + hmac.new(key, text, hashlib.sha256).hexdigest()
 
 
-def link(table: str, row: Mapping[str, Any], seq: int, prev_hash: str,
-         key: bytes | None = None) -> dict[str, Any]:
+def link(
+    table: str, row: Mapping[str, Any], seq: int, prev_hash: str, key: bytes | None = None
+) -> dict[str, Any]:
     """The row placed at `seq` after `prev_hash`, with its own hash."""
     linked = {**normalise(row), "seq": seq, "prev_hash": prev_hash}
     linked["hash"] = row_hash(table, linked, key)
@@ -125,8 +234,7 @@ class ChainCheck:
     `key`: the chain's key (None: keyed rows cannot be checked, which is itself reported);
     `marks`: the chain's signed checkpoints, which the walk must pass through unchanged."""
 
-    def __init__(self, table: str, key: bytes | None = None,
-                 marks: Sequence[Mark] = ()) -> None:
+    def __init__(self, table: str, key: bytes | None = None, marks: Sequence[Mark] = ()) -> None:
         self.table = table
         self.key = key
         self.checked = 0
@@ -148,16 +256,21 @@ class ChainCheck:
         self.checked += 1
         seq = row.get("seq")
         if seq is None or row.get("hash") is None:
-            if (self.table in PRECHAIN and self._seq == 0 and row.get("id") is not None
-                    and (self.chain_starts_at is None or int(row["id"]) < self.chain_starts_at)):
+            if (
+                self.table in PRECHAIN
+                and self._seq == 0
+                and row.get("id") is not None
+                and (self.chain_starts_at is None or int(row["id"]) < self.chain_starts_at)
+            ):
                 self.prechain += 1
                 return
             self._bad(row, "row is not on the chain (no seq or hash)")
             return
         seq = int(seq)
         if seq != self._seq + 1:
-            self._bad(row, f"seq {seq} follows {self._seq}: rows {self._seq + 1}…{seq - 1}"
-                           " are missing")
+            self._bad(
+                row, f"seq {seq} follows {self._seq}: rows {self._seq + 1}…{seq - 1} are missing"
+            )
         elif row.get("prev_hash") != self._hash:
             self._bad(row, "prev_hash does not match the previous row's hash")
         self._check_hash(row, seq, str(row["hash"]))
@@ -165,8 +278,11 @@ class ChainCheck:
             mark = self.marks[self._mark]
             self._mark += 1
             if mark.seq == seq and mark.hash != row["hash"]:
-                self._bad(row, f"record seq {seq} differs from the checkpoint at {mark.when}"
-                               " (the chain was rewritten from here)")
+                self._bad(
+                    row,
+                    f"record seq {seq} differs from the checkpoint at {mark.when}"
+                    " (the chain was rewritten from here)",
+                )
         self._seq, self._hash = seq, str(row["hash"])
 
     def _check_hash(self, row: Mapping[str, Any], seq: int, stored: str) -> None:
@@ -177,14 +293,20 @@ class ChainCheck:
                 self.unchecked += 1
                 return
             if not hmac.compare_digest(row_hash(self.table, row, self.key), stored):
-                self._bad(row, f"record seq {seq} changed: its HMAC does not match (changed,"
-                               " or recomputed without the key)")
+                self._bad(
+                    row,
+                    f"record seq {seq} changed: its HMAC does not match (changed,"
+                    " or recomputed without the key)",
+                )
             return
         keyed_from = self._keyed_from
         if self._first_keyed is not None or (keyed_from is not None and seq >= keyed_from):
-            self._bad(row, f"record seq {seq} has a plain hash inside the keyed part of the"
-                           f" chain (from seq {self._first_keyed or keyed_from}): recomputed"
-                           " without the key")
+            self._bad(
+                row,
+                f"record seq {seq} has a plain hash inside the keyed part of the"
+                f" chain (from seq {self._first_keyed or keyed_from}): recomputed"
+                " without the key",
+            )
         elif row_hash(self.table, row) != stored:
             self._bad(row, "content does not match its hash (the row was changed)")
 
@@ -195,31 +317,61 @@ class ChainCheck:
             head = Head(*head)
         tip = head or Head(0, "")
         if (self._seq, self._hash) != (tip.seq, tip.hash):
-            self.problems.append((self.table, str(tip.seq),
-                                  f"chain head is seq {tip.seq} but the rows end at seq"
-                                  f" {self._seq} (rows were removed or the head was changed)"))
+            self.problems.append(
+                (
+                    self.table,
+                    str(tip.seq),
+                    f"chain head is seq {tip.seq} but the rows end at seq"
+                    f" {self._seq} (rows were removed or the head was changed)",
+                )
+            )
         if self.marks and self.marks[-1].seq > self._seq:
             last = self.marks[-1]
-            self.problems.append((self.table, str(self._seq),
-                                  f"chain {self.table}: {last.seq - self._seq} records after seq"
-                                  f" {self._seq} missing (checkpoint at {last.when} says head"
-                                  f" seq {last.seq})"))
-        if (self._keyed_from is not None and tip.keyed_from != self._keyed_from
-                and tip.seq >= self._keyed_from):
-            said = (f"starts at seq {tip.keyed_from}" if tip.keyed_from is not None
-                    else "has no keyed record")
-            self.problems.append((self.table, str(tip.seq),
-                                  f"the head says the keyed chain {said}, the checkpoints say"
-                                  f" it starts at seq {self._keyed_from}"))
+            self.problems.append(
+                (
+                    self.table,
+                    str(self._seq),
+                    f"chain {self.table}: {last.seq - self._seq} records after seq"
+                    f" {self._seq} missing (checkpoint at {last.when} says head"
+                    f" seq {last.seq})",
+                )
+            )
+        if (
+            self._keyed_from is not None
+            and tip.keyed_from != self._keyed_from
+            and tip.seq >= self._keyed_from
+        ):
+            said = (
+                f"starts at seq {tip.keyed_from}"
+                if tip.keyed_from is not None
+                else "has no keyed record"
+            )
+            self.problems.append(
+                (
+                    self.table,
+                    str(tip.seq),
+                    f"the head says the keyed chain {said}, the checkpoints say"
+                    f" it starts at seq {self._keyed_from}",
+                )
+            )
         if self.unchecked:
-            self.problems.append((self.table, str(self._first_keyed),
-                                  f"{self.unchecked} keyed records cannot be checked: no audit"
-                                  " key (audit.key is missing)"))
+            self.problems.append(
+                (
+                    self.table,
+                    str(self._first_keyed),
+                    f"{self.unchecked} keyed records cannot be checked: no audit"
+                    " key (audit.key is missing)",
+                )
+            )
 
 
-def verify_rows(table: str, rows: Sequence[Mapping[str, Any]],
-                head: Head | tuple[int, str] | None, key: bytes | None = None,
-                marks: Sequence[Mark] = ()) -> ChainCheck:
+def verify_rows(
+    table: str,
+    rows: Sequence[Mapping[str, Any]],
+    head: Head | tuple[int, str] | None,
+    key: bytes | None = None,
+    marks: Sequence[Mark] = (),
+) -> ChainCheck:
     """Check a whole chain held in memory (unchained rows first, then by seq)."""
     check = ChainCheck(table, key, marks)
     for row in sorted(rows, key=lambda r: (r.get("seq") is not None, r.get("seq") or 0)):

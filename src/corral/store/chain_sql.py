@@ -21,21 +21,31 @@ class ChainWriter:
         self.tx, self.table, self.seq, self.tip = tx, table, head.seq, head.hash
         self.key, self.keyed_from = key, head.keyed_from
         cols = (*CHAINS[table], "hash")
-        self._insert = (f"INSERT INTO {table} ({', '.join(cols)})"
-                        f" VALUES ({', '.join('?' * len(cols))})")
+        self._insert = (
+            f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+        )
 
     @classmethod
     async def take(cls, tx: Tx, table: str, key: bytes | None = None) -> ChainWriter:
         """Lock the chain's tip for the rest of the transaction."""
         row = await tx.fetchone(_TAKE, (table,))
         if row is None:  # the chain's first append ever
-            await tx.execute("INSERT INTO audit_heads (chain, seq, hash) VALUES (?, 0, '')"
-                             " ON CONFLICT (chain) DO NOTHING", (table,))
+            await tx.execute(
+                "INSERT INTO audit_heads (chain, seq, hash) VALUES (?, 0, '')"
+                " ON CONFLICT (chain) DO NOTHING",
+                (table,),
+            )
             row = await tx.fetchone(_TAKE, (table,))
         assert row is not None
         keyed_from = row["keyed_from"]
-        return cls(tx, table, Head(int(row["seq"]), str(row["hash"]),
-                                   None if keyed_from is None else int(keyed_from)), key)
+        return cls(
+            tx,
+            table,
+            Head(
+                int(row["seq"]), str(row["hash"]), None if keyed_from is None else int(keyed_from)
+            ),
+            key,
+        )
 
     async def append(self, row: Mapping[str, Any]) -> dict[str, Any]:
         linked = link(self.table, row, self.seq + 1, self.tip, self.key)
@@ -46,21 +56,26 @@ class ChainWriter:
         return linked
 
     async def flush(self) -> None:
-        await self.tx.execute("UPDATE audit_heads SET seq = ?, hash = ?, keyed_from = ?"
-                              " WHERE chain = ?", (self.seq, self.tip, self.keyed_from,
-                                                   self.table))
+        await self.tx.execute(
+            "UPDATE audit_heads SET seq = ?, hash = ?, keyed_from = ? WHERE chain = ?",
+            (self.seq, self.tip, self.keyed_from, self.table),
+        )
 
 
 async def read_heads(tx: Tx) -> dict[str, Head]:
     """Every chain's tip as the database records it."""
     rows = await tx.fetchall("SELECT chain, seq, hash, keyed_from FROM audit_heads")
-    return {str(r["chain"]): Head(int(r["seq"]), str(r["hash"]),
-                                  None if r["keyed_from"] is None else int(r["keyed_from"]))
-            for r in rows}
+    return {
+        str(r["chain"]): Head(
+            int(r["seq"]), str(r["hash"]), None if r["keyed_from"] is None else int(r["keyed_from"])
+        )
+        for r in rows
+    }
 
 
-async def verify_table(tx: Tx, table: str, *, key: bytes | None = None,
-                       marks: Sequence[Mark] = (), page: int = 1000) -> ChainCheck:
+async def verify_table(
+    tx: Tx, table: str, *, key: bytes | None = None, marks: Sequence[Mark] = (), page: int = 1000
+) -> ChainCheck:
     """Walk one table's chain from the database, a page at a time.
 
     The tip is read first and the walk stops there: rows appended meanwhile by another engine
@@ -70,27 +85,30 @@ async def verify_table(tx: Tx, table: str, *, key: bytes | None = None,
     id_col = ROW_ID.get(table, "seq")
     cols = ", ".join(dict.fromkeys((id_col, *CHAINS[table], "hash")))
     if table in PRECHAIN:
-        first = await tx.fetchone(f"SELECT MIN({id_col}) AS id FROM {table}"
-                                  " WHERE seq IS NOT NULL")
-        check.chain_starts_at = None if first is None or first["id"] is None else int(
-            first["id"])
-    for row in await tx.fetchall(f"SELECT {cols} FROM {table} WHERE seq IS NULL OR hash IS NULL"
-                                 f" ORDER BY {id_col}"):
+        first = await tx.fetchone(f"SELECT MIN({id_col}) AS id FROM {table} WHERE seq IS NOT NULL")
+        check.chain_starts_at = None if first is None or first["id"] is None else int(first["id"])
+    for row in await tx.fetchall(
+        f"SELECT {cols} FROM {table} WHERE seq IS NULL OR hash IS NULL ORDER BY {id_col}"
+    ):
         check.feed(dict(row))
     after, last = 0, tip.seq if tip else 0
     while True:
-        rows = await tx.fetchall(f"SELECT {cols} FROM {table} WHERE seq > ? AND seq <= ?"
-                                 " AND hash IS NOT NULL ORDER BY seq LIMIT ?", (after, last, page))
+        rows = await tx.fetchall(
+            f"SELECT {cols} FROM {table} WHERE seq > ? AND seq <= ?"
+            " AND hash IS NOT NULL ORDER BY seq LIMIT ?",
+            (after, last, page),
+        )
         for row in rows:
             check.feed(dict(row))
         if len(rows) < page:
             break
         after = int(rows[-1]["seq"])
     if tip is None:  # no tip: every row is past it (the head row itself was removed)
-        for row in await tx.fetchall(f"SELECT {cols} FROM {table} WHERE seq IS NOT NULL"
-                                     " AND hash IS NOT NULL ORDER BY seq LIMIT 1"):
-            check.problems.append((table, str(row[id_col]),
-                                   "rows exist but the chain has no head"))
+        for row in await tx.fetchall(
+            f"SELECT {cols} FROM {table} WHERE seq IS NOT NULL"
+            " AND hash IS NOT NULL ORDER BY seq LIMIT 1"
+        ):
+            check.problems.append((table, str(row[id_col]), "rows exist but the chain has no head"))
     check.finish(tip)
     return check
 
@@ -99,29 +117,40 @@ async def seal_legacy_evaluations(tx: Tx) -> None:
     """Migration 0005 → 0006: put policy evaluations written before the chain on it, in id order
     (runs before the append-only triggers exist)."""
     cols = ", ".join(c for c in CHAINS["policy_evaluations"] if c not in ("seq", "prev_hash"))
-    rows = await tx.fetchall(f"SELECT id, {cols} FROM policy_evaluations WHERE hash IS NULL"
-                             " ORDER BY id")
+    rows = await tx.fetchall(
+        f"SELECT id, {cols} FROM policy_evaluations WHERE hash IS NULL ORDER BY id"
+    )
     if not rows:
         return
-    row = await tx.fetchone("UPDATE audit_heads SET seq = seq WHERE chain = ?"
-                            " RETURNING seq, hash", ("policy_evaluations",))
+    row = await tx.fetchone(
+        "UPDATE audit_heads SET seq = seq WHERE chain = ? RETURNING seq, hash",
+        ("policy_evaluations",),
+    )
     if row is None:
-        await tx.execute("INSERT INTO audit_heads (chain, seq, hash) VALUES (?, 0, '')"
-                         " ON CONFLICT (chain) DO NOTHING", ("policy_evaluations",))
-    writer = ChainWriter(tx, "policy_evaluations",
-                         Head(int(row["seq"]), str(row["hash"])) if row else Head(0, ""))
+        await tx.execute(
+            "INSERT INTO audit_heads (chain, seq, hash) VALUES (?, 0, '')"
+            " ON CONFLICT (chain) DO NOTHING",
+            ("policy_evaluations",),
+        )
+    writer = ChainWriter(
+        tx, "policy_evaluations", Head(int(row["seq"]), str(row["hash"])) if row else Head(0, "")
+    )
     for row in rows:
         linked = link("policy_evaluations", dict(row), writer.seq + 1, writer.tip)
-        await tx.execute("UPDATE policy_evaluations SET seq = ?, prev_hash = ?, hash = ?"
-                         " WHERE id = ?", (linked["seq"], linked["prev_hash"], linked["hash"],
-                                           row["id"]))
+        await tx.execute(
+            "UPDATE policy_evaluations SET seq = ?, prev_hash = ?, hash = ? WHERE id = ?",
+            (linked["seq"], linked["prev_hash"], linked["hash"], row["id"]),
+        )
         writer.seq, writer.tip = linked["seq"], linked["hash"]
-    await tx.execute("UPDATE audit_heads SET seq = ?, hash = ? WHERE chain = ?",
-                     (writer.seq, writer.tip, "policy_evaluations"))
+    await tx.execute(
+        "UPDATE audit_heads SET seq = ?, hash = ? WHERE chain = ?",
+        (writer.seq, writer.tip, "policy_evaluations"),
+    )
 
 
 def append_only_triggers(dialect: str) -> list[str]:
     """The triggers that make every chained table append-only (migrations 0006, 0012)."""
-    suffixes = ("_no_update", "_no_delete") if dialect == "sqlite" else (
-        "_append_only", "_no_truncate")
+    suffixes = (
+        ("_no_update", "_no_delete") if dialect == "sqlite" else ("_append_only", "_no_truncate")
+    )
     return [t + s for t in CHAINS for s in suffixes]

@@ -39,8 +39,13 @@ def sign(key: bytes, fields: Mapping[str, Any]) -> str:
 
 def line(key: bytes, chain: str, head: Head, at: float) -> str:
     """One checkpoint as the JSON line the file holds."""
-    fields = {"chain": chain, "seq": head.seq, "hash": head.hash,
-              "keyed_from": head.keyed_from, "at": round(at, 3)}
+    fields = {
+        "chain": chain,
+        "seq": head.seq,
+        "hash": head.hash,
+        "keyed_from": head.keyed_from,
+        "at": round(at, 3),
+    }
     return json.dumps({**fields, "mac": sign(key, fields)}, sort_keys=True) + "\n"
 
 
@@ -78,21 +83,35 @@ def parse(lines: Iterable[str], key: bytes | None) -> tuple[list[Mark], list[Pro
             mac = data.pop("mac")
             fields = {k: data[k] for k in ("chain", "seq", "hash", "keyed_from", "at")}
             valid = isinstance(mac, str) and hmac.compare_digest(sign(key, fields), mac)
-            mark = Mark(chain=str(fields["chain"]), seq=int(fields["seq"]),
-                        hash=str(fields["hash"]), at=float(fields["at"]),
-                        keyed_from=None if fields["keyed_from"] is None
-                        else int(fields["keyed_from"]))
+            mark = Mark(
+                chain=str(fields["chain"]),
+                seq=int(fields["seq"]),
+                hash=str(fields["hash"]),
+                at=float(fields["at"]),
+                keyed_from=None if fields["keyed_from"] is None else int(fields["keyed_from"]),
+            )
         except (ValueError, KeyError, TypeError, AttributeError):
             problems.append((FILE, f"line {n}", "not a checkpoint (the line was changed)"))
             continue
         if not valid:
-            problems.append((FILE, f"line {n}", "its signature does not match (the line was"
-                                                " changed, or written without the key)"))
+            problems.append(
+                (
+                    FILE,
+                    f"line {n}",
+                    "its signature does not match (the line was"
+                    " changed, or written without the key)",
+                )
+            )
             continue
         marks.append(mark)
     if key is None and count:
-        problems.append((FILE, "-", f"{count} checkpoints cannot be checked: no audit key"
-                                    " (audit.key is missing)"))
+        problems.append(
+            (
+                FILE,
+                "-",
+                f"{count} checkpoints cannot be checked: no audit key (audit.key is missing)",
+            )
+        )
     return marks, problems
 
 

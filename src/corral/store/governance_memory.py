@@ -78,30 +78,46 @@ class MemoryGovernance:
         for e in evaluations:
             self._append("policy_evaluations", g.evaluation_row(e))
 
-    async def policy_evaluations(self, job_id: str, *, attempt: int | None = None,
-                                 limit: int = 1000) -> list[PolicyEvaluation]:
-        found = [r for r in self._rows("policy_evaluations")
-                 if r["job_id"] == job_id and attempt in (None, r["attempt"])]
+    async def policy_evaluations(
+        self, job_id: str, *, attempt: int | None = None, limit: int = 1000
+    ) -> list[PolicyEvaluation]:
+        found = [
+            r
+            for r in self._rows("policy_evaluations")
+            if r["job_id"] == job_id and attempt in (None, r["attempt"])
+        ]
         return [g.evaluation_from_row(r) for r in found[-limit:]] if limit > 0 else []
 
-    async def recent_policy_evaluations(self, *, limit: int = 100, stage: str | None = None,
-                                        verdict: str | None = None,
-                                        since: float | None = None) -> list[PolicyEvaluation]:
-        found = [r for r in self._rows("policy_evaluations")
-                 if stage in (None, r["stage"]) and verdict in (None, r["verdict"])
-                 and (since is None or r["at"] >= since)]
+    async def recent_policy_evaluations(
+        self,
+        *,
+        limit: int = 100,
+        stage: str | None = None,
+        verdict: str | None = None,
+        since: float | None = None,
+    ) -> list[PolicyEvaluation]:
+        found = [
+            r
+            for r in self._rows("policy_evaluations")
+            if stage in (None, r["stage"])
+            and verdict in (None, r["verdict"])
+            and (since is None or r["at"] >= since)
+        ]
         return [g.evaluation_from_row(r) for r in found[-limit:]] if limit > 0 else []
 
     # ---- run reports and incidents ---------------------------------------------------------
 
-    async def record_report(self, report: RunReport,
-                            incidents: Sequence[Incident] = ()) -> RunReport:
+    async def record_report(
+        self, report: RunReport, incidents: Sequence[Incident] = ()
+    ) -> RunReport:
         job = self._jobs.get(report.job_id)
         g.check_reportable(report.job_id, job.state.value if job else None)
         for r in self._rows("run_reports"):
             if r["job_id"] == report.job_id or r["id"] == report.id:
-                raise Conflict(f"job {r['job_id']} already has run report {r['id']};"
-                               " a run report is written once and never replaced")
+                raise Conflict(
+                    f"job {r['job_id']} already has run report {r['id']};"
+                    " a run report is written once and never replaced"
+                )
         for n, incident in enumerate(incidents):  # all checked before anything is written
             self._check_incident(incident, incidents[:n])
         row = self._append("run_reports", g.report_row(report))
@@ -131,14 +147,20 @@ class MemoryGovernance:
     async def append_incidents(self, incidents: Sequence[Incident]) -> list[Incident]:
         for n, incident in enumerate(incidents):
             self._check_incident(incident, incidents[:n])
-        return [g.incident_from_row(self._append("incidents", g.incident_row(i)))
-                for i in incidents]
+        return [
+            g.incident_from_row(self._append("incidents", g.incident_row(i))) for i in incidents
+        ]
 
-    async def incidents(self, job_id: str | None = None, *, open_only: bool = False,
-                        limit: int = 1000) -> list[Incident]:
+    async def incidents(
+        self, job_id: str | None = None, *, open_only: bool = False, limit: int = 1000
+    ) -> list[Incident]:
         resolved = {r["resolves"] for r in self._rows("incidents") if r["resolves"]}
-        found = [r for r in self._rows("incidents") if job_id in (None, r["job_id"])
-                 and not (open_only and (r["resolves"] or r["id"] in resolved))]
+        found = [
+            r
+            for r in self._rows("incidents")
+            if job_id in (None, r["job_id"])
+            and not (open_only and (r["resolves"] or r["id"] in resolved))
+        ]
         return [g.incident_from_row(r) for r in found[-limit:]] if limit > 0 else []
 
     async def open_incidents(self, job_id: str | None = None) -> list[Incident]:
@@ -187,12 +209,14 @@ class MemoryGovernance:
 
     # ---- budgets ---------------------------------------------------------------------------
 
-    async def set_budget(self, ceiling: BudgetCeiling, *, at: float | None = None,
-                         by: str = "") -> None:
+    async def set_budget(
+        self, ceiling: BudgetCeiling, *, at: float | None = None, by: str = ""
+    ) -> None:
         if ceiling.ceiling_usd < 0:
             raise InvalidRequest(f"a budget ceiling cannot be negative: {ceiling.ceiling_usd}")
-        self._append("budget_ceilings",
-                     g.ceiling_row(ceiling, time.time() if at is None else at, by))
+        self._append(
+            "budget_ceilings", g.ceiling_row(ceiling, time.time() if at is None else at, by)
+        )
 
     def _ceilings(self) -> dict[tuple[str, str], Row]:
         return {(r["scope"], r["target"]): r for r in self._rows("budget_ceilings")}
@@ -202,61 +226,102 @@ class MemoryGovernance:
 
     def _open_reservations(self, job_id: str) -> list[Row]:
         settled = {r["settles"] for r in self._rows("budget_ledger") if r["kind"] == g.COMMIT}
-        return [r for r in self._rows("budget_ledger") if r["kind"] == g.RESERVE
-                and r["job_id"] == job_id and r["seq"] not in settled]
+        return [
+            r
+            for r in self._rows("budget_ledger")
+            if r["kind"] == g.RESERVE and r["job_id"] == job_id and r["seq"] not in settled
+        ]
 
     def _status(self, scope: ScopeKind, target: str, period_start: float) -> BudgetStatus:
         ceiling = self._ceilings().get((scope.value, target))
-        rows = [r for r in self._rows("budget_ledger") if r["scope"] == scope.value
-                and r["target"] == target and r["charged_at"] >= period_start]
+        rows = [
+            r
+            for r in self._rows("budget_ledger")
+            if r["scope"] == scope.value
+            and r["target"] == target
+            and r["charged_at"] >= period_start
+        ]
         settled = {r["settles"] for r in rows if r["kind"] == g.COMMIT}
         return BudgetStatus(
-            scope=scope, target=target, period_start=float(period_start),
+            scope=scope,
+            target=target,
+            period_start=float(period_start),
             ceiling=g.ceiling_from_row(ceiling) if ceiling else None,
             spent=float(sum(r["amount"] for r in rows if r["kind"] == g.COMMIT)),
-            reserved=float(sum(r["amount"] for r in rows
-                               if r["kind"] == g.RESERVE and r["seq"] not in settled)))
+            reserved=float(
+                sum(r["amount"] for r in rows if r["kind"] == g.RESERVE and r["seq"] not in settled)
+            ),
+        )
 
-    async def reserve_budget(self, scope: ScopeKind, target: str, period_start: float,
-                             amount: float, job_id: str, *, at: float | None = None) -> bool:
+    async def reserve_budget(
+        self,
+        scope: ScopeKind,
+        target: str,
+        period_start: float,
+        amount: float,
+        job_id: str,
+        *,
+        at: float | None = None,
+    ) -> bool:
         if amount < 0:
             raise InvalidRequest(f"cannot reserve a negative amount: {amount}")
         scope = ScopeKind(scope)
-        if any(r["scope"] == scope.value and r["target"] == target
-               for r in self._open_reservations(job_id)):
+        if any(
+            r["scope"] == scope.value and r["target"] == target
+            for r in self._open_reservations(job_id)
+        ):
             return True
         remaining = self._status(scope, target, period_start).remaining
         if not g.admits(remaining, amount):
             return False
         when = time.time() if at is None else at
-        self._append("budget_ledger", {"kind": g.RESERVE, "job_id": job_id,
-                                       "scope": scope.value, "target": target, "amount": amount,
-                                       "charged_at": when, "at": when, "settles": None})
+        self._append(
+            "budget_ledger",
+            {
+                "kind": g.RESERVE,
+                "job_id": job_id,
+                "scope": scope.value,
+                "target": target,
+                "amount": amount,
+                "charged_at": when,
+                "at": when,
+                "settles": None,
+            },
+        )
         return True
 
-    async def commit_budget(self, job_id: str, actual: float, *,
-                            at: float | None = None) -> int:
+    async def commit_budget(self, job_id: str, actual: float, *, at: float | None = None) -> int:
         when = time.time() if at is None else at
         held = self._open_reservations(job_id)
         for r in held:
-            self._append("budget_ledger", {"kind": g.COMMIT, "job_id": job_id,
-                                           "scope": r["scope"], "target": r["target"],
-                                           "amount": actual, "charged_at": r["charged_at"],
-                                           "at": when, "settles": r["seq"]})
+            self._append(
+                "budget_ledger",
+                {
+                    "kind": g.COMMIT,
+                    "job_id": job_id,
+                    "scope": r["scope"],
+                    "target": r["target"],
+                    "amount": actual,
+                    "charged_at": r["charged_at"],
+                    "at": when,
+                    "settles": r["seq"],
+                },
+            )
         return len(held)
 
-    async def budget_status(self, scope: ScopeKind, target: str,
-                            period_start: float) -> BudgetStatus:
+    async def budget_status(
+        self, scope: ScopeKind, target: str, period_start: float
+    ) -> BudgetStatus:
         return self._status(ScopeKind(scope), target, period_start)
 
     # ---- dark launches ---------------------------------------------------------------------
 
-    async def set_dark_launch(self, launch: DarkLaunch, *, at: float | None = None,
-                              by: str = "") -> None:
+    async def set_dark_launch(
+        self, launch: DarkLaunch, *, at: float | None = None, by: str = ""
+    ) -> None:
         if not 0 <= launch.percentage <= 100:
             raise InvalidRequest(f"a dark launch percentage is 0…100, not {launch.percentage}")
-        self._append("dark_launches",
-                     g.launch_row(launch, time.time() if at is None else at, by))
+        self._append("dark_launches", g.launch_row(launch, time.time() if at is None else at, by))
 
     def _launches(self) -> dict[str, Row]:
         return {r["workflow"]: r for r in self._rows("dark_launches")}
@@ -276,12 +341,22 @@ class MemoryGovernance:
     async def request_approval(self, approval: Approval) -> Approval:
         if approval.id in self._latest_approvals():
             raise Conflict(f"approval {approval.id} exists already")
-        return g.approval_from_row(self._append("approval_events", g.approval_row(
-            approval, ApprovalState.PENDING, at=approval.requested_at, by=None,
-            note=approval.note)))
+        return g.approval_from_row(
+            self._append(
+                "approval_events",
+                g.approval_row(
+                    approval,
+                    ApprovalState.PENDING,
+                    at=approval.requested_at,
+                    by=None,
+                    note=approval.note,
+                ),
+            )
+        )
 
-    async def decide_approval(self, approval_id: str, state: ApprovalState, *, at: float,
-                              by: str, note: str = "") -> Approval:
+    async def decide_approval(
+        self, approval_id: str, state: ApprovalState, *, at: float, by: str, note: str = ""
+    ) -> Approval:
         state = ApprovalState(state)
         if state not in (ApprovalState.APPROVED, ApprovalState.DENIED):
             raise InvalidRequest(f"an approval is decided approved or denied, not {state}")
@@ -289,8 +364,11 @@ class MemoryGovernance:
         if current is None:
             raise NotFound(f"no approval {approval_id}")
         g.check_decidable(g.approval_from_row(current), at)
-        return g.approval_from_row(self._append("approval_events", g.next_approval_row(
-            current, state, at=at, by=by, note=note)))
+        return g.approval_from_row(
+            self._append(
+                "approval_events", g.next_approval_row(current, state, at=at, by=by, note=note)
+            )
+        )
 
     async def approval(self, approval_id: str) -> Approval:
         current = self._latest_approvals().get(approval_id)
@@ -298,19 +376,30 @@ class MemoryGovernance:
             raise NotFound(f"no approval {approval_id}")
         return g.approval_from_row(current)
 
-    async def approvals(self, *, job_id: str | None = None,
-                        state: ApprovalState | None = None) -> list[Approval]:
-        rows = [r for r in self._latest_approvals().values() if job_id in (None, r["job_id"])
-                and (state is None or r["state"] == ApprovalState(state).value)]
+    async def approvals(
+        self, *, job_id: str | None = None, state: ApprovalState | None = None
+    ) -> list[Approval]:
+        rows = [
+            r
+            for r in self._latest_approvals().values()
+            if job_id in (None, r["job_id"])
+            and (state is None or r["state"] == ApprovalState(state).value)
+        ]
         rows.sort(key=lambda r: (r["requested_at"], r["approval_id"]))
         return [g.approval_from_row(r) for r in rows]
 
     async def expire_approvals(self, now: float) -> list[Approval]:
-        due = sorted((r for r in self._latest_approvals().values()
-                      if r["state"] == ApprovalState.PENDING.value and r["expires_at"] <= now),
-                     key=lambda r: r["seq"])
-        return [g.approval_from_row(self._append("approval_events", g.expiry_row(r, now)))
-                for r in due]
+        due = sorted(
+            (
+                r
+                for r in self._latest_approvals().values()
+                if r["state"] == ApprovalState.PENDING.value and r["expires_at"] <= now
+            ),
+            key=lambda r: r["seq"],
+        )
+        return [
+            g.approval_from_row(self._append("approval_events", g.expiry_row(r, now))) for r in due
+        ]
 
     # ---- the read model and the audit ------------------------------------------------------
 
@@ -322,41 +411,69 @@ class MemoryGovernance:
         incidents = [r for r in mine if not r["resolves"]]
         evals = [r for r in self._rows("policy_evaluations") if r["job_id"] == job.id]
         last: Mapping[str, Any] = evals[-1] if evals else {}
-        return g.unified_from_row({
-            "job_id": job.id, "state": job.state.value, "role": job.role, "tenant": job.tenant,
-            "worker": job.worker, "created_at": job.created_at, "updated_at": job.updated_at,
-            "report_id": report.get("id"),
-            **{c: report.get(c) for c in ("outcome", "workflow", "cost_usd", "tokens_in",
-                                          "tokens_out", "started_at", "ended_at",
-                                          "duration_ms")},
-            "incidents_total": len(incidents),
-            "incidents_open": sum(r["id"] not in resolved for r in incidents),
-            "policy_verdict": last.get("verdict"), "policy_reason": last.get("reason"),
-            "policy_stage": last.get("stage"), "policy_at": last.get("at")})
+        return g.unified_from_row(
+            {
+                "job_id": job.id,
+                "state": job.state.value,
+                "role": job.role,
+                "tenant": job.tenant,
+                "worker": job.worker,
+                "created_at": job.created_at,
+                "updated_at": job.updated_at,
+                "report_id": report.get("id"),
+                **{
+                    c: report.get(c)
+                    for c in (
+                        "outcome",
+                        "workflow",
+                        "cost_usd",
+                        "tokens_in",
+                        "tokens_out",
+                        "started_at",
+                        "ended_at",
+                        "duration_ms",
+                    )
+                },
+                "incidents_total": len(incidents),
+                "incidents_open": sum(r["id"] not in resolved for r in incidents),
+                "policy_verdict": last.get("verdict"),
+                "policy_reason": last.get("reason"),
+                "policy_stage": last.get("stage"),
+                "policy_at": last.get("at"),
+            }
+        )
 
-    async def run_unified(self, limit: int = 100, *,
-                          state: str | None = None) -> list[UnifiedRun]:
-        jobs = sorted((j for j in self._jobs.values() if state in (None, j.state.value)),
-                      key=lambda j: j.id, reverse=True)
+    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
+        jobs = sorted(
+            (j for j in self._jobs.values() if state in (None, j.state.value)),
+            key=lambda j: j.id,
+            reverse=True,
+        )
         return [self._unified(j) for j in jobs[:limit]]
 
     async def unreported(self, limit: int = 100) -> list[str]:
         reported = {r["job_id"] for r in self._rows("run_reports")}
-        jobs = sorted((j for j in self._jobs.values()
-                       if j.state.terminal and j.id not in reported),
-                      key=lambda j: (j.updated_at, j.id))
+        jobs = sorted(
+            (j for j in self._jobs.values() if j.state.terminal and j.id not in reported),
+            key=lambda j: (j.updated_at, j.id),
+        )
         return [j.id for j in jobs[:limit]]
 
     async def verify_audit(self, marks: Sequence[Mark] = ()) -> AuditReport:
         checked, problems = 0, list[Problem]()
         key = self._chain_key(create=False)
         for table, rows in self._chains.items():
-            check = verify_rows(table, rows, self._heads.get(table), key,
-                                [m for m in marks if m.chain == table])
+            check = verify_rows(
+                table, rows, self._heads.get(table), key, [m for m in marks if m.chain == table]
+            )
             checked += check.checked
             problems += check.problems
-        return AuditReport(ok=not problems, checked=checked,
-                           first_bad=problems[0] if problems else None, problems=tuple(problems))
+        return AuditReport(
+            ok=not problems,
+            checked=checked,
+            first_bad=problems[0] if problems else None,
+            problems=tuple(problems),
+        )
 
     async def audit_heads(self) -> dict[str, Head]:
         return dict(self._heads)

@@ -41,18 +41,23 @@ def _cols(table: str) -> str:
 
 
 _INCIDENT = f"SELECT {_cols('incidents')} FROM incidents"
-_SWITCHES = (f"SELECT {', '.join('a.' + c for c in CHAINS['switch_events'])}, l.at AS lifted_at"
-             " FROM switch_events a LEFT JOIN switch_events l ON l.kind = a.kind"
-             " AND l.switch_id = a.switch_id AND l.action = 'lift'"
-             " WHERE a.kind = ? AND a.action = 'activate'")
-_LATEST_APPROVAL = (f"SELECT {_cols('approval_events')} FROM approval_events e WHERE e.seq ="
-                    " (SELECT MAX(x.seq) FROM approval_events x"
-                    " WHERE x.approval_id = e.approval_id)")
+_SWITCHES = (
+    f"SELECT {', '.join('a.' + c for c in CHAINS['switch_events'])}, l.at AS lifted_at"
+    " FROM switch_events a LEFT JOIN switch_events l ON l.kind = a.kind"
+    " AND l.switch_id = a.switch_id AND l.action = 'lift'"
+    " WHERE a.kind = ? AND a.action = 'activate'"
+)
+_LATEST_APPROVAL = (
+    f"SELECT {_cols('approval_events')} FROM approval_events e WHERE e.seq ="
+    " (SELECT MAX(x.seq) FROM approval_events x"
+    " WHERE x.approval_id = e.approval_id)"
+)
 _CEILING = f"SELECT {_cols('budget_ceilings')} FROM budget_ceilings"
 _OPEN_RESERVATIONS = (
     f"SELECT {', '.join('b.' + c for c in CHAINS['budget_ledger'])} FROM budget_ledger b"
     " LEFT JOIN budget_ledger c ON c.settles = b.seq"
-    " WHERE b.kind = 'reserve' AND c.seq IS NULL AND b.job_id = ?")
+    " WHERE b.kind = 'reserve' AND c.seq IS NULL AND b.job_id = ?"
+)
 
 
 def _lifted(r: Row) -> Row | None:
@@ -76,12 +81,15 @@ class SqlGovernance:
         if self._audit_key_bytes is None and self.audit_key is not None:
             key = self.audit_key.get(create=False)
             if key is None:
-                keyed = await tx.fetchone("SELECT chain FROM audit_heads"
-                                          " WHERE keyed_from IS NOT NULL LIMIT 1")
+                keyed = await tx.fetchone(
+                    "SELECT chain FROM audit_heads WHERE keyed_from IS NOT NULL LIMIT 1"
+                )
                 if keyed is not None:
-                    raise StoreError(f"the audit key {self.audit_key} is missing, but this"
-                                     " store's records were hashed with one: restore it from"
-                                     " your backup (docs/explanation/audit.md)")
+                    raise StoreError(
+                        f"the audit key {self.audit_key} is missing, but this"
+                        " store's records were hashed with one: restore it from"
+                        " your backup (docs/explanation/audit.md)"
+                    )
                 key = self.audit_key.get(create=True)
             self._audit_key_bytes = key
         return self._audit_key_bytes
@@ -97,8 +105,9 @@ class SqlGovernance:
                 await chain.append(g.evaluation_row(e))
             await chain.flush()
 
-    async def policy_evaluations(self, job_id: str, *, attempt: int | None = None,
-                                 limit: int = 1000) -> list[PolicyEvaluation]:
+    async def policy_evaluations(
+        self, job_id: str, *, attempt: int | None = None, limit: int = 1000
+    ) -> list[PolicyEvaluation]:
         where = "job_id = ?"
         params: list[Any] = [job_id]
         if attempt is not None:
@@ -108,18 +117,23 @@ class SqlGovernance:
             rows = await tx.fetchall(
                 "SELECT id, at, job_id, attempt, stage, subject, verdict, reason, message, inputs"
                 f" FROM policy_evaluations WHERE {where} ORDER BY id DESC LIMIT ?",
-                (*params, limit))
+                (*params, limit),
+            )
         return [g.evaluation_from_row(r) for r in reversed(rows)]
 
-    async def recent_policy_evaluations(self, *, limit: int = 100, stage: str | None = None,
-                                        verdict: str | None = None,
-                                        since: float | None = None) -> list[PolicyEvaluation]:
+    async def recent_policy_evaluations(
+        self,
+        *,
+        limit: int = 100,
+        stage: str | None = None,
+        verdict: str | None = None,
+        since: float | None = None,
+    ) -> list[PolicyEvaluation]:
         if limit <= 0:  # SQLite reads a negative LIMIT as none at all
             return []
         clauses: list[str] = []
         params: list[Any] = []
-        for clause, value in (("stage = ?", stage), ("verdict = ?", verdict),
-                              ("at >= ?", since)):
+        for clause, value in (("stage = ?", stage), ("verdict = ?", verdict), ("at >= ?", since)):
             if value is not None:
                 clauses.append(clause)
                 params.append(value)
@@ -127,22 +141,29 @@ class SqlGovernance:
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 "SELECT id, at, job_id, attempt, stage, subject, verdict, reason, message, inputs"
-                f" FROM policy_evaluations{where} ORDER BY id DESC LIMIT ?", (*params, limit))
+                f" FROM policy_evaluations{where} ORDER BY id DESC LIMIT ?",
+                (*params, limit),
+            )
         return [g.evaluation_from_row(r) for r in reversed(rows)]
 
     # ---- run reports and incidents ---------------------------------------------------------
 
-    async def record_report(self, report: RunReport,
-                            incidents: Sequence[Incident] = ()) -> RunReport:
+    async def record_report(
+        self, report: RunReport, incidents: Sequence[Incident] = ()
+    ) -> RunReport:
         async with self.driver.write() as tx:
             chain = await ChainWriter.take(tx, "run_reports", await self._chain_key(tx))
             job = await tx.fetchone("SELECT state FROM jobs WHERE id = ?", (report.job_id,))
             g.check_reportable(report.job_id, job["state"] if job else None)
-            found = await tx.fetchone("SELECT id, job_id FROM run_reports WHERE job_id = ?"
-                                      " OR id = ?", (report.job_id, report.id))
+            found = await tx.fetchone(
+                "SELECT id, job_id FROM run_reports WHERE job_id = ? OR id = ?",
+                (report.job_id, report.id),
+            )
             if found is not None:
-                raise Conflict(f"job {found['job_id']} already has run report {found['id']};"
-                               " a run report is written once and never replaced")
+                raise Conflict(
+                    f"job {found['job_id']} already has run report {found['id']};"
+                    " a run report is written once and never replaced"
+                )
             row = await chain.append(g.report_row(report))
             await chain.flush()
             if incidents:
@@ -151,8 +172,9 @@ class SqlGovernance:
 
     async def report(self, job_id: str) -> RunReport | None:
         async with self.driver.read() as tx:
-            row = await tx.fetchone(f"SELECT {_cols('run_reports')} FROM run_reports"
-                                    " WHERE job_id = ?", (job_id,))
+            row = await tx.fetchone(
+                f"SELECT {_cols('run_reports')} FROM run_reports WHERE job_id = ?", (job_id,)
+            )
         return g.report_from_row(row) if row else None
 
     async def append_incidents(self, incidents: Sequence[Incident]) -> list[Incident]:
@@ -184,19 +206,23 @@ class SqlGovernance:
         if done is not None:
             raise Conflict(f"incident {i.resolves} is resolved already (by {done['id']})")
 
-    async def incidents(self, job_id: str | None = None, *, open_only: bool = False,
-                        limit: int = 1000) -> list[Incident]:
+    async def incidents(
+        self, job_id: str | None = None, *, open_only: bool = False, limit: int = 1000
+    ) -> list[Incident]:
         clauses, params = [], []
         if job_id is not None:
             clauses.append("i.job_id = ?")
             params.append(job_id)
         if open_only:
-            clauses.append("i.resolves IS NULL AND NOT EXISTS"
-                           " (SELECT 1 FROM incidents x WHERE x.resolves = i.id)")
+            clauses.append(
+                "i.resolves IS NULL AND NOT EXISTS"
+                " (SELECT 1 FROM incidents x WHERE x.resolves = i.id)"
+            )
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         async with self.driver.read() as tx:
-            rows = await tx.fetchall(f"{_INCIDENT} i{where} ORDER BY i.seq DESC LIMIT ?",
-                                     (*params, limit))
+            rows = await tx.fetchall(
+                f"{_INCIDENT} i{where} ORDER BY i.seq DESC LIMIT ?", (*params, limit)
+            )
         return [g.incident_from_row(r) for r in reversed(rows)]
 
     async def open_incidents(self, job_id: str | None = None) -> list[Incident]:
@@ -207,8 +233,10 @@ class SqlGovernance:
     async def _activate(self, row: dict[str, Any]) -> dict[str, Any]:
         async with self.driver.write() as tx:
             chain = await ChainWriter.take(tx, "switch_events", await self._chain_key(tx))
-            if await tx.fetchone("SELECT 1 AS x FROM switch_events WHERE kind = ?"
-                                 " AND switch_id = ?", (row["kind"], row["switch_id"])):
+            if await tx.fetchone(
+                "SELECT 1 AS x FROM switch_events WHERE kind = ? AND switch_id = ?",
+                (row["kind"], row["switch_id"]),
+            ):
                 raise Conflict(f"{row['kind']} {row['switch_id']} exists already")
             linked = await chain.append(row)
             await chain.flush()
@@ -252,8 +280,9 @@ class SqlGovernance:
 
     # ---- budgets ---------------------------------------------------------------------------
 
-    async def set_budget(self, ceiling: BudgetCeiling, *, at: float | None = None,
-                         by: str = "") -> None:
+    async def set_budget(
+        self, ceiling: BudgetCeiling, *, at: float | None = None, by: str = ""
+    ) -> None:
         if ceiling.ceiling_usd < 0:
             raise InvalidRequest(f"a budget ceiling cannot be negative: {ceiling.ceiling_usd}")
         async with self.driver.write() as tx:
@@ -265,35 +294,55 @@ class SqlGovernance:
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 _CEILING + " c WHERE c.seq = (SELECT MAX(x.seq) FROM budget_ceilings x"
-                " WHERE x.scope = c.scope AND x.target = c.target) ORDER BY c.scope, c.target")
+                " WHERE x.scope = c.scope AND x.target = c.target) ORDER BY c.scope, c.target"
+            )
         return [g.ceiling_from_row(r) for r in rows]
 
-    async def _status(self, tx: Tx, scope: ScopeKind, target: str,
-                      period_start: float) -> BudgetStatus:
-        row = await tx.fetchone(_CEILING + " WHERE scope = ? AND target = ?"
-                                " ORDER BY seq DESC LIMIT 1", (scope.value, target))
+    async def _status(
+        self, tx: Tx, scope: ScopeKind, target: str, period_start: float
+    ) -> BudgetStatus:
+        row = await tx.fetchone(
+            _CEILING + " WHERE scope = ? AND target = ? ORDER BY seq DESC LIMIT 1",
+            (scope.value, target),
+        )
         sums = await tx.fetchone(
             "SELECT COALESCE(SUM(CASE WHEN b.kind = 'commit' THEN b.amount ELSE 0 END), 0)"
             " AS spent, COALESCE(SUM(CASE WHEN b.kind = 'reserve' AND c.seq IS NULL"
             " THEN b.amount ELSE 0 END), 0) AS reserved FROM budget_ledger b"
             " LEFT JOIN budget_ledger c ON c.settles = b.seq"
             " WHERE b.scope = ? AND b.target = ? AND b.charged_at >= ?",
-            (scope.value, target, period_start))
+            (scope.value, target, period_start),
+        )
         assert sums is not None
-        return BudgetStatus(scope=scope, target=target, period_start=float(period_start),
-                            ceiling=g.ceiling_from_row(row) if row else None,
-                            spent=float(sums["spent"]), reserved=float(sums["reserved"]))
+        return BudgetStatus(
+            scope=scope,
+            target=target,
+            period_start=float(period_start),
+            ceiling=g.ceiling_from_row(row) if row else None,
+            spent=float(sums["spent"]),
+            reserved=float(sums["reserved"]),
+        )
 
-    async def reserve_budget(self, scope: ScopeKind, target: str, period_start: float,
-                             amount: float, job_id: str, *, at: float | None = None) -> bool:
+    async def reserve_budget(
+        self,
+        scope: ScopeKind,
+        target: str,
+        period_start: float,
+        amount: float,
+        job_id: str,
+        *,
+        at: float | None = None,
+    ) -> bool:
         if amount < 0:
             raise InvalidRequest(f"cannot reserve a negative amount: {amount}")
         scope = ScopeKind(scope)
         async with self.driver.write() as tx:
             # the budget lock, too
             chain = await ChainWriter.take(tx, "budget_ledger", await self._chain_key(tx))
-            held = await tx.fetchone(_OPEN_RESERVATIONS + " AND b.scope = ? AND b.target = ?",
-                                     (job_id, scope.value, target))
+            held = await tx.fetchone(
+                _OPEN_RESERVATIONS + " AND b.scope = ? AND b.target = ?",
+                (job_id, scope.value, target),
+            )
             if held is not None:
                 return True
             status = await self._status(tx, scope, target, period_start)
@@ -301,35 +350,53 @@ class SqlGovernance:
             if not g.admits(remaining, amount):
                 return False
             when = time.time() if at is None else at
-            await chain.append({"kind": g.RESERVE, "job_id": job_id, "scope": scope.value,
-                                "target": target, "amount": amount, "charged_at": when,
-                                "at": when, "settles": None})
+            await chain.append(
+                {
+                    "kind": g.RESERVE,
+                    "job_id": job_id,
+                    "scope": scope.value,
+                    "target": target,
+                    "amount": amount,
+                    "charged_at": when,
+                    "at": when,
+                    "settles": None,
+                }
+            )
             await chain.flush()
         return True
 
-    async def commit_budget(self, job_id: str, actual: float, *,
-                            at: float | None = None) -> int:
+    async def commit_budget(self, job_id: str, actual: float, *, at: float | None = None) -> int:
         when = time.time() if at is None else at
         async with self.driver.write() as tx:
             chain = await ChainWriter.take(tx, "budget_ledger", await self._chain_key(tx))
             held = await tx.fetchall(_OPEN_RESERVATIONS + " ORDER BY b.seq", (job_id,))
             for r in held:
-                await chain.append({"kind": g.COMMIT, "job_id": job_id, "scope": r["scope"],
-                                    "target": r["target"], "amount": actual,
-                                    "charged_at": r["charged_at"], "at": when,
-                                    "settles": r["seq"]})
+                await chain.append(
+                    {
+                        "kind": g.COMMIT,
+                        "job_id": job_id,
+                        "scope": r["scope"],
+                        "target": r["target"],
+                        "amount": actual,
+                        "charged_at": r["charged_at"],
+                        "at": when,
+                        "settles": r["seq"],
+                    }
+                )
             await chain.flush()
         return len(held)
 
-    async def budget_status(self, scope: ScopeKind, target: str,
-                            period_start: float) -> BudgetStatus:
+    async def budget_status(
+        self, scope: ScopeKind, target: str, period_start: float
+    ) -> BudgetStatus:
         async with self.driver.read() as tx:
             return await self._status(tx, ScopeKind(scope), target, period_start)
 
     # ---- dark launches ---------------------------------------------------------------------
 
-    async def set_dark_launch(self, launch: DarkLaunch, *, at: float | None = None,
-                              by: str = "") -> None:
+    async def set_dark_launch(
+        self, launch: DarkLaunch, *, at: float | None = None, by: str = ""
+    ) -> None:
         if not 0 <= launch.percentage <= 100:
             raise InvalidRequest(f"a dark launch percentage is 0…100, not {launch.percentage}")
         async with self.driver.write() as tx:
@@ -339,8 +406,11 @@ class SqlGovernance:
 
     async def dark_launch(self, workflow: str) -> DarkLaunch | None:
         async with self.driver.read() as tx:
-            row = await tx.fetchone(f"SELECT {_cols('dark_launches')} FROM dark_launches"
-                                    " WHERE workflow = ? ORDER BY seq DESC LIMIT 1", (workflow,))
+            row = await tx.fetchone(
+                f"SELECT {_cols('dark_launches')} FROM dark_launches"
+                " WHERE workflow = ? ORDER BY seq DESC LIMIT 1",
+                (workflow,),
+            )
         return g.launch_from_row(row) if row else None
 
     async def dark_launches(self) -> list[DarkLaunch]:
@@ -348,7 +418,8 @@ class SqlGovernance:
             rows = await tx.fetchall(
                 f"SELECT {_cols('dark_launches')} FROM dark_launches d WHERE d.seq ="
                 " (SELECT MAX(x.seq) FROM dark_launches x WHERE x.workflow = d.workflow)"
-                " ORDER BY d.workflow")
+                " ORDER BY d.workflow"
+            )
         return [g.launch_from_row(r) for r in rows]
 
     # ---- approvals -------------------------------------------------------------------------
@@ -356,29 +427,35 @@ class SqlGovernance:
     async def request_approval(self, approval: Approval) -> Approval:
         async with self.driver.write() as tx:
             chain = await ChainWriter.take(tx, "approval_events", await self._chain_key(tx))
-            if await tx.fetchone("SELECT 1 AS x FROM approval_events WHERE approval_id = ?",
-                                 (approval.id,)):
+            if await tx.fetchone(
+                "SELECT 1 AS x FROM approval_events WHERE approval_id = ?", (approval.id,)
+            ):
                 raise Conflict(f"approval {approval.id} exists already")
-            row = await chain.append(g.approval_row(
-                approval, ApprovalState.PENDING, at=approval.requested_at, by=None,
-                note=approval.note))
+            row = await chain.append(
+                g.approval_row(
+                    approval,
+                    ApprovalState.PENDING,
+                    at=approval.requested_at,
+                    by=None,
+                    note=approval.note,
+                )
+            )
             await chain.flush()
         return g.approval_from_row(row)
 
-    async def decide_approval(self, approval_id: str, state: ApprovalState, *, at: float,
-                              by: str, note: str = "") -> Approval:
+    async def decide_approval(
+        self, approval_id: str, state: ApprovalState, *, at: float, by: str, note: str = ""
+    ) -> Approval:
         state = ApprovalState(state)
         if state not in (ApprovalState.APPROVED, ApprovalState.DENIED):
             raise InvalidRequest(f"an approval is decided approved or denied, not {state}")
         async with self.driver.write() as tx:
             chain = await ChainWriter.take(tx, "approval_events", await self._chain_key(tx))
-            current = await tx.fetchone(_LATEST_APPROVAL + " AND e.approval_id = ?",
-                                        (approval_id,))
+            current = await tx.fetchone(_LATEST_APPROVAL + " AND e.approval_id = ?", (approval_id,))
             if current is None:
                 raise NotFound(f"no approval {approval_id}")
             g.check_decidable(g.approval_from_row(current), at)
-            row = await chain.append(g.next_approval_row(current, state, at=at, by=by,
-                                                         note=note))
+            row = await chain.append(g.next_approval_row(current, state, at=at, by=by, note=note))
             await chain.flush()
         return g.approval_from_row(row)
 
@@ -389,8 +466,9 @@ class SqlGovernance:
             raise NotFound(f"no approval {approval_id}")
         return g.approval_from_row(row)
 
-    async def approvals(self, *, job_id: str | None = None,
-                        state: ApprovalState | None = None) -> list[Approval]:
+    async def approvals(
+        self, *, job_id: str | None = None, state: ApprovalState | None = None
+    ) -> list[Approval]:
         sql, params = _LATEST_APPROVAL, []
         if job_id is not None:
             sql += " AND e.job_id = ?"
@@ -405,20 +483,24 @@ class SqlGovernance:
     async def expire_approvals(self, now: float) -> list[Approval]:
         async with self.driver.write() as tx:
             chain = await ChainWriter.take(tx, "approval_events", await self._chain_key(tx))
-            due = await tx.fetchall(_LATEST_APPROVAL + " AND e.state = 'pending'"
-                                    " AND e.expires_at <= ? ORDER BY e.seq", (now,))
+            due = await tx.fetchall(
+                _LATEST_APPROVAL + " AND e.state = 'pending' AND e.expires_at <= ? ORDER BY e.seq",
+                (now,),
+            )
             out = [g.approval_from_row(await chain.append(g.expiry_row(r, now))) for r in due]
             await chain.flush()
         return out
 
     # ---- the read model and the audit ------------------------------------------------------
 
-    async def run_unified(self, limit: int = 100, *,
-                          state: str | None = None) -> list[UnifiedRun]:
+    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
         where, params = ("WHERE state = ? ", [state]) if state else ("", [])
         async with self.driver.read() as tx:
-            rows = await tx.fetchall(f"SELECT {', '.join(g.UNIFIED_COLUMNS)} FROM v_run_unified"
-                                     f" {where}ORDER BY job_id DESC LIMIT ?", (*params, limit))
+            rows = await tx.fetchall(
+                f"SELECT {', '.join(g.UNIFIED_COLUMNS)} FROM v_run_unified"
+                f" {where}ORDER BY job_id DESC LIMIT ?",
+                (*params, limit),
+            )
         return [g.unified_from_row(r) for r in rows]
 
     async def unreported(self, limit: int = 100) -> list[str]:
@@ -426,24 +508,35 @@ class SqlGovernance:
             rows = await tx.fetchall(
                 "SELECT j.id AS id FROM jobs j LEFT JOIN run_reports r ON r.job_id = j.id"
                 f" WHERE j.state IN {TERMINAL_SQL} AND r.id IS NULL"
-                " ORDER BY j.updated_at, j.id LIMIT ?", (limit,))
+                " ORDER BY j.updated_at, j.id LIMIT ?",
+                (limit,),
+            )
         return [str(r["id"]) for r in rows]
 
     async def verify_audit(self, marks: Sequence[Mark] = ()) -> AuditReport:
         checked, prechain, problems = 0, 0, []
-        key = self._audit_key_bytes or (self.audit_key.get(create=False) if self.audit_key
-                                        else None)
+        key = self._audit_key_bytes or (
+            self.audit_key.get(create=False) if self.audit_key else None
+        )
         async with self.driver.read() as tx:
             for table in CHAINS:
-                check = await verify_table(tx, table, key=key,
-                                           marks=[m for m in marks if m.chain == table])
+                check = await verify_table(
+                    tx, table, key=key, marks=[m for m in marks if m.chain == table]
+                )
                 checked += check.checked
                 prechain += check.prechain
                 problems += check.problems
-            problems += [("triggers", name, "append-only trigger missing or disabled")
-                         for name in await self._missing_triggers(tx)]
-        return AuditReport(ok=not problems, checked=checked, prechain=prechain,
-                           first_bad=problems[0] if problems else None, problems=tuple(problems))
+            problems += [
+                ("triggers", name, "append-only trigger missing or disabled")
+                for name in await self._missing_triggers(tx)
+            ]
+        return AuditReport(
+            ok=not problems,
+            checked=checked,
+            prechain=prechain,
+            first_bad=problems[0] if problems else None,
+            problems=tuple(problems),
+        )
 
     async def audit_heads(self) -> dict[str, Head]:
         async with self.driver.read() as tx:
@@ -457,8 +550,11 @@ class SqlGovernance:
         missing = await self.missing_triggers()
         if not missing:
             return []
-        ddl = {m.group(1): stmt for stmt in statements(current_schema(self.driver.dialect))
-               if (m := re.match(r"CREATE TRIGGER (\w+) ", stmt))}
+        ddl = {
+            m.group(1): stmt
+            for stmt in statements(current_schema(self.driver.dialect))
+            if (m := re.match(r"CREATE TRIGGER (\w+) ", stmt))
+        }
         async with self.driver.write() as tx:
             for name in missing:
                 table = re.search(r" ON (\w+) ", ddl[name])
@@ -475,6 +571,7 @@ class SqlGovernance:
             rows = await tx.fetchall(
                 "SELECT t.tgname AS name FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
                 " WHERE c.relnamespace = current_schema()::regnamespace AND NOT t.tgisinternal"
-                " AND t.tgenabled <> 'D'")
+                " AND t.tgenabled <> 'D'"
+            )
         present = {str(r["name"]) for r in rows}
         return [n for n in append_only_triggers(self.driver.dialect) if n not in present]

@@ -85,9 +85,15 @@ def _out(job: Job) -> Job:
 
 
 def _normalise(job: Job) -> Job:
-    return job.with_(command=tuple(job.command), after=tuple(job.after), env=_json_copy(job.env),
-                     options=_options_copy(job.options), created_at=float(job.created_at),
-                     updated_at=float(job.updated_at), sort_at=float(job.sort_at))
+    return job.with_(
+        command=tuple(job.command),
+        after=tuple(job.after),
+        env=_json_copy(job.env),
+        options=_options_copy(job.options),
+        created_at=float(job.created_at),
+        updated_at=float(job.updated_at),
+        sort_at=float(job.sort_at),
+    )
 
 
 class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens):
@@ -192,16 +198,18 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
                 continue  # e.g. an earlier sibling's cascade already failed it
             if why is None:
                 if dep.deps_pending > 0:
-                    self._set(self._jobs, dep.id,
-                              dep.with_(deps_pending=dep.deps_pending - 1, updated_at=now))
+                    self._set(
+                        self._jobs,
+                        dep.id,
+                        dep.with_(deps_pending=dep.deps_pending - 1, updated_at=now),
+                    )
                 continue
             self._move(dep, JobState.FAILED, now, last_error=why)
             self._emit([job_event(dep, "dependency_failed", now, why, to=JobState.FAILED)])
             self._release(dep)
             self._settle_dependents(dep, JobState.FAILED, now)
 
-    def _end(self, job: Job, to: JobState, now: float, message: str, kind: str,
-             **cols: Any) -> Job:
+    def _end(self, job: Job, to: JobState, now: float, message: str, kind: str, **cols: Any) -> Job:
         """Move a job into a terminal state and do what every terminal path must do."""
         ended = self._move(job, to, now, **cols)
         self._emit([job_event(job, kind, now, message, to=to)])
@@ -214,8 +222,9 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
 
     def _stop_children(self, parent: Job, reason: str, kind: str, now: float) -> None:
         """Stop the jobs the parent submitted that have not ended (store/cascade.py)."""
-        for child in sorted((j for j in self._jobs.values() if j.parent_id == parent.id),
-                            key=lambda j: j.id):
+        for child in sorted(
+            (j for j in self._jobs.values() if j.parent_id == parent.id), key=lambda j: j.id
+        ):
             current = self._jobs[child.id]  # an earlier sibling's cascade may have moved it
             if cascade.reaches(current):
                 self._stop(current, reason, kind, now)
@@ -225,8 +234,16 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
             raise Conflict(f"job {job.id} is already {job.state.value}; nothing to cancel")
         stopped = STOP_STATES.get(kind, JobState.CANCELLED)
         if not job.state.in_flight:
-            return self._end(job, stopped, now, reason, kind,
-                             cancel_requested=reason, stop_kind=kind, last_error=reason)
+            return self._end(
+                job,
+                stopped,
+                now,
+                reason,
+                kind,
+                cancel_requested=reason,
+                stop_kind=kind,
+                last_error=reason,
+            )
         if job.cancel_requested is not None:
             return job
         flagged = job.with_(cancel_requested=reason, stop_kind=kind, updated_at=now)
@@ -237,8 +254,9 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
 
     # ---- submission ----------------------------------------------------------------------
 
-    async def submit(self, job: Job, *, now: float, aging_s: float,
-                     admission: Admission = UNBOUNDED) -> SubmitResult:
+    async def submit(
+        self, job: Job, *, now: float, aging_s: float, admission: Admission = UNBOUNDED
+    ) -> SubmitResult:
         with self._tx():
             return self._submit(_normalise(job), now, admission)
 
@@ -289,19 +307,26 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
     # ---- queue bounds and workspaces (as corral.store.admission) -------------------------
 
     def _check_bounds(self, job: Job, admission: Admission, now: float) -> None:
-        for bound, env in ((admission.env_max_queued, job.env_name),
-                           (admission.max_queued, None)):
+        for bound, env in ((admission.env_max_queued, job.env_name), (admission.max_queued, None)):
             if bound is None:
                 continue
-            queued = sum(1 for j in self._jobs.values()
-                         if j.state in (JobState.QUEUED, JobState.RETRY_WAIT)
-                         and (env is None or j.env_name == env))
+            queued = sum(
+                1
+                for j in self._jobs.values()
+                if j.state in (JobState.QUEUED, JobState.RETRY_WAIT)
+                and (env is None or j.env_name == env)
+            )
             if queued >= bound:
                 since = now - admission.rate_window_s
-                started = sum(1 for a in self._attempts.values() if a.created_at >= since
-                              and (env is None or self._jobs[a.job_id].env_name == env))
-                raise queue_full(queued=queued, bound=bound, env=env,
-                                 started=started, admission=admission)
+                started = sum(
+                    1
+                    for a in self._attempts.values()
+                    if a.created_at >= since
+                    and (env is None or self._jobs[a.job_id].env_name == env)
+                )
+                raise queue_full(
+                    queued=queued, bound=bound, env=env, started=started, admission=admission
+                )
 
     def _holder(self, workspace: str) -> Job | None:
         """The workspace's lock holder, if it is still active (a stale lock holds nothing)."""
@@ -313,15 +338,20 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
         holder = self._holder(workspace)
         if holder is not None:
             return holder, True
-        active = sorted((j for j in self._jobs.values()
-                         if j.workspace == workspace and not j.state.terminal),
-                        key=lambda j: (j.sort_at, j.id))
+        active = sorted(
+            (j for j in self._jobs.values() if j.workspace == workspace and not j.state.terminal),
+            key=lambda j: (j.sort_at, j.id),
+        )
         return (active[0], False) if active else None
 
     def _note_wait(self, job: Job, now: float) -> None:
         current = self._jobs.get(job.id)
-        if (current is not None and current.state is JobState.QUEUED and current.workspace
-                and job.id not in self._ws_waits):
+        if (
+            current is not None
+            and current.state is JobState.QUEUED
+            and current.workspace
+            and job.id not in self._ws_waits
+        ):
             self._set(self._ws_waits, job.id, (current.workspace, now, None))
 
     def _runnable_on_workspace(self, job: Job) -> bool:
@@ -331,16 +361,20 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
             return True
         if self._holder(job.workspace) is not None:
             return False
-        return not any(o.workspace == job.workspace and o.state is JobState.QUEUED
-                       and o.deps_pending == 0 and (o.sort_at, o.id) < (job.sort_at, job.id)
-                       for o in self._jobs.values())
+        return not any(
+            o.workspace == job.workspace
+            and o.state is JobState.QUEUED
+            and o.deps_pending == 0
+            and (o.sort_at, o.id) < (job.sort_at, job.id)
+            for o in self._jobs.values()
+        )
 
     def _runnable_on_key(self, job: Job) -> bool:
         """As admission.RUNNABLE_ON_KEY: not while a job it superseded still runs."""
         return job.key is None or not any(
-            o.key == job.key and o.id != job.id and o.state in (JobState.STARTING,
-                                                                JobState.RUNNING)
-            for o in self._jobs.values())
+            o.key == job.key and o.id != job.id and o.state in (JobState.STARTING, JobState.RUNNING)
+            for o in self._jobs.values()
+        )
 
     def _acquire_for_start(self, job: Job, now: float) -> bool | None:
         """As admission.acquire_for_start: True taken now, False held already, None lost."""
@@ -369,10 +403,12 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
         return [(ws, holder, at) for ws, (holder, at) in sorted(self._ws_locks.items())]
 
     async def workspace_lock_waits(self, since: float) -> list[float]:
-        done = sorted((acquired, job_id, since_at) for job_id, (_, since_at, acquired)
-                      in self._ws_waits.items() if acquired is not None and acquired >= since)
-        return [round(max(0.0, acquired - since_at) * 1000.0, 3)
-                for acquired, _, since_at in done]
+        done = sorted(
+            (acquired, job_id, since_at)
+            for job_id, (_, since_at, acquired) in self._ws_waits.items()
+            if acquired is not None and acquired >= since
+        )
+        return [round(max(0.0, acquired - since_at) * 1000.0, 3) for acquired, _, since_at in done]
 
     def _take_key(self, job: Job, key: str, *, steal: bool) -> None:
         holder = self._jobs.get(self._keys.get(key, ""))
@@ -389,17 +425,22 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
 
     # ---- dispatch ------------------------------------------------------------------------
 
-    async def reserve(self, *, engine_id: str, now: float, limit: int,
-                      where: QueueFilter) -> list[Job]:
+    async def reserve(
+        self, *, engine_id: str, now: float, limit: int, where: QueueFilter
+    ) -> list[Job]:
         runnable = [
-            j for j in self._jobs.values()
-            if j.state is JobState.QUEUED and j.deps_pending == 0
-            and j.role not in where.exclude_roles and j.env_name not in where.exclude_envs
-            and j.worker not in where.exclude_workers and self._runnable_on_workspace(j)
+            j
+            for j in self._jobs.values()
+            if j.state is JobState.QUEUED
+            and j.deps_pending == 0
+            and j.role not in where.exclude_roles
+            and j.env_name not in where.exclude_envs
+            and j.worker not in where.exclude_workers
+            and self._runnable_on_workspace(j)
             and self._runnable_on_key(j)
         ]
         runnable.sort(key=lambda j: (j.sort_at, j.id))
-        return [_out(j) for j in runnable[:max(limit, 0)]]
+        return [_out(j) for j in runnable[: max(limit, 0)]]
 
     async def start_attempts(self, claims: Sequence[Claimed], *, now: float) -> list[Claimed]:
         won: list[Claimed] = []
@@ -407,53 +448,92 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
             for c in claims:
                 index = c.attempt.index
                 current = self._jobs.get(c.job.id)
-                if (current is None or current.state is not JobState.QUEUED
-                        or current.deps_pending != 0 or current.attempts != index - 1):
+                if (
+                    current is None
+                    or current.state is not JobState.QUEUED
+                    or current.deps_pending != 0
+                    or current.attempts != index - 1
+                ):
                     continue
                 if c.attempt.id in self._attempts or c.attempt.permit_id in self._permits:
                     raise Conflict(f"attempt {c.attempt.id} or its permit was already used")
                 took = self._acquire_for_start(current, now) if current.workspace else False
                 if took is None:
                     continue  # another job holds the workspace: this claim loses
-                self._set(self._jobs, current.id, current.with_(
-                    state=JobState.STARTING, attempts=index, updated_at=now))
+                self._set(
+                    self._jobs,
+                    current.id,
+                    current.with_(state=JobState.STARTING, attempts=index, updated_at=now),
+                )
                 if took:
                     self._emit([self._after_acquire(current, now)])
                 self._set(self._attempts, c.attempt.id, c.attempt)
                 self._set(self._permits, c.attempt.permit_id, c.attempt.id)
-                self._set(self._job_attempts, current.id,
-                          (*self._job_attempts.get(current.id, ()), c.attempt.id))
-                self._emit([job_event(c.job, "permit_granted", now, f"attempt {index}",
-                                   to=JobState.STARTING, attempt=index,
-                                   data={"permit": c.permit.id,
-                                         "deadline_at": c.permit.deadline_at})])
-                won.append(Claimed(job=c.job.with_(state=JobState.STARTING, attempts=index,
-                                                   updated_at=now),
-                                   attempt=c.attempt, permit=c.permit))
+                self._set(
+                    self._job_attempts,
+                    current.id,
+                    (*self._job_attempts.get(current.id, ()), c.attempt.id),
+                )
+                self._emit(
+                    [
+                        job_event(
+                            c.job,
+                            "permit_granted",
+                            now,
+                            f"attempt {index}",
+                            to=JobState.STARTING,
+                            attempt=index,
+                            data={"permit": c.permit.id, "deadline_at": c.permit.deadline_at},
+                        )
+                    ]
+                )
+                won.append(
+                    Claimed(
+                        job=c.job.with_(state=JobState.STARTING, attempts=index, updated_at=now),
+                        attempt=c.attempt,
+                        permit=c.permit,
+                    )
+                )
         return won
 
-    async def mark_running(self, started: Sequence[tuple[Attempt, AttemptRef]], *,
-                           now: float) -> int:
+    async def mark_running(
+        self, started: Sequence[tuple[Attempt, AttemptRef]], *, now: float
+    ) -> int:
         count = 0
         with self._tx():
             for attempt, ref in started:
                 row = self._attempts.get(attempt.id)
-                n = (row is not None and row.state is AttemptState.STARTING
-                     and row.engine_id == attempt.engine_id)  # the owner only (fencing)
+                n = (
+                    row is not None
+                    and row.state is AttemptState.STARTING
+                    and row.engine_id == attempt.engine_id
+                )  # the owner only (fencing)
                 if row is None or not n:
                     continue
-                self._set(self._attempts, row.id,
-                          replace(row, state=AttemptState.RUNNING, pid=ref.pid, started_at=now))
+                self._set(
+                    self._attempts,
+                    row.id,
+                    replace(row, state=AttemptState.RUNNING, pid=ref.pid, started_at=now),
+                )
                 job = self._jobs.get(attempt.job_id)
                 m = job is not None and job.state is JobState.STARTING
                 if job is not None and m:
-                    self._set(self._jobs, job.id,
-                              job.with_(state=JobState.RUNNING, updated_at=now))
+                    self._set(self._jobs, job.id, job.with_(state=JobState.RUNNING, updated_at=now))
                 if n and m:
                     count += 1
-                    self._emit([JobEvent(
-                        job_id=attempt.job_id, at=now, kind="running", from_state="STARTING",
-                        to_state="RUNNING", attempt=attempt.index, message=ref.describe())])
+                    self._emit(
+                        [
+                            JobEvent(
+                                job_id=attempt.job_id,
+                                at=now,
+                                kind="running",
+                                from_state="STARTING",
+                                to_state="RUNNING",
+                                attempt=attempt.index,
+                                message=ref.describe(),
+                            )
+                        ]
+                    )
         return count
 
     async def finish(self, finishes: Sequence[Finish], *, now: float) -> list[Job]:
@@ -464,26 +544,52 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
     def _finish_one(self, f: Finish, now: float) -> Job | None:
         r, a = f.result, f.attempt
         row = self._attempts.get(a.id)
-        closed = (row is not None and not row.state.terminal
-                  and row.engine_id == a.engine_id)  # the owner only (fencing)
+        closed = (
+            row is not None and not row.state.terminal and row.engine_id == a.engine_id
+        )  # the owner only (fencing)
         if row is not None and closed:
-            self._set(self._attempts, row.id, replace(
-                row, state=attempt_state_for(r), ended_at=r.ended_at or now,
-                exit_code=r.exit_code, signal=r.signal, outcome=r.outcome, error=r.error,
-                limit_hit=r.limit_hit,
-                started_at=row.started_at if row.started_at is not None else r.started_at,
-                pid=row.pid if row.pid is not None else a.pid))
+            self._set(
+                self._attempts,
+                row.id,
+                replace(
+                    row,
+                    state=attempt_state_for(r),
+                    ended_at=r.ended_at or now,
+                    exit_code=r.exit_code,
+                    signal=r.signal,
+                    outcome=r.outcome,
+                    error=r.error,
+                    limit_hit=r.limit_hit,
+                    started_at=row.started_at if row.started_at is not None else r.started_at,
+                    pid=row.pid if row.pid is not None else a.pid,
+                ),
+            )
         job = self._jobs.get(a.job_id)
         if not closed or job is None or not job.state.in_flight or job.attempts != a.index:
             return None  # already finished by another path (recovery, a second engine)
-        cols: dict[str, Any] = {"exit_code": r.exit_code, "limit_hit": r.limit_hit,
-                                "last_error": f.error, "retry_at": f.retry_at}
+        cols: dict[str, Any] = {
+            "exit_code": r.exit_code,
+            "limit_hit": r.limit_hit,
+            "last_error": f.error,
+            "retry_at": f.retry_at,
+        }
         self._emit(f.events)
         if f.job_state.terminal:
             return self._end(job, f.job_state, now, f.error or "", "ended", **cols)
         moved = self._move(job, f.job_state, now, **cols)
-        self._emit([job_event(job, "retry_scheduled", now, f.error or "", to=f.job_state,
-                           attempt=a.index, data={"retry_at": f.retry_at})])
+        self._emit(
+            [
+                job_event(
+                    job,
+                    "retry_scheduled",
+                    now,
+                    f.error or "",
+                    to=f.job_state,
+                    attempt=a.index,
+                    data={"retry_at": f.retry_at},
+                )
+            ]
+        )
         return moved
 
     async def request_cancel(self, job_id: str, *, reason: str, kind: str, now: float) -> Job:
@@ -499,25 +605,54 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
             if job is None:
                 raise NotFound(f"no job {job_id}")
             moved = self._move(job, JobState.QUEUED, now, sort_at=now + job.priority * aging_s)
-            self._emit([JobEvent(job_id=job.id, at=now, kind="approved", message="run approved",
-                                 from_state=job.state.value, to_state=JobState.QUEUED.value)])
+            self._emit(
+                [
+                    JobEvent(
+                        job_id=job.id,
+                        at=now,
+                        kind="approved",
+                        message="run approved",
+                        from_state=job.state.value,
+                        to_state=JobState.QUEUED.value,
+                    )
+                ]
+            )
             return _out(moved)
 
     async def promote_retries(self, *, now: float, aging_s: float) -> int:
-        due = sorted((j for j in self._jobs.values() if j.state is JobState.RETRY_WAIT
-                      and j.retry_at is not None and j.retry_at <= now), key=lambda j: j.id)
+        due = sorted(
+            (
+                j
+                for j in self._jobs.values()
+                if j.state is JobState.RETRY_WAIT and j.retry_at is not None and j.retry_at <= now
+            ),
+            key=lambda j: j.id,
+        )
         with self._tx():
             for job in due:
-                self._move(job, JobState.QUEUED, now, sort_at=now + job.priority * aging_s,
-                           retry_at=None)
-                self._emit([JobEvent(
-                    job_id=job.id, at=now, kind="requeued", from_state="RETRY_WAIT",
-                    to_state="QUEUED", message=f"attempt {job.attempts + 1} queued")])
+                self._move(
+                    job, JobState.QUEUED, now, sort_at=now + job.priority * aging_s, retry_at=None
+                )
+                self._emit(
+                    [
+                        JobEvent(
+                            job_id=job.id,
+                            at=now,
+                            kind="requeued",
+                            from_state="RETRY_WAIT",
+                            to_state="QUEUED",
+                            message=f"attempt {job.attempts + 1} queued",
+                        )
+                    ]
+                )
         return len(due)
 
     async def next_retry_at(self) -> float | None:
-        waits = [j.retry_at for j in self._jobs.values()
-                 if j.state is JobState.RETRY_WAIT and j.retry_at is not None]
+        waits = [
+            j.retry_at
+            for j in self._jobs.values()
+            if j.state is JobState.RETRY_WAIT and j.retry_at is not None
+        ]
         return float(min(waits)) if waits else None
 
     async def active_runs(self, tenant: str) -> list[str]:
@@ -554,19 +689,24 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
             if query.role and j.role != query.role:
                 return False
             return not query.dead_lettered_unresolved or (
-                j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None)
+                j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None
+            )
 
-        found = sorted((j for j in self._jobs.values() if wanted(j)), key=lambda j: j.id,
-                       reverse=True)
-        return [_out(j) for j in found[:max(query.limit, 0)]]
+        found = sorted(
+            (j for j in self._jobs.values() if wanted(j)), key=lambda j: j.id, reverse=True
+        )
+        return [_out(j) for j in found[: max(query.limit, 0)]]
 
     async def attempts(self, job_id: str) -> list[Attempt]:
         found = [self._attempts[a] for a in self._job_attempts.get(job_id, ())]
         return sorted(found, key=lambda a: a.index)
 
     async def events(self, job_id: str, *, after_id: int = 0) -> list[tuple[int, JobEvent]]:
-        return [(i, replace(e, data=_json_copy(e.data)))
-                for i, e in self._events.get(job_id, ()) if i > after_id]
+        return [
+            (i, replace(e, data=_json_copy(e.data)))
+            for i, e in self._events.get(job_id, ())
+            if i > after_id
+        ]
 
     async def append_events(self, events: Sequence[JobEvent]) -> None:
         with self._tx():
@@ -574,12 +714,17 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
 
     async def append_core_events(self, events: Sequence[Mapping[str, Any]]) -> None:
         for e in events:
-            self._core_events.append({"id": len(self._core_events) + 1,
-                                      **{f: e.get(f, "") for f in CORE_EVENT_FIELDS},
-                                      "data": _json_copy(e.get("data") or {})})
+            self._core_events.append(
+                {
+                    "id": len(self._core_events) + 1,
+                    **{f: e.get(f, "") for f in CORE_EVENT_FIELDS},
+                    "data": _json_copy(e.get("data") or {}),
+                }
+            )
 
-    async def core_events(self, *, kind: str | None = None,
-                          limit: int = 100) -> list[dict[str, Any]]:
+    async def core_events(
+        self, *, kind: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         found = [dict(e) for e in self._core_events if kind in (None, e["kind"])]
         return found[-limit:]
 
@@ -617,8 +762,9 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
         self._emit([job_event(job, "dlq_" + resolution.split(":")[0], now, resolution)])
         return resolved
 
-    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
-                          admission: Admission = UNBOUNDED) -> Job:
+    async def dlq_requeue(
+        self, job_id: str, new_job: Job, *, now: float, admission: Admission = UNBOUNDED
+    ) -> Job:
         with self._tx():
             self._resolve_dlq(job_id, f"requeued:{new_job.id}", now)
             result = self._submit(_normalise(new_job), now, admission)
@@ -645,11 +791,14 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
         return True
 
     async def engines(self) -> list[EngineInfo]:
-        return [EngineInfo(id=eid, host=host, heartbeat_at=beat, fenced_at=self._fenced.get(eid))
-                for eid, (host, _, _, beat) in sorted(self._engines.items())]
+        return [
+            EngineInfo(id=eid, host=host, heartbeat_at=beat, fenced_at=self._fenced.get(eid))
+            for eid, (host, _, _, beat) in sorted(self._engines.items())
+        ]
 
-    async def take_over(self, engine_id: str, attempts: Sequence[Attempt], *,
-                        fence: Sequence[str], now: float) -> list[str]:
+    async def take_over(
+        self, engine_id: str, attempts: Sequence[Attempt], *, fence: Sequence[str], now: float
+    ) -> list[str]:
         taken = []
         with self._tx():
             for eid in fence:
@@ -657,12 +806,18 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
                     self._fenced.setdefault(eid, now)
             for a in attempts:
                 row = self._attempts.get(a.id)
-                if row is not None and row.engine_id == a.engine_id and row.state in (
-                        AttemptState.STARTING, AttemptState.RUNNING):
+                if (
+                    row is not None
+                    and row.engine_id == a.engine_id
+                    and row.state in (AttemptState.STARTING, AttemptState.RUNNING)
+                ):
                     self._set(self._attempts, row.id, replace(row, engine_id=engine_id))
                     taken.append(a.id)
         return taken
 
     async def stale_engines(self, *, before: float, exclude: str) -> list[str]:
-        return [eid for eid, (_, _, _, beat) in self._engines.items()
-                if beat < before and eid != exclude]
+        return [
+            eid
+            for eid, (_, _, _, beat) in self._engines.items()
+            if beat < before and eid != exclude
+        ]

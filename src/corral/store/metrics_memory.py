@@ -19,11 +19,13 @@ def _tallies(counter: Mapping[tuple[str, ...], int]) -> tuple[Tally, ...]:
     return tuple(Tally(k, float(v)) for k, v in sorted(counter.items()))
 
 
-def _distribution(labels: tuple[str, ...], values: Iterable[float],
-                  bounds: Sequence[float]) -> Distribution:
+def _distribution(
+    labels: tuple[str, ...], values: Iterable[float], bounds: Sequence[float]
+) -> Distribution:
     seen = list(values)
-    return Distribution(labels, tuple(sum(1 for v in seen if v <= b) for b in bounds),
-                        len(seen), float(sum(seen)))
+    return Distribution(
+        labels, tuple(sum(1 for v in seen if v <= b) for b in bounds), len(seen), float(sum(seen))
+    )
 
 
 class MemoryMetrics:
@@ -36,14 +38,19 @@ class MemoryMetrics:
 
     async def fleet_figures(self, bounds: Sequence[float]) -> FleetFigures:
         jobs: Counter[tuple[str, ...]] = Counter(
-            (j.role, j.env_name, str(j.priority), j.state.value) for j in self._jobs.values())
+            (j.role, j.env_name, str(j.priority), j.state.value) for j in self._jobs.values()
+        )
         dlq: Counter[tuple[str, ...]] = Counter(
-            (j.role,) for j in self._jobs.values()
-            if j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None)
-        pairs = [(self._jobs[a.job_id], a) for a in self._attempts.values()
-                 if a.job_id in self._jobs]
+            (j.role,)
+            for j in self._jobs.values()
+            if j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None
+        )
+        pairs = [
+            (self._jobs[a.job_id], a) for a in self._attempts.values() if a.job_id in self._jobs
+        ]
         inflight: Counter[tuple[str, ...]] = Counter(
-            (j.role, j.env_name, j.worker) for j, a in pairs if a.state in LIVE)
+            (j.role, j.env_name, j.worker) for j, a in pairs if a.state in LIVE
+        )
         runs: defaultdict[str, list[float]] = defaultdict(list)
         waits: defaultdict[str, list[float]] = defaultdict(list)
         for j, a in pairs:
@@ -53,19 +60,26 @@ class MemoryMetrics:
                 waits[j.role].append(a.started_at - j.created_at)
         roles = sorted({j.role for j, _ in pairs})
         return FleetFigures(
-            jobs=_tallies(jobs), dlq=_tallies(dlq), inflight=_tallies(inflight),
+            jobs=_tallies(jobs),
+            dlq=_tallies(dlq),
+            inflight=_tallies(inflight),
             attempts=_tallies(Counter((j.role,) for j, _ in pairs)),
-            retries=tuple(Tally((r,), float(sum(1 for j, a in pairs
-                                               if j.role == r and a.index > 1)))
-                          for r in roles),
+            retries=tuple(
+                Tally((r,), float(sum(1 for j, a in pairs if j.role == r and a.index > 1)))
+                for r in roles
+            ),
             attempt_seconds=tuple(_distribution((r,), runs[r], bounds) for r in roles),
             start_seconds=tuple(_distribution((r,), waits[r], bounds) for r in roles),
-            tool_calls=_tallies(Counter(
-                (str(e["verdict"]), str(e["reason"]))
-                for e in self._chains.get("policy_evaluations", ())
-                if e["stage"] in TOOL_CALL_STAGES
-                and not (e["stage"] == "guardrail" and e["subject"] == "spawn"))),
-            usage=self._usage())
+            tool_calls=_tallies(
+                Counter(
+                    (str(e["verdict"]), str(e["reason"]))
+                    for e in self._chains.get("policy_evaluations", ())
+                    if e["stage"] in TOOL_CALL_STAGES
+                    and not (e["stage"] == "guardrail" and e["subject"] == "spawn")
+                )
+            ),
+            usage=self._usage(),
+        )
 
     def _usage(self) -> tuple[tuple[tuple[str, ...], int, int, float], ...]:
         sums: dict[tuple[str, ...], tuple[int, int, float]] = {}

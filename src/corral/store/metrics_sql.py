@@ -26,27 +26,41 @@ OVERFLOW = -1.0  # a rollup's `le` for observations above every bound (the +Inf 
 RUN, WAIT, ATTEMPT = "run", "wait", "attempt"  # rollup series; ATTEMPT: le 0 first, 1 retry
 
 # in the order of the jobs_metrics index (migration 0016): no sort, no table read
-_JOBS = ("SELECT role, env_name, priority, state, "
-         "SUM(CASE WHEN dlq_resolution IS NULL THEN 1 ELSE 0 END) AS open_dlq, COUNT(*) AS n "
-         "FROM jobs GROUP BY role, env_name, priority, state")
-_INFLIGHT = ("SELECT j.role, j.env_name, j.worker, COUNT(*) AS n FROM attempts a "
-             "JOIN jobs j ON j.id = a.job_id WHERE a.state IN ('STARTING', 'RUNNING') "
-             "GROUP BY j.role, j.env_name, j.worker")
-_TOOL_CALLS = ("SELECT verdict, reason, COUNT(*) AS n FROM policy_evaluations "
-               f"WHERE stage IN ({', '.join('?' * len(TOOL_CALL_STAGES))}) "
-               "AND NOT (stage = 'guardrail' AND subject = 'spawn') GROUP BY verdict, reason")
-_USAGE = ("SELECT j.role, j.tenant, j.worker, SUM(e.tokens_in) AS tin, "
-          "SUM(e.tokens_out) AS tout, SUM(COALESCE(e.cost_usd, 0)) AS cost "
-          "FROM agent_events e JOIN jobs j ON j.id = e.job_id "
-          "GROUP BY j.role, j.tenant, j.worker")
-_UNFOLDED = ("SELECT COALESCE(role, '') AS role, idx, started_at, ended_at, submitted_at "
-             "FROM attempts WHERE folded = 0")
-_FOLD = ("UPDATE attempts SET folded = 1 WHERE folded = 0 AND id IN (SELECT id FROM attempts "
-         "WHERE folded = 0 AND ended_at IS NOT NULL LIMIT ?) "
-         "RETURNING COALESCE(role, '') AS role, idx, started_at, ended_at, submitted_at")
-_ADD = ("INSERT INTO metric_rollups (series, role, le, n, total) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT (series, role, le) DO UPDATE SET n = metric_rollups.n + excluded.n, "
-        "total = metric_rollups.total + excluded.total")
+_JOBS = (
+    "SELECT role, env_name, priority, state, "
+    "SUM(CASE WHEN dlq_resolution IS NULL THEN 1 ELSE 0 END) AS open_dlq, COUNT(*) AS n "
+    "FROM jobs GROUP BY role, env_name, priority, state"
+)
+_INFLIGHT = (
+    "SELECT j.role, j.env_name, j.worker, COUNT(*) AS n FROM attempts a "
+    "JOIN jobs j ON j.id = a.job_id WHERE a.state IN ('STARTING', 'RUNNING') "
+    "GROUP BY j.role, j.env_name, j.worker"
+)
+_TOOL_CALLS = (
+    "SELECT verdict, reason, COUNT(*) AS n FROM policy_evaluations "
+    f"WHERE stage IN ({', '.join('?' * len(TOOL_CALL_STAGES))}) "
+    "AND NOT (stage = 'guardrail' AND subject = 'spawn') GROUP BY verdict, reason"
+)
+_USAGE = (
+    "SELECT j.role, j.tenant, j.worker, SUM(e.tokens_in) AS tin, "
+    "SUM(e.tokens_out) AS tout, SUM(COALESCE(e.cost_usd, 0)) AS cost "
+    "FROM agent_events e JOIN jobs j ON j.id = e.job_id "
+    "GROUP BY j.role, j.tenant, j.worker"
+)
+_UNFOLDED = (
+    "SELECT COALESCE(role, '') AS role, idx, started_at, ended_at, submitted_at "
+    "FROM attempts WHERE folded = 0"
+)
+_FOLD = (
+    "UPDATE attempts SET folded = 1 WHERE folded = 0 AND id IN (SELECT id FROM attempts "
+    "WHERE folded = 0 AND ended_at IS NOT NULL LIMIT ?) "
+    "RETURNING COALESCE(role, '') AS role, idx, started_at, ended_at, submitted_at"
+)
+_ADD = (
+    "INSERT INTO metric_rollups (series, role, le, n, total) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (series, role, le) DO UPDATE SET n = metric_rollups.n + excluded.n, "
+    "total = metric_rollups.total + excluded.total"
+)
 
 Key = tuple[str, str, float]  # (series, role, le)
 
@@ -78,18 +92,26 @@ def _rollup(rows: Sequence[Row], bounds: Sequence[float]) -> dict[Key, list[floa
     return sums
 
 
-def _distributions(sums: dict[Key, list[float]], series: str,
-                   bounds: Sequence[float]) -> tuple[Distribution, ...]:
+def _distributions(
+    sums: dict[Key, list[float]], series: str, bounds: Sequence[float]
+) -> tuple[Distribution, ...]:
     """Per role that ran an attempt (an empty histogram for one with no observation yet)."""
     roles = sorted({role for _, role, _ in sums})
     out = []
     for role in roles:
-        mine = [(le, n, total) for (s, r, le), (n, total) in sums.items()
-                if s == series and r == role]
-        out.append(Distribution(
-            (role,), tuple(int(sum(n for le, n, _ in mine if le != OVERFLOW and le <= b))
-                           for b in bounds),
-            int(sum(n for _, n, _ in mine)), float(sum(t for _, _, t in mine))))
+        mine = [
+            (le, n, total) for (s, r, le), (n, total) in sums.items() if s == series and r == role
+        ]
+        out.append(
+            Distribution(
+                (role,),
+                tuple(
+                    int(sum(n for le, n, _ in mine if le != OVERFLOW and le <= b)) for b in bounds
+                ),
+                int(sum(n for _, n, _ in mine)),
+                float(sum(t for _, _, t in mine)),
+            )
+        )
     return tuple(out)
 
 
@@ -134,8 +156,16 @@ class SqlMetrics:
             attempt_seconds=_distributions(sums, RUN, bounds),
             start_seconds=_distributions(sums, WAIT, bounds),
             tool_calls=tuple(_tally(r, "verdict", "reason") for r in tools),
-            usage=tuple(((str(r["role"]), str(r["tenant"]), str(r["worker"])), int(r["tin"] or 0),
-                         int(r["tout"] or 0), float(r["cost"] or 0.0)) for r in usage))
+            usage=tuple(
+                (
+                    (str(r["role"]), str(r["tenant"]), str(r["worker"])),
+                    int(r["tin"] or 0),
+                    int(r["tout"] or 0),
+                    float(r["cost"] or 0.0),
+                )
+                for r in usage
+            ),
+        )
 
     async def _fold(self, bounds: Sequence[float]) -> None:
         """Fold settled attempts into the rollups (skipped when the store cannot write now)."""

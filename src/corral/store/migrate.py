@@ -22,8 +22,10 @@ from corral.store.driver import Driver, Tx
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 # One SQL source for both databases: PostgreSQL's is SQLite's with these type names. A migration
 # that needs more than that ships `NNNN_name.postgres.sql` beside it, which replaces it there.
-_POSTGRES_TYPES = ((re.compile(r"INTEGER PRIMARY KEY AUTOINCREMENT"), "BIGSERIAL PRIMARY KEY"),
-                   (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"))
+_POSTGRES_TYPES = (
+    (re.compile(r"INTEGER PRIMARY KEY AUTOINCREMENT"), "BIGSERIAL PRIMARY KEY"),
+    (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"),
+)
 
 
 def for_dialect(sql: str, dialect: str) -> str:
@@ -43,8 +45,9 @@ def migrations(dialect: str) -> list[tuple[int, str, str]]:
         if not m:
             continue
         override = folder.joinpath(entry.name.removesuffix(".sql") + f".{dialect}.sql")
-        sql = override.read_text() if override.is_file() else for_dialect(entry.read_text(),
-                                                                             dialect)
+        sql = (
+            override.read_text() if override.is_file() else for_dialect(entry.read_text(), dialect)
+        )
         found.append((int(m.group(1)), entry.name, sql))
     return sorted(found)
 
@@ -87,7 +90,8 @@ async def migrate(driver: Driver, *, fresh_from_schema: bool = True) -> int:
             await tx.execute("SELECT pg_advisory_xact_lock(7263540001)")
         await tx.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations"
-            " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)")
+            " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
         row = await tx.fetchone("SELECT MAX(version) AS v FROM schema_migrations")
         version = int(row["v"]) if row and row["v"] is not None else 0
         now = time.time()

@@ -22,9 +22,13 @@ class MemoryOperator:
         return shortest(ids, self._jobs)
 
     async def queued_ahead(self, job: Job) -> int:
-        return sum(1 for j in self._jobs.values()
-                   if j.state is JobState.QUEUED and j.deps_pending == 0
-                   and (j.sort_at, j.id) < (job.sort_at, job.id))
+        return sum(
+            1
+            for j in self._jobs.values()
+            if j.state is JobState.QUEUED
+            and j.deps_pending == 0
+            and (j.sort_at, j.id) < (job.sort_at, job.id)
+        )
 
     async def live_engines(self, *, since: float) -> list[str]:
         return sorted(e for e, (_, _, _, beat) in self._engines.items() if beat >= since)

@@ -35,13 +35,15 @@ class SqlOperator:
             row = await tx.fetchone(
                 "SELECT COUNT(*) AS n FROM jobs WHERE state = 'QUEUED' AND deps_pending = 0"
                 " AND (sort_at < ? OR (sort_at = ? AND id < ?))",
-                (job.sort_at, job.sort_at, job.id))
+                (job.sort_at, job.sort_at, job.id),
+            )
         return int(row["n"]) if row else 0
 
     async def live_engines(self, *, since: float) -> list[str]:
         async with self.driver.read() as tx:
-            rows = await tx.fetchall("SELECT id FROM engines WHERE heartbeat_at >= ?"
-                                     " ORDER BY id", (since,))
+            rows = await tx.fetchall(
+                "SELECT id FROM engines WHERE heartbeat_at >= ? ORDER BY id", (since,)
+            )
         return [r["id"] for r in rows]
 
     async def publish_config(self, config: EngineConfig) -> None:
@@ -49,16 +51,24 @@ class SqlOperator:
             await tx.execute(
                 "INSERT INTO engine_configs (engine_id, at, hash, source, text)"
                 " VALUES (?, ?, ?, ?, ?)",
-                (config.engine_id, config.at, config.hash, config.source, config.text))
+                (config.engine_id, config.at, config.hash, config.source, config.text),
+            )
 
     async def active_config(self) -> EngineConfig | None:
         async with self.driver.read() as tx:
-            row = await tx.fetchone("SELECT engine_id, at, hash, source, text FROM "
-                                    "engine_configs ORDER BY at DESC, id DESC LIMIT 1")
+            row = await tx.fetchone(
+                "SELECT engine_id, at, hash, source, text FROM "
+                "engine_configs ORDER BY at DESC, id DESC LIMIT 1"
+            )
         if row is None:
             return None
-        return EngineConfig(engine_id=row["engine_id"], at=float(row["at"]), hash=row["hash"],
-                            source=row["source"], text=row["text"])
+        return EngineConfig(
+            engine_id=row["engine_id"],
+            at=float(row["at"]),
+            hash=row["hash"],
+            source=row["source"],
+            text=row["text"],
+        )
 
 
 async def _clashes(tx: Tx, tails: Mapping[str, str], n: int) -> set[str]:
@@ -66,11 +76,16 @@ async def _clashes(tx: Tx, tails: Mapping[str, str], n: int) -> set[str]:
     values = sorted(set(tails.values()))
     found: list[str] = []
     for start in range(0, len(values), 400):
-        part = values[start:start + 400]
+        part = values[start : start + 400]
         marks = ", ".join("?" * len(part))
-        rows = await tx.fetchall(f"SELECT id FROM jobs WHERE substr(id, length(id) - ? + 1) IN "
-                                 f"({marks}) OR substr(id, 1, ?) IN ({marks})",
-                                 (n, *part, n, *part))
+        rows = await tx.fetchall(
+            f"SELECT id FROM jobs WHERE substr(id, length(id) - ? + 1) IN "
+            f"({marks}) OR substr(id, 1, ?) IN ({marks})",
+            (n, *part, n, *part),
+        )
         found += [r["id"] for r in rows]
-    return {i for i, t in tails.items()
-            if any(o != i and (o.endswith(t) or o.startswith(t)) for o in found)}
+    return {
+        i
+        for i, t in tails.items()
+        if any(o != i and (o.endswith(t) or o.startswith(t)) for o in found)
+    }

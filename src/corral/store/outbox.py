@@ -18,5 +18,10 @@ def outbox_table(source: str) -> str:
 
 def lease_blocked(cursors: Sequence[EventCursor], holder: str, now: float) -> bool:
     """Whether another holder's lease on any of the sink's cursors is still running."""
-    return any(c.holder is not None and c.holder != holder and c.lease_until is not None
-               and c.lease_until >= now for c in cursors)
+    return any(
+        c.holder is not None
+        and c.holder != holder
+        and c.lease_until is not None
+        and c.lease_until >= now
+        for c in cursors
+    )

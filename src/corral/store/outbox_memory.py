@@ -21,8 +21,9 @@ class MemoryOutbox:
 
     async def outbox_rows(self, source: str, *, after: int, limit: int) -> list[Mapping[str, Any]]:
         rows = self._chains[outbox_table(source)]
-        out: list[Mapping[str, Any]] = [dict(r) for r in rows
-                                        if r.get("seq") is not None and r["seq"] > after]
+        out: list[Mapping[str, Any]] = [
+            dict(r) for r in rows if r.get("seq") is not None and r["seq"] > after
+        ]
         return out[:limit]
 
     async def outbox_tip(self, source: str) -> int:
@@ -33,26 +34,31 @@ class MemoryOutbox:
         wanted = set(job_ids)
         return [self._agent_events[k] for k in sorted(self._agent_events) if k[0] in wanted]
 
-    async def claim_cursors(self, sink: str, sources: Sequence[str], *, holder: str,
-                            now: float, lease_s: float) -> list[EventCursor] | None:
+    async def claim_cursors(
+        self, sink: str, sources: Sequence[str], *, holder: str, now: float, lease_s: float
+    ) -> list[EventCursor] | None:
         for source in sources:
-            self._cursors.setdefault((sink, outbox_table(source)),
-                                     EventCursor(sink=sink, source=source, last_id=0))
+            self._cursors.setdefault(
+                (sink, outbox_table(source)), EventCursor(sink=sink, source=source, last_id=0)
+            )
         mine = [k for k in self._cursors if k[0] == sink]
         if lease_blocked([self._cursors[k] for k in mine], holder, now):
             return None
         for k in mine:
-            self._cursors[k] = dataclasses.replace(self._cursors[k], holder=holder,
-                                                   lease_until=now + lease_s)
+            self._cursors[k] = dataclasses.replace(
+                self._cursors[k], holder=holder, lease_until=now + lease_s
+            )
         return [self._cursors[k] for k in sorted(mine) if k[1] in sources]
 
-    async def advance_cursor(self, sink: str, source: str, *, holder: str, last_id: int,
-                             skipped: int = 0, now: float) -> bool:
+    async def advance_cursor(
+        self, sink: str, source: str, *, holder: str, last_id: int, skipped: int = 0, now: float
+    ) -> bool:
         cursor = self._cursors.get((sink, source))
         if cursor is None or cursor.holder != holder or cursor.last_id > last_id:
             return False
         self._cursors[(sink, source)] = dataclasses.replace(
-            cursor, last_id=last_id, skipped=cursor.skipped + skipped)
+            cursor, last_id=last_id, skipped=cursor.skipped + skipped
+        )
         return True
 
     async def event_cursors(self) -> list[EventCursor]:

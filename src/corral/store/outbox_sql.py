@@ -23,9 +23,14 @@ _CURSOR_COLUMNS = "sink, source, last_id, skipped, holder, lease_until"
 
 def cursor_of(r: Row) -> EventCursor:
     lease = r["lease_until"]
-    return EventCursor(sink=r["sink"], source=r["source"], last_id=int(r["last_id"]),
-                       skipped=int(r["skipped"]), holder=r["holder"],
-                       lease_until=float(lease) if lease is not None else None)
+    return EventCursor(
+        sink=r["sink"],
+        source=r["source"],
+        last_id=int(r["last_id"]),
+        skipped=int(r["skipped"]),
+        holder=r["holder"],
+        lease_until=float(lease) if lease is not None else None,
+    )
 
 
 class SqlOutbox:
@@ -36,8 +41,9 @@ class SqlOutbox:
     async def outbox_rows(self, source: str, *, after: int, limit: int) -> list[Mapping[str, Any]]:
         table = outbox_table(source)
         async with self.driver.read() as tx:
-            rows = await tx.fetchall(f"SELECT * FROM {table} WHERE seq > ? ORDER BY seq LIMIT ?",
-                                     (after, limit))
+            rows = await tx.fetchall(
+                f"SELECT * FROM {table} WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit)
+            )
         return [dict(r) for r in rows]
 
     async def outbox_tip(self, source: str) -> int:
@@ -53,11 +59,14 @@ class SqlOutbox:
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 f"SELECT data FROM agent_events WHERE job_id IN ({', '.join('?' * len(wanted))})"
-                " ORDER BY job_id, attempt", wanted)
+                " ORDER BY job_id, attempt",
+                wanted,
+            )
         return [AgentEvent.from_dict(json.loads(r["data"])) for r in rows]
 
-    async def claim_cursors(self, sink: str, sources: Sequence[str], *, holder: str,
-                            now: float, lease_s: float) -> list[EventCursor] | None:
+    async def claim_cursors(
+        self, sink: str, sources: Sequence[str], *, holder: str, now: float, lease_s: float
+    ) -> list[EventCursor] | None:
         for source in sources:
             outbox_table(source)
         # PostgreSQL: lock the sink's rows so that of two engines claiming at once the second
@@ -68,28 +77,38 @@ class SqlOutbox:
                 await tx.execute(
                     "INSERT INTO event_cursors (sink, source, last_id, skipped, updated_at)"
                     " VALUES (?, ?, 0, 0, ?) ON CONFLICT (sink, source) DO NOTHING",
-                    (sink, source, now))
-            rows = await tx.fetchall(f"SELECT {_CURSOR_COLUMNS} FROM event_cursors"
-                                     f" WHERE sink = ? ORDER BY source{lock}", (sink,))
+                    (sink, source, now),
+                )
+            rows = await tx.fetchall(
+                f"SELECT {_CURSOR_COLUMNS} FROM event_cursors WHERE sink = ? ORDER BY source{lock}",
+                (sink,),
+            )
             if lease_blocked([cursor_of(r) for r in rows], holder, now):
                 return None
-            await tx.execute("UPDATE event_cursors SET holder = ?, lease_until = ? WHERE sink = ?",
-                             (holder, now + lease_s, sink))
-            rows = await tx.fetchall(f"SELECT {_CURSOR_COLUMNS} FROM event_cursors"
-                                     " WHERE sink = ? ORDER BY source", (sink,))
+            await tx.execute(
+                "UPDATE event_cursors SET holder = ?, lease_until = ? WHERE sink = ?",
+                (holder, now + lease_s, sink),
+            )
+            rows = await tx.fetchall(
+                f"SELECT {_CURSOR_COLUMNS} FROM event_cursors WHERE sink = ? ORDER BY source",
+                (sink,),
+            )
         return [cursor_of(r) for r in rows if r["source"] in sources]
 
-    async def advance_cursor(self, sink: str, source: str, *, holder: str, last_id: int,
-                             skipped: int = 0, now: float) -> bool:
+    async def advance_cursor(
+        self, sink: str, source: str, *, holder: str, last_id: int, skipped: int = 0, now: float
+    ) -> bool:
         async with self.driver.write() as tx:
             n = await tx.execute(
                 "UPDATE event_cursors SET last_id = ?, skipped = skipped + ?, updated_at = ?"
                 " WHERE sink = ? AND source = ? AND holder = ? AND last_id <= ?",
-                (last_id, skipped, now, sink, source, holder, last_id))
+                (last_id, skipped, now, sink, source, holder, last_id),
+            )
         return n == 1
 
     async def event_cursors(self) -> list[EventCursor]:
         async with self.driver.read() as tx:
-            rows = await tx.fetchall(f"SELECT {_CURSOR_COLUMNS} FROM event_cursors"
-                                     " ORDER BY sink, source")
+            rows = await tx.fetchall(
+                f"SELECT {_CURSOR_COLUMNS} FROM event_cursors ORDER BY sink, source"
+            )
         return [cursor_of(r) for r in rows]

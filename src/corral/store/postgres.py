@@ -45,8 +45,11 @@ class _Tx:
 
 
 def _redact(dsn: str) -> str:
-    return re.sub(r"(password=)\S+|(://[^:/@]+:)[^@]+@", lambda m: (m.group(1) or m.group(2))
-                  + "***" + ("@" if m.group(2) else ""), dsn)
+    return re.sub(
+        r"(password=)\S+|(://[^:/@]+:)[^@]+@",
+        lambda m: (m.group(1) or m.group(2)) + "***" + ("@" if m.group(2) else ""),
+        dsn,
+    )
 
 
 class PostgresDriver:
@@ -56,8 +59,14 @@ class PostgresDriver:
         self.dsn = dsn
         # A connection the server terminated fails its transaction once (a StoreError the
         # engine retries: scheduler/outage.py); the pool drops it on return and connects anew.
-        self._pool = AsyncConnectionPool(dsn, min_size=min_size, max_size=max_size, open=False,
-                                         kwargs={"autocommit": True}, timeout=POOL_WAIT_S)
+        self._pool = AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"autocommit": True},
+            timeout=POOL_WAIT_S,
+        )
 
     async def open(self) -> None:
         # One direct connection first: it fails at once with the server's own reason, where the
@@ -80,8 +89,11 @@ class PostgresDriver:
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[_Tx]:
         try:
-            async with (self._pool.connection() as conn, conn.transaction(),
-                        conn.cursor(row_factory=dict_row) as cur):
+            async with (
+                self._pool.connection() as conn,
+                conn.transaction(),
+                conn.cursor(row_factory=dict_row) as cur,
+            ):
                 yield _Tx(cur)
         except (psycopg.OperationalError, psycopg.InterfaceError) as err:
             # The server went away or ended our connection (pg_terminate_backend, a restart),

@@ -35,8 +35,10 @@ CORE_EVENT_FIELDS = ("at", "kind", "scope", "name", "state", "severity", "reason
 
 def core_event_params(e: Mapping[str, Any]) -> tuple[Any, ...]:
     """A core event (CoreEvent.to_dict()) as the columns of core_events."""
-    return (*(e.get(f, "" if f != "at" else 0.0) for f in CORE_EVENT_FIELDS),
-            json.dumps(e.get("data") or {}, sort_keys=True, default=str))
+    return (
+        *(e.get(f, "" if f != "at" else 0.0) for f in CORE_EVENT_FIELDS),
+        json.dumps(e.get("data") or {}, sort_keys=True, default=str),
+    )
 
 
 def check_transition(job: Job, to: JobState) -> None:
@@ -51,11 +53,26 @@ def attempt_state_for(result: AttemptResult) -> AttemptState:
     return ATTEMPT_STATE_FOR[result.outcome]
 
 
-def job_event(job: Job, kind: str, now: float, message: str = "", *, to: JobState | None = None,
-           attempt: int | None = None, data: Mapping[str, Any] | None = None) -> JobEvent:
-    return JobEvent(job_id=job.id, at=now, kind=kind, message=message,
-                    from_state=job.state.value, to_state=to.value if to else None,
-                    attempt=attempt, data=dict(data or {}))
+def job_event(
+    job: Job,
+    kind: str,
+    now: float,
+    message: str = "",
+    *,
+    to: JobState | None = None,
+    attempt: int | None = None,
+    data: Mapping[str, Any] | None = None,
+) -> JobEvent:
+    return JobEvent(
+        job_id=job.id,
+        at=now,
+        kind=kind,
+        message=message,
+        from_state=job.state.value,
+        to_state=to.value if to else None,
+        attempt=attempt,
+        data=dict(data or {}),
+    )
 
 
 def event_row(e: JobEvent) -> dict[str, Any]:
@@ -63,31 +80,55 @@ def event_row(e: JobEvent) -> dict[str, Any]:
     return dict(zip(EVENT_COLUMNS, event_params(e), strict=True))
 
 
-def submitted_events(job: Job, now: float, superseded: str | None,
-                     failed_dep: str | None) -> list[JobEvent]:
+def submitted_events(
+    job: Job, now: float, superseded: str | None, failed_dep: str | None
+) -> list[JobEvent]:
     """The timeline's first lines of a new job: submitted (naming the job a latest-wins
     submission superseded), and failed at once when a dependency had already failed."""
-    events = [JobEvent(job_id=job.id, at=now, kind="submitted", to_state=job.state.value,
-                       message=("supersedes " + superseded) if superseded else "",
-                       data={"priority": job.priority, "role": job.role})]
+    events = [
+        JobEvent(
+            job_id=job.id,
+            at=now,
+            kind="submitted",
+            to_state=job.state.value,
+            message=("supersedes " + superseded) if superseded else "",
+            data={"priority": job.priority, "role": job.role},
+        )
+    ]
     if failed_dep:
-        events.append(JobEvent(job_id=job.id, at=now, kind="dependency_failed",
-                               message=failed_dep, to_state=JobState.FAILED.value))
+        events.append(
+            JobEvent(
+                job_id=job.id,
+                at=now,
+                kind="dependency_failed",
+                message=failed_dep,
+                to_state=JobState.FAILED.value,
+            )
+        )
     return events
 
 
 def acquired_event(job: Job, now: float, wait_ms: float) -> JobEvent:
     """The timeline line of a job taking its workspace's lock after waiting `wait_ms`."""
-    return JobEvent(job_id=job.id, at=now, kind="workspace_lock_acquired",
-                    message=f"workspace {job.workspace}",
-                    data={"workspace": job.workspace, "wait_ms": round(wait_ms, 3)})
+    return JobEvent(
+        job_id=job.id,
+        at=now,
+        kind="workspace_lock_acquired",
+        message=f"workspace {job.workspace}",
+        data={"workspace": job.workspace, "wait_ms": round(wait_ms, 3)},
+    )
 
 
 def requeue_blocked(job_id: str, new_job: Job, result: SubmitResult) -> str:
-    what = (f"its workspace {new_job.workspace}" if result.coalesced_on == "workspace"
-            else f"its key {new_job.key!r}")
-    return (f"cannot requeue {job_id}: {what} is held by job {result.job.id}; "
-            "requeue once that job has ended")
+    what = (
+        f"its workspace {new_job.workspace}"
+        if result.coalesced_on == "workspace"
+        else f"its key {new_job.key!r}"
+    )
+    return (
+        f"cannot requeue {job_id}: {what} is held by job {result.job.id}; "
+        "requeue once that job has ended"
+    )
 
 
 def dependencies(job: Job) -> list[str]:

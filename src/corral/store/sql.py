@@ -139,22 +139,27 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
     async def _release(self, tx: Tx, job: Job) -> None:
         """What a job holds until it ends: its idempotency key and its workspace."""
         if job.key:
-            await tx.execute("DELETE FROM idem_keys WHERE idem_key = ? AND job_id = ?",
-                             (job.key, job.id))
+            await tx.execute(
+                "DELETE FROM idem_keys WHERE idem_key = ? AND job_id = ?", (job.key, job.id)
+            )
         await adm.release(tx, job)
 
     async def _settle_dependents(self, tx: Tx, job: Job, ended: JobState, now: float) -> None:
         """A dependency ended: count it off its dependents, or fail them if it did not succeed."""
         dependents = await tx.fetchall(
             _JOB_SELECT + " WHERE id IN (SELECT job_id FROM job_deps WHERE dep_id = ?)"
-            " AND state = 'QUEUED'", (job.id,))
+            " AND state = 'QUEUED'",
+            (job.id,),
+        )
         why = rules.dependency_failed(job, ended)
         for row in dependents:
             dep = job_from_row(row)
             if why is None:
                 await tx.execute(
                     "UPDATE jobs SET deps_pending = deps_pending - 1, updated_at = ?"
-                    " WHERE id = ? AND state = 'QUEUED' AND deps_pending > 0", (now, dep.id))
+                    " WHERE id = ? AND state = 'QUEUED' AND deps_pending > 0",
+                    (now, dep.id),
+                )
                 continue
             # Re-read: an earlier sibling's cascade may have failed it already (a diamond).
             current = await self._job(tx, dep.id)
@@ -162,13 +167,15 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
                 continue
             dep = current
             await self._move(tx, dep, JobState.FAILED, now, last_error=why)
-            await self._insert_events(tx, [job_event(dep, "dependency_failed", now, why,
-                                                  to=JobState.FAILED)])
+            await self._insert_events(
+                tx, [job_event(dep, "dependency_failed", now, why, to=JobState.FAILED)]
+            )
             await self._release(tx, dep)
             await self._settle_dependents(tx, dep, JobState.FAILED, now)
 
-    async def _end(self, tx: Tx, job: Job, to: JobState, now: float, message: str,
-                   kind: str, **cols: Any) -> Job:
+    async def _end(
+        self, tx: Tx, job: Job, to: JobState, now: float, message: str, kind: str, **cols: Any
+    ) -> Job:
         """Move a job into a terminal state and do what every terminal path must do."""
         await self._move(tx, job, to, now, **cols)
         await self._insert_events(tx, [job_event(job, kind, now, message, to=to)])
@@ -180,8 +187,7 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             await self._stop_children(tx, ended, *stop, now)
         return ended
 
-    async def _stop_children(self, tx: Tx, parent: Job, reason: str, kind: str,
-                             now: float) -> None:
+    async def _stop_children(self, tx: Tx, parent: Job, reason: str, kind: str, now: float) -> None:
         """Stop the jobs the parent submitted that have not ended (store/cascade.py)."""
         rows = await tx.fetchall(_JOB_SELECT + " WHERE parent_id = ? ORDER BY id", (parent.id,))
         for row in rows:
@@ -200,13 +206,23 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             raise Conflict(f"job {job.id} is already {job.state.value}; nothing to cancel")
         stopped = STOP_STATES.get(kind, JobState.CANCELLED)
         if not job.state.in_flight:
-            return await self._end(tx, job, stopped, now, reason, kind,
-                                   cancel_requested=reason, stop_kind=kind, last_error=reason)
+            return await self._end(
+                tx,
+                job,
+                stopped,
+                now,
+                reason,
+                kind,
+                cancel_requested=reason,
+                stop_kind=kind,
+                last_error=reason,
+            )
         if job.cancel_requested is None:
             n = await tx.execute(
                 "UPDATE jobs SET cancel_requested = ?, stop_kind = ?, updated_at = ?"
                 " WHERE id = ? AND state IN ('STARTING', 'RUNNING')",
-                (reason, kind, now, job.id))
+                (reason, kind, now, job.id),
+            )
             if n != 1:
                 raise StaleState(f"job {job.id} left {job.state.value} meanwhile")
             await self._insert_events(tx, [job_event(job, f"{kind}_requested", now, reason)])
@@ -217,16 +233,19 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
 
     # ---- submission ----------------------------------------------------------------------
 
-    async def submit(self, job: Job, *, now: float, aging_s: float,
-                     admission: Admission = UNBOUNDED) -> SubmitResult:
+    async def submit(
+        self, job: Job, *, now: float, aging_s: float, admission: Admission = UNBOUNDED
+    ) -> SubmitResult:
         for _ in range(5):
             try:
                 async with self._write() as tx:
                     return await self._submit(tx, job, now, admission)
             except StaleState:
                 continue  # a concurrent submission took the key or workspace first: look again
-        raise Conflict(f"could not settle idempotency key {job.key!r} or workspace "
-                       f"{job.workspace!r}: too much contention")
+        raise Conflict(
+            f"could not settle idempotency key {job.key!r} or workspace "
+            f"{job.workspace!r}: too much contention"
+        )
 
     async def _dedup(self, tx: Tx, job: Job, now: float) -> tuple[Job | None, str | None]:
         """Apply the job's idempotency key: (the holder to coalesce into, the superseded job)."""
@@ -262,8 +281,9 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
                 return SubmitResult(job=found[0], created=False, coalesced_on="workspace")
         job, failed_dep = await self._resolve_deps(tx, job, now)
         if not job.state.terminal:
-            await adm.check_bounds(tx, job, admission, now,
-                                   serialise=self.driver.dialect == "postgres")
+            await adm.check_bounds(
+                tx, job, admission, now, serialise=self.driver.dialect == "postgres"
+            )
         await tx.execute(_JOB_INSERT, job_params(job))
         events = submitted_events(job, now, superseded, failed_dep)
         if job.workspace and not job.state.terminal:
@@ -282,17 +302,23 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             await tx.execute(
                 "INSERT INTO idem_keys (idem_key, job_id, acquired_at) VALUES (?, ?, ?)"
                 " ON CONFLICT (idem_key) DO UPDATE SET job_id = excluded.job_id,"
-                " acquired_at = excluded.acquired_at", (job.key, job.id, now))
+                " acquired_at = excluded.acquired_at",
+                (job.key, job.id, now),
+            )
             return
         # A stale row (its holder ended without releasing, e.g. an old bug) is replaced; a live
         # concurrent holder makes the insert conflict and the submission is retried.
         await tx.execute(
             "DELETE FROM idem_keys WHERE idem_key = ? AND job_id IN"
             " (SELECT id FROM jobs WHERE state IN ('SUCCEEDED','FAILED','DEAD_LETTERED',"
-            "'TIMED_OUT','CANCELLED','KILLED','DENIED'))", (job.key,))
+            "'TIMED_OUT','CANCELLED','KILLED','DENIED'))",
+            (job.key,),
+        )
         n = await tx.execute(
             "INSERT INTO idem_keys (idem_key, job_id, acquired_at) VALUES (?, ?, ?)"
-            " ON CONFLICT (idem_key) DO NOTHING", (job.key, job.id, now))
+            " ON CONFLICT (idem_key) DO NOTHING",
+            (job.key, job.id, now),
+        )
         if n != 1:
             raise StaleState(f"key {job.key!r} taken concurrently")
 
@@ -300,19 +326,28 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
         found = {dep_id: await self._job(tx, dep_id) for dep_id in rules.dependencies(job)}
         job, pending, failed = rules.resolve_deps(job, found)
         for dep_id in pending:
-            await tx.execute("INSERT INTO job_deps (job_id, dep_id) VALUES (?, ?)",
-                             (job.id, dep_id))
+            await tx.execute(
+                "INSERT INTO job_deps (job_id, dep_id) VALUES (?, ?)", (job.id, dep_id)
+            )
         return job, failed
 
     # ---- dispatch ------------------------------------------------------------------------
 
-    async def reserve(self, *, engine_id: str, now: float, limit: int,
-                      where: QueueFilter) -> list[Job]:
-        clauses = ["state = 'QUEUED'", "deps_pending = 0", adm.RUNNABLE_ON_WORKSPACE,
-                   adm.RUNNABLE_ON_KEY]
+    async def reserve(
+        self, *, engine_id: str, now: float, limit: int, where: QueueFilter
+    ) -> list[Job]:
+        clauses = [
+            "state = 'QUEUED'",
+            "deps_pending = 0",
+            adm.RUNNABLE_ON_WORKSPACE,
+            adm.RUNNABLE_ON_KEY,
+        ]
         params: list[Any] = []
-        for col, values in (("role", where.exclude_roles), ("env_name", where.exclude_envs),
-                            ("worker", where.exclude_workers)):
+        for col, values in (
+            ("role", where.exclude_roles),
+            ("env_name", where.exclude_envs),
+            ("worker", where.exclude_workers),
+        ):
             if values:
                 clauses.append(f"{col} NOT IN ({', '.join('?' * len(values))})")
                 params.extend(sorted(values))
@@ -321,23 +356,31 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
         # Without statistics SQLite's planner prefers jobs_by_state and sorts every queued job;
         # the partial index jobs_runnable is already in queue order, so the scan stops at `limit`
         # (about 0.4 ms instead of 5 ms for 64 of 10,000 queued jobs).
-        sql = (f"{_JOB_SELECT} INDEXED BY jobs_runnable WHERE {' AND '.join(clauses)}"
-               " ORDER BY sort_at, id LIMIT ?")
+        sql = (
+            f"{_JOB_SELECT} INDEXED BY jobs_runnable WHERE {' AND '.join(clauses)}"
+            " ORDER BY sort_at, id LIMIT ?"
+        )
         async with self.driver.read() as tx:
             return [job_from_row(r) for r in await tx.fetchall(sql, (*params, limit))]
 
-    async def _reserve_leased(self, engine_id: str, now: float, limit: int,
-                              clauses: list[str], params: list[Any]) -> list[Job]:
+    async def _reserve_leased(
+        self, engine_id: str, now: float, limit: int, clauses: list[str], params: list[Any]
+    ) -> list[Job]:
         """Several engines on one database: lease candidates with SKIP LOCKED (an accelerator;
         the QUEUED → STARTING compare-and-set is what guarantees a single claim)."""
         clauses = [*clauses, "(lease_until IS NULL OR lease_until < ? OR lease_owner = ?)"]
-        inner = (f"SELECT id FROM jobs WHERE {' AND '.join(clauses)} ORDER BY sort_at, id"
-                 " LIMIT ? FOR UPDATE SKIP LOCKED")
-        sql = (f"UPDATE jobs SET lease_owner = ?, lease_until = ? WHERE id IN ({inner})"
-               f" RETURNING {', '.join(JOB_COLUMNS)}")
+        inner = (
+            f"SELECT id FROM jobs WHERE {' AND '.join(clauses)} ORDER BY sort_at, id"
+            " LIMIT ? FOR UPDATE SKIP LOCKED"
+        )
+        sql = (
+            f"UPDATE jobs SET lease_owner = ?, lease_until = ? WHERE id IN ({inner})"
+            f" RETURNING {', '.join(JOB_COLUMNS)}"
+        )
         async with self._write() as tx:
-            rows = await tx.fetchall(sql, (engine_id, now + LEASE_S, *params, now, engine_id,
-                                           limit))
+            rows = await tx.fetchall(
+                sql, (engine_id, now + LEASE_S, *params, now, engine_id, limit)
+            )
         return sorted((job_from_row(r) for r in rows), key=lambda j: (j.sort_at, j.id))
 
     async def start_attempts(self, claims: Sequence[Claimed], *, now: float) -> list[Claimed]:
@@ -345,9 +388,15 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
         async with self._write() as tx:
             for c in claims:
                 if await self._start_one(tx, c, now):
-                    won.append(Claimed(job=c.job.with_(state=JobState.STARTING,
-                                                       attempts=c.attempt.index, updated_at=now),
-                                       attempt=c.attempt, permit=c.permit))
+                    won.append(
+                        Claimed(
+                            job=c.job.with_(
+                                state=JobState.STARTING, attempts=c.attempt.index, updated_at=now
+                            ),
+                            attempt=c.attempt,
+                            permit=c.permit,
+                        )
+                    )
         return won
 
     async def _start_one(self, tx: Tx, c: Claimed, now: float) -> bool:
@@ -361,39 +410,65 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             "UPDATE jobs SET state = 'STARTING', attempts = ?, updated_at = ?,"
             " lease_owner = NULL, lease_until = NULL"
             " WHERE id = ? AND state = 'QUEUED' AND deps_pending = 0 AND attempts = ?",
-            (c.attempt.index, now, c.job.id, c.attempt.index - 1))
+            (c.attempt.index, now, c.job.id, c.attempt.index - 1),
+        )
         if n != 1:
             if took:
                 await adm.undo_acquire(tx, c.job)
             return False
-        await tx.execute(_ATTEMPT_INSERT, (*attempt_params(c.attempt, _permit_json(c)),
-                                           c.job.role, c.job.created_at))
+        await tx.execute(
+            _ATTEMPT_INSERT,
+            (*attempt_params(c.attempt, _permit_json(c)), c.job.role, c.job.created_at),
+        )
         events = [await adm.after_acquire(tx, c.job, now)] if took else []
-        events.append(job_event(c.job, "permit_granted", now, f"attempt {c.attempt.index}",
-                             to=JobState.STARTING, attempt=c.attempt.index,
-                             data={"permit": c.permit.id, "deadline_at": c.permit.deadline_at}))
+        events.append(
+            job_event(
+                c.job,
+                "permit_granted",
+                now,
+                f"attempt {c.attempt.index}",
+                to=JobState.STARTING,
+                attempt=c.attempt.index,
+                data={"permit": c.permit.id, "deadline_at": c.permit.deadline_at},
+            )
+        )
         await self._insert_events(tx, events)
         return True
 
-    async def mark_running(self, started: Sequence[tuple[Attempt, AttemptRef]], *,
-                           now: float) -> int:
+    async def mark_running(
+        self, started: Sequence[tuple[Attempt, AttemptRef]], *, now: float
+    ) -> int:
         count = 0
         async with self._write() as tx:
             for attempt, ref in started:
                 n = await tx.execute(
                     "UPDATE attempts SET state = 'RUNNING', pid = ?, started_at = ?"
                     " WHERE id = ? AND state = 'STARTING' AND engine_id = ?",
-                    (ref.pid, now, attempt.id, attempt.engine_id))
+                    (ref.pid, now, attempt.id, attempt.engine_id),
+                )
                 if not n:  # not STARTING any more, or another engine owns it now (fenced)
                     continue
                 m = await tx.execute(
                     "UPDATE jobs SET state = 'RUNNING', updated_at = ?"
-                    " WHERE id = ? AND state = 'STARTING'", (now, attempt.job_id))
+                    " WHERE id = ? AND state = 'STARTING'",
+                    (now, attempt.job_id),
+                )
                 if n and m:
                     count += 1
-                    await self._insert_events(tx, [JobEvent(
-                        job_id=attempt.job_id, at=now, kind="running", from_state="STARTING",
-                        to_state="RUNNING", attempt=attempt.index, message=ref.describe())])
+                    await self._insert_events(
+                        tx,
+                        [
+                            JobEvent(
+                                job_id=attempt.job_id,
+                                at=now,
+                                kind="running",
+                                from_state="STARTING",
+                                to_state="RUNNING",
+                                attempt=attempt.index,
+                                message=ref.describe(),
+                            )
+                        ],
+                    )
         return count
 
     async def finish(self, finishes: Sequence[Finish], *, now: float) -> list[Job]:
@@ -412,21 +487,47 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             " outcome = ?, error = ?, limit_hit = ?, started_at = COALESCE(started_at, ?),"
             " pid = COALESCE(pid, ?) WHERE id = ? AND state IN ('STARTING', 'RUNNING')"
             " AND engine_id = ?",  # the owner only: a fenced engine's write changes nothing
-            (attempt_state_for(r).value, r.ended_at or now, r.exit_code,
-             r.signal, r.outcome.value, r.error, r.limit_hit, r.started_at, a.pid, a.id,
-             a.engine_id))
+            (
+                attempt_state_for(r).value,
+                r.ended_at or now,
+                r.exit_code,
+                r.signal,
+                r.outcome.value,
+                r.error,
+                r.limit_hit,
+                r.started_at,
+                a.pid,
+                a.id,
+                a.engine_id,
+            ),
+        )
         job = await self._job(tx, a.job_id)
         if n != 1 or job is None or not job.state.in_flight or job.attempts != a.index:
             return None  # already finished by another path (recovery, a second engine)
-        cols: dict[str, Any] = {"exit_code": r.exit_code, "limit_hit": r.limit_hit,
-                                "last_error": f.error, "retry_at": f.retry_at}
+        cols: dict[str, Any] = {
+            "exit_code": r.exit_code,
+            "limit_hit": r.limit_hit,
+            "last_error": f.error,
+            "retry_at": f.retry_at,
+        }
         await self._insert_events(tx, f.events)
         if f.job_state.terminal:
             return await self._end(tx, job, f.job_state, now, f.error or "", "ended", **cols)
         await self._move(tx, job, f.job_state, now, **cols)
-        await self._insert_events(tx, [job_event(job, "retry_scheduled", now, f.error or "",
-                                              to=f.job_state, attempt=a.index,
-                                              data={"retry_at": f.retry_at})])
+        await self._insert_events(
+            tx,
+            [
+                job_event(
+                    job,
+                    "retry_scheduled",
+                    now,
+                    f.error or "",
+                    to=f.job_state,
+                    attempt=a.index,
+                    data={"retry_at": f.retry_at},
+                )
+            ],
+        )
         return job.with_(state=f.job_state, updated_at=now, **cols)
 
     async def request_cancel(self, job_id: str, *, reason: str, kind: str, now: float) -> Job:
@@ -448,8 +549,9 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
                 raise NotFound(f"no job {job_id}")
             sort_at = now + job.priority * aging_s
             await self._move(tx, job, JobState.QUEUED, now, sort_at=sort_at)
-            await self._insert_events(tx, [job_event(job, "approved", now, "run approved",
-                                                     to=JobState.QUEUED)])
+            await self._insert_events(
+                tx, [job_event(job, "approved", now, "run approved", to=JobState.QUEUED)]
+            )
             return job.with_(state=JobState.QUEUED, updated_at=now, sort_at=sort_at)
 
     async def promote_retries(self, *, now: float, aging_s: float) -> int:
@@ -457,23 +559,38 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             rows = await tx.fetchall(
                 "UPDATE jobs SET state = 'QUEUED', sort_at = ? + priority * ?, retry_at = NULL,"
                 " updated_at = ? WHERE state = 'RETRY_WAIT' AND retry_at <= ?"
-                " RETURNING id, attempts", (now, aging_s, now, now))
+                " RETURNING id, attempts",
+                (now, aging_s, now, now),
+            )
             for row in rows:
-                await self._insert_events(tx, [JobEvent(
-                    job_id=row["id"], at=now, kind="requeued", from_state="RETRY_WAIT",
-                    to_state="QUEUED", message=f"attempt {int(row['attempts']) + 1} queued")])
+                await self._insert_events(
+                    tx,
+                    [
+                        JobEvent(
+                            job_id=row["id"],
+                            at=now,
+                            kind="requeued",
+                            from_state="RETRY_WAIT",
+                            to_state="QUEUED",
+                            message=f"attempt {int(row['attempts']) + 1} queued",
+                        )
+                    ],
+                )
         return len(rows)
 
     async def next_retry_at(self) -> float | None:
         async with self.driver.read() as tx:
             row = await tx.fetchone(
-                "SELECT MIN(retry_at) AS t FROM jobs WHERE state = 'RETRY_WAIT'")
+                "SELECT MIN(retry_at) AS t FROM jobs WHERE state = 'RETRY_WAIT'"
+            )
         return float(row["t"]) if row and row["t"] is not None else None
 
     async def active_runs(self, tenant: str) -> list[str]:
         async with self.driver.read() as tx:
-            rows = await tx.fetchall("SELECT id FROM jobs WHERE state IN ('STARTING', 'RUNNING')"
-                                     " AND tenant = ?", (tenant,))
+            rows = await tx.fetchall(
+                "SELECT id FROM jobs WHERE state IN ('STARTING', 'RUNNING') AND tenant = ?",
+                (tenant,),
+            )
         return [str(r["id"]) for r in rows]
 
     async def inflight(self) -> list[tuple[Job, Attempt]]:
@@ -483,7 +600,8 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             rows = await tx.fetchall(
                 f"SELECT {jcols}, {cols} FROM jobs j JOIN attempts a"
                 " ON a.job_id = j.id AND a.idx = j.attempts"
-                " WHERE j.state IN ('STARTING', 'RUNNING') ORDER BY j.id")
+                " WHERE j.state IN ('STARTING', 'RUNNING') ORDER BY j.id"
+            )
         out = []
         for r in rows:
             arow = {c: r[f"a_{c}"] for c in ATTEMPT_COLUMNS}
@@ -501,7 +619,8 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
                 rows = await tx.fetchall(
                     "SELECT id FROM jobs WHERE substr(id, 1, ?) = ? "
                     "OR substr(id, length(id) - ? + 1) = ? LIMIT 6",
-                    (len(ref), ref, len(ref), ref))
+                    (len(ref), ref, len(ref), ref),
+                )
                 found = resolve(ref, [r["id"] for r in rows])
                 row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (found,))
         if row is None:
@@ -520,21 +639,23 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             clauses.append("state = 'DEAD_LETTERED' AND dlq_resolution IS NULL")
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         async with self.driver.read() as tx:
-            rows = await tx.fetchall(f"{_JOB_SELECT}{where} ORDER BY id DESC LIMIT ?",
-                                     (*params, query.limit))
+            rows = await tx.fetchall(
+                f"{_JOB_SELECT}{where} ORDER BY id DESC LIMIT ?", (*params, query.limit)
+            )
         return [job_from_row(r) for r in rows]
 
     async def attempts(self, job_id: str) -> list[Attempt]:
         async with self.driver.read() as tx:
-            rows = await tx.fetchall(_ATTEMPT_SELECT + " WHERE job_id = ? ORDER BY idx",
-                                     (job_id,))
+            rows = await tx.fetchall(_ATTEMPT_SELECT + " WHERE job_id = ? ORDER BY idx", (job_id,))
         return [attempt_from_row(r) for r in rows]
 
     async def events(self, job_id: str, *, after_id: int = 0) -> list[tuple[int, JobEvent]]:
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 "SELECT id, job_id, at, kind, from_state, to_state, attempt, message, data"
-                " FROM job_events WHERE job_id = ? AND id > ? ORDER BY id", (job_id, after_id))
+                " FROM job_events WHERE job_id = ? AND id > ? ORDER BY id",
+                (job_id, after_id),
+            )
         return [(int(r["id"]), event_from_row(r)) for r in rows]
 
     async def append_events(self, events: Sequence[JobEvent]) -> None:
@@ -546,37 +667,55 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             for e in events:
                 await tx.execute(
                     "INSERT INTO core_events (at, kind, scope, name, state, severity, reason,"
-                    " message, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", core_event_params(e))
+                    " message, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    core_event_params(e),
+                )
 
-    async def core_events(self, *, kind: str | None = None,
-                          limit: int = 100) -> list[dict[str, Any]]:
+    async def core_events(
+        self, *, kind: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         where, params = ("WHERE kind = ? ", (kind,)) if kind else ("", ())
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 "SELECT id, at, kind, scope, name, state, severity, reason, message, data"
-                f" FROM core_events {where}ORDER BY id DESC LIMIT ?", (*params, limit))
+                f" FROM core_events {where}ORDER BY id DESC LIMIT ?",
+                (*params, limit),
+            )
         return [{**dict(r), "data": json.loads(r["data"])} for r in reversed(rows)]
 
     # ---- agents ---------------------------------------------------------------------------
 
     async def record_agent_event(self, event: AgentEvent) -> bool:
         async with self._write() as tx:
-            found = await tx.fetchone("SELECT 1 AS x FROM agent_events WHERE job_id = ?"
-                                      " AND attempt = ?", (event.job_id, event.attempt))
+            found = await tx.fetchone(
+                "SELECT 1 AS x FROM agent_events WHERE job_id = ? AND attempt = ?",
+                (event.job_id, event.attempt),
+            )
             if found is not None:
                 return False
             await tx.execute(
                 "INSERT INTO agent_events (event_id, job_id, attempt, at, session_id, tokens_in,"
                 " tokens_out, cost_usd, limit_hit, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (event.event_id, event.job_id, event.attempt, event.at, event.session_id,
-                 event.tokens_in, event.tokens_out, event.cost_usd, event.limit_hit,
-                 dumps(event.to_dict())))
+                (
+                    event.event_id,
+                    event.job_id,
+                    event.attempt,
+                    event.at,
+                    event.session_id,
+                    event.tokens_in,
+                    event.tokens_out,
+                    event.cost_usd,
+                    event.limit_hit,
+                    dumps(event.to_dict()),
+                ),
+            )
             return True
 
     async def agent_events(self, job_id: str) -> list[AgentEvent]:
         async with self.driver.read() as tx:
-            rows = await tx.fetchall("SELECT data FROM agent_events WHERE job_id = ?"
-                                     " ORDER BY attempt", (job_id,))
+            rows = await tx.fetchall(
+                "SELECT data FROM agent_events WHERE job_id = ? ORDER BY attempt", (job_id,)
+            )
         return [AgentEvent.from_dict(json.loads(r["data"])) for r in rows]
 
     async def append_checkpoint(self, checkpoint: Checkpoint) -> None:
@@ -586,20 +725,43 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
                 "INSERT INTO checkpoints (job_id, attempt, at, worker, session_id,"
                 " tool_call_count, last_tool, last_output_digest, call_id, duration_ms)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (c.job_id, c.attempt, c.at, c.worker, c.session_id, c.tool_call_count,
-                 c.last_tool, c.last_output_digest, c.call_id, c.duration_ms))
+                (
+                    c.job_id,
+                    c.attempt,
+                    c.at,
+                    c.worker,
+                    c.session_id,
+                    c.tool_call_count,
+                    c.last_tool,
+                    c.last_output_digest,
+                    c.call_id,
+                    c.duration_ms,
+                ),
+            )
 
     async def checkpoints(self, job_id: str) -> list[Checkpoint]:
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 "SELECT job_id, attempt, at, worker, session_id, tool_call_count, last_tool,"
                 " last_output_digest, call_id, duration_ms FROM checkpoints WHERE job_id = ?"
-                " ORDER BY id", (job_id,))
-        return [Checkpoint(job_id=r["job_id"], attempt=int(r["attempt"]), at=float(r["at"]),
-                           worker=r["worker"], session_id=r["session_id"],
-                           tool_call_count=int(r["tool_call_count"]), last_tool=r["last_tool"],
-                           last_output_digest=r["last_output_digest"], call_id=r["call_id"],
-                           duration_ms=r["duration_ms"]) for r in rows]
+                " ORDER BY id",
+                (job_id,),
+            )
+        return [
+            Checkpoint(
+                job_id=r["job_id"],
+                attempt=int(r["attempt"]),
+                at=float(r["at"]),
+                worker=r["worker"],
+                session_id=r["session_id"],
+                tool_call_count=int(r["tool_call_count"]),
+                last_tool=r["last_tool"],
+                last_output_digest=r["last_output_digest"],
+                call_id=r["call_id"],
+                duration_ms=r["duration_ms"],
+            )
+            for r in rows
+        ]
 
     async def counts(self) -> dict[str, int]:
         async with self.driver.read() as tx:
@@ -617,15 +779,18 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
         n = await tx.execute(
             "UPDATE jobs SET dlq_resolution = ?, updated_at = ?"
             " WHERE id = ? AND state = 'DEAD_LETTERED' AND dlq_resolution IS NULL",
-            (resolution, now, job_id))
+            (resolution, now, job_id),
+        )
         if n != 1:
             raise Conflict(f"job {job_id} was already resolved: {job.dlq_resolution}")
-        await self._insert_events(tx, [job_event(job, "dlq_" + resolution.split(":")[0], now,
-                                              resolution)])
+        await self._insert_events(
+            tx, [job_event(job, "dlq_" + resolution.split(":")[0], now, resolution)]
+        )
         return job.with_(dlq_resolution=resolution, updated_at=now)
 
-    async def dlq_requeue(self, job_id: str, new_job: Job, *, now: float,
-                          admission: Admission = UNBOUNDED) -> Job:
+    async def dlq_requeue(
+        self, job_id: str, new_job: Job, *, now: float, admission: Admission = UNBOUNDED
+    ) -> Job:
         async with self._write() as tx:
             await self._resolve_dlq(tx, job_id, f"requeued:{new_job.id}", now)
             result = await self._submit(tx, new_job, now, admission)
@@ -653,34 +818,49 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
         async with self._write() as tx:
             await tx.execute(
                 "INSERT INTO engines (id, host, pid, started_at, heartbeat_at)"
-                " VALUES (?, ?, ?, ?, ?)", (engine_id, host, pid, now, now))
+                " VALUES (?, ?, ?, ?, ?)",
+                (engine_id, host, pid, now, now),
+            )
 
     async def heartbeat_engine(self, engine_id: str, *, now: float) -> bool:
         async with self.driver.write() as tx:
-            n = await tx.execute("UPDATE engines SET heartbeat_at = ?"
-                                 " WHERE id = ? AND fenced_at IS NULL", (now, engine_id))
+            n = await tx.execute(
+                "UPDATE engines SET heartbeat_at = ? WHERE id = ? AND fenced_at IS NULL",
+                (now, engine_id),
+            )
         return n == 1
 
     async def engines(self) -> list[EngineInfo]:
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
-                "SELECT id, host, heartbeat_at, fenced_at FROM engines ORDER BY id")
-        return [EngineInfo(id=str(r["id"]), host=str(r["host"]),
-                           heartbeat_at=float(r["heartbeat_at"]),
-                           fenced_at=None if r["fenced_at"] is None else float(r["fenced_at"]))
-                for r in rows]
+                "SELECT id, host, heartbeat_at, fenced_at FROM engines ORDER BY id"
+            )
+        return [
+            EngineInfo(
+                id=str(r["id"]),
+                host=str(r["host"]),
+                heartbeat_at=float(r["heartbeat_at"]),
+                fenced_at=None if r["fenced_at"] is None else float(r["fenced_at"]),
+            )
+            for r in rows
+        ]
 
-    async def take_over(self, engine_id: str, attempts: Sequence[Attempt], *,
-                        fence: Sequence[str], now: float) -> list[str]:
+    async def take_over(
+        self, engine_id: str, attempts: Sequence[Attempt], *, fence: Sequence[str], now: float
+    ) -> list[str]:
         taken = []
         async with self.driver.write() as tx:
             for eid in fence:
-                await tx.execute("UPDATE engines SET fenced_at = ? WHERE id = ?"
-                                 " AND fenced_at IS NULL", (now, eid))
+                await tx.execute(
+                    "UPDATE engines SET fenced_at = ? WHERE id = ? AND fenced_at IS NULL",
+                    (now, eid),
+                )
             for a in attempts:
                 n = await tx.execute(
                     "UPDATE attempts SET engine_id = ? WHERE id = ? AND engine_id = ?"
-                    " AND state IN ('STARTING', 'RUNNING')", (engine_id, a.id, a.engine_id))
+                    " AND state IN ('STARTING', 'RUNNING')",
+                    (engine_id, a.id, a.engine_id),
+                )
                 if n == 1:
                     taken.append(a.id)
         return taken
@@ -688,13 +868,21 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
     async def stale_engines(self, *, before: float, exclude: str) -> list[str]:
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
-                "SELECT id FROM engines WHERE heartbeat_at < ? AND id <> ?", (before, exclude))
+                "SELECT id FROM engines WHERE heartbeat_at < ? AND id <> ?", (before, exclude)
+            )
         return [r["id"] for r in rows]
 
 
 def _permit_json(c: Claimed) -> str:
     p = c.permit
-    return json.dumps({"id": p.id, "issued_at": p.issued_at, "deadline_at": p.deadline_at,
-                       "grace_s": p.grace_s, "granted": dict(p.granted), "breaker": p.breaker},
-                      sort_keys=True)
-
+    return json.dumps(
+        {
+            "id": p.id,
+            "issued_at": p.issued_at,
+            "deadline_at": p.deadline_at,
+            "grace_s": p.grace_s,
+            "granted": dict(p.granted),
+            "breaker": p.breaker,
+        },
+        sort_keys=True,
+    )

@@ -51,8 +51,9 @@ class SqliteDriver:
 
     dialect = "sqlite"
 
-    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL",
-                 busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 5000
+    ) -> None:
         self.path = str(path)
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
@@ -128,8 +129,9 @@ class SqliteDriver:
 class SqliteStore(SqlStore):
     """The store on a SQLite file (WAL)."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL",
-                 busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_ms: int = 5000
+    ) -> None:
         self.sqlite = SqliteDriver(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
         super().__init__(self.sqlite)
 

@@ -39,8 +39,15 @@ STOP_FLUSH_S = 2.0  # how long a stopping engine goes on publishing (the rest: n
 class SinkDrainer:
     """Drains the outbox into one sink."""
 
-    def __init__(self, store: OutboxReads, sink: Sink, events: EventsSpec, *, holder: str,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: OutboxReads,
+        sink: Sink,
+        events: EventsSpec,
+        *,
+        holder: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store, self.sink, self.events = store, sink, events
         self.holder, self.clock = holder, clock
         self.lease_s = max(15.0, 10 * events.poll_s)
@@ -61,8 +68,9 @@ class SinkDrainer:
         now = self.clock()
         if self._held and now < self._lease_until - self.lease_s / 2:
             return list(self._held.values())
-        cursors = await self.store.claim_cursors(self.name, SOURCES, holder=self.holder,
-                                                 now=now, lease_s=self.lease_s)
+        cursors = await self.store.claim_cursors(
+            self.name, SOURCES, holder=self.holder, now=now, lease_s=self.lease_s
+        )
         self._held = {c.source: c for c in cursors or ()}
         self._lease_until = now + self.lease_s if cursors is not None else 0.0
         return cursors
@@ -87,9 +95,14 @@ class SinkDrainer:
             tip = await self.store.outbox_tip(cursor.source)
             w = window(after, tip, self.events.max_backlog)
             if w.skipped:
-                log.warning("events: sink %s is %d rows of %s behind (bound %d): skipping %d",
-                            self.name, tip - after, cursor.source, self.events.max_backlog,
-                            w.skipped)
+                log.warning(
+                    "events: sink %s is %d rows of %s behind (bound %d): skipping %d",
+                    self.name,
+                    tip - after,
+                    cursor.source,
+                    self.events.max_backlog,
+                    w.skipped,
+                )
                 if not await self._advance(cursor.source, w.after, w.skipped):
                     return -1
                 after = w.after
@@ -102,21 +115,26 @@ class SinkDrainer:
         return len(rows) if await self._advance(cursor.source, int(rows[-1]["seq"])) else -1
 
     async def _advance(self, source: str, last_id: int, skipped: int = 0) -> bool:
-        moved = await self.store.advance_cursor(self.name, source, holder=self.holder,
-                                                last_id=last_id, skipped=skipped,
-                                                now=self.clock())
+        moved = await self.store.advance_cursor(
+            self.name,
+            source,
+            holder=self.holder,
+            last_id=last_id,
+            skipped=skipped,
+            now=self.clock(),
+        )
         held = self._held.get(source)
         if not moved:  # another engine holds the lease now: ask the store next round
             self._held, self._lease_until = {}, 0.0
         elif held is not None:
-            self._held[source] = dataclasses.replace(held, last_id=last_id,
-                                                     skipped=held.skipped + skipped)
+            self._held[source] = dataclasses.replace(
+                held, last_id=last_id, skipped=held.skipped + skipped
+            )
         return moved
 
     async def _events(self, source: str, rows: Sequence[Mapping[str, Any]]) -> list[Event]:
         ends = {row["seq"]: e for row in rows if (e := ends_attempt(source, row)) is not None}
-        found = await self.store.outbox_agent_events([j for j, _ in ends.values()]) if ends \
-            else []
+        found = await self.store.outbox_agent_events([j for j, _ in ends.values()]) if ends else []
         agents = {(e.job_id, e.attempt): e for e in found}
         out: list[Event] = []
         for row in rows:
@@ -137,15 +155,18 @@ class SinkDrainer:
             except Exception as err:  # a broker or store outage: the rows wait in their tables
                 self.failures += 1
                 if self.failures == 1 or self.failures % 20 == 0:
-                    log.warning("events: sink %s: %s (%d failed rounds; retrying)", self.name,
-                                err or type(err).__name__, self.failures)
+                    log.warning(
+                        "events: sink %s: %s (%d failed rounds; retrying)",
+                        self.name,
+                        err or type(err).__name__,
+                        self.failures,
+                    )
                 await self.sink.close()
                 pause = min(MAX_BACKOFF_S, pause * 2)
                 await anyio.sleep(pause)
                 continue
             if self.failures:
-                log.info("events: sink %s is back after %d failed rounds", self.name,
-                         self.failures)
+                log.info("events: sink %s is back after %d failed rounds", self.name, self.failures)
             self.failures, pause = 0, self.events.poll_s
             if not self.behind:  # caught up: let rows gather (one write per table per round)
                 await anyio.sleep(self.events.poll_s)
@@ -154,11 +175,19 @@ class SinkDrainer:
 class Drainer:
     """One SinkDrainer per configured sink, each its own task."""
 
-    def __init__(self, store: OutboxReads, events: EventsSpec, *, holder: str,
-                 clock: Callable[[], float] = time.time,
-                 sink_factory: Callable[[SinkSpec], Sink] = make_sink) -> None:
-        self.sinks = [SinkDrainer(store, sink_factory(spec), events, holder=holder, clock=clock)
-                      for spec in events.sinks]
+    def __init__(
+        self,
+        store: OutboxReads,
+        events: EventsSpec,
+        *,
+        holder: str,
+        clock: Callable[[], float] = time.time,
+        sink_factory: Callable[[SinkSpec], Sink] = make_sink,
+    ) -> None:
+        self.sinks = [
+            SinkDrainer(store, sink_factory(spec), events, holder=holder, clock=clock)
+            for spec in events.sinks
+        ]
 
     async def snapshot(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:
         """Each sink's state for `corral status`: what this engine published, how far behind
@@ -178,12 +207,21 @@ class Drainer:
         for d in self.sinks:
             cursors = {c.source: c for c in by_sink.get(d.name, [])}
             known = len(tips) == len(SOURCES)
-            out.append({"sink": d.name, "kind": d.sink.spec.kind, "published": d.published,
-                        "failing_rounds": d.failures,
-                        "backlog": sum(tips[s] - (cursors[s].last_id if s in cursors else 0)
-                                       for s in SOURCES) if known else None,
-                        "skipped": sum(c.skipped for c in cursors.values()),
-                        "holder": next((c.holder for c in cursors.values()), None)})
+            out.append(
+                {
+                    "sink": d.name,
+                    "kind": d.sink.spec.kind,
+                    "published": d.published,
+                    "failing_rounds": d.failures,
+                    "backlog": sum(
+                        tips[s] - (cursors[s].last_id if s in cursors else 0) for s in SOURCES
+                    )
+                    if known
+                    else None,
+                    "skipped": sum(c.skipped for c in cursors.values()),
+                    "holder": next((c.holder for c in cursors.values()), None),
+                }
+            )
         return out
 
     async def flush(self, timeout_s: float = 5.0) -> None:

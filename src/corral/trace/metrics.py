@@ -34,29 +34,71 @@ from corral.domain.states import TERMINAL, JobState
 from corral.policy import prerun
 
 # Histogram bucket upper bounds (seconds) of attempt run time and submit → running latency.
-BOUNDS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-                             600.0, 1800.0, 3600.0)
+BOUNDS: tuple[float, ...] = (
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+)
 WAITING = (JobState.QUEUED, JobState.RETRY_WAIT)
 BREAKER_STATES = ("CLOSED", "HALF_OPEN", "OPEN")
 # The watchdog's gauges (core/watchdog.py) under their own names, in base units: (gauge in the
 # core's snapshot, metric name, factor to the metric's unit, help).
 WATCHDOG_GAUGES: tuple[tuple[str, str, float, str], ...] = (
-    ("worker_inflight_count", "corral_worker_inflight", 1.0,
-     "Live permits (watchdog gauge worker_inflight_count)."),
-    ("worker_queue_lag_ms", "corral_worker_queue_lag_seconds", 0.001,
-     "Longest wait of a job asking for a permit lately (watchdog gauge worker_queue_lag_ms)."),
-    ("worker_timeout_rate", "corral_worker_timeout_ratio", 1.0,
-     "Share of recent results that timed out (watchdog gauge worker_timeout_rate)."),
-    ("worker_cancel_latency_ms", "corral_worker_cancel_latency_seconds", 0.001,
-     "Longest stop request → result lately (watchdog gauge worker_cancel_latency_ms)."),
-    ("workspace_lock_wait_ms", "corral_workspace_lock_wait_seconds", 0.001,
-     "Longest workspace lock wait lately (watchdog gauge workspace_lock_wait_ms)."),
-    ("stalled_attempts", "corral_stalled_attempts", 1.0,
-     "Live attempts with no activity for the stall time (watchdog gauge stalled_attempts)."),
+    (
+        "worker_inflight_count",
+        "corral_worker_inflight",
+        1.0,
+        "Live permits (watchdog gauge worker_inflight_count).",
+    ),
+    (
+        "worker_queue_lag_ms",
+        "corral_worker_queue_lag_seconds",
+        0.001,
+        "Longest wait of a job asking for a permit lately (watchdog gauge worker_queue_lag_ms).",
+    ),
+    (
+        "worker_timeout_rate",
+        "corral_worker_timeout_ratio",
+        1.0,
+        "Share of recent results that timed out (watchdog gauge worker_timeout_rate).",
+    ),
+    (
+        "worker_cancel_latency_ms",
+        "corral_worker_cancel_latency_seconds",
+        0.001,
+        "Longest stop request → result lately (watchdog gauge worker_cancel_latency_ms).",
+    ),
+    (
+        "workspace_lock_wait_ms",
+        "corral_workspace_lock_wait_seconds",
+        0.001,
+        "Longest workspace lock wait lately (watchdog gauge workspace_lock_wait_ms).",
+    ),
+    (
+        "stalled_attempts",
+        "corral_stalled_attempts",
+        1.0,
+        "Live attempts with no activity for the stall time (watchdog gauge stalled_attempts).",
+    ),
 )
 # The provider behind a worker kind's model calls (an OpenCode model names its own: provider/…).
-PROVIDERS = {"claude-code": "anthropic", "claude": "anthropic", "codex": "openai",
-             "command": "none"}
+PROVIDERS = {
+    "claude-code": "anthropic",
+    "claude": "anthropic",
+    "codex": "openai",
+    "command": "none",
+}
 
 
 def provider_of(worker: str, model: str | None = None) -> str:
@@ -72,13 +114,15 @@ class MetricsSource(MetricsReads, Protocol):
 
     async def kill_switches(self, *, active_at: float | None = None) -> list[KillSwitch]: ...
 
-    async def approvals(self, *, job_id: str | None = None,
-                        state: ApprovalState | None = None) -> list[Approval]: ...
+    async def approvals(
+        self, *, job_id: str | None = None, state: ApprovalState | None = None
+    ) -> list[Approval]: ...
 
     async def budgets(self) -> list[BudgetCeiling]: ...
 
-    async def budget_status(self, scope: ScopeKind, target: str,
-                            period_start: float) -> BudgetStatus: ...
+    async def budget_status(
+        self, scope: ScopeKind, target: str, period_start: float
+    ) -> BudgetStatus: ...
 
 
 Snapshot = Callable[[], Mapping[str, Any]]
@@ -97,17 +141,24 @@ class Scrape:
     at: float = field(default_factory=time.time)
 
 
-async def read(store: MetricsSource, snapshot: Snapshot | None = None, *,
-               now: float | None = None) -> Scrape:
+async def read(
+    store: MetricsSource, snapshot: Snapshot | None = None, *, now: float | None = None
+) -> Scrape:
     """Read a scrape's figures from the store and (off the event loop) the engine's core."""
     at = time.time() if now is None else now
-    statuses = [await store.budget_status(c.scope, c.target, prerun.period_start(c.period, at))
-                for c in await store.budgets()]
+    statuses = [
+        await store.budget_status(c.scope, c.target, prerun.period_start(c.period, at))
+        for c in await store.budgets()
+    ]
     core = await anyio.to_thread.run_sync(_safe, snapshot) if snapshot is not None else None
-    return Scrape(figures=await store.fleet_figures(BOUNDS),
-                  kill_switches=await store.kill_switches(active_at=at),
-                  approvals_pending=len(await store.approvals(state=ApprovalState.PENDING)),
-                  budgets=statuses, core=core, at=at)
+    return Scrape(
+        figures=await store.fleet_figures(BOUNDS),
+        kill_switches=await store.kill_switches(active_at=at),
+        approvals_pending=len(await store.approvals(state=ApprovalState.PENDING)),
+        budgets=statuses,
+        core=core,
+        at=at,
+    )
 
 
 def _safe(snapshot: Snapshot) -> Mapping[str, Any] | None:
@@ -134,16 +185,28 @@ class CorralCollector(Collector):
 
 
 def _jobs(jobs: Sequence[Tally], open_dlq: Sequence[Tally]) -> Iterator[Metric]:
-    queued = GaugeMetricFamily("corral_queue_depth", "Jobs waiting to run (queued or in retry "
-                               "backoff).", labels=["role", "environment", "priority", "state"])
-    finished = CounterMetricFamily("corral_jobs_finished", "Jobs that reached a terminal state, "
-                                   "by outcome.", labels=["role", "outcome"])
-    dlq = GaugeMetricFamily("corral_dlq_size", "Dead-lettered jobs not yet requeued or purged.",
-                            labels=["role"])
-    by_state = GaugeMetricFamily("corral_jobs", "Jobs in the store, by state.",
-                                 labels=["role", "state"])
+    queued = GaugeMetricFamily(
+        "corral_queue_depth",
+        "Jobs waiting to run (queued or in retry backoff).",
+        labels=["role", "environment", "priority", "state"],
+    )
+    finished = CounterMetricFamily(
+        "corral_jobs_finished",
+        "Jobs that reached a terminal state, by outcome.",
+        labels=["role", "outcome"],
+    )
+    dlq = GaugeMetricFamily(
+        "corral_dlq_size", "Dead-lettered jobs not yet requeued or purged.", labels=["role"]
+    )
+    by_state = GaugeMetricFamily(
+        "corral_jobs", "Jobs in the store, by state.", labels=["role", "state"]
+    )
     sums: dict[str, dict[tuple[str, ...], float]] = {
-        "queued": {}, "finished": {}, "dlq": {}, "state": {}}
+        "queued": {},
+        "finished": {},
+        "dlq": {},
+        "state": {},
+    }
     for (role, env, priority, state), n in jobs:
         st = JobState(state)
         _add(sums["state"], (role, st.value.lower()), n)
@@ -153,8 +216,12 @@ def _jobs(jobs: Sequence[Tally], open_dlq: Sequence[Tally]) -> Iterator[Metric]:
             _add(sums["finished"], (role, st.value.lower()), n)
     for t in open_dlq:
         _add(sums["dlq"], t.labels, t.value)
-    for family, key in ((queued, "queued"), (finished, "finished"), (dlq, "dlq"),
-                        (by_state, "state")):
+    for family, key in (
+        (queued, "queued"),
+        (finished, "finished"),
+        (dlq, "dlq"),
+        (by_state, "state"),
+    ):
         for labels, value in sorted(sums[key].items()):
             family.add_metric(list(labels), value)
         yield family
@@ -165,31 +232,44 @@ def _add(into: dict[tuple[str, ...], float], key: tuple[str, ...], n: float) -> 
 
 
 def _attempts(f: FleetFigures, bounds: Sequence[float]) -> Iterator[Metric]:
-    inflight = GaugeMetricFamily("corral_inflight_attempts", "Attempts starting or running.",
-                                 labels=["role", "environment", "worker"])
+    inflight = GaugeMetricFamily(
+        "corral_inflight_attempts",
+        "Attempts starting or running.",
+        labels=["role", "environment", "worker"],
+    )
     for t in f.inflight:
         inflight.add_metric(list(t.labels), t.value)
     yield inflight
     attempts = CounterMetricFamily("corral_attempts", "Attempts started.", labels=["role"])
-    retries = CounterMetricFamily("corral_retries", "Attempts after a job's first (retries).",
-                                  labels=["role"])
+    retries = CounterMetricFamily(
+        "corral_retries", "Attempts after a job's first (retries).", labels=["role"]
+    )
     for family, tallies in ((attempts, f.attempts), (retries, f.retries)):
         for t in tallies:
             family.add_metric(list(t.labels), t.value)
         yield family
-    yield _histogram("corral_attempt_duration_seconds", "Run time of ended attempts.",
-                     f.attempt_seconds, bounds)
-    yield _histogram("corral_submit_to_running_seconds", "Submit → running latency of each "
-                     "job's first attempt.", f.start_seconds, bounds)
-    calls = CounterMetricFamily("corral_tool_calls", "Governed tool calls, by decision and "
-                                "reason code.", labels=["decision", "reason"])
+    yield _histogram(
+        "corral_attempt_duration_seconds", "Run time of ended attempts.", f.attempt_seconds, bounds
+    )
+    yield _histogram(
+        "corral_submit_to_running_seconds",
+        "Submit → running latency of each job's first attempt.",
+        f.start_seconds,
+        bounds,
+    )
+    calls = CounterMetricFamily(
+        "corral_tool_calls",
+        "Governed tool calls, by decision and reason code.",
+        labels=["decision", "reason"],
+    )
     for t in f.tool_calls:
         calls.add_metric(list(t.labels), t.value)
     yield calls
 
 
-def _histogram(name: str, doc: str, dists: Sequence[Distribution],
-               bounds: Sequence[float]) -> HistogramMetricFamily:
+def _histogram(
+    name: str, doc: str, dists: Sequence[Distribution], bounds: Sequence[float]
+) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, doc, labels=["role"])
     for d in dists:
         buckets = [(_le(b), float(c)) for b, c in zip(bounds, d.cumulative, strict=True)]
@@ -202,10 +282,14 @@ def _le(bound: float) -> str:
 
 
 def _usage(f: FleetFigures) -> Iterator[Metric]:
-    tokens = CounterMetricFamily("corral_tokens", "Model tokens used, by direction (in, out).",
-                                 labels=["role", "tenant", "provider", "direction"])
-    cost = CounterMetricFamily("corral_cost_usd", "Model cost in USD.",
-                               labels=["role", "tenant", "provider"])
+    tokens = CounterMetricFamily(
+        "corral_tokens",
+        "Model tokens used, by direction (in, out).",
+        labels=["role", "tenant", "provider", "direction"],
+    )
+    cost = CounterMetricFamily(
+        "corral_cost_usd", "Model cost in USD.", labels=["role", "tenant", "provider"]
+    )
     tin: dict[tuple[str, ...], float] = {}
     tout: dict[tuple[str, ...], float] = {}
     usd: dict[tuple[str, ...], float] = {}
@@ -224,22 +308,33 @@ def _usage(f: FleetFigures) -> Iterator[Metric]:
 
 
 def _governance(s: Scrape) -> Iterator[Metric]:
-    switches = GaugeMetricFamily("corral_kill_switches_active", "Kill switches in force.",
-                                 labels=["scope"])
+    switches = GaugeMetricFamily(
+        "corral_kill_switches_active", "Kill switches in force.", labels=["scope"]
+    )
     per_scope: dict[tuple[str, ...], float] = {(k.value,): 0.0 for k in ScopeKind}
     for k in s.kill_switches:
         _add(per_scope, (k.scope.value,), 1)
     for scope, n in sorted(per_scope.items()):
         switches.add_metric(list(scope), n)
     yield switches
-    yield GaugeMetricFamily("corral_approvals_pending", "Runs waiting for a human's approval.",
-                            value=s.approvals_pending)
-    spent = GaugeMetricFamily("corral_budget_spent_usd", "Spend in the budget's current period.",
-                              labels=["scope", "target"])
-    reserved = GaugeMetricFamily("corral_budget_reserved_usd", "Reservations of running "
-                                 "attempts not yet settled.", labels=["scope", "target"])
-    ceiling = GaugeMetricFamily("corral_budget_ceiling_usd", "The budget's ceiling per period.",
-                                labels=["scope", "target"])
+    yield GaugeMetricFamily(
+        "corral_approvals_pending",
+        "Runs waiting for a human's approval.",
+        value=s.approvals_pending,
+    )
+    spent = GaugeMetricFamily(
+        "corral_budget_spent_usd",
+        "Spend in the budget's current period.",
+        labels=["scope", "target"],
+    )
+    reserved = GaugeMetricFamily(
+        "corral_budget_reserved_usd",
+        "Reservations of running attempts not yet settled.",
+        labels=["scope", "target"],
+    )
+    ceiling = GaugeMetricFamily(
+        "corral_budget_ceiling_usd", "The budget's ceiling per period.", labels=["scope", "target"]
+    )
     for b in s.budgets:
         target = [b.scope.value, b.target]
         spent.add_metric(target, b.spent)
@@ -250,19 +345,28 @@ def _governance(s: Scrape) -> Iterator[Metric]:
 
 
 def _core(core: Mapping[str, Any] | None) -> Iterator[Metric]:
-    yield GaugeMetricFamily("corral_engine_up", "1 when an engine answered the scrape with its "
-                            "core's state (breakers, watchdog), else 0.",
-                            value=0.0 if core is None else 1.0)
-    breakers = GaugeMetricFamily("corral_breaker_state", "1 for each breaker's current state.",
-                                 labels=["breaker", "scope", "state"])
+    yield GaugeMetricFamily(
+        "corral_engine_up",
+        "1 when an engine answered the scrape with its core's state (breakers, watchdog), else 0.",
+        value=0.0 if core is None else 1.0,
+    )
+    breakers = GaugeMetricFamily(
+        "corral_breaker_state",
+        "1 for each breaker's current state.",
+        labels=["breaker", "scope", "state"],
+    )
     for b in (core or {}).get("breakers") or ():
         for state in BREAKER_STATES:
-            breakers.add_metric([str(b.get("name")), str(b.get("scope") or ""), state.lower()],
-                                1.0 if b.get("state") == state else 0.0)
+            breakers.add_metric(
+                [str(b.get("name")), str(b.get("scope") or ""), state.lower()],
+                1.0 if b.get("state") == state else 0.0,
+            )
     yield breakers
     watchdog: Mapping[str, Any] = (core or {}).get("watchdog") or {}
-    stage = GaugeMetricFamily("corral_watchdog_stage", "The watchdog's defense stage: 0 normal, "
-                              "1 shed, 2 throttle, 3 open, 4 escalate.")
+    stage = GaugeMetricFamily(
+        "corral_watchdog_stage",
+        "The watchdog's defense stage: 0 normal, 1 shed, 2 throttle, 3 open, 4 escalate.",
+    )
     if "stage" in watchdog:
         stage.add_metric([], float(watchdog["stage"]))
     yield stage
@@ -273,8 +377,9 @@ def _watchdog_gauges(watchdog: Mapping[str, Any]) -> Iterator[Metric]:
     overall: Mapping[str, Any] = watchdog.get("gauges") or {}
     by_worker: Mapping[str, Mapping[str, Any]] = watchdog.get("by_worker") or {}
     for gauge, name, factor, doc in WATCHDOG_GAUGES:
-        family = GaugeMetricFamily(name, doc + " worker=\"all\": every worker kind.",
-                                   labels=["worker"])
+        family = GaugeMetricFamily(
+            name, doc + ' worker="all": every worker kind.', labels=["worker"]
+        )
         for worker, values in [("all", overall), *sorted(by_worker.items())]:
             if isinstance(values.get(gauge), int | float):
                 family.add_metric([worker], float(values[gauge]) * factor)
@@ -286,4 +391,3 @@ async def exposition(store: MetricsSource, snapshot: Snapshot | None = None) -> 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CorralCollector(await read(store, snapshot)))
     return generate_latest(registry)
-

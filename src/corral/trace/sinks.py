@@ -60,9 +60,13 @@ class NatsSink:
             return self._js
         await self.close()
         with anyio.fail_after(self.spec.timeout_s):
-            nc = await nats.connect(self.spec.url, name="corral-events", allow_reconnect=False,
-                                    connect_timeout=max(1, math.ceil(self.spec.timeout_s)),
-                                    error_cb=_quiet)
+            nc = await nats.connect(
+                self.spec.url,
+                name="corral-events",
+                allow_reconnect=False,
+                connect_timeout=max(1, math.ceil(self.spec.timeout_s)),
+                error_cb=_quiet,
+            )
             self._nc = nc
             js = nc.jetstream(timeout=self.spec.timeout_s)
             try:
@@ -77,9 +81,16 @@ class NatsSink:
         t = self.spec.timeout_s
         try:
             with anyio.fail_after(t * 2):
-                acks = [await js.publish_async(e.subject, e.payload(), wait_stall=t,
-                                               stream=self.spec.stream,
-                                               headers={MSG_ID: e.event_id}) for e in events]
+                acks = [
+                    await js.publish_async(
+                        e.subject,
+                        e.payload(),
+                        wait_stall=t,
+                        stream=self.spec.stream,
+                        headers={MSG_ID: e.event_id},
+                    )
+                    for e in events
+                ]
                 for ack in acks:
                     await ack
         except BaseException:
@@ -102,8 +113,11 @@ class RedisSink:
 
     def _client(self) -> Redis:
         if self._redis is None:
-            self._redis = Redis.from_url(self.spec.url, socket_timeout=self.spec.timeout_s,
-                                         socket_connect_timeout=self.spec.timeout_s)
+            self._redis = Redis.from_url(
+                self.spec.url,
+                socket_timeout=self.spec.timeout_s,
+                socket_connect_timeout=self.spec.timeout_s,
+            )
         return self._redis
 
     async def publish(self, events: Sequence[Event]) -> None:
@@ -112,8 +126,12 @@ class RedisSink:
             with anyio.fail_after(self.spec.timeout_s * 2):
                 async with r.pipeline(transaction=False) as pipe:
                     for e in events:
-                        pipe.xadd(e.subject, {"event_id": e.event_id, "data": e.payload()},
-                                  maxlen=self.spec.maxlen, approximate=True)
+                        pipe.xadd(
+                            e.subject,
+                            {"event_id": e.event_id, "data": e.payload()},
+                            maxlen=self.spec.maxlen,
+                            approximate=True,
+                        )
                     await pipe.execute()
         except BaseException:
             await self.close()
@@ -136,13 +154,15 @@ def make_sink(spec: SinkSpec) -> Sink:
 
 # ---- following a sink (`corral events tail`) ----------------------------------------------
 
+
 def _event(subject: str, event_id: str, data: bytes) -> Event:
     try:
         body: Any = json.loads(data)
     except ValueError:
         body = {"raw": data.decode(errors="replace")}
-    return Event(event_id=event_id, subject=subject,
-                 body=body if isinstance(body, dict) else {"value": body})
+    return Event(
+        event_id=event_id, subject=subject, body=body if isinstance(body, dict) else {"value": body}
+    )
 
 
 async def follow(spec: SinkSpec, *, from_start: bool) -> AsyncIterator[Event]:
@@ -154,13 +174,21 @@ async def follow(spec: SinkSpec, *, from_start: bool) -> AsyncIterator[Event]:
 
 async def _follow_nats(spec: SinkSpec, *, from_start: bool) -> AsyncIterator[Event]:
     with anyio.fail_after(spec.timeout_s):
-        nc = await nats.connect(spec.url, name="corral-events-tail", error_cb=_quiet,
-                                connect_timeout=max(1, math.ceil(spec.timeout_s)))
+        nc = await nats.connect(
+            spec.url,
+            name="corral-events-tail",
+            error_cb=_quiet,
+            connect_timeout=max(1, math.ceil(spec.timeout_s)),
+        )
     try:
         js = nc.jetstream(timeout=spec.timeout_s)
         policy = DeliverPolicy.ALL if from_start else DeliverPolicy.NEW
-        subs = [await js.subscribe(subject, stream=spec.stream, ordered_consumer=True,
-                                   deliver_policy=policy) for subject in SUBJECTS]
+        subs = [
+            await js.subscribe(
+                subject, stream=spec.stream, ordered_consumer=True, deliver_policy=policy
+            )
+            for subject in SUBJECTS
+        ]
         send, receive = anyio.create_memory_object_stream[Event](1000)
 
         async def pump(sub: Any) -> None:
@@ -206,7 +234,8 @@ async def _follow_redis(spec: SinkSpec, *, from_start: bool) -> AsyncIterator[Ev
                 name = key.decode() if isinstance(key, bytes) else str(key)
                 for entry_id, fields in entries:
                     last[name] = entry_id.decode()
-                    yield _event(name, fields.get(b"event_id", b"").decode(),
-                                 fields.get(b"data", b"{}"))
+                    yield _event(
+                        name, fields.get(b"event_id", b"").decode(), fields.get(b"data", b"{}")
+                    )
     finally:
         await r.aclose()

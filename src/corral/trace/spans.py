@@ -41,8 +41,9 @@ __all__ = ["JobSpans", "from_env", "provider", "trace_id_hex", "trace_id_of"]
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 QUEUE_SPANS = 2048  # the export queue's bound: past it, spans are dropped, never waited for
 NS = 1_000_000_000
-_next_trace: contextvars.ContextVar[int | None] = contextvars.ContextVar("corral_trace",
-                                                                         default=None)
+_next_trace: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "corral_trace", default=None
+)
 
 
 class _JobIds(IdGenerator):
@@ -60,8 +61,11 @@ class _JobIds(IdGenerator):
 
 def provider(processor: SpanProcessor) -> TracerProvider:
     """A tracer provider that gives each job's spans the job's trace id."""
-    tp = TracerProvider(resource=Resource.create({"service.name": "corral"}),
-                        id_generator=_JobIds(), shutdown_on_exit=False)
+    tp = TracerProvider(
+        resource=Resource.create({"service.name": "corral"}),
+        id_generator=_JobIds(),
+        shutdown_on_exit=False,
+    )
     tp.add_span_processor(processor)
     return tp
 
@@ -73,34 +77,61 @@ class JobSpans:
         self.provider = tracer_provider
         self.tracer: Tracer = tracer_provider.get_tracer("corral")
 
-    def emit(self, job: Job, attempts: Sequence[Attempt], events: Sequence[AgentEvent],
-             evaluations: Sequence[PolicyEvaluation]) -> None:
+    def emit(
+        self,
+        job: Job,
+        attempts: Sequence[Attempt],
+        events: Sequence[AgentEvent],
+        evaluations: Sequence[PolicyEvaluation],
+    ) -> None:
         """The job's span tree (ended at once: the times are the recorded ones)."""
         token = _next_trace.set(trace_id_of(job.id))
         try:
             root = self.tracer.start_span(
-                f"job {job.role}", kind=SpanKind.INTERNAL, start_time=_ns(job.created_at),
-                attributes={"corral.job.id": job.id, "corral.tenant": job.tenant,
-                            "corral.state": job.state.value, "corral.worker": job.worker})
+                f"job {job.role}",
+                kind=SpanKind.INTERNAL,
+                start_time=_ns(job.created_at),
+                attributes={
+                    "corral.job.id": job.id,
+                    "corral.tenant": job.tenant,
+                    "corral.state": job.state.value,
+                    "corral.worker": job.worker,
+                },
+            )
         finally:
             _next_trace.reset(token)
         by_attempt = {e.attempt: e for e in events}
         parent = set_span_in_context(root)
         for a in attempts:
-            self._attempt(job, a, by_attempt.get(a.index),
-                          [e for e in evaluations if e.attempt == a.index], parent)
+            self._attempt(
+                job,
+                a,
+                by_attempt.get(a.index),
+                [e for e in evaluations if e.attempt == a.index],
+                parent,
+            )
         root.end(end_time=_ns(max(job.updated_at, job.created_at)))
 
-    def _attempt(self, job: Job, a: Attempt, event: AgentEvent | None,
-                 evaluations: Sequence[PolicyEvaluation], parent: Context) -> None:
+    def _attempt(
+        self,
+        job: Job,
+        a: Attempt,
+        event: AgentEvent | None,
+        evaluations: Sequence[PolicyEvaluation],
+        parent: Context,
+    ) -> None:
         start = a.started_at or a.created_at
         end = max(a.ended_at or job.updated_at, start)
         agent = event is not None or job.prompt is not None  # an agent job has a prompt
         attrs: dict[str, Any] = {
-            "corral.job.id": job.id, "corral.attempt": a.index, "corral.permit.id": a.permit_id,
-            "corral.tenant": job.tenant, "corral.worker": job.worker,
+            "corral.job.id": job.id,
+            "corral.attempt": a.index,
+            "corral.permit.id": a.permit_id,
+            "corral.tenant": job.tenant,
+            "corral.worker": job.worker,
             "corral.limit_hit": a.limit_hit or (event.limit_hit if event else None) or "",
-            "corral.cost_usd": float(event.cost_usd or 0.0) if event else 0.0}
+            "corral.cost_usd": float(event.cost_usd or 0.0) if event else 0.0,
+        }
         if a.outcome is not None:
             attrs["corral.outcome"] = a.outcome.value
         if a.exit_code is not None:
@@ -108,27 +139,43 @@ class JobSpans:
         if agent:
             attrs.update(_genai(job, event))
         name = f"invoke_agent {job.role}" if agent else f"execute_command {job.role}"
-        span = self.tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL,
-                                      start_time=_ns(start), attributes=attrs)
+        span = self.tracer.start_span(
+            name, context=parent, kind=SpanKind.INTERNAL, start_time=_ns(start), attributes=attrs
+        )
         if a.error or (a.exit_code not in (None, 0)):
-            span.set_attribute("error.type", a.limit_hit or (a.outcome.value if a.outcome
-                                                              else "error"))
+            span.set_attribute(
+                "error.type", a.limit_hit or (a.outcome.value if a.outcome else "error")
+            )
             span.set_status(Status(StatusCode.ERROR, a.error or None))
         child = set_span_in_context(span)
         for call, at, code in _tool_calls(event, evaluations, start):
             self._tool(job, a, call, at, code, child)
         span.end(end_time=_ns(end))
 
-    def _tool(self, job: Job, a: Attempt, call: ToolCallTrace, at: float, code: str | None,
-              parent: Context) -> None:
-        attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool",
-                                 "gen_ai.tool.name": call.tool, "corral.job.id": job.id,
-                                 "corral.attempt": a.index}
+    def _tool(
+        self,
+        job: Job,
+        a: Attempt,
+        call: ToolCallTrace,
+        at: float,
+        code: str | None,
+        parent: Context,
+    ) -> None:
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.tool,
+            "corral.job.id": job.id,
+            "corral.attempt": a.index,
+        }
         if call.call_id:
             attrs["gen_ai.tool.call.id"] = call.call_id
-        span = self.tracer.start_span(f"execute_tool {call.tool}", context=parent,
-                                      kind=SpanKind.INTERNAL, start_time=_ns(at),
-                                      attributes=attrs)
+        span = self.tracer.start_span(
+            f"execute_tool {call.tool}",
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            start_time=_ns(at),
+            attributes=attrs,
+        )
         if code is not None:  # denied: the reason code, and the message the agent was told
             span.set_attribute("error.type", code)
             span.set_attribute("corral.reason", code)
@@ -142,9 +189,11 @@ class JobSpans:
 
 def _genai(job: Job, event: AgentEvent | None) -> Mapping[str, Any]:
     model = event.model if event else None
-    attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_agent",
-                             "gen_ai.agent.name": job.role,
-                             "gen_ai.provider.name": provider_of(job.worker, model)}
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": job.role,
+        "gen_ai.provider.name": provider_of(job.worker, model),
+    }
     if model:
         attrs["gen_ai.request.model"] = model
     if event is not None:
@@ -155,8 +204,9 @@ def _genai(job: Job, event: AgentEvent | None) -> Mapping[str, Any]:
     return attrs
 
 
-def _tool_calls(event: AgentEvent | None, evaluations: Sequence[PolicyEvaluation],
-                start: float) -> list[tuple[ToolCallTrace, float, str | None]]:
+def _tool_calls(
+    event: AgentEvent | None, evaluations: Sequence[PolicyEvaluation], start: float
+) -> list[tuple[ToolCallTrace, float, str | None]]:
     """Each tool call with when it was decided and, denied, Corral's reason code: the agent
     event's calls matched by call id to their policy evaluation (whose reason is the code; the
     event's is the message the agent got), or the evaluations alone when no event was
@@ -170,9 +220,19 @@ def _tool_calls(event: AgentEvent | None, evaluations: Sequence[PolicyEvaluation
             code = (e.reason if e is not None else c.reason or "denied") if c.denied else None
             out.append((c, e.at if e is not None else start, code))
         return out
-    return [(ToolCallTrace(tool=e.subject, denied=e.verdict != "allow", reason=e.message,
-                           call_id=e.inputs.get("call_id")), e.at,
-             None if e.verdict == "allow" else e.reason) for e in decided]
+    return [
+        (
+            ToolCallTrace(
+                tool=e.subject,
+                denied=e.verdict != "allow",
+                reason=e.message,
+                call_id=e.inputs.get("call_id"),
+            ),
+            e.at,
+            None if e.verdict == "allow" else e.reason,
+        )
+        for e in decided
+    ]
 
 
 def _ns(seconds: float) -> int:
@@ -187,6 +247,7 @@ def from_env(environ: Mapping[str, str] | None = None) -> JobSpans | None:
         return None
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    processor = BatchSpanProcessor(OTLPSpanExporter(timeout=5), max_queue_size=QUEUE_SPANS,
-                                   export_timeout_millis=5000)
+    processor = BatchSpanProcessor(
+        OTLPSpanExporter(timeout=5), max_queue_size=QUEUE_SPANS, export_timeout_millis=5000
+    )
     return JobSpans(provider(processor))

@@ -74,13 +74,16 @@ def _read(item: Mapping[str, Any]) -> CodexCall | str:
     if not isinstance(command, str):
         return "the call has no command string"
     if args.get("tty"):
-        return ("an interactive session (`tty`) is refused: what is typed into it later "
-                "(`write_stdin`) cannot be checked")
+        return (
+            "an interactive session (`tty`) is refused: what is typed into it later "
+            "(`write_stdin`) cannot be checked"
+        )
     if args.get("sandbox_permissions") not in (None, "use_default"):
         return "Corral does not let an agent lift Codex's sandbox"
     shell = args.get("shell") if name == "exec_command" else None
-    return CodexCall(shell=shell_dialect(shell if isinstance(shell, str) else None),
-                     command=command)
+    return CodexCall(
+        shell=shell_dialect(shell if isinstance(shell, str) else None), command=command
+    )
 
 
 def _find(path: Path, call_id: str) -> dict[str, Any] | None:
@@ -113,7 +116,11 @@ def _item(line: bytes, call_id: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     item = record.get("payload") if isinstance(record, dict) else None
-    if (isinstance(item, dict) and record.get("type") == "response_item"
-            and item.get("call_id") == call_id and item.get("type") != "function_call_output"):
+    if (
+        isinstance(item, dict)
+        and record.get("type") == "response_item"
+        and item.get("call_id") == call_id
+        and item.get("type") != "function_call_output"
+    ):
         return item
     return None

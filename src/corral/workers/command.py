@@ -27,10 +27,21 @@ from corral.workers.sealing import Keeper, reveal_job
 
 # The environment a job starts from; everything else of the engine's own environment (database
 # URLs, tokens) stays out unless the job asks for it by name (`corral submit --setenv`).
-BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR",
-                 "TERM",
-                 # so that `corral submit` inside a job reaches this engine (as the job's child)
-                 "CORRAL_DATA_DIR", "CORRAL_CONFIG")
+BASE_ENV_KEYS = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+    "TERM",
+    # so that `corral submit` inside a job reaches this engine (as the job's child)
+    "CORRAL_DATA_DIR",
+    "CORRAL_CONFIG",
+)
 
 log = logging.getLogger("corral.worker")
 
@@ -63,9 +74,11 @@ class Launch:
         revealed = reveal_job(job, self.keeper, self.environ)
         if self.settings is None:
             return revealed.job, Output(secrets=revealed.secrets)
-        return revealed.job, Output(max_bytes=self.settings.max_output_bytes(job.role),
-                                    tail_bytes=self.settings.output.tail_bytes,
-                                    secrets=revealed.secrets)
+        return revealed.job, Output(
+            max_bytes=self.settings.max_output_bytes(job.role),
+            tail_bytes=self.settings.output.tail_bytes,
+            secrets=revealed.secrets,
+        )
 
 
 def to_result(r: ShimResult) -> AttemptResult:
@@ -77,12 +90,19 @@ def to_result(r: ShimResult) -> AttemptResult:
         error = error or "deadline reached: process tree stopped"
     if r.reason == "output":
         limit = OUTPUT_LIMIT
-        error = error or ("output cap reached: the job was stopped; its log keeps the first "
-                          "part and the last part of what it wrote")
+        error = error or (
+            "output cap reached: the job was stopped; its log keeps the first "
+            "part and the last part of what it wrote"
+        )
     result = AttemptResult(
-        outcome=outcome, exit_code=r.exit_code, signal=r.signal, error=error, limit_hit=limit,
+        outcome=outcome,
+        exit_code=r.exit_code,
+        signal=r.signal,
+        error=error,
+        limit_hit=limit,
         started_at=r.started_at_ms / 1000 if r.started_at_ms else None,
-        ended_at=r.ended_at_ms / 1000 if r.ended_at_ms else None)
+        ended_at=r.ended_at_ms / 1000 if r.ended_at_ms else None,
+    )
     return replace(result, fault=command_fault(result))
 
 
@@ -105,8 +125,12 @@ def reported_cost(path: Path) -> tuple[float | None, str | None]:
     cost = doc.get("cost_usd") if isinstance(doc, dict) else None
     if cost is None:
         return None, None if isinstance(doc, dict) else "it is not a JSON object"
-    if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) \
-            or cost < 0:
+    if (
+        isinstance(cost, bool)
+        or not isinstance(cost, int | float)
+        or not math.isfinite(cost)
+        or cost < 0
+    ):
         return None, f"cost_usd must be a finite number ≥ 0, got {cost!r}"
     if cost > MAX_USD:
         return None, f"cost_usd must be at most {MAX_USD:.0f}, got {cost!r}"
@@ -117,8 +141,9 @@ def with_reported_cost(result: AttemptResult, attempt_dir: Path) -> AttemptResul
     """The shim's result with the cost the job reported in its result file, if any."""
     cost, problem = reported_cost(attempt_dir / RESULT_FILE)
     if problem is not None:
-        log.warning("%s/%s: %s; the attempt's cost is not counted", attempt_dir, RESULT_FILE,
-                    problem)
+        log.warning(
+            "%s/%s: %s; the attempt's cost is not counted", attempt_dir, RESULT_FILE, problem
+        )
     return result if cost is None else replace(result, cost_usd=cost)
 
 
@@ -162,15 +187,19 @@ def survivors(attempt_dir: Path) -> list[int]:
     return found
 
 
-def vanished(attempt_dir: Path, why: str = "process vanished while the engine was down"
-             ) -> AttemptResult:
+def vanished(
+    attempt_dir: Path, why: str = "process vanished while the engine was down"
+) -> AttemptResult:
     """An attempt whose shim died without a result while no engine watched (or that never
     started): whatever of it is still alive is stopped first, so that it is never declared
     lost, and retried, while something of it runs."""
     swept = process.sweep(attempt_dir)
-    return AttemptResult(outcome=Outcome.LOST, fault=Fault.WORKER,
-                         error=why + (f": {swept} process(es) of the attempt stopped by the "
-                                      "engine" if swept else ""))
+    return AttemptResult(
+        outcome=Outcome.LOST,
+        fault=Fault.WORKER,
+        error=why
+        + (f": {swept} process(es) of the attempt stopped by the engine" if swept else ""),
+    )
 
 
 class CommandAttempt(ShimAttempt):
@@ -192,8 +221,12 @@ def job_env(job: Job, base: Mapping[str, str] | None = None) -> dict[str, str]:
 class CommandWorker:
     """Runs `job.command`; also serves operator-defined kinds (`workers.K.adapter: command`)."""
 
-    def __init__(self, validate: Callable[[Permit], None], kind: str = "command",
-                 launch: Launch | None = None) -> None:
+    def __init__(
+        self,
+        validate: Callable[[Permit], None],
+        kind: str = "command",
+        launch: Launch | None = None,
+    ) -> None:
         self._validate = validate
         self.kind = kind
         self.launch = launch or Launch()
@@ -209,11 +242,18 @@ class CommandWorker:
         attempt_dir = Path(attempt.dir)
         job, output = self.launch.prepare(job)
         proc = process.spawn(
-            attempt_dir=attempt_dir, argv=self.argv(job), cwd=job.cwd,
-            env={**job_env(job.with_(attempts=attempt.index)), "CORRAL_WORKER": self.kind,
-                 RESULT_ENV: str(attempt_dir.resolve() / RESULT_FILE)},
+            attempt_dir=attempt_dir,
+            argv=self.argv(job),
+            cwd=job.cwd,
+            env={
+                **job_env(job.with_(attempts=attempt.index)),
+                "CORRAL_WORKER": self.kind,
+                RESULT_ENV: str(attempt_dir.resolve() / RESULT_FILE),
+            },
             grace_s=permit.grace_s,
-            deadline_epoch_s=permit.deadline_at, output=output)
+            deadline_epoch_s=permit.deadline_at,
+            output=output,
+        )
         return CommandAttempt(proc)
 
     def adopt(self, job: Job, attempt: Attempt) -> CommandAttempt | AttemptResult:

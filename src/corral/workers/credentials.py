@@ -15,21 +15,30 @@ from typing import Any
 from corral.domain.settings import WorkerSpec
 
 # The variables each CLI authenticates with (besides what its own config names).
-_CLAUDE = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
-           "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")
+_CLAUDE = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CODE_USE_BEDROCK",
+    "CLAUDE_CODE_USE_VERTEX",
+)
 _CODEX = ("OPENAI_API_KEY", "CODEX_API_KEY")
 _OPENCODE = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
-def visible(spec: WorkerSpec, api_key_envs: Sequence[str], environ: Mapping[str, str]
-            ) -> set[str]:
+def visible(spec: WorkerSpec, api_key_envs: Sequence[str], environ: Mapping[str, str]) -> set[str]:
     """The variable names the CLI will find set."""
     names = {k for k, v in spec.env.items() if v}
     return names | {n for n in (*spec.pass_env, *api_key_envs) if environ.get(n)}
 
 
-def missing(adapter: str, spec: WorkerSpec, model: str | None, api_key_envs: Sequence[str],
-            environ: Mapping[str, str]) -> str | None:
+def missing(
+    adapter: str,
+    spec: WorkerSpec,
+    model: str | None,
+    api_key_envs: Sequence[str],
+    environ: Mapping[str, str],
+) -> str | None:
     """What the CLI lacks to authenticate, in words; None when it has it (or we cannot tell)."""
     have = visible(spec, api_key_envs, environ)
     if spec.gateway is not None:  # the gateway authenticates, with its key_env
@@ -54,8 +63,11 @@ def _codex(config: Mapping[str, Any], have: set[str]) -> str | None:
     custom = providers.get(provider) if isinstance(providers, Mapping) and provider else None
     if isinstance(custom, Mapping):
         key = custom.get("env_key")
-        return None if not key or key in have else f"{key} (model_providers.{provider}.env_key)" \
-                                                   " is not set"
+        return (
+            None
+            if not key or key in have
+            else f"{key} (model_providers.{provider}.env_key) is not set"
+        )
     return None if have & set(_CODEX) else f"neither {' nor '.join(_CODEX)} is set"
 
 

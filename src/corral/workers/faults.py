@@ -29,10 +29,16 @@ from corral.workers.streams import StreamSummary
 
 # How the CLIs word a credentials or model problem when no HTTP status says it (Claude Code:
 # "Not logged in · Please run /login"; Codex: "Missing environment variable: `OPENAI_API_KEY`").
-_AUTH = re.compile(r"not logged in|/login\b|unauthori[sz]ed|authenticat|api[ _-]?key"
-                   r"|missing environment variable|credential", re.IGNORECASE)
-_MODEL = re.compile(r"selected model|unknown model|model[^.]{0,80}(not found|does not exist"
-                    r"|not exist|not supported)|model_not_found", re.IGNORECASE)
+_AUTH = re.compile(
+    r"not logged in|/login\b|unauthori[sz]ed|authenticat|api[ _-]?key"
+    r"|missing environment variable|credential",
+    re.IGNORECASE,
+)
+_MODEL = re.compile(
+    r"selected model|unknown model|model[^.]{0,80}(not found|does not exist"
+    r"|not exist|not supported)|model_not_found",
+    re.IGNORECASE,
+)
 _RETRIED = frozenset({408, 409, 425, 429})  # the provider's pressure or a timeout
 
 

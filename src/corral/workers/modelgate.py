@@ -60,15 +60,17 @@ def read_endpoint(data_dir: Path) -> Endpoint:
         data = json.loads((data_dir / GATEWAY_FILE).read_text())
         return Endpoint(url=str(data["url"]), key=bytes.fromhex(str(data["key"])))
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise WorkerError("the worker's model calls go through the model gateway, but the "
-                          "engine's gateway is not running") from err
+        raise WorkerError(
+            "the worker's model calls go through the model gateway, but the "
+            "engine's gateway is not running"
+        ) from err
 
 
 def parse_token(token: str) -> tuple[str, str, str] | None:
     """(job id, attempt index, mac) of a gateway token, or None when it is not one."""
     if not token.startswith(TOKEN_PREFIX):
         return None
-    ref, _, mac = token[len(TOKEN_PREFIX):].rpartition(".")
+    ref, _, mac = token[len(TOKEN_PREFIX) :].rpartition(".")
     job_id, _, index = ref.rpartition(".")
     if not job_id or not index.isdigit() or not mac:
         return None

@@ -26,11 +26,17 @@ ANTHROPIC = "anthropic"
 OPENAI = "openai"
 CHARS_PER_TOKEN = 4
 
-_OUTPUT_DELTAS = frozenset({
-    "response.output_text.delta", "response.function_call_arguments.delta",
-    "response.custom_tool_call_input.delta", "response.reasoning_text.delta",
-    "response.reasoning_summary_text.delta", "response.refusal.delta",
-    "response.output_audio_transcript.delta"})
+_OUTPUT_DELTAS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.refusal.delta",
+        "response.output_audio_transcript.delta",
+    }
+)
 _RESPONSES_FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 MAX_EVENT = 16 << 20  # an SSE event longer than this is not parsed (it still passes through)
 
@@ -81,9 +87,11 @@ class CallMeter:
         if not self.sse:
             return  # read whole at the end
         if b"\r" in self._buf:  # CRLF (or CR) line ends: read as LF
-            self._buf = self._buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n") \
-                if not self._buf.endswith(b"\r") else \
-                self._buf[:-1].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + b"\r"
+            self._buf = (
+                self._buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                if not self._buf.endswith(b"\r")
+                else self._buf[:-1].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + b"\r"
+            )
         *events, self._buf = self._buf.split(b"\n\n")
         for event in events:
             self._event(event)
@@ -108,8 +116,9 @@ class CallMeter:
         self._buf = b""
 
     def _event(self, raw: bytes) -> None:
-        data = b"\n".join(line[5:].lstrip(b" ") for line in raw.splitlines()
-                          if line.startswith(b"data:"))
+        data = b"\n".join(
+            line[5:].lstrip(b" ") for line in raw.splitlines() if line.startswith(b"data:")
+        )
         if not data:
             return
         try:
@@ -153,8 +162,10 @@ class CallMeter:
         if not isinstance(usage, dict):
             return
         if self.api == ANTHROPIC:
-            parts = [usage.get(k) for k in ("input_tokens", "cache_creation_input_tokens",
-                                            "cache_read_input_tokens")]
+            parts = [
+                usage.get(k)
+                for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+            ]
             if any(isinstance(p, int) for p in parts):
                 self.tokens_in = sum(p for p in parts if isinstance(p, int))
                 cached = usage.get("cache_read_input_tokens")
@@ -174,16 +185,28 @@ def refusal(api: str, message: str, *, streaming: bool, status: int = 400) -> tu
     HTTP status has already gone), else a JSON error in the provider's shape."""
     if api == ANTHROPIC:
         kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(
-            status, "api_error" if status >= 500 else "invalid_request_error")
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        )
         body = {"type": "error", "error": {"type": kind, "message": message}}
         if streaming:
             return 200, f"event: error\ndata: {json.dumps(body)}\n\n".encode()
         return status, json.dumps(body).encode()
-    error = {"code": "corral_budget_exceeded" if status < 500 else "corral_unavailable",
-             "message": message, "type": "invalid_request" if status < 500 else "server_error"}
+    error = {
+        "code": "corral_budget_exceeded" if status < 500 else "corral_unavailable",
+        "message": message,
+        "type": "invalid_request" if status < 500 else "server_error",
+    }
     if streaming:
-        ev = {"type": "response.failed", "sequence_number": 1_000_000,
-              "response": {"id": "resp_corral", "object": "response", "status": "failed",
-                           "error": error, "output": []}}
+        ev = {
+            "type": "response.failed",
+            "sequence_number": 1_000_000,
+            "response": {
+                "id": "resp_corral",
+                "object": "response",
+                "status": "failed",
+                "error": error,
+                "output": [],
+            },
+        }
         return 200, f"event: response.failed\ndata: {json.dumps(ev)}\n\n".encode()
     return status, json.dumps({"error": error}).encode()

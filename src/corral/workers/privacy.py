@@ -50,9 +50,11 @@ def secure_data_dir(data_dir: Path) -> str | None:
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     top = os.stat(data_dir)
     if top.st_uid != os.geteuid():
-        raise ConfigError(f"data directory {data_dir} belongs to uid {top.st_uid}, not to "
-                          f"this user ({os.geteuid()}): Corral keeps it private, so it will "
-                          "not share one")
+        raise ConfigError(
+            f"data directory {data_dir} belongs to uid {top.st_uid}, not to "
+            f"this user ({os.geteuid()}): Corral keeps it private, so it will "
+            "not share one"
+        )
     inside = [Path(e.path) for e in os.scandir(data_dir)]
     if not inside:  # a directory the operator just made: nothing was exposed, nothing to say
         _narrow(data_dir)
@@ -65,8 +67,10 @@ def secure_data_dir(data_dir: Path) -> str | None:
             narrowed += _narrow(path)
         except OSError as err:
             failed.append(f"{path}: {err.strerror}")
-    message = (f"data directory {data_dir} was readable or writable by others: narrowed "
-               f"{narrowed} entries to 0700 directories and 0600 files")
+    message = (
+        f"data directory {data_dir} was readable or writable by others: narrowed "
+        f"{narrowed} entries to 0700 directories and 0600 files"
+    )
     if failed:
         message += f"; could not narrow {len(failed)} (first: {failed[0]})"
     return message

@@ -57,7 +57,8 @@ __all__ = [
 
 ShimReason = Literal["exited", "terminated", "deadline", "spawn_error", "output", "lost"]
 _REASONS: frozenset[str] = frozenset(
-    ("exited", "terminated", "deadline", "spawn_error", "output", "lost"))
+    ("exited", "terminated", "deadline", "spawn_error", "output", "lost")
+)
 
 # The attempt directory itself is the lock: held (flock) by the shim for its whole life, so an
 # attempt costs no lock file of its own.
@@ -77,10 +78,13 @@ _SHIM_SIGMASK = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 # The output pump (workers/pump.py) runs on the engine's own interpreter, isolated (-I: no
 # PYTHON* variable of the job's environment applies) and without site (-S: ~10 ms less per
 # start), importing Corral and RE2 from where this process found them.
-_PUMP_BOOT = ("import sys; sys.path[:0] = sys.argv[1].split(':'); "
-              "from corral.workers.pump import main; sys.exit(main(sys.argv[2:]))")
-_PUMP_PATHS = ":".join(dict.fromkeys(
-    str(Path(m.__file__ or "").resolve().parents[1]) for m in (corral, re2)))
+_PUMP_BOOT = (
+    "import sys; sys.path[:0] = sys.argv[1].split(':'); "
+    "from corral.workers.pump import main; sys.exit(main(sys.argv[2:]))"
+)
+_PUMP_PATHS = ":".join(
+    dict.fromkeys(str(Path(m.__file__ or "").resolve().parents[1]) for m in (corral, re2))
+)
 ATTEMPT_ENV = "CORRAL_ATTEMPT_DIR"  # the marker every process of an attempt is started with
 _SWEEP_GIVE_UP_S = 10.0  # like the shim's kill_tree: a process stuck in the kernel cannot hang us
 # A stop or deadline the shim should have carried out by now: after the grace, this much more
@@ -102,8 +106,18 @@ class Output:
     secrets: tuple[str, ...] = ()
 
     def pump_argv(self) -> list[str]:
-        argv = [sys.executable, "-I", "-S", "-c", _PUMP_BOOT, _PUMP_PATHS,
-                "--max-bytes", str(self.max_bytes), "--tail-bytes", str(self.tail_bytes)]
+        argv = [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            _PUMP_BOOT,
+            _PUMP_PATHS,
+            "--max-bytes",
+            str(self.max_bytes),
+            "--tail-bytes",
+            str(self.tail_bytes),
+        ]
         return argv + (["--secrets-fd", "5"] if self.secrets else [])
 
 
@@ -184,11 +198,30 @@ def _result_from(data: Any) -> ShimResult:
 class ShimProcess:
     """A running (or finished) shim: spawned by us (`is_child`) or adopted after a restart."""
 
-    __slots__ = ("_forced", "_result", "_stop_at", "attempt_dir", "deadline_at", "grace_s",
-                 "is_child", "leftovers", "pid", "pidfd", "swept")
+    __slots__ = (
+        "_forced",
+        "_result",
+        "_stop_at",
+        "attempt_dir",
+        "deadline_at",
+        "grace_s",
+        "is_child",
+        "leftovers",
+        "pid",
+        "pidfd",
+        "swept",
+    )
 
-    def __init__(self, *, pid: int, attempt_dir: Path, pidfd: int | None, is_child: bool,
-                 deadline_at: float | None = None, grace_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        *,
+        pid: int,
+        attempt_dir: Path,
+        pidfd: int | None,
+        is_child: bool,
+        deadline_at: float | None = None,
+        grace_s: float = 10.0,
+    ) -> None:
         self.pid = pid
         self.attempt_dir = attempt_dir
         self.pidfd = pidfd
@@ -247,13 +280,26 @@ class ShimProcess:
         swept = f"{self.swept} process(es) of the attempt stopped by the engine"
         if self._forced is not None:
             reason, why = self._forced
-            return ShimResult(exit_code=None, signal=None, reason=reason,
-                              started_at_ms=0, ended_at_ms=round(time.time() * 1000),
-                              child_pid=0, descendants_killed=self.swept,
-                              error=f"{why}: {swept}")
-        return ShimResult(exit_code=None, signal=None, reason="lost", started_at_ms=0,
-                          ended_at_ms=0, child_pid=0, descendants_killed=self.swept,
-                          error=f"{lost.error}: {swept}")
+            return ShimResult(
+                exit_code=None,
+                signal=None,
+                reason=reason,
+                started_at_ms=0,
+                ended_at_ms=round(time.time() * 1000),
+                child_pid=0,
+                descendants_killed=self.swept,
+                error=f"{why}: {swept}",
+            )
+        return ShimResult(
+            exit_code=None,
+            signal=None,
+            reason="lost",
+            started_at_ms=0,
+            ended_at_ms=0,
+            child_pid=0,
+            descendants_killed=self.swept,
+            error=f"{lost.error}: {swept}",
+        )
 
     async def _wait_shim(self) -> ShimResult:
         while True:
@@ -309,8 +355,10 @@ class ShimProcess:
                 self._signal(signal.SIGCONT)  # the job is over: let the shim report it
             return False
         how = "stopped (SIGSTOP)" if stopped else "not answering"
-        self._forced = (late[0], f"{late[1]}, but corral-shim {self.pid} was {how}: the "
-                                 "engine killed it")
+        self._forced = (
+            late[0],
+            f"{late[1]}, but corral-shim {self.pid} was {how}: the engine killed it",
+        )
         self._signal(signal.SIGKILL)
         return True
 
@@ -390,9 +438,14 @@ def spawn(
     except FileExistsError:
         fresh = False
     env = {**env, ATTEMPT_ENV: str(attempt_dir.resolve())}
-    options = _shim_options(grace_s=grace_s, term_signal=term_signal,
-                            term_child_only=term_child_only, cwd=cwd,
-                            deadline_epoch_s=deadline_epoch_s, output=output)
+    options = _shim_options(
+        grace_s=grace_s,
+        term_signal=term_signal,
+        term_child_only=term_child_only,
+        cwd=cwd,
+        deadline_epoch_s=deadline_epoch_s,
+        output=output,
+    )
 
     fds: list[int] = []
     try:
@@ -437,14 +490,31 @@ def spawn(
         for fd in fds:  # the shim holds its own copies (and the lock) now
             os.close(fd)
     # Our child: its pid cannot be reused before we reap it, so this cannot race.
-    return ShimProcess(pid=pid, attempt_dir=attempt_dir, pidfd=_pidfd_open(pid), is_child=True,
-                       deadline_at=deadline_epoch_s, grace_s=grace_s)
+    return ShimProcess(
+        pid=pid,
+        attempt_dir=attempt_dir,
+        pidfd=_pidfd_open(pid),
+        is_child=True,
+        deadline_at=deadline_epoch_s,
+        grace_s=grace_s,
+    )
 
 
-def _shim_options(*, grace_s: float, term_signal: int, term_child_only: bool, cwd: str | None,
-                  deadline_epoch_s: float | None, output: Output) -> list[str]:
-    args = ["--grace-ms", str(max(0, round(grace_s * 1000))), "--term-signal",
-            str(int(term_signal))]
+def _shim_options(
+    *,
+    grace_s: float,
+    term_signal: int,
+    term_child_only: bool,
+    cwd: str | None,
+    deadline_epoch_s: float | None,
+    output: Output,
+) -> list[str]:
+    args = [
+        "--grace-ms",
+        str(max(0, round(grace_s * 1000))),
+        "--term-signal",
+        str(int(term_signal)),
+    ]
     if term_child_only:  # the child passes the stop on its own way (the agent runner)
         args += ["--term-child-only", "1"]
     if cwd is not None:
@@ -621,8 +691,10 @@ def _find_cgroup_base() -> Path | None:
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
         return None
-    mount = next((line.split()[4] for line in mounts
-                  if " - cgroup2 " in line and len(line.split()) > 4), None)
+    mount = next(
+        (line.split()[4] for line in mounts if " - cgroup2 " in line and len(line.split()) > 4),
+        None,
+    )
     if mount is None or own is None:
         return None
     base = Path(mount) / own.lstrip("/") / "corral"
@@ -643,8 +715,9 @@ def _new_cgroup(attempt_dir: Path) -> Path | None:
     cgroup = base / name
     try:
         cgroup.mkdir(exist_ok=True)
-        fd = os.open(attempt_dir / CGROUP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,
-                     0o600)
+        fd = os.open(
+            attempt_dir / CGROUP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+        )
         try:
             os.write(fd, os.fsencode(str(cgroup)))
         finally:

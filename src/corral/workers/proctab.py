@@ -45,8 +45,9 @@ def parse_stat(pid: int, raw: bytes) -> ProcStat | None:
     except ValueError:
         return None
     comm = raw[open_at + 1 : close_at].decode(errors="replace")
-    return ProcStat(pid=pid, comm=comm, state=fields[0].decode(errors="replace"), ppid=ppid,
-                    pgid=pgid, sid=sid)
+    return ProcStat(
+        pid=pid, comm=comm, state=fields[0].decode(errors="replace"), ppid=ppid, pgid=pgid, sid=sid
+    )
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -127,7 +128,11 @@ def marked(entry: bytes) -> list[int]:
     me = os.getpid()
     found = []
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != me and environ_has(int(name), entry) \
-                and alive(int(name)):
+        if (
+            name.isdigit()
+            and int(name) != me
+            and environ_has(int(name), entry)
+            and alive(int(name))
+        ):
             found.append(int(name))
     return sorted(found)

@@ -71,10 +71,10 @@ class _Stream:
 class Pump:
     """Copies the job's two pipes to the two logs, redacted, within the cap."""
 
-    def __init__(self, redactor: Redactor, *, max_bytes: int, tail_bytes: int,
-                 notify: int) -> None:
-        self.streams = {fd: _Stream(src=fd, dst=dst, redactor=redactor.stream())
-                        for fd, dst in ((3, 1), (4, 2))}
+    def __init__(self, redactor: Redactor, *, max_bytes: int, tail_bytes: int, notify: int) -> None:
+        self.streams = {
+            fd: _Stream(src=fd, dst=dst, redactor=redactor.stream()) for fd, dst in ((3, 1), (4, 2))
+        }
         self.max_bytes = max_bytes
         self.tail_bytes = tail_bytes
         self.notify = notify  # the shim's pid
@@ -115,8 +115,10 @@ class Pump:
             return
         s.keep(out, self.tail_bytes)
         if s.omitted:
-            s.write(f"\n[corral: output cap of {self.max_bytes} bytes reached: {s.omitted} "
-                    f"bytes left out; the last {s.tail_size} follow]\n".encode())
+            s.write(
+                f"\n[corral: output cap of {self.max_bytes} bytes reached: {s.omitted} "
+                f"bytes left out; the last {s.tail_size} follow]\n".encode()
+            )
         s.write(b"".join(s.tail))
 
 
@@ -140,11 +142,12 @@ def _secrets(fd: int | None) -> list[str]:
 
 def _options(argv: list[str]) -> dict[str, int]:
     """`--max-bytes N --tail-bytes N [--secrets-fd N]`, all required but the last."""
-    names = {"--max-bytes": "max_bytes", "--tail-bytes": "tail_bytes",
-             "--secrets-fd": "secrets_fd"}
+    names = {"--max-bytes": "max_bytes", "--tail-bytes": "tail_bytes", "--secrets-fd": "secrets_fd"}
     if len(argv) % 2 or any(k not in names for k in argv[::2]):
-        raise ValueError(f"usage: corral-pump --max-bytes N --tail-bytes N [--secrets-fd N], "
-                         f"not {' '.join(argv)}")
+        raise ValueError(
+            f"usage: corral-pump --max-bytes N --tail-bytes N [--secrets-fd N], "
+            f"not {' '.join(argv)}"
+        )
     found = {names[k]: int(v) for k, v in zip(argv[::2], argv[1::2], strict=True)}
     if "max_bytes" not in found or "tail_bytes" not in found:
         raise ValueError("corral-pump: --max-bytes and --tail-bytes are required")
@@ -159,7 +162,11 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as err:  # redact what we cannot know? never: stop the job
         os.write(2, f"corral-pump: {err}\n".encode())
         return 70
-    pump = Pump(Redactor(secrets), max_bytes=opts["max_bytes"], tail_bytes=opts["tail_bytes"],
-                notify=os.getppid())
+    pump = Pump(
+        Redactor(secrets),
+        max_bytes=opts["max_bytes"],
+        tail_bytes=opts["tail_bytes"],
+        notify=os.getppid(),
+    )
     pump.run()
     return 0

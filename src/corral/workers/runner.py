@@ -26,8 +26,9 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="corral-runner", description=__doc__.split("\n")[0])
-    parser.add_argument("--graceful", default="TERM",
-                        help="the signal (name without SIG) that asks the CLI to stop")
+    parser.add_argument(
+        "--graceful", default="TERM", help="the signal (name without SIG) that asks the CLI to stop"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -52,8 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Its own process group: the graceful signal reaches the CLI and its launcher children
         # (Codex and OpenCode start through a Node launcher), not the runner, not the tools.
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, process_group=0,
-                                 preexec_fn=_default_signals)
+        child = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, process_group=0, preexec_fn=_default_signals
+        )
     except OSError as exc:
         print(f"corral-runner: cannot start {command[0]}: {exc.strerror}", file=sys.stderr)
         return 127

@@ -50,9 +50,12 @@ class Keeper:
         c = conceal(Parts(command=job.command, env=job.env, prompt=job.prompt), marked)
         if not c.hidden:
             return job
-        return job.with_(command=c.stored.command, env=dict(c.stored.env),
-                         prompt=c.stored.prompt,
-                         options=job.options.with_(sealed=self.seal(c.hidden)))
+        return job.with_(
+            command=c.stored.command,
+            env=dict(c.stored.env),
+            prompt=c.stored.prompt,
+            options=job.options.with_(sealed=self.seal(c.hidden)),
+        )
 
     def seal(self, payload: Mapping[str, Any]) -> str:
         """`payload` as JSON, encrypted and authenticated: `v1.<base64 of nonce + sealed>`."""
@@ -60,7 +63,8 @@ class Keeper:
 
         nonce = os.urandom(_NONCE)
         sealed = AESGCM(self._load(create=True)).encrypt(
-            nonce, json.dumps(dict(payload)).encode(), None)
+            nonce, json.dumps(dict(payload)).encode(), None
+        )
         return _VERSION + base64.urlsafe_b64encode(nonce + sealed).decode()
 
     def unseal(self, token: str) -> dict[str, Any]:
@@ -71,12 +75,14 @@ class Keeper:
         try:
             if not token.startswith(_VERSION):
                 raise ValueError("unknown format")
-            raw = base64.urlsafe_b64decode(token[len(_VERSION):])
+            raw = base64.urlsafe_b64decode(token[len(_VERSION) :])
             plain = AESGCM(self._load(create=False)).decrypt(raw[:_NONCE], raw[_NONCE:], None)
             data = json.loads(plain)
         except (InvalidTag, ValueError, binascii.Error) as err:
-            raise WorkerError(f"cannot open the job's sealed secrets with {self.path} (another "
-                              f"key sealed them?): {type(err).__name__}") from None
+            raise WorkerError(
+                f"cannot open the job's sealed secrets with {self.path} (another "
+                f"key sealed them?): {type(err).__name__}"
+            ) from None
         if not isinstance(data, dict):
             raise WorkerError("the job's sealed secrets are not an object")
         return data
@@ -86,8 +92,9 @@ class Keeper:
             try:
                 self._key = self._file.load(create=create)
             except KeyFileMissing:
-                raise WorkerError(f"the key that sealed this job's secrets is missing: "
-                                  f"{self.path}") from None
+                raise WorkerError(
+                    f"the key that sealed this job's secrets is missing: {self.path}"
+                ) from None
             except KeyFileError as err:
                 raise WorkerError(str(err)) from None
         return self._key
@@ -180,8 +187,13 @@ class Revealed:
     secrets: tuple[str, ...]  # every value its output and traces must not show
 
 
-def reveal_job(job: Job, keeper: Keeper | None, environ: Mapping[str, str] | None = None,
-               *, strict: bool = True) -> Revealed:
+def reveal_job(
+    job: Job,
+    keeper: Keeper | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    strict: bool = True,
+) -> Revealed:
     """The job an attempt really runs, from the job as stored (`strict`: a --secret-env
     variable missing from `environ` is an error, else it is left out)."""
     environ = os.environ if environ is None else environ
@@ -203,5 +215,7 @@ def reveal_job(job: Job, keeper: Keeper | None, environ: Mapping[str, str] | Non
         elif strict:
             raise WorkerError(f"--secret-env {name}: the engine's environment has no {name}")
     real = Parts(command=real.command, env=env, prompt=real.prompt)
-    return Revealed(job=job.with_(command=real.command, env=real.env, prompt=real.prompt),
-                    secrets=tuple(secret_values(real, marked)))
+    return Revealed(
+        job=job.with_(command=real.command, env=real.env, prompt=real.prompt),
+        secrets=tuple(secret_values(real, marked)),
+    )

@@ -12,4 +12,5 @@ from corral.workers.agents.codex import CodexWorker
 from corral.workers.agents.opencode import OpenCodeWorker
 
 ADAPTERS: dict[str, type[AgentWorker]] = {
-    w.adapter: w for w in (ClaudeCodeWorker, CodexWorker, OpenCodeWorker)}
+    w.adapter: w for w in (ClaudeCodeWorker, CodexWorker, OpenCodeWorker)
+}

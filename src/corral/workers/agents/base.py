@@ -91,9 +91,15 @@ def secret_env(spec: WorkerSpec, adapter: type[AgentWorker] | None) -> dict[str,
 
 
 # Every variable a CLI authenticates to a provider with (workers/credentials.py)
-PROVIDER_CREDENTIALS = frozenset({
-    "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "OPENAI_API_KEY",
-    "CODEX_API_KEY"})
+PROVIDER_CREDENTIALS = frozenset(
+    {
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "OPENAI_API_KEY",
+        "CODEX_API_KEY",
+    }
+)
 
 
 def provider_key_names(spec: WorkerSpec, adapter: type[AgentWorker] | None) -> set[str]:
@@ -118,13 +124,18 @@ def gateway_key(spec: WorkerSpec, environ: Mapping[str, str] = os.environ) -> st
 def mcp_secrets(role: RoleSpec | None) -> list[str]:
     """What a role's MCP servers' `env` and `headers` hold under secret-looking names (an
     `Authorization` header included)."""
-    return [v for server in (role.mcp_servers.values() if role else ())
-            for table in ("env", "headers") for k, v in (server.get(table) or {}).items()
-            if SECRET_NAME.search(k) or k.lower() == "authorization"]
+    return [
+        v
+        for server in (role.mcp_servers.values() if role else ())
+        for table in ("env", "headers")
+        for k, v in (server.get(table) or {}).items()
+        if SECRET_NAME.search(k) or k.lower() == "authorization"
+    ]
 
 
-def secret_values(spec: WorkerSpec, adapter: type[AgentWorker] | None,
-                  role: RoleSpec | None) -> list[str]:
+def secret_values(
+    spec: WorkerSpec, adapter: type[AgentWorker] | None, role: RoleSpec | None
+) -> list[str]:
     """Every value an agent attempt's logs, traces and evaluations must not show."""
     return [*secret_env(spec, adapter).values(), *mcp_secrets(role)]
 
@@ -136,8 +147,14 @@ def _version_of(binary: str, mtime: float) -> str | WorkerError:
     costs its 30 s once, off the core's event loop (`AgentWorker.ready`)."""
     del mtime
     try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30,
-                             stdin=subprocess.DEVNULL, check=False)
+        out = subprocess.run(
+            [binary, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return WorkerError(f"cannot run {binary} --version: {exc}")
     found = re.search(r"\d+\.\d+\.\d+[\w.\-]*", out.stdout + out.stderr)
@@ -161,9 +178,14 @@ class AgentWorker(ABC):
     # denied permissions. Codex cannot remove its built-in tools.
     hides_tools = True
 
-    def __init__(self, validate: Callable[[Permit], None], spec: WorkerSpec,
-                 roles: Mapping[str, RoleSpec], data_dir: Path,
-                 launch: Launch | None = None) -> None:
+    def __init__(
+        self,
+        validate: Callable[[Permit], None],
+        spec: WorkerSpec,
+        roles: Mapping[str, RoleSpec],
+        data_dir: Path,
+        launch: Launch | None = None,
+    ) -> None:
         self._validate = validate
         self.spec = spec
         self.kind = spec.name
@@ -194,9 +216,11 @@ class AgentWorker(ABC):
         name = self.spec.binary or self.default_binary
         found = shutil.which(name)
         if found is None:
-            raise WorkerMisconfigured(f"{self.kind}: agent CLI {name!r} not found (set "
-                                      f"workers.{self.kind}.binary, or run scripts/agent-clis "
-                                      "and put agent-clis/node_modules/.bin on PATH)")
+            raise WorkerMisconfigured(
+                f"{self.kind}: agent CLI {name!r} not found (set "
+                f"workers.{self.kind}.binary, or run scripts/agent-clis "
+                "and put agent-clis/node_modules/.bin on PATH)"
+            )
         return found
 
     def ready(self) -> None:
@@ -209,8 +233,9 @@ class AgentWorker(ABC):
         if isinstance(found, WorkerError):
             raise WorkerError(str(found))
         if self.spec.version and found != self.spec.version:
-            raise WorkerMisconfigured(f"{self.kind}: pinned to {self.spec.version} but {binary} "
-                                      f"is {found}")
+            raise WorkerMisconfigured(
+                f"{self.kind}: pinned to {self.spec.version} but {binary} is {found}"
+            )
         return found
 
     def role(self, job: Job) -> RoleSpec:
@@ -225,8 +250,10 @@ class AgentWorker(ABC):
         commands as), whatever the engine's own SHELL is."""
         bash = shutil.which("bash")
         if bash is None:
-            raise WorkerError(f"{self.kind}: bash not found; Corral checks agents' commands as "
-                              "bash (or sh) and runs them with bash")
+            raise WorkerError(
+                f"{self.kind}: bash not found; Corral checks agents' commands as "
+                "bash (or sh) and runs them with bash"
+            )
         return {"SHELL": bash}
 
     @classmethod
@@ -257,15 +284,26 @@ class AgentWorker(ABC):
         gateway = None
         if self.spec.gateway is not None:
             endpoint = read_endpoint(self.data_dir)
-            gateway = Gateway(url=endpoint.url,
-                              token=endpoint.token(attempt_ref(job, attempt.index), permit.id))
+            gateway = Gateway(
+                url=endpoint.url, token=endpoint.token(attempt_ref(job, attempt.index), permit.id)
+            )
         ctx = Context(
-            binary=binary, attempt_dir=attempt_dir, home=self.home(job),
-            hook=[str(native.hook_path()), str(governance_socket(self.data_dir)),
-                  attempt_ref(job, attempt.index), permit.id, self.adapter,
-                  str(round(self.spec.hook_timeout_s * 1000))],
-            role=self.role(job), resume=str(resume) if resume else None,
-            session_id=str(resume) if resume else self.new_session_id(), gateway=gateway)
+            binary=binary,
+            attempt_dir=attempt_dir,
+            home=self.home(job),
+            hook=[
+                str(native.hook_path()),
+                str(governance_socket(self.data_dir)),
+                attempt_ref(job, attempt.index),
+                permit.id,
+                self.adapter,
+                str(round(self.spec.hook_timeout_s * 1000)),
+            ],
+            role=self.role(job),
+            resume=str(resume) if resume else None,
+            session_id=str(resume) if resume else self.new_session_id(),
+            gateway=gateway,
+        )
         # The CLI's own session state (transcripts it needs to resume): private to this user.
         # It is the agent's memory, kept as the CLI wrote it, not Corral's record.
         ctx.home.mkdir(parents=True, exist_ok=True)
@@ -286,16 +324,39 @@ class AgentWorker(ABC):
         env.pop("CLAUDECODE", None)
         # The pump redacts them all from the logs; the MCP servers' secrets reach it without
         # passing through the CLI's (and its tools') environment.
-        output = replace(output, secrets=(*output.secrets, *secrets.values(),
-                                          *mcp_secrets(ctx.role)))
-        argv = [sys.executable, "-m", "corral.workers.runner", "--graceful", self.graceful,
-                "--", *self.argv(job, ctx)]
-        (attempt_dir / AGENT_FILE).write_text(json.dumps({
-            "adapter": self.adapter, "cli_version": version, "binary": binary,
-            "session_id": ctx.session_id, "resumed": bool(resume)}))
-        proc = process.spawn(attempt_dir=attempt_dir, argv=argv, cwd=job.cwd, env=env,
-                             grace_s=permit.grace_s, deadline_epoch_s=permit.deadline_at,
-                             term_child_only=True, output=output)
+        output = replace(
+            output, secrets=(*output.secrets, *secrets.values(), *mcp_secrets(ctx.role))
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "corral.workers.runner",
+            "--graceful",
+            self.graceful,
+            "--",
+            *self.argv(job, ctx),
+        ]
+        (attempt_dir / AGENT_FILE).write_text(
+            json.dumps(
+                {
+                    "adapter": self.adapter,
+                    "cli_version": version,
+                    "binary": binary,
+                    "session_id": ctx.session_id,
+                    "resumed": bool(resume),
+                }
+            )
+        )
+        proc = process.spawn(
+            attempt_dir=attempt_dir,
+            argv=argv,
+            cwd=job.cwd,
+            env=env,
+            grace_s=permit.grace_s,
+            deadline_epoch_s=permit.deadline_at,
+            term_child_only=True,
+            output=output,
+        )
         return AgentAttempt(proc, self, job)
 
     def adopt(self, job: Job, attempt: Attempt) -> AgentAttempt | AttemptResult:
@@ -360,8 +421,9 @@ def agent_error(summary: StreamSummary, fault: Fault | None) -> str:
     return line
 
 
-def summarize_stream(parser: StreamParser, path: Path, exit_code: int | None,
-                     now: float = 0.0) -> StreamSummary | None:
+def summarize_stream(
+    parser: StreamParser, path: Path, exit_code: int | None, now: float = 0.0
+) -> StreamSummary | None:
     """Feed a whole stream file through a parser; None when the CLI wrote none."""
     try:
         with path.open("rb") as f:
@@ -401,9 +463,18 @@ class Gateway:
 class Context:
     """What one attempt's invocation is built from."""
 
-    def __init__(self, *, binary: str, attempt_dir: Path, home: Path, hook: list[str],
-                 role: RoleSpec, resume: str | None, session_id: str | None,
-                 gateway: Gateway | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        binary: str,
+        attempt_dir: Path,
+        home: Path,
+        hook: list[str],
+        role: RoleSpec,
+        resume: str | None,
+        session_id: str | None,
+        gateway: Gateway | None = None,
+    ) -> None:
         self.gateway = gateway
         self.binary = binary
         self.attempt_dir = attempt_dir
@@ -415,8 +486,11 @@ class Context:
         self.scope = Scope.parse(role.tools)
         # The role's MCP servers that its scope names: a server none of whose tools may run is
         # not started at all.
-        self.mcp_servers = {name: server for name, server in role.mcp_servers.items()
-                            if self.scope.offers_server(name)}
+        self.mcp_servers = {
+            name: server
+            for name, server in role.mcp_servers.items()
+            if self.scope.offers_server(name)
+        }
 
     def hook_command(self) -> str:
         return " ".join(self.hook)  # every part is a plain path or token: no quoting needed

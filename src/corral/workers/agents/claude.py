@@ -20,17 +20,28 @@ class ClaudeCodeWorker(AgentWorker):
     api_key_envs = ("ANTHROPIC_API_KEY",)
 
     def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
-        hook = {"type": "command", "command": ctx.hook_command(),
-                "timeout": max(1, round(self.spec.hook_timeout_s + 5)), "onFailure": "block"}
-        settings = {"hooks": {event: [{"matcher": "*", "hooks": [hook]}]
-                              for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure")}}
+        hook = {
+            "type": "command",
+            "command": ctx.hook_command(),
+            "timeout": max(1, round(self.spec.hook_timeout_s + 5)),
+            "onFailure": "block",
+        }
+        settings = {
+            "hooks": {
+                event: [{"matcher": "*", "hooks": [hook]}]
+                for event in ("PreToolUse", "PostToolUse", "PostToolUseFailure")
+            }
+        }
         settings.update(self.spec.config)
         (ctx.attempt_dir / "claude-settings.json").write_text(json.dumps(settings))
         # The role's MCP servers and no others (--strict-mcp-config: not a project .mcp.json),
         # in the agent's private home: their `env` may hold secrets
         (ctx.home / "mcp.json").write_text(json.dumps({"mcpServers": ctx.mcp_servers}))
-        env = {"CLAUDE_CONFIG_DIR": str(ctx.home), "DISABLE_AUTOUPDATER": "1",
-               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+        env = {
+            "CLAUDE_CONFIG_DIR": str(ctx.home),
+            "DISABLE_AUTOUPDATER": "1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        }
         if ctx.gateway is not None:
             env.update(ANTHROPIC_BASE_URL=ctx.gateway.url, ANTHROPIC_API_KEY=ctx.gateway.token)
         return env
@@ -38,9 +49,15 @@ class ClaudeCodeWorker(AgentWorker):
     @classmethod
     def reply(cls, verdict: str, message: str) -> tuple[int, str]:
         """Claude Code reads the verdict as JSON on stdout, with exit 0."""
-        return 0, json.dumps({"hookSpecificOutput": {
-            "hookEventName": "PreToolUse", "permissionDecision": verdict,
-            "permissionDecisionReason": message}})
+        return 0, json.dumps(
+            {
+                "hookSpecificOutput": {
+                    "hookEventName": "PreToolUse",
+                    "permissionDecision": verdict,
+                    "permissionDecisionReason": message,
+                }
+            }
+        )
 
     def shell_env(self) -> dict[str, str]:
         env = super().shell_env()  # Claude Code takes CLAUDE_CODE_SHELL first, then SHELL
@@ -48,15 +65,26 @@ class ClaudeCodeWorker(AgentWorker):
 
     def argv(self, job: Job, ctx: Context) -> list[str]:
         role = ctx.role
-        argv = [ctx.binary, "-p", agent_prompt(job), "--output-format", "stream-json", "--verbose",
-                "--include-partial-messages",
-                "--settings", str(ctx.attempt_dir / "claude-settings.json"),
-                "--setting-sources", "",
-                # Only the scope's built-in tools exist for the model (and only the MCP servers
-                # it names); the hook decides each call.
-                "--tools", ",".join(t for t in scope_tools(role.tools)
-                                    if not t.lower().startswith("mcp__")),
-                "--mcp-config", str(ctx.home / "mcp.json"), "--strict-mcp-config"]
+        argv = [
+            ctx.binary,
+            "-p",
+            agent_prompt(job),
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--include-partial-messages",
+            "--settings",
+            str(ctx.attempt_dir / "claude-settings.json"),
+            "--setting-sources",
+            "",
+            # Only the scope's built-in tools exist for the model (and only the MCP servers
+            # it names); the hook decides each call.
+            "--tools",
+            ",".join(t for t in scope_tools(role.tools) if not t.lower().startswith("mcp__")),
+            "--mcp-config",
+            str(ctx.home / "mcp.json"),
+            "--strict-mcp-config",
+        ]
         if model := ctx.model(self.spec):
             argv += ["--model", model]
         if role.max_turns:

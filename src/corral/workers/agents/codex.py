@@ -43,8 +43,7 @@ def _flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _codex_mcp(servers: Mapping[str, Mapping[str, Any]], scope: Scope
-               ) -> dict[str, dict[str, Any]]:
+def _codex_mcp(servers: Mapping[str, Mapping[str, Any]], scope: Scope) -> dict[str, dict[str, Any]]:
     """A role's MCP servers as Codex `mcp_servers` settings. Codex's own approval of MCP calls
     is switched to `approve`: the PreToolUse hook (the engine) decides each one. A server the
     scope names tool by tool gets `enabled_tools`, so Codex cannot even find the others."""
@@ -55,9 +54,11 @@ def _codex_mcp(servers: Mapping[str, Mapping[str, Any]], scope: Scope
     out: dict[str, Any] = {}
     for name, server in servers.items():
         if server.get("type", "stdio") == "stdio":
-            entry: dict[str, Any] = {"command": server["command"],
-                                     "args": list(server.get("args") or ()),
-                                     "env": dict(server.get("env") or {})}
+            entry: dict[str, Any] = {
+                "command": server["command"],
+                "args": list(server.get("args") or ()),
+                "env": dict(server.get("env") or {}),
+            }
         else:
             entry = {"url": server["url"], "http_headers": dict(server.get("headers") or {})}
         if (name.lower(),) not in scope.mcp:  # not the whole server: the tools it names
@@ -77,10 +78,17 @@ class CodexWorker(AgentWorker):
     hides_tools = False  # its hook refuses out-of-scope calls instead
 
     def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
-        hook = {"type": "command", "command": ctx.hook_command(),
-                "timeout": max(1, round(self.spec.hook_timeout_s + 5))}
-        hooks = {"hooks": {event: [{"matcher": "*", "hooks": [hook]}]
-                           for event in ("PreToolUse", "PostToolUse")}}
+        hook = {
+            "type": "command",
+            "command": ctx.hook_command(),
+            "timeout": max(1, round(self.spec.hook_timeout_s + 5)),
+        }
+        hooks = {
+            "hooks": {
+                event: [{"matcher": "*", "hooks": [hook]}]
+                for event in ("PreToolUse", "PostToolUse")
+            }
+        }
         (ctx.home / "hooks.json").write_text(json.dumps(hooks))
         env = {"CODEX_HOME": str(ctx.home)}
         if ctx.gateway is not None:
@@ -98,8 +106,13 @@ class CodexWorker(AgentWorker):
         # Our hooks are not "reviewed" in Codex's trust store: run them anyway. No interactive
         # sessions: text typed into one (`write_stdin`) reaches no hook, so it could not be
         # checked (docs/explanation/governance.md).
-        argv += ["--json", "--skip-git-repo-check", "--dangerously-bypass-hook-trust",
-                 "--disable", "unified_exec_tty"]
+        argv += [
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-hook-trust",
+            "--disable",
+            "unified_exec_tty",
+        ]
         if not ctx.resume and not any(a in ("-s", "--sandbox") for a in self.spec.args):
             argv += ["--sandbox", "workspace-write"]  # the job's cwd is its workspace
         if model := ctx.model(self.spec):
@@ -109,9 +122,13 @@ class CodexWorker(AgentWorker):
             config["model_provider"] = "corral"
             providers = dict(config.get("model_providers") or {})
             # the operator's own settings of it (retries, timeouts) kept; where it is, ours
-            providers["corral"] = {**(providers.get("corral") or {}), "name": "corral",
-                                   "base_url": f"{ctx.gateway.url}/v1", "env_key": TOKEN_ENV,
-                                   "wire_api": "responses"}
+            providers["corral"] = {
+                **(providers.get("corral") or {}),
+                "name": "corral",
+                "base_url": f"{ctx.gateway.url}/v1",
+                "env_key": TOKEN_ENV,
+                "wire_api": "responses",
+            }
             config["model_providers"] = providers
         if servers := _codex_mcp(ctx.mcp_servers, ctx.scope):
             config["mcp_servers"] = {**(config.get("mcp_servers") or {}), **servers}

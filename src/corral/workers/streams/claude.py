@@ -47,8 +47,11 @@ _COMPLETED = (None, "completed")  # terminal reasons of a run that ended on its 
 
 def is_denial_text(text: str) -> bool:
     """Whether an error tool_result's text says a permission rule or a hook refused the call."""
-    return (_HOOK_DENIAL.match(text) is not None or text.startswith(_DENIAL_PREFIXES)
-            or any(fragment in text for fragment in _DENIAL_FRAGMENTS))
+    return (
+        _HOOK_DENIAL.match(text) is not None
+        or text.startswith(_DENIAL_PREFIXES)
+        or any(fragment in text for fragment in _DENIAL_FRAGMENTS)
+    )
 
 
 def _content_text(content: Any) -> str | None:
@@ -76,8 +79,9 @@ def _result_figures(result: JsonObj) -> tuple[int, int, int] | None:
     models = [v for v in get_dict(result, "modelUsage").values() if isinstance(v, dict)]
     if models:
         cached = sum(get_int(m, "cacheReadInputTokens") for m in models)
-        tokens_in = sum(get_int(m, "inputTokens") + get_int(m, "cacheCreationInputTokens")
-                        for m in models)
+        tokens_in = sum(
+            get_int(m, "inputTokens") + get_int(m, "cacheCreationInputTokens") for m in models
+        )
         return tokens_in + cached, sum(get_int(m, "outputTokens") for m in models), cached
     usage = result.get("usage")
     return _usage_figures(usage) if isinstance(usage, dict) else None
@@ -116,15 +120,27 @@ class _LiveTokens:
 class ClaudeStreamParser(LineParser):
     """Parser for one `claude -p --output-format stream-json --verbose` process."""
 
-    ignored = frozenset({"control_request", "control_response", "control_cancel_request",
-                         "rate_limit_event", "prompt_suggestion", "keep_alive"})
+    ignored = frozenset(
+        {
+            "control_request",
+            "control_response",
+            "control_cancel_request",
+            "rate_limit_event",
+            "prompt_suggestion",
+            "keep_alive",
+        }
+    )
     session_key = "session_id"
 
     def __init__(self, *, options: StreamOptions | None = None) -> None:
         super().__init__(options)
-        self.handlers = {"system": self._system, "assistant": self._assistant,
-                         "user": self._user, "result": self._result,
-                         "stream_event": self._stream_event}
+        self.handlers = {
+            "system": self._system,
+            "assistant": self._assistant,
+            "user": self._user,
+            "result": self._result,
+            "stream_event": self._stream_event,
+        }
         self.model: str | None = None
         self.cli_version: str | None = None
         self._tokens = _LiveTokens()
@@ -170,16 +186,24 @@ class ClaudeStreamParser(LineParser):
             kind = block.get("type")
             call_id = get_str(block, "id")
             if kind == "tool_use" and call_id:
-                event = self.calls.start(call_id, get_str(block, "name") or "",
-                                         get_dict(block, "input"), parent_id=parent, at=now)
+                event = self.calls.start(
+                    call_id,
+                    get_str(block, "name") or "",
+                    get_dict(block, "input"),
+                    parent_id=parent,
+                    at=now,
+                )
                 if event is not None:
                     out.append(event)
             elif kind == "text" and parent is None:
                 self._last_text = get_str(block, "text")
 
     def _user(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
-        metas = {m["id"]: m for m in get_list(obj, "tool_result_meta")
-                 if isinstance(m, dict) and isinstance(m.get("id"), str)}
+        metas = {
+            m["id"]: m
+            for m in get_list(obj, "tool_result_meta")
+            if isinstance(m, dict) and isinstance(m.get("id"), str)
+        }
         for block in get_list(get_dict(obj, "message"), "content"):
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
@@ -189,8 +213,9 @@ class ClaudeStreamParser(LineParser):
             text = _content_text(block.get("content"))
             is_error = block.get("is_error") is True
             denied = is_error and (_rejected(metas.get(call_id)) or is_denial_text(text or ""))
-            event = self.calls.finish(call_id, at=now, output=text, is_error=is_error,
-                                      denied=denied)
+            event = self.calls.finish(
+                call_id, at=now, output=text, is_error=is_error, denied=denied
+            )
             if event is not None:
                 out.append(event)
 
@@ -208,11 +233,24 @@ class ClaudeStreamParser(LineParser):
         if figures is not None:
             self._tokens.settle(figures)
         t = self._tokens
-        out.append(UsageEvent(at=now, tokens_in=t.tokens_in, tokens_out=t.tokens_out,
-                              cost_usd=self._cost, final=True))
-        out.append(ResultEvent(at=now, subtype=get_str(obj, "subtype"),
-                               is_error=obj.get("is_error") is True, text=get_str(obj, "result"),
-                               terminal_reason=get_str(obj, "terminal_reason")))
+        out.append(
+            UsageEvent(
+                at=now,
+                tokens_in=t.tokens_in,
+                tokens_out=t.tokens_out,
+                cost_usd=self._cost,
+                final=True,
+            )
+        )
+        out.append(
+            ResultEvent(
+                at=now,
+                subtype=get_str(obj, "subtype"),
+                is_error=obj.get("is_error") is True,
+                text=get_str(obj, "result"),
+                terminal_reason=get_str(obj, "terminal_reason"),
+            )
+        )
 
     def _stream_event(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         event = get_dict(obj, "event")
@@ -230,14 +268,18 @@ class ClaudeStreamParser(LineParser):
             if message_id:
                 self._count(message_id, get_dict(event, "usage"), now, out)
 
-    def _count(self, message_id: str, usage: JsonObj, now: float,
-               out: list[StreamEvent]) -> None:
+    def _count(self, message_id: str, usage: JsonObj, now: float, out: list[StreamEvent]) -> None:
         if usage and self._tokens.observe(message_id, usage):
             # The running cost, from the price table (the CLI reports its own only at the end):
             # what a budget ceiling is held to while the agent runs.
-            out.append(UsageEvent(at=now, tokens_in=self._tokens.tokens_in,
-                                  tokens_out=self._tokens.tokens_out,
-                                  cost_usd=self._cost_and_source()[0]))
+            out.append(
+                UsageEvent(
+                    at=now,
+                    tokens_in=self._tokens.tokens_in,
+                    tokens_out=self._tokens.tokens_out,
+                    cost_usd=self._cost_and_source()[0],
+                )
+            )
 
     def _cost_and_source(self) -> tuple[float | None, CostSource | None]:
         if self._cost is not None:
@@ -247,8 +289,13 @@ class ClaudeStreamParser(LineParser):
             return None, None
         # No result (SIGTERM): an estimate from the live count, which under-counts output
         # unless the run had --include-partial-messages.
-        cost = self.options.prices.cost_of(self.model or self.options.model, t.tokens_in,
-                                           t.tokens_out, cached_in=t.cached, vendor="anthropic")
+        cost = self.options.prices.cost_of(
+            self.model or self.options.model,
+            t.tokens_in,
+            t.tokens_out,
+            cached_in=t.cached,
+            vendor="anthropic",
+        )
         return cost, None if cost is None else "price_table"
 
     def finish(self, exit_code: int | None, now: float) -> StreamSummary:
@@ -270,14 +317,30 @@ class ClaudeStreamParser(LineParser):
         cost, source = self._cost_and_source()
         t = self._tokens
         return StreamSummary(
-            session_id=self.session_id, model=self.model, cli_version=self.cli_version,
-            tool_calls=self.calls.frozen(), tokens_in=t.tokens_in, tokens_out=t.tokens_out,
-            tokens_cached_in=t.cached, cost_usd=cost, cost_source=source,
+            session_id=self.session_id,
+            model=self.model,
+            cli_version=self.cli_version,
+            tool_calls=self.calls.frozen(),
+            tokens_in=t.tokens_in,
+            tokens_out=t.tokens_out,
+            tokens_cached_in=t.cached,
+            cost_usd=cost,
+            cost_source=source,
             final_text=result_text if result_text is not None else self._last_text,
-            error_subtype=error_subtype, error_message=message or None,
-            terminal_reason=terminal_reason, results_seen=self._results_seen,
-            denied_calls=self.calls.denied_count(), warnings=self.warnings,
-            succeeded=(exited_ok(exit_code) and self._results_seen > 0 and subtype == "success"
-                       and not is_error and terminal_reason in _COMPLETED),
-            api_failed=api_failed, api_retrying=self._retrying, api_error_status=status,
+            error_subtype=error_subtype,
+            error_message=message or None,
+            terminal_reason=terminal_reason,
+            results_seen=self._results_seen,
+            denied_calls=self.calls.denied_count(),
+            warnings=self.warnings,
+            succeeded=(
+                exited_ok(exit_code)
+                and self._results_seen > 0
+                and subtype == "success"
+                and not is_error
+                and terminal_reason in _COMPLETED
+            ),
+            api_failed=api_failed,
+            api_retrying=self._retrying,
+            api_error_status=status,
         )

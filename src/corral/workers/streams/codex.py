@@ -39,6 +39,8 @@ def api_status(message: str | None) -> int | None:
     """The HTTP status a Codex error message names, if it names one."""
     found = _STATUS.search(message or "")
     return int(found.group(1)) if found else None
+
+
 _FAILED = frozenset({"failed", "declined"})
 
 
@@ -94,14 +96,25 @@ class CodexStreamParser(LineParser):
 
     ignored = frozenset({"turn.started", "item.plan.delta", "request_user_input"})
 
-    def __init__(self, *, model: str | None = None, baseline_tokens_in: int = 0,
-                 baseline_tokens_out: int = 0, baseline_cached_in: int = 0,
-                 options: StreamOptions | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        baseline_tokens_in: int = 0,
+        baseline_tokens_out: int = 0,
+        baseline_cached_in: int = 0,
+        options: StreamOptions | None = None,
+    ) -> None:
         super().__init__(options)
-        self.handlers = {"thread.started": self._thread_started,
-                         "turn.completed": self._turn_completed, "turn.failed": self._turn_failed,
-                         "item.started": self._item, "item.updated": self._item,
-                         "item.completed": self._item, "error": self._error}
+        self.handlers = {
+            "thread.started": self._thread_started,
+            "turn.completed": self._turn_completed,
+            "turn.failed": self._turn_failed,
+            "item.started": self._item,
+            "item.updated": self._item,
+            "item.completed": self._item,
+            "error": self._error,
+        }
         self.model = model or self.options.model
         self._baseline = (baseline_tokens_in, baseline_tokens_out, baseline_cached_in)
         self._tokens: tuple[int, int, int] | None = None  # this run's (in, out, cached)
@@ -126,33 +139,49 @@ class CodexStreamParser(LineParser):
         elif kind == "error":  # warnings such as missing model metadata
             self.warn(out, now, f"codex: {get_str(item, 'message')}")
 
-    def _tool_item(self, item: JsonObj, completed: bool, now: float,
-                   out: list[StreamEvent]) -> None:
+    def _tool_item(
+        self, item: JsonObj, completed: bool, now: float, out: list[StreamEvent]
+    ) -> None:
         call_id = get_str(item, "id")
         if not call_id:
             return
-        started = self.calls.start(call_id, _tool_name(item), _tool_input(item),
-                                   parent_id=None, at=now)
+        started = self.calls.start(
+            call_id, _tool_name(item), _tool_input(item), parent_id=None, at=now
+        )
         if started is not None:
             out.append(started)
         if not completed:
             return
-        finished = self.calls.finish(call_id, at=now, output=_tool_output(item),
-                                     is_error=_tool_failed(item),
-                                     denied=item.get("status") == "declined")
+        finished = self.calls.finish(
+            call_id,
+            at=now,
+            output=_tool_output(item),
+            is_error=_tool_failed(item),
+            denied=item.get("status") == "declined",
+        )
         if finished is not None:
             out.append(finished)
 
     def _turn_completed(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         usage = get_dict(obj, "usage")
-        cumulative = (get_int(usage, "input_tokens"), get_int(usage, "output_tokens"),
-                      get_int(usage, "cached_input_tokens"))
+        cumulative = (
+            get_int(usage, "input_tokens"),
+            get_int(usage, "output_tokens"),
+            get_int(usage, "cached_input_tokens"),
+        )
         delta = tuple(c - b for c, b in zip(cumulative, self._baseline, strict=True))
         if min(delta) < 0:
             self.warn(out, now, f"usage {cumulative} below the resume baseline {self._baseline}")
         self._tokens = (max(delta[0], 0), max(delta[1], 0), max(delta[2], 0))
-        out.append(UsageEvent(at=now, tokens_in=self._tokens[0], tokens_out=self._tokens[1],
-                              cost_usd=self._cost(), final=True))
+        out.append(
+            UsageEvent(
+                at=now,
+                tokens_in=self._tokens[0],
+                tokens_out=self._tokens[1],
+                cost_usd=self._cost(),
+                final=True,
+            )
+        )
         self._terminal(None, now, out)
 
     def _turn_failed(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
@@ -164,8 +193,14 @@ class CodexStreamParser(LineParser):
         self._retrying = None
         self._failure = failure
         subtype = "turn_completed" if failure is None else "turn_failed"
-        out.append(ResultEvent(at=now, subtype=subtype, is_error=failure is not None,
-                               text=self._final_text if failure is None else failure))
+        out.append(
+            ResultEvent(
+                at=now,
+                subtype=subtype,
+                is_error=failure is not None,
+                text=self._final_text if failure is None else failure,
+            )
+        )
 
     def _error(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         message = get_str(obj, "message")
@@ -177,8 +212,9 @@ class CodexStreamParser(LineParser):
         if self._tokens is None:
             return None
         tokens_in, tokens_out, cached = self._tokens
-        return self.options.prices.cost_of(self.model, tokens_in, tokens_out, cached_in=cached,
-                                           vendor="openai")
+        return self.options.prices.cost_of(
+            self.model, tokens_in, tokens_out, cached_in=cached, vendor="openai"
+        )
 
     def finish(self, exit_code: int | None, now: float) -> StreamSummary:
         """The run's summary: success is exit 0 after a last `turn.completed`."""
@@ -186,15 +222,25 @@ class CodexStreamParser(LineParser):
         cost = self._cost()
         completed = self._results_seen > 0 and self._failure is None
         return StreamSummary(
-            session_id=self.session_id, model=self.model, cli_version=None,
-            tool_calls=self.calls.frozen(), tokens_in=tokens_in, tokens_out=tokens_out,
-            tokens_cached_in=cached, cost_usd=cost,
-            cost_source=None if cost is None else "price_table", final_text=self._final_text,
+            session_id=self.session_id,
+            model=self.model,
+            cli_version=None,
+            tool_calls=self.calls.frozen(),
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            tokens_cached_in=cached,
+            cost_usd=cost,
+            cost_source=None if cost is None else "price_table",
+            final_text=self._final_text,
             error_subtype=None if self._failure is None else "turn_failed",
-            error_message=self._failure or self._retrying, terminal_reason=None,
-            results_seen=self._results_seen, denied_calls=self.calls.denied_count(),
-            warnings=self.warnings, succeeded=exited_ok(exit_code) and completed,
+            error_message=self._failure or self._retrying,
+            terminal_reason=None,
+            results_seen=self._results_seen,
+            denied_calls=self.calls.denied_count(),
+            warnings=self.warnings,
+            succeeded=exited_ok(exit_code) and completed,
             # a turn fails when its model calls do (the agent itself cannot fail a turn)
-            api_failed=self._failure is not None, api_retrying=self._retrying is not None,
+            api_failed=self._failure is not None,
+            api_retrying=self._retrying is not None,
             api_error_status=api_status(self._failure or self._retrying),
         )

@@ -158,7 +158,7 @@ def truncate(text: str, max_bytes: int) -> tuple[str, bool]:
     raw = text.encode("utf-8", "surrogatepass")
     if len(raw) <= max_bytes:
         return text, False
-    return raw[:max(max_bytes, 0)].decode("utf-8", "ignore"), True
+    return raw[: max(max_bytes, 0)].decode("utf-8", "ignore"), True
 
 
 def get_dict(obj: Mapping[str, Any], key: str) -> JsonObj:
@@ -202,18 +202,39 @@ def get_int(obj: Mapping[str, Any], key: str) -> int:
 
 def joined_text(blocks: list[Any]) -> str:
     """The `text` of every `{"type": "text", "text": …}`-like block, one per line."""
-    return "\n".join(block["text"] for block in blocks
-                     if isinstance(block, dict) and isinstance(block.get("text"), str))
+    return "\n".join(
+        block["text"]
+        for block in blocks
+        if isinstance(block, dict) and isinstance(block.get("text"), str)
+    )
 
 
 class _Call:
     """A tool call being tracked; frozen into a `ToolCall` for events and the summary."""
 
-    __slots__ = ("denied", "duration_ms", "ended_at", "finished", "id", "input", "is_error",
-                 "output", "parent_id", "started_at", "tool", "truncated")
+    __slots__ = (
+        "denied",
+        "duration_ms",
+        "ended_at",
+        "finished",
+        "id",
+        "input",
+        "is_error",
+        "output",
+        "parent_id",
+        "started_at",
+        "tool",
+        "truncated",
+    )
 
-    def __init__(self, call_id: str, tool: str, tool_input: Mapping[str, Any],
-                 parent_id: str | None, started_at: float | None) -> None:
+    def __init__(
+        self,
+        call_id: str,
+        tool: str,
+        tool_input: Mapping[str, Any],
+        parent_id: str | None,
+        started_at: float | None,
+    ) -> None:
         self.id, self.tool, self.input, self.parent_id = call_id, tool, tool_input, parent_id
         self.started_at = started_at
         self.output: str | None = None
@@ -225,9 +246,18 @@ class _Call:
         duration = self.duration_ms
         if duration is None and self.started_at is not None and self.ended_at is not None:
             duration = round((self.ended_at - self.started_at) * 1000)
-        return ToolCall(id=self.id, tool=self.tool, input=self.input, output=self.output,
-                        truncated=self.truncated, is_error=self.is_error, denied=self.denied,
-                        duration_ms=duration, parent_id=self.parent_id, finished=self.finished)
+        return ToolCall(
+            id=self.id,
+            tool=self.tool,
+            input=self.input,
+            output=self.output,
+            truncated=self.truncated,
+            is_error=self.is_error,
+            denied=self.denied,
+            duration_ms=duration,
+            parent_id=self.parent_id,
+            finished=self.finished,
+        )
 
 
 class CallBook:
@@ -238,8 +268,15 @@ class CallBook:
         self._denied: set[str] = set()  # ids refused, whether or not the call itself was seen
         self._max = max_output_bytes
 
-    def start(self, call_id: str, tool: str, tool_input: Mapping[str, Any], *,
-              parent_id: str | None, at: float) -> ToolStarted | None:
+    def start(
+        self,
+        call_id: str,
+        tool: str,
+        tool_input: Mapping[str, Any],
+        *,
+        parent_id: str | None,
+        at: float,
+    ) -> ToolStarted | None:
         """Record a call's start; None when the id is already known."""
         if call_id in self._calls:
             return None
@@ -247,8 +284,16 @@ class CallBook:
         call.denied = call_id in self._denied
         return ToolStarted(at=at, call=call.frozen())
 
-    def finish(self, call_id: str, *, at: float, output: str | None, is_error: bool,
-               denied: bool = False, duration_ms: int | None = None) -> ToolFinished | None:
+    def finish(
+        self,
+        call_id: str,
+        *,
+        at: float,
+        output: str | None,
+        is_error: bool,
+        denied: bool = False,
+        duration_ms: int | None = None,
+    ) -> ToolFinished | None:
         """Record a call's end (a call never seen starting is created); None if already ended."""
         call = self._calls.get(call_id)
         if call is None:

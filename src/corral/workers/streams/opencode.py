@@ -76,9 +76,14 @@ class OpenCodeStreamParser(LineParser):
 
     def __init__(self, *, options: StreamOptions | None = None) -> None:
         super().__init__(options)
-        self.handlers = {"tool_use": self._tool_use, "step_finish": self._step_finish,
-                         "text": self._text, "error": self._error_event,
-                         "step_start": self._nothing, "reasoning": self._nothing}
+        self.handlers = {
+            "tool_use": self._tool_use,
+            "step_finish": self._step_finish,
+            "text": self._text,
+            "error": self._error_event,
+            "step_start": self._nothing,
+            "reasoning": self._nothing,
+        }
         self._tokens_in = self._tokens_out = self._cached = 0
         self._cost: float | None = None
         self._final_text: str | None = None
@@ -98,8 +103,9 @@ class OpenCodeStreamParser(LineParser):
             return
         # Only the final state is printed; a start is reported with it so every CLI's
         # calls are counted the same way.
-        started = self.calls.start(call_id, get_str(part, "tool") or "", get_dict(state, "input"),
-                                   parent_id=None, at=now)
+        started = self.calls.start(
+            call_id, get_str(part, "tool") or "", get_dict(state, "input"), parent_id=None, at=now
+        )
         if started is not None:
             out.append(started)
         status = get_str(state, "status")
@@ -108,8 +114,14 @@ class OpenCodeStreamParser(LineParser):
         is_error = status == "error"
         text = get_str(state, "error") if is_error else get_str(state, "output")
         denied = is_error and (text or "").startswith(DENIAL_TEXTS)
-        finished = self.calls.finish(call_id, at=now, output=text, is_error=is_error,
-                                     denied=denied, duration_ms=_duration_ms(state))
+        finished = self.calls.finish(
+            call_id,
+            at=now,
+            output=text,
+            is_error=is_error,
+            denied=denied,
+            duration_ms=_duration_ms(state),
+        )
         if finished is not None:
             out.append(finished)
 
@@ -128,12 +140,22 @@ class OpenCodeStreamParser(LineParser):
             self._cost = (self._cost or 0.0) + cost
         self._last_reason = get_str(part, "reason")
         self._failure = None
-        out.append(UsageEvent(at=now, tokens_in=self._tokens_in, tokens_out=self._tokens_out,
-                              cost_usd=self._cost))
+        out.append(
+            UsageEvent(
+                at=now, tokens_in=self._tokens_in, tokens_out=self._tokens_out, cost_usd=self._cost
+            )
+        )
         if self._last_reason == "stop":
             self._results_seen += 1
-            out.append(ResultEvent(at=now, subtype="stop", is_error=False,
-                                   text=self._final_text, terminal_reason="stop"))
+            out.append(
+                ResultEvent(
+                    at=now,
+                    subtype="stop",
+                    is_error=False,
+                    text=self._final_text,
+                    terminal_reason="stop",
+                )
+            )
 
     def _text(self, obj: JsonObj, now: float, out: list[StreamEvent]) -> None:
         text = get_str(get_dict(obj, "part"), "text")
@@ -145,16 +167,24 @@ class OpenCodeStreamParser(LineParser):
         self._api_status = _api_status(obj.get("error"))
         self._last_reason = self._failure[0]
         self._results_seen += 1
-        out.append(ResultEvent(at=now, subtype=self._failure[0], is_error=True,
-                               text=self._failure[1], terminal_reason=self._failure[0]))
+        out.append(
+            ResultEvent(
+                at=now,
+                subtype=self._failure[0],
+                is_error=True,
+                text=self._failure[1],
+                terminal_reason=self._failure[0],
+            )
+        )
 
     def _cost_and_source(self) -> tuple[float | None, CostSource | None]:
         if self._cost is not None:
             return self._cost, "cli"
         if not (self._tokens_in or self._tokens_out):
             return None, None
-        cost = self.options.prices.cost_of(self.options.model, self._tokens_in,
-                                           self._tokens_out, cached_in=self._cached)
+        cost = self.options.prices.cost_of(
+            self.options.model, self._tokens_in, self._tokens_out, cached_in=self._cached
+        )
         return cost, None if cost is None else "price_table"
 
     def finish(self, exit_code: int | None, now: float) -> StreamSummary:
@@ -162,12 +192,21 @@ class OpenCodeStreamParser(LineParser):
         cost, source = self._cost_and_source()
         name, message = self._failure or (None, None)
         return StreamSummary(
-            session_id=self.session_id, model=self.options.model, cli_version=None,
-            tool_calls=self.calls.frozen(), tokens_in=self._tokens_in,
-            tokens_out=self._tokens_out, tokens_cached_in=self._cached, cost_usd=cost,
-            cost_source=source, final_text=self._final_text, error_subtype=name,
-            error_message=message, terminal_reason=self._last_reason,
-            results_seen=self._results_seen, denied_calls=self.calls.denied_count(),
+            session_id=self.session_id,
+            model=self.options.model,
+            cli_version=None,
+            tool_calls=self.calls.frozen(),
+            tokens_in=self._tokens_in,
+            tokens_out=self._tokens_out,
+            tokens_cached_in=self._cached,
+            cost_usd=cost,
+            cost_source=source,
+            final_text=self._final_text,
+            error_subtype=name,
+            error_message=message,
+            terminal_reason=self._last_reason,
+            results_seen=self._results_seen,
+            denied_calls=self.calls.denied_count(),
             warnings=self.warnings,
             succeeded=exited_ok(exit_code) and self._last_reason == "stop",
             api_failed=name in _API_ERRORS,

@@ -44,8 +44,11 @@ class Price:
         if cached_rate is None:
             cached_rate = self.in_per_mtok
         # Sum in per-MTok units first and divide once: exact for the fixture figures.
-        units = ((max(tokens_in, 0) - cached) * self.in_per_mtok + cached * cached_rate
-                 + max(tokens_out, 0) * self.out_per_mtok)
+        units = (
+            (max(tokens_in, 0) - cached) * self.in_per_mtok
+            + cached * cached_rate
+            + max(tokens_out, 0) * self.out_per_mtok
+        )
         return units / MTOK
 
 
@@ -84,8 +87,15 @@ class PriceTable:
             vendor = vendor_of(model) or vendor
         return self.vendor_defaults.get(vendor) if vendor else None
 
-    def cost_of(self, model: str | None, tokens_in: int, tokens_out: int, *,
-                cached_in: int = 0, vendor: str | None = None) -> float | None:
+    def cost_of(
+        self,
+        model: str | None,
+        tokens_in: int,
+        tokens_out: int,
+        *,
+        cached_in: int = 0,
+        vendor: str | None = None,
+    ) -> float | None:
         """USD for the tokens, or None when neither the model nor the vendor has a price."""
         price = self.lookup(model, vendor=vendor)
         return None if price is None else price.cost(tokens_in, tokens_out, cached_in)
@@ -97,7 +107,14 @@ DEFAULT_PRICES = PriceTable(
 )
 
 
-def cost_of(model: str | None, tokens_in: int, tokens_out: int, *, cached_in: int = 0,
-            vendor: str | None = None, table: PriceTable = DEFAULT_PRICES) -> float | None:
+def cost_of(
+    model: str | None,
+    tokens_in: int,
+    tokens_out: int,
+    *,
+    cached_in: int = 0,
+    vendor: str | None = None,
+    table: PriceTable = DEFAULT_PRICES,
+) -> float | None:
     """USD for `tokens_in`/`tokens_out` of `model` by `table`; None when it has no price."""
     return table.cost_of(model, tokens_in, tokens_out, cached_in=cached_in, vendor=vendor)
