@@ -13,9 +13,10 @@ from corral.domain.errors import InvalidRequest
 from corral.schemas import api as bodies
 from corral.schemas import views
 from corral.services import cancellation, intents, tenancy
-from corral.services.submissions import LimitChoices, SubmitRequest, submit
+from corral.services.submissions import submit
 
 from .auth import JobsRead, JobsWrite, actor
+from .jobs import submit_request
 from .state import state_of
 
 router = APIRouter(prefix="/agentops/intents", tags=["agentops"])
@@ -35,23 +36,7 @@ async def create_intent(
             "worker, which this engine does not have yet"
         )
     st = state_of(request)
-    tenant = tenancy.tenant_for_submission(token.tenant, body.tenant, admin=token.allows("admin"))
-    req = SubmitRequest(
-        command=tuple(body.command),
-        prompt=body.prompt,
-        role=body.role,
-        env_name=body.env_name,
-        priority=body.priority,
-        tenant=tenant,
-        key=idempotency_key,
-        dedup=body.dedup,
-        limits=LimitChoices(max_attempts=body.max_attempts, timeout_s=body.timeout_s),
-        after=tuple(body.after),
-        cwd=body.cwd,
-        env=dict(body.env),
-        worker=body.worker,
-        resume_from=body.resume_from,
-    )
+    req = submit_request(body, token, idempotency_key)
     job = (await submit(st.store, st.config, req, st.wake)).result.job
     where = await intents.placement(st.store, st.config, job)
     return JSONResponse(

@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from corral.domain import bounds
 from corral.domain.models import Job
 from corral.domain.states import JobState
+from corral.domain.tokens import ApiToken
 from corral.schemas import api as bodies
 from corral.schemas import views
 from corral.services import cancellation, queries, tenancy
@@ -30,6 +31,28 @@ FOLLOW_POLL_S = 0.2
 
 def detail(j: Job) -> views.JobDetail:
     return views.JobDetail.of(j)
+
+
+def submit_request(body: bodies.JobCreate, token: ApiToken, key: str | None) -> SubmitRequest:
+    """What a submission body asks for, as `corral submit` would: the token's tenant (another
+    only for an admin token), the `Idempotency-Key` header as the job's key."""
+    tenant = tenancy.tenant_for_submission(token.tenant, body.tenant, admin=token.allows("admin"))
+    return SubmitRequest(
+        command=tuple(body.command),
+        prompt=body.prompt,
+        role=body.role,
+        env_name=body.env_name,
+        priority=body.priority,
+        tenant=tenant,
+        key=key,
+        dedup=body.dedup,
+        limits=LimitChoices(max_attempts=body.max_attempts, timeout_s=body.timeout_s),
+        after=tuple(body.after),
+        cwd=body.cwd,
+        env=dict(body.env),
+        worker=body.worker,
+        resume_from=body.resume_from,
+    )
 
 
 @router.post(
@@ -54,23 +77,7 @@ async def create_job(
     """Submit a job, as `corral submit`: 201 with the new job, 200 with the job a held
     `Idempotency-Key` coalesced into, 429 with Retry-After over a queue cap."""
     st = state_of(request)
-    tenant = tenancy.tenant_for_submission(token.tenant, body.tenant, admin=token.allows("admin"))
-    req = SubmitRequest(
-        command=tuple(body.command),
-        prompt=body.prompt,
-        role=body.role,
-        env_name=body.env_name,
-        priority=body.priority,
-        tenant=tenant,
-        key=idempotency_key,
-        dedup=body.dedup,
-        limits=LimitChoices(max_attempts=body.max_attempts, timeout_s=body.timeout_s),
-        after=tuple(body.after),
-        cwd=body.cwd,
-        env=dict(body.env),
-        worker=body.worker,
-        resume_from=body.resume_from,
-    )
+    req = submit_request(body, token, idempotency_key)
     done = await submit(st.store, st.config, req, st.wake)
     r = done.result
     out = bodies.JobCreated(
