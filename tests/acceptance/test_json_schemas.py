@@ -73,6 +73,9 @@ COMMANDS_WITH_JSON = {
     "escalations list",
     "escalations clear",
     "guard check",
+    "token create",
+    "token list",
+    "token revoke",
 }
 
 
@@ -209,3 +212,11 @@ def _mechanism(c: Corral) -> None:
     # `escalations clear` needs an escalation (a core crash loop): tests/acceptance/
     # test_mechanism.py makes one and asserts its output, which EscalationCleared describes
     conforms("EscalationCleared", {"escalation": "e1", "cleared": True})
+    made = conforms(
+        "TokenCreated",
+        c.json("token", "create", "--tenant", "acme", "--scopes", "jobs:read", "--name", "ci"),
+    )
+    assert made["token"].startswith("crl_")
+    listed = conforms("Token", c.json("token", "list"), many=True)
+    assert [t["id"] for t in listed] == [made["id"]] and "token" not in listed[0]
+    assert conforms("Token", c.json("token", "revoke", made["id"]))["revoked_at"]
