@@ -7,12 +7,13 @@ import asyncio
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import nats
 import redis
+
+from tests.helpers import eventually
 
 NATS_SERVER = "/usr/sbin/nats-server"
 REDIS_SERVER = "redis-server"
@@ -45,11 +46,13 @@ class Broker:
             self.proc = subprocess.Popen(
                 self.argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL
             )
-        deadline = time.monotonic() + 15
-        while not _answers(self.port):
-            assert self.proc.poll() is None, self.log.read_text(errors="replace")
-            assert time.monotonic() < deadline, "the broker did not start"
-            time.sleep(0.05)
+        proc = self.proc
+
+        def up() -> bool:
+            assert proc.poll() is None, self.log.read_text(errors="replace")
+            return _answers(self.port)
+
+        eventually(up, timeout=15, what="the broker answering on its port")
 
     def stop(self, sig: int = signal.SIGKILL) -> None:
         proc, self.proc = self.proc, None

@@ -209,17 +209,23 @@ def test_a_redis_sink_keeps_each_subject_in_its_stream_and_tail_follows_them(
                 if len(old) == 2:
                     break
         new: list[str] = []
+        seen = anyio.Event()
 
-        async def publish_later() -> None:
-            await anyio.sleep(0.5)
-            await sink.publish([later])
+        async def publish_until_seen() -> None:
+            # The follower starts "from now" at a moment the test cannot observe: publish until
+            # it has seen the record (each later publish is after its start, so it is new to it).
+            while not seen.is_set():
+                await sink.publish([later])
+                with anyio.move_on_after(0.2):
+                    await seen.wait()
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(publish_later)
+            tg.start_soon(publish_until_seen)
             with anyio.move_on_after(5):
                 async for event in follow(spec, from_start=False):
                     new.append(f"{event.subject} {event.event_id}")
                     break
+            seen.set()
         await sink.close()
         return old, new
 
