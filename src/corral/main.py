@@ -4,8 +4,17 @@ layers); this module, above both, is where they meet."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from corral import cli
-from corral.api.server import listen
+
+
+def listen(address: str, **options: Any) -> Any:
+    """The HTTP API's `listen` (api/server.py), imported only when `corral serve` binds an
+    address: FastAPI, uvicorn and the engine are not what a short command should load."""
+    from corral.api.server import listen as bind
+
+    return bind(address, **options)
 
 
 def main() -> None:

@@ -10,7 +10,6 @@ from corral.config import Config
 from corral.domain.errors import InvalidRequest
 from corral.domain.settings import SinkSpec
 from corral.trace.events import Event
-from corral.trace.sinks import follow
 
 
 def sink_of(cfg: Config, name: str | None) -> SinkSpec:
@@ -30,6 +29,8 @@ def sink_of(cfg: Config, name: str | None) -> SinkSpec:
 
 async def tail(sink: SinkSpec, *, from_start: bool) -> AsyncIterator[Event]:
     """The sink's events as they arrive (from the oldest it keeps with `from_start`)."""
+    from corral.trace.sinks import follow  # the broker clients load only for a tail
+
     async for event in follow(sink, from_start=from_start):
         yield event
 
