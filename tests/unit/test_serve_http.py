@@ -61,3 +61,32 @@ def test_a_free_port_is_bound_before_the_engine_starts() -> None:
         assert bound.url.startswith("http://127.0.0.1:") and not bound.url.endswith(":0")
     finally:
         bound.sock.close()
+
+
+def test_connections_accepted_on_the_listener_send_without_delay() -> None:
+    """asyncio turns Nagle's algorithm off only on sockets whose protocol says TCP; on one made
+    with protocol 0 every answer on a kept-alive connection waited for the client's delayed ACK
+    (about 40 ms a request)."""
+    import asyncio
+
+    listener = Listener.bind(HttpOptions.parse("127.0.0.1:0"))
+    port = listener.sock.getsockname()[1]
+    seen: list[int] = []
+
+    async def main() -> None:
+        def accepted(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            conn = writer.get_extra_info("socket")
+            seen.append(conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(accepted, sock=listener.sock)
+        async with server:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            for _ in range(100):
+                if seen:
+                    break
+                await asyncio.sleep(0.01)
+            writer.close()
+
+    asyncio.run(main())
+    assert seen and seen[0] != 0
