@@ -349,6 +349,7 @@ class EventsModel(_Strict):
     max_backlog: int = Field(100_000, ge=1)
     batch: int = Field(500, ge=1, le=10_000)
     poll_s: float = Field(0.5, gt=0, le=60)
+    max_backoff_s: float = Field(30.0, gt=0, le=600)
 
     @model_validator(mode="after")
     def _unique_names(self) -> EventsModel:
@@ -725,7 +726,13 @@ def _events(m: EventsModel) -> EventsSpec:
         )
         for s in m.sinks
     )
-    return EventsSpec(sinks=sinks, max_backlog=m.max_backlog, batch=m.batch, poll_s=m.poll_s)
+    return EventsSpec(
+        sinks=sinks,
+        max_backlog=m.max_backlog,
+        batch=m.batch,
+        poll_s=m.poll_s,
+        max_backoff_s=m.max_backoff_s,
+    )
 
 
 def _gateway(m: GatewayModel) -> GatewaySpec:

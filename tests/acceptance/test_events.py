@@ -35,7 +35,9 @@ def _config(nats: Broker | None, redis: Broker | None) -> str:
         sinks.append(
             f"    - {{kind: redis, url: 'redis://127.0.0.1:{redis.port}/0', timeout_s: 1}}"
         )
-    return CONFIG + "events:\n  poll_s: 0.1\n  sinks:\n" + "\n".join(sinks) + "\n"
+    return (
+        CONFIG + "events:\n  poll_s: 0.1\n  max_backoff_s: 1\n  sinks:\n" + "\n".join(sinks) + "\n"
+    )
 
 
 @pytest.fixture

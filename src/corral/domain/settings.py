@@ -272,6 +272,7 @@ class EventsSpec:
     max_backlog: int = 100_000
     batch: int = 500  # rows read and published per round
     poll_s: float = 0.5  # how often the drainer looks for new rows
+    max_backoff_s: float = 30.0  # the longest pause between rounds while a sink fails
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

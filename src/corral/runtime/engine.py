@@ -56,6 +56,7 @@ from corral.workers.sealing import Keeper, revealer
 log = logging.getLogger("corral.engine")
 
 REVIVE_WAIT_S = 7.0  # how long clearing a crash loop waits for the new core (the CLI waits 10)
+SOLE_HOLDER = "sole-engine"  # who holds the sinks' leases on a store only one engine serves
 
 
 def build_core(config: Config) -> Core:
@@ -202,8 +203,13 @@ class Engine:
         self.governor.socket_group = config.socket_group
         self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         self.reporter = Reporter(self.store, config.settings.oversight, spans=self.spans)
-        # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py)
-        self.drainer = Drainer(self.store, config.settings.events, holder=self.id)
+        # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py).
+        # The sinks' leases are held by engine on a shared store; on an engine's own store (one
+        # engine at a time, by the data directory's lock) every engine holds them under one
+        # name, so the next engine after a crash drains at once instead of when the dead one's
+        # lease runs out — as the dispatcher takes over every attempt in flight there.
+        holder = self.id if is_shared(config) else SOLE_HOLDER
+        self.drainer = Drainer(self.store, config.settings.events, holder=holder)
         self.gate = PrerunGate(
             self.store, config.settings, rules, reveal=revealer(Keeper(config.secrets_key))
         )

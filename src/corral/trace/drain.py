@@ -32,7 +32,6 @@ from corral.trace.events import SOURCES, Event, agent_event, ends_attempt, recor
 from corral.trace.sinks import Sink, make_sink
 
 log = logging.getLogger(__name__)
-MAX_BACKOFF_S = 30.0
 STOP_FLUSH_S = 2.0  # how long a stopping engine goes on publishing (the rest: next engine)
 
 
@@ -146,7 +145,8 @@ class SinkDrainer:
 
     async def run(self) -> None:
         """Round after round until cancelled: at once while there is more, `poll_s` apart when
-        idle, and backing off (doubling to 30 s) while the broker or the store fails."""
+        idle, and backing off (doubling up to `max_backoff_s`) while the broker or the store
+        fails."""
         pause = self.events.poll_s
         while True:
             try:
@@ -162,7 +162,7 @@ class SinkDrainer:
                         self.failures,
                     )
                 await self.sink.close()
-                pause = min(MAX_BACKOFF_S, pause * 2)
+                pause = min(self.events.max_backoff_s, pause * 2)
                 await anyio.sleep(pause)
                 continue
             if self.failures:
