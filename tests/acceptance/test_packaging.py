@@ -1,0 +1,212 @@
+"""The built wheel, installed where there is no C compiler, runs a job end to end.
+
+This mirrors the Dockerfile's steps: the builder stage builds the wheel (the only step that
+compiles anything: corral-shim and corral-hook go into the wheel), the final stage installs it
+into a clean virtual environment on a machine without a compiler and runs `corral serve` behind
+its health probes. Here the clean environment takes Corral from the wheel alone; its
+third-party dependencies come from this checkout's environment (a path file), so the test needs
+no package registry.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPILERS = ("cc", "gcc", "clang", "c99", "tcc")
+
+
+@dataclass(frozen=True)
+class Installed:
+    wheel: Path
+    venv: Path
+    env: dict[str, str]
+
+    @property
+    def corral(self) -> str:
+        return str(self.venv / "bin" / "corral")
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.corral, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def build_wheel(into: Path) -> Path:
+    """Build the wheel from a copy of the sources (the checkout stays untouched), offline."""
+    src = into / "src-copy"
+    shutil.copytree(
+        ROOT / "src",
+        src / "src",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "bin"),
+    )
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    out = into / "wheels"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-build-isolation",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stderr
+    (wheel,) = out.glob("corral-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    root = tmp_path_factory.mktemp("wheel")
+    wheel = build_wheel(root)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    r = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    site = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('purelib'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # the dependencies (not Corral: its editable install is not on a plain path) from here
+    Path(site, "corral-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    tools = root / "tools"  # the only programs on PATH besides the venv's: no compiler
+    tools.mkdir()
+    for name in ("sh", "env", "echo", "sleep", "true"):
+        found = shutil.which(name)
+        if found:
+            (tools / name).symlink_to(found)
+    env = {
+        "PATH": f"{venv / 'bin'}:{tools}",
+        "HOME": str(root / "home"),
+        "CORRAL_SHIM_DIR": str(root / "shim-cache"),
+        "CORRAL_DATA_DIR": str(root / "data"),
+        "LANG": "C.UTF-8",
+    }
+    yield Installed(wheel, venv, env)
+
+
+def test_the_wheel_is_tagged_for_the_platform_and_carries_what_the_docs_promise(
+    installed: Installed,
+) -> None:
+    assert installed.wheel.name.startswith("corral-") and "-py3-none-linux_" in installed.wheel.name
+    names = zipfile.ZipFile(installed.wheel).namelist()
+    assert "corral/examples/corral.yaml" in names
+    assert any(n.startswith("corral/workers/bin/corral-shim-") for n in names)
+    assert any(n.startswith("corral/workers/bin/corral-hook-") for n in names)
+    assert "corral/workers/shim.c" in names  # the source stays beside the binary it built
+
+
+def test_no_compiler_is_on_the_path(installed: Installed) -> None:
+    for name in COMPILERS:
+        assert shutil.which(name, path=installed.env["PATH"]) is None, name
+
+
+def test_init_writes_the_shipped_example_and_it_checks(
+    installed: Installed, tmp_path: Path
+) -> None:
+    r = installed.run("init", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "corral.yaml").read_text().startswith("#")
+    r = installed.run("config", "check", "--config", str(tmp_path / "corral.yaml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(url: str) -> tuple[int, dict[str, object]]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.status, json.loads(resp.read())
+
+
+def test_serve_and_a_job_end_to_end_without_a_compiler(installed: Installed) -> None:
+    port = free_port()
+    engine = subprocess.Popen(
+        [installed.corral, "serve", "--http", f"127.0.0.1:{port}"],
+        env=installed.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+
+        def probes() -> bool | None:
+            assert engine.poll() is None, engine.stderr.read().decode() if engine.stderr else ""
+            try:
+                return get(f"http://127.0.0.1:{port}/readyz")[0] == 200 or None
+            except OSError:
+                return None
+
+        eventually(probes, timeout=30, what="the engine's readiness probe")
+        assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        r = installed.run("submit", "--wait", "--json", "--", "/bin/echo", "hi from the wheel")
+        assert r.returncode == 0, r.stdout + r.stderr
+        job = json.loads(r.stdout)["id"]
+        shown = json.loads(installed.run("show", job, "--json").stdout)
+        assert shown["state"] == "SUCCEEDED", shown
+        logs = installed.run("logs", job)
+        assert "hi from the wheel" in logs.stdout
+        # the shim that ran is the wheel's: nothing was compiled into the cache
+        assert not Path(installed.env["CORRAL_SHIM_DIR"]).exists()
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        try:
+            engine.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            engine.kill()
+            engine.wait()
