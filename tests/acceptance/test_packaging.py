@@ -2,8 +2,9 @@
 
 This mirrors the Dockerfile's steps: the builder stage builds the wheel (the only step that
 compiles anything: corral-shim and corral-hook go into the wheel), the final stage installs it
-into a clean virtual environment on a machine without a compiler and runs `corral serve` behind
-its health probes. Here the clean environment takes Corral from the wheel alone; its
+into a clean virtual environment on a machine without a compiler and runs the image's own
+command (its ENTRYPOINT and CMD, read from the Dockerfile, on a loopback address here) with the
+image's own HEALTHCHECK command. Here the clean environment takes Corral from the wheel alone; its
 third-party dependencies come from this checkout's environment (a path file), so the test needs
 no package registry.
 """
@@ -163,6 +164,27 @@ def test_init_writes_the_shipped_example_and_it_checks(
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_version_and_shell_completion(installed: Installed) -> None:
+    assert installed.run("--version").stdout.strip() == installed.run("version").stdout.strip()
+    assert installed.run("--version").stdout.strip() in installed.wheel.name
+    shown = installed.run("--show-completion", "bash")
+    assert shown.returncode == 0 and "_corral_completion" in shown.stdout, shown.stderr
+    r = installed.run("--install-completion", "bash")
+    assert r.returncode == 0, r.stderr
+    home = Path(installed.env["HOME"])
+    assert "_corral_completion" in (home / ".bash_completions" / "corral.sh").read_text()
+    assert ".bash_completions/corral.sh" in (home / ".bashrc").read_text()
+    completes = subprocess.run(
+        [installed.corral],
+        env={**installed.env, "_CORRAL_COMPLETE": "complete_bash"}
+        | {"COMP_WORDS": "corral config ch", "COMP_CWORD": "2"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert completes.stdout.split() == ["check"]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -174,10 +196,38 @@ def get(url: str) -> tuple[int, dict[str, object]]:
         return resp.status, json.loads(resp.read())
 
 
-def test_serve_and_a_job_end_to_end_without_a_compiler(installed: Installed) -> None:
+def dockerfile() -> dict[str, list[str]]:
+    """The Dockerfile's exec-form instructions (ENTRYPOINT, CMD, HEALTHCHECK's CMD), the last
+    of each, continuation lines joined."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        words = line.split(None, 1)
+        if not words or words[0] not in ("ENTRYPOINT", "CMD", "HEALTHCHECK"):
+            continue
+        rest = words[1]
+        if words[0] == "HEALTHCHECK":
+            rest = rest[rest.index(" CMD ") + 5 :]
+        found[words[0]] = json.loads(rest)
+    return found
+
+
+def test_the_image_command_and_its_healthcheck_are_what_runs_here() -> None:
+    d = dockerfile()
+    assert d["ENTRYPOINT"] == ["corral"]
+    assert d["CMD"][:3] == ["serve", "--http", "0.0.0.0:8765"]
+    assert d["HEALTHCHECK"][0] == "python"
+
+
+def test_the_image_steps_serve_and_run_a_job_without_a_compiler(installed: Installed) -> None:
     port = free_port()
+    image = dockerfile()
+    command = [a.replace("0.0.0.0:8765", f"127.0.0.1:{port}") for a in image["CMD"]]
+    healthcheck = [str(installed.venv / "bin" / "python"), *image["HEALTHCHECK"][1:]]
+    health_env = {**installed.env, "CORRAL_HEALTH_URL": f"http://127.0.0.1:{port}/healthz"}
+    assert subprocess.run(healthcheck, env=health_env, capture_output=True).returncode != 0
     engine = subprocess.Popen(
-        [installed.corral, "serve", "--http", f"127.0.0.1:{port}"],
+        [installed.corral, *command],
         env=installed.env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -194,6 +244,8 @@ def test_serve_and_a_job_end_to_end_without_a_compiler(installed: Installed) -> 
 
         eventually(probes, timeout=30, what="the engine's readiness probe")
         assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        checked = subprocess.run(healthcheck, env=health_env, capture_output=True, timeout=30)
+        assert checked.returncode == 0, checked.stderr
         r = installed.run("submit", "--wait", "--json", "--", "/bin/echo", "hi from the wheel")
         assert r.returncode == 0, r.stdout + r.stderr
         job = json.loads(r.stdout)["id"]
