@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import urllib.request
 import zipfile
 from collections.abc import Iterator
@@ -54,7 +55,9 @@ class Installed:
 
 
 def build_wheel(into: Path) -> Path:
-    """Build the wheel from a copy of the sources (the checkout stays untouched), offline."""
+    """Build the sdist from a copy of the sources (the checkout stays untouched), then the
+    wheel from that sdist, as pip does for a source install: offline, with this environment's
+    setuptools. The wheel's native helpers are compiled from the sources the sdist carries."""
     src = into / "src-copy"
     shutil.copytree(
         ROOT / "src",
@@ -63,20 +66,29 @@ def build_wheel(into: Path) -> Path:
     )
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    out = into / "wheels"
+    dist = into / "dist"
     r = subprocess.run(
         [
             sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-build-isolation",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "-w",
-            str(out),
-            str(src),
+            "-c",
+            f"from setuptools import build_meta as b; b.build_sdist({str(dist)!r})",
+        ],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stderr
+    (sdist,) = dist.glob("corral-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    assert {"setup.py", "src/corral/workers/shim.c", "src/corral/workers/hook.c"} <= names
+    assert not any("/workers/bin/" in n for n in names)  # sources only: built on install
+    out = into / "wheels"
+    r = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps"),
+            *("--disable-pip-version-check", "-w", str(out), str(sdist)),
         ],
         capture_output=True,
         text=True,
@@ -92,17 +104,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     root = tmp_path_factory.mktemp("wheel")
     wheel = build_wheel(root)
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # a venv without pip of its own (ensurepip is slow): this environment's pip installs into it
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     r = subprocess.run(
         [
-            str(venv / "bin" / "python"),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            "--disable-pip-version-check",
+            *(sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")),
+            *("install", "-q", "--no-deps", "--no-index", "--disable-pip-version-check"),
             str(wheel),
         ],
         capture_output=True,

@@ -270,8 +270,18 @@ def test_secrets_come_only_from_secret_key_refs() -> None:
     assert by_name["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf", "key": "token"}
     plain = {e["name"] for e in env if "value" in e}
     assert plain == {"CORRAL_CONFIG", "CORRAL_DATA_DIR", "HOME"}
-    with pytest.raises(helm_python.HelmError, match="values come from Secrets only"):
-        render({"secretEnv": [{"name": "HF_TOKEN", "value": "hf_plain"}]})
+    for clear in (
+        {"name": "HF_TOKEN", "value": "hf_plain"},
+        {"name": "HF_TOKEN", "secretName": ""},
+    ):
+        with pytest.raises(helm_python.HelmError):  # the values' schema, then the template
+            render({"secretEnv": [clear]})
+    chart = helm_python.Chart.load(str(CHART))
+    try:
+        with pytest.raises(helm_python.HelmValuesError, match="value"):
+            chart.validate_schema({"secretEnv": [{"name": "X", "value": "plain"}]})
+    finally:
+        chart.close()
 
 
 def test_the_engine_runs_unprivileged_with_no_kubernetes_api_access() -> None:
