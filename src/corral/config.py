@@ -507,6 +507,8 @@ def parse(text: str, source: str) -> ConfigModel:
             if (keys := _keys_at(loc)) is not None
         }
         found = config_check.problems(errors, known) + found
+        # what resolving would find too, in each role and environment that does validate
+        found += [p for p in _section_problems(raw, source) if p not in found]
     if found:
         raise ConfigProblems(source, found)
     return model
@@ -524,8 +526,6 @@ def check(text: str, source: str) -> list[str]:
         group_id(model.engine.socket_group)
     except ConfigProblems as err:
         found = list(err.problems)
-        raw = yaml.load(text, Loader=_YAML_LOADER)  # parsed once already: a mapping
-        found += [p for p in _section_problems(raw, source) if p not in found]
     except ConfigError as err:
         found = [str(err).removeprefix(f"{source}: ").removeprefix(f"{source}:")]
     except ValueError as err:

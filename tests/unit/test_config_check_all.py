@@ -76,6 +76,11 @@ def test_loading_says_every_problem_too(tmp_path: Path) -> None:
     with pytest.raises(ConfigProblems, match=r"2 problems: environments\.x\.address") as err:
         load(data_dir=tmp_path, config_path=path)
     assert "(and 1 more)" not in str(err.value)
+    path.write_text(BAD)  # type errors and what only resolving finds, in one message
+    with pytest.raises(ConfigProblems) as err:
+        load(data_dir=tmp_path, config_path=path)
+    assert len(err.value.problems) == 6  # all but the default environment's name (check only)
+    assert "roles.web.tools" in str(err.value) and "environments.torch-dev-gpu" in str(err.value)
 
 
 def test_malformed_yaml_is_one_problem_with_its_line() -> None:

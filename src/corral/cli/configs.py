@@ -54,9 +54,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{found.source or 'the built-in defaults'}: no problems")
         else:
             n = len(found.problems)
-            typer.echo(f"{found.source}: {n} problem{'s' if n != 1 else ''}", err=True)
+            typer.echo(f"{found.source}: {n} problem{'s' if n != 1 else ''}")
             for problem in found.problems:
-                typer.echo(f"  {problem}", err=True)
+                typer.echo(f"  {_printable(problem)}")
         if not found.ok:
             raise typer.Exit(exit_code(ConfigError("")))
 
@@ -82,6 +82,12 @@ def register(app: typer.Typer) -> None:
             return
         typer.echo(_header(info), nl=False)
         typer.echo(view.text, nl=not view.text.endswith("\n"))
+
+
+def _printable(text: str) -> str:
+    """A key of the file as written may hold control characters: shown escaped, not run by
+    the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def _header(info: dict[str, Any]) -> str:
