@@ -11,6 +11,7 @@ no package registry.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -115,10 +116,28 @@ def build_wheel(into: Path) -> Path:
     return wheel
 
 
+def built_once(factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built once per test run: the run's test workers share the temporary root
+    (pytest-xdist gives each its own directory under it), and the first one builds."""
+    base = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # <run's temp>/popen-gwN: the run's is above
+        base = base.parent
+    shared = base / "corral-wheel"
+    shared.mkdir(exist_ok=True)
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = sorted((shared / "manylinux").glob("corral-*.whl"))
+        if found:
+            return found[0]
+        for leftover in ("src-copy", "dist", "wheels"):  # a build that failed half-way
+            shutil.rmtree(shared / leftover, ignore_errors=True)
+        return build_wheel(shared)
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     root = tmp_path_factory.mktemp("wheel")
-    wheel = build_wheel(root)
+    wheel = built_once(tmp_path_factory)
     venv = root / "venv"
     # a venv without pip of its own (ensurepip is slow): this environment's pip installs into it
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

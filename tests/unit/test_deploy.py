@@ -350,3 +350,19 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
 def test_systemd_analyze_does_find_problems(tmp_path: Path) -> None:
     r = verify_unit(UNIT.read_text().replace("KillMode=process", "KillMode=bogus"), tmp_path)
     assert "KillMode" in r.stderr or "kill mode" in r.stderr
+
+
+def test_the_values_schema_holds_both_values_files_and_refuses_bad_ones() -> None:
+    chart = helm_python.Chart.load(str(CHART))
+    try:
+        chart.validate_schema({})
+        chart.validate_schema(ci_values())
+        for bad, where in (
+            ({"replicaCount": 0}, "/replicaCount"),
+            ({"http": {"port": "8765"}}, "/http/port"),
+            ({"store": {"postgresql": {"url": "postgresql://u:pw@db/corral"}}}, "url"),
+        ):
+            with pytest.raises(helm_python.HelmValuesError, match=where):
+                chart.validate_schema(bad)
+    finally:
+        chart.close()
