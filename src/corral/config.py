@@ -62,6 +62,20 @@ CONFIG_NAME = "corral.yaml"
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster
 
 
+class ConfigProblems(ConfigError):
+    """A configuration with problems: the one-line message, and each problem as `where: what`
+    for `corral config check` to list one a line."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        super().__init__(config_check.one_line(source, problems))
+        self.source = source
+        self.problems = problems
+
+
+class _Problem(ValueError):
+    """One problem of one part of the configuration, found while resolving it."""
+
+
 class _Strict(BaseModel):
     # every number finite: `timeout_s: .inf` is a configuration error, not a stuck job
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -494,9 +508,36 @@ def parse(text: str, source: str) -> ConfigModel:
             if (keys := _keys_at(loc)) is not None
         }
         found = config_check.problems(errors, known) + found
+        # what resolving would find too, in each role and environment that does validate
+        found += [p for p in _section_problems(raw, source) if p not in found]
     if found:
-        raise ConfigError(config_check.one_line(source, found))
+        raise ConfigProblems(source, found)
     return model
+
+
+def check(text: str, source: str) -> list[str]:
+    """Every problem of a configuration file's text as `where: what` ([] when it loads): what
+    `corral config check` lists. Beyond what loading refuses, it names the default role or
+    environment when it is none of the ones declared (loading would quietly add an empty one:
+    most often a misspelling)."""
+    found: list[str] = []
+    try:
+        model = parse(text, source)
+        resolve(model, source)
+        group_id(model.engine.socket_group)
+    except ConfigProblems as err:
+        found = list(err.problems)
+    except ConfigError as err:
+        found = [str(err).removeprefix(f"{source}: ").removeprefix(f"{source}:")]
+    except ValueError as err:
+        found = [f"engine.socket_group: {err}"]
+    try:
+        raw = yaml.load(text, Loader=_YAML_LOADER) if not yaml_too_deep(text) else None
+    except yaml.YAMLError:
+        raw = None
+    if isinstance(raw, dict):
+        found += config_check.reference_problems(raw)
+    return found
 
 
 def _keys_at(loc: tuple[int | str, ...]) -> set[str] | None:
@@ -577,7 +618,7 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         try:
             mcp_servers = load_mcp_servers(Path(_relative(m.mcp_config, source) or ""))
         except ValueError as err:
-            raise ConfigError(f"{source}: roles.{name}.mcp_config: {err}") from None
+            raise _Problem(f"roles.{name}.mcp_config: {err}") from None
     return RoleSpec(
         name=name,
         worker=m.worker,
@@ -612,14 +653,20 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
 
 
 def resolve(model: ConfigModel, source: str) -> Settings:
-    roles = {name: _role(name, m, source) for name, m in model.roles.items()}
-    for name, role in roles.items():
-        try:
-            Scope.parse(role.tools)
-        except ValueError as err:
-            raise ConfigError(f"{source}: roles.{name}.tools: {err}") from None
-    for name, role in roles.items():
-        _check_budget(name, role, source)
+    """The settings of a validated model, or ConfigError listing every problem left (tool
+    scopes, budgets, MCP files, ray addresses, the guardrails file), not only the first."""
+    found: list[str] = []
+    roles: dict[str, RoleSpec] = {}
+    for name, m in model.roles.items():
+        role, problems = _checked_role(name, m, source)
+        found += problems
+        if role is not None:
+            roles[name] = role
+    found += [p for name, m in model.environments.items() for p in _env_problems(name, m)]
+    guardrails_file = _relative(model.guardrails, source)
+    found += _guardrails_problems(guardrails_file)
+    if found:
+        raise ConfigProblems(source, found)
     roles.setdefault(model.default_role, RoleSpec(name=model.default_role))
     envs = {
         name: EnvSpec(
@@ -632,12 +679,6 @@ def resolve(model: ConfigModel, source: str) -> Settings:
         for name, m in model.environments.items()
     }
     envs.setdefault(model.default_environment, EnvSpec(name=model.default_environment))
-    for name, env in envs.items():
-        if env.kind == "ray" and not env.address:
-            raise ConfigError(
-                f"{source}: environments.{name}.address: a ray environment needs "
-                "the cluster address"
-            )
     settings = Settings(
         roles=roles,
         environments=envs,
@@ -649,7 +690,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
         ),
         default_role=model.default_role,
         default_env=model.default_environment,
-        guardrails_file=_relative(model.guardrails, source),
+        guardrails_file=guardrails_file,
         approval_ttl_s=model.approval_ttl_s,
         output=OutputSpec(max_bytes=model.output.max_bytes, tail_bytes=model.output.tail_bytes),
         oversight=OversightSpec(
@@ -660,16 +701,65 @@ def resolve(model: ConfigModel, source: str) -> Settings:
         events=_events(model.events),
         **_mechanism(model),
     )
-    if settings.guardrails_file is not None:  # a rules file that does not load is a config error
-        guardrails_of(settings, source)
     return settings
 
 
-def _check_budget(name: str, role: RoleSpec, source: str) -> None:
-    """A role whose default limits its own retry budget refuses would deny every job."""
+def _checked_role(name: str, m: RoleModel, source: str) -> tuple[RoleSpec | None, list[str]]:
+    """A role's spec, and what is wrong with it beyond its fields' types."""
+    try:
+        role = _role(name, m, source)
+    except _Problem as err:
+        return None, [str(err)]
+    try:
+        Scope.parse(role.tools)
+    except ValueError as err:
+        return role, [f"roles.{name}.tools: {err}"]
     excess = role.retry_budget.excess(role.limits)
-    if excess is not None:
-        raise ConfigError(f"{source}: roles.{name}.limits.{excess[0]}: {excess[1]}")
+    if excess is not None:  # its default limits refused by its own budget: every job denied
+        return role, [f"roles.{name}.limits.{excess[0]}: {excess[1]}"]
+    return role, []
+
+
+def _env_problems(name: str, m: EnvModel) -> list[str]:
+    if m.kind == "ray" and not m.address:
+        return [f"environments.{name}.address: a ray environment needs the cluster address"]
+    return []
+
+
+def _guardrails_problems(path: str | None) -> list[str]:
+    """A rules file that does not load is a configuration problem."""
+    if path is None:
+        return []
+    try:
+        load_rules(Path(path))
+    except (OSError, ValueError) as err:
+        return [f"guardrails: {err}"]
+    return []
+
+
+def _section_problems(raw: dict[str, Any], source: str) -> list[str]:
+    """When the file as a whole does not validate, the checks that need validated values, run
+    on each role and environment that does: so one list holds every problem."""
+    found: list[str] = []
+    for name, entry in _entries(raw, "roles"):
+        try:
+            found += _checked_role(name, RoleModel.model_validate(entry), source)[1]
+        except ValidationError:
+            continue  # its own problems are listed already
+    for name, entry in _entries(raw, "environments"):
+        try:
+            found += _env_problems(name, EnvModel.model_validate(entry))
+        except ValidationError:
+            continue
+    guardrails = raw.get("guardrails")
+    if isinstance(guardrails, str):
+        found += _guardrails_problems(_relative(guardrails, source))
+    return found
+
+
+def _entries(raw: dict[str, Any], section: str) -> list[tuple[str, Any]]:
+    entries = raw.get(section)
+    return [(str(k), v) for k, v in entries.items()] if isinstance(entries, dict) else []
 
 
 def guardrails_of(settings: Settings, source: str = "corral.yaml") -> Guardrails:

@@ -146,6 +146,20 @@ def kind_problems(raw: Mapping[str, Any], adapters: Sequence[str]) -> list[str]:
     return found
 
 
+def reference_problems(raw: Mapping[str, Any]) -> list[str]:
+    """`default_role` or `default_environment` naming none of the roles or environments the
+    file declares (the built-in names `default` and `local` excepted: those stand alone)."""
+    found = []
+    for key, section, builtin in (
+        ("default_role", "roles", "default"),
+        ("default_environment", "environments", "local"),
+    ):
+        name, declared = raw.get(key, builtin), _mapping(raw.get(section))
+        if isinstance(name, str) and declared and name != builtin and name not in declared:
+            found.append(f"{key}: " + unknown_name(section.rstrip("s"), name, declared))
+    return found
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 

@@ -43,6 +43,7 @@ COMMANDS_WITH_JSON = {
     "events tail",
     "status",
     "version",
+    "config check",
     "report",
     "incidents",
     "runs",
@@ -197,6 +198,7 @@ def _policy_and_config(c: Corral) -> None:
     assert conforms("PolicyEvaluation", c.json("policy", "log"), many=True)
     conforms("PolicyStats", c.json("policy", "stats"))
     conforms("ConfigShown", c.json("config", "show"))
+    conforms("ConfigChecked", c.json("config", "check"))
     for how in (("--", "ls"), ("--stage", "spawn", "--", "ls"), ("--sql", "SELECT 1")):
         out = c.run("guard", "check", "--role", "default", "--json", *how)  # exit 1: deny
         conforms("GuardCheck", json.loads(out.stdout))

@@ -42,13 +42,35 @@ if TYPE_CHECKING:
 app = typer.Typer(
     name="corral",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     help="Corral keeps AI agents bounded: it queues jobs, grants each attempt a permit, "
     "stops, retries and records them.",
 )
 app.add_typer(dlq.app, name="dlq")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _top(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print Corral's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Corral keeps AI agents bounded: it queues jobs, grants each attempt a permit, stops,
+    retries and records them."""
 
 
 @app.command()

@@ -46,6 +46,7 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "PolicyCheck": views.PolicyCheck,
     "PolicyStats": views.PolicyStats,
     "ConfigShown": views.ConfigShown,
+    "ConfigChecked": views.ConfigChecked,
     "EngineStatus": views.EngineStatus,
     "Breaker": views.Breaker,
     "BreakerReset": views.BreakerReset,

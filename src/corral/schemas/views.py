@@ -551,6 +551,14 @@ class ConfigShown(View):
     local: LocalConfig
 
 
+class ConfigChecked(View):
+    """`config check`: every problem of the configuration file, as `where: what`."""
+
+    source: str | None  # None: no file, the built-in defaults
+    ok: bool
+    problems: list[str]
+
+
 # ---- the engine's live mechanism: the core's own snapshot, open to new fields ---------------
 
 

@@ -1,12 +1,17 @@
 """The configuration the engine runs, as it recorded it when it started (runtime/published.py),
-beside the local one: what `corral config show` prints."""
+beside the local one: what `corral config show` prints. Also a configuration's every problem
+(`corral config check`) and a commented starter file (`corral init`)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
-from corral.config import Config
+from corral.config import CONFIG_NAME, Config, check, default_data_dir, find_config
 from corral.core.ports import EngineConfig, EngineRegistry
+from corral.domain.errors import Conflict, InvalidRequest
 from corral.runtime.published import fingerprint, redacted
 
 
@@ -39,3 +44,54 @@ async def config_view(store: EngineRegistry, local: Config) -> ConfigView:
         text,
         fingerprint(text),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigCheck:
+    """What `corral config check` found: the file read (None: the built-in defaults) and every
+    problem in it as `where: what`, in the order of the file's sections."""
+
+    source: str | None
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_config(data_dir: Path | None, explicit: Path | None) -> ConfigCheck:
+    """Check the configuration a command would read (--config, $CORRAL_CONFIG, ./corral.yaml,
+    <data dir>/corral.yaml), every problem at once; ConfigError when there is no such file."""
+    path = find_config(explicit, (data_dir or default_data_dir()).expanduser())
+    if path is None:
+        return ConfigCheck(None, [])
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        return ConfigCheck(str(path), [f"cannot read the file: {err}"])
+    return ConfigCheck(str(path), check(text, str(path)))
+
+
+def starter_text() -> str:
+    """The commented example configuration the package ships (examples/corral.yaml)."""
+    return resources.files("corral").joinpath("examples", CONFIG_NAME).read_text()
+
+
+def init_config(directory: Path, *, force: bool = False) -> Path:
+    """Write the starter corral.yaml into `directory` (created if missing); Conflict when one
+    is there already, unless `force`. Returns the file written."""
+    if directory.exists() and not directory.is_dir():
+        raise InvalidRequest(f"{directory} is not a directory")
+    target = directory / CONFIG_NAME
+    if target.exists() and not force:
+        raise Conflict(f"{target} exists already (--force writes over it)")
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{CONFIG_NAME}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(starter_text())
+        os.replace(tmp, target)
+    except OSError as err:
+        raise InvalidRequest(f"cannot write {target}: {err.strerror or err}") from err
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target

@@ -1,6 +1,10 @@
 """The native helpers, `corral-shim` (shim.c: the C supervisor of one attempt, process.py) and
-`corral-hook` (hook.c: what an agent CLI runs before each tool call, agents/), built from the C
-sources shipped beside this module on first use, once per source version.
+`corral-hook` (hook.c: what an agent CLI runs before each tool call, agents/).
+
+An installed wheel carries both already built, in bin/ beside this module (setup.py compiles
+them when the wheel is built), so a machine without a C compiler runs them as they are. A
+checkout (an editable install) has no bin/: there they are built from the C sources beside
+this module on first use, once per source version, into a cache.
 """
 
 from __future__ import annotations
@@ -32,9 +36,11 @@ def hook_path() -> Path:
 
 
 def native_binary(name: str) -> Path:
-    """Return the binary of `<name>.c` beside this module, compiling it once per source version.
+    """Return the binary of `<name>.c` beside this module: the one the wheel carries, or one
+    compiled once per source version.
 
-    The binary lives in `$CORRAL_SHIM_DIR` (default `~/.cache/corral/`) as
+    Both are named by a digest of the source, so a binary built from other source is never
+    run. A compiled one lives in `$CORRAL_SHIM_DIR` (default `~/.cache/corral/`) as
     `corral-<name>-<sha256(source)[:12]>`; a build goes to a temporary name and is renamed into
     place, so concurrent builders never see (or run) a half-written file.
     """
@@ -47,6 +53,9 @@ def native_binary(name: str) -> Path:
 def _build(name: str) -> Path:
     source = Path(__file__).with_name(f"{name}.c").read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:12]
+    shipped = Path(__file__).with_name("bin") / f"corral-{name}-{digest}"
+    if os.access(shipped, os.X_OK):
+        return shipped
     cache = Path(os.environ.get("CORRAL_SHIM_DIR") or Path.home() / ".cache" / "corral")
     target = cache / f"corral-{name}-{digest}"
     if os.access(target, os.X_OK):
