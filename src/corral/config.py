@@ -38,10 +38,12 @@ from corral.domain.settings import (
     EscalationSpec,
     EventsSpec,
     GatewaySpec,
+    KeepSpec,
     OutputSpec,
     OversightSpec,
     ProviderSpec,
     RateSpec,
+    RetentionSpec,
     RetryBudget,
     RetryPolicy,
     RoleSpec,
@@ -364,6 +366,22 @@ class EventsModel(_Strict):
         return self
 
 
+class KeepModel(_Strict):
+    keep_days: float = Field(30.0, gt=0)
+    keep_jobs: int = Field(10_000, ge=0)
+
+
+class RetentionModel(_Strict):
+    """`retention` (docs/how-to/retention.md)."""
+
+    keep_days: float = Field(30.0, gt=0)
+    keep_jobs: int = Field(10_000, ge=0)
+    roles: dict[str, KeepModel] = {}
+    interval_s: float = Field(3600.0, ge=0)
+    batch: int = Field(200, ge=1, le=5_000)
+    archive_dir: str | None = None
+
+
 class ConfigModel(_Strict):
     engine: EngineModel = EngineModel()
     core: CoreModel = field(default_factory=CoreModel)
@@ -386,6 +404,7 @@ class ConfigModel(_Strict):
     secrets: SecretsModel = SecretsModel()
     audit: AuditModel = AuditModel()
     events: EventsModel = EventsModel()
+    retention: RetentionModel = RetentionModel()
     api: ApiModel = ApiModel()
 
 
@@ -657,6 +676,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             min_severity=model.oversight.min_severity,
         ),
         events=_events(model.events),
+        retention=_retention(model.retention, source),
         **_mechanism(model),
     )
     if settings.guardrails_file is not None:  # a rules file that does not load is a config error
@@ -726,6 +746,19 @@ def _events(m: EventsModel) -> EventsSpec:
         for s in m.sinks
     )
     return EventsSpec(sinks=sinks, max_backlog=m.max_backlog, batch=m.batch, poll_s=m.poll_s)
+
+
+def _retention(m: RetentionModel, source: str) -> RetentionSpec:
+    return RetentionSpec(
+        default=KeepSpec(keep_days=m.keep_days, keep_jobs=m.keep_jobs),
+        roles={
+            name: KeepSpec(keep_days=r.keep_days, keep_jobs=r.keep_jobs)
+            for name, r in m.roles.items()
+        },
+        interval_s=m.interval_s,
+        batch=m.batch,
+        archive_dir=_relative(m.archive_dir, source),
+    )
 
 
 def _gateway(m: GatewayModel) -> GatewaySpec:

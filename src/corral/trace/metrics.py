@@ -177,14 +177,17 @@ class CorralCollector(Collector):
         self.scrape = scrape
 
     def collect(self) -> Iterator[Metric]:
-        yield from _jobs(self.scrape.figures.jobs, self.scrape.figures.dlq)
+        f = self.scrape.figures
+        yield from _jobs(f.jobs, f.dlq, f.removed)
         yield from _attempts(self.scrape.figures, self.scrape.bounds)
         yield from _usage(self.scrape.figures)
         yield from _governance(self.scrape)
         yield from _core(self.scrape.core)
 
 
-def _jobs(jobs: Sequence[Tally], open_dlq: Sequence[Tally]) -> Iterator[Metric]:
+def _jobs(
+    jobs: Sequence[Tally], open_dlq: Sequence[Tally], removed: Sequence[Tally] = ()
+) -> Iterator[Metric]:
     queued = GaugeMetricFamily(
         "corral_queue_depth",
         "Jobs waiting to run (queued or in retry backoff).",
@@ -214,6 +217,8 @@ def _jobs(jobs: Sequence[Tally], open_dlq: Sequence[Tally]) -> Iterator[Metric]:
             _add(sums["queued"], (role, env, priority, st.value.lower()), n)
         if st in TERMINAL:
             _add(sums["finished"], (role, st.value.lower()), n)
+    for (role, _env, _priority, state), n in removed:  # retention took them: still finished
+        _add(sums["finished"], (role, state.lower()), n)
     for t in open_dlq:
         _add(sums["dlq"], t.labels, t.value)
     for family, key in (
