@@ -76,6 +76,7 @@ COMMANDS_WITH_JSON = {
     "token create",
     "token list",
     "token revoke",
+    "gc",
 }
 
 

@@ -125,6 +125,8 @@ class AuditReport:
     checked: int
     prechain: int = 0
     checkpoints: int = 0
+    archived: int = 0  # records checked in retention's archive files
+    archives_missing: int = 0  # archive files the store names that are not on disk
     first_bad: tuple[str, str, str] | None = None
     problems: tuple[tuple[str, str, str], ...] = ()
 
@@ -670,6 +672,10 @@ class RetentionStore(Protocol):
 
     async def release_gc(self, holder: str) -> None:
         """Give the lease back (a no-op when `holder` does not hold it)."""
+
+
+class ArchivedAudit(AuditStore, RetentionStore, Protocol):
+    """The audit chains with what retention archived of them: what verification reads."""
 
 
 class Store(

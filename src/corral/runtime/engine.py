@@ -43,6 +43,7 @@ from corral.runtime.governor import Governor
 from corral.runtime.modelgate import ModelGateway
 from corral.runtime.peers import Peer
 from corral.runtime.reporter import Reporter
+from corral.runtime.retention import Retainer
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
@@ -204,6 +205,8 @@ class Engine:
         self.reporter = Reporter(self.store, config.settings.oversight, spans=self.spans)
         # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py)
         self.drainer = Drainer(self.store, config.settings.events, holder=self.id)
+        # Removes terminal jobs past retention every retention.interval_s (runtime/retention.py)
+        self.retainer = Retainer(self.store, config, holder=self.id)
         self.gate = PrerunGate(
             self.store, config.settings, rules, reveal=revealer(Keeper(config.secrets_key))
         )
@@ -388,6 +391,7 @@ class Engine:
             tg.start_soon(self._signals, tg.cancel_scope)
             if self.drainer.sinks:
                 tg.start_soon(self.drainer.run)
+            tg.start_soon(self.retainer.run)
             for task in also:
                 tg.start_soon(task, self)
             if on_ready is not None:

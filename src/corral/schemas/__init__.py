@@ -40,6 +40,7 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "NoReport": views.NoReport,
     "UnifiedRun": views.UnifiedRun,
     "AuditReport": views.AuditReport,
+    "GcReport": views.GcReport,
     "Budget": views.Budget,
     "BudgetSet": views.BudgetSet,
     "DarkLaunch": views.DarkLaunch,

@@ -466,8 +466,28 @@ class AuditReport(View):
     checked: int
     prechain: int
     checkpoints: int
+    archived: int = Field(0, description="records checked in retention's archive files")
+    archives_missing: int = Field(
+        0, description="archive files the store names that were not found (not checked)"
+    )
     first_bad: tuple[str, str, str] | None = Field(description="(table, row id, why)")
     problems: list[tuple[str, str, str]]
+
+
+class GcReport(View):
+    """`gc`: what retention removed (or, with --dry-run, would remove)."""
+
+    dry_run: bool
+    jobs: int = Field(description="terminal jobs archived and removed (or that would be)")
+    held: int = Field(
+        description="jobs past retention that must stay for now: a chain record of theirs"
+        " comes after a job that is kept, or an event sink has not published it yet"
+    )
+    attempt_dirs: int = Field(description="attempt directories (with their logs) removed")
+    batches: int
+    archives: list[str] = Field(description="archive files written (JSON Lines)")
+    job_ids: list[str] = Field(description="--dry-run: the jobs that would go")
+    records: dict[str, int] = Field(description="per chain, the records archived")
 
 
 class BudgetCeiling(View):
