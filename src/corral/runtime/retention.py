@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ import anyio
 from corral.config import Config
 from corral.core.ports import RetentionStore
 from corral.domain.errors import Conflict, CorralError
+from corral.domain.ids import new_id
 from corral.runtime.audit import archive_dir
 from corral.store import archive
 from corral.trace.metrics import BOUNDS
@@ -140,7 +140,7 @@ async def _batches(
             break
         batches += 1
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(at))
-        name = f"corral-archive-{stamp}-{os.getpid()}-{holder[-8:]}-{batches:05d}.jsonl"
+        name = f"corral-archive-{stamp}-{batches:05d}-{new_id()[-8:]}.jsonl"
         path = await anyio.to_thread.run_sync(archive.write, folder, name, batch, time.time())
         jobs += await store.gc_remove(batch, archive=name, now=time.time(), bounds=bounds)
         dirs += await anyio.to_thread.run_sync(_remove_dirs, attempts_root(config), batch.dirs)
