@@ -96,6 +96,7 @@ def test_nothing_of_a_job_that_has_not_ended_is_touched_while_gc_runs(tmp_path: 
         assert audit["ok"], audit["problems"]
         assert audit["archived"] > 0 and audit["archives_missing"] == 0
         assert list((c.data / "archive").glob("corral-archive-*.jsonl"))
+        c.ok("cancel", running)
     finally:
         c.stop_all()
 
