@@ -53,6 +53,7 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "Escalation": views.Escalation,
     "EscalationCleared": views.EscalationCleared,
     "CoreEvent": views.CoreEvent,
+    "TailedEvent": views.TailedEvent,
     "GuardCheck": views.GuardCheck,
     "Token": views.Token,
     "TokenCreated": views.TokenCreated,

@@ -606,6 +606,28 @@ class CoreEvent(_Open):
     """`events`: one recorded core decision."""
 
 
+class PublishedBody(_Open):
+    """What a sink carries of one record: a committed row of an outbox table (`source` names
+    it; its columns, JSON columns as values) or an AgentEvent (`intent_id`, the job)."""
+
+    event_id: str = Field(
+        description="the dedup id: `<table>:<seq>` for a record, the AgentEvent's own id"
+    )
+    source: str | None = Field(None, description="the outbox table of a record")
+    intent_id: str | None = Field(None, description="an AgentEvent's job")
+
+
+class TailedEvent(View):
+    """`events tail --json`: one line (JSON Lines) per event published to the sink."""
+
+    event_id: str = Field(description="the dedup id (JetStream Nats-Msg-Id)")
+    subject: str = Field(
+        description="mp.agent.events, corral.jobs.<state>, corral.jobs.event.<kind> or"
+        " corral.governance.<kind>"
+    )
+    body: PublishedBody
+
+
 class EscalationCleared(View):
     """`escalations clear`: the escalation ended, and (a core crash loop) the core's state."""
 
