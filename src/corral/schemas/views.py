@@ -287,6 +287,9 @@ class JobShow(JobDetail):
     attempts: list[Attempt]  # type: ignore[assignment]
     timeline: list[JobEvent]
     agent_events: list[AgentEvent]
+    trace_id: str = Field(
+        description="the OpenTelemetry trace (32 hex digits) of the job's spans, submit to result"
+    )
 
 
 class Trace(View):
