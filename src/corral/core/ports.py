@@ -661,6 +661,10 @@ class RetentionStore(Protocol):
         each chain's archived head, record the archive. Conflict when an archived head moved
         since the batch was read (another engine collected). Returns the jobs deleted."""
 
+    async def gc_known(self, job_ids: Sequence[str]) -> set[str]:
+        """Which of these exact ids are jobs in the store (an attempt directory whose job is
+        not is left over)."""
+
     async def archived_heads(self) -> dict[str, ChainHead]:
         """Per archived chain, the last seq archived and its hash (where verification starts)."""
 

@@ -6,8 +6,10 @@ that has not ended), reads every row of those that can go now with whole chain s
 (store/retention_sql.py), the rows are written to an archive file atomically, then deleted in one
 transaction, then the attempt directories of the deleted jobs are removed. A crash between the
 archive and the delete leaves a file the store does not name (harmless; the next run writes the
-rows again); a crash between the delete and the directories leaves directories of jobs that are
-gone (they stay: a known gap, see the how-to).
+rows again). Attempt directories whose job is no longer in the store (a crash between the delete
+and their removal, or, on a shared PostgreSQL store, attempts this engine ran of jobs another
+engine collected) are swept by every run once they are older than the shortest `keep_days`
+(`sweep`): younger than that, retention would not have taken their job either.
 
 `corral gc` runs it once; a running engine runs it every `retention.interval_s` in its own task,
 a batch per transaction so that dispatch never waits long behind it. On a shared PostgreSQL
@@ -18,6 +20,7 @@ archived heads as a compare-and-set besides.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import time
@@ -82,6 +85,40 @@ def _remove_dirs(root: Path, dirs: Sequence[str]) -> int:
     return removed
 
 
+SWEEP_CHUNK = 500
+
+
+def _leftover_candidates(root: Path, older_than: float) -> dict[str, list[Path]]:
+    """Attempt directories (`<job id>.<attempt>`) last changed before `older_than`, by job."""
+    found: dict[str, list[Path]] = {}
+    if not root.is_dir():
+        return found
+    for entry in root.iterdir():
+        job_id, dot, index = entry.name.rpartition(".")
+        if not dot or not index.isdigit() or not job_id:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and entry.stat().st_mtime < older_than:
+                found.setdefault(job_id, []).append(entry)
+    return found
+
+
+async def sweep(store: RetentionStore, config: Config, *, now: float) -> int:
+    """Remove the attempt directories of jobs the store no longer has, once they are older
+    than the shortest `keep_days` of any role; the number removed."""
+    spec = config.settings.retention
+    shortest = min([spec.default.keep_days, *(k.keep_days for k in spec.roles.values())])
+    root = attempts_root(config)
+    found = await anyio.to_thread.run_sync(_leftover_candidates, root, now - shortest * 86400.0)
+    ids = sorted(found)
+    gone: list[str] = []
+    for i in range(0, len(ids), SWEEP_CHUNK):
+        chunk = ids[i : i + SWEEP_CHUNK]
+        known = await store.gc_known(chunk)
+        gone += [str(d) for j in chunk if j not in known for d in found[j]]
+    return await anyio.to_thread.run_sync(_remove_dirs, root, gone) if gone else 0
+
+
 async def collect(
     store: RetentionStore,
     config: Config,
@@ -110,7 +147,9 @@ async def collect(
     if not await store.claim_gc(holder, now=time.time(), lease_s=LEASE_S):
         raise Conflict("another engine or `corral gc` is collecting now: try again later")
     try:
-        return await _batches(store, config, holder, at, sinks, bounds, progress)
+        result = await _batches(store, config, holder, at, sinks, bounds, progress)
+        swept = await sweep(store, config, now=at)
+        return dataclasses.replace(result, attempt_dirs=result.attempt_dirs + swept)
     finally:
         with contextlib.suppress(CorralError):
             await store.release_gc(holder)

@@ -223,6 +223,9 @@ class MemoryRetention:
         )
         return len(batch.jobs)
 
+    async def gc_known(self, job_ids: Sequence[str]) -> set[str]:
+        return {j for j in job_ids if j in self._jobs}
+
     async def archived_heads(self) -> dict[str, ChainHead]:
         return dict(self._archived)
 

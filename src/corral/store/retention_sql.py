@@ -282,6 +282,14 @@ class SqlRetention:
         for add in adds:
             await tx.execute(ADD, add)
 
+    async def gc_known(self, job_ids: Sequence[str]) -> set[str]:
+        ids = sorted(set(job_ids))
+        if not ids:
+            return set()
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(f"SELECT id FROM jobs WHERE id IN ({_marks(len(ids))})", ids)
+        return {str(r["id"]) for r in rows}
+
     async def archived_heads(self) -> dict[str, ChainHead]:
         async with self.driver.read() as tx:
             return await _archived(tx)
