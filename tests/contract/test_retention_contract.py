@@ -238,3 +238,28 @@ def test_one_collector_at_a_time(use_store: UseStore) -> None:
         assert await store.claim_gc("a", now=NOW + 64, lease_s=60)
 
     use_store(body)
+
+
+def test_a_record_of_a_job_already_gone_holds_nothing_back(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        gone = await done(store)
+        batch = await store.gc_collect([gone.id], sinks=())
+        assert await store.gc_remove(batch, archive="a1", now=LATER, bounds=BOUNDS) == 1
+        late = PolicyEvaluation(
+            at=NOW,
+            job_id=gone.id,
+            attempt=1,
+            stage="tool_call",
+            subject="Bash",
+            verdict="allow",
+            reason="allowed",
+        )
+        await store.append_policy_evaluations([late])  # written after its job was collected
+        after = await done(store)
+        batch = await store.gc_collect([after.id], sinks=())
+        assert batch.jobs == (after.id,)
+        assert gone.id in {r["job_id"] for r in batch.rows["policy_evaluations"]}
+        assert await store.gc_remove(batch, archive="a2", now=LATER, bounds=BOUNDS) == 1
+        assert (await store.verify_audit()).ok
+
+    use_store(body)

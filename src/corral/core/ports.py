@@ -643,8 +643,9 @@ class RetentionStore(Protocol):
     engine collects at a time."""
 
     async def gc_candidates(self, retention: RetentionSpec, *, now: float, limit: int) -> list[str]:
-        """Ids of terminal jobs past their role's retention (older than `keep_days`, or beyond
-        the newest `keep_jobs`), oldest first, at most `limit`. Never a job that is not
+        """Ids of terminal jobs past their role's retention (older than `keep_days` since their
+        last change, or beyond the newest `keep_jobs`), in submission order (the order of their
+        first chain records), at most `limit`. Never a job that is not
         terminal, a dead-lettered one not resolved yet, one whose parent has not ended, or one
         without its run report yet."""
 

@@ -42,6 +42,7 @@ log = logging.getLogger("corral.retention")
 
 LEASE_S = 600.0  # a collector that died frees the lease after this long
 DRY_RUN_LIMIT = 10_000  # candidates a dry run looks at
+MAX_BATCH = 5_000  # candidates one batch looks at when the first ones cannot go alone
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,14 +170,21 @@ async def _batches(
     jobs = held = dirs = batches = 0
     files: list[str] = []
     records: dict[str, int] = {}
+    limit = spec.batch
     while True:
-        ids = await store.gc_candidates(spec, now=at, limit=spec.batch)
+        ids = await store.gc_candidates(spec, now=at, limit=limit)
         if not ids:
             break
         batch = await store.gc_collect(ids, sinks=sinks)
         if not batch.jobs:
             held = batch.held
-            break
+            if len(ids) < limit or limit >= MAX_BATCH:
+                break
+            # every candidate of this batch has a record after one of the next candidates':
+            # look at more of them at once
+            limit = min(limit * 4, MAX_BATCH)
+            continue
+        limit = spec.batch
         batches += 1
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(at))
         name = f"corral-archive-{stamp}-{batches:05d}-{new_id()[-8:]}.jsonl"

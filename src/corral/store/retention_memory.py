@@ -96,7 +96,7 @@ class MemoryRetention:
             newest = {j.id for j in mine[: keep.keep_jobs]}
             before = now - keep.keep_days * 86400.0
             found += [
-                (j.updated_at, j.id)
+                (j.created_at, j.id)
                 for j in mine
                 if self._eligible(j) and (j.updated_at < before or j.id not in newest)
             ]
@@ -118,7 +118,12 @@ class MemoryRetention:
             for table in ARCHIVED_CHAINS:
                 after = [r for r in self._chains[table] if int(r["seq"]) > base[table].seq]
                 first = min(
-                    (int(r["seq"]) for r in after if r["job_id"] not in going), default=None
+                    (
+                        int(r["seq"])
+                        for r in after
+                        if r["job_id"] not in going and r["job_id"] in self._jobs
+                    ),
+                    default=None,
                 )
                 cut = limit[table] if first is None else min(limit[table], first - 1)
                 cuts[table] = max(cut, base[table].seq)

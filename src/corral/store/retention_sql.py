@@ -103,14 +103,17 @@ async def _cuts(
 ) -> dict[str, int]:
     """Each chain's cut (the last seq that goes) for the jobs in `going`, which loses (in place)
     every job with a row past its chain's cut: the cut is just before the first row of a job that
-    stays, so a job dropped lowers it; repeated until no job is dropped."""
+    stays, so a job dropped lowers it; repeated until no job is dropped. A row of a job that is
+    no longer in the store (written to it after it was collected) stays in no one's way."""
     cuts = dict.fromkeys(ARCHIVED_CHAINS, 0)
     while True:
         ids = sorted(going)
         for table in ARCHIVED_CHAINS:
+            # the first record of a job that stays (a record of a job gone already goes too)
             others = f" AND job_id NOT IN ({_marks(len(ids))})" if ids else ""
             row = await tx.fetchone(
-                f"SELECT MIN(seq) AS s FROM {table} WHERE seq > ?{others}",
+                f"SELECT MIN(seq) AS s FROM {table} WHERE seq > ?{others}"
+                " AND job_id IN (SELECT id FROM jobs)",
                 (base[table].seq, *ids),
             )
             cut = limits[table]
@@ -147,11 +150,11 @@ class SqlRetention:
             for role in sorted(str(r["role"]) for r in roles):
                 keep = retention.keep(role)
                 rows = await tx.fetchall(
-                    f"SELECT id, updated_at FROM jobs WHERE role = ? AND {_ELIGIBLE}"
+                    f"SELECT id, created_at FROM jobs WHERE role = ? AND {_ELIGIBLE}"
                     " AND (updated_at < ? OR id NOT IN (SELECT id FROM jobs"
                     f" WHERE role = ? AND state IN ({_T})"
                     " ORDER BY updated_at DESC, id DESC LIMIT ?))"
-                    " ORDER BY updated_at, id LIMIT ?",
+                    " ORDER BY created_at, id LIMIT ?",
                     (
                         role,
                         *TERMINAL,
@@ -163,7 +166,7 @@ class SqlRetention:
                         limit,
                     ),
                 )
-                found += [(float(r["updated_at"]), str(r["id"])) for r in rows]
+                found += [(float(r["created_at"]), str(r["id"])) for r in rows]
         return [job_id for _, job_id in sorted(found)[:limit]]
 
     async def gc_collect(self, job_ids: Sequence[str], *, sinks: Sequence[str]) -> GcBatch:
