@@ -38,10 +38,12 @@ from corral.domain.settings import (
     EscalationSpec,
     EventsSpec,
     GatewaySpec,
+    KeepSpec,
     OutputSpec,
     OversightSpec,
     ProviderSpec,
     RateSpec,
+    RetentionSpec,
     RetryBudget,
     RetryPolicy,
     RoleSpec,
@@ -379,6 +381,22 @@ class EventsModel(_Strict):
         return self
 
 
+class KeepModel(_Strict):
+    keep_days: float = Field(30.0, gt=0)
+    keep_jobs: int = Field(10_000, ge=0)
+
+
+class RetentionModel(_Strict):
+    """`retention` (docs/how-to/retention.md)."""
+
+    keep_days: float = Field(30.0, gt=0)
+    keep_jobs: int = Field(10_000, ge=0)
+    roles: dict[str, KeepModel] = {}
+    interval_s: float = Field(3600.0, ge=0)
+    batch: int = Field(200, ge=1, le=5_000)
+    archive_dir: str | None = None
+
+
 class ConfigModel(_Strict):
     engine: EngineModel = EngineModel()
     core: CoreModel = field(default_factory=CoreModel)
@@ -401,6 +419,7 @@ class ConfigModel(_Strict):
     secrets: SecretsModel = SecretsModel()
     audit: AuditModel = AuditModel()
     events: EventsModel = EventsModel()
+    retention: RetentionModel = RetentionModel()
     api: ApiModel = ApiModel()
 
 
@@ -699,6 +718,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             min_severity=model.oversight.min_severity,
         ),
         events=_events(model.events),
+        retention=_retention(model.retention, source),
         **_mechanism(model),
     )
     return settings
@@ -822,6 +842,19 @@ def _events(m: EventsModel) -> EventsSpec:
         batch=m.batch,
         poll_s=m.poll_s,
         max_backoff_s=m.max_backoff_s,
+    )
+
+
+def _retention(m: RetentionModel, source: str) -> RetentionSpec:
+    return RetentionSpec(
+        default=KeepSpec(keep_days=m.keep_days, keep_jobs=m.keep_jobs),
+        roles={
+            name: KeepSpec(keep_days=r.keep_days, keep_jobs=r.keep_jobs)
+            for name, r in m.roles.items()
+        },
+        interval_s=m.interval_s,
+        batch=m.batch,
+        archive_dir=_relative(m.archive_dir, source),
     )
 
 

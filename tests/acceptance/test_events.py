@@ -23,6 +23,7 @@ from corral.store.sqlite import SqliteStore
 from corral.trace.events import SOURCES, record_event
 from corral.trace.sinks import RedisSink, follow
 from tests.acceptance.conftest import CONFIG, CORRAL, Corral
+from tests.acceptance.test_json_schemas import conforms
 from tests.brokers import Broker, jetstream_ids, nats_broker, redis_broker, redis_entries
 from tests.helpers import eventually
 
@@ -178,7 +179,7 @@ def _tail(corral: Corral, n: int) -> list[dict[str, Any]]:
                 break
             lines.append(json.loads(line))
         assert len(lines) == n, proc.stderr.read() if proc.poll() is not None else lines
-        return lines
+        return conforms("TailedEvent", lines, many=True)  # its published schema
     finally:
         proc.kill()
         proc.wait()

@@ -77,6 +77,7 @@ COMMANDS_WITH_JSON = {
     "token create",
     "token list",
     "token revoke",
+    "gc",
 }
 
 

@@ -35,3 +35,4 @@ def test_a_command_job_run_by_the_engine_is_one_trace(corral: Corral) -> None:
         assert (attrs["corral.job.id"], attrs["corral.attempt"]) == (job_id, 1)
         assert attrs.get("error.type") == error
     assert spans.trace_id_hex(ok) in corral.ok("show", ok)
+    assert corral.json("show", failed)["trace_id"] == spans.trace_id_hex(failed)

@@ -18,6 +18,7 @@ from corral.config import Config, load
 from corral.domain.states import JobState
 from corral.services import tokens
 from corral.store.memory import MemoryStore
+from corral.trace.ids import trace_id_hex
 from tests.contract.test_store_contract import NOW, claim, ending
 
 CONFIG = """\
@@ -99,6 +100,7 @@ def test_submit_then_read_back_with_the_tokens_tenant(tmp_path: Path) -> None:
         got = await api.client.get(f"/api/v1/jobs/{job['id']}", headers=api.auth("reader"))
         assert got.status_code == 200 and got.json()["id"] == job["id"]
         assert [e["kind"] for e in got.json()["timeline"]][:1] == ["submitted"]
+        assert got.json()["trace_id"] == trace_id_hex(job["id"])  # the job's spans' trace
         page = await api.client.get("/api/v1/jobs", headers=api.auth("reader"))
         assert [j["id"] for j in page.json()["jobs"]] == [job["id"]]
         for ref in (job["id"][-6:], job["id"][:2], "0"):  # whole ids only: prefixes leak

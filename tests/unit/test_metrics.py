@@ -75,6 +75,11 @@ async def _filled() -> tuple[MemoryStore, list[str]]:
             cost_usd=0.5,
         )
     )
+    # an event sink that published the first two timeline records and skipped one
+    assert await store.claim_cursors("bus", ["job_events"], holder="e1", now=NOW, lease_s=60)
+    assert await store.advance_cursor(
+        "bus", "job_events", holder="e1", last_id=2, skipped=1, now=NOW
+    )
     return store, [running.id, done.id, queued.id]
 
 
@@ -152,6 +157,25 @@ def test_exposition_carries_the_store_and_core_figures() -> None:
     assert s[("corral_worker_inflight", (("worker", "all"),))] == 3
     assert s[("corral_engine_up", ())] == 1
     assert not any(i in text for i in ids)  # never a job id in a label
+
+
+def test_each_sinks_backlog_and_skipped_records() -> None:
+    async def main() -> tuple[int, dict[str, tuple[float, float]]]:
+        store, _ = await _filled()
+        tip = sum([await store.outbox_tip(s) for s in ("job_events", "policy_evaluations")])
+        body = (await metrics.exposition(store, None, sinks=["bus", "new"])).decode()
+        s = _samples(body)
+        return tip, {
+            sink: (
+                s[("corral_events_backlog", (("sink", sink),))],
+                s[("corral_events_skipped_total", (("sink", sink),))],
+            )
+            for sink in ("bus", "new")
+        }
+
+    tip, figures = asyncio.run(main())
+    assert tip > 2
+    assert figures == {"bus": (tip - 2, 1), "new": (tip, 0)}  # "new" has published nothing
 
 
 def test_without_an_engine_the_store_figures_still_answer() -> None:

@@ -22,6 +22,7 @@ from corral.core.ports import (
     JobStore,
     MetricsReads,
     OutboxReads,
+    RetentionStore,
     Store,
     StoreLifecycle,
     TokenStore,
@@ -41,6 +42,7 @@ PORTS: tuple[type, ...] = (
     OutboxReads,
     MetricsReads,
     TokenStore,
+    RetentionStore,
 )
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 

@@ -119,6 +119,7 @@ async def get_job(job_id: JobId, request: Request, token: JobsRead) -> Any:
             "attempts": [views.Attempt.of(a) for a in d.attempts],
             "timeline": [views.JobEvent.of(e) for e in d.timeline],
             "agent_events": [views.AgentEvent.of(e) for e in d.agent_events],
+            "trace_id": d.trace_id,
         }
     ).dump()
 

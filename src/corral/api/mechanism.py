@@ -83,5 +83,5 @@ async def prometheus_metrics(request: Request, token: Metrics) -> Response:
     """The fleet's figures in the Prometheus text format, read now from the store and the core
     (docs/how-to/observability.md); `metrics` scope: aggregates only, never a job id."""
     st = state_of(request)
-    body = await metrics.exposition(st.store, st.config.data_dir)
+    body = await metrics.exposition(st.store, st.config)
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

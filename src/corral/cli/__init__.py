@@ -29,6 +29,7 @@ from . import (
     jobs,
     mechanism,
     policy_cmds,
+    retention,
     schema_cmd,
     tokens,
 )
@@ -238,6 +239,7 @@ configs.register(app)
 policy_cmds.register(app)
 app.add_typer(guard.app, name="guard")
 app.add_typer(tokens.app, name="token")
+retention.register(app)
 schema_cmd.register(app)
 
 

@@ -164,6 +164,10 @@ def _register_audit(app: typer.Typer) -> None:
                 if (result.prechain)
                 else ""
             )
+            if result.archived or result.archives_missing:
+                extra += f", {result.archived} archived records intact"
+            if result.archives_missing:
+                extra += f" ({result.archives_missing} archive files not found, not checked)"
             typer.echo(
                 f"audit ok: {result.checked} records, every chain intact, "
                 f"{result.checkpoints} checkpoints matched{extra}"

@@ -366,6 +366,7 @@ def show(
         data["attempts"] = [views.attempt_json(a) for a in d.attempts]
         data["timeline"] = [views.event_json(e) for e in d.timeline]
         data["agent_events"] = [views.agent_event_json(e) for e in d.agent_events]
+        data["trace_id"] = d.trace_id
         emit(data)
     else:
         views.print_job(d.job, d.attempts, d.timeline)

@@ -238,5 +238,5 @@ def register_metrics(app: typer.Typer) -> None:
         from corral.services import metrics  # prometheus_client: only for this command
 
         cfg = config_or_fail(data_dir, config)
-        body = with_store(cfg, lambda store: metrics.exposition(store, cfg.data_dir))
+        body = with_store(cfg, lambda store: metrics.exposition(store, cfg))
         typer.echo(body.decode(), nl=False)

@@ -30,7 +30,7 @@ from corral.domain.models import (
     Permit,
     SubmitResult,
 )
-from corral.domain.settings import WorkspacePolicy
+from corral.domain.settings import RetentionSpec, WorkspacePolicy
 from corral.domain.states import JobState
 from corral.domain.tokens import ApiToken
 
@@ -125,6 +125,8 @@ class AuditReport:
     checked: int
     prechain: int = 0
     checkpoints: int = 0
+    archived: int = 0  # records checked in retention's archive files
+    archives_missing: int = 0  # archive files the store names that are not on disk
     first_bad: tuple[str, str, str] | None = None
     problems: tuple[tuple[str, str, str], ...] = ()
 
@@ -192,7 +194,9 @@ class FleetFigures:
     - `attempt_seconds`: (role,), ended attempts' run time (started → ended);
     - `start_seconds`: (role,), submit → running of each job's first attempt;
     - `tool_calls`: (verdict, reason), the tool-call policy evaluations;
-    - `usage`: (role, tenant, worker) with values tokens in, tokens out, cost in USD."""
+    - `usage`: (role, tenant, worker) with values tokens in, tokens out, cost in USD;
+    - `removed`: (role, environment, priority, state), jobs retention removed from the store
+      (what finished counts keep of them; `tool_calls` and `usage` include theirs)."""
 
     jobs: tuple[Tally, ...] = ()
     dlq: tuple[Tally, ...] = ()
@@ -203,6 +207,7 @@ class FleetFigures:
     start_seconds: tuple[Distribution, ...] = ()
     tool_calls: tuple[Tally, ...] = ()
     usage: tuple[tuple[tuple[str, ...], int, int, float], ...] = ()
+    removed: tuple[Tally, ...] = ()
 
 
 # Policy-evaluation stages of tool calls (policy/toolcall.py); a guardrail row about the spawn
@@ -602,6 +607,82 @@ class TokenStore(Protocol):
         already revoked."""
 
 
+# The chains whose rows belong to jobs: retention archives a segment of each (store/retention.py).
+ARCHIVED_CHAINS = ("job_events", "policy_evaluations")
+
+
+@dataclass(frozen=True, slots=True)
+class GcBatch:
+    """One retention step, read in one transaction: the jobs that go, every row of theirs as
+    stored (table → rows; the chains' rows are whole segments), each archived chain's segment
+    as (head archived before, head after), the attempt directories to remove, and how many
+    candidates had to stay this time (a chain row of theirs lies past a job that is kept, or an
+    event sink has not published it yet)."""
+
+    jobs: tuple[str, ...]
+    rows: Mapping[str, tuple[Mapping[str, Any], ...]]
+    segments: Mapping[str, tuple[ChainHead, ChainHead]]
+    dirs: tuple[str, ...] = ()
+    held: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveRecord:
+    """An archive file written by retention, with the chain segments it holds."""
+
+    id: int
+    at: float
+    file: str
+    jobs: int
+    segments: Mapping[str, tuple[ChainHead, ChainHead]]
+
+
+class RetentionStore(Protocol):
+    """Retention (services/retention.py): which terminal jobs are past it, their rows read for
+    the archive, then deleted in one transaction; the archived chains' heads; a lease so that one
+    engine collects at a time."""
+
+    async def gc_candidates(self, retention: RetentionSpec, *, now: float, limit: int) -> list[str]:
+        """Ids of terminal jobs past their role's retention (older than `keep_days` since their
+        last change, or beyond the newest `keep_jobs`), in submission order (the order of their
+        first chain records), at most `limit`. Never a job that is not
+        terminal, a dead-lettered one not resolved yet, one whose parent has not ended, or one
+        without its run report yet."""
+
+    async def gc_collect(self, job_ids: Sequence[str], *, sinks: Sequence[str]) -> GcBatch:
+        """The rows of those of `job_ids` that can go now: a job goes only when each archived
+        chain's rows of it lie in the segment from the archived head up to the first row of a
+        job that stays, and (for each sink in `sinks`) that the sink has published."""
+
+    async def gc_remove(
+        self, batch: GcBatch, *, archive: str, now: float, bounds: Sequence[float]
+    ) -> int:
+        """Delete the batch's rows in one transaction after its archive file was written:
+        fold what the metrics count of them into the rollups (`bounds`: the histograms'), move
+        each chain's archived head, record the archive. Conflict when an archived head moved
+        since the batch was read (another engine collected). Returns the jobs deleted."""
+
+    async def gc_known(self, job_ids: Sequence[str]) -> set[str]:
+        """Which of these exact ids are jobs in the store (an attempt directory whose job is
+        not is left over)."""
+
+    async def archived_heads(self) -> dict[str, ChainHead]:
+        """Per archived chain, the last seq archived and its hash (where verification starts)."""
+
+    async def archives(self) -> list[ArchiveRecord]:
+        """Every archive retention wrote, oldest first."""
+
+    async def claim_gc(self, holder: str, *, now: float, lease_s: float) -> bool:
+        """Take (or renew) the retention lease unless another holder's is still running."""
+
+    async def release_gc(self, holder: str) -> None:
+        """Give the lease back (a no-op when `holder` does not hold it)."""
+
+
+class ArchivedAudit(AuditStore, RetentionStore, Protocol):
+    """The audit chains with what retention archived of them: what verification reads."""
+
+
 class Store(
     StoreLifecycle,
     JobStore,
@@ -612,6 +693,7 @@ class Store(
     OutboxReads,
     MetricsReads,
     TokenStore,
+    RetentionStore,
     Protocol,
 ):
     """The whole store: every port above. What the store implementations (store/memory.py,

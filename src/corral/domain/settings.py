@@ -276,6 +276,32 @@ class EventsSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KeepSpec:
+    """How long a role's terminal jobs are kept: `keep_days` after their last change, and at most
+    the newest `keep_jobs` of them (docs/how-to/retention.md)."""
+
+    keep_days: float = 30.0
+    keep_jobs: int = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionSpec:
+    """`retention`: when terminal jobs leave the store (their rows archived to JSON Lines first,
+    their attempt directories removed). `roles` override `default` per role; `interval_s` is how
+    often a running engine collects (0: never, only `corral gc`); `archive_dir` None: the data
+    directory's `archive/`."""
+
+    default: KeepSpec = field(default_factory=KeepSpec)
+    roles: Mapping[str, KeepSpec] = field(default_factory=dict)
+    interval_s: float = 3600.0
+    batch: int = 200
+    archive_dir: str | None = None
+
+    def keep(self, role: str) -> KeepSpec:
+        return self.roles.get(role, self.default)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     roles: Mapping[str, RoleSpec]
     environments: Mapping[str, EnvSpec]
@@ -293,6 +319,7 @@ class Settings:
     approval_ttl_s: float = 3600.0
     output: OutputSpec = field(default_factory=OutputSpec)
     events: EventsSpec = field(default_factory=EventsSpec)
+    retention: RetentionSpec = field(default_factory=RetentionSpec)
 
     def max_output_bytes(self, role: str) -> int:
         """The output cap of one attempt of a job of `role`."""

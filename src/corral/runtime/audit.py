@@ -8,13 +8,15 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 
 from corral.config import Config
-from corral.core.ports import AuditReport, AuditStore, ChainHead
+from corral.core.ports import ArchivedAudit, AuditReport, AuditStore, ChainHead
 from corral.domain.errors import CorralError, StoreError
-from corral.store import checkpoints
+from corral.store import archive, checkpoints
+from corral.store.chain import Problem
 from corral.workers.sealing import KeyFile
 
 log = logging.getLogger("corral.audit")
@@ -56,19 +58,73 @@ async def refuse_without_key(store: AuditStore, config: Config) -> None:
         )
 
 
-async def verify(store: AuditStore, config: Config) -> AuditReport:
-    """The store's chains checked against the key and the data directory's checkpoints."""
+async def verify(store: ArchivedAudit, config: Config) -> AuditReport:
+    """The store's chains checked against the key and the data directory's checkpoints, from
+    where retention's archive ends; and the archive files themselves, when they are there."""
     key = audit_key(config).get(create=False)
     marks, problems = checkpoints.read(config.audit_checkpoints, key)
     report = await store.verify_audit(marks)
-    found = (*problems, *report.problems)
+    archived, missing, archive_problems = await verify_archives(store, config, key)
+    found = (*problems, *report.problems, *archive_problems)
     return dataclasses.replace(
         report,
         ok=not found,
         problems=tuple(found),
         first_bad=found[0] if found else None,
         checkpoints=len(marks),
+        archived=archived,
+        archives_missing=missing,
     )
+
+
+async def verify_archives(
+    store: ArchivedAudit, config: Config, key: bytes | None
+) -> tuple[int, int, list[Problem]]:
+    """Each archive file the store recorded: its segments link one to the next and the last
+    ends where the store's chains now start; a file found on disk is checked row by row.
+    (records checked, files missing, problems)."""
+    checked, missing, problems = 0, 0, list[Problem]()
+    folder = archive_dir(config)
+    reached: dict[str, ChainHead] = {}
+    for record in await store.archives():
+        for chain, (start, end) in record.segments.items():
+            before = reached.get(chain, ChainHead(0, ""))
+            if (start.seq, start.hash) != (before.seq, before.hash):
+                problems.append(
+                    (
+                        f"archive {record.file}",
+                        chain,
+                        f"its {chain} segment starts at seq {start.seq}, but the archive"
+                        f" before ends at seq {before.seq}",
+                    )
+                )
+            reached[chain] = end
+        path = folder / record.file
+        if not path.is_file():
+            missing += 1
+            continue
+        n, found = archive.verify_file(path, record.segments, key)
+        checked += n
+        problems += found
+    for chain, head in (await store.archived_heads()).items():
+        last = reached.get(chain, ChainHead(0, ""))
+        if (head.seq, head.hash) != (last.seq, last.hash):
+            problems.append(
+                (
+                    chain,
+                    str(head.seq),
+                    f"the store says {chain} was archived up to seq {head.seq}, but its"
+                    f" archives end at seq {last.seq}",
+                )
+            )
+    return checked, missing, problems
+
+
+def archive_dir(config: Config) -> Path:
+    """Where retention writes its archive files (`retention.archive_dir`, else the data
+    directory's `archive/`)."""
+    configured = config.settings.retention.archive_dir
+    return Path(configured) if configured else config.data_dir / "archive"
 
 
 class Checkpointer:

@@ -43,6 +43,7 @@ from corral.runtime.governor import Governor
 from corral.runtime.modelgate import ModelGateway
 from corral.runtime.peers import Peer
 from corral.runtime.reporter import Reporter
+from corral.runtime.retention import Retainer
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
@@ -210,6 +211,8 @@ class Engine:
         # lease runs out — as the dispatcher takes over every attempt in flight there.
         holder = self.id if is_shared(config) else SOLE_HOLDER
         self.drainer = Drainer(self.store, config.settings.events, holder=holder)
+        # Removes terminal jobs past retention every retention.interval_s (runtime/retention.py)
+        self.retainer = Retainer(self.store, config, holder=self.id)
         self.gate = PrerunGate(
             self.store, config.settings, rules, reveal=revealer(Keeper(config.secrets_key))
         )
@@ -394,6 +397,7 @@ class Engine:
             tg.start_soon(self._signals, tg.cancel_scope)
             if self.drainer.sinks:
                 tg.start_soon(self.drainer.run)
+            tg.start_soon(self.retainer.run)
             for task in also:
                 tg.start_soon(task, self)
             if on_ready is not None:

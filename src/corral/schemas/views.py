@@ -287,6 +287,9 @@ class JobShow(JobDetail):
     attempts: list[Attempt]  # type: ignore[assignment]
     timeline: list[JobEvent]
     agent_events: list[AgentEvent]
+    trace_id: str = Field(
+        description="the OpenTelemetry trace (32 hex digits) of the job's spans, submit to result"
+    )
 
 
 class Trace(View):
@@ -466,8 +469,28 @@ class AuditReport(View):
     checked: int
     prechain: int
     checkpoints: int
+    archived: int = Field(0, description="records checked in retention's archive files")
+    archives_missing: int = Field(
+        0, description="archive files the store names that were not found (not checked)"
+    )
     first_bad: tuple[str, str, str] | None = Field(description="(table, row id, why)")
     problems: list[tuple[str, str, str]]
+
+
+class GcReport(View):
+    """`gc`: what retention removed (or, with --dry-run, would remove)."""
+
+    dry_run: bool
+    jobs: int = Field(description="terminal jobs archived and removed (or that would be)")
+    held: int = Field(
+        description="jobs past retention that must stay for now: a chain record of theirs"
+        " comes after a job that is kept, or an event sink has not published it yet"
+    )
+    attempt_dirs: int = Field(description="attempt directories (with their logs) removed")
+    batches: int
+    archives: list[str] = Field(description="archive files written (JSON Lines)")
+    job_ids: list[str] = Field(description="--dry-run: the jobs that would go")
+    records: dict[str, int] = Field(description="per chain, the records archived")
 
 
 class BudgetCeiling(View):
@@ -592,6 +615,28 @@ class Escalation(_Open):
 
 class CoreEvent(_Open):
     """`events`: one recorded core decision."""
+
+
+class PublishedBody(_Open):
+    """What a sink carries of one record: a committed row of an outbox table (`source` names
+    it; its columns, JSON columns as values) or an AgentEvent (`intent_id`, the job)."""
+
+    event_id: str = Field(
+        description="the dedup id: `<table>:<seq>` for a record, the AgentEvent's own id"
+    )
+    source: str | None = Field(None, description="the outbox table of a record")
+    intent_id: str | None = Field(None, description="an AgentEvent's job")
+
+
+class TailedEvent(View):
+    """`events tail --json`: one line (JSON Lines) per event published to the sink."""
+
+    event_id: str = Field(description="the dedup id (JetStream Nats-Msg-Id)")
+    subject: str = Field(
+        description="mp.agent.events, corral.jobs.<state>, corral.jobs.event.<kind> or"
+        " corral.governance.<kind>"
+    )
+    body: PublishedBody
 
 
 class EscalationCleared(View):

@@ -4,13 +4,14 @@ triggers (the machinery is runtime/audit.py's and the store's; docs/explanation/
 from __future__ import annotations
 
 from corral.config import Config
-from corral.core.ports import AuditReport, AuditStore
+from corral.core.ports import ArchivedAudit, AuditReport, AuditStore
 from corral.runtime import audit
 
 
-async def verify(store: AuditStore, config: Config) -> AuditReport:
+async def verify(store: ArchivedAudit, config: Config) -> AuditReport:
     """Every audit chain checked against the audit key and the signed checkpoints in the data
-    directory, and that every append-only trigger is in place."""
+    directory (from where retention's archive ends, and the archive files that are there), and
+    that every append-only trigger is in place."""
     return await audit.verify(store, config)
 
 

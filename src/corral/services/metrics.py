@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from corral.config import Config
 from corral.services import engine
 from corral.trace import metrics
 from corral.trace.metrics import MetricsSource
@@ -22,6 +23,11 @@ def core_state(data_dir: Path) -> metrics.Snapshot:
     return read
 
 
-async def exposition(store: MetricsSource, data_dir: Path) -> bytes:
-    """The metrics in Prometheus text format, read now."""
-    return await metrics.exposition(store, core_state(data_dir))
+async def exposition(store: MetricsSource, config: Config) -> bytes:
+    """The metrics in Prometheus text format, read now (the event sinks' backlogs of the sinks
+    `config` names)."""
+    return await metrics.exposition(
+        store,
+        core_state(config.data_dir),
+        sinks=[s.name for s in config.settings.events.sinks],
+    )

@@ -26,6 +26,7 @@ from corral.domain.agents import AgentEvent, PolicyEvaluation, Verdict
 from corral.domain.errors import InvalidRequest
 from corral.domain.governance import Incident, RunReport, UnifiedRun
 from corral.domain.models import Attempt, Job, JobEvent
+from corral.trace.ids import trace_id_hex
 
 Clock = Callable[[], float]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
@@ -53,12 +54,14 @@ async def job(store: JobStore, ref: str) -> Job:
 
 @dataclass(frozen=True, slots=True)
 class JobDetail:
-    """A job with its attempts, its timeline and its agents' events."""
+    """A job with its attempts, its timeline and its agents' events; `trace_id`: the
+    OpenTelemetry trace its spans (submit to result) are in, derived from the job id."""
 
     job: Job
     attempts: list[Attempt]
     timeline: list[JobEvent]
     agent_events: list[AgentEvent]
+    trace_id: str = ""
 
 
 async def job_detail(store: JobTraces, ref: str) -> JobDetail:
@@ -68,6 +71,7 @@ async def job_detail(store: JobTraces, ref: str) -> JobDetail:
         await store.attempts(j.id),
         [e for _, e in await store.events(j.id)],
         await store.agent_events(j.id),
+        trace_id_hex(j.id),
     )
 
 

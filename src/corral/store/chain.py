@@ -234,7 +234,13 @@ class ChainCheck:
     `key`: the chain's key (None: keyed rows cannot be checked, which is itself reported);
     `marks`: the chain's signed checkpoints, which the walk must pass through unchanged."""
 
-    def __init__(self, table: str, key: bytes | None = None, marks: Sequence[Mark] = ()) -> None:
+    def __init__(
+        self,
+        table: str,
+        key: bytes | None = None,
+        marks: Sequence[Mark] = (),
+        start: Head | None = None,
+    ) -> None:
         self.table = table
         self.key = key
         self.checked = 0
@@ -244,9 +250,16 @@ class ChainCheck:
         self.problems: list[Problem] = []
         self.marks = sorted(marks, key=lambda m: m.seq)
         self._mark = 0
-        self._seq = 0
-        self._hash = ""
-        self._first_keyed: int | None = None
+        # Where the walk begins: after the segment retention archived (its last seq and hash),
+        # or at the chain's start. Checkpoints inside the archived part are the archive's.
+        self.start = start or Head(0, "")
+        self._seq = self.start.seq
+        self._hash = self.start.hash
+        while self._mark < len(self.marks) and self.marks[self._mark].seq <= self._seq:
+            self._mark += 1
+        self._first_keyed: int | None = (
+            self._seq if self._hash.startswith(KEYED) and self._seq else None
+        )
         self._keyed_from = min((m.keyed_from for m in self.marks if m.keyed_from), default=None)
 
     def _bad(self, row: Mapping[str, Any], why: str) -> None:
@@ -258,7 +271,7 @@ class ChainCheck:
         if seq is None or row.get("hash") is None:
             if (
                 self.table in PRECHAIN
-                and self._seq == 0
+                and self._seq == self.start.seq
                 and row.get("id") is not None
                 and (self.chain_starts_at is None or int(row["id"]) < self.chain_starts_at)
             ):
@@ -371,9 +384,11 @@ def verify_rows(
     head: Head | tuple[int, str] | None,
     key: bytes | None = None,
     marks: Sequence[Mark] = (),
+    start: Head | None = None,
 ) -> ChainCheck:
-    """Check a whole chain held in memory (unchained rows first, then by seq)."""
-    check = ChainCheck(table, key, marks)
+    """Check a whole chain held in memory (unchained rows first, then by seq), from `start`
+    (the archived head) when part of it was archived."""
+    check = ChainCheck(table, key, marks, start)
     for row in sorted(rows, key=lambda r: (r.get("seq") is not None, r.get("seq") or 0)):
         check.feed(row)
     check.finish(head)

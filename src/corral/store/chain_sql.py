@@ -81,7 +81,10 @@ async def verify_table(
     The tip is read first and the walk stops there: rows appended meanwhile by another engine
     (committed with a later tip) are left for the next verification."""
     tip = (await read_heads(tx)).get(table)
-    check = ChainCheck(table, key, marks)
+    start = await tx.fetchone("SELECT seq, hash FROM archive_heads WHERE chain = ?", (table,))
+    check = ChainCheck(
+        table, key, marks, Head(int(start["seq"]), str(start["hash"])) if start else None
+    )
     id_col = ROW_ID.get(table, "seq")
     cols = ", ".join(dict.fromkeys((id_col, *CHAINS[table], "hash")))
     if table in PRECHAIN:
@@ -91,7 +94,7 @@ async def verify_table(
         f"SELECT {cols} FROM {table} WHERE seq IS NULL OR hash IS NULL ORDER BY {id_col}"
     ):
         check.feed(dict(row))
-    after, last = 0, tip.seq if tip else 0
+    after, last = check.start.seq, tip.seq if tip else 0
     while True:
         rows = await tx.fetchall(
             f"SELECT {cols} FROM {table} WHERE seq > ? AND seq <= ?"

@@ -464,7 +464,12 @@ class MemoryGovernance:
         key = self._chain_key(create=False)
         for table, rows in self._chains.items():
             check = verify_rows(
-                table, rows, self._heads.get(table), key, [m for m in marks if m.chain == table]
+                table,
+                rows,
+                self._heads.get(table),
+                key,
+                [m for m in marks if m.chain == table],
+                getattr(self, "_archived", {}).get(table),
             )
             checked += check.checked
             problems += check.problems

@@ -51,6 +51,7 @@ from corral.store.governance_memory import MemoryGovernance
 from corral.store.metrics_memory import MemoryMetrics
 from corral.store.operator_memory import MemoryOperator
 from corral.store.outbox_memory import MemoryOutbox
+from corral.store.retention_memory import MemoryRetention
 from corral.store.rules import (
     CORE_EVENT_FIELDS,
     STOP_STATES,
@@ -96,7 +97,9 @@ def _normalise(job: Job) -> Job:
     )
 
 
-class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens):
+class MemoryStore(
+    MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens, MemoryRetention
+):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
@@ -105,6 +108,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
         self._agent_events: dict[tuple[str, int], AgentEvent] = {}
         self._checkpoints: list[Checkpoint] = []
         self._init_governance()  # the chained governance tables (governance_memory.py)
+        self._init_retention()  # what retention archived and kept (retention_memory.py)
         self._attempts: dict[str, Attempt] = {}  # attempt id → attempt
         self._job_attempts: dict[str, tuple[str, ...]] = {}  # job id → attempt ids, by index
         self._permits: dict[str, str] = {}  # permit id → attempt id (a permit is used once)

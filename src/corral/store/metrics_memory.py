@@ -11,6 +11,7 @@ from corral.core.ports import TOOL_CALL_STAGES, Distribution, FleetFigures, Tall
 from corral.domain.agents import AgentEvent
 from corral.domain.models import Attempt, Job
 from corral.domain.states import AttemptState, JobState
+from corral.store.retention import GONE_JOBS, GONE_TOOLS, labels, merge_usage
 
 LIVE = (AttemptState.STARTING, AttemptState.RUNNING)
 
@@ -35,6 +36,8 @@ class MemoryMetrics:
     _attempts: dict[str, Attempt]
     _agent_events: dict[tuple[str, int], AgentEvent]
     _chains: dict[str, list[dict[str, Any]]]
+    _gone: dict[tuple[str, str], list[float]]
+    _gone_attempts: list[tuple[str, int, float | None, float | None, float]]
 
     async def fleet_figures(self, bounds: Sequence[float]) -> FleetFigures:
         jobs: Counter[tuple[str, ...]] = Counter(
@@ -53,32 +56,44 @@ class MemoryMetrics:
         )
         runs: defaultdict[str, list[float]] = defaultdict(list)
         waits: defaultdict[str, list[float]] = defaultdict(list)
-        for j, a in pairs:
-            if a.started_at is not None and a.ended_at is not None:
-                runs[j.role].append(a.ended_at - a.started_at)
-            if a.index == 1 and a.started_at is not None:
-                waits[j.role].append(a.started_at - j.created_at)
-        roles = sorted({j.role for j, _ in pairs})
+        # every attempt as (role, index, started, ended, submitted): the store's and the removed
+        seen = [(j.role, a.index, a.started_at, a.ended_at, j.created_at) for j, a in pairs]
+        seen += self._gone_attempts
+        for role, index, started, ended, submitted in seen:
+            if started is not None and ended is not None:
+                runs[role].append(ended - started)
+            if index == 1 and started is not None:
+                waits[role].append(started - submitted)
+        roles = sorted({role for role, *_ in seen})
+        gone: list[dict[str, Any]] = [
+            {"series": series, "role": key, "n": n, "total": total}
+            for (series, key), (n, total) in sorted(self._gone.items())
+        ]
+        tools: Counter[tuple[str, ...]] = Counter(
+            (str(e["verdict"]), str(e["reason"]))
+            for e in self._chains.get("policy_evaluations", ())
+            if e["stage"] in TOOL_CALL_STAGES
+            and not (e["stage"] == "guardrail" and e["subject"] == "spawn")
+        )
+        for g in gone:
+            if g["series"] == GONE_TOOLS:
+                tools[labels(g["role"])] += int(g["n"])
         return FleetFigures(
             jobs=_tallies(jobs),
             dlq=_tallies(dlq),
             inflight=_tallies(inflight),
-            attempts=_tallies(Counter((j.role,) for j, _ in pairs)),
+            attempts=_tallies(Counter((role,) for role, *_ in seen)),
             retries=tuple(
-                Tally((r,), float(sum(1 for j, a in pairs if j.role == r and a.index > 1)))
+                Tally((r,), float(sum(1 for role, i, *_ in seen if role == r and i > 1)))
                 for r in roles
             ),
             attempt_seconds=tuple(_distribution((r,), runs[r], bounds) for r in roles),
             start_seconds=tuple(_distribution((r,), waits[r], bounds) for r in roles),
-            tool_calls=_tallies(
-                Counter(
-                    (str(e["verdict"]), str(e["reason"]))
-                    for e in self._chains.get("policy_evaluations", ())
-                    if e["stage"] in TOOL_CALL_STAGES
-                    and not (e["stage"] == "guardrail" and e["subject"] == "spawn")
-                )
+            tool_calls=_tallies(tools),
+            usage=merge_usage(self._usage(), gone),
+            removed=tuple(
+                Tally(labels(g["role"]), float(g["n"])) for g in gone if g["series"] == GONE_JOBS
             ),
-            usage=self._usage(),
         )
 
     def _usage(self) -> tuple[tuple[tuple[str, ...], int, int, float], ...]:

@@ -20,6 +20,13 @@ from collections.abc import Sequence
 from corral.core.ports import TOOL_CALL_STAGES, Distribution, FleetFigures, Tally
 from corral.domain.errors import StoreError
 from corral.store.driver import Driver, Row, Tx
+from corral.store.retention import (
+    GONE,
+    GONE_JOBS,
+    GONE_TOOLS,
+    labels,
+    merge_usage,
+)
 
 FOLD_BATCH = 20_000  # attempts folded per scrape at most (the first scrapes of an old store)
 OVERFLOW = -1.0  # a rollup's `le` for observations above every bound (the +Inf bucket)
@@ -56,7 +63,7 @@ _FOLD = (
     "WHERE folded = 0 AND ended_at IS NOT NULL LIMIT ?) "
     "RETURNING COALESCE(role, '') AS role, idx, started_at, ended_at, submitted_at"
 )
-_ADD = (
+ADD = (
     "INSERT INTO metric_rollups (series, role, le, n, total) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (series, role, le) DO UPDATE SET n = metric_rollups.n + excluded.n, "
     "total = metric_rollups.total + excluded.total"
@@ -77,7 +84,7 @@ def _le(bounds: Sequence[float], value: float) -> float:
     return float(bounds[i]) if i < len(bounds) else OVERFLOW
 
 
-def _rollup(rows: Sequence[Row], bounds: Sequence[float]) -> dict[Key, list[float]]:
+def rollup(rows: Sequence[Row], bounds: Sequence[float]) -> dict[Key, list[float]]:
     """Attempts as rollup entries: (series, role, le) → [count, sum]."""
     sums: dict[Key, list[float]] = {}
     for r in rows:
@@ -119,6 +126,14 @@ def _tally(row: Row, *names: str) -> Tally:
     return Tally(tuple(str(row[n]) for n in names), float(row["n"]))
 
 
+def _plus(tallies: Sequence[Tally], more: Sequence[Tally]) -> tuple[Tally, ...]:
+    """Tallies with the same labels added up, by labels."""
+    sums: dict[tuple[str, ...], float] = {}
+    for t in (*tallies, *more):
+        sums[t.labels] = sums.get(t.labels, 0.0) + t.value
+    return tuple(Tally(k, v) for k, v in sorted(sums.items()))
+
+
 def _dlq(jobs: Sequence[Row]) -> tuple[Tally, ...]:
     """Unresolved dead-lettered jobs per role, from the jobs' rows."""
     per_role: dict[str, float] = {}
@@ -141,6 +156,11 @@ class SqlMetrics:
             sums = await _attempt_sums(tx, bounds)
             tools = await tx.fetchall(_TOOL_CALLS, TOOL_CALL_STAGES)
             usage = await tx.fetchall(_USAGE)
+            gone = await tx.fetchall(
+                "SELECT series, role, n, total FROM metric_rollups"
+                f" WHERE series IN ({', '.join('?' * len(GONE))})",
+                GONE,
+            )
         attempts: dict[str, float] = {}
         retries: dict[str, float] = {}
         for (series, role, le), (n, _) in sums.items():
@@ -155,15 +175,28 @@ class SqlMetrics:
             retries=tuple(Tally((r,), n) for r, n in sorted(retries.items())),
             attempt_seconds=_distributions(sums, RUN, bounds),
             start_seconds=_distributions(sums, WAIT, bounds),
-            tool_calls=tuple(_tally(r, "verdict", "reason") for r in tools),
-            usage=tuple(
-                (
-                    (str(r["role"]), str(r["tenant"]), str(r["worker"])),
-                    int(r["tin"] or 0),
-                    int(r["tout"] or 0),
-                    float(r["cost"] or 0.0),
-                )
-                for r in usage
+            tool_calls=_plus(
+                [_tally(r, "verdict", "reason") for r in tools],
+                [
+                    Tally(labels(r["role"]), float(r["n"]))
+                    for r in gone
+                    if r["series"] == GONE_TOOLS
+                ],
+            ),
+            usage=merge_usage(
+                [
+                    (
+                        (str(r["role"]), str(r["tenant"]), str(r["worker"])),
+                        int(r["tin"] or 0),
+                        int(r["tout"] or 0),
+                        float(r["cost"] or 0.0),
+                    )
+                    for r in usage
+                ],
+                gone,
+            ),
+            removed=tuple(
+                Tally(labels(r["role"]), float(r["n"])) for r in gone if r["series"] == GONE_JOBS
             ),
         )
 
@@ -172,16 +205,19 @@ class SqlMetrics:
         try:
             async with self.driver.write() as tx:
                 rows = await tx.fetchall(_FOLD, (FOLD_BATCH,))
-                for (series, role, le), (n, total) in _rollup(rows, bounds).items():
-                    await tx.execute(_ADD, (series, role, le, int(n), total))
+                for (series, role, le), (n, total) in rollup(rows, bounds).items():
+                    await tx.execute(ADD, (series, role, le, int(n), total))
         except StoreError:
             return
 
 
 async def _attempt_sums(tx: Tx, bounds: Sequence[float]) -> dict[Key, list[float]]:
     """The rollups plus the attempts not folded yet, as rollup entries."""
-    sums = _rollup(await tx.fetchall(_UNFOLDED), bounds)
-    for r in await tx.fetchall("SELECT series, role, le, n, total FROM metric_rollups"):
+    sums = rollup(await tx.fetchall(_UNFOLDED), bounds)
+    for r in await tx.fetchall(
+        "SELECT series, role, le, n, total FROM metric_rollups WHERE series IN (?, ?, ?)",
+        (RUN, WAIT, ATTEMPT),
+    ):
         le = float(r["le"])
         key = (str(r["series"]), str(r["role"]), le if le == OVERFLOW else _le(bounds, le))
         entry = sums.setdefault(key, [0.0, 0.0])

@@ -385,3 +385,24 @@ CREATE TABLE event_cursors (
     updated_at  REAL NOT NULL,
     PRIMARY KEY (sink, source)
 );
+
+-- migration 0017: retention (services/retention.py)
+CREATE TABLE archive_heads (
+    chain TEXT PRIMARY KEY,
+    seq   INTEGER NOT NULL,
+    hash  TEXT NOT NULL
+);
+
+CREATE TABLE archives (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    at       REAL NOT NULL,
+    file     TEXT NOT NULL,
+    jobs     INTEGER NOT NULL,
+    segments TEXT NOT NULL
+);
+
+CREATE TABLE gc_lease (
+    name        TEXT PRIMARY KEY,
+    holder      TEXT NOT NULL,
+    lease_until REAL NOT NULL
+);

@@ -2,7 +2,7 @@
 -- The append-only tables refuse UPDATE and DELETE (SQLite): changing history takes dropping a
 -- trigger, and then the hash chain shows it (corral audit verify).
 CREATE TRIGGER policy_evaluations_no_update BEFORE UPDATE ON policy_evaluations BEGIN SELECT RAISE(ABORT, 'policy_evaluations is append-only'); END;
-CREATE TRIGGER policy_evaluations_no_delete BEFORE DELETE ON policy_evaluations BEGIN SELECT RAISE(ABORT, 'policy_evaluations is append-only'); END;
+CREATE TRIGGER policy_evaluations_no_delete BEFORE DELETE ON policy_evaluations WHEN OLD.seq IS NULL OR OLD.seq > COALESCE((SELECT seq FROM archive_heads WHERE chain = 'policy_evaluations'), 0) BEGIN SELECT RAISE(ABORT, 'policy_evaluations is append-only'); END;
 CREATE TRIGGER run_reports_no_update BEFORE UPDATE ON run_reports BEGIN SELECT RAISE(ABORT, 'run_reports is append-only'); END;
 CREATE TRIGGER run_reports_no_delete BEFORE DELETE ON run_reports BEGIN SELECT RAISE(ABORT, 'run_reports is append-only'); END;
 CREATE TRIGGER incidents_no_update BEFORE UPDATE ON incidents BEGIN SELECT RAISE(ABORT, 'incidents is append-only'); END;
@@ -18,4 +18,4 @@ CREATE TRIGGER dark_launches_no_delete BEFORE DELETE ON dark_launches BEGIN SELE
 CREATE TRIGGER approval_events_no_update BEFORE UPDATE ON approval_events BEGIN SELECT RAISE(ABORT, 'approval_events is append-only'); END;
 CREATE TRIGGER approval_events_no_delete BEFORE DELETE ON approval_events BEGIN SELECT RAISE(ABORT, 'approval_events is append-only'); END;
 CREATE TRIGGER job_events_no_update BEFORE UPDATE ON job_events BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
-CREATE TRIGGER job_events_no_delete BEFORE DELETE ON job_events BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
+CREATE TRIGGER job_events_no_delete BEFORE DELETE ON job_events WHEN OLD.seq IS NULL OR OLD.seq > COALESCE((SELECT seq FROM archive_heads WHERE chain = 'job_events'), 0) BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;

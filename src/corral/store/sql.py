@@ -28,6 +28,7 @@ from corral.store.governance_sql import SqlGovernance
 from corral.store.metrics_sql import SqlMetrics
 from corral.store.operator_sql import SqlOperator
 from corral.store.outbox_sql import SqlOutbox
+from corral.store.retention_sql import SqlRetention
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
     JOB_COLUMNS,
@@ -84,7 +85,7 @@ class _EventTx:
         return await self.tx.fetchall(sql, params)
 
 
-class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
+class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, SqlRetention):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:

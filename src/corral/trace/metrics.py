@@ -28,10 +28,18 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from corral.core.ports import BudgetStatus, Distribution, FleetFigures, MetricsReads, Tally
+from corral.core.ports import (
+    BudgetStatus,
+    Distribution,
+    EventCursor,
+    FleetFigures,
+    MetricsReads,
+    Tally,
+)
 from corral.domain.governance import Approval, ApprovalState, BudgetCeiling, KillSwitch, ScopeKind
 from corral.domain.states import TERMINAL, JobState
 from corral.policy import prerun
+from corral.trace.events import SOURCES
 
 # Histogram bucket upper bounds (seconds) of attempt run time and submit → running latency.
 BOUNDS: tuple[float, ...] = (
@@ -124,6 +132,20 @@ class MetricsSource(MetricsReads, Protocol):
         self, scope: ScopeKind, target: str, period_start: float
     ) -> BudgetStatus: ...
 
+    async def event_cursors(self) -> list[EventCursor]: ...
+
+    async def outbox_tip(self, source: str) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SinkFigures:
+    """One event sink's outbox: committed rows it has not published yet, and rows its cursor
+    jumped over when the backlog passed `events.max_backlog` (ever)."""
+
+    sink: str
+    backlog: int
+    skipped: int
+
 
 Snapshot = Callable[[], Mapping[str, Any]]
 
@@ -137,12 +159,40 @@ class Scrape:
     approvals_pending: int = 0
     budgets: Sequence[BudgetStatus] = ()
     core: Mapping[str, Any] | None = None  # the engine's snapshot; None: no engine answered
+    sinks: Sequence[SinkFigures] = ()
     bounds: Sequence[float] = BOUNDS
     at: float = field(default_factory=time.time)
 
 
+async def sink_figures(
+    store: MetricsSource, sinks: Sequence[str] | None = None
+) -> tuple[SinkFigures, ...]:
+    """Each sink's backlog and skipped rows, from its cursors and the outbox tables' tips.
+    `sinks`: the configured ones (a sink with no cursor yet has published nothing); None: every
+    sink that has cursors in the store."""
+    cursors = await store.event_cursors()
+    names = sorted({c.sink for c in cursors} if sinks is None else set(sinks))
+    if not names:
+        return ()
+    sources = sorted({*SOURCES, *(c.source for c in cursors)})  # what a sink publishes
+    tips = {source: await store.outbox_tip(source) for source in sources}
+    out = []
+    for name in names:
+        mine = {c.source: c for c in cursors if c.sink == name}
+        backlog = sum(
+            max(0, tip - (mine[source].last_id if source in mine else 0))
+            for source, tip in tips.items()
+        )
+        out.append(SinkFigures(name, backlog, sum(c.skipped for c in mine.values())))
+    return tuple(out)
+
+
 async def read(
-    store: MetricsSource, snapshot: Snapshot | None = None, *, now: float | None = None
+    store: MetricsSource,
+    snapshot: Snapshot | None = None,
+    *,
+    now: float | None = None,
+    sinks: Sequence[str] | None = None,
 ) -> Scrape:
     """Read a scrape's figures from the store and (off the event loop) the engine's core."""
     at = time.time() if now is None else now
@@ -157,6 +207,7 @@ async def read(
         approvals_pending=len(await store.approvals(state=ApprovalState.PENDING)),
         budgets=statuses,
         core=core,
+        sinks=await sink_figures(store, sinks),
         at=at,
     )
 
@@ -177,14 +228,18 @@ class CorralCollector(Collector):
         self.scrape = scrape
 
     def collect(self) -> Iterator[Metric]:
-        yield from _jobs(self.scrape.figures.jobs, self.scrape.figures.dlq)
+        f = self.scrape.figures
+        yield from _jobs(f.jobs, f.dlq, f.removed)
         yield from _attempts(self.scrape.figures, self.scrape.bounds)
         yield from _usage(self.scrape.figures)
         yield from _governance(self.scrape)
+        yield from _events(self.scrape.sinks)
         yield from _core(self.scrape.core)
 
 
-def _jobs(jobs: Sequence[Tally], open_dlq: Sequence[Tally]) -> Iterator[Metric]:
+def _jobs(
+    jobs: Sequence[Tally], open_dlq: Sequence[Tally], removed: Sequence[Tally] = ()
+) -> Iterator[Metric]:
     queued = GaugeMetricFamily(
         "corral_queue_depth",
         "Jobs waiting to run (queued or in retry backoff).",
@@ -214,6 +269,8 @@ def _jobs(jobs: Sequence[Tally], open_dlq: Sequence[Tally]) -> Iterator[Metric]:
             _add(sums["queued"], (role, env, priority, st.value.lower()), n)
         if st in TERMINAL:
             _add(sums["finished"], (role, st.value.lower()), n)
+    for (role, _env, _priority, state), n in removed:  # retention took them: still finished
+        _add(sums["finished"], (role, state.lower()), n)
     for t in open_dlq:
         _add(sums["dlq"], t.labels, t.value)
     for family, key in (
@@ -344,6 +401,24 @@ def _governance(s: Scrape) -> Iterator[Metric]:
     yield from (spent, reserved, ceiling)
 
 
+def _events(sinks: Sequence[SinkFigures]) -> Iterator[Metric]:
+    backlog = GaugeMetricFamily(
+        "corral_events_backlog",
+        "Committed records an event sink has not published yet (every outbox table).",
+        labels=["sink"],
+    )
+    skipped = CounterMetricFamily(
+        "corral_events_skipped",
+        "Records an event sink's cursor jumped over when its backlog passed events.max_backlog.",
+        labels=["sink"],
+    )
+    for s in sinks:
+        backlog.add_metric([s.sink], float(s.backlog))
+        skipped.add_metric([s.sink], float(s.skipped))
+    yield backlog
+    yield skipped
+
+
 def _core(core: Mapping[str, Any] | None) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "corral_engine_up",
@@ -386,8 +461,11 @@ def _watchdog_gauges(watchdog: Mapping[str, Any]) -> Iterator[Metric]:
         yield family
 
 
-async def exposition(store: MetricsSource, snapshot: Snapshot | None = None) -> bytes:
-    """The Prometheus text exposition of the store's and the core's figures, read now."""
+async def exposition(
+    store: MetricsSource, snapshot: Snapshot | None = None, *, sinks: Sequence[str] | None = None
+) -> bytes:
+    """The Prometheus text exposition of the store's and the core's figures, read now
+    (`sinks`: the configured event sinks, see `sink_figures`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CorralCollector(await read(store, snapshot)))
+    registry.register(CorralCollector(await read(store, snapshot, sinks=sinks)))
     return generate_latest(registry)
