@@ -463,6 +463,26 @@ def test_shim_is_built_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.M
     assert native.shim_path() is native.shim_path()
 
 
+def test_a_shipped_binary_of_this_source_is_used_without_compiling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CORRAL_SHIM_DIR", str(tmp_path / "cache"))
+    built = native._build("shim")  # what a wheel's build puts in bin/
+    shipped = tmp_path / "bin"
+    shipped.mkdir()
+    (shipped / built.name).write_bytes(built.read_bytes())
+    (shipped / built.name).chmod(0o755)
+    (shipped / "corral-hook-000000000000").write_bytes(b"")  # another source's: never used
+    monkeypatch.setattr(native, "SHIPPED", shipped)
+    monkeypatch.setenv("CORRAL_SHIM_DIR", str(tmp_path / "other-cache"))
+    monkeypatch.setenv("CC", "corral-test-no-such-cc")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no compiler
+    assert native._build("shim") == shipped / built.name
+    assert not (tmp_path / "other-cache").exists()
+    with pytest.raises(WorkerError, match="no C compiler found"):
+        native._build("hook")  # no binary of its source shipped: it would have to compile
+
+
 def test_missing_compiler_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRAL_SHIM_DIR", str(tmp_path))
     monkeypatch.setenv("CC", "corral-test-no-such-cc")

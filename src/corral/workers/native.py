@@ -21,6 +21,7 @@ from corral.domain.errors import WorkerError
 
 __all__ = ["hook_path", "native_binary", "shim_path"]
 
+SHIPPED = Path(__file__).with_name("bin")  # where a wheel carries the built helpers
 _build_lock = threading.Lock()
 _built: dict[str, Path] = {}
 
@@ -53,7 +54,7 @@ def native_binary(name: str) -> Path:
 def _build(name: str) -> Path:
     source = Path(__file__).with_name(f"{name}.c").read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:12]
-    shipped = Path(__file__).with_name("bin") / f"corral-{name}-{digest}"
+    shipped = SHIPPED / f"corral-{name}-{digest}"
     if os.access(shipped, os.X_OK):
         return shipped
     cache = Path(os.environ.get("CORRAL_SHIM_DIR") or Path.home() / ".cache" / "corral")
