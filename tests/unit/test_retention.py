@@ -16,10 +16,13 @@ import pytest
 from corral.config import Config, load
 from corral.core.ports import GcBatch
 from corral.domain.errors import Conflict, NotFound, StoreError
+from corral.domain.states import JobState
 from corral.runtime import retention
 from corral.store import archive
 from corral.store.memory import MemoryStore
+from tests.contract.test_governance_contract import report_for
 from tests.contract.test_retention_contract import LATER, done
+from tests.contract.test_store_contract import end, submit
 
 DAY = 86400.0
 
@@ -149,5 +152,25 @@ def test_leftover_directories_are_swept_only_once_older_than_the_shortest_retent
         assert sorted(p.name for p in root.iterdir()) == sorted(
             [f"{kept.id}.1", "GONE2.1", "notanattempt"]
         )
+
+    anyio.run(main)
+
+
+def test_a_batch_whose_jobs_interleave_with_the_next_candidates_looks_at_more(
+    tmp_path: Path,
+) -> None:
+    cfg = _config(tmp_path, "retention: {keep_jobs: 0, batch: 1}\n")
+
+    async def main() -> None:
+        store = MemoryStore()
+        first = await submit(store)
+        second = await submit(store)  # submitted before the first ended: records interleave
+        for job in (first, second):
+            ended = await end(store, job, JobState.SUCCEEDED)
+            await store.record_report(report_for(ended))
+        alone = await store.gc_collect([first.id], sinks=())
+        assert alone.jobs == () and alone.held == 1
+        result = await retention.collect(store, cfg, holder="t", now=LATER)
+        assert result.jobs == 2 and result.held == 0 and result.batches == 1
 
     anyio.run(main)

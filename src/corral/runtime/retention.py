@@ -43,6 +43,7 @@ log = logging.getLogger("corral.retention")
 LEASE_S = 600.0  # a collector that died frees the lease after this long
 DRY_RUN_LIMIT = 10_000  # candidates a dry run looks at
 MAX_BATCH = 5_000  # candidates one batch looks at when the first ones cannot go alone
+PREFETCH = 10  # batches of candidates read at once
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,24 +168,33 @@ async def _batches(
 ) -> GcResult:
     spec = config.settings.retention
     folder = archive_dir(config)
-    jobs = held = dirs = batches = 0
+    jobs = dirs = batches = 0
     files: list[str] = []
     records: dict[str, int] = {}
-    limit = spec.batch
+    # Candidates are read PREFETCH batches at a time (finding them is a scan of the terminal
+    # jobs); they stay candidates while the run lasts (terminal is final, `at` is fixed).
+    pending: list[str] = []
+    more = True
+    size = spec.batch
     while True:
-        ids = await store.gc_candidates(spec, now=at, limit=limit)
-        if not ids:
+        if len(pending) < size and more:
+            want = size * PREFETCH
+            pending = await store.gc_candidates(spec, now=at, limit=want)
+            more = len(pending) == want
+        if not pending:
             break
+        ids = pending[:size]
         batch = await store.gc_collect(ids, sinks=sinks)
         if not batch.jobs:
-            held = batch.held
-            if len(ids) < limit or limit >= MAX_BATCH:
+            if (len(ids) == len(pending) and not more) or size >= MAX_BATCH:
                 break
             # every candidate of this batch has a record after one of the next candidates':
             # look at more of them at once
-            limit = min(limit * 4, MAX_BATCH)
+            size = min(size * 4, MAX_BATCH)
             continue
-        limit = spec.batch
+        size = spec.batch
+        taken = set(batch.jobs)
+        pending = [j for j in pending if j not in taken]
         batches += 1
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(at))
         name = f"corral-archive-{stamp}-{batches:05d}-{new_id()[-8:]}.jsonl"
@@ -194,10 +204,10 @@ async def _batches(
         files.append(str(path))
         for table, (a, b) in batch.segments.items():
             records[table] = records.get(table, 0) + b.seq - a.seq
-        held = batch.held
         await store.claim_gc(holder, now=time.time(), lease_s=LEASE_S)  # renew
         if progress is not None:
-            progress(GcProgress(batch=batches, jobs=jobs, held=held, archive=str(path)))
+            progress(GcProgress(batch=batches, jobs=jobs, held=batch.held, archive=str(path)))
+    held = len(pending)  # candidates that had to stay (at least: more may not have been read)
     return GcResult(
         dry_run=False,
         jobs=jobs,

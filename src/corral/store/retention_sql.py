@@ -48,7 +48,7 @@ _T = ", ".join("?" * len(TERMINAL))
 _ELIGIBLE = (
     f"state IN ({_T}) AND NOT (state = 'DEAD_LETTERED' AND dlq_resolution IS NULL)"
     " AND id IN (SELECT job_id FROM run_reports)"
-    f" AND (parent_id IS NULL OR parent_id NOT IN (SELECT id FROM jobs WHERE state NOT IN ({_T})))"
+    f" AND NOT EXISTS (SELECT 1 FROM jobs p WHERE p.id = jobs.parent_id AND p.state NOT IN ({_T}))"
 )
 _LEASE = (
     "INSERT INTO gc_lease (name, holder, lease_until) VALUES ('gc', ?, ?) "
@@ -111,9 +111,10 @@ async def _cuts(
         for table in ARCHIVED_CHAINS:
             # the first record of a job that stays (a record of a job gone already goes too)
             others = f" AND job_id NOT IN ({_marks(len(ids))})" if ids else ""
+            # (in seq order from the base, stopping at the first: not a scan of every job's)
             row = await tx.fetchone(
-                f"SELECT MIN(seq) AS s FROM {table} WHERE seq > ?{others}"
-                " AND job_id IN (SELECT id FROM jobs)",
+                f"SELECT seq AS s FROM {table} t WHERE seq > ?{others}"
+                " AND EXISTS (SELECT 1 FROM jobs WHERE jobs.id = t.job_id) ORDER BY seq LIMIT 1",
                 (base[table].seq, *ids),
             )
             cut = limits[table]
