@@ -1,0 +1,56 @@
+"""`corral mcp`: the MCP server over stdio for one caller, as an agent CLI starts it from a
+role's `mcp_config`. The caller is the local user — the default tenant, reading and submitting
+(reading only with `read_only`) — or the tenant and scopes of a token (`CORRAL_TOKEN`). stdout
+carries the protocol only; notes go to stderr."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from corral.config import Config
+from corral.core.ports import TokenStore
+from corral.domain.errors import NotPermitted
+from corral.runtime.assembly import build_store
+from corral.runtime.control import poke
+from corral.services import tokens
+
+from .tools import READ, WRITE, Caller, build_server, fixed
+
+LOCAL_TENANT = "default"
+
+
+async def caller_for(
+    store: TokenStore,
+    token: str | None,
+    *,
+    read_only: bool,
+    parent_job: str | None,
+) -> Caller:
+    """The caller of this process: a token's tenant and scopes, or the local user's."""
+    if token:
+        found = await tokens.authenticate(store, token, clock=time.time)
+        if found is None:
+            raise NotPermitted(
+                "the token given (--token or CORRAL_TOKEN) is invalid, expired or revoked"
+            )
+        scopes = found.scopes
+        if read_only:  # the token's reading, and nothing more
+            scopes = (READ,) if found.allows(READ) else ()
+        return Caller(found.tenant, scopes, f"token:{found.id}", parent_job)
+    scopes = (READ,) if read_only else (READ, WRITE)
+    return Caller(LOCAL_TENANT, scopes, f"user:{os.environ.get('USER', 'local')}", parent_job)
+
+
+async def serve_stdio(
+    config: Config, *, token: str | None, read_only: bool, parent_job: str | None
+) -> None:
+    """Open the store and answer MCP over stdin/stdout until the client closes them."""
+    store = build_store(config)
+    await store.open()
+    try:
+        who = await caller_for(store, token, read_only=read_only, parent_job=parent_job)
+        server = build_server(store, config, lambda op: poke(config.data_dir, op), fixed(who))
+        await server.run_stdio_async()
+    finally:
+        await store.close()
