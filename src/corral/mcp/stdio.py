@@ -5,7 +5,9 @@ carries the protocol only; notes go to stderr."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import time
 
 from corral.config import Config
@@ -46,6 +48,10 @@ async def serve_stdio(
     config: Config, *, token: str | None, read_only: bool, parent_job: str | None
 ) -> None:
     """Open the store and answer MCP over stdin/stdout until the client closes them."""
+    # warnings and errors only, on stderr (the SDK would install its own handler otherwise)
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="corral mcp: %(levelname)s %(message)s"
+    )
     store = build_store(config)
     await store.open()
     try:
