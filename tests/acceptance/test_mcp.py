@@ -112,6 +112,8 @@ def test_stdio_serves_the_local_user_or_a_tokens_tenant(corral: Corral) -> None:
     bad = corral.run("mcp", "--token", "crl_nope_nope")
     assert bad.returncode == 10 and "invalid, expired or revoked" in bad.stderr
     assert "Traceback" not in bad.stderr
+    usage = corral.ok("mcp", "--help")
+    assert '{"mcpServers": {"corral": {"command": "corral",' in usage and "--read-only" in usage
 
 
 def test_http_mcp_with_bearer_tokens_on_a_live_engine(corral: Corral) -> None:

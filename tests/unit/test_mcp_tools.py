@@ -6,6 +6,7 @@ error results where a traceback could have leaked."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from mcp import Client
 
 from corral.config import Config, load
 from corral.domain.agents import AgentEvent, PolicyEvaluation, ToolCallTrace
+from corral.domain.governance import KillSwitch, ScopeKind
 from corral.mcp import Caller, build_server, fixed
 from corral.store.memory import MemoryStore
 
@@ -272,5 +274,35 @@ def test_submissions_inside_a_job_are_its_children(tmp_path: Path) -> None:
         assert (child["parent_id"], child["depth"]) == (top["id"], 1)
         deeper = failed(await submit_inside(store, child["id"]), "invalid_request")
         assert "recursion depth 2 exceeds max_recursion_depth 1" in deeper["message"]
+
+    anyio.run(main)
+
+
+def test_submit_job_goes_through_the_pre_run_policy(tmp_path: Path) -> None:
+    """A kill switch on the tenant denies the job before it is queued; a role that needs a
+    human's approval holds it — exactly as `corral submit` would."""
+    (tmp_path / "corral.yaml").write_text("roles: {gated: {requires_approval: true}}\n")
+    cfg = load(data_dir=tmp_path / "data", config_path=tmp_path / "corral.yaml")
+
+    async def main() -> None:
+        store = MemoryStore()
+        await store.open()
+        async with Client(build_server(store, cfg, lambda op: None, fixed(WRITER))) as c:
+            held = ok(await c.call_tool("submit_job", {"command": ["true"], "role": "gated"}))
+            assert held["job"]["state"] == "AWAITING_APPROVAL"
+            await store.activate_kill_switch(
+                KillSwitch(
+                    id="k1",
+                    scope=ScopeKind.TENANT,
+                    target="acme",
+                    reason="incident 7",
+                    created_at=time.time() - 1,
+                    created_by="test",
+                )
+            )
+            denied = ok(await c.call_tool("submit_job", {"command": ["true"]}))["job"]
+            assert denied["state"] == "DENIED" and "kill" in denied["last_error"]
+            summary = ok(await c.call_tool("job_trace_summary", {"job_id": denied["id"]}))
+            assert summary["verdicts"] == {"deny": 1}
 
     anyio.run(main)

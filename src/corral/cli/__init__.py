@@ -239,6 +239,7 @@ def mcp_cmd(
 
     List it in a role's mcp_config file (Claude Code's form) to let its agent ask Corral:
 
+    \b
       {"mcpServers": {"corral": {"command": "corral",
         "args": ["mcp", "--data-dir", "/srv/corral", "--read-only"]}}}
 
