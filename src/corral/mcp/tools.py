@@ -230,6 +230,13 @@ class Tools:
         req = replace(req, tenant=who.tenant, parent_id=who.parent_job)
         done = await submit(self.store, self.config, req, self.wake)
         r = done.result
+        log.info(
+            "job %s %s over MCP by %s (%s)",
+            r.job.id,
+            "submitted" if r.created else "coalesced",
+            who.actor,
+            r.job.state.value,
+        )
         return out.JobSubmitted(
             created=r.created,
             coalesced_on=r.coalesced_on,
