@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.acceptance.conftest import CORRAL, Corral
 from tests.acceptance.test_agents import agent_config, agents, trace  # noqa: F401
-from tests.agentmock import AnthropicMock, tool_names
+from tests.acceptance.test_agents_other_clis import config as other_config
+from tests.agentmock import AnthropicMock, OpenAIResponsesMock, tool_names
 
 RULES = """\
 version: 1
@@ -82,3 +85,36 @@ def test_an_agent_asks_corral_over_mcp_and_each_call_is_governed(
     assert "this role asks Corral" in json.dumps(mock.turn_requests[2])  # the agent was told
     # the denied call never reached Corral: no job besides the two the test submitted
     assert {j["id"] for j in c.json("jobs")} == {earlier, job}
+
+
+@pytest.mark.parametrize("kind", ["codex", "opencode"])
+def test_codex_and_opencode_ask_corral_too(kind: str, tmp_path: Path, clis: None) -> None:
+    """The same server in the same `mcp_config`, under the other CLIs: each spells the tool its
+    own way; the engine decides `mcp__corral__list_jobs`, and Corral's answer reaches the model."""
+    with OpenAIResponsesMock([], dialect=kind) as mock:
+        c = Corral(tmp_path, "")
+        role = asker(c, tmp_path).replace("claude-code", kind)
+        role = role.replace(', "mcp__corral__submit_job"', "")
+        c.config.write_text(other_config(kind, mock.url, role))
+        try:
+            earlier = c.submit("sh", "-c", "echo earlier")
+            c.serve()
+            assert c.wait(earlier) == 0
+            mock.script[:] = [
+                {"tool_calls": [{"name": "mcp__corral__list_jobs", "input": {"limit": 5}}]},
+                {"text": "Summary: one job is listed."},
+            ]
+            job = c.ok(
+                "submit", "--role", "asker", "--prompt", "what ran?", "--cwd", str(c.work)
+            ).strip()
+            c.wait(job, timeout=120)
+            assert c.job(job)["state"] == "SUCCEEDED", c.engine_log()[-2000:]
+            decided = [
+                (e["subject"], e["verdict"])
+                for e in trace(c, job)["policy_evaluations"]
+                if e["stage"] == "tool_call"
+            ]
+            assert decided == [("mcp__corral__list_jobs", "allow")]
+            assert earlier in json.dumps(mock.turn_requests[1])
+        finally:
+            c.stop_all()
