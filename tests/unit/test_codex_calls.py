@@ -159,10 +159,12 @@ def test_the_roles_mcp_servers_are_required_and_held_to_the_tools_named() -> Non
         "enabled_tools": ["list_jobs"],
         "default_tools_approval_mode": "approve",
         "required": True,
+        "startup_timeout_sec": 60,
     }
     assert out["docs"] == {
         "url": "https://docs.example/mcp",
         "http_headers": {"X": "y"},
         "default_tools_approval_mode": "approve",
         "required": True,
+        "startup_timeout_sec": 60,
     }
