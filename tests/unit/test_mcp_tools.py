@@ -12,12 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client
 
 from corral.config import Config, load
 from corral.domain.agents import AgentEvent, PolicyEvaluation, ToolCallTrace
+from corral.domain.errors import NotPermitted
 from corral.domain.governance import KillSwitch, ScopeKind
 from corral.mcp import Caller, build_server, fixed
+from corral.mcp.stdio import caller_for
+from corral.services import tokens
 from corral.store.memory import MemoryStore
 
 CONFIG = """\
@@ -304,5 +308,30 @@ def test_submit_job_goes_through_the_pre_run_policy(tmp_path: Path) -> None:
             assert denied["state"] == "DENIED" and "kill" in denied["last_error"]
             summary = ok(await c.call_tool("job_trace_summary", {"job_id": denied["id"]}))
             assert summary["verdicts"] == {"deny": 1}
+
+    anyio.run(main)
+
+
+def test_a_token_revoked_while_the_stdio_server_runs_is_refused_at_the_next_call(
+    tmp_path: Path,
+) -> None:
+    cfg = config(tmp_path)
+
+    async def main() -> None:
+        store = MemoryStore()
+        await store.open()
+        made = await tokens.create(store, tenant="acme", scopes="jobs:read,jobs:write", by="t")
+        who = await caller_for(store, made.text, read_only=True, parent_job=None)
+        async with Client(build_server(store, cfg, lambda op: None, who)) as c:
+            ok(await c.call_tool("list_jobs", {}))
+            reading = failed(
+                await c.call_tool("submit_job", {"command": ["true"]}), "not_permitted"
+            )
+            assert reading["needed_scope"] == "jobs:write"  # --read-only trims the token's scopes
+            await tokens.revoke(store, made.token.id, by="t")
+            gone = failed(await c.call_tool("list_jobs", {}), "not_permitted")
+            assert "revoked" in gone["message"]
+        with pytest.raises(NotPermitted, match="invalid, expired or revoked"):
+            await caller_for(store, made.text, read_only=False, parent_job=None)
 
     anyio.run(main)

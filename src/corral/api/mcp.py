@@ -30,7 +30,7 @@ PATH = "/mcp"
 CALLER = "corral_mcp_caller"  # where the gate leaves the caller in the request's state
 
 
-def _caller_of(ctx: Context) -> Caller:
+async def _caller_of(ctx: Context) -> Caller:
     request = ctx.request_context.request
     found = getattr(request.state, CALLER, None) if isinstance(request, Request) else None
     if not isinstance(found, Caller):  # never served without the gate; said plainly if so

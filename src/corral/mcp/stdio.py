@@ -17,7 +17,7 @@ from corral.runtime.assembly import build_store
 from corral.runtime.control import poke
 from corral.services import tokens
 
-from .tools import READ, WRITE, Caller, build_server, fixed
+from .tools import READ, WRITE, Caller, CallerOf, build_server, fixed
 
 LOCAL_TENANT = "default"
 
@@ -28,9 +28,16 @@ async def caller_for(
     *,
     read_only: bool,
     parent_job: str | None,
-) -> Caller:
-    """The caller of this process: a token's tenant and scopes, or the local user's."""
-    if token:
+) -> CallerOf:
+    """The caller of this process: the local user's, or a token's tenant and scopes — the token
+    checked now (a bad one ends the command) and again at every call, so that revoking it or
+    its expiry takes effect in a running server too."""
+    if not token:
+        scopes = (READ,) if read_only else (READ, WRITE)
+        user = f"user:{os.environ.get('USER', 'local')}"
+        return fixed(Caller(LOCAL_TENANT, scopes, user, parent_job))
+
+    async def by_token(_: object = None) -> Caller:
         found = await tokens.authenticate(store, token, clock=time.time)
         if found is None:
             raise NotPermitted(
@@ -40,8 +47,9 @@ async def caller_for(
         if read_only:  # the token's reading, and nothing more
             scopes = (READ,) if found.allows(READ) else ()
         return Caller(found.tenant, scopes, f"token:{found.id}", parent_job)
-    scopes = (READ,) if read_only else (READ, WRITE)
-    return Caller(LOCAL_TENANT, scopes, f"user:{os.environ.get('USER', 'local')}", parent_job)
+
+    await by_token()
+    return by_token
 
 
 async def serve_stdio(
@@ -56,7 +64,7 @@ async def serve_stdio(
     await store.open()
     try:
         who = await caller_for(store, token, read_only=read_only, parent_job=parent_job)
-        server = build_server(store, config, lambda op: poke(config.data_dir, op), fixed(who))
+        server = build_server(store, config, lambda op: poke(config.data_dir, op), who)
         await server.run_stdio_async()
     finally:
         await store.close()

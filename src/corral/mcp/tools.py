@@ -73,7 +73,7 @@ class MissingScope(NotPermitted):
 
 
 # The caller of one tool call, from its context (the transport decides how).
-CallerOf = Callable[[Context], Caller]
+CallerOf = Callable[[Context], Awaitable[Caller]]
 
 
 def failure(err: CorralError) -> CallToolResult:
@@ -116,13 +116,13 @@ class Tools:
     def __init__(self, store: Store, config: Config, wake: Wake, caller_of: CallerOf) -> None:
         self.store, self.config, self.wake, self.caller_of = store, config, wake, caller_of
 
-    def caller(self, ctx: Context, scope: str) -> Caller:
-        who = self.caller_of(ctx)
+    async def caller(self, ctx: Context, scope: str) -> Caller:
+        who = await self.caller_of(ctx)
         who.need(scope)
         return who
 
     async def job(self, ctx: Context, job_id: str) -> tuple[Caller, Job]:
-        who = self.caller(ctx, READ)
+        who = await self.caller(ctx, READ)
         bounds.text("job_id", job_id)
         return who, await tenancy.job_of(self.store, job_id.strip(), who.tenant)
 
@@ -140,7 +140,7 @@ class Tools:
         limit: int,
         cursor: str | None,
     ) -> out.JobList:
-        who = self.caller(ctx, READ)
+        who = await self.caller(ctx, READ)
         wanted = _state(state)
         page = await tenancy.jobs_of(
             self.store, who.tenant, state=wanted, role=role, limit=limit, cursor=cursor
@@ -175,7 +175,7 @@ class Tools:
         )
 
     async def cluster_state(self, ctx: Context) -> out.ClusterState:
-        who = self.caller(ctx, READ)
+        who = await self.caller(ctx, READ)
         f = await overview.fleet_state(self.store, self.config, who.tenant)
         return out.ClusterState(
             tenant=who.tenant,
@@ -200,7 +200,7 @@ class Tools:
         )
 
     async def queue_depth(self, ctx: Context, job_id: str | None) -> out.QueueDepth:
-        who = self.caller(ctx, READ)
+        who = await self.caller(ctx, READ)
         job = None if job_id is None else (await self.job(ctx, job_id))[1]
         q = await overview.queue_depth(self.store, self.config, who.tenant, job)
         place = (
@@ -226,7 +226,7 @@ class Tools:
     # ---- writing ------------------------------------------------------------------------------
 
     async def submit_job(self, ctx: Context, req: SubmitRequest) -> out.JobSubmitted:
-        who = self.caller(ctx, WRITE)
+        who = await self.caller(ctx, WRITE)
         req = replace(req, tenant=who.tenant, parent_id=who.parent_job)
         done = await submit(self.store, self.config, req, self.wake)
         r = done.result
@@ -363,7 +363,7 @@ def build_server(store: Store, config: Config, wake: Wake, caller_of: CallerOf) 
 def fixed(caller: Caller) -> CallerOf:
     """The same caller for every call (stdio: one user per process)."""
 
-    def of(_: Context) -> Caller:
+    async def of(_: Context) -> Caller:
         return caller
 
     return of
