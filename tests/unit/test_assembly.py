@@ -15,11 +15,11 @@ def test_the_configuration_names_every_agent_adapter_the_engine_can_run() -> Non
     assert set(AGENT_ADAPTERS) == set(ADAPTERS)
 
 
-def test_a_short_command_imports_neither_the_engine_nor_rich() -> None:
+def test_a_short_command_imports_neither_the_engine_nor_rich_nor_the_mcp_sdk() -> None:
     probe = (
         "import sys, corral.cli; "
         "print(sorted(m for m in ('corral.runtime.engine', 'corral.workers.agents', "
-        "'corral.scheduler.dispatcher', 'rich') if m in sys.modules))"
+        "'corral.scheduler.dispatcher', 'rich', 'mcp', 'corral.mcp') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True

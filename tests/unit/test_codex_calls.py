@@ -139,3 +139,32 @@ def test_a_long_transcript_is_read_from_its_end(home: Path) -> None:
     assert codex_shell_call(payload(path, "call_7", "echo 7"), home) == CodexCall(
         LOGIN_SHELL, "echo 7"
     )
+
+
+def test_the_roles_mcp_servers_are_required_and_held_to_the_tools_named() -> None:
+    """Codex waits for every MCP server of the role before its first turn (a server slow to
+    start would otherwise miss that turn), and finds only the tools the scope names."""
+    from corral.policy.scopes import Scope
+    from corral.workers.agents.codex import _codex_mcp
+
+    servers = {
+        "corral": {"type": "stdio", "command": "corral", "args": ["mcp"]},
+        "docs": {"type": "http", "url": "https://docs.example/mcp", "headers": {"X": "y"}},
+    }
+    out = _codex_mcp(servers, Scope.parse(("mcp__corral__list_jobs", "mcp__docs")))
+    assert out["corral"] == {
+        "command": "corral",
+        "args": ["mcp"],
+        "env": {},
+        "enabled_tools": ["list_jobs"],
+        "default_tools_approval_mode": "approve",
+        "required": True,
+        "startup_timeout_sec": 60,
+    }
+    assert out["docs"] == {
+        "url": "https://docs.example/mcp",
+        "http_headers": {"X": "y"},
+        "default_tools_approval_mode": "approve",
+        "required": True,
+        "startup_timeout_sec": 60,
+    }

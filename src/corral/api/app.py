@@ -2,9 +2,9 @@
 
 OpenAPI is at `/openapi.json`; `/docs` is a small page of our own that lists the operations
 from it, with no script from a CDN (FastAPI's Swagger UI and ReDoc load theirs from one, so
-they are off). `/healthz` answers while the process is up; `/readyz` says whether the store
-answers and an engine serves the data directory — neither needs a token (they reveal nothing
-of any tenant)."""
+they are off). `/mcp` serves the MCP tools to agents (api/mcp.py). `/healthz` answers while
+the process is up; `/readyz` says whether the store answers and an engine serves the data
+directory — neither needs a token (they reveal nothing of any tenant)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.routing import Route
 
 from corral import __version__
 from corral.config import Config
@@ -24,7 +25,7 @@ from corral.runtime.control import poke
 from corral.schemas import api as bodies
 from corral.services import Wake
 
-from . import dlq, governance, intents, jobs, mechanism, policy, problems, records
+from . import dlq, governance, intents, jobs, mcp, mechanism, policy, problems, records
 from .ratelimit import Buckets
 from .state import ApiState
 
@@ -47,7 +48,8 @@ def create_app(
         if own_store:
             await store.open()
         try:
-            yield
+            async with endpoint.running():  # the MCP transport's task group
+                yield
         finally:
             if own_store:
                 await store.close()
@@ -71,6 +73,8 @@ def create_app(
         clock=clock,
     )
     problems.install(app)
+    endpoint = mcp.McpEndpoint(app.state.corral)
+    app.router.routes.append(Route(mcp.PATH, endpoint))  # an ASGI app: every method goes to it
     app.include_router(jobs.router)
     app.include_router(dlq.router)
     app.include_router(governance.router)

@@ -118,7 +118,8 @@ class Listener:
         )
         server = _EngineServer(config)
         try:
-            await server.serve(sockets=[self.sock])
+            async with app.router.lifespan_context(app):  # the MCP transport's task group
+                await server.serve(sockets=[self.sock])
         finally:
             with anyio.CancelScope(shield=True):
                 server.should_exit = True

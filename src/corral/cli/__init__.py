@@ -228,6 +228,60 @@ def demo(
         fail(err)
 
 
+@app.command("mcp")
+def mcp_cmd(
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Offer reading only: submit_job is refused.")
+    ] = False,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="CORRAL_TOKEN",
+            show_envvar=True,
+            help="Act as this token's tenant with its scopes (prefer the environment "
+            "variable: an argument shows in the process list).",
+        ),
+    ] = None,
+    parent: Annotated[
+        str | None,
+        typer.Option(
+            "--parent",
+            envvar="CORRAL_JOB_ID",
+            help="Jobs submitted become this job's children (set inside a Corral job).",
+        ),
+    ] = None,
+) -> None:
+    """Serve Corral's MCP tools over stdio, for an agent CLI (docs/how-to/mcp.md).
+
+    Tools: job_status, list_jobs, job_trace_summary, cluster_state, queue_depth, and
+    submit_job (governed like `corral submit`). Without a token the caller is the local user:
+    the default tenant, reading and submitting (reading only with --read-only).
+
+    List it in a role's mcp_config file (Claude Code's form) to let its agent ask Corral:
+
+    \b
+      {"mcpServers": {"corral": {"command": "corral",
+        "args": ["mcp", "--data-dir", "/srv/corral", "--read-only"]}}}
+
+    and allow the tools in the role's scope, e.g. tools: ["mcp__corral__job_status",
+    "mcp__corral__queue_depth"]: each call is then decided like any other tool call.
+    """
+    from corral.mcp.stdio import serve_stdio  # the MCP SDK: only this command loads it
+
+    cfg = config_or_fail(data_dir, config)
+    try:
+        anyio.run(
+            lambda: serve_stdio(cfg, token=token, read_only=read_only, parent_job=parent or None)
+        )
+    except CorralError as err:
+        fail(err)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
 def _data_dir_of(data_dir: Path | None) -> Path:
     return config_or_fail(data_dir, None).data_dir
 

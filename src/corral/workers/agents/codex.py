@@ -41,12 +41,17 @@ def _flatten(prefix: str, value: Any) -> list[tuple[str, Any]]:
 
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+MCP_STARTUP_S = 60  # how long Codex waits for a required MCP server (a loaded machine is slow)
 
 
 def _codex_mcp(servers: Mapping[str, Mapping[str, Any]], scope: Scope) -> dict[str, dict[str, Any]]:
     """A role's MCP servers as Codex `mcp_servers` settings. Codex's own approval of MCP calls
     is switched to `approve`: the PreToolUse hook (the engine) decides each one. A server the
-    scope names tool by tool gets `enabled_tools`, so Codex cannot even find the others."""
+    scope names tool by tool gets `enabled_tools`, so Codex cannot even find the others. Each
+    server is `required`: Codex otherwise sends the first turn before a server slow to start
+    (`corral mcp` takes a second or two) has listed its tools, and a call to one of them is then
+    "unsupported"; required, Codex waits for it (up to MCP_STARTUP_S), and fails at start if it
+    cannot start."""
     named: dict[str, list[str]] = {}
     for rule in scope.mcp_rules:
         if len(rule) == 2:
@@ -63,7 +68,12 @@ def _codex_mcp(servers: Mapping[str, Mapping[str, Any]], scope: Scope) -> dict[s
             entry = {"url": server["url"], "http_headers": dict(server.get("headers") or {})}
         if (name.lower(),) not in scope.mcp:  # not the whole server: the tools it names
             entry["enabled_tools"] = sorted(named.get(name.lower(), ()))
-        out[name] = {**entry, "default_tools_approval_mode": "approve"}
+        out[name] = {
+            **entry,
+            "default_tools_approval_mode": "approve",
+            "required": True,
+            "startup_timeout_sec": MCP_STARTUP_S,
+        }
     return out
 
 
