@@ -1,0 +1,102 @@
+"""The Python client (`corral.client`) against a live `corral serve` on loopback: a remote
+control plane's round trip (submit → wait → logs → trace), a cancel, output followed until the
+job ends, the rate limit's 429 surfaced with its Retry-After, and another tenant's job a
+not-found error — through the blocking `Client` and the `AsyncClient` alike."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from corral.client import ApiError, AsyncClient, Client
+from tests.acceptance.conftest import CONFIG, Corral
+from tests.helpers import eventually
+
+# A small bucket: a token of its own runs dry within its burst.
+RATED = CONFIG + "api:\n  rate_limit: {per_s: 0.5, burst: 40}\n"
+
+
+@pytest.fixture
+def rated(tmp_path: Path) -> Iterator[Corral]:
+    c = Corral(tmp_path, RATED)
+    try:
+        yield c
+    finally:
+        c.stop_all()
+
+
+def token(c: Corral, tenant: str, scopes: str = "jobs:read,jobs:write,approve,govern") -> str:
+    return c.ok("token", "create", "--tenant", tenant, "--scopes", scopes).strip()
+
+
+def serve_http(c: Corral) -> str:
+    c.serve("--http", "127.0.0.1:0")
+    return eventually(
+        lambda: (
+            (m := re.search(r"HTTP API on (http://127\.0\.0\.1:\d+)", c.engine_log()))
+            and m.group(1)
+        ),
+        timeout=30,
+        what="the engine to say where it serves HTTP",
+    )
+
+
+def test_client_round_trip_cancel_follow_rate_limit_and_tenants(rated: Corral) -> None:
+    acme, globex, hammer = token(rated, "acme"), token(rated, "globex"), token(rated, "acme")
+    url = serve_http(rated)
+    with Client(url, acme) as c:
+        made = c.submit(["sh", "-c", "echo one; sleep 0.5; echo two >&2"], key="k1")
+        assert made.created and made.job.tenant == "acme" and made.job.key == "k1"
+        again = c.submit(["sh", "-c", "echo one; sleep 0.5; echo two >&2"], key="k1")
+        assert not again.created and again.job.id == made.job.id  # the key coalesces
+        chunks = list(c.logs(made.job.id, follow=True))  # until the job ends
+        assert "".join(ch.data for ch in chunks) == "one\n"
+        done = c.wait(made.job.id, timeout_s=30)
+        assert done.state.value == "SUCCEEDED"
+        assert c.logs(made.job.id, stream="stderr").data == "two\n"
+        shown = c.get(made.job.id)
+        assert [a.state.value for a in shown.attempts] == ["SUCCEEDED"]
+        assert c.trace(made.job.id).job == made.job.id
+        ids = [j.id for j in c.iter_jobs(page_size=1)]  # cursor pages, one job each
+        assert made.job.id in ids
+
+        long = c.submit(["sleep", "60"]).job
+        eventually(lambda: c.get(long.id).state.value == "RUNNING", what="the long job to run")
+        cancelled = c.cancel(long.id, reason="the control plane changed its mind")
+        assert cancelled.cancel_requested is not None
+        assert c.wait(long.id, timeout_s=30).state.value == "CANCELLED"
+        with pytest.raises(ApiError) as ended:
+            c.cancel(long.id)
+        assert ended.value.status == 409 and ended.value.code == "conflict"
+
+        switch = c.engage_kill_switch("stop everything of acme")
+        assert [s.dump()["id"] for s in c.kill_switches()] == [switch.dump()["id"]]
+        c.lift_kill_switch(switch.dump()["id"])
+        assert c.kill_switches() == []
+        assert c.approvals() == []
+
+    with Client(url, globex) as other, pytest.raises(ApiError) as hidden:
+        other.get(made.job.id)
+    assert hidden.value.status == 404 and hidden.value.code == "not_found"
+    assert hidden.value.type.endswith("/not_found")
+
+    async def hammer_until_refused() -> ApiError:
+        async with AsyncClient(url, hammer) as h:
+            for _ in range(200):
+                try:
+                    await h.list(limit=1)
+                except ApiError as err:
+                    return err
+        raise AssertionError("200 calls and no 429 from a 40-call bucket")
+
+    refused = anyio.run(hammer_until_refused)
+    assert refused.status == 429 and refused.code == "rate_limited"
+    assert refused.retry_after is not None and refused.retry_after >= 1
+
+    with pytest.raises(ApiError) as bad:
+        Client(url, "not-a-token").list()
+    assert bad.value.status == 401
