@@ -7,8 +7,8 @@ It talks HTTP only: no store, no engine, no configuration of this machine."""
 
 from __future__ import annotations
 
-from .errors import ApiError
+from .errors import ApiError, RateLimited, Unauthenticated, Unreachable
 from .http import AsyncClient
 from .sync import Client
 
-__all__ = ["ApiError", "AsyncClient", "Client"]
+__all__ = ["ApiError", "AsyncClient", "Client", "RateLimited", "Unauthenticated", "Unreachable"]

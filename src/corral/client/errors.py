@@ -40,6 +40,27 @@ class ApiError(CorralError):
         return f"ApiError(status={self.status}, code={self.code!r}, detail={self.detail!r})"
 
 
+class Unauthenticated(ApiError):
+    """401: no token, or one that is malformed, unknown, expired or revoked."""
+
+    code = "unauthenticated"
+
+
+class RateLimited(ApiError):
+    """429 from the token's rate limit (a queue cap's 429 is `backpressure`)."""
+
+    code = "rate_limited"
+
+
+class Unreachable(ApiError):
+    """No answer at all: the server is down, the address wrong, or the connection dropped."""
+
+    code = "unreachable"
+
+
+_KINDS: dict[str, type[ApiError]] = {k.code: k for k in (Unauthenticated, RateLimited, Unreachable)}
+
+
 def _retry_after(value: str | None) -> float | None:
     if value is None:
         return None
@@ -61,7 +82,7 @@ def from_response(r: httpx.Response) -> ApiError:
         pass
     code = str(body.get("code") or _code_of(r.status_code))
     detail = str(body.get("detail") or r.text[:200] or r.reason_phrase)
-    return ApiError(
+    return _KINDS.get(code, ApiError)(
         r.status_code,
         code,
         detail,
@@ -85,4 +106,4 @@ def _code_of(status: int) -> str:
 
 def unreachable(url: str, err: Exception) -> ApiError:
     """No answer at all: the server is down, the address wrong, or the connection dropped."""
-    return ApiError(0, "unreachable", f"cannot reach the Corral API at {url}: {err}")
+    return Unreachable(0, "unreachable", f"cannot reach the Corral API at {url}: {err}")

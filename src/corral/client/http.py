@@ -289,6 +289,12 @@ class AsyncClient:
         data = await self._call("POST", f"/api/v1/dlq/{job_id}/requeue")
         return views.Requeued.model_validate(data)
 
+    async def purge(self, jobs: Sequence[str] = (), *, every: bool = False) -> views.Purged:
+        """Drop dead-lettered jobs from the queue (`every`: all of the tenant's)."""
+        body = {"all": True} if every else {"jobs": list(jobs)}
+        data = await self._call("POST", "/api/v1/dlq/purge", json_body=body)
+        return views.Purged.model_validate(data)
+
     # ---- governance -----------------------------------------------------------------------
 
     async def approvals(self, state: str | None = None) -> builtins.list[views.View]:

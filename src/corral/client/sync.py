@@ -168,6 +168,9 @@ class Client:
     def requeue(self, job_id: str) -> views.Requeued:
         return self._run(self._async.requeue, job_id)
 
+    def purge(self, jobs: Sequence[str] = (), *, every: bool = False) -> views.Purged:
+        return self._run(self._async.purge, jobs, every=every)
+
     def approvals(self, state: str | None = None) -> builtins.list[views.View]:
         return self._run(self._async.approvals, state)
 
