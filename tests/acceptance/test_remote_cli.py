@@ -16,7 +16,7 @@ import pytest
 from tests.acceptance.conftest import CONFIG, CORRAL, Corral
 from tests.acceptance.test_client import serve_http, token
 
-RATED = CONFIG + "api:\n  rate_limit: {per_s: 0.2, burst: 60}\n"
+RATED = CONFIG + "api:\n  rate_limit: {per_s: 0.01, burst: 200}\n"
 
 
 @pytest.fixture
