@@ -5,6 +5,8 @@ not-found error — through the blocking `Client` and the `AsyncClient` alike.""
 
 from __future__ import annotations
 
+import getpass
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,7 @@ import anyio
 import pytest
 
 from corral.client import ApiError, AsyncClient, Client
+from corral.store.sqlite import SqliteStore
 from tests.acceptance.conftest import CONFIG, Corral
 from tests.helpers import eventually
 
@@ -47,6 +50,7 @@ def serve_http(c: Corral) -> str:
 
 def test_client_round_trip_cancel_follow_rate_limit_and_tenants(rated: Corral) -> None:
     acme, globex, hammer = token(rated, "acme"), token(rated, "globex"), token(rated, "acme")
+    admin = token(rated, "acme", "admin")
     url = serve_http(rated)
     with Client(url, acme) as c:
         made = c.submit(["sh", "-c", "echo one; sleep 0.5; echo two >&2"], key="k1")
@@ -100,3 +104,39 @@ def test_client_round_trip_cancel_follow_rate_limit_and_tenants(rated: Corral) -
     with pytest.raises(ApiError) as bad:
         Client(url, "not-a-token").list()
     assert bad.value.status == 401
+
+    with Client(url, admin) as root:  # tokens over HTTP, as `corral token` makes them
+        made = root.create_token(["jobs:read"], name="reader")
+        with Client(url, made.token) as reader:
+            assert reader.list(limit=1).jobs
+            with pytest.raises(ApiError) as scoped:
+                reader.submit(["true"])
+            assert scoped.value.status == 403
+            assert made.id in [t.id for t in root.tokens()]
+            root.revoke_token(made.id)
+            with pytest.raises(ApiError) as revoked:
+                reader.list()
+            assert revoked.value.status == 401
+    cli_made = json.loads(
+        rated.ok("token", "create", "--tenant", "x", "--scopes", "jobs:read", "--json")
+    )
+    rated.ok("token", "revoke", cli_made["id"])
+
+    async def events() -> list[tuple[str, str, str]]:
+        store = SqliteStore(rated.data / "corral.db")
+        await store.open()
+        try:
+            return [(e.token_id, e.action, e.actor) for e in await store.token_events()]
+        finally:
+            await store.close()
+
+    audited = anyio.run(events)
+    user = getpass.getuser()
+    assert (made.id, "created", made.created_by) in audited
+    assert (made.id, "revoked", made.created_by) in audited  # the admin token's id
+    assert (cli_made["id"], "created", user) in audited
+    assert (cli_made["id"], "revoked", user) in audited
+    db = b"".join(p.read_bytes() for p in rated.data.glob("corral.db*"))  # the WAL too
+    assert made.token.encode() not in db and cli_made["token"].encode() not in db
+    verified = rated.run("audit", "verify", "--json")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"], verified.stdout

@@ -339,5 +339,30 @@ class AsyncClient:
         data = await self._call("POST", f"/api/v1/kill-switches/{switch_id}/lift")
         return views.KillSwitch.model_validate(data)
 
+    # ---- tokens (admin) -------------------------------------------------------------------
+
+    async def create_token(
+        self,
+        scopes: Sequence[str],
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        expires_in_s: float | None = None,
+    ) -> views.TokenCreated:
+        """A new token (its text in `.token`, this once); needs an admin token."""
+        body = _params(scopes=list(scopes), tenant=tenant, name=name, expires_in_s=expires_in_s)
+        data = await self._call("POST", "/api/v1/tokens", json_body=body)
+        return views.TokenCreated.model_validate(data)
+
+    async def tokens(self) -> builtins.list[views.Token]:
+        """Every token, revoked ones too (never a secret); needs an admin token."""
+        data = await self._call("GET", "/api/v1/tokens")
+        return [views.Token.model_validate(t) for t in data]
+
+    async def revoke_token(self, token_id: str) -> views.Token:
+        """Revoke a token at once; needs an admin token."""
+        data = await self._call("POST", f"/api/v1/tokens/{token_id}/revoke")
+        return views.Token.model_validate(data)
+
 
 __all__ = ["ApiError", "AsyncClient"]

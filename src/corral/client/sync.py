@@ -202,5 +202,23 @@ class Client:
     def lift_kill_switch(self, switch_id: str) -> views.View:
         return self._run(self._async.lift_kill_switch, switch_id)
 
+    def create_token(
+        self,
+        scopes: Sequence[str],
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        expires_in_s: float | None = None,
+    ) -> views.TokenCreated:
+        return self._run(
+            self._async.create_token, scopes, tenant=tenant, name=name, expires_in_s=expires_in_s
+        )
+
+    def tokens(self) -> builtins.list[views.Token]:
+        return self._run(self._async.tokens)
+
+    def revoke_token(self, token_id: str) -> views.Token:
+        return self._run(self._async.revoke_token, token_id)
+
 
 __all__ = ["Client"]
