@@ -61,3 +61,36 @@ def test_a_free_port_is_bound_before_the_engine_starts() -> None:
         assert bound.url.startswith("http://127.0.0.1:") and not bound.url.endswith(":0")
     finally:
         bound.sock.close()
+
+
+def test_answers_leave_at_once_the_accepted_sockets_are_tcp_nodelay() -> None:
+    """The bound socket says it is TCP, so asyncio turns Nagle off on every connection it
+    accepts: an answer written as a head then a body does not wait for the client's delayed
+    ACK (without it each request took ~40 ms more; bench/api.py measures it)."""
+    import asyncio
+
+    listener = Listener.bind(HttpOptions(port=0))
+    seen: list[int] = []
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            sock = transport.get_extra_info("socket")
+            seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            transport.close()
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listener.sock)
+        try:
+            host, port = listener.sock.getsockname()[:2]
+            _, writer = await asyncio.open_connection(host, port)
+            for _ in range(200):
+                if seen:
+                    break
+                await asyncio.sleep(0.01)
+            writer.close()
+        finally:
+            server.close()
+
+    assert listener.sock.proto == socket.IPPROTO_TCP
+    asyncio.run(main())
+    assert seen and seen[0] != 0
