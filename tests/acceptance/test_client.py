@@ -101,9 +101,11 @@ def test_client_round_trip_cancel_follow_rate_limit_and_tenants(rated: Corral) -
     assert refused.status == 429 and refused.code == "rate_limited"
     assert refused.retry_after is not None and refused.retry_after >= 1
 
-    with pytest.raises(ApiError) as bad:
-        Client(url, "not-a-token").list()
+    with Client(url, "not-a-token") as stranger, pytest.raises(ApiError) as bad:
+        stranger.list()
     assert bad.value.status == 401
+    with pytest.raises(ApiError, match="http:// or https://"):
+        Client("127.0.0.1:8765", acme)
 
     with Client(url, admin) as root:  # tokens over HTTP, as `corral token` makes them
         made = root.create_token(["jobs:read"], name="reader")

@@ -40,6 +40,10 @@ class AsyncClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ApiError(
+                0, "invalid_request", f"the API's URL must be http:// or https://, not {url!r}"
+            )
         self.url = url.rstrip("/")
         self._http = httpx.AsyncClient(
             base_url=self.url,

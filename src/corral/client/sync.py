@@ -28,7 +28,11 @@ class Client:
     def __init__(self, url: str, token: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self._cm: AbstractContextManager[BlockingPortal] = start_blocking_portal()
         self._portal = self._cm.__enter__()
-        self._async = self._portal.call(self._make, url, token, timeout_s)
+        try:
+            self._async = self._portal.call(self._make, url, token, timeout_s)
+        except BaseException:
+            self._cm.__exit__(None, None, None)
+            raise
 
     @staticmethod
     async def _make(url: str, token: str, timeout_s: float) -> AsyncClient:
