@@ -131,3 +131,22 @@ def test_quick_gateway_benchmark_runs_both_paths(tmp_path: Path) -> None:
         assert tp["bytes"] >= 2_000_000 and tp["events_per_s"] > 0
     assert isinstance(result["ttft"]["meets_target"], bool)
     assert result["ttft"]["gateway_cpu_ms_per_call"] > 0
+
+
+def test_quick_api_benchmark_submits_every_job_it_counts(tmp_path: Path) -> None:
+    out = tmp_path / "api.json"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "api.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["ok"] and result["queued_in_store"] == result["submitted"]
+    assert set(result["median_submissions_per_s"]) == {"direct_1", "api_1", "direct_8", "api_8"}
+    for path in ("api", "direct"):
+        timing = result["get_job_ms"][path]
+        assert timing["n"] == 50 and 0 < timing["p50"] <= timing["p99"]
+    assert isinstance(result["meets_target"], bool)

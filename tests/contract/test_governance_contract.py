@@ -34,6 +34,7 @@ from corral.domain.governance import (
 from corral.domain.ids import new_id
 from corral.domain.models import Job
 from corral.domain.states import JobState
+from corral.domain.tokens import ApiToken, hash_secret
 from corral.store.chain import CHAINS
 from corral.store.memory import MemoryStore
 from corral.store.postgres import PostgresStore
@@ -146,6 +147,17 @@ async def fill_every_chain(store: Store) -> Job:
     await store.set_dark_launch(DarkLaunch(workflow="wf", percentage=10), at=NOW)
     await store.request_approval(approval(job, id="a1"))
     await store.decide_approval("a1", ApprovalState.APPROVED, at=NOW + 1, by="op")
+    token = ApiToken(
+        id="t1",
+        name="ci",
+        tenant="t",
+        scopes=("jobs:read",),
+        secret_hash=hash_secret("s"),
+        created_at=NOW,
+        created_by="op",
+    )
+    await store.create_token(token)
+    await store.revoke_token("t1", at=NOW + 1, by="op")
     return job
 
 
@@ -500,7 +512,7 @@ def test_every_chain_verifies(use_store: UseStore) -> None:
         await fill_every_chain(store)
         report = await store.verify_audit()
         assert report.ok, report.problems
-        assert report.checked == 13 + 2  # and the job's timeline: submitted, cancelled
+        assert report.checked == 13 + 2 + 2  # the timeline (submitted, cancelled), two tokens
 
     use_store(body)
 

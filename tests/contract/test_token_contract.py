@@ -58,3 +58,27 @@ def test_tokens_are_listed_oldest_first_and_revoked_once(use_store: UseStore) ->
         assert len(await store.tokens()) == 2
 
     use_store(body)
+
+
+def test_creating_and_revoking_a_token_is_on_the_audit_chain(use_store: UseStore) -> None:
+    """Who made or revoked which token, for which tenant and scopes — and never the token's
+    secret nor its hash — on a chain `verify_audit` checks."""
+
+    async def body(store: Store) -> None:
+        token = a_token(name="deploy")
+        await store.create_token(token)
+        await store.revoke_token(token.id, at=NOW + 5, by="token:admin1")
+        with pytest.raises(Conflict):  # a refused revocation records nothing
+            await store.revoke_token(token.id, at=NOW + 6, by="operator")
+        events = await store.token_events()
+        assert [(e.token_id, e.action, e.actor, e.at) for e in events] == [
+            (token.id, "created", "operator", NOW),
+            (token.id, "revoked", "token:admin1", NOW + 5),
+        ]
+        assert events[0].tenant == "acme" and events[0].scopes == ("jobs:read", "approve")
+        assert events[0].name == "deploy" and events[0].expires_at == NOW + 3600
+        assert token.secret_hash not in repr(events)
+        report = await store.verify_audit()
+        assert report.ok, report
+
+    use_store(body)

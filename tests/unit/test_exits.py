@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from corral.cli.exits import EXIT_CODES, exit_code
+from corral.client import errors as client_errors
 from corral.core.link import CoreUnavailable
 from corral.core.protocol import ProtocolError
 from corral.domain import errors
@@ -56,3 +57,35 @@ def test_the_table_names_only_codes_some_error_has() -> None:
 
     codes = {cls.code for cls in subclasses(CorralError)}
     assert set(EXIT_CODES) <= codes
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "exit"),
+    [
+        (404, "not_found", 4),
+        (409, "conflict", 5),
+        (403, "not_permitted", 10),
+        (401, "unauthenticated", 10),
+        (429, "backpressure", 75),
+        (429, "rate_limited", 75),
+        (422, "invalid_request", 2),
+        (503, "store_unavailable", 3),
+        (0, "unreachable", 7),
+        (500, "internal", 1),
+    ],
+)
+def test_a_remote_engines_error_exits_as_the_same_error_would_locally(
+    status: int, code: str, exit: int
+) -> None:
+    """With --url the CLI gets the API's problem answers: their code picks the exit code."""
+    import httpx
+
+    answer = httpx.Response(
+        status or 500, json={"type": "t", "code": code, "detail": "d", "status": status}
+    )
+    err = (
+        client_errors.unreachable("http://x", OSError("refused"))
+        if status == 0
+        else client_errors.from_response(answer)
+    )
+    assert err.code == code and exit_code(err) == exit

@@ -23,6 +23,7 @@ from corral.workers import privacy
 from . import (
     configs,
     dlq,
+    edge,
     events,
     governance,
     guard,
@@ -50,6 +51,55 @@ app = typer.Typer(
     "stops, retries and records them.",
 )
 app.add_typer(dlq.app, name="dlq")
+
+# What works against a remote engine's HTTP API (`--url`); every other command is local only.
+REMOTE_COMMANDS = frozenset(
+    {
+        "submit",
+        "jobs",
+        "show",
+        "cancel",
+        "wait",
+        "logs",
+        "trace",
+        "approvals",
+        "kill-switch",
+        "dlq",
+        "version",
+    }
+)
+
+
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            envvar="CORRAL_URL",
+            metavar="URL",
+            help="Work against the engine serving the HTTP API at URL (with the token in "
+            "CORRAL_TOKEN) instead of the local data directory: the job commands, approvals, "
+            "kill switches and the dead-letter queue.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Options for every command."""
+    url = (url or "").strip() or None
+    if url is not None:
+        if not url.startswith(("http://", "https://")):
+            fail(InvalidRequest(f"--url must be an http:// or https:// address, got {url!r}"))
+        command = ctx.invoked_subcommand
+        if command is not None and command not in REMOTE_COMMANDS:
+            fail(
+                InvalidRequest(
+                    f"`corral {command}` works on the local data directory only, not against "
+                    f"--url {url} (unset CORRAL_URL, or run it on the engine's machine)"
+                )
+            )
+    edge.set_remote(url)
 
 
 def _print_version(value: bool) -> None:

@@ -11,7 +11,7 @@ from corral.runtime.control import operator_only
 from corral.services import dlq, queries
 
 from . import views
-from .edge import config_or_fail, emit, note, waker, with_store
+from .edge import config_or_fail, emit, note, remote_url, waker, with_store
 from .exits import fail
 from .jobs import print_job_list, show
 from .options import ConfigOpt, DataDir, JsonOpt
@@ -32,6 +32,15 @@ def dlq_list(
     config: ConfigOpt = None,
 ) -> None:
     """Dead-lettered jobs not yet requeued or purged."""
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        page = remote.run(url, lambda c: c.dlq(limit=limit))
+        if as_json:
+            emit([remote.list_json(j) for j in page.jobs])
+        else:
+            views.print_jobs([remote.job(j) for j in page.jobs], title="dead-letter queue")
+        return
     cfg = config_or_fail(data_dir, config)
     query = dlq.dead_lettered(limit)
     found = with_store(cfg, lambda st: queries.jobs(st, query, short=not as_json))
@@ -54,6 +63,15 @@ def dlq_requeue(
     job: str, as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
 ) -> None:
     """Submit a fresh copy of a dead-lettered job with a fresh attempt budget (recorded on both)."""
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        r = remote.run(url, lambda c: c.requeue(job))
+        if as_json:
+            emit(r.dump())
+        else:
+            typer.echo(r.id)
+        return
     cfg = config_or_fail(data_dir, config)
     operator_only(cfg.data_dir, "dlq requeue")
     new = with_store(cfg, lambda st: dlq.requeue(st, cfg, job, wake=waker(cfg), notify=note))
@@ -75,11 +93,16 @@ def dlq_purge(
     config: ConfigOpt = None,
 ) -> None:
     """Drop jobs from the dead-letter queue. Their records, attempts and logs stay."""
-    cfg = config_or_fail(data_dir, config)
-    operator_only(cfg.data_dir, "dlq purge")
     if not jobs_ and not all_:
         fail(InvalidRequest("name the jobs to purge, or pass --all"))
-    done = with_store(cfg, lambda st: dlq.purge(st, cfg, jobs_ or [], every=all_))
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        done = remote.run(url, lambda c: c.purge(jobs_ or [], every=all_)).purged
+    else:
+        cfg = config_or_fail(data_dir, config)
+        operator_only(cfg.data_dir, "dlq purge")
+        done = with_store(cfg, lambda st: dlq.purge(st, cfg, jobs_ or [], every=all_))
     if as_json:
         emit({"purged": done})
     else:

@@ -23,6 +23,19 @@ from corral.workers import privacy
 from .exits import fail as fail  # re-exported: the command modules import it from here
 
 T = TypeVar("T")
+_remote: list[str] = []  # the engine's URL given with --url / CORRAL_URL, when one is
+
+
+def set_remote(url: str | None) -> None:
+    """The commands that can go through a remote engine's HTTP API do from now on."""
+    _remote.clear()
+    if url:
+        _remote.append(url)
+
+
+def remote_url() -> str | None:
+    """The remote engine's URL (`corral --url`, `CORRAL_URL`), or None: work locally."""
+    return _remote[0] if _remote else None
 
 
 def load_config(data_dir: Path | None, config: Path | None) -> Config:

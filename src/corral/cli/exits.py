@@ -25,12 +25,21 @@ EXIT_CODES: Mapping[str, int] = {
     "engine_not_running": 7,
     "not_permitted": 10,
     "backpressure": 75,  # EX_TEMPFAIL
+    # the answers of a remote engine's HTTP API (--url): its error codes are the domain's, and
+    # these three of its own
+    "rate_limited": 75,
+    "unauthenticated": 10,
+    "unreachable": 7,
 }
 OTHER = 1  # an error without an entry of its own or of a parent's
 
 
 def exit_code(err: CorralError) -> int:
-    """The exit code for `err`: its class's code, else the nearest parent's that has one."""
+    """The exit code for `err`: its own code (an HTTP API's answer carries one per error), its
+    class's, else the nearest parent's that has one."""
+    own = vars(err).get("code")
+    if isinstance(own, str) and own in EXIT_CODES:
+        return EXIT_CODES[own]
     for cls in type(err).__mro__:
         code = vars(cls).get("code")
         if isinstance(code, str) and code in EXIT_CODES:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import dataclasses
 import getpass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from corral.domain.governance import ApprovalState, Incident, ScopeKind
+from corral.domain.governance import Approval, ApprovalState, Incident, KillSwitch, ScopeKind
 from corral.runtime.control import operator_only
 from corral.services import approvals as approval_desk
 from corral.services import audit as audit_desk
@@ -20,8 +20,12 @@ from corral.services import controls, queries
 from corral.services.controls import scope_of
 
 from .edge import config_or_fail as config_of
-from .edge import emit, waker, with_store
+from .edge import emit, remote_url, waker, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
+
+if TYPE_CHECKING:
+    from corral.client import AsyncClient
+    from corral.schemas.views import View
 from .views import console, id_column, new_table, record_json, short_time, ts
 
 
@@ -264,20 +268,33 @@ def _register_switches(app: typer.Typer) -> None:
     ) -> None:
         """Activate a kill switch."""
         controls.check_expiry(expires_in)  # a one-line error (exit 2) from main()
-        cfg = config_of(data_dir, config)
-        operator_only(cfg.data_dir, "kill-switch on")
-        switch = with_store(
-            cfg,
-            lambda st: controls.kill_switch_on(
-                st,
-                scope=scope,
-                target=target,
-                reason=reason,
-                expires_in=expires_in,
-                by=getpass.getuser(),
-                wake=waker(cfg),
-            ),
-        )
+        if (url := remote_url()) is not None:
+            from . import remote  # with its client: only when a URL is given
+
+            switch = remote.record(
+                KillSwitch,
+                remote.run(
+                    url,
+                    lambda c: c.engage_kill_switch(
+                        reason, scope=scope.value, target=target, expires_in_s=expires_in
+                    ),
+                ),
+            )
+        else:
+            cfg = config_of(data_dir, config)
+            operator_only(cfg.data_dir, "kill-switch on")
+            switch = with_store(
+                cfg,
+                lambda st: controls.kill_switch_on(
+                    st,
+                    scope=scope,
+                    target=target,
+                    reason=reason,
+                    expires_in=expires_in,
+                    by=getpass.getuser(),
+                    wake=waker(cfg),
+                ),
+            )
         if as_json:
             emit(record_json(switch))
         else:
@@ -302,19 +319,24 @@ def _register_switches(app: typer.Typer) -> None:
         config: ConfigOpt = None,
     ) -> None:
         """Lift kill switches (recorded as a new event; the activation stays on record)."""
-        cfg = config_of(data_dir, config)
-        operator_only(cfg.data_dir, "kill-switch off")
-        lifted = with_store(
-            cfg,
-            lambda st: controls.kill_switch_off(
-                st,
-                switch_id=switch_id,
-                scope=scope,
-                target=target,
-                by=getpass.getuser(),
-                wake=waker(cfg),
-            ),
-        )
+        if (url := remote_url()) is not None:
+            from . import remote  # with its client: only when a URL is given
+
+            lifted = remote.run(url, lambda c: _lift_remote(c, switch_id, scope, target))
+        else:
+            cfg = config_of(data_dir, config)
+            operator_only(cfg.data_dir, "kill-switch off")
+            lifted = with_store(
+                cfg,
+                lambda st: controls.kill_switch_off(
+                    st,
+                    switch_id=switch_id,
+                    scope=scope,
+                    target=target,
+                    by=getpass.getuser(),
+                    wake=waker(cfg),
+                ),
+            )
         if as_json:
             emit([record_json(s) for s in lifted])
             return
@@ -335,8 +357,12 @@ def _register_switch_status(ks: typer.Typer) -> None:
         as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
     ) -> None:
         """Active kill switches."""
-        cfg = config_of(data_dir, config)
-        active = with_store(cfg, controls.kill_switches)
+        if (url := remote_url()) is not None:
+            from . import remote  # with its client: only when a URL is given
+
+            active = [remote.record(KillSwitch, v) for v in remote.run(url, _switches)]
+        else:
+            active = with_store(config_of(data_dir, config), controls.kill_switches)
         if as_json:
             emit([record_json(s) for s in active])
             return
@@ -419,8 +445,17 @@ def _register_approvals(app: typer.Typer) -> None:
         config: ConfigOpt = None,
     ) -> None:
         """Approvals, oldest first."""
-        cfg = config_of(data_dir, config)
-        found = with_store(cfg, lambda st: approval_desk.list_approvals(st, state=state, job=job))
+        if (url := remote_url()) is not None:
+            from . import remote  # with its client: only when a URL is given
+
+            got = remote.run(url, lambda c: c.approvals(state))
+            found = [remote.record(Approval, v) for v in got]
+            found = [a for a in found if job is None or job in (a.job_id,)]
+        else:
+            cfg = config_of(data_dir, config)
+            found = with_store(
+                cfg, lambda st: approval_desk.list_approvals(st, state=state, job=job)
+            )
         if as_json:
             emit([record_json(a) for a in found])
             return
@@ -440,6 +475,22 @@ def _register_approvals(app: typer.Typer) -> None:
         data_dir: Path | None,
         config: Path | None,
     ) -> None:
+        if (url := remote_url()) is not None:
+            from . import remote  # with its client: only when a URL is given
+
+            approve = state is ApprovalState.APPROVED
+            a = remote.record(
+                Approval,
+                remote.run(
+                    url,
+                    lambda c: (c.approve if approve else c.deny)(approval_id, note),
+                ),
+            )
+            if as_json:
+                emit(record_json(a))
+            else:
+                typer.echo(f"{a.id} {a.state.value}: {a.subject}")
+            return
         cfg = config_of(data_dir, config)
         operator_only(
             cfg.data_dir,
@@ -483,3 +534,20 @@ def _register_approvals(app: typer.Typer) -> None:
     ) -> None:
         """Refuse it (for good: the agent's later tries are refused too)."""
         decide(approval_id, ApprovalState.DENIED, note, as_json, data_dir, config)
+
+
+async def _switches(c: AsyncClient) -> list[View]:
+    return await c.kill_switches()
+
+
+async def _lift_remote(
+    c: AsyncClient, switch_id: str | None, scope: ScopeKind, target: str | None
+) -> list[KillSwitch]:
+    """`kill-switch off` over HTTP: the one named, else every active one of the scope."""
+    from . import remote
+
+    if switch_id is not None:
+        return [remote.record(KillSwitch, await c.lift_kill_switch(switch_id))]
+    active = [remote.record(KillSwitch, v) for v in await c.kill_switches()]
+    chosen = [s for s in active if s.scope is scope and (target is None or s.target == target)]
+    return [remote.record(KillSwitch, await c.lift_kill_switch(s.id)) for s in chosen]

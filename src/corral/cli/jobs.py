@@ -4,6 +4,7 @@ renders the answer (cli/views.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -22,7 +23,7 @@ from corral.services.submissions import LimitChoices, SubmitRequest
 from corral.services.submissions import submit as submit_job
 
 from . import views
-from .edge import config_or_fail, emit, note, waker, with_store
+from .edge import config_or_fail, emit, note, remote_url, waker, with_store
 from .exits import fail
 from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
 from .waiting import Follow, mode_for
@@ -173,6 +174,58 @@ def submit(
         if prompt is not None:
             fail(InvalidRequest("give the prompt once: --prompt or --prompt-file, not both"))
         prompt = _read_prompt(prompt_file)
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        local = {
+            "--grace": grace is not None,
+            "--parent": parent is not None and parent != os.environ.get("CORRAL_JOB_ID"),
+            "--workspace": workspace is not None,
+            "--secret-env": bool(secret_env),
+            "--max-tool-calls": max_tool_calls is not None,
+            "--token-budget-in": token_budget_in is not None,
+            "--token-budget-out": token_budget_out is not None,
+        }
+        for option, given in local.items():
+            if given:
+                fail(remote.local_only(option, url))
+        try:
+            env = _parse_env(setenv or [])
+        except InvalidRequest as err:
+            fail(err)
+        made = remote.run(
+            url,
+            lambda c: c.submit(
+                tuple(command or ()),
+                prompt=prompt,
+                role=role,
+                priority=priority,
+                env=env,
+                timeout_s=timeout,
+                max_attempts=max_attempts,
+                after=tuple(after or ()),
+                cwd=str(cwd) if cwd else None,
+                key=key,
+                env_name=env_name,
+                tenant=None if tenant == "default" else tenant,
+                worker=worker,
+                resume_from=resume_from,
+                dedup=dedup.value,
+            ),
+        )
+        _print_submitted(
+            remote.job(made.job),
+            made.created,
+            made.coalesced_on,
+            key,
+            quiet,
+            as_json,
+            superseded=made.superseded,
+            serving=made.engine_serving,
+        )
+        if wait or follow_output:
+            raise typer.Exit(_follow_remote(url, made.job.id, "end", None, follow_output)[0])
+        return
     cfg = config_or_fail(data_dir, config)
 
     def request() -> SubmitRequest:  # after the configuration: a bad --setenv fails inside
@@ -207,26 +260,16 @@ def submit(
         cfg, lambda st: submit_job(st, cfg, request(), waker(cfg), None if quiet else note)
     )
     result, serving = done.result, done.engine_serving
-    if as_json:
-        emit(
-            {
-                "id": result.job.id,
-                "created": result.created,
-                "coalesced_on": result.coalesced_on,
-                "superseded": result.superseded,
-                "state": result.job.state.value,
-                "engine_serving": serving,
-            }
-        )
-    else:
-        typer.echo(result.job.id)
-        if not result.created and not quiet:
-            on = (
-                f"workspace {result.job.workspace}"
-                if result.coalesced_on == "workspace"
-                else f"key {key!r}"
-            )
-            typer.echo(f"corral: coalesced into existing job {result.job.id} ({on})", err=True)
+    _print_submitted(
+        result.job,
+        result.created,
+        result.coalesced_on,
+        key,
+        quiet,
+        as_json,
+        superseded=result.superseded,
+        serving=serving,
+    )
     wait = wait or follow_output
     if not serving and not wait and not quiet and not as_json and not result.job.state.terminal:
         typer.echo(
@@ -239,6 +282,58 @@ def submit(
             mode=mode_for(quiet=quiet or as_json), output=follow_output, no_engine_ok=no_engine_ok
         )
         raise typer.Exit(_follow(cfg, result.job.id, how)[0])
+
+
+def _print_submitted(
+    job: Job,
+    created: bool,
+    coalesced_on: str | None,
+    key: str | None,
+    quiet: bool,
+    as_json: bool,
+    *,
+    superseded: str | None,
+    serving: bool,
+) -> None:
+    if as_json:
+        emit(
+            {
+                "id": job.id,
+                "created": created,
+                "coalesced_on": coalesced_on,
+                "superseded": superseded,
+                "state": job.state.value,
+                "engine_serving": serving,
+            }
+        )
+        return
+    typer.echo(job.id)
+    if not created and not quiet:
+        on = f"workspace {job.workspace}" if coalesced_on == "workspace" else f"key {key!r}"
+        typer.echo(f"corral: coalesced into existing job {job.id} ({on})", err=True)
+
+
+def _follow_remote(
+    url: str, ref: str, until: str, timeout: float | None, output: bool
+) -> tuple[int, Job]:
+    """`_follow` against a remote engine (no status line: the API does not say why a job
+    waits)."""
+    from . import remote
+
+    try:
+        job, arrived = remote.run(
+            url,
+            lambda c: remote.follow_job(c, ref, until=until, timeout=timeout, output=output),
+        )
+    except KeyboardInterrupt:
+        typer.echo(
+            f"corral: stopped following {ref}; the job goes on (corral wait {ref})", err=True
+        )
+        raise typer.Exit(130) from None
+    if not arrived:
+        typer.echo(f"corral: {job.id} is still {job.state.value} after {timeout}s", err=True)
+        return 124, job
+    return (exit_code_of(job) if job.state.terminal else 0), job
 
 
 def _read_prompt(path: str) -> str:
@@ -319,6 +414,13 @@ def wait_cmd(
         fail(InvalidRequest(f"--for must be `end` or `running`, got {until!r}"))
     if timeout is not None:  # a one-line error (exit 2) from main()
         bounds.number("--timeout", timeout, low=0, high=bounds.MAX_EXPIRES_S, unit="seconds")
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        code, seen = _follow_remote(url, job, until, timeout, follow_output)
+        if as_json:
+            emit(remote.list_json(remote.run(url, lambda c: c.wait(seen.id, timeout_s=0))))
+        raise typer.Exit(code)
     cfg = config_or_fail(data_dir, config)
     how = Follow(
         until=until,
@@ -346,6 +448,17 @@ def jobs(
     config: ConfigOpt = None,
 ) -> None:
     """List jobs, newest first."""
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        page = remote.run(
+            url, lambda c: c.list(state=state.value if state else None, role=role, limit=limit)
+        )
+        if as_json:
+            emit([remote.list_json(j) for j in page.jobs])
+        else:
+            views.print_jobs([remote.job(j) for j in page.jobs])
+        return
     cfg = config_or_fail(data_dir, config)
     query = JobQuery(state=state, role=role, limit=limit)
     found = with_store(cfg, lambda st: queries.jobs(st, query, short=not as_json))
@@ -359,6 +472,20 @@ def show(
     job: JobArg, as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
 ) -> None:
     """A job: its fields, its attempts and its timeline."""
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        v = remote.run(url, lambda c: c.get(job))
+        if as_json:
+            emit(remote.show_json(v))
+        else:
+            views.print_job(
+                remote.job(v),
+                [remote.attempt(v.id, a) for a in v.attempts],
+                [remote.event(v.id, e) for e in v.timeline],
+            )
+            views.print_agent_events([remote.agent_event(e) for e in v.agent_events])
+        return
     cfg = config_or_fail(data_dir, config)
     d = with_store(cfg, lambda st: queries.job_detail(st, job))
     if as_json:
@@ -378,8 +505,22 @@ def trace(
 ) -> None:
     """An agent job's traces: per attempt, every tool call (input, output, duration, denied or
     not and why), tokens, cost, checkpoints and the policy decisions taken on the way."""
-    cfg = config_or_fail(data_dir, config)
-    t = with_store(cfg, lambda st: queries.trace(st, job))
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        tv = remote.run(url, lambda c: c.trace(job))
+        if as_json:
+            emit(tv.dump())
+            return
+        shown = remote.run(url, lambda c: c.get(tv.job))
+        t = queries.Trace(
+            remote.job(shown),
+            [remote.agent_event(e) for e in tv.agent_events],
+            [remote.evaluation(e) for e in tv.policy_evaluations],
+        )
+    else:
+        cfg = config_or_fail(data_dir, config)
+        t = with_store(cfg, lambda st: queries.trace(st, job))
     j = t.job
     if as_json:
         emit(
@@ -421,6 +562,14 @@ def logs(
     """Print a job's stdout (to stdout) and stderr (to stderr), attempt by attempt."""
     from corral.cli.logs import stream_logs
 
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        try:
+            remote.run(url, lambda c: remote.copy_logs(c, job, follow=follow, only=attempt))
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        return
     cfg = config_or_fail(data_dir, config)
     try:
         with_store(cfg, lambda st: stream_logs(st, job, follow=follow, only=attempt))
@@ -440,6 +589,17 @@ def cancel(
     """Cancel a queued or running job, and every job it submitted (unless their role is
     `detached`). The request is stored first, then the engine stops each attempt's whole
     process tree (SIGTERM, grace, SIGKILL)."""
+    if (url := remote_url()) is not None:
+        from . import remote  # with its client: only when a URL is given
+
+        c = remote.run(url, lambda api: api.cancel(job, reason))
+        if as_json:
+            emit(c.dump())
+        elif c.state.terminal:
+            typer.echo(f"{c.id} {c.state.value}")
+        else:
+            typer.echo(f"{c.id} cancel requested; the engine is stopping it")
+        return
     cfg = config_or_fail(data_dir, config)
     done = with_store(
         cfg,

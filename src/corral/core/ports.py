@@ -32,7 +32,7 @@ from corral.domain.models import (
 )
 from corral.domain.settings import RetentionSpec, WorkspacePolicy
 from corral.domain.states import JobState
-from corral.domain.tokens import ApiToken
+from corral.domain.tokens import ApiToken, TokenEvent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +62,8 @@ class JobQuery:
     role: str | None = None
     limit: int = 100
     dead_lettered_unresolved: bool = False
+    tenant: str | None = None  # only this tenant's jobs
+    before: str | None = None  # only jobs whose id sorts before this one (the next page)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -605,6 +607,11 @@ class TokenStore(Protocol):
     async def revoke_token(self, token_id: str, *, at: float, by: str) -> ApiToken:
         """Revoke a token from `at` on; NotFound when none has the id, Conflict when it is
         already revoked."""
+
+    async def token_events(self) -> list[TokenEvent]:
+        """Every creation and revocation of a token, oldest first, as the audit chain
+        (`token_events`) holds them; `create_token` and `revoke_token` append them by `by` /
+        the token's `created_by`, in their own transaction."""
 
 
 # The chains whose rows belong to jobs: retention archives a segment of each (store/retention.py).

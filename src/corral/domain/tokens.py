@@ -46,6 +46,24 @@ class ApiToken:
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenEvent:
+    """A token's creation or revocation as the audit chain records it: who, when, for which
+    tenant and scopes — never the token's text nor its hash."""
+
+    token_id: str
+    action: str  # CREATED | REVOKED
+    tenant: str
+    scopes: tuple[str, ...]
+    name: str
+    at: float
+    actor: str
+    expires_at: float | None = None
+
+
+CREATED, REVOKED = "created", "revoked"
+
+
 def parse_scopes(text: str | Iterable[str]) -> tuple[str, ...]:
     """Scopes from `jobs:read,approve` (or a list), known ones only, each once, in SCOPES order."""
     given = [s.strip() for s in (text.split(",") if isinstance(text, str) else text)]

@@ -153,6 +153,17 @@ class Problem(BaseModel):
     code: str
 
 
+class TokenCreate(Body):
+    """`POST /api/v1/tokens` (admin): a token for `tenant` (default: the caller's)."""
+
+    tenant: Name | None = None
+    scopes: list[Annotated[str, Field(min_length=1, max_length=50)]] = Field(
+        min_length=1, max_length=20
+    )
+    name: Annotated[str, Field(max_length=200)] | None = None
+    expires_in_s: float | None = Field(None, gt=0, le=10 * 366 * 24 * 3600.0)
+
+
 class BudgetBody(Body):
     """`POST /api/v1/budgets`: a ceiling for a tenant (the token's by default) or a role."""
 

@@ -26,7 +26,7 @@ class Scoped(Protocol):
 
 
 C = TypeVar("C", bound=Scoped)
-SCAN_CAP = 10_000  # jobs a page of one tenant's list reads at most (newest first)
+SCAN_CAP = 10_000  # records a tenant's incidents, runs or `purge all` read at most (newest first)
 
 
 def missing(ref: str) -> NotFound:
@@ -74,15 +74,20 @@ async def jobs_of(
     cursor: str | None = None,
     dead_lettered: bool = False,
 ) -> Page:
-    """`tenant`'s jobs (newest first) older than the job `cursor` names (None: from the newest).
-    The store's list has no tenant or cursor filter, so this reads up to SCAN_CAP of the newest
-    jobs that match and filters them (docs/reference/http-api.md says so)."""
+    """`tenant`'s jobs (newest first) older than the job `cursor` names (None: from the newest),
+    a page read by the store itself (the tenant and the cursor are part of its query)."""
     found = await store.list_jobs(
-        JobQuery(state=state, role=role, limit=SCAN_CAP, dead_lettered_unresolved=dead_lettered)
+        JobQuery(
+            state=state,
+            role=role,
+            limit=limit + 1,  # one more: whether a next page exists
+            dead_lettered_unresolved=dead_lettered,
+            tenant=tenant,
+            before=cursor,
+        )
     )
-    mine = [j for j in found if j.tenant == tenant and (cursor is None or j.id < cursor)]
-    page = mine[:limit]
-    return Page(page, page[-1].id if len(mine) > limit else None)
+    page = found[:limit]
+    return Page(page, page[-1].id if len(found) > limit else None)
 
 
 async def dead_letters_to_purge(

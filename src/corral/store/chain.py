@@ -148,6 +148,18 @@ CHAINS: dict[str, tuple[str, ...]] = {
         "note",
         "prev_hash",
     ),
+    "token_events": (
+        "seq",
+        "token_id",
+        "action",
+        "tenant",
+        "scopes",
+        "name",
+        "at",
+        "actor",
+        "expires_at",
+        "prev_hash",
+    ),
     "job_events": (
         "job_id",
         "at",

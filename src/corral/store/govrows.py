@@ -26,6 +26,7 @@ from corral.domain.governance import (
     UnifiedRun,
 )
 from corral.domain.states import JobState
+from corral.domain.tokens import ApiToken, TokenEvent
 from corral.store.rows import dumps
 
 Row = Mapping[str, Any]
@@ -34,6 +35,33 @@ ACTIVATE, LIFT = "activate", "lift"
 RESERVE, COMMIT = "reserve", "commit"
 EXPIRY_ACTOR = "corral"  # who expires an approval nobody decided
 BUDGET_SLACK = 1e-9  # float sums: 0.1 + 0.2 must fit a 0.3 ceiling
+
+
+def token_event_row(t: ApiToken, action: str, *, at: float, by: str) -> dict[str, Any]:
+    """A token's creation or revocation on the `token_events` chain (no secret, no hash)."""
+    return {
+        "token_id": t.id,
+        "action": action,
+        "tenant": t.tenant,
+        "scopes": ",".join(t.scopes),
+        "name": t.name,
+        "at": at,
+        "actor": by,
+        "expires_at": t.expires_at,
+    }
+
+
+def token_event_from_row(r: Row) -> TokenEvent:
+    return TokenEvent(
+        token_id=r["token_id"],
+        action=r["action"],
+        tenant=r["tenant"],
+        scopes=tuple(s for s in str(r["scopes"]).split(",") if s),
+        name=r["name"],
+        at=float(r["at"]),
+        actor=r["actor"],
+        expires_at=None if r["expires_at"] is None else float(r["expires_at"]),
+    )
 
 
 def evaluation_row(e: PolicyEvaluation) -> dict[str, Any]:

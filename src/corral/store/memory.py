@@ -692,6 +692,10 @@ class MemoryStore(
                 return False
             if query.role and j.role != query.role:
                 return False
+            if query.tenant is not None and j.tenant != query.tenant:
+                return False
+            if query.before is not None and j.id >= query.before:
+                return False
             return not query.dead_lettered_unresolved or (
                 j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None
             )

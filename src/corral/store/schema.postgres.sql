@@ -22,3 +22,5 @@ CREATE TRIGGER approval_events_append_only BEFORE UPDATE OR DELETE ON approval_e
 CREATE TRIGGER approval_events_no_truncate BEFORE TRUNCATE ON approval_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
 CREATE TRIGGER job_events_append_only BEFORE UPDATE OR DELETE ON job_events FOR EACH ROW EXECUTE FUNCTION corral_append_only_archived();
 CREATE TRIGGER job_events_no_truncate BEFORE TRUNCATE ON job_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER token_events_append_only BEFORE UPDATE OR DELETE ON token_events FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER token_events_no_truncate BEFORE TRUNCATE ON token_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();

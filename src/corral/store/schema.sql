@@ -46,6 +46,7 @@ CREATE INDEX jobs_waiting ON jobs (env_name) WHERE state IN ('QUEUED', 'RETRY_WA
 CREATE INDEX jobs_by_workspace ON jobs (workspace, state, sort_at, id) WHERE workspace IS NOT NULL;
 CREATE INDEX jobs_by_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX jobs_metrics ON jobs (role, env_name, priority, state, dlq_resolution);
+CREATE INDEX jobs_by_tenant ON jobs (tenant, id);
 
 CREATE TABLE job_deps (
     job_id TEXT NOT NULL,
@@ -372,6 +373,22 @@ CREATE TABLE api_tokens (
     expires_at  REAL,
     revoked_at  REAL,
     revoked_by  TEXT
+);
+
+-- Token creations and revocations, on an audit chain (never the token nor its hash).
+CREATE TABLE token_events (
+    seq        INTEGER PRIMARY KEY,
+    token_id   TEXT NOT NULL,
+    action     TEXT NOT NULL,
+    tenant     TEXT NOT NULL,
+    scopes     TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    at         REAL NOT NULL,
+    actor      TEXT NOT NULL,
+    expires_at REAL,
+    prev_hash  TEXT NOT NULL,
+    hash       TEXT NOT NULL,
+    UNIQUE (token_id, action)
 );
 
 -- How far each event sink has published each outbox table (migration 0015, trace/drain.py).

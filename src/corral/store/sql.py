@@ -638,6 +638,12 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, Sql
             params.append(query.role)
         if query.dead_lettered_unresolved:
             clauses.append("state = 'DEAD_LETTERED' AND dlq_resolution IS NULL")
+        if query.tenant is not None:
+            clauses.append("tenant = ?")
+            params.append(query.tenant)
+        if query.before is not None:
+            clauses.append("id < ?")
+            params.append(query.before)
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         async with self.driver.read() as tx:
             rows = await tx.fetchall(

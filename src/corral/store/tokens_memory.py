@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
+from typing import Any
 
 from corral.domain.errors import Conflict, NotFound
-from corral.domain.tokens import ApiToken
+from corral.domain.tokens import CREATED, REVOKED, ApiToken, TokenEvent
+from corral.store.govrows import token_event_from_row, token_event_row
 
 
 class MemoryTokens:
@@ -13,9 +16,16 @@ class MemoryTokens:
 
     _tokens: dict[str, ApiToken]
 
+    _append: Callable[[str, Mapping[str, Any]], Mapping[str, Any]]  # MemoryGovernance's chains
+    _rows: Callable[[str], Iterator[Mapping[str, Any]]]
+
     async def create_token(self, token: ApiToken) -> None:
         if token.id in self._tokens:
             raise Conflict(f"token {token.id} exists already")
+        self._append(
+            "token_events",
+            token_event_row(token, CREATED, at=token.created_at, by=token.created_by),
+        )
         self._tokens[token.id] = token
 
     async def token(self, token_id: str) -> ApiToken:
@@ -32,4 +42,8 @@ class MemoryTokens:
         if token.revoked_at is not None:
             raise Conflict(f"token {token_id} is already revoked")
         self._tokens[token_id] = replace(token, revoked_at=at, revoked_by=by)
+        self._append("token_events", token_event_row(token, REVOKED, at=at, by=by))
         return self._tokens[token_id]
+
+    async def token_events(self) -> list[TokenEvent]:
+        return [token_event_from_row(r) for r in self._rows("token_events")]

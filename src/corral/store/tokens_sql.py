@@ -3,9 +3,14 @@ migration 0014)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from corral.domain.errors import Conflict, NotFound
-from corral.domain.tokens import ApiToken
-from corral.store.driver import Driver, Row
+from corral.domain.tokens import CREATED, REVOKED, ApiToken, TokenEvent
+from corral.store.chain import CHAINS
+from corral.store.chain_sql import ChainWriter
+from corral.store.driver import Driver, Row, Tx
+from corral.store.govrows import token_event_from_row, token_event_row
 
 _COLUMNS = (
     "id, name, tenant, scopes, secret_hash, created_at, created_by, expires_at,"
@@ -33,8 +38,16 @@ class SqlTokens:
 
     driver: Driver
 
+    _chain_key: Callable[[Tx], Awaitable[bytes | None]]  # SqlGovernance's: the audit key
+
+    async def _audit(self, tx: Tx, token: ApiToken, action: str, at: float, by: str) -> None:
+        chain = await ChainWriter.take(tx, "token_events", await self._chain_key(tx))
+        await chain.append(token_event_row(token, action, at=at, by=by))
+        await chain.flush()
+
     async def create_token(self, token: ApiToken) -> None:
         async with self.driver.write() as tx:
+            await self._audit(tx, token, CREATED, token.created_at, token.created_by)
             await tx.execute(
                 f"INSERT INTO api_tokens ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -75,4 +88,12 @@ class SqlTokens:
                 " WHERE id = ? AND revoked_at IS NULL",
                 (at, by, token_id),
             )
-        return _token({**dict(row), "revoked_at": at, "revoked_by": by})
+            revoked = _token({**dict(row), "revoked_at": at, "revoked_by": by})
+            await self._audit(tx, revoked, REVOKED, at, by)
+        return revoked
+
+    async def token_events(self) -> list[TokenEvent]:
+        cols = ", ".join(CHAINS["token_events"])
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(f"SELECT {cols} FROM token_events ORDER BY seq")
+        return [token_event_from_row(r) for r in rows]

@@ -1,0 +1,41 @@
+"""A tenant's jobs straight from the store (JobQuery.tenant and .before, core/ports.py), on the
+memory, SQLite and PostgreSQL stores: only that tenant's, newest first, a page at a time from a
+cursor, with the other filters — so the HTTP API's list reads one page, not a scan."""
+
+from __future__ import annotations
+
+from corral.core.ports import JobQuery, Store
+from corral.domain.states import JobState
+from corral.services import tenancy
+from tests.contract.test_store_contract import NOW, UseStore, submit
+
+
+def test_the_store_lists_one_tenants_jobs_page_by_page(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        acme = [(await submit(store, tenant="acme", role=r)).id for r in ("a", "b", "a", "b")]
+        for _ in range(3):
+            await submit(store, tenant="globex")
+        newest_first = acme[::-1]
+
+        mine = await store.list_jobs(JobQuery(tenant="acme"))
+        assert [j.id for j in mine] == newest_first
+        older = await store.list_jobs(JobQuery(tenant="acme", before=newest_first[1]))
+        assert [j.id for j in older] == newest_first[2:]
+        role_a = await store.list_jobs(JobQuery(tenant="acme", role="a", limit=1))
+        assert [j.id for j in role_a] == [acme[2]]
+        assert await store.list_jobs(JobQuery(tenant="nobody")) == []
+
+        pages, cursor = [], None
+        while True:  # the API's cursor pages: every job once, none of another tenant
+            page = await tenancy.jobs_of(store, "acme", limit=3, cursor=cursor)
+            pages.append([j.id for j in page.jobs])
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert pages == [newest_first[:3], newest_first[3:]]
+
+        await store.request_cancel(acme[0], reason="no", kind="cancel", now=NOW)
+        cancelled = await tenancy.jobs_of(store, "acme", state=JobState.CANCELLED)
+        assert [j.id for j in cancelled.jobs] == [acme[0]] and cancelled.next_cursor is None
+
+    use_store(body)
