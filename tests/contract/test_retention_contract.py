@@ -305,3 +305,17 @@ def test_two_engines_collecting_at_once_remove_each_job_once(
             assert _finished(await two.fleet_figures(BOUNDS)) == {("default", "SUCCEEDED"): 6}
 
     asyncio.run(main())
+
+
+def test_a_sink_added_after_retention_starts_after_the_archived_records(
+    use_store: UseStore,
+) -> None:
+    async def body(store: Store) -> None:
+        job = await done(store)
+        batch = await store.gc_collect([job.id], sinks=())
+        assert await store.gc_remove(batch, archive="a", now=LATER, bounds=BOUNDS) == 1
+        cursors = await store.claim_cursors("new", ["job_events"], holder="e1", now=NOW, lease_s=60)
+        assert cursors is not None
+        assert [c.last_id for c in cursors] == [batch.segments["job_events"][1].seq]
+
+    use_store(body)
