@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.acceptance.conftest import CONFIG, Corral
+from tests.acceptance.test_json_schemas import conforms
 from tests.helpers import eventually
 
 RETAIN_ALL_ENDED = CONFIG.replace(
@@ -118,13 +119,13 @@ def test_gc_dry_run_then_archive_and_verify_round_trip(tmp_path: Path) -> None:
         finished = _finished(c)
         assert finished == 4
 
-        dry = c.json("gc", "--dry-run")
+        dry = conforms("GcReport", c.json("gc", "--dry-run"))  # its published schema
         assert sorted(dry["job_ids"]) == sorted(jobs) and dry["jobs"] == 4
         assert dry["archives"] == [] and not (c.data / "archive").exists()
         assert len(c.json("jobs")) == 4  # nothing changed
         assert all(_attempt_dirs(c, job) for job in jobs)
 
-        done = c.json("gc")
+        done = conforms("GcReport", c.json("gc"))
         assert done["jobs"] == 4 and done["held"] == 0 and done["attempt_dirs"] == 4
         assert c.json("jobs") == []
         assert not any(_attempt_dirs(c, job) for job in jobs)
