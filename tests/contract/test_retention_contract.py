@@ -6,6 +6,8 @@ still verifies from the archived head, and the metrics' counters keep what was r
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,7 +21,15 @@ from corral.domain.states import JobState
 from corral.store.chain import verify_rows
 from corral.store.sql import SqlStore
 from tests.contract.test_governance_contract import report_for
-from tests.contract.test_store_contract import NOW, UseStore, end, ending, start, submit
+from tests.contract.test_store_contract import (
+    NOW,
+    UseStore,
+    end,
+    ending,
+    opened,
+    start,
+    submit,
+)
 
 DAY = 86400.0
 LATER = NOW + 31 * DAY  # every job ended at NOW + 3 is past a 30-day retention then
@@ -261,5 +271,51 @@ def test_a_record_of_a_job_already_gone_holds_nothing_back(use_store: UseStore) 
         assert gone.id in {r["job_id"] for r in batch.rows["policy_evaluations"]}
         assert await store.gc_remove(batch, archive="a2", now=LATER, bounds=BOUNDS) == 1
         assert (await store.verify_audit()).ok
+
+    use_store(body)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_kind", ["postgres"], indirect=True)
+def test_two_engines_collecting_at_once_remove_each_job_once(
+    store_kind: str, new_store: Callable[[], Store]
+) -> None:
+    async def main() -> None:
+        async with opened(new_store(), new_store()) as (one, two):
+            jobs = [await done(one) for _ in range(6)]
+            # the lease: of two engines claiming at once, one holds it
+            won = await asyncio.gather(
+                one.claim_gc("one", now=NOW, lease_s=60), two.claim_gc("two", now=NOW, lease_s=60)
+            )
+            assert sorted(won) == [False, True]
+            # past the lease, the archived head is a compare-and-set: one batch wins
+            ids = [j.id for j in jobs]
+            first, second = await asyncio.gather(
+                one.gc_collect(ids, sinks=()), two.gc_collect(ids, sinks=())
+            )
+            results = await asyncio.gather(
+                one.gc_remove(first, archive="a", now=LATER, bounds=BOUNDS),
+                two.gc_remove(second, archive="b", now=LATER, bounds=BOUNDS),
+                return_exceptions=True,
+            )
+            assert sum(1 for r in results if isinstance(r, Conflict)) == 1
+            assert [r for r in results if isinstance(r, int)] == [6]
+            assert len(await two.archives()) == 1
+            assert (await one.verify_audit()).ok
+            assert _finished(await two.fleet_figures(BOUNDS)) == {("default", "SUCCEEDED"): 6}
+
+    asyncio.run(main())
+
+
+def test_a_sink_added_after_retention_starts_after_the_archived_records(
+    use_store: UseStore,
+) -> None:
+    async def body(store: Store) -> None:
+        job = await done(store)
+        batch = await store.gc_collect([job.id], sinks=())
+        assert await store.gc_remove(batch, archive="a", now=LATER, bounds=BOUNDS) == 1
+        cursors = await store.claim_cursors("new", ["job_events"], holder="e1", now=NOW, lease_s=60)
+        assert cursors is not None
+        assert [c.last_id for c in cursors] == [batch.segments["job_events"][1].seq]
 
     use_store(body)

@@ -570,7 +570,8 @@ class OutboxReads(Protocol):
     async def claim_cursors(
         self, sink: str, sources: Sequence[str], *, holder: str, now: float, lease_s: float
     ) -> list[EventCursor] | None:
-        """Create the sink's missing cursors (at 0) and lease them all to `holder` until
+        """Create the sink's missing cursors (at 0, or after the segment retention archived)
+        and lease them all to `holder` until
         `now + lease_s` unless another holder's lease is still running (then None)."""
 
     async def advance_cursor(

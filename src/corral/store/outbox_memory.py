@@ -37,9 +37,11 @@ class MemoryOutbox:
     async def claim_cursors(
         self, sink: str, sources: Sequence[str], *, holder: str, now: float, lease_s: float
     ) -> list[EventCursor] | None:
+        archived: dict[str, Any] = getattr(self, "_archived", {})
         for source in sources:
+            start = archived[source].seq if source in archived else 0  # after what retention took
             self._cursors.setdefault(
-                (sink, outbox_table(source)), EventCursor(sink=sink, source=source, last_id=0)
+                (sink, outbox_table(source)), EventCursor(sink=sink, source=source, last_id=start)
             )
         mine = [k for k in self._cursors if k[0] == sink]
         if lease_blocked([self._cursors[k] for k in mine], holder, now):

@@ -74,10 +74,12 @@ class SqlOutbox:
         lock = " FOR UPDATE" if self.driver.dialect == "postgres" else ""
         async with self.driver.write() as tx:
             for source in sources:
+                # a new sink starts after what retention archived (those rows are gone)
                 await tx.execute(
                     "INSERT INTO event_cursors (sink, source, last_id, skipped, updated_at)"
-                    " VALUES (?, ?, 0, 0, ?) ON CONFLICT (sink, source) DO NOTHING",
-                    (sink, source, now),
+                    " VALUES (?, ?, COALESCE((SELECT seq FROM archive_heads WHERE chain = ?), 0),"
+                    " 0, ?) ON CONFLICT (sink, source) DO NOTHING",
+                    (sink, source, source, now),
                 )
             rows = await tx.fetchall(
                 f"SELECT {_CURSOR_COLUMNS} FROM event_cursors WHERE sink = ? ORDER BY source{lock}",

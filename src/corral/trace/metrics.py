@@ -30,6 +30,7 @@ from prometheus_client.registry import Collector
 
 from corral.core.ports import (
     BudgetStatus,
+    ChainHead,
     Distribution,
     EventCursor,
     FleetFigures,
@@ -136,6 +137,8 @@ class MetricsSource(MetricsReads, Protocol):
 
     async def outbox_tip(self, source: str) -> int: ...
 
+    async def archived_heads(self) -> dict[str, ChainHead]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class SinkFigures:
@@ -176,11 +179,19 @@ async def sink_figures(
         return ()
     sources = sorted({*SOURCES, *(c.source for c in cursors)})  # what a sink publishes
     tips = {source: await store.outbox_tip(source) for source in sources}
+    archived = await store.archived_heads()  # rows retention took are no one's backlog
     out = []
     for name in names:
         mine = {c.source: c for c in cursors if c.sink == name}
         backlog = sum(
-            max(0, tip - (mine[source].last_id if source in mine else 0))
+            max(
+                0,
+                tip
+                - max(
+                    mine[source].last_id if source in mine else 0,
+                    archived[source].seq if source in archived else 0,
+                ),
+            )
             for source, tip in tips.items()
         )
         out.append(SinkFigures(name, backlog, sum(c.skipped for c in mine.values())))
