@@ -116,11 +116,13 @@ class FleetStore(JobGovernance, MetricsReads, Protocol):
 async def overview(
     store: FleetStore, config: Config, token: ApiToken, *, clock: Clock = time.time
 ) -> Overview:
-    """The first screen for `token`: its tenant's jobs (the fleet's with `metrics`), what is
-    stopped or paused, the approvals waiting, and (with `admin`) the engine's mechanism."""
+    """The first screen for `token`: its tenant's jobs (with `jobs:read`; the fleet's with
+    `metrics`), what is stopped or paused, the approvals waiting (with `approve`), and (with
+    `admin`) the engine's mechanism."""
     now = clock()
     fleet = token.allows("metrics")
-    recent = await store.list_jobs(JobQuery(limit=RECENT_CAP))
+    reads = fleet or token.allows("jobs:read")
+    recent = await store.list_jobs(JobQuery(limit=RECENT_CAP)) if reads else []
     if not fleet:
         recent = [j for j in recent if j.tenant == token.tenant]
     roles: list[Lane] = []
@@ -131,7 +133,7 @@ async def overview(
         counts_of = "the fleet"
     else:
         counts = dict(Counter(j.state.value for j in recent))
-        counts_of = f"tenant {token.tenant}'s newest {RECENT_CAP:,} jobs"
+        counts_of = f"tenant {token.tenant}'s newest {RECENT_CAP:,} jobs" if reads else ""
     admin = token.allows("admin")
     switches = await tenancy.visible_controls(
         store, await controls.kill_switches(store, clock), token.tenant, admin=admin

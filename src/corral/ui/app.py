@@ -268,11 +268,11 @@ def _overview_routes(ui: FastAPI) -> None:
         return {"ov": ov, "states": [s.value for s in JobState]}
 
     @ui.get("/", response_class=HTMLResponse)
-    async def overview(request: Request, viewer: JobsRead) -> HTMLResponse:
+    async def overview(request: Request, viewer: Signed) -> HTMLResponse:
         return _page(request, "overview.html", viewer, **await data(request, viewer))
 
     @ui.get("/fragments/overview", response_class=HTMLResponse)
-    async def overview_live(request: Request, viewer: JobsRead) -> HTMLResponse:
+    async def overview_live(request: Request, viewer: Signed) -> HTMLResponse:
         return _page(request, "overview_live.html", viewer, **await data(request, viewer))
 
 
