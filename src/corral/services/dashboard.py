@@ -26,8 +26,7 @@ from corral.domain.tokens import ApiToken
 from corral.services import controls, engine, tenancy
 
 Clock = Callable[[], float]
-RECENT_CAP = 2_000  # newest jobs the tenant's counts and the throughput chart read at most
-SEARCH_CAP = 10_000  # newest jobs a filtered jobs page reads at most
+THROUGHPUT_CAP = 5_000  # jobs ended in the last hour the throughput chart reads at most
 BUCKET_S = 300.0  # the throughput chart: twelve five-minute buckets over the last hour
 BUCKETS = 12
 WAITING = (JobState.QUEUED, JobState.RETRY_WAIT)
@@ -122,18 +121,20 @@ async def overview(
     now = clock()
     fleet = token.allows("metrics")
     reads = fleet or token.allows("jobs:read")
-    recent = await store.list_jobs(JobQuery(limit=RECENT_CAP)) if reads else []
-    if not fleet:
-        recent = [j for j in recent if j.tenant == token.tenant]
     roles: list[Lane] = []
     envs: list[Lane] = []
+    counts: dict[str, int] = {}
+    ended: list[Job] = []
+    if reads:
+        tenant = None if fleet else token.tenant
+        counts = await store.counts(tenant)
+        since = now - BUCKET_S * BUCKETS
+        ended = await store.list_jobs(
+            JobQuery(tenant=tenant, ended_since=since, limit=THROUGHPUT_CAP)
+        )
     if fleet:
-        counts = await store.counts()
         roles, envs = lanes(await store.fleet_figures(()), config)
-        counts_of = "the fleet"
-    else:
-        counts = dict(Counter(j.state.value for j in recent))
-        counts_of = f"tenant {token.tenant}'s newest {RECENT_CAP:,} jobs" if reads else ""
+    counts_of = "the fleet" if fleet else (f"tenant {token.tenant}" if reads else "")
     admin = token.allows("admin")
     switches = await tenancy.visible_controls(
         store, await controls.kill_switches(store, clock), token.tenant, admin=admin
@@ -152,7 +153,7 @@ async def overview(
         counts_of=counts_of,
         roles=roles,
         environments=envs,
-        throughput=throughput(recent, now),
+        throughput=throughput(ended, now),
         kill_switches=switches,
         pauses=pauses,
         approvals=pending,
@@ -178,7 +179,7 @@ class JobFilter:
     role: str = ""
     environment: str = ""
     tenant: str = ""  # another tenant than the token's: admin only
-    text: str = ""  # a substring of the command or the prompt
+    text: str = ""  # a substring of the command or the prompt (ASCII letters in either case)
     cursor: str = ""  # the last job id of the previous page
     limit: int = 50
 
@@ -187,35 +188,27 @@ class JobFilter:
 class JobPage:
     jobs: list[Job]
     next_cursor: str | None
-    scanned: int  # jobs read (newest first) to find them
-
-
-def _matches(j: Job, f: JobFilter, tenant: str) -> bool:
-    if j.tenant != tenant:
-        return False
-    if f.environment and j.env_name != f.environment:
-        return False
-    if f.cursor and j.id >= f.cursor:
-        return False
-    if f.text:
-        needle = f.text.lower()
-        hay = " ".join(j.command).lower() + "\n" + (j.prompt or "").lower()
-        if needle not in hay:
-            return False
-    return True
 
 
 async def job_page(store: JobGovernance, token: ApiToken, f: JobFilter) -> JobPage:
     """A page of the jobs `f` selects, newest first: the token's tenant's (another tenant's
-    only for an admin token, as the API's submissions). Reads at most SEARCH_CAP of the newest
-    jobs with the state and role asked for."""
+    only for an admin token, as the API's submissions)."""
     tenant = tenancy.tenant_for_submission(
         token.tenant, f.tenant or None, admin=token.allows("admin")
     )
-    found = await store.list_jobs(JobQuery(state=f.state, role=f.role or None, limit=SEARCH_CAP))
-    mine = [j for j in found if _matches(j, f, tenant)]
-    page = mine[: f.limit]
-    return JobPage(page, page[-1].id if len(mine) > f.limit else None, len(found))
+    found = await store.list_jobs(
+        JobQuery(
+            state=f.state,
+            role=f.role or None,
+            tenant=tenant,
+            env_name=f.environment or None,
+            before=f.cursor or None,
+            text=f.text or None,
+            limit=f.limit + 1,
+        )
+    )
+    page = found[: f.limit]
+    return JobPage(page, page[-1].id if len(found) > f.limit else None)
 
 
 async def environments(store: FleetStore, config: Config) -> list[Lane]:
