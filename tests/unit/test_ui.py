@@ -376,3 +376,18 @@ def test_jobs_table_filters_searches_and_pages_newest_first(tmp_path: Path) -> N
         assert (await u.client.get("/ui/jobs?state=NOPE")).status_code == 422
 
     with_ui(config(tmp_path, GATED), body)
+
+
+def test_the_policy_log_filters_by_verdict_and_stage(tmp_path: Path) -> None:
+    async def body(u: Ui) -> None:
+        job = await _planted(u)
+        await u.login("admin")
+        denied = await u.client.get("/ui/governance?verdict=deny&stage=tool_call")
+        assert denied.status_code == 200 and "out_of_scope" in denied.text
+        assert f'href="/ui/jobs/{job}"' in denied.text
+        allowed = await u.client.get("/ui/governance?verdict=allow")
+        assert "out_of_scope" not in allowed.text
+        bad = await u.client.get("/ui/governance?verdict=maybe")
+        assert bad.status_code == 422 and "--verdict must be one of" in bad.text
+
+    with_ui(config(tmp_path, GATED), body)

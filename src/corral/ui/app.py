@@ -433,7 +433,9 @@ def _governance_routes(ui: FastAPI) -> None:  # noqa: C901 - the governance form
         return await decide(request, viewer, approval_id, False, note)
 
     @ui.get("/governance", response_class=HTMLResponse)
-    async def governance(request: Request, viewer: GovernRead) -> HTMLResponse:
+    async def governance(
+        request: Request, viewer: GovernRead, stage: Param = "", verdict: Param = ""
+    ) -> HTMLResponse:
         st = _st(request)
         admin = viewer.can("admin")
         switches = await tenancy.visible_controls(
@@ -451,7 +453,7 @@ def _governance_routes(ui: FastAPI) -> None:  # noqa: C901 - the governance form
             else []
         )
         launches = await controls.dark_launches(st.store) if admin else []
-        f = queries.policy_filter(limit=50)
+        f = queries.policy_filter(stage=stage or None, verdict=verdict or None, limit=200)
         log = await queries.policy_log(st.store, f)
         mine = await tenancy.tenant_job_ids(st.store, {e.job_id for e in log}, viewer.token.tenant)
         return _page(
@@ -462,8 +464,11 @@ def _governance_routes(ui: FastAPI) -> None:  # noqa: C901 - the governance form
             pauses=pauses,
             budgets=budgets,
             launches=launches,
-            policy=[e for e in reversed(log) if e.job_id in mine],
+            policy=[e for e in reversed(log) if e.job_id in mine][:50],
             scopes=[s.value for s in ScopeKind],
+            stage=stage,
+            verdict=verdict,
+            verdicts=queries.VERDICTS,
         )
 
     async def target_for(
