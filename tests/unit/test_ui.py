@@ -103,6 +103,8 @@ def test_sign_in_sets_a_strict_httponly_cookie_and_sign_out_ends_it(tmp_path: Pa
     async def body(u: Ui) -> None:
         first = await u.client.get("/ui/")
         assert first.status_code == 303 and first.headers["location"] == "/ui/login"
+        poll = await u.client.get("/ui/fragments/overview", headers={"HX-Request": "true"})
+        assert poll.status_code == 401 and poll.headers["hx-redirect"] == "/ui/login"
         bad = await u.client.post("/ui/login", data={"token": "crl_nope"})
         assert bad.status_code == 401 and "invalid, expired or revoked token" in bad.text
         r = await u.login("reader")
