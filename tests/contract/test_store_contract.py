@@ -175,7 +175,8 @@ async def reservable(store: Store, where: QueueFilter | None = None) -> list[str
 def test_list_jobs_by_tenant_environment_page_recency_and_text(use_store: UseStore) -> None:
     """The dashboard's filters, answered by the store: one tenant's jobs, one environment's,
     the page after a cursor, those that ended since a time, and a case-blind (ASCII) substring of
-    the command or the prompt, with LIKE's wildcards taken literally; counts of one tenant."""
+    the command or the prompt, with LIKE's wildcards taken literally; counts of one tenant, and
+    the jobs waiting per role and environment."""
 
     async def body(store: Store) -> None:
         a = await submit(store, tenant="acme", command=("echo", "Needle_1"), env_name="gpu")
@@ -195,12 +196,17 @@ def test_list_jobs_by_tenant_environment_page_recency_and_text(use_store: UseSto
         assert await ids(text="needle", tenant="globex") == [c.id]
         assert await ids(text="haystack") == []
         assert await ids(ended_since=NOW) == []
+        assert await store.lane_counts() == {
+            ("default", "gpu", "QUEUED"): 1,
+            ("default", "local", "QUEUED"): 2,
+        }
         await store.request_cancel(a.id, reason="no", kind="cancel", now=NOW + 50)
         await store.request_cancel(b.id, reason="no", kind="cancel", now=NOW + 60)
         assert await ids(ended_since=NOW + 55) == [b.id]
         assert await ids(ended_since=NOW) == [b.id, a.id]
         assert await store.counts("acme") == {"CANCELLED": 2}
         assert await store.counts("nobody") == {}
+        assert await store.lane_counts() == {("default", "local", "QUEUED"): 1}
 
     use_store(body)
 

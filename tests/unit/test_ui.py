@@ -393,3 +393,21 @@ def test_the_policy_log_filters_by_verdict_and_stage(tmp_path: Path) -> None:
         assert bad.status_code == 422 and "--verdict must be one of" in bad.text
 
     with_ui(config(tmp_path, GATED), body)
+
+
+def test_the_overview_counts_waiting_and_running_jobs_against_their_caps(tmp_path: Path) -> None:
+    async def body(u: Ui) -> None:
+        running = await u.submit()
+        await u.submit()
+        await u.store.start_attempts([claim(await u.store.get_job(running))], now=NOW)
+        await u.login("admin")
+        page = await u.client.get("/ui/fragments/overview")
+        rows = re.findall(
+            r"<tr><td>(\w+)</td><td class=\"num\">(\d+)[^<]*</td><td class=\"num[^\"]*\">(\d+)"
+            r"</td><td class=\"num\">(\d+|–)</td></tr>",
+            page.text,
+        )
+        assert ("small", "1", "1", "4") in rows, rows  # the role: waiting, running, cap
+        assert ("local", "1", "1", "4") in rows, rows  # the environment
+
+    with_ui(config(tmp_path), body)

@@ -302,6 +302,10 @@ class JobStore(Protocol):
     async def counts(self, tenant: str | None = None) -> dict[str, int]:
         """Jobs per state (of one tenant when given)."""
 
+    async def lane_counts(self) -> dict[tuple[str, str, str], int]:
+        """Jobs waiting (QUEUED, RETRY_WAIT) or running (STARTING, RUNNING) per (role,
+        environment, state)."""
+
     async def dlq_requeue(
         self, job_id: str, new_job: Job, *, now: float, admission: Admission = UNBOUNDED
     ) -> Job:

@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
 from corral.config import Config
-from corral.core.ports import JobGovernance, JobQuery, MetricsReads
+from corral.core.ports import JobGovernance, JobQuery, JobStore
 from corral.domain.errors import CorralError
 from corral.domain.governance import Approval, ApprovalState, KillSwitch, Pause
 from corral.domain.models import Job
@@ -29,7 +29,7 @@ Clock = Callable[[], float]
 THROUGHPUT_CAP = 5_000  # jobs ended in the last hour the throughput chart reads at most
 BUCKET_S = 300.0  # the throughput chart: twelve five-minute buckets over the last hour
 BUCKETS = 12
-WAITING = (JobState.QUEUED, JobState.RETRY_WAIT)
+WAITING = (JobState.QUEUED.value, JobState.RETRY_WAIT.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,21 +68,18 @@ def throughput(jobs: list[Job], now: float) -> list[int]:
     return out
 
 
-def lanes(figures: Any, config: Config) -> tuple[list[Lane], list[Lane]]:
-    """Per role and per environment: waiting jobs, running attempts and the configured caps."""
+def lanes(
+    counted: dict[tuple[str, str, str], int], config: Config
+) -> tuple[list[Lane], list[Lane]]:
+    """Per role and per environment: jobs waiting, jobs running and the configured caps."""
     queued_role: Counter[str] = Counter()
     queued_env: Counter[str] = Counter()
-    for t in figures.jobs:
-        role, env, _, state = t.labels
-        if state in (s.value for s in WAITING):
-            queued_role[role] += int(t.value)
-            queued_env[env] += int(t.value)
     run_role: Counter[str] = Counter()
     run_env: Counter[str] = Counter()
-    for t in figures.inflight:
-        role, env, _ = t.labels
-        run_role[role] += int(t.value)
-        run_env[env] += int(t.value)
+    for (role, env, state), n in counted.items():
+        by_role, by_env = (queued_role, queued_env) if state in WAITING else (run_role, run_env)
+        by_role[role] += n
+        by_env[env] += n
     settings = config.settings
     role_names = sorted(set(settings.roles) | set(queued_role) | set(run_role))
     env_names = sorted(set(settings.environments) | set(queued_env) | set(run_env))
@@ -108,12 +105,13 @@ def lanes(figures: Any, config: Config) -> tuple[list[Lane], list[Lane]]:
     return roles, envs
 
 
-class FleetStore(JobGovernance, MetricsReads, Protocol):
-    """What the overview reads."""
+async def fleet_lanes(store: JobStore, config: Config) -> tuple[list[Lane], list[Lane]]:
+    """The roles' and environments' lanes, read now (fleet-wide)."""
+    return lanes(await store.lane_counts(), config)
 
 
 async def overview(
-    store: FleetStore, config: Config, token: ApiToken, *, clock: Clock = time.time
+    store: JobGovernance, config: Config, token: ApiToken, *, clock: Clock = time.time
 ) -> Overview:
     """The first screen for `token`: its tenant's jobs (with `jobs:read`; the fleet's with
     `metrics`), what is stopped or paused, the approvals waiting (with `approve`), and (with
@@ -133,7 +131,7 @@ async def overview(
             JobQuery(tenant=tenant, ended_since=since, limit=THROUGHPUT_CAP)
         )
     if fleet:
-        roles, envs = lanes(await store.fleet_figures(()), config)
+        roles, envs = await fleet_lanes(store, config)
     counts_of = "the fleet" if fleet else (f"tenant {token.tenant}" if reads else "")
     admin = token.allows("admin")
     switches = await tenancy.visible_controls(
@@ -211,6 +209,6 @@ async def job_page(store: JobGovernance, token: ApiToken, f: JobFilter) -> JobPa
     return JobPage(page, page[-1].id if len(found) > f.limit else None)
 
 
-async def environments(store: FleetStore, config: Config) -> list[Lane]:
-    """Every environment's cap, attempts in flight and jobs waiting (fleet-wide)."""
-    return lanes(await store.fleet_figures(()), config)[1]
+async def environments(store: JobStore, config: Config) -> list[Lane]:
+    """Every environment's cap, jobs running and jobs waiting (fleet-wide)."""
+    return (await fleet_lanes(store, config))[1]

@@ -749,6 +749,14 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
     async def checkpoints(self, job_id: str) -> list[Checkpoint]:
         return [c for c in self._checkpoints if c.job_id == job_id]
 
+    async def lane_counts(self) -> dict[tuple[str, str, str], int]:
+        lanes = (JobState.QUEUED, JobState.RETRY_WAIT, JobState.STARTING, JobState.RUNNING)
+        return dict(
+            Counter(
+                (j.role, j.env_name, j.state.value) for j in self._jobs.values() if j.state in lanes
+            )
+        )
+
     async def counts(self, tenant: str | None = None) -> dict[str, int]:
         return dict(
             Counter(j.state.value for j in self._jobs.values() if tenant in (None, j.tenant))

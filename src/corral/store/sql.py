@@ -787,6 +787,15 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
             for r in rows
         ]
 
+    async def lane_counts(self) -> dict[tuple[str, str, str], int]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                "SELECT role, env_name, state, COUNT(*) AS n FROM jobs"
+                " WHERE state IN ('QUEUED', 'RETRY_WAIT', 'STARTING', 'RUNNING')"
+                " GROUP BY role, env_name, state"
+            )
+        return {(r["role"], r["env_name"], r["state"]): int(r["n"]) for r in rows}
+
     async def counts(self, tenant: str | None = None) -> dict[str, int]:
         async with self.driver.read() as tx:
             if tenant is None:
