@@ -411,3 +411,21 @@ def test_the_overview_counts_waiting_and_running_jobs_against_their_caps(tmp_pat
         assert ("local", "1", "1", "4") in rows, rows  # the environment
 
     with_ui(config(tmp_path), body)
+
+
+def test_bad_input_and_unknown_pages_are_html_pages_not_tracebacks(tmp_path: Path) -> None:
+    async def body(u: Ui) -> None:
+        await u.login("governor")
+        csrf = await u.csrf("/ui/governance")
+        r = await u.client.post("/ui/kill-switches", data={"csrf": csrf, "scope": "tenant"})
+        assert r.status_code == 422 and "invalid input: reason: Field required" in r.text
+        r = await u.client.post(
+            "/ui/kill-switches", data={"csrf": csrf, "scope": "galaxy", "reason": "x"}
+        )
+        assert r.status_code == 422 and "galaxy" in r.text
+        missing = await u.client.get("/ui/nothing-here")
+        assert missing.status_code == 404 and "text/html" in missing.headers["content-type"]
+        assert "Traceback" not in missing.text and "Not Found" in missing.text
+        assert await u.store.kill_switches() == []
+
+    with_ui(config(tmp_path), body)

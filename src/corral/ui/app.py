@@ -13,9 +13,11 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, FastAPI, Form, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.config import Config
 from corral.core.ports import Store
@@ -203,6 +205,20 @@ def create_ui(
                 return RedirectResponse("/ui/login", status_code=303)
             return _page(request, "error.html", None, status=401, message=str(err))
         return _page(request, "error.html", None, status=status_of(err), message=str(err))
+
+    @ui.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, err: Exception) -> Response:
+        assert isinstance(err, RequestValidationError)
+        said = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'input'}: {e.get('msg', '')}"
+            for e in err.errors()
+        )
+        return _page(request, "error.html", None, status=422, message=f"invalid input: {said}")
+
+    @ui.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, err: Exception) -> Response:
+        assert isinstance(err, StarletteHTTPException)
+        return _page(request, "error.html", None, status=err.status_code, message=str(err.detail))
 
     _routes(ui)
     return ui
