@@ -131,3 +131,22 @@ def test_quick_gateway_benchmark_runs_both_paths(tmp_path: Path) -> None:
         assert tp["bytes"] >= 2_000_000 and tp["events_per_s"] > 0
     assert isinstance(result["ttft"]["meets_target"], bool)
     assert result["ttft"]["gateway_cpu_ms_per_call"] > 0
+
+
+def test_the_dashboard_benchmark_renders_every_page(tmp_path: Path) -> None:
+    out = tmp_path / "ui.json"
+    args = ["--jobs", "2000", "--renders", "2", "--out", str(out)]
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "ui.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]  # every page answered 200
+    result = json.loads(out.read_text())
+    assert r.returncode == (1 if result["over"] else 0), r.stdout + r.stderr
+    pages = result["pages"]
+    assert {"overview", "jobs", "job detail", "approvals", "runs"} <= set(pages)
+    for timing in pages.values():
+        assert 0 < timing["p50_ms"] <= timing["p99_ms"] <= timing["max_ms"] < 60_000
