@@ -429,3 +429,33 @@ def test_bad_input_and_unknown_pages_are_html_pages_not_tracebacks(tmp_path: Pat
         assert await u.store.kill_switches() == []
 
     with_ui(config(tmp_path), body)
+
+
+AGENT = CONFIG.replace(
+    "roles:\n", "workers:\n  coder: {adapter: claude-code}\nroles:\n  agent: {worker: coder}\n"
+)
+
+
+def test_an_ended_agent_job_is_resumed_from_its_page(tmp_path: Path) -> None:
+    async def body(u: Ui) -> None:
+        job = await u.submit(command=[], prompt="write the parser", role="agent")
+        [c] = await u.store.start_attempts([claim(await u.store.get_job(job))], now=NOW)
+        await u.store.finish([ending(c.attempt, JobState.SUCCEEDED)], now=NOW + 3)
+        await u.login("writer")
+        page = await u.client.get(f"/ui/jobs/{job}")
+        assert "Resume session" in page.text
+        csrf = await u.csrf(f"/ui/jobs/{job}")
+        url = f"/ui/jobs/{job}/resume"
+        assert (await u.client.post(url, data={"csrf": csrf, "prompt": " "})).status_code == 422
+        r = await u.client.post(url, data={"csrf": csrf, "prompt": "now the tests"})
+        assert r.status_code == 303, r.text
+        fresh = await u.store.get_job(r.headers["location"].rsplit("/", 1)[1])
+        assert fresh.id != job and fresh.prompt == "now the tests"
+        assert fresh.options.resume_from == job and fresh.tenant == "acme"
+        await u.login("reader")
+        assert "Resume session" not in (await u.client.get(f"/ui/jobs/{job}")).text
+        await u.login("admin")
+        command_job = await u.submit()
+        assert "Resume session" not in (await u.client.get(f"/ui/jobs/{command_job}")).text
+
+    with_ui(config(tmp_path, AGENT), body)

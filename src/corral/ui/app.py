@@ -39,6 +39,7 @@ from corral.services import (
     tokens,
 )
 from corral.services import logs as job_logs
+from corral.services.submissions import SubmitRequest, submit
 
 from . import render
 from .session import COOKIE, Session, Signer
@@ -399,6 +400,22 @@ def _job_routes(ui: FastAPI) -> None:
             st.store, st.config, job_id, reason=why, caller=None, wake=st.wake
         )
         return _back(f"/ui/jobs/{job_id}")
+
+    @ui.post("/jobs/{job_id}/resume")
+    async def resume(request: Request, viewer: JobsWrite, job_id: str, prompt: Text) -> Response:
+        st = _st(request)
+        job = await tenancy.job_of(st.store, job_id, viewer.token.tenant)
+        if not prompt.strip():
+            raise InvalidRequest("say what the agent should do next")
+        asked = SubmitRequest(
+            prompt=prompt,
+            role=job.role,
+            env_name=job.env_name,
+            tenant=job.tenant,
+            resume_from=job.id,
+        )
+        done = await submit(st.store, st.config, asked, st.wake)
+        return _back(f"/ui/jobs/{done.result.job.id}")
 
     @ui.post("/jobs/{job_id}/requeue")
     async def requeue(request: Request, viewer: JobsWrite, job_id: str) -> Response:
