@@ -334,6 +334,8 @@ def test_approvals_page_decides_with_a_comment_attributed_to_the_token(
         assert (await u.store.get_job(job)).state is want
         overview = await u.client.get("/ui/fragments/overview")
         assert "Nothing waits for you." in overview.text
+        out = await u.client.post("/ui/logout", data={"csrf": await u.csrf("/ui/approvals")})
+        assert out.status_code == 303  # a token without jobs:read signs out too
 
     with_ui(config(tmp_path, GATED), body)
 

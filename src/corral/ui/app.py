@@ -128,8 +128,9 @@ async def _viewer(request: Request) -> Viewer:
 Signed = Annotated[Viewer, Depends(_viewer)]
 
 
-def _needs(scope: str) -> Callable[..., Awaitable[Viewer]]:
-    """A POST's guard: a session, its CSRF token in the form, and `scope` (403 otherwise)."""
+def _needs(scope: str | None) -> Callable[..., Awaitable[Viewer]]:
+    """A POST's guard: a session, its CSRF token in the form, and `scope` when one is named
+    (403 otherwise)."""
 
     async def check(request: Request, viewer: Signed) -> Viewer:
         form = await request.form()
@@ -138,7 +139,7 @@ def _needs(scope: str) -> Callable[..., Awaitable[Viewer]]:
             viewer.session, presented if isinstance(presented, str) else None
         ):
             raise NotPermitted("the form's CSRF token is missing or wrong: reload the page")
-        if not viewer.can(scope):
+        if scope is not None and not viewer.can(scope):
             raise NotPermitted(f"this token lacks the scope {scope!r}")
         return viewer
 
@@ -164,7 +165,7 @@ JobsWrite = Annotated[Viewer, Depends(_needs("jobs:write"))]
 Approve = Annotated[Viewer, Depends(_needs("approve"))]
 Govern = Annotated[Viewer, Depends(_needs("govern"))]
 Admin = Annotated[Viewer, Depends(_needs("admin"))]
-AnyPost = Annotated[Viewer, Depends(_needs("jobs:read"))]
+AnyPost = Annotated[Viewer, Depends(_needs(None))]  # any signed-in token: signing out
 Text = Annotated[str, Form(max_length=2000)]
 
 
