@@ -1,6 +1,6 @@
 """The `corral` command with every edge wired in: the CLI (cli/) and, inside `corral serve`,
-the HTTP API (api/). The two edges are independent rooms (pyproject.toml's import-linter
-layers); this module, above both, is where they meet."""
+the HTTP API (api/) with the dashboard (ui/) mounted at /ui. The edges are independent rooms
+(pyproject.toml's import-linter layers); this module, above them, is where they meet."""
 
 from __future__ import annotations
 
@@ -12,9 +12,13 @@ from corral import cli
 def listen(address: str, **options: Any) -> Any:
     """The HTTP API's `listen` (api/server.py), imported only when `corral serve` binds an
     address: FastAPI, uvicorn and the engine are not what a short command should load."""
+    from functools import partial
+
+    from corral import ui
     from corral.api.server import listen as bind
 
-    return bind(address, **options)
+    tls = options.get("tls_cert") is not None
+    return bind(address, ui=partial(ui.mount, secure=tls), **options)
 
 
 def main() -> None:

@@ -150,3 +150,22 @@ def test_quick_api_benchmark_submits_every_job_it_counts(tmp_path: Path) -> None
         timing = result["get_job_ms"][path]
         assert timing["n"] == 50 and 0 < timing["p50"] <= timing["p99"]
     assert isinstance(result["meets_target"], bool)
+
+
+def test_the_dashboard_benchmark_renders_every_page(tmp_path: Path) -> None:
+    out = tmp_path / "ui.json"
+    args = ["--jobs", "2000", "--renders", "2", "--out", str(out)]
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "ui.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]  # every page answered 200
+    result = json.loads(out.read_text())
+    assert r.returncode == (1 if result["over"] else 0), r.stdout + r.stderr
+    pages = result["pages"]
+    assert {"overview", "jobs", "job detail", "approvals", "runs"} <= set(pages)
+    for timing in pages.values():
+        assert 0 < timing["p50_ms"] <= timing["p99_ms"] <= timing["max_ms"] < 60_000

@@ -172,6 +172,45 @@ async def reservable(store: Store, where: QueueFilter | None = None) -> list[str
 # ---- submission and reads ------------------------------------------------------------------
 
 
+def test_list_jobs_by_tenant_environment_page_recency_and_text(use_store: UseStore) -> None:
+    """The dashboard's filters, answered by the store: one tenant's jobs, one environment's,
+    the page after a cursor, those that ended since a time, and a case-blind (ASCII) substring of
+    the command or the prompt, with LIKE's wildcards taken literally; counts of one tenant, and
+    the jobs waiting per role and environment."""
+
+    async def body(store: Store) -> None:
+        a = await submit(store, tenant="acme", command=("echo", "Needle_1"), env_name="gpu")
+        b = await submit(store, tenant="acme", prompt="find the NEEDLE%")
+        c = await submit(store, tenant="globex", command=("echo", "needle"))
+
+        async def ids(**kw: Any) -> list[str]:
+            return [j.id for j in await store.list_jobs(JobQuery(**kw))]
+
+        assert await ids(tenant="acme") == [b.id, a.id]
+        assert await ids(env_name="gpu") == [a.id]
+        assert await ids(before=c.id) == [b.id, a.id]
+        assert await ids(before=b.id, tenant="acme") == [a.id]
+        assert await ids(text="needle") == [c.id, b.id, a.id]
+        assert await ids(text="NEEDLE_") == [a.id]  # `_` is no wildcard
+        assert await ids(text="needle%") == [b.id]  # nor is `%`
+        assert await ids(text="needle", tenant="globex") == [c.id]
+        assert await ids(text="haystack") == []
+        assert await ids(ended_since=NOW) == []
+        assert await store.lane_counts() == {
+            ("default", "gpu", "QUEUED"): 1,
+            ("default", "local", "QUEUED"): 2,
+        }
+        await store.request_cancel(a.id, reason="no", kind="cancel", now=NOW + 50)
+        await store.request_cancel(b.id, reason="no", kind="cancel", now=NOW + 60)
+        assert await ids(ended_since=NOW + 55) == [b.id]
+        assert await ids(ended_since=NOW) == [b.id, a.id]
+        assert await store.counts("acme") == {"CANCELLED": 2}
+        assert await store.counts("nobody") == {}
+        assert await store.lane_counts() == {("default", "local", "QUEUED"): 1}
+
+    use_store(body)
+
+
 def test_submit_get_list_and_counts(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         # `n` is a key this version does not know: kept as read, written back unchanged

@@ -30,6 +30,10 @@ from .ratelimit import Buckets
 from .state import ApiState
 
 READY_TIMEOUT_S = 1.0
+# Builds an app mounted at /ui (the dashboard, corral/ui): given the configuration, the store,
+# the engine's wake and the clock. The API does not import the dashboard: corral/main.py hands
+# it over.
+UiMount = Callable[[Config, Store, Wake, Callable[[], float]], Any]
 
 
 def create_app(
@@ -39,9 +43,11 @@ def create_app(
     wake: Wake | None = None,
     own_store: bool = False,
     clock: Callable[[], float] = time.time,
+    ui: UiMount | None = None,
 ) -> FastAPI:
     """The API over `store` (opened and closed with the app when `own_store`; an engine passes
-    its own, open store). `wake` tells the engine to look now (default: its control socket)."""
+    its own, open store). `wake` tells the engine to look now (default: its control socket);
+    `ui` builds the dashboard mounted at /ui."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -86,6 +92,8 @@ def create_app(
     app.include_router(tokens.router)
     _health_routes(app, store, config)
     app.add_api_route("/docs", _docs_page, include_in_schema=False, response_class=HTMLResponse)
+    if ui is not None:
+        app.mount("/ui", ui(config, store, app.state.corral.wake, clock))
     return app
 
 

@@ -19,7 +19,7 @@ import uvicorn
 from corral.domain.errors import InvalidRequest
 from corral.runtime.engine import Engine
 
-from .app import create_app
+from .app import UiMount, create_app
 
 log = logging.getLogger(__name__)
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
@@ -74,11 +74,11 @@ def _loopback(host: str) -> bool:
 class Listener:
     """The bound socket, ready before the engine starts."""
 
-    def __init__(self, opts: HttpOptions, sock: socket.socket) -> None:
-        self.opts, self.sock = opts, sock
+    def __init__(self, opts: HttpOptions, sock: socket.socket, ui: UiMount | None = None) -> None:
+        self.opts, self.sock, self.ui = opts, sock, ui
 
     @classmethod
-    def bind(cls, opts: HttpOptions) -> Listener:
+    def bind(cls, opts: HttpOptions, ui: UiMount | None = None) -> Listener:
         """Bind now; InvalidRequest naming the address when it is taken."""
         family = socket.AF_INET6 if ":" in opts.host else socket.AF_INET
         # The protocol named, not left 0: asyncio sets TCP_NODELAY only on sockets whose `proto`
@@ -97,7 +97,7 @@ class Listener:
             ) from None
         sock.listen(128)
         sock.setblocking(False)
-        return cls(opts, sock)
+        return cls(opts, sock, ui)
 
     @property
     def url(self) -> str:
@@ -107,7 +107,7 @@ class Listener:
 
     async def serve(self, engine: Engine) -> None:
         """Serve the API over the engine's store until the engine's task group is cancelled."""
-        app = create_app(engine.config, engine.store, wake=engine.wake)
+        app = create_app(engine.config, engine.store, wake=engine.wake, ui=self.ui)
         config = uvicorn.Config(
             app,
             lifespan="off",
@@ -141,9 +141,10 @@ def listen(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     insecure: bool = False,
+    ui: UiMount | None = None,
 ) -> Listener:
     """Check the options and bind `address` (`HOST:PORT`): what `corral serve` calls before
-    starting the engine (cli/__init__.py, wired in corral/main.py)."""
+    starting the engine (cli/__init__.py, wired in corral/main.py); `ui`: the dashboard."""
     return Listener.bind(
-        HttpOptions.parse(address, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure)
+        HttpOptions.parse(address, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure), ui
     )

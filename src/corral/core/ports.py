@@ -58,12 +58,19 @@ class Finish:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobQuery:
+    """Which jobs `list_jobs` returns, newest first (None or empty: any)."""
+
     state: JobState | None = None
     role: str | None = None
     limit: int = 100
     dead_lettered_unresolved: bool = False
-    tenant: str | None = None  # only this tenant's jobs
+    tenant: str | None = None
+    env_name: str | None = None
     before: str | None = None  # only jobs whose id sorts before this one (the next page)
+    text: str | None = None  # a substring of the command (as stored, JSON) or the prompt;
+    # ASCII letters match either case
+    ended_since: float | None = None  # only jobs that ended (a terminal state) at or after
+    # this time, the latest to end first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -297,8 +304,12 @@ class JobStore(Protocol):
 
     async def append_events(self, events: Sequence[JobEvent]) -> None: ...
 
-    async def counts(self) -> dict[str, int]:
-        """Jobs per state."""
+    async def counts(self, tenant: str | None = None) -> dict[str, int]:
+        """Jobs per state (of one tenant when given)."""
+
+    async def lane_counts(self) -> dict[tuple[str, str, str], int]:
+        """Jobs waiting (QUEUED, RETRY_WAIT) or running (STARTING, RUNNING) per (role,
+        environment, state)."""
 
     async def dlq_requeue(
         self, job_id: str, new_job: Job, *, now: float, admission: Admission = UNBOUNDED

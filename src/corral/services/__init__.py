@@ -1,5 +1,5 @@
-"""Application services: what every edge (the `corral` command now, an HTTP API and a dashboard
-next) calls with plain typed arguments, getting domain values and read models back.
+"""Application services: what every edge (the `corral` command, the HTTP API and the dashboard)
+calls with plain typed arguments, getting domain values and read models back.
 
 An edge parses its input, calls one service, renders the answer and maps errors to its own
 codes; it holds no business logic. A service takes the store (`core/ports.py`) and whatever

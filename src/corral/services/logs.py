@@ -68,3 +68,21 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
+
+
+async def tail(
+    store: JobStore, job: Job, *, stream: Stream = "stdout", limit: int = 65536
+) -> LogChunk:
+    """The last `limit` bytes of the latest attempt's `stream` (all of it when shorter)."""
+    attempts = await store.attempts(job.id)
+    if not attempts:
+        return LogChunk(None, 0, 0, b"", job.state.terminal)
+    size = _size(Path(attempts[-1].dir) / f"{stream}.log")
+    return await log_chunk(
+        store,
+        job,
+        stream=stream,
+        attempt=attempts[-1].index,
+        offset=max(0, size - limit),
+        limit=limit,
+    )

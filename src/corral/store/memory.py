@@ -52,6 +52,7 @@ from corral.store.metrics_memory import MemoryMetrics
 from corral.store.operator_memory import MemoryOperator
 from corral.store.outbox_memory import MemoryOutbox
 from corral.store.retention_memory import MemoryRetention
+from corral.store.rows import ascii_lower, dumps
 from corral.store.rules import (
     CORE_EVENT_FIELDS,
     STOP_STATES,
@@ -692,16 +693,16 @@ class MemoryStore(
                 return False
             if query.role and j.role != query.role:
                 return False
-            if query.tenant is not None and j.tenant != query.tenant:
-                return False
-            if query.before is not None and j.id >= query.before:
+            if not _matches(j, query):
                 return False
             return not query.dead_lettered_unresolved or (
                 j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None
             )
 
         found = sorted(
-            (j for j in self._jobs.values() if wanted(j)), key=lambda j: j.id, reverse=True
+            (j for j in self._jobs.values() if wanted(j)),
+            key=(lambda j: (j.updated_at, j.id)) if query.ended_since is not None else _by_id,
+            reverse=True,
         )
         return [_out(j) for j in found[: max(query.limit, 0)]]
 
@@ -752,8 +753,18 @@ class MemoryStore(
     async def checkpoints(self, job_id: str) -> list[Checkpoint]:
         return [c for c in self._checkpoints if c.job_id == job_id]
 
-    async def counts(self) -> dict[str, int]:
-        return dict(Counter(j.state.value for j in self._jobs.values()))
+    async def lane_counts(self) -> dict[tuple[str, str, str], int]:
+        lanes = (JobState.QUEUED, JobState.RETRY_WAIT, JobState.STARTING, JobState.RUNNING)
+        return dict(
+            Counter(
+                (j.role, j.env_name, j.state.value) for j in self._jobs.values() if j.state in lanes
+            )
+        )
+
+    async def counts(self, tenant: str | None = None) -> dict[str, int]:
+        return dict(
+            Counter(j.state.value for j in self._jobs.values() if tenant in (None, j.tenant))
+        )
 
     # ---- dead-letter queue ---------------------------------------------------------------
 
@@ -829,3 +840,24 @@ class MemoryStore(
             for eid, (_, _, _, beat) in self._engines.items()
             if beat < before and eid != exclude
         ]
+
+
+def _matches(j: Job, query: JobQuery) -> bool:
+    """The tenant, environment, page, recency and text filters of a job query (store/sql.py's
+    WHERE clauses, with the same case rule)."""
+    if (query.tenant and j.tenant != query.tenant) or (
+        query.env_name and j.env_name != query.env_name
+    ):
+        return False
+    if (query.before and j.id >= query.before) or (
+        query.ended_since is not None and (not j.state.terminal or j.updated_at < query.ended_since)
+    ):
+        return False
+    if query.text:
+        hay = ascii_lower(dumps(list(j.command)) + " " + (j.prompt or ""))
+        return ascii_lower(query.text) in hay
+    return True
+
+
+def _by_id(j: Job) -> tuple[float, str]:
+    return (0.0, j.id)

@@ -74,6 +74,20 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(text: str) -> str:
+    """`text` with ASCII letters lowered only: what SQLite's LOWER does, so that a text search
+    matches alike in every store."""
+    return text.translate(_ASCII_LOWER)
+
+
+def like_escape(text: str) -> str:
+    """`text` as a literal inside a LIKE pattern with `ESCAPE '!'`."""
+    return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
 def job_params(job: Job) -> tuple[Any, ...]:
     """Column values of a job, in JOB_COLUMNS order."""
     return (

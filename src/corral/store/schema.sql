@@ -47,6 +47,8 @@ CREATE INDEX jobs_by_workspace ON jobs (workspace, state, sort_at, id) WHERE wor
 CREATE INDEX jobs_by_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 CREATE INDEX jobs_metrics ON jobs (role, env_name, priority, state, dlq_resolution);
 CREATE INDEX jobs_by_tenant ON jobs (tenant, id);
+CREATE INDEX jobs_ended ON jobs (updated_at)
+    WHERE state IN ('SUCCEEDED', 'FAILED', 'DEAD_LETTERED', 'TIMED_OUT', 'CANCELLED', 'KILLED', 'DENIED');
 
 CREATE TABLE job_deps (
     job_id TEXT NOT NULL,

@@ -32,12 +32,14 @@ from corral.store.retention_sql import SqlRetention
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
     JOB_COLUMNS,
+    ascii_lower,
     attempt_from_row,
     attempt_params,
     dumps,
     event_from_row,
     job_from_row,
     job_params,
+    like_escape,
 )
 from corral.store.rules import (
     STOP_STATES,
@@ -64,6 +66,12 @@ _ATTEMPT_INSERT = (
 )
 # How long a PostgreSQL reservation keeps other engines off a queued job (seconds).
 LEASE_S = 5.0
+
+
+_TERMINAL_IN = ", ".join(
+    f"'{s}'"
+    for s in ("SUCCEEDED", "FAILED", "DEAD_LETTERED", "TIMED_OUT", "CANCELLED", "KILLED", "DENIED")
+)  # as jobs_ended's predicate spells it, so that the planner takes the index
 
 
 class _EventTx:
@@ -629,7 +637,8 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, Sql
         return job_from_row(row)
 
     async def list_jobs(self, query: JobQuery) -> list[Job]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[object] = []
         if query.state:
             clauses.append("state = ?")
             params.append(query.state.value)
@@ -638,16 +647,25 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, Sql
             params.append(query.role)
         if query.dead_lettered_unresolved:
             clauses.append("state = 'DEAD_LETTERED' AND dlq_resolution IS NULL")
-        if query.tenant is not None:
-            clauses.append("tenant = ?")
-            params.append(query.tenant)
-        if query.before is not None:
+        for column, value in (("tenant", query.tenant), ("env_name", query.env_name)):
+            if value:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if query.before:
             clauses.append("id < ?")
             params.append(query.before)
+        if query.ended_since is not None:  # the partial index jobs_ended (migration 0019)
+            clauses.append(f"state IN ({_TERMINAL_IN}) AND updated_at >= ?")
+            params.append(query.ended_since)
+        if query.text:
+            clauses.append("LOWER(command || ' ' || COALESCE(prompt, '')) LIKE ? ESCAPE '!'")
+            params.append("%" + like_escape(ascii_lower(query.text)) + "%")
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        # the ended ones by when they ended: what their index gives without reading every job
+        order = "updated_at DESC, id DESC" if query.ended_since is not None else "id DESC"
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
-                f"{_JOB_SELECT}{where} ORDER BY id DESC LIMIT ?", (*params, query.limit)
+                f"{_JOB_SELECT}{where} ORDER BY {order} LIMIT ?", (*params, query.limit)
             )
         return [job_from_row(r) for r in rows]
 
@@ -770,9 +788,24 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, Sql
             for r in rows
         ]
 
-    async def counts(self) -> dict[str, int]:
+    async def lane_counts(self) -> dict[tuple[str, str, str], int]:
         async with self.driver.read() as tx:
-            rows = await tx.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+            rows = await tx.fetchall(
+                "SELECT role, env_name, state, COUNT(*) AS n FROM jobs"
+                " WHERE state IN ('QUEUED', 'RETRY_WAIT', 'STARTING', 'RUNNING')"
+                " GROUP BY role, env_name, state"
+            )
+        return {(r["role"], r["env_name"], r["state"]): int(r["n"]) for r in rows}
+
+    async def counts(self, tenant: str | None = None) -> dict[str, int]:
+        async with self.driver.read() as tx:
+            if tenant is None:
+                rows = await tx.fetchall("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+            else:
+                rows = await tx.fetchall(
+                    "SELECT state, COUNT(*) AS n FROM jobs WHERE tenant = ? GROUP BY state",
+                    (tenant,),
+                )
         return {r["state"]: int(r["n"]) for r in rows}
 
     # ---- dead-letter queue ---------------------------------------------------------------
