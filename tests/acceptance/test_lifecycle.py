@@ -3,6 +3,7 @@ cancellation of whole process trees, idempotency keys, dependencies and prioriti
 
 from __future__ import annotations
 
+import getpass
 import json
 from pathlib import Path
 
@@ -23,6 +24,7 @@ def test_submit_wait_runs_a_job_and_records_it(corral: Corral) -> None:
     assert job["attempts"][0]["started"] and job["attempts"][0]["ended"]
     kinds = [e["kind"] for e in job["timeline"]]
     assert kinds[0] == "submitted" and kinds[-1] == "ended" and "permit_granted" in kinds
+    assert job["timeline"][0]["data"]["by"] == getpass.getuser()  # who asked, on the record
     logs = corral.run("logs", job_id)
     assert logs.stdout == "out\n" and logs.stderr == "err\n"
     listed = corral.json("jobs")

@@ -99,7 +99,10 @@ def test_submit_then_read_back_with_the_tokens_tenant(tmp_path: Path) -> None:
         )
         got = await api.client.get(f"/api/v1/jobs/{job['id']}", headers=api.auth("reader"))
         assert got.status_code == 200 and got.json()["id"] == job["id"]
-        assert [e["kind"] for e in got.json()["timeline"]][:1] == ["submitted"]
+        first = got.json()["timeline"][0]
+        writer = tokens.split_token(api.tok["writer"])
+        assert writer is not None
+        assert first["kind"] == "submitted" and first["data"]["by"] == f"token:{writer[0]}"
         assert got.json()["trace_id"] == trace_id_hex(job["id"])  # the job's spans' trace
         page = await api.client.get("/api/v1/jobs", headers=api.auth("reader"))
         assert [j["id"] for j in page.json()["jobs"]] == [job["id"]]

@@ -52,6 +52,7 @@ def submit_request(body: bodies.JobCreate, token: ApiToken, key: str | None) -> 
         env=dict(body.env),
         worker=body.worker,
         resume_from=body.resume_from,
+        by=actor(token),
     )
 
 

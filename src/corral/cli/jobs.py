@@ -4,6 +4,7 @@ renders the answer (cli/views.py)."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import sys
 from pathlib import Path
@@ -254,6 +255,7 @@ def submit(
             workspace=str(workspace.expanduser().resolve()) if workspace else None,
             resume_from=resume_from,
             secret_env=tuple(secret_env or ()),
+            by=getpass.getuser(),
         )
 
     done = with_store(

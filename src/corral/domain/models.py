@@ -47,6 +47,7 @@ class JobOptions:
     workflow: str | None = None  # the pre-run workflow (else the idempotency key)
     provider: str | None = None  # the provider its budget and breaker are kept for
     model: str | None = None  # the model its breaker is kept for
+    submitted_by: str | None = None  # who asked for it: a local user, or `token:<id>` over HTTP
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _TYPES: ClassVar[Mapping[str, type]] = {
@@ -59,6 +60,7 @@ class JobOptions:
         "workflow": str,
         "provider": str,
         "model": str,
+        "submitted_by": str,
     }
 
     def to_json(self) -> dict[str, Any]:

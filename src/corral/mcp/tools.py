@@ -227,7 +227,7 @@ class Tools:
 
     async def submit_job(self, ctx: Context, req: SubmitRequest) -> out.JobSubmitted:
         who = await self.caller(ctx, WRITE)
-        req = replace(req, tenant=who.tenant, parent_id=who.parent_job)
+        req = replace(req, tenant=who.tenant, parent_id=who.parent_job, by=who.actor)
         done = await submit(self.store, self.config, req, self.wake)
         r = done.result
         log.info(

@@ -387,6 +387,7 @@ class SubmitRequest:
     workspace: str | None = None
     resume_from: str | None = None
     secret_env: tuple[str, ...] = ()
+    by: str | None = None  # who submits (the first line of the job's timeline says it)
 
 
 def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
@@ -395,7 +396,9 @@ def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
     role_name = request.role if request.role is not None else settings.default_role
     role = settings.roles.get(role_name)
     options = JobOptions(
-        resume_from=request.resume_from or None, secret_env=tuple(sorted(set(request.secret_env)))
+        resume_from=request.resume_from or None,
+        secret_env=tuple(sorted(set(request.secret_env))),
+        submitted_by=request.by or None,
     )
     return JobSpec(
         command=request.command,

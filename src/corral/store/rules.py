@@ -92,7 +92,11 @@ def submitted_events(
             kind="submitted",
             to_state=job.state.value,
             message=("supersedes " + superseded) if superseded else "",
-            data={"priority": job.priority, "role": job.role},
+            data={
+                "priority": job.priority,
+                "role": job.role,
+                **({"by": job.options.submitted_by} if job.options.submitted_by else {}),
+            },
         )
     ]
     if failed_dep:

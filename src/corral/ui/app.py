@@ -414,6 +414,7 @@ def _job_routes(ui: FastAPI) -> None:
             env_name=job.env_name,
             tenant=job.tenant,
             resume_from=job.id,
+            by=viewer.actor,
         )
         done = await submit(st.store, st.config, asked, st.wake)
         return _back(f"/ui/jobs/{done.result.job.id}")
