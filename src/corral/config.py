@@ -156,6 +156,10 @@ class EnvModel(_Strict):
     address: str | None = None
     max_inflight: int = Field(4, ge=1, le=10_000)
     max_queued: int | None = Field(None, ge=1)  # None: only scheduler.max_queued applies
+    # what each attempt's Ray job asks of the cluster (its entrypoint's resources)
+    num_cpus: float | None = Field(None, ge=0, le=10_000)
+    num_gpus: float | None = Field(None, ge=0, le=10_000)
+    memory: int | None = Field(None, ge=0)  # bytes
 
 
 class SchedulerModel(_Strict):
@@ -627,6 +631,15 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             address=m.address,
             max_inflight=m.max_inflight,
             max_queued=m.max_queued,
+            resources={
+                k: float(v)
+                for k, v in (
+                    ("num_cpus", m.num_cpus),
+                    ("num_gpus", m.num_gpus),
+                    ("memory", m.memory),
+                )
+                if v is not None
+            },
         )
         for name, m in model.environments.items()
     }

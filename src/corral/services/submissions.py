@@ -105,11 +105,6 @@ class Submissions:
             raise InvalidRequest(
                 f"unknown environment {spec.env_name!r} (configured: {_names(s.environments)})"
             )
-        if env.kind != "local":
-            raise InvalidRequest(
-                f"environment {env.name!r} is a {env.kind} cluster; this build "
-                "runs attempts on `local` environments only"
-            )
         if (
             isinstance(spec.priority, bool)
             or not isinstance(spec.priority, int)
@@ -123,6 +118,11 @@ class Submissions:
             raise InvalidRequest(
                 f"worker kind {worker!r} is not available "
                 f"(available: {', '.join(sorted(self.workers))})"
+            )
+        if env.kind == "ray" and worker not in self.command_workers:
+            raise InvalidRequest(
+                f"environment {env.name!r} is a Ray cluster: it runs commands (and notebooks) "
+                f"as Ray jobs, not the agent worker {worker!r}"
             )
         if worker == "command" and not (spec.command and spec.command[0]):
             raise InvalidRequest("empty command: give the program to run after `--`")
