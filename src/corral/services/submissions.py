@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from corral.config import Config, guardrails_of
 from corral.core.ports import Admission, JobGovernance, Operations
@@ -387,6 +387,9 @@ class SubmitRequest:
     workspace: str | None = None
     resume_from: str | None = None
     secret_env: tuple[str, ...] = ()
+    # a notebook job: what it runs and with which parameters, recorded on the job
+    # (services/notebooks.py builds the command)
+    notebook: Mapping[str, Any] | None = None
 
 
 def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
@@ -395,7 +398,9 @@ def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
     role_name = request.role if request.role is not None else settings.default_role
     role = settings.roles.get(role_name)
     options = JobOptions(
-        resume_from=request.resume_from or None, secret_env=tuple(sorted(set(request.secret_env)))
+        resume_from=request.resume_from or None,
+        secret_env=tuple(sorted(set(request.secret_env))),
+        extra={"notebook": dict(request.notebook)} if request.notebook else {},
     )
     return JobSpec(
         command=request.command,
