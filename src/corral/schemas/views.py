@@ -114,10 +114,13 @@ class JobDetail(Job):
     resume_from: str | None
     secret_env: list[str]
     detached: bool
+    # a notebook job: the notebook, its parameters, kernel and copyback directory
+    notebook: dict[str, Any] | None = None
 
     @classmethod
     def fields_of(cls, j: dm.Job) -> dict[str, Any]:
         lim = j.limits
+        nb = j.options.extra.get("notebook")
         return {
             **super().fields_of(j),
             "max_attempts": lim.max_attempts,
@@ -140,6 +143,7 @@ class JobDetail(Job):
             "token_budget_in": lim.token_budget_in,
             "token_budget_out": lim.token_budget_out,
             "resume_from": j.options.resume_from,
+            "notebook": nb if isinstance(nb, dict) else None,
             "secret_env": list(j.options.secret_env),
             "detached": j.options.detached,
         }

@@ -76,3 +76,24 @@ def notebook_request(
     if dest:
         record["copyback"] = dest
     return replace(base, command=tuple(command), prompt=None, worker="command", notebook=record)
+
+
+def intent_request(
+    base: SubmitRequest,
+    source: str,
+    environment: str | None,
+    parameters: Mapping[str, Any],
+    copyback: str | None,
+) -> SubmitRequest:
+    """The API's notebook body (`{source, environment}`): `source` is the notebook's path,
+    absolute or relative to the body's `cwd`."""
+    if base.command or base.prompt:
+        raise InvalidRequest("a notebook intent has a source, not a command or a prompt")
+    if not Path(source).is_absolute() and not base.cwd:
+        raise InvalidRequest("a relative notebook source needs the body's cwd")
+    for name in parameters:
+        if not name.isidentifier():
+            raise InvalidRequest(f"notebook parameter {name!r} is not a Python name")
+    if environment is not None:
+        base = replace(base, env_name=environment)
+    return notebook_request(base, source, params=parameters, copyback=copyback)
