@@ -169,6 +169,12 @@ def test_a_flood_of_six_keeps_four_in_ray_and_two_queued_in_corral(
     )
     in_ray = ours()
     assert len(in_ray) == 4, [(r.submission_id, r.status) for r in in_ray]  # none PENDING
+    health = c.json("status")["clusters"]
+    assert [(h["env"], h["reachable"], h["nodes_alive"], h["cpus_total"]) for h in health] == [
+        ("gpu", True, 1, 8.0)
+    ]
+    assert health[0]["corral_jobs"] == {"RUNNING": 4}
+    assert 'corral_ray_jobs{env="gpu",status="running"} 4.0' in c.ok("metrics")
     assert sorted(_state(c, j) for j in jobs).count("QUEUED") == 2, [_state(c, j) for j in jobs]
     # past the environment's own queue bound a submission is refused (the API's 429)
     refused = c.run("submit", "--env", "gpu", "--", "true")
@@ -299,3 +305,40 @@ def test_a_secret_never_reaches_ray_the_store_or_the_traces(ray_corral: Corral, 
             assert canary.encode() not in path.read_bytes(), path
     for cmd in (("trace", job, "--json"), ("show", job, "--json"), ("events", "--json")):
         assert canary not in c.run(*cmd).stdout
+
+
+def test_an_unreachable_cluster_is_the_environments_failure_not_the_jobs(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    config = f"""\
+scheduler:
+  poll_interval_s: 0.2
+roles:
+  default:
+    retry: {{base_s: 0.05, cap_s: 0.2}}
+breakers: {{consecutive_failures: 2, min_calls: 2}}
+environments:
+  local:
+    max_inflight: 4
+  gpu:
+    kind: ray
+    address: {dead}
+"""
+    c = Corral(tmp_path, config)
+    try:
+        job = c.submit("true", opts=("--env", "gpu", "--max-attempts", "2"))
+        local = c.submit("true")
+        c.serve()
+        assert c.wait(job, timeout=90) != 0
+        assert c.wait(local, timeout=30) == 0  # a local job is not held by the cluster's breaker
+        shown = c.job(job)
+        assert "cannot submit to the Ray cluster" in shown["last_error"]
+        ended = [e for e in shown["timeline"] if e["kind"] == "attempt_ended"]
+        assert [e["data"]["fault"] for e in ended] == ["worker", "worker"]
+        breakers = {b["name"]: b["state"] for b in c.json("breakers")}
+        assert breakers.get("env:gpu") == "OPEN", breakers
+        assert breakers.get("worker:command", "CLOSED") == "CLOSED"
+        status = c.json("status")["clusters"]
+        assert status[0]["reachable"] is False
+        assert 'corral_ray_up{env="gpu"} 0.0' in c.ok("metrics")
+    finally:
+        c.stop_all()

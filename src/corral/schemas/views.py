@@ -566,6 +566,34 @@ class EngineStatus(_Open):
     """`status`: the core's snapshot (permits, watchdog, store, breakers, escalations)."""
 
 
+class ClusterHealth(View):
+    """A Ray environment's cluster, asked now: nodes, CPUs and GPUs, its jobs by status."""
+
+    env: str
+    address: str
+    reachable: bool
+    error: str | None
+    nodes_alive: int
+    nodes_dead: int
+    cpus_total: float
+    cpus_used: float
+    gpus_total: float
+    gpus_used: float
+    jobs: dict[str, int]
+    corral_jobs: dict[str, int]
+
+
+class Environment(View):
+    """`GET /api/v1/environments`: an environment, its caps and (Ray) its cluster's health."""
+
+    name: str
+    kind: str
+    address: str | None
+    max_inflight: int
+    max_queued: int | None
+    cluster: ClusterHealth | None
+
+
 class Breaker(_Open):
     """`breakers`: one circuit breaker."""
 

@@ -5,10 +5,12 @@ core's live state of the engine serving it (none when no engine runs: `corral_en
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from corral.services import engine
+from corral.config import Config
+from corral.services import clusters, engine
 from corral.trace import metrics
 from corral.trace.metrics import MetricsSource
 
@@ -22,6 +24,13 @@ def core_state(data_dir: Path) -> metrics.Snapshot:
     return read
 
 
-async def exposition(store: MetricsSource, data_dir: Path) -> bytes:
-    """The metrics in Prometheus text format, read now."""
-    return await metrics.exposition(store, core_state(data_dir))
+async def exposition(store: MetricsSource, data_dir: Path, config: Config | None = None) -> bytes:
+    """The metrics in Prometheus text format, read now (with `config`, each Ray environment's
+    cluster health too)."""
+    health = None
+    if config is not None and any(e.kind == "ray" for e in config.settings.environments.values()):
+
+        def health() -> list[dict[str, Any]]:
+            return [asdict(h) for h in clusters.clusters(config)]
+
+    return await metrics.exposition(store, core_state(data_dir), health)

@@ -299,6 +299,13 @@ class CommandWorker:
             return CommandAttempt(found.process)
         if found.state == "finished" and found.result is not None:
             return with_reported_cost(to_result(found.result), Path(attempt.dir))
+        remote = self._ray_env(job)
+        if remote is not None and remote.address is not None:
+            # the watcher is gone: Ray may still know the job by its submission id
+            sid = rayjob.submission_id(job.id, attempt.index)
+            ended = rayjob.reconcile(remote.address, sid, Path(attempt.dir))
+            if ended is not None:
+                return with_note(ended, Path(attempt.dir))
         if found.state == "vanished":
             return vanished(Path(attempt.dir))
         return vanished(Path(attempt.dir), "engine stopped before the process started")

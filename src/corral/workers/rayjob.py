@@ -42,9 +42,12 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.workers.notes import write_note
+
+if TYPE_CHECKING:
+    from corral.domain.models import AttemptResult
 
 OFFSET_FILE = "ray-log-offset"
 ENV_FILE = "ray-env.json"  # read and deleted by the entrypoint
@@ -254,6 +257,42 @@ def _ray_failed(attempt_dir: Path, message: str) -> int:
     print(f"corral: {message}", file=sys.stderr)
     write_note(attempt_dir, error=message, fault="worker")
     return EXIT_RAY
+
+
+def reconcile(address: str, sid: str, attempt_dir: Path) -> AttemptResult | None:
+    """An attempt whose watcher vanished (no shim, no result): what Ray knows of its job. A job
+    that ended is collected (its exit code; what it logged after the watcher died stays in
+    Ray's job log, unredacted output never reaches the attempt's log); one still
+    running is stopped first, so it is never retried while a copy of it runs; None when Ray
+    does not know the id (a head restart lost its table, or it was never submitted): the
+    attempt is then LOST like a local one, and retried within its bounds."""
+    from corral.domain.models import AttemptResult
+    from corral.domain.states import Fault, Outcome
+
+    try:
+        client = _client(address)
+        info = _info(client, sid)
+    except Exception as err:
+        return AttemptResult(
+            outcome=Outcome.LOST,
+            fault=Fault.WORKER,
+            error=f"watcher of Ray job {sid} vanished and the cluster cannot be asked: {err}",
+        )
+    if info is None:
+        return None
+    status = str(getattr(info.status, "value", info.status))
+    if status not in TERMINAL:
+        with contextlib.suppress(Exception):
+            client.stop_job(sid)
+        return AttemptResult(
+            outcome=Outcome.LOST,
+            fault=Fault.WORKER,
+            error=f"watcher of Ray job {sid} vanished while it was {status}: stop_job sent",
+        )
+    # Its log past the offset is not copied here: only the watcher's output passes the
+    # redaction of the attempt's output pump. It stays in Ray's job log.
+    code = _ended(attempt_dir, sid, info, status, stopped=False)
+    return AttemptResult(outcome=Outcome.EXITED, exit_code=code)
 
 
 def main(argv_: list[str] | None = None) -> int:
