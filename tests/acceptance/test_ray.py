@@ -28,6 +28,7 @@ import pytest
 
 from corral.workers.proctab import alive
 from tests.acceptance.conftest import Corral
+from tests.acceptance.notebooks import NOTEBOOK_BAD, NOTEBOOK_OK, write_notebook
 from tests.helpers import eventually
 
 pytest.importorskip("ray.job_submission", reason="the ray extra is part of the dev set-up")
@@ -228,33 +229,6 @@ def test_engine_sigkill_mid_job_adopts_the_ray_job_and_keeps_its_whole_log(
     assert lines == [f"line {i}" for i in range(1, 61)] + ["last-line"]
     timeline = [e["kind"] for e in c.job(job)["timeline"]]
     assert timeline.count("running") == 1, timeline
-
-
-NOTEBOOK_OK = ["x = 1", "print('result', x * 2)"]
-NOTEBOOK_BAD = ["x = 1", "raise ValueError(f'bad x {x}')"]
-
-
-def write_notebook(path: Path, cells: list[str]) -> Path:
-    nb = {
-        "cells": [
-            {
-                "cell_type": "code",
-                "id": f"c{i}",
-                "metadata": {"tags": ["parameters"]} if i == 0 else {},
-                "source": src,
-                "outputs": [],
-                "execution_count": None,
-            }
-            for i, src in enumerate(cells)
-        ],
-        "metadata": {
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    path.write_text(json.dumps(nb))
-    return path
 
 
 def test_notebooks_on_ray_are_copied_back_on_success_and_on_failure(
