@@ -78,6 +78,10 @@ def head() -> Iterator[Head]:
             *(RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)),
             *("--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash)),
             *("--include-dashboard", "true", "--num-cpus", "8", "--temp-dir", root),
+            # private ports for the agent and the client server too: the defaults (52365,
+            # 10001) are shared by every head on the host, and a second head's agent fails
+            *("--dashboard-agent-listen-port", str(_free_port())),
+            *("--ray-client-server-port", str(_free_port())),
             *("--disable-usage-stats", "--block"),
         ],
         env=env,
@@ -103,7 +107,7 @@ def head() -> Iterator[Head]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=20)
+            proc.wait(timeout=5)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
