@@ -199,11 +199,14 @@ def main() -> int:
     parser.add_argument("--cap", type=int, default=4)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "ray.json"))
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` stops the head
     root = tempfile.mkdtemp(prefix="cr-bench-ray-", dir="/tmp")
     proc, address = start_head(root)
     results: dict[str, Any] = {}
+    print(f"ray head up at {address}", file=sys.stderr, flush=True)
     try:
         results["bare"] = bare(address, args.jobs, args.cap, "a")
+        print(f"bare: {results['bare']['wall_s']:.1f} s", file=sys.stderr, flush=True)
         results["corral"] = corral(address, args.jobs, args.cap, Path(root) / "corral")
     finally:
         stop_head(proc)
