@@ -11,6 +11,8 @@ inside Ray); the attempt survives an engine crash and is adopted again; its dead
 the shim even while the engine is down.
 
 What this process does:
+- speaks the job server's HTTP API (what Ray's `JobSubmissionClient` wraps; `RestJobs` below)
+  and so imports nothing of Ray;
 - submits the attempt with a submission id derived from the job id and the attempt index. If
   the id is already known to Ray (this process was started again for the same attempt), it
   follows that job instead of submitting a second copy;
@@ -97,10 +99,60 @@ class _Stop:
     asked = False
 
 
-def _client(address: str) -> Any:
-    from ray.job_submission import JobSubmissionClient  # the ray extra, loaded here only
+class RestJobs:
+    """The four calls of Ray's `JobSubmissionClient` the watcher makes, over the job server's
+    HTTP API that the client itself wraps (`/api/jobs/…`), with the client's errors: a
+    RuntimeError naming the status (a missing job is a 404; a duplicate submission id a 500
+    "already exists"). Importing Ray costs a watcher seconds of start-up per attempt
+    (bench/ray.py measured it); this costs nothing."""
 
-    return JobSubmissionClient(address)
+    def __init__(self, address: str, timeout: float = 30.0) -> None:
+        self.base = address.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        import urllib.error
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            f"{self.base}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"} if data is not None else {},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as err:
+            text = err.read().decode(errors="replace")[:2000]
+            raise RuntimeError(f"Request failed with status code {err.code}: {text}") from None
+        return json.loads(raw) if raw else None
+
+    def get_job_info(self, sid: str) -> Any:
+        import types
+
+        info = self._call("GET", f"/api/jobs/{sid}")
+        return types.SimpleNamespace(
+            status=info.get("status"),
+            message=info.get("message"),
+            error_type=info.get("error_type"),
+            driver_exit_code=info.get("driver_exit_code"),
+        )
+
+    def submit_job(self, *, entrypoint: str, submission_id: str, **kwargs: Any) -> str:
+        body = {"entrypoint": entrypoint, "submission_id": submission_id, **kwargs}
+        return str(self._call("POST", "/api/jobs/", body)["submission_id"])
+
+    def stop_job(self, sid: str) -> bool:
+        return bool(self._call("POST", f"/api/jobs/{sid}/stop")["stopped"])
+
+    def get_job_logs(self, sid: str) -> str:
+        return str(self._call("GET", f"/api/jobs/{sid}/logs")["logs"])
+
+
+def _client(address: str) -> Any:
+    return RestJobs(address)
 
 
 def _info(client: Any, sid: str) -> Any | None:
