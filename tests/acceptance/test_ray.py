@@ -209,6 +209,21 @@ def test_cancel_of_a_running_ray_job_leaves_no_process(ray_corral: Corral, head:
     assert c.job(job)["state"] == "CANCELLED"
 
 
+def test_a_ray_job_past_its_timeout_is_stopped_in_ray(ray_corral: Corral, head: Head) -> None:
+    c = ray_corral
+    job = c.submit(
+        "sh", "-c", "echo $$ > pid; exec sleep 300", opts=("--env", "gpu", "--timeout", "25")
+    )
+    c.serve()
+    eventually(lambda: (c.work / "pid").exists(), timeout=60, what="the Ray job running")
+    pid = int((c.work / "pid").read_text())
+    assert c.wait(job, timeout=90) == 124  # TIMED_OUT
+    assert [j.status.value for j in head.jobs(job)] == ["STOPPED"]
+    eventually(lambda: not alive(pid), timeout=20, what="the job's process gone")
+    shown = c.job(job)
+    assert shown["limit_hit"] == "max_duration_s", shown
+
+
 def test_engine_sigkill_mid_job_adopts_the_ray_job_and_keeps_its_whole_log(
     ray_corral: Corral, head: Head
 ) -> None:
