@@ -1,7 +1,8 @@
 """Notebook jobs run locally (no Ray): a notebook that succeeds and one whose cell fails are
-both copied back atomically with their sha256, the parameters reach the parameters cell and
-are recorded on the job, the copyback hook (a command, or a POST to a loopback URL) sees the
-copy, and the failing cell (ename, evalue) is the attempt's error."""
+both copied back atomically with their sha256 (recorded on the job's timeline), the parameters
+reach the parameters cell and are recorded on the job, the copyback hook (a command, or a POST
+to a loopback URL) sees the copy, and the failing cell (ename, evalue) is the attempt's
+error."""
 
 from __future__ import annotations
 
@@ -98,6 +99,13 @@ def test_notebooks_succeed_and_fail_and_are_both_copied_back(
         "copyback": str(out),
     }
     assert "sha256 " + digests["ok.ipynb"] in corral.ok("logs", ok)
+    for job, name, error in ((ok, "ok.ipynb", None), (bad, "bad.ipynb", "ValueError")):
+        [event] = [e for e in corral.job(job)["timeline"] if e["kind"] == "notebook"]
+        assert event["data"]["path"] == str(out / name)
+        assert event["data"]["sha256"] == digests[name]  # recorded on the job
+        assert (event["data"]["error"] or "").count("ValueError") == (1 if error else 0)
+    [recorded] = [e for e in corral.job(ok)["timeline"] if e["kind"] == "notebook"]
+    assert recorded["data"]["parameters"] == {"x": 21}
 
 
 def test_bad_notebook_submissions_are_refused_in_one_line(corral: Corral) -> None:
