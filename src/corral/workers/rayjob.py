@@ -242,6 +242,8 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         else:
             print(f"corral: following Ray job {sid} ({info.status})", file=sys.stderr)
     except Exception as err:  # the cluster is the worker: its failure is not the job's
+        with contextlib.suppress(FileNotFoundError):
+            env_file.unlink()
         return _ray_failed(
             attempt_dir, f"cannot submit to the Ray cluster at {args.address}: {err}"
         )
