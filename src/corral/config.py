@@ -160,6 +160,9 @@ class EnvModel(_Strict):
     num_cpus: float | None = Field(None, ge=0, le=10_000)
     num_gpus: float | None = Field(None, ge=0, le=10_000)
     memory: int | None = Field(None, ge=0)  # bytes
+    # ray: the runtime env every attempt's Ray job gets (working_dir, pip, uv, env_vars …).
+    # Ray hands it back in clear from its job API: never a secret here.
+    runtime_env: dict[str, Any] | None = None
 
 
 class SchedulerModel(_Strict):
@@ -640,11 +643,16 @@ def resolve(model: ConfigModel, source: str) -> Settings:
                 )
                 if v is not None
             },
+            runtime_env=dict(m.runtime_env or {}),
         )
         for name, m in model.environments.items()
     }
     envs.setdefault(model.default_environment, EnvSpec(name=model.default_environment))
     for name, env in envs.items():
+        if env.runtime_env and env.kind != "ray":
+            raise ConfigError(
+                f"{source}: environments.{name}.runtime_env: only a ray environment has one"
+            )
         if env.kind == "ray" and not env.address:
             raise ConfigError(
                 f"{source}: environments.{name}.address: a ray environment needs "

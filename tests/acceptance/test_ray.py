@@ -131,7 +131,8 @@ environments:
     kind: ray
     address: {head.address}
     max_inflight: 4
-    num_cpus: 1{queued}
+    num_cpus: 1
+    runtime_env: {{env_vars: {{PLAIN_SETTING: visible}}}}{queued}
 """
 
 
@@ -282,12 +283,14 @@ def test_a_secret_never_reaches_ray_the_store_or_the_traces(ray_corral: Corral, 
     job = c.submit(
         "sh",
         "-c",
-        'printf %s "$CANARY" | sha256sum',
+        'printf %s "$CANARY" | sha256sum; echo "plain=$PLAIN_SETTING"',
         opts=("--env", "gpu", "--setenv", f"CANARY={canary}", "--secret-env", "CANARY"),
     )
     c.drain(timeout=120)
     assert _state(c, job) == "SUCCEEDED", c.engine_log()
-    assert digest in c.ok("logs", job)  # the job had the secret
+    logs = c.ok("logs", job)
+    assert digest in logs  # the job had the secret
+    assert "plain=visible" in logs  # and the environment's runtime env
     sid = f"corral-{job}-1"
     assert canary not in head.raw(sid)  # Ray's job API (entrypoint, runtime_env, metadata)
     assert canary not in head.client().get_job_logs(sid)

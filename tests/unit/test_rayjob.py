@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from corral.config import parse, resolve
 from corral.core.breakers import breaker_names, remote_envs
-from corral.domain.errors import InvalidRequest
+from corral.domain.errors import ConfigError, InvalidRequest
 from corral.domain.models import AttemptResult
 from corral.domain.settings import EnvSpec, Settings
 from corral.domain.states import Fault, Outcome
@@ -129,3 +130,32 @@ def test_notebook_parameters_and_requests() -> None:
         notebooks.notebook_request(
             base, "nb.ipynb", params={}, copyback="o", hook_command="x", hook_url="http://h/"
         )
+
+
+def test_a_ray_environment_takes_resources_and_a_runtime_env_a_local_one_does_not() -> None:
+    text = """\
+environments:
+  gpu:
+    kind: ray
+    address: http://127.0.0.1:8265
+    num_cpus: 2
+    memory: 1000
+    runtime_env: {working_dir: /srv/code, env_vars: {LOG_LEVEL: info}}
+"""
+    env = resolve(parse(text, "corral.yaml"), "corral.yaml").environments["gpu"]
+    assert env.resources == {"num_cpus": 2.0, "memory": 1000.0}
+    assert env.runtime_env == {"working_dir": "/srv/code", "env_vars": {"LOG_LEVEL": "info"}}
+    argv = rayjob.argv(
+        address="http://h",
+        sid="s",
+        attempt_dir=Path("/a"),
+        command=["true"],
+        env_keys=[],
+        grace_s=1,
+        runtime_env=env.runtime_env,
+    )
+    assert json.loads(argv[argv.index("--runtime-env") + 1]) == env.runtime_env
+    with pytest.raises(ConfigError, match="only a ray environment"):
+        resolve(parse("environments:\n  l:\n    runtime_env: {pip: [x]}\n", "c.yaml"), "c.yaml")
+    with pytest.raises(ConfigError, match="address"):
+        resolve(parse("environments:\n  r:\n    kind: ray\n", "c.yaml"), "c.yaml")

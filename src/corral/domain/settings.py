@@ -122,6 +122,7 @@ class EnvSpec:
     max_queued: int | None = None  # jobs waiting in this environment (None: only the global bound)
     # a ray environment: what each attempt's Ray job asks (num_cpus, num_gpus, memory in bytes)
     resources: Mapping[str, float] = field(default_factory=dict)
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)  # ray: never secrets
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -273,6 +273,7 @@ class CommandWorker:
                 env_keys=sorted(own),
                 grace_s=max(1.0, permit.grace_s - 1.0),
                 resources=remote.resources,
+                runtime_env=remote.runtime_env,
             )
         proc = process.spawn(
             attempt_dir=attempt_dir,

@@ -72,6 +72,7 @@ def argv(
     env_keys: Sequence[str],
     grace_s: float,
     resources: Mapping[str, float] | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
     python: str | None = None,
 ) -> list[str]:
     """The local command that runs `command` as a Ray job (what the shim starts)."""
@@ -92,6 +93,8 @@ def argv(
         out += ["--pass-env", key]
     for name, value in (resources or {}).items():
         out += ["--resource", f"{name}={value:g}"]
+    if runtime_env:
+        out += ["--runtime-env", json.dumps(dict(runtime_env), sort_keys=True)]
     return [*out, "--", *command]
 
 
@@ -165,8 +168,14 @@ def _info(client: Any, sid: str) -> Any | None:
         raise
 
 
-def _submit(client: Any, sid: str, entrypoint: str, resources: Mapping[str, float]) -> None:
-    kwargs: dict[str, Any] = {}
+def _submit(
+    client: Any,
+    sid: str,
+    entrypoint: str,
+    resources: Mapping[str, float],
+    runtime_env: Mapping[str, Any] | None = None,
+) -> None:
+    kwargs: dict[str, Any] = {"runtime_env": dict(runtime_env)} if runtime_env else {}
     for name, value in resources.items():
         if name in ("num_cpus", "num_gpus"):
             kwargs[f"entrypoint_{name}"] = value
@@ -235,9 +244,8 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         info = _info(client, sid)
         if info is None:
             _write_env(env_file, args.pass_env)
-            _submit(
-                client, sid, _entrypoint(sys.executable, env_file, os.getcwd(), command), resources
-            )
+            entry = _entrypoint(sys.executable, env_file, os.getcwd(), command)
+            _submit(client, sid, entry, resources, json.loads(args.runtime_env or "{}"))
             print(f"corral: submitted Ray job {sid} to {args.address}", file=sys.stderr)
         else:
             print(f"corral: following Ray job {sid} ({info.status})", file=sys.stderr)
@@ -359,6 +367,7 @@ def main(argv_: list[str] | None = None) -> int:
     parser.add_argument("--unreachable-polls", type=int, default=20)
     parser.add_argument("--pass-env", action="append", default=[])
     parser.add_argument("--resource", action="append", default=[])
+    parser.add_argument("--runtime-env")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv_)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
