@@ -172,6 +172,13 @@ class EnvModel(_Strict):
     address: str | None = None
     max_inflight: int = Field(4, ge=1, le=10_000)
     max_queued: int | None = Field(None, ge=1)  # None: only scheduler.max_queued applies
+    # what each attempt's Ray job asks of the cluster (its entrypoint's resources)
+    num_cpus: float | None = Field(None, ge=0, le=10_000)
+    num_gpus: float | None = Field(None, ge=0, le=10_000)
+    memory: int | None = Field(None, ge=0)  # bytes
+    # ray: the runtime env every attempt's Ray job gets (working_dir, pip, uv, env_vars …).
+    # Ray hands it back in clear from its job API: never a secret here.
+    runtime_env: dict[str, Any] | None = None
 
 
 class SchedulerModel(_Strict):
@@ -694,6 +701,16 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             address=m.address,
             max_inflight=m.max_inflight,
             max_queued=m.max_queued,
+            resources={
+                k: float(v)
+                for k, v in (
+                    ("num_cpus", m.num_cpus),
+                    ("num_gpus", m.num_gpus),
+                    ("memory", m.memory),
+                )
+                if v is not None
+            },
+            runtime_env=dict(m.runtime_env or {}),
         )
         for name, m in model.environments.items()
     }
@@ -741,9 +758,12 @@ def _checked_role(name: str, m: RoleModel, source: str) -> tuple[RoleSpec | None
 
 
 def _env_problems(name: str, m: EnvModel) -> list[str]:
+    problems = []
     if m.kind == "ray" and not m.address:
-        return [f"environments.{name}.address: a ray environment needs the cluster address"]
-    return []
+        problems.append(f"environments.{name}.address: a ray environment needs the cluster address")
+    if m.runtime_env and m.kind != "ray":
+        problems.append(f"environments.{name}.runtime_env: only a ray environment has one")
+    return problems
 
 
 def _guardrails_problems(path: str | None) -> list[str]:

@@ -9,10 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
-from corral.domain.errors import InvalidRequest
 from corral.schemas import api as bodies
 from corral.schemas import views
-from corral.services import cancellation, intents, tenancy
+from corral.services import cancellation, intents, notebooks, tenancy
 from corral.services.submissions import submit
 
 from .auth import JobsRead, JobsWrite, actor
@@ -30,13 +29,12 @@ async def create_intent(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Any:
     """Submit an intent (a job): 202 with its id, its place in the queue and a start estimate."""
-    if body.source is not None:
-        raise InvalidRequest(
-            "a notebook intent ({source, environment}) needs the notebook "
-            "worker, which this engine does not have yet"
-        )
     st = state_of(request)
     req = submit_request(body, token, idempotency_key)
+    if body.source is not None:
+        req = notebooks.intent_request(
+            req, body.source, body.environment, body.parameters, body.copyback
+        )
     job = (await submit(st.store, st.config, req, st.wake)).result.job
     where = await intents.placement(st.store, st.config, job)
     return JSONResponse(

@@ -11,7 +11,7 @@ import anyio
 from fastapi import APIRouter, Path, Request, Response
 
 from corral.schemas import views
-from corral.services import engine, metrics, queries
+from corral.services import clusters, engine, metrics, queries
 
 from .auth import Admin, Metrics
 from .state import state_of
@@ -26,6 +26,14 @@ async def status(request: Request, token: Admin) -> Any:
     data_dir = state_of(request).config.data_dir
     snap = await anyio.to_thread.run_sync(lambda: engine.snapshot(data_dir))
     return views.EngineStatus(**snap).dump()
+
+
+@router.get("/environments", response_model=list[views.Environment])
+async def environments(request: Request, token: Admin) -> Any:
+    """The environments, their caps and, for a Ray one, its cluster's health asked now."""
+    config = state_of(request).config
+    envs = await anyio.to_thread.run_sync(lambda: clusters.environments(config))
+    return [views.Environment(**e).dump() for e in envs]
 
 
 @router.get("/breakers", response_model=list[views.Breaker])

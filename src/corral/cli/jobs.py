@@ -19,7 +19,7 @@ from corral.domain.errors import InvalidRequest
 from corral.domain.models import Job
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.control import caller_job
-from corral.services import cancellation, queries
+from corral.services import cancellation, notebooks, queries
 from corral.services.submissions import LimitChoices, SubmitRequest
 from corral.services.submissions import submit as submit_job
 
@@ -151,6 +151,43 @@ def submit(
             "clear and is redacted from logs, traces and output (repeatable).",
         ),
     ] = None,
+    notebook: Annotated[
+        str | None,
+        typer.Option(
+            "--notebook",
+            metavar="PATH",
+            help="Run this .ipynb with papermill (locally, or as a Ray job with --env on a "
+            "ray environment) instead of a command.",
+        ),
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            "-P",
+            help="NAME=VALUE for the notebook's parameters cell; VALUE is JSON when it parses "
+            "as JSON, else a string (repeatable).",
+        ),
+    ] = None,
+    copyback: Annotated[
+        Path | None,
+        typer.Option("--copyback", help="Copy the executed notebook here (also when it fails)."),
+    ] = None,
+    copyback_hook: Annotated[
+        str | None,
+        typer.Option(
+            "--copyback-hook",
+            help="A shell command run after the copy (CORRAL_NOTEBOOK, CORRAL_NOTEBOOK_SHA256).",
+        ),
+    ] = None,
+    copyback_url: Annotated[
+        str | None,
+        typer.Option("--copyback-url", help="POST the copy's record (path, sha256) here."),
+    ] = None,
+    cell_timeout: Annotated[
+        float | None,
+        typer.Option("--cell-timeout", help="Seconds a notebook cell may run."),
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -169,7 +206,8 @@ def submit(
     """Queue a job and print its id.
 
     Examples: corral submit --role default -- make test;
-    corral submit --role notebook --prompt "Check the nightly training job"
+    corral submit --role notebook --prompt "Check the nightly training job";
+    corral submit --notebook report.ipynb -P day=3 --env ray --copyback out/
     """
     if prompt_file is not None:
         if prompt is not None:
@@ -230,6 +268,24 @@ def submit(
     cfg = config_or_fail(data_dir, config)
 
     def request() -> SubmitRequest:  # after the configuration: a bad --setenv fails inside
+        base = plain()
+        if notebook is None:
+            if param or copyback or copyback_hook or copyback_url or cell_timeout is not None:
+                raise InvalidRequest("--param, --copyback and --cell-timeout go with --notebook")
+            return base
+        if command:
+            raise InvalidRequest("give a command or --notebook, not both")
+        return notebooks.notebook_request(
+            base,
+            notebook,
+            params=notebooks.parse_params(param or []),
+            copyback=str(copyback) if copyback else None,
+            hook_command=copyback_hook,
+            hook_url=copyback_url,
+            cell_timeout_s=cell_timeout,
+        )
+
+    def plain() -> SubmitRequest:
         return SubmitRequest(
             command=tuple(command or ()),
             prompt=prompt,

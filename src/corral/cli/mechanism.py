@@ -201,11 +201,19 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
         _clear(resolve(data_dir), escalation, as_json)
 
     @app.command("status")
-    def status(data_dir: DataDir = None, as_json: JsonOpt = False) -> None:
-        """The engine's live mechanism: permits, watchdog gauges and stage, budgets."""
+    def status(
+        data_dir: DataDir = None, config: ConfigOpt = None, as_json: JsonOpt = False
+    ) -> None:
+        """The engine's live mechanism: permits, watchdog gauges and stage, budgets; and each
+        Ray environment's cluster (nodes, CPUs and GPUs, its jobs by status), asked now."""
+        from dataclasses import asdict
+
+        from corral.services import clusters
+
         snap = engine.snapshot(resolve(data_dir))
+        health = clusters.clusters(config_or_fail(data_dir, config))
         if as_json:
-            typer.echo(json.dumps(snap, indent=2))
+            typer.echo(json.dumps({**snap, "clusters": [asdict(h) for h in health]}, indent=2))
             return
         wd, core = snap.get("watchdog", {}), snap.get("core", {})
         if core.get("given_up"):
@@ -226,6 +234,21 @@ def register(app: typer.Typer, resolve: Callable[[Path | None], Path]) -> None:
         for name, value in (wd.get("gauges") or {}).items():
             console.print(f"  {name:<28} {value:g}")
         print_escalations(snap.get("escalations", []))
+        _print_clusters(health)
+
+
+def _print_clusters(health: list[Any]) -> None:
+    for h in health:
+        if not h.reachable:
+            console.print(f"ray {h.env} ({h.address}): unreachable: {h.error}", markup=False)
+            continue
+        jobs = ", ".join(f"{k} {v}" for k, v in h.jobs.items()) or "none"
+        console.print(
+            f"ray {h.env} ({h.address}): nodes {h.nodes_alive} alive, {h.nodes_dead} dead; "
+            f"CPU {h.cpus_used:g}/{h.cpus_total:g}  GPU {h.gpus_used:g}/{h.gpus_total:g}; "
+            f"jobs {jobs}",
+            markup=False,
+        )
 
 
 def register_metrics(app: typer.Typer) -> None:

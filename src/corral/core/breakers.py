@@ -12,14 +12,14 @@ probe permit and refuses everything else until the probe's result closes (succes
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from corral.core.events import BREAKER, INFO, WARNING, CoreEvent, EventSink
 from corral.domain.errors import NotFound
 from corral.domain.models import AttemptResult, Job
-from corral.domain.settings import BreakerSpec
+from corral.domain.settings import BreakerSpec, Settings
 from corral.domain.states import Fault, Outcome
 
 CLOSED = "CLOSED"
@@ -45,10 +45,19 @@ def verdict(result: AttemptResult, *, stop_requested: bool = False) -> str:
     return FAILURE if result.fault in (Fault.WORKER, Fault.CONFIG) else SUCCESS
 
 
-def breaker_names(job: Job, kind: str) -> list[str]:
-    """The breakers a job's attempt answers to: its worker kind, and provider/model if named."""
+def breaker_names(job: Job, kind: str, remote_envs: Collection[str] = ()) -> list[str]:
+    """The breakers a job's attempt answers to: its worker kind, and provider/model if named.
+    On a remote environment (a Ray cluster) the environment is the provider that fails, not the
+    local worker kind: the attempt answers to `env:<name>` instead, so a cluster that is down
+    stops that environment's work only."""
     named = (("provider", job.options.provider), ("model", job.options.model))
-    return [f"worker:{kind}", *(f"{key}:{value}" for key, value in named if value)]
+    first = f"env:{job.env_name}" if job.env_name in remote_envs else f"worker:{kind}"
+    return [first, *(f"{key}:{value}" for key, value in named if value)]
+
+
+def remote_envs(settings: Settings) -> frozenset[str]:
+    """The environments whose attempts run on a cluster (a `kind: ray` environment)."""
+    return frozenset(n for n, e in settings.environments.items() if e.kind == "ray")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

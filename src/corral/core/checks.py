@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from corral.core import attempts
 from corral.core.attempts import AttemptLedger
-from corral.core.breakers import CLOSED, HALF_OPEN, BreakerBoard, breaker_names
+from corral.core.breakers import CLOSED, HALF_OPEN, BreakerBoard, breaker_names, remote_envs
 from corral.core.budgets import CostLedger, RateLimits
 from corral.core.escalation import Escalations
 from corral.core.permits import (
@@ -86,6 +86,7 @@ class PermitChecks:
         self.escalations = escalations
         self.kinds = kinds
         self.settings = gate.settings
+        self.remote_envs = remote_envs(gate.settings)
 
     def budget(self, job: Job) -> RetryBudget:
         """The role's retry budget (an unknown role has none beyond the job's own limits)."""
@@ -172,8 +173,9 @@ class PermitChecks:
         )
         if kind is None:
             return self._no_worker(job, now)
-        names = tuple(breaker_names(job, kind))
-        for name in names[1:]:  # provider and model breakers: no fallback can avoid them
+        names = tuple(breaker_names(job, kind, self.remote_envs))
+        # environment, provider and model breakers: no fallback can avoid them
+        for name in (n for n in names if n != f"worker:{kind}"):
             if not self.breakers.admits(name, now):
                 b = self.breakers.get(name)
                 return Rejected(

@@ -232,7 +232,14 @@ class Core:
         if adapter is None:
             self.gate.release(permit)
             raise WorkerError(f"no worker adapter for kind {kind!r}")
-        self._track(permit, job, kind, tuple(breaker_names(job, kind)), now, adopted=True)
+        self._track(
+            permit,
+            job,
+            kind,
+            tuple(breaker_names(job, kind, self.checks.remote_envs)),
+            now,
+            adopted=True,
+        )
         self.attempts.started(job.id, attempt.index, min(now, attempt.created_at))
         return permit, adapter.adopt(job if kind == job.worker else job.with_(worker=kind), attempt)
 

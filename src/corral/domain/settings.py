@@ -120,6 +120,9 @@ class EnvSpec:
     address: str | None = None
     max_inflight: int = 4  # concurrent attempts per environment
     max_queued: int | None = None  # jobs waiting in this environment (None: only the global bound)
+    # a ray environment: what each attempt's Ray job asks (num_cpus, num_gpus, memory in bytes)
+    resources: Mapping[str, float] = field(default_factory=dict)
+    runtime_env: Mapping[str, Any] = field(default_factory=dict)  # ray: never secrets
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

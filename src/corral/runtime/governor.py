@@ -39,7 +39,7 @@ from corral.domain.bounds import loads_bounded
 from corral.domain.errors import StoreError, WorkerError
 from corral.domain.governance import Approval
 from corral.domain.ids import new_id
-from corral.domain.models import AttemptResult, Claimed, Job
+from corral.domain.models import AttemptResult, Claimed, Job, JobEvent
 from corral.domain.settings import Settings, WorkerSpec
 from corral.policy import scopes as policy
 from corral.policy import toolcall
@@ -502,10 +502,42 @@ class Governor:
 
     # ---- the trace --------------------------------------------------------------------------
 
+    async def _notebook_copied(self, job: Job, index: int, attempt_dir: Path) -> None:
+        """A notebook job's copy (where, its sha256, the parameters, the failing cell) on the
+        job's timeline, as the runner recorded it in the attempt directory."""
+        try:
+            if (attempt_dir / NOTEBOOK_RECORD).stat().st_size > 256 * 1024:
+                return
+        except OSError:
+            return
+        record = _read_json(attempt_dir / NOTEBOOK_RECORD)
+        if not record:
+            return
+        data = {k: record[k] for k in NOTEBOOK_KEYS if k in record}
+        copied = (
+            f"copied back to {data['path']} (sha256 {data.get('sha256')})"
+            if data.get("path")
+            else "not copied back"
+        )
+        await self.store.append_events(
+            [
+                JobEvent(
+                    job_id=job.id,
+                    at=time.time(),
+                    kind="notebook",
+                    attempt=index,
+                    message=f"notebook {copied}",
+                    data=data,
+                )
+            ]
+        )
+
     async def ended(self, claimed: Claimed, result: AttemptResult) -> None:
         """Write the attempt's AgentEvent (once; an agent attempt only)."""
         job, attempt = claimed.job, claimed.attempt
         self._monitors.pop(attempt_ref(job, attempt.index), None)
+        if "notebook" in job.options.extra:
+            await self._notebook_copied(job, attempt.index, Path(attempt.dir))
         if not self.is_agent(job.worker):
             return
         adapter = ADAPTERS[self.adapter_of(job.worker)]
@@ -641,6 +673,10 @@ def _clip(value: Any) -> Any:
 
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+NOTEBOOK_RECORD = "notebook.json"  # written by the notebook runner (workers/notebook.py)
+NOTEBOOK_KEYS = ("path", "sha256", "parameters", "error")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -197,8 +197,9 @@ class DarkLaunchBody(Body):
 
 
 class IntentCreate(JobCreate):
-    """`POST /agentops/intents`: a job's body; or a notebook's `{source, environment}`, accepted
-    by the schema but refused (422) until a notebook worker exists."""
+    """`POST /agentops/intents`: a job's body; or a notebook's `{source, environment}`: the
+    notebook (an absolute path, or one relative to `cwd`) run with papermill on that environment
+    (a Ray environment runs it as a Ray job), with `parameters` and copied back to `copyback`."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -213,8 +214,12 @@ class IntentCreate(JobCreate):
         }
     )
 
-    source: str | None = Field(None, max_length=bounds.MAX_PROMPT_BYTES)
-    environment: dict[str, str] | None = Field(None, max_length=1000)
+    source: str | None = Field(None, min_length=1, max_length=4096)
+    environment: Name | None = Field(None, description="The environment to run the notebook in.")
+    parameters: dict[Annotated[str, Field(min_length=1, max_length=200)], Any] = Field(
+        default_factory=dict, max_length=100
+    )
+    copyback: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
 
 
 class IntentAccepted(View):

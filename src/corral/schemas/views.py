@@ -114,10 +114,13 @@ class JobDetail(Job):
     resume_from: str | None
     secret_env: list[str]
     detached: bool
+    # a notebook job: the notebook, its parameters, kernel and copyback directory
+    notebook: dict[str, Any] | None = None
 
     @classmethod
     def fields_of(cls, j: dm.Job) -> dict[str, Any]:
         lim = j.limits
+        nb = j.options.extra.get("notebook")
         return {
             **super().fields_of(j),
             "max_attempts": lim.max_attempts,
@@ -140,6 +143,7 @@ class JobDetail(Job):
             "token_budget_in": lim.token_budget_in,
             "token_budget_out": lim.token_budget_out,
             "resume_from": j.options.resume_from,
+            "notebook": nb if isinstance(nb, dict) else None,
             "secret_env": list(j.options.secret_env),
             "detached": j.options.detached,
         }
@@ -591,6 +595,34 @@ class _Open(View):
 
 class EngineStatus(_Open):
     """`status`: the core's snapshot (permits, watchdog, store, breakers, escalations)."""
+
+
+class ClusterHealth(View):
+    """A Ray environment's cluster, asked now: nodes, CPUs and GPUs, its jobs by status."""
+
+    env: str
+    address: str
+    reachable: bool
+    error: str | None
+    nodes_alive: int
+    nodes_dead: int
+    cpus_total: float
+    cpus_used: float
+    gpus_total: float
+    gpus_used: float
+    jobs: dict[str, int]
+    corral_jobs: dict[str, int]
+
+
+class Environment(View):
+    """`GET /api/v1/environments`: an environment, its caps and (Ray) its cluster's health."""
+
+    name: str
+    kind: str
+    address: str | None
+    max_inflight: int
+    max_queued: int | None
+    cluster: ClusterHealth | None
 
 
 class Breaker(_Open):

@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from corral.config import Config, guardrails_of
 from corral.core.ports import Admission, JobGovernance, Operations
@@ -105,11 +105,6 @@ class Submissions:
             raise InvalidRequest(
                 f"unknown environment {spec.env_name!r} (configured: {_names(s.environments)})"
             )
-        if env.kind != "local":
-            raise InvalidRequest(
-                f"environment {env.name!r} is a {env.kind} cluster; this build "
-                "runs attempts on `local` environments only"
-            )
         if (
             isinstance(spec.priority, bool)
             or not isinstance(spec.priority, int)
@@ -123,6 +118,11 @@ class Submissions:
             raise InvalidRequest(
                 f"worker kind {worker!r} is not available "
                 f"(available: {', '.join(sorted(self.workers))})"
+            )
+        if env.kind == "ray" and worker not in self.command_workers:
+            raise InvalidRequest(
+                f"environment {env.name!r} is a Ray cluster: it runs commands (and notebooks) "
+                f"as Ray jobs, not the agent worker {worker!r}"
             )
         if worker == "command" and not (spec.command and spec.command[0]):
             raise InvalidRequest("empty command: give the program to run after `--`")
@@ -388,6 +388,9 @@ class SubmitRequest:
     resume_from: str | None = None
     secret_env: tuple[str, ...] = ()
     by: str | None = None  # who submits (the first line of the job's timeline says it)
+    # a notebook job: what it runs and with which parameters, recorded on the job
+    # (services/notebooks.py builds the command)
+    notebook: Mapping[str, Any] | None = None
 
 
 def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
@@ -399,6 +402,7 @@ def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
         resume_from=request.resume_from or None,
         secret_env=tuple(sorted(set(request.secret_env))),
         submitted_by=request.by or None,
+        extra={"notebook": dict(request.notebook)} if request.notebook else {},
     )
     return JobSpec(
         command=request.command,

@@ -151,6 +151,7 @@ class SinkFigures:
 
 
 Snapshot = Callable[[], Mapping[str, Any]]
+Clusters = Callable[[], Sequence[Mapping[str, Any]]]  # each Ray environment's health, asked now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,6 +164,7 @@ class Scrape:
     budgets: Sequence[BudgetStatus] = ()
     core: Mapping[str, Any] | None = None  # the engine's snapshot; None: no engine answered
     sinks: Sequence[SinkFigures] = ()
+    clusters: Sequence[Mapping[str, Any]] = ()  # the Ray environments' health
     bounds: Sequence[float] = BOUNDS
     at: float = field(default_factory=time.time)
 
@@ -204,6 +206,7 @@ async def read(
     *,
     now: float | None = None,
     sinks: Sequence[str] | None = None,
+    clusters: Clusters | None = None,
 ) -> Scrape:
     """Read a scrape's figures from the store and (off the event loop) the engine's core."""
     at = time.time() if now is None else now
@@ -212,6 +215,7 @@ async def read(
         for c in await store.budgets()
     ]
     core = await anyio.to_thread.run_sync(_safe, snapshot) if snapshot is not None else None
+    health = await anyio.to_thread.run_sync(clusters) if clusters is not None else ()
     return Scrape(
         figures=await store.fleet_figures(BOUNDS),
         kill_switches=await store.kill_switches(active_at=at),
@@ -219,6 +223,7 @@ async def read(
         budgets=statuses,
         core=core,
         sinks=await sink_figures(store, sinks),
+        clusters=health,
         at=at,
     )
 
@@ -246,6 +251,42 @@ class CorralCollector(Collector):
         yield from _governance(self.scrape)
         yield from _events(self.scrape.sinks)
         yield from _core(self.scrape.core)
+        yield from _clusters(self.scrape.clusters)
+
+
+def _clusters(clusters: Sequence[Mapping[str, Any]]) -> Iterator[Metric]:
+    if not clusters:  # no Ray environment configured: no Ray families
+        return
+    up = GaugeMetricFamily(
+        "corral_ray_up", "1 when the Ray environment's cluster answered, else 0.", labels=["env"]
+    )
+    nodes = GaugeMetricFamily(
+        "corral_ray_nodes", "The Ray cluster's nodes by state.", labels=["env", "state"]
+    )
+    cpus = GaugeMetricFamily(
+        "corral_ray_cpus", "The Ray cluster's CPUs: total and used.", labels=["env", "kind"]
+    )
+    gpus = GaugeMetricFamily(
+        "corral_ray_gpus", "The Ray cluster's GPUs: total and used.", labels=["env", "kind"]
+    )
+    jobs = GaugeMetricFamily(
+        "corral_ray_jobs",
+        "The Ray jobs the cluster knows, by status (all of them, Corral's or not).",
+        labels=["env", "status"],
+    )
+    for c in clusters:
+        env = str(c.get("env"))
+        up.add_metric([env], 1.0 if c.get("reachable") else 0.0)
+        if not c.get("reachable"):
+            continue
+        nodes.add_metric([env, "alive"], float(c.get("nodes_alive") or 0))
+        nodes.add_metric([env, "dead"], float(c.get("nodes_dead") or 0))
+        for kind in ("total", "used"):
+            cpus.add_metric([env, kind], float(c.get(f"cpus_{kind}") or 0))
+            gpus.add_metric([env, kind], float(c.get(f"gpus_{kind}") or 0))
+        for status, n in sorted((c.get("jobs") or {}).items()):
+            jobs.add_metric([env, str(status).lower()], float(n))
+    yield from (up, nodes, cpus, gpus, jobs)
 
 
 def _jobs(
@@ -473,10 +514,15 @@ def _watchdog_gauges(watchdog: Mapping[str, Any]) -> Iterator[Metric]:
 
 
 async def exposition(
-    store: MetricsSource, snapshot: Snapshot | None = None, *, sinks: Sequence[str] | None = None
+    store: MetricsSource,
+    snapshot: Snapshot | None = None,
+    *,
+    sinks: Sequence[str] | None = None,
+    clusters: Clusters | None = None,
 ) -> bytes:
     """The Prometheus text exposition of the store's and the core's figures, read now
-    (`sinks`: the configured event sinks, see `sink_figures`)."""
+    (`sinks`: the configured event sinks, see `sink_figures`; `clusters`: the Ray
+    environments' health)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CorralCollector(await read(store, snapshot, sinks=sinks)))
+    registry.register(CorralCollector(await read(store, snapshot, sinks=sinks, clusters=clusters)))
     return generate_latest(registry)

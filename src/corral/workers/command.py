@@ -18,10 +18,11 @@ from pathlib import Path
 from corral.core.ports import AttemptRef
 from corral.domain.bounds import MAX_USD, loads_bounded
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
-from corral.domain.settings import Settings
+from corral.domain.settings import EnvSpec, Settings
 from corral.domain.states import Fault, Outcome
-from corral.workers import process
+from corral.workers import process, rayjob
 from corral.workers.faults import command_fault
+from corral.workers.notes import read_note
 from corral.workers.process import Output, ShimProcess, ShimResult
 from corral.workers.sealing import Keeper, reveal_job
 
@@ -138,13 +139,27 @@ def reported_cost(path: Path) -> tuple[float | None, str | None]:
 
 
 def with_reported_cost(result: AttemptResult, attempt_dir: Path) -> AttemptResult:
-    """The shim's result with the cost the job reported in its result file, if any."""
+    """The shim's result with the cost the job reported in its result file, if any, and what
+    the attempt's helper (a Ray job's watcher, a notebook's runner) said of its end."""
     cost, problem = reported_cost(attempt_dir / RESULT_FILE)
     if problem is not None:
         log.warning(
             "%s/%s: %s; the attempt's cost is not counted", attempt_dir, RESULT_FILE, problem
         )
-    return result if cost is None else replace(result, cost_usd=cost)
+    result = result if cost is None else replace(result, cost_usd=cost)
+    return with_note(result, attempt_dir)
+
+
+def with_note(result: AttemptResult, attempt_dir: Path) -> AttemptResult:
+    """A failed attempt's error and fault as its helper wrote them (workers/notes.py). A stop
+    on request stays a stop; a timeout keeps its own words first."""
+    note = read_note(attempt_dir)
+    if note is None or result.succeeded or result.outcome is Outcome.CANCELLED:
+        return result
+    error, fault = note
+    if result.outcome is Outcome.TIMED_OUT:
+        return replace(result, error=f"{result.error}; {error}" if result.error else error)
+    return replace(result, error=error, fault=Fault(fault))
 
 
 class ShimAttempt:
@@ -241,20 +256,41 @@ class CommandWorker:
         self._validate(permit)  # no process without a live permit, whoever calls
         attempt_dir = Path(attempt.dir)
         job, output = self.launch.prepare(job)
+        env = {
+            **job_env(job.with_(attempts=attempt.index)),
+            "CORRAL_WORKER": self.kind,
+            RESULT_ENV: str(attempt_dir.resolve() / RESULT_FILE),
+        }
+        argv, remote = self.argv(job), self._ray_env(job)
+        if remote is not None:  # a Ray environment: the attempt is a Ray job (workers/rayjob.py)
+            assert remote.address is not None  # the configuration refuses a ray env without one
+            own = set(job.env) | {"CORRAL_JOB_ID", "CORRAL_ATTEMPT", "CORRAL_WORKER", RESULT_ENV}
+            argv = rayjob.argv(
+                address=remote.address,
+                sid=rayjob.submission_id(job.id, attempt.index),
+                attempt_dir=attempt_dir,
+                command=argv,
+                env_keys=sorted(own),
+                grace_s=max(1.0, permit.grace_s - 1.0),
+                resources=remote.resources,
+                runtime_env=remote.runtime_env,
+            )
         proc = process.spawn(
             attempt_dir=attempt_dir,
-            argv=self.argv(job),
+            argv=argv,
             cwd=job.cwd,
-            env={
-                **job_env(job.with_(attempts=attempt.index)),
-                "CORRAL_WORKER": self.kind,
-                RESULT_ENV: str(attempt_dir.resolve() / RESULT_FILE),
-            },
+            env=env,
             grace_s=permit.grace_s,
             deadline_epoch_s=permit.deadline_at,
+            term_child_only=remote is not None,  # the watcher stops the Ray job itself
             output=output,
         )
         return CommandAttempt(proc)
+
+    def _ray_env(self, job: Job) -> EnvSpec | None:
+        settings = self.launch.settings
+        env = settings.environments.get(job.env_name) if settings is not None else None
+        return env if env is not None and env.kind == "ray" else None
 
     def adopt(self, job: Job, attempt: Attempt) -> CommandAttempt | AttemptResult:
         found = process.probe(Path(attempt.dir))
@@ -264,6 +300,13 @@ class CommandWorker:
             return CommandAttempt(found.process)
         if found.state == "finished" and found.result is not None:
             return with_reported_cost(to_result(found.result), Path(attempt.dir))
+        remote = self._ray_env(job)
+        if remote is not None and remote.address is not None:
+            # the watcher is gone: Ray may still know the job by its submission id
+            sid = rayjob.submission_id(job.id, attempt.index)
+            ended = rayjob.reconcile(remote.address, sid, Path(attempt.dir))
+            if ended is not None:
+                return with_note(ended, Path(attempt.dir))
         if found.state == "vanished":
             return vanished(Path(attempt.dir))
         return vanished(Path(attempt.dir), "engine stopped before the process started")

@@ -1,0 +1,340 @@
+"""Ray environments against a real Ray head on loopback: the admission cap (no job waits
+PENDING inside Ray), a cancel that leaves no process, an engine SIGKILL mid-job (adopted, not
+run twice, its log complete to the last line), notebooks on Ray copied back on success and on
+failure, and a secret that never reaches Ray's job API, Ray's logs, the store or the traces.
+
+One head serves the whole module (it takes ≈ 17 s to start); it runs in its own process group
+and is stopped by killing that group."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.workers.proctab import alive
+from tests.acceptance.conftest import Corral
+from tests.acceptance.notebooks import NOTEBOOK_BAD, NOTEBOOK_OK, write_notebook
+from tests.helpers import eventually
+
+pytest.importorskip("ray.job_submission", reason="the ray extra is part of the dev set-up")
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Head:
+    def __init__(self, address: str, proc: subprocess.Popen[bytes]) -> None:
+        self.address = address
+        self.proc = proc
+
+    def client(self) -> Any:
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.address)
+
+    def jobs(self, corral_job: str) -> list[Any]:
+        """Ray's jobs for one Corral job (their submission ids carry the Corral job id)."""
+        return [
+            j
+            for j in self.client().list_jobs()
+            if (j.submission_id or "").startswith(f"corral-{corral_job}-")
+        ]
+
+    def raw(self, sid: str) -> str:
+        with urllib.request.urlopen(f"{self.address}/api/jobs/{sid}", timeout=10) as r:
+            return str(r.read().decode())
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[Head]:
+    # A short root: Ray's socket paths under it must stay within the 107-byte limit.
+    root = tempfile.mkdtemp(prefix="cr-ray-", dir="/tmp")
+    port, dash = _free_port(), _free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env["RAY_TMPDIR"] = root
+    log = open(os.path.join(root, "head.log"), "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            *(RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)),
+            *("--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash)),
+            *("--include-dashboard", "true", "--num-cpus", "8", "--temp-dir", root),
+            # private ports for the agent and the client server too: the defaults (52365,
+            # 10001) are shared by every head on the host, and a second head's agent fails
+            *("--dashboard-agent-listen-port", str(_free_port())),
+            *("--ray-client-server-port", str(_free_port())),
+            *("--disable-usage-stats", "--block"),
+        ],
+        env=env,
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    h = Head(f"http://127.0.0.1:{dash}", proc)
+    try:
+
+        def up() -> bool:
+            assert proc.poll() is None, Path(root, "head.log").read_text(errors="replace")
+            try:
+                h.client().list_jobs()
+            except Exception:
+                return False
+            return True
+
+        eventually(up, timeout=120, what="the Ray head's job server")
+        yield h
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        log.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _config(head: Head, *, max_queued: int | None = None) -> str:
+    queued = f"\n    max_queued: {max_queued}" if max_queued else ""
+    return f"""\
+scheduler:
+  poll_interval_s: 0.2
+roles:
+  default:
+    concurrency: 16
+    retry: {{base_s: 0.05, cap_s: 0.2}}
+environments:
+  local:
+    max_inflight: 8
+  gpu:
+    kind: ray
+    address: {head.address}
+    max_inflight: 4
+    num_cpus: 1
+    runtime_env: {{env_vars: {{PLAIN_SETTING: visible}}}}{queued}
+"""
+
+
+@pytest.fixture
+def ray_corral(tmp_path: Path, head: Head) -> Iterator[Corral]:
+    c = Corral(tmp_path, _config(head, max_queued=2))
+    try:
+        yield c
+    finally:
+        c.stop_all()
+
+
+def _state(c: Corral, job: str) -> str:
+    return str(c.job(job)["state"])
+
+
+def test_a_flood_of_six_keeps_four_in_ray_and_two_queued_in_corral(
+    ray_corral: Corral, head: Head
+) -> None:
+    c = ray_corral
+    c.serve()
+    # each job runs until the test lets it end: the snapshot below does not race the jobs
+    script = ("sh", "-c", "echo start; while [ ! -e release ]; do sleep 0.2; done; echo done")
+    jobs = [c.submit(*script, opts=("--env", "gpu")) for _ in range(4)]
+    eventually(
+        lambda: all(_state(c, j) != "QUEUED" for j in jobs), timeout=30, what="four dispatched"
+    )
+    jobs += [c.submit(*script, opts=("--env", "gpu")) for _ in range(2)]
+
+    def ours() -> list[Any]:
+        prefixes = tuple(f"corral-{j}-" for j in jobs)
+        return [
+            r for r in head.client().list_jobs() if (r.submission_id or "").startswith(prefixes)
+        ]
+
+    eventually(
+        lambda: [r.status.value for r in ours()].count("RUNNING") == 4,
+        timeout=90,
+        what="four Ray jobs running",
+    )
+    in_ray = ours()
+    assert len(in_ray) == 4, [(r.submission_id, r.status) for r in in_ray]  # none PENDING
+    health = c.json("status")["clusters"]
+    assert [(h["env"], h["reachable"], h["nodes_alive"], h["cpus_total"]) for h in health] == [
+        ("gpu", True, 1, 8.0)
+    ]
+    assert health[0]["corral_jobs"] == {"RUNNING": 4}
+    assert 'corral_ray_jobs{env="gpu",status="running"} 4.0' in c.ok("metrics")
+    assert sorted(_state(c, j) for j in jobs).count("QUEUED") == 2, [_state(c, j) for j in jobs]
+    # past the environment's own queue bound a submission is refused (the API's 429)
+    refused = c.run("submit", "--env", "gpu", "--", "true")
+    assert refused.returncode != 0 and "gpu" in refused.stderr, refused.stderr
+    (c.work / "release").touch()
+    for j in jobs:
+        assert c.wait(j, timeout=90) == 0, c.engine_log()
+    for j in jobs:  # one Ray job per Corral job: each ran exactly once
+        assert [r.submission_id for r in head.jobs(j)] == [f"corral-{j}-1"]
+        assert c.ok("logs", j).splitlines()[-2:] == ["start", "done"]
+
+
+def test_cancel_of_a_running_ray_job_leaves_no_process(ray_corral: Corral, head: Head) -> None:
+    c = ray_corral
+    job = c.submit(
+        "sh", "-c", "sleep 300 & echo $! > child; echo $$ > pid; wait", opts=("--env", "gpu")
+    )
+    c.serve()
+    pid_file, child_file = c.work / "pid", c.work / "child"
+    eventually(lambda: pid_file.exists() and child_file.exists(), timeout=60, what="the job")
+    pids = [int(pid_file.read_text()), int(child_file.read_text())]
+    assert all(alive(p) for p in pids)
+    c.ok("cancel", job)
+    assert c.wait(job, timeout=60) == 130
+    assert [j.status.value for j in head.jobs(job)] == ["STOPPED"]
+    eventually(lambda: not any(alive(p) for p in pids), timeout=20, what="the processes gone")
+    assert c.job(job)["state"] == "CANCELLED"
+
+
+def test_a_ray_job_past_its_timeout_is_stopped_in_ray(ray_corral: Corral, head: Head) -> None:
+    c = ray_corral
+    job = c.submit(
+        "sh", "-c", "echo $$ > pid; exec sleep 300", opts=("--env", "gpu", "--timeout", "25")
+    )
+    c.serve()
+    eventually(lambda: (c.work / "pid").exists(), timeout=60, what="the Ray job running")
+    pid = int((c.work / "pid").read_text())
+    assert c.wait(job, timeout=90) == 124  # TIMED_OUT
+    assert [j.status.value for j in head.jobs(job)] == ["STOPPED"]
+    eventually(lambda: not alive(pid), timeout=20, what="the job's process gone")
+    shown = c.job(job)
+    assert shown["limit_hit"] == "max_duration_s", shown
+
+
+def test_engine_sigkill_mid_job_adopts_the_ray_job_and_keeps_its_whole_log(
+    ray_corral: Corral, head: Head
+) -> None:
+    c = ray_corral
+    script = (
+        "echo run >> runs.txt; for i in $(seq 1 60); do echo line $i; sleep 0.1; done; "
+        "echo last-line"
+    )
+    job = c.submit("sh", "-c", script, opts=("--env", "gpu"))
+    engine = c.serve()
+    eventually(lambda: (c.work / "runs.txt").exists(), timeout=60, what="the Ray job running")
+    engine.send_signal(signal.SIGKILL)
+    engine.wait()
+    # the control plane is down; the Ray job goes on
+    assert [j.status.value for j in head.jobs(job)] == ["RUNNING"]
+    time.sleep(1.0)  # lines written while no engine watched
+    c.serve()
+    assert c.wait(job, timeout=90) == 0, c.engine_log()
+    assert (c.work / "runs.txt").read_text() == "run\n"  # not run twice
+    assert [j.submission_id for j in head.jobs(job)] == [f"corral-{job}-1"]
+    lines = [ln for ln in c.ok("logs", job).splitlines() if ln.startswith(("line", "last"))]
+    assert lines == [f"line {i}" for i in range(1, 61)] + ["last-line"]
+    timeline = [e["kind"] for e in c.job(job)["timeline"]]
+    assert timeline.count("running") == 1, timeline
+
+
+def test_notebooks_on_ray_are_copied_back_on_success_and_on_failure(
+    ray_corral: Corral, head: Head
+) -> None:
+    c = ray_corral
+    write_notebook(c.work / "ok.ipynb", NOTEBOOK_OK)
+    write_notebook(c.work / "bad.ipynb", NOTEBOOK_BAD)
+    opts = ("--env", "gpu", "--copyback", "out", "--max-attempts", "1")
+    ok = c.ok("submit", "--notebook", "ok.ipynb", "-P", "x=21", *opts).strip()
+    bad = c.ok("submit", "--notebook", "bad.ipynb", *opts).strip()
+    c.serve()
+    assert c.wait(ok, timeout=120) == 0, c.ok("logs", ok)
+    assert c.wait(bad, timeout=120) != 0
+    assert [j.status.value for j in head.jobs(ok)] == ["SUCCEEDED"]
+    for name in ("ok.ipynb", "bad.ipynb"):
+        copy = c.work / "out" / name
+        record = json.loads((c.work / "out" / f"{name}.json").read_text())
+        assert record["sha256"] == hashlib.sha256(copy.read_bytes()).hexdigest()
+    executed = json.loads((c.work / "out" / "ok.ipynb").read_text())
+    assert executed["metadata"]["papermill"]["parameters"] == {"x": 21}
+    assert "result 42" in json.dumps(executed)
+    shown = c.job(bad)
+    assert shown["last_error"].startswith("notebook cell 2 failed: ValueError: bad x 1")
+    assert c.job(ok)["notebook"]["parameters"] == {"x": 21}
+
+
+def test_a_secret_never_reaches_ray_the_store_or_the_traces(ray_corral: Corral, head: Head) -> None:
+    c = ray_corral
+    canary = "canary-" + os.urandom(8).hex()
+    digest = hashlib.sha256(canary.encode()).hexdigest()
+    job = c.submit(
+        "sh",
+        "-c",
+        'printf %s "$CANARY" | sha256sum; echo "plain=$PLAIN_SETTING"',
+        opts=("--env", "gpu", "--setenv", f"CANARY={canary}", "--secret-env", "CANARY"),
+    )
+    c.drain(timeout=120)
+    assert _state(c, job) == "SUCCEEDED", c.engine_log()
+    logs = c.ok("logs", job)
+    assert digest in logs  # the job had the secret
+    assert "plain=visible" in logs  # and the environment's runtime env
+    sid = f"corral-{job}-1"
+    assert canary not in head.raw(sid)  # Ray's job API (entrypoint, runtime_env, metadata)
+    assert canary not in head.client().get_job_logs(sid)
+    attempt_dirs = list((c.data / "attempts").glob(f"{job}.*"))
+    assert attempt_dirs and not (attempt_dirs[0] / "ray-env.json").exists()
+    for path in c.data.rglob("*"):
+        if path.is_file():
+            assert canary.encode() not in path.read_bytes(), path
+    for cmd in (("trace", job, "--json"), ("show", job, "--json"), ("events", "--json")):
+        assert canary not in c.run(*cmd).stdout
+
+
+def test_an_unreachable_cluster_is_the_environments_failure_not_the_jobs(tmp_path: Path) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    config = f"""\
+scheduler:
+  poll_interval_s: 0.2
+roles:
+  default:
+    retry: {{base_s: 0.05, cap_s: 0.2}}
+breakers: {{consecutive_failures: 2, min_calls: 2}}
+environments:
+  local:
+    max_inflight: 4
+  gpu:
+    kind: ray
+    address: {dead}
+"""
+    c = Corral(tmp_path, config)
+    try:
+        job = c.submit("true", opts=("--env", "gpu", "--max-attempts", "2"))
+        local = c.submit("true")
+        c.serve()
+        assert c.wait(job, timeout=90) != 0
+        assert c.wait(local, timeout=30) == 0  # a local job is not held by the cluster's breaker
+        shown = c.job(job)
+        assert "cannot submit to the Ray cluster" in shown["last_error"]
+        ended = [e for e in shown["timeline"] if e["kind"] == "attempt_ended"]
+        assert [e["data"]["fault"] for e in ended] == ["worker", "worker"]
+        breakers = {b["name"]: b["state"] for b in c.json("breakers")}
+        assert breakers.get("env:gpu") == "OPEN", breakers
+        assert breakers.get("worker:command", "CLOSED") == "CLOSED"
+        status = c.json("status")["clusters"]
+        assert status[0]["reachable"] is False
+        assert 'corral_ray_up{env="gpu"} 0.0' in c.ok("metrics")
+    finally:
+        c.stop_all()
