@@ -36,6 +36,7 @@ def test_every_field_round_trips_through_json() -> None:
         workflow="w",
         provider="p",
         model="m",
+        submitted_by="token:t1",
     )
     assert JobOptions.from_json(opts.to_json()) == opts
     names = {f.name for f in dataclasses.fields(JobOptions)} - {"extra"}

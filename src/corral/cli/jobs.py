@@ -224,6 +224,7 @@ def submit(
             "--max-tool-calls": max_tool_calls is not None,
             "--token-budget-in": token_budget_in is not None,
             "--token-budget-out": token_budget_out is not None,
+            "--notebook": notebook is not None,  # a path on this machine: POST an intent
         }
         for option, given in local.items():
             if given:
@@ -268,21 +269,14 @@ def submit(
     cfg = config_or_fail(data_dir, config)
 
     def request() -> SubmitRequest:  # after the configuration: a bad --setenv fails inside
-        base = plain()
-        if notebook is None:
-            if param or copyback or copyback_hook or copyback_url or cell_timeout is not None:
-                raise InvalidRequest("--param, --copyback and --cell-timeout go with --notebook")
-            return base
-        if command:
-            raise InvalidRequest("give a command or --notebook, not both")
-        return notebooks.notebook_request(
-            base,
+        return _with_notebook(
+            plain(),
             notebook,
-            params=notebooks.parse_params(param or []),
-            copyback=str(copyback) if copyback else None,
+            param=param,
+            copyback=copyback,
             hook_command=copyback_hook,
             hook_url=copyback_url,
-            cell_timeout_s=cell_timeout,
+            cell_timeout=cell_timeout,
         )
 
     def plain() -> SubmitRequest:
@@ -392,6 +386,34 @@ def _follow_remote(
         typer.echo(f"corral: {job.id} is still {job.state.value} after {timeout}s", err=True)
         return 124, job
     return (exit_code_of(job) if job.state.terminal else 0), job
+
+
+def _with_notebook(
+    base: SubmitRequest,
+    notebook: str | None,
+    *,
+    param: list[str] | None,
+    copyback: Path | None,
+    hook_command: str | None,
+    hook_url: str | None,
+    cell_timeout: float | None,
+) -> SubmitRequest:
+    """`base`, or the notebook job `--notebook` asks for (its options only with it)."""
+    if notebook is None:
+        if param or copyback or hook_command or hook_url or cell_timeout is not None:
+            raise InvalidRequest("--param, --copyback and --cell-timeout go with --notebook")
+        return base
+    if base.command:
+        raise InvalidRequest("give a command or --notebook, not both")
+    return notebooks.notebook_request(
+        base,
+        notebook,
+        params=notebooks.parse_params(param or []),
+        copyback=str(copyback) if copyback else None,
+        hook_command=hook_command,
+        hook_url=hook_url,
+        cell_timeout_s=cell_timeout,
+    )
 
 
 def _read_prompt(path: str) -> str:
