@@ -76,6 +76,7 @@ COMMANDS_WITH_JSON = {
     "token create",
     "token list",
     "token revoke",
+    "world",
 }
 
 
@@ -220,3 +221,5 @@ def _mechanism(c: Corral) -> None:
     listed = conforms("Token", c.json("token", "list"), many=True)
     assert [t["id"] for t in listed] == [made["id"]] and "token" not in listed[0]
     assert conforms("Token", c.json("token", "revoke", made["id"]))["revoked_at"]
+    shown = conforms("WorldModel", c.json("world"))
+    assert shown["user_plane"] and shown["causal_graph"]

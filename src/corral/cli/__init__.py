@@ -31,6 +31,7 @@ from . import (
     policy_cmds,
     schema_cmd,
     tokens,
+    world,
 )
 from .edge import config_or_fail, emit, load_config
 from .exits import exit_code, fail
@@ -216,6 +217,7 @@ configs.register(app)
 policy_cmds.register(app)
 app.add_typer(guard.app, name="guard")
 app.add_typer(tokens.app, name="token")
+app.add_typer(world.app, name="world")
 schema_cmd.register(app)
 
 

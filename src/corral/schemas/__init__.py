@@ -55,6 +55,7 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "GuardCheck": views.GuardCheck,
     "Token": views.Token,
     "TokenCreated": views.TokenCreated,
+    "WorldModel": views.WorldModel,
     # the core protocol
     "ProtocolJob": protocol.JOB.model,
     "ProtocolAttempt": protocol.ATTEMPT.model,

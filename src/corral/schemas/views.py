@@ -618,3 +618,87 @@ class GuardCheck(View):
     cwd: str | None = Field(
         default=None, description="Only for a tool call: the directory it runs in."
     )
+
+
+# ---- the world model ---------------------------------------------------------------------------
+
+
+class WorldAgent(View):
+    """A running attempt in the world model, keyed by its job's id."""
+
+    role: str
+    status: JobState
+    attempt: int
+    worker: str
+    env: str
+    tenant: str
+    started_at: IsoTime | None
+    tool_call_count: int = Field(description="Tool calls so far, as its latest checkpoint says.")
+    current_tool: str | None = Field(description="The tool of its latest checkpoint.")
+    session_id: str | None
+
+
+class WorldEnvironment(View):
+    """One environment's user plane, keyed by its name."""
+
+    kind: str
+    jobs_in_flight: int
+    cap: int = Field(description="Attempts it runs at once at most (its max_inflight).")
+    queue_depth: int = Field(description="Jobs waiting for it: QUEUED or RETRY_WAIT.")
+    cluster_status: str | None = Field(description="What a cluster reports; null when local.")
+    gpu_utilisation: float | None = Field(description="What a cluster reports; else null.")
+
+
+WorldRelationship = typing.Literal["spawned_by", "blocked_by", "waits_for", "waits_for_slot"]
+
+
+class WorldEdge(View):
+    """An execution-topology edge: `job_id` was spawned by, or waits for, `related_job_id`."""
+
+    job_id: str
+    related_job_id: str
+    relationship: WorldRelationship
+    slot: str | None = Field(
+        description="waits_for_slot: the full slot, `role:NAME` or `env:NAME`; else null."
+    )
+
+
+class UserPlaneJob(View):
+    """What a job started outside Corral's own processes; null until an environment records
+    it."""
+
+    ray_submission_id: str | None
+    notebook: str | None
+    wandb_run: str | None
+
+
+class WorldCause(View):
+    """A causal-graph link: root intent → job → user-plane job → outcome."""
+
+    control_plane_intent_id: str
+    root_intent_id: str
+    parent_intent_id: str | None
+    role: str
+    state: JobState
+    user_plane_job: UserPlaneJob
+    outcome: str | None = Field(description="The job's final state once it ended; else null.")
+    exit_code: int | None
+
+
+class WorldDeadlock(View):
+    """A cycle of waits: `jobs` in order, `cycle[i]` the edge from `jobs[i]` to the next."""
+
+    jobs: list[str]
+    cycle: list[WorldEdge]
+    message: str
+
+
+class WorldModel(View):
+    """`world`, and `GET /agentops/world-model`: the fleet as the store shows it now."""
+
+    at: IsoTime | None
+    agents: dict[str, WorldAgent]
+    user_plane: dict[str, WorldEnvironment]
+    execution_topology: list[WorldEdge]
+    causal_graph: list[WorldCause]
+    deadlocks: list[WorldDeadlock]
