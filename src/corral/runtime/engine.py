@@ -44,6 +44,7 @@ from corral.runtime.modelgate import ModelGateway
 from corral.runtime.peers import Peer
 from corral.runtime.reporter import Reporter
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
+from corral.runtime.worldwatch import WorldWatch
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
 from corral.trace import spans
@@ -202,6 +203,8 @@ class Engine:
         self.governor.socket_group = config.socket_group
         self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         self.reporter = Reporter(self.store, config.settings.oversight, spans=self.spans)
+        # Deadlocks among live jobs, looked for once per scheduler tick (runtime/worldwatch.py)
+        self.worldwatch = WorldWatch(self.store, config.settings)
         # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py)
         self.drainer = Drainer(self.store, config.settings.events, holder=self.id)
         self.gate = PrerunGate(
@@ -381,6 +384,7 @@ class Engine:
             )
             tg.start_soon(self.governor.serve)
             tg.start_soon(self.reporter.run)
+            tg.start_soon(self.worldwatch.run)
             tg.start_soon(self._heartbeat)
             tg.start_soon(self.checkpointer.run)
             tg.start_soon(self._keep_core_state)

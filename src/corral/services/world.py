@@ -1,5 +1,6 @@
-"""The world model read from the store (corral.world builds it): `corral world`, `GET
-/agentops/world-model` and the engine's deadlock watch all call `snapshot`.
+"""The world model read from the store (corral.world builds it): `corral world` and `GET
+/agentops/world-model` call `snapshot`, the reading the engine's deadlock watch shares
+(runtime/worldwatch.py), and `world_view` gives its published shape.
 
 What it reads: the active jobs (every state short of an end), the attempts in flight with each
 one's latest checkpoint (tool calls so far, the tool it is in, its session), the waits the
@@ -11,78 +12,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from corral.core.ports import JobQuery, JobStore, JobTraces
-from corral.domain.agents import Checkpoint
+from corral.core.ports import JobStore
 from corral.domain.errors import CorralError
-from corral.domain.models import Job, JobEvent
-from corral.domain.settings import Settings
-from corral.domain.states import ACTIVE, JobState
+from corral.domain.models import JobEvent
+from corral.runtime.worldwatch import WAIT_ENDED, WAIT_STARTED, Scope, snapshot
 from corral.schemas import views
-from corral.world.model import Caps, Edge, World, build
+from corral.world.model import Edge, World
 
 Clock = Callable[[], float]
-WAIT_STARTED = "wait_started"  # a job's timeline: it follows `data.on` to its end
-WAIT_ENDED = "wait_ended"  # … and stopped following it
-ACTIVE_CAP = 100_000  # active jobs read per state at most
-FINISHED = 100  # the latest finished jobs the causal graph shows
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Scope:
-    """Which jobs a snapshot shows: a tenant's (the HTTP API's token) or every one."""
-
-    tenant: str | None = None
-    finished: int = FINISHED
-
-
-def caps_of(settings: Settings) -> Caps:
-    return Caps(
-        roles={name: r.concurrency for name, r in settings.roles.items()},
-        envs={name: (e.kind, e.max_inflight) for name, e in settings.environments.items()},
-    )
-
-
-async def snapshot(
-    store: JobTraces, settings: Settings, scope: Scope | None = None, *, clock: Clock = time.time
-) -> World:
-    """The world as the store shows it now."""
-    scope = scope or Scope()
-    jobs: dict[str, Job] = {}
-    for state in sorted(ACTIVE):
-        for j in await store.list_jobs(JobQuery(state=JobState(state), limit=ACTIVE_CAP)):
-            jobs[j.id] = j
-    if scope.finished:
-        for j in await store.list_jobs(JobQuery(limit=scope.finished + len(jobs))):
-            if j.state.terminal and len(jobs) < ACTIVE_CAP:
-                jobs.setdefault(j.id, j)
-    inflight = await store.inflight()
-    if scope.tenant is not None:
-        jobs = {i: j for i, j in jobs.items() if j.tenant == scope.tenant}
-        inflight = [(j, a) for j, a in inflight if j.tenant == scope.tenant]
-    checkpoints: dict[str, Checkpoint] = {}
-    waits: dict[str, set[str]] = {}
-    for j, _ in inflight:
-        found = await store.checkpoints(j.id)
-        if found:
-            checkpoints[j.id] = found[-1]
-        waits[j.id] = open_waits([e for _, e in await store.events(j.id)])
-    return build(jobs.values(), inflight, checkpoints, waits, caps_of(settings), now=clock())
-
-
-def open_waits(timeline: list[JobEvent]) -> set[str]:
-    """The jobs a job's timeline says it is following now."""
-    following: dict[str, int] = {}
-    for e in timeline:
-        target = e.data.get("on")
-        if not isinstance(target, str):
-            continue
-        if e.kind == WAIT_STARTED:
-            following[target] = following.get(target, 0) + 1
-        elif e.kind == WAIT_ENDED:
-            following[target] = following.get(target, 0) - 1
-    return {t for t, n in following.items() if n > 0}
+__all__ = ["WAIT_ENDED", "WAIT_STARTED", "Scope", "record_wait", "snapshot", "world_view"]
 
 
 async def record_wait(

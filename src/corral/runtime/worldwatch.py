@@ -1,0 +1,176 @@
+"""The world watch: the engine looks at the world model once per scheduler tick and raises each
+deadlock it finds — a cycle of waits among live jobs (corral.world.model) — as one incident
+`deadlock` of critical severity, with the cycle in its context, and one core event `deadlock`
+(`corral events --kind deadlock`). Nothing is stopped: the jobs of the cycle go on holding what
+they hold until an operator (or the jobs' own timeouts) breaks the cycle.
+
+Once per cycle: the cycle's key (its jobs, sorted) is kept here and, so a restarted engine or a
+second engine on the same store does not raise it again, looked up among the open incidents of
+the cycle's first job before one is written."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+
+from corral.core.ports import JobQuery, JobRecords, JobTraces
+from corral.domain.agents import Checkpoint
+from corral.domain.errors import CorralError
+from corral.domain.governance import Incident, IncidentType
+from corral.domain.ids import new_id
+from corral.domain.models import Job, JobEvent
+from corral.domain.settings import Settings
+from corral.domain.states import ACTIVE, JobState
+from corral.policy.reports import SEVERITY
+from corral.world.model import Caps, Deadlock, World, build
+
+log = logging.getLogger("corral.world")
+
+Clock = Callable[[], float]
+WAIT_STARTED = "wait_started"  # a job's timeline: it follows `data.on` to its end
+WAIT_ENDED = "wait_ended"  # … and stopped following it
+ACTIVE_CAP = 100_000  # active jobs read per state at most
+FINISHED = 100  # the latest finished jobs the causal graph shows
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """Which jobs a snapshot shows: a tenant's (the HTTP API's token) or every one."""
+
+    tenant: str | None = None
+    finished: int = FINISHED
+
+
+def caps_of(settings: Settings) -> Caps:
+    return Caps(
+        roles={name: r.concurrency for name, r in settings.roles.items()},
+        envs={name: (e.kind, e.max_inflight) for name, e in settings.environments.items()},
+    )
+
+
+async def snapshot(
+    store: JobTraces, settings: Settings, scope: Scope | None = None, *, clock: Clock = time.time
+) -> World:
+    """The world as the store shows it now."""
+    scope = scope or Scope()
+    jobs: dict[str, Job] = {}
+    for state in sorted(ACTIVE):
+        for j in await store.list_jobs(JobQuery(state=JobState(state), limit=ACTIVE_CAP)):
+            jobs[j.id] = j
+    if scope.finished:
+        for j in await store.list_jobs(JobQuery(limit=scope.finished + len(jobs))):
+            if j.state.terminal and len(jobs) < ACTIVE_CAP:
+                jobs.setdefault(j.id, j)
+    inflight = await store.inflight()
+    if scope.tenant is not None:
+        jobs = {i: j for i, j in jobs.items() if j.tenant == scope.tenant}
+        inflight = [(j, a) for j, a in inflight if j.tenant == scope.tenant]
+    checkpoints: dict[str, Checkpoint] = {}
+    waits: dict[str, set[str]] = {}
+    for j, _ in inflight:
+        found = await store.checkpoints(j.id)
+        if found:
+            checkpoints[j.id] = found[-1]
+        waits[j.id] = open_waits([e for _, e in await store.events(j.id)])
+    return build(jobs.values(), inflight, checkpoints, waits, caps_of(settings), now=clock())
+
+
+def open_waits(timeline: list[JobEvent]) -> set[str]:
+    """The jobs a job's timeline says it is following now."""
+    following: dict[str, int] = {}
+    for e in timeline:
+        target = e.data.get("on")
+        if not isinstance(target, str):
+            continue
+        if e.kind == WAIT_STARTED:
+            following[target] = following.get(target, 0) + 1
+        elif e.kind == WAIT_ENDED:
+            following[target] = following.get(target, 0) - 1
+    return {t for t, n in following.items() if n > 0}
+
+
+class WorldWatch:
+    def __init__(
+        self,
+        store: JobRecords,
+        settings: Settings,
+        *,
+        every_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.every_s = every_s if every_s is not None else settings.scheduler.poll_interval_s
+        self.clock = clock
+        self.raised: set[str] = set()  # the keys of the cycles raised (here or found raised)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.look()
+            except CorralError as err:  # the store is down: look again on the next tick
+                log.warning("world watch: %s", err)
+            await anyio.sleep(self.every_s)
+
+    async def look(self) -> list[Incident]:
+        """One look: the incidents raised for deadlocks found now (none already raised)."""
+        snap = await snapshot(self.store, self.settings, Scope(finished=0))
+        raised = []
+        for dead in snap.deadlocks:
+            if dead.key in self.raised:
+                continue
+            self.raised.add(dead.key)
+            if await self._already(dead):
+                continue
+            raised.extend(await self._raise(dead))
+        return raised
+
+    async def _already(self, dead: Deadlock) -> bool:
+        return any(
+            i.type is IncidentType.DEADLOCK and i.context.get("key") == dead.key
+            for i in await self.store.open_incidents(dead.jobs[0])
+        )
+
+    async def _raise(self, dead: Deadlock) -> list[Incident]:
+        now = self.clock()
+        message = f"deadlock: {dead.describe()}"
+        incident = Incident(
+            id=new_id(),
+            report_id=None,
+            job_id=dead.jobs[0],
+            type=IncidentType.DEADLOCK,
+            severity=SEVERITY[IncidentType.DEADLOCK],
+            message=message,
+            created_at=now,
+            context={
+                "key": dead.key,
+                "cycle": list(dead.jobs),
+                "edges": [
+                    {"job_id": e.source, "relationship": e.kind, "related_job_id": e.target}
+                    | ({"slot": e.slot} if e.slot else {})
+                    for e in dead.edges
+                ],
+            },
+        )
+        written = await self.store.append_incidents([incident])
+        log.error("%s", message)
+        await self.store.append_core_events(
+            [
+                {
+                    "at": now,
+                    "kind": "deadlock",
+                    "scope": "job",
+                    "name": dead.jobs[0],
+                    "state": "open",
+                    "severity": "critical",
+                    "reason": "deadlock",
+                    "message": message,
+                    "data": {"incident": incident.id, "cycle": list(dead.jobs)},
+                }
+            ]
+        )
+        return written
