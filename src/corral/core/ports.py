@@ -23,6 +23,7 @@ from corral.domain.governance import (
 from corral.domain.models import (
     Attempt,
     AttemptResult,
+    Baseline,
     Claimed,
     EngineInfo,
     Job,
@@ -602,6 +603,18 @@ class TokenStore(Protocol):
         already revoked."""
 
 
+class BaselineStore(Protocol):
+    """The anomaly detector's rolling baselines (corral.world.anomaly), kept across restarts."""
+
+    async def add_baseline_samples(
+        self, samples: Sequence[tuple[str, str, str, float]], *, now: float, window: int
+    ) -> None:
+        """Append (role, kind, metric, value) samples, keeping each baseline's latest `window`."""
+
+    async def baselines(self) -> list[Baseline]:
+        """Every baseline, by role, kind and metric."""
+
+
 class Store(
     StoreLifecycle,
     JobStore,
@@ -612,6 +625,7 @@ class Store(
     OutboxReads,
     MetricsReads,
     TokenStore,
+    BaselineStore,
     Protocol,
 ):
     """The whole store: every port above. What the store implementations (store/memory.py,

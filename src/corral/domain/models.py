@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -264,3 +265,26 @@ class Claimed:
     job: Job
     attempt: Attempt
     permit: Permit
+
+
+BASELINE_MIN_SAMPLES = 5  # a baseline with fewer samples says nothing
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Baseline:
+    """A rolling baseline: the latest finished attempts' values of one metric for one role and
+    job kind (corral.world.anomaly), oldest first."""
+
+    role: str
+    kind: str
+    metric: str
+    samples: tuple[float, ...]
+    updated_at: float
+
+    @property
+    def ready(self) -> bool:
+        return len(self.samples) >= BASELINE_MIN_SAMPLES
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.samples) if self.samples else None

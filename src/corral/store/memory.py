@@ -35,6 +35,7 @@ from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import resolve
 from corral.domain.models import (
     Attempt,
+    Baseline,
     Claimed,
     EngineInfo,
     Job,
@@ -63,6 +64,7 @@ from corral.store.rules import (
     submitted_events,
 )
 from corral.store.tokens_memory import MemoryTokens
+from corral.store.world_memory import MemoryBaselines
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -96,7 +98,9 @@ def _normalise(job: Job) -> Job:
     )
 
 
-class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens):
+class MemoryStore(
+    MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens, MemoryBaselines
+):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
     def __init__(self) -> None:
@@ -120,6 +124,7 @@ class MemoryStore(MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics,
         self._configs: list[EngineConfig] = []
         self._cursors: dict[tuple[str, str], EventCursor] = {}  # the event_cursors table
         self._tokens: dict[str, ApiToken] = {}
+        self._baselines: dict[tuple[str, str, str], Baseline] = {}
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:

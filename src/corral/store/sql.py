@@ -49,6 +49,7 @@ from corral.store.rules import (
     submitted_events,
 )
 from corral.store.tokens_sql import SqlTokens
+from corral.store.world_sql import SqlBaselines
 
 _JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
 _JOB_INSERT = (
@@ -84,7 +85,7 @@ class _EventTx:
         return await self.tx.fetchall(sql, params)
 
 
-class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens):
+class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, SqlBaselines):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:
