@@ -202,9 +202,16 @@ class Engine:
         )
         self.governor.socket_group = config.socket_group
         self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
-        self.reporter = Reporter(self.store, config.settings.oversight, spans=self.spans)
-        # Deadlocks among live jobs, looked for once per scheduler tick (runtime/worldwatch.py)
-        self.worldwatch = WorldWatch(self.store, config.settings)
+        self.reporter = Reporter(
+            self.store, config.settings.oversight, spans=self.spans, baselines=self.store
+        )
+        # Deadlocks and anomalies among live jobs, looked for every scheduler tick
+        # (runtime/worldwatch.py); an anomaly of a role that says so is stopped here.
+        self.worldwatch = WorldWatch(
+            self.store,
+            config.settings,
+            stop=lambda job_id: self.dispatcher.stop_for_limit(job_id, "anomaly", 0.0),
+        )
         # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py)
         self.drainer = Drainer(self.store, config.settings.events, holder=self.id)
         self.gate = PrerunGate(

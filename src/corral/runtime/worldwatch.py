@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
-from corral.core.ports import JobQuery, JobRecords, JobTraces
+from corral.core.ports import BaselineStore, JobQuery, JobRecords, JobTraces
 from corral.domain.agents import Checkpoint
 from corral.domain.errors import CorralError
 from corral.domain.governance import Incident, IncidentType
 from corral.domain.ids import new_id
-from corral.domain.models import Job, JobEvent
+from corral.domain.models import Baseline, Job, JobEvent
 from corral.domain.settings import Settings
 from corral.domain.states import ACTIVE, JobState
 from corral.policy.reports import SEVERITY
+from corral.world import anomaly
 from corral.world.model import Caps, Deadlock, World, build
 
 log = logging.getLogger("corral.world")
@@ -93,16 +95,25 @@ def open_waits(timeline: list[JobEvent]) -> set[str]:
     return {t for t, n in following.items() if n > 0}
 
 
+class WatchedStore(JobRecords, BaselineStore, Protocol):
+    """What the watch reads and writes: jobs, their records, incidents and the baselines."""
+
+
 class WorldWatch:
+    """Raises deadlocks and anomalies among live jobs, each once (the module says how)."""
+
     def __init__(
         self,
-        store: JobRecords,
+        store: WatchedStore,
         settings: Settings,
         *,
         every_s: float | None = None,
         clock: Callable[[], float] = time.time,
+        stop: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
+        self.stop = stop  # stop a live attempt of this engine (limit_hit anomaly)
+        self.flagged: set[tuple[str, int]] = set()  # (job, attempt) flagged as anomalous
         self.settings = settings
         self.every_s = every_s if every_s is not None else settings.scheduler.poll_interval_s
         self.clock = clock
@@ -127,7 +138,74 @@ class WorldWatch:
             if await self._already(dead):
                 continue
             raised.extend(await self._raise(dead))
+        raised.extend(await self._anomalies(snap))
         return raised
+
+    async def _anomalies(self, snap: World) -> list[Incident]:
+        """Live attempts past their role's factor × the median of their baselines, flagged once
+        per attempt (and stopped when the role says so)."""
+        if not snap.agents:
+            return []
+        known: dict[tuple[str, str], dict[str, Baseline]] = {}
+        for b in await self.store.baselines():
+            known.setdefault((b.role, b.kind), {})[b.metric] = b
+        raised = []
+        for a in snap.agents:
+            if (a.job_id, a.attempt) in self.flagged or (a.role, a.kind) not in known:
+                continue
+            spec = self.settings.roles.get(a.role)
+            factor = spec.anomaly.factor if spec else anomaly.DEFAULT_FACTOR
+            live = {"tool_calls": float(a.tool_calls)}
+            if a.started_at is not None:
+                live["duration_s"] = max(0.0, snap.at - a.started_at)
+            found = anomaly.check(a.job_id, a.attempt, live, known[(a.role, a.kind)], factor)
+            if not found:
+                continue
+            self.flagged.add((a.job_id, a.attempt))
+            if await self._flagged_before(a.job_id, a.attempt):
+                continue
+            raised.extend(await self._flag(found, stop=bool(spec and spec.anomaly.stop)))
+        return raised
+
+    async def _flagged_before(self, job_id: str, attempt: int) -> bool:
+        return any(
+            i.type is IncidentType.ANOMALY and i.context.get("attempt") == attempt
+            for i in await self.store.open_incidents(job_id)
+        )
+
+    async def _flag(self, found: list[anomaly.Finding], *, stop: bool) -> list[Incident]:
+        first = found[0]
+        message = "anomaly: " + "; ".join(f.describe() for f in found)
+        if stop:
+            message += " (stopped: limit_hit anomaly)"
+        incident = Incident(
+            id=new_id(),
+            report_id=None,
+            job_id=first.job_id,
+            type=IncidentType.ANOMALY,
+            severity=SEVERITY[IncidentType.ANOMALY],
+            message=message,
+            created_at=self.clock(),
+            context={
+                "attempt": first.attempt,
+                "stopped": stop,
+                "findings": [
+                    {
+                        "metric": f.metric,
+                        "value": f.value,
+                        "median": f.median,
+                        "factor": f.factor,
+                        "samples": f.samples,
+                    }
+                    for f in found
+                ],
+            },
+        )
+        written = await self.store.append_incidents([incident])
+        log.warning("job %s: %s", first.job_id, message)
+        if stop and self.stop is not None:
+            await self.stop(first.job_id)
+        return written
 
     async def _already(self, dead: Deadlock) -> bool:
         return any(

@@ -37,6 +37,7 @@ class AgentView:
     job_id: str
     attempt: int
     role: str
+    kind: str  # the job's kind its baselines are kept for: its workflow, else its worker kind
     state: JobState
     worker: str
     env: str
@@ -169,6 +170,7 @@ def _agent(j: Job, a: Attempt, cp: Checkpoint | None) -> AgentView:
         job_id=j.id,
         attempt=a.index,
         role=j.role,
+        kind=j.options.workflow or j.worker,
         state=j.state,
         worker=j.worker,
         env=j.env_name,
