@@ -77,6 +77,7 @@ COMMANDS_WITH_JSON = {
     "token list",
     "token revoke",
     "world",
+    "world baselines",
 }
 
 
@@ -223,3 +224,5 @@ def _mechanism(c: Corral) -> None:
     assert conforms("Token", c.json("token", "revoke", made["id"]))["revoked_at"]
     shown = conforms("WorldModel", c.json("world"))
     assert shown["user_plane"] and shown["causal_graph"]
+    # empty here (no agent attempt ran): tests/unit/test_anomaly.py checks a filled one
+    conforms("Baseline", c.json("world", "baselines"), many=True)

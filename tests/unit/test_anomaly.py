@@ -5,9 +5,11 @@ role says so."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
+import jsonschema
 import pytest
 
 from corral.domain.agents import AgentEvent, Checkpoint, ToolCallTrace
@@ -16,11 +18,14 @@ from corral.domain.models import Baseline
 from corral.domain.states import JobState
 from corral.runtime.reporter import Reporter
 from corral.runtime.worldwatch import WorldWatch
+from corral.schemas import views
 from corral.store.memory import MemoryStore
 from corral.world import anomaly
 from tests.contract.test_store_contract import AGING, NOW, claim, ending, make_job
 from tests.unit.test_api_jobs import config
 from tests.unit.test_api_world import WORLD
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "schemas"
 
 
 def baseline(*samples: float, metric: str = "tool_calls") -> Baseline:
@@ -89,6 +94,9 @@ def test_the_reporter_learns_each_clean_attempt() -> None:
         found = {b.metric: b.samples for b in await store.baselines()}
         assert found == {"tool_calls": (3.0,), "tokens": (120.0,), "duration_s": (4.0,)}
         assert {(b.role, b.kind) for b in await store.baselines()} == {("planner", "process")}
+        schema = json.loads((SCHEMAS / "Baseline.json").read_text())
+        for b in await store.baselines():  # what `corral world baselines --json` prints
+            jsonschema.validate(views.Baseline.of(b).dump(), schema)
 
     anyio.run(main)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from corral.schemas import views
 from corral.services import world
 
 from .edge import config_or_fail, emit, with_store
@@ -37,6 +38,37 @@ def world_cmd(
         emit(shown)
         return
     _print(shown, at=snap.at)
+
+
+@app.command("baselines")
+def baselines_cmd(
+    as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
+) -> None:
+    """The anomaly detector's rolling baselines: per role, job kind (workflow, else worker
+    kind) and metric, how many finished attempts it holds and their median. A live attempt
+    past the role's `anomaly.factor` × a median of at least five is flagged."""
+    cfg = config_or_fail(data_dir, config)
+    found = [views.Baseline.of(b).dump() for b in with_store(cfg, world.baselines)]
+    if as_json:
+        emit(found)
+        return
+    if not found:
+        console.print("no baselines yet: they fill as agent attempts finish")
+        return
+    table = new_table(title="baselines")
+    for col in ("role", "kind", "metric", "samples", "median", "ready"):
+        table.add_column(col)
+    for b in found:
+        median = "-" if b["median"] is None else f"{b['median']:g}"
+        table.add_row(
+            _plain(b["role"]),
+            _plain(b["kind"]),
+            b["metric"],
+            str(b["samples"]),
+            median,
+            "yes" if b["ready"] else "no",
+        )
+    console.print(table)
 
 
 def _print(w: dict[str, Any], *, at: float) -> None:

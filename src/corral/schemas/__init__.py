@@ -56,6 +56,7 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "Token": views.Token,
     "TokenCreated": views.TokenCreated,
     "WorldModel": views.WorldModel,
+    "Baseline": views.Baseline,
     # the core protocol
     "ProtocolJob": protocol.JOB.model,
     "ProtocolAttempt": protocol.ATTEMPT.model,

@@ -702,3 +702,27 @@ class WorldModel(View):
     execution_topology: list[WorldEdge]
     causal_graph: list[WorldCause]
     deadlocks: list[WorldDeadlock]
+
+
+class Baseline(View):
+    """`world baselines`: one rolling baseline of the anomaly detector."""
+
+    role: str
+    kind: str = Field(description="The jobs' workflow, else their worker kind.")
+    metric: str = Field(description="tool_calls, tokens, duration_s or cost_usd, per attempt.")
+    samples: int = Field(description="How many finished attempts it holds (the latest).")
+    median: float | None
+    ready: bool = Field(description="Whether it has enough samples to flag anything.")
+    updated_at: IsoTime | None
+
+    @classmethod
+    def of(cls, b: dm.Baseline) -> Self:
+        return cls(
+            role=b.role,
+            kind=b.kind,
+            metric=b.metric,
+            samples=len(b.samples),
+            median=b.median,
+            ready=b.ready,
+            updated_at=iso_time(b.updated_at),
+        )

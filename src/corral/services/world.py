@@ -13,15 +13,28 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from corral.core.ports import JobStore
+from corral.core.ports import BaselineStore, JobStore
 from corral.domain.errors import CorralError
-from corral.domain.models import JobEvent
+from corral.domain.models import Baseline, JobEvent
 from corral.runtime.worldwatch import WAIT_ENDED, WAIT_STARTED, Scope, snapshot
 from corral.schemas import views
 from corral.world.model import Edge, World
 
 Clock = Callable[[], float]
-__all__ = ["WAIT_ENDED", "WAIT_STARTED", "Scope", "record_wait", "snapshot", "world_view"]
+__all__ = [
+    "WAIT_ENDED",
+    "WAIT_STARTED",
+    "Scope",
+    "baselines",
+    "record_wait",
+    "snapshot",
+    "world_view",
+]
+
+
+async def baselines(store: BaselineStore) -> list[Baseline]:
+    """The anomaly detector's rolling baselines, by role, kind and metric."""
+    return await store.baselines()
 
 
 async def record_wait(
