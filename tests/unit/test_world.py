@@ -226,3 +226,10 @@ def test_cycle_shapes(edges: list[Edge], cycles: list[tuple[str, ...]]) -> None:
     for d in found:  # each edge leads to the next job, the last back to the first
         assert [e.source for e in d.edges] == list(d.jobs)
         assert [e.target for e in d.edges] == [*d.jobs[1:], d.jobs[0]]
+
+
+def test_a_queued_job_no_ancestor_of_which_holds_the_slot_just_waits_its_turn() -> None:
+    jobs = [job("p", role="planner"), job("q", Q, role="planner")]  # q was not spawned by p
+    w = world(jobs, waits={"p": ["q"]})
+    assert ("waits_for_slot", "q", "p") not in kinds(w)
+    assert w.environments[0].queued == 1

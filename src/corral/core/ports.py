@@ -28,6 +28,7 @@ from corral.domain.models import (
     EngineInfo,
     Job,
     JobEvent,
+    JobSketch,
     Permit,
     SubmitResult,
 )
@@ -603,6 +604,19 @@ class TokenStore(Protocol):
         already revoked."""
 
 
+class WorldReads(Protocol):
+    """What the world model reads at once (services/world.py, runtime/worldwatch.py)."""
+
+    async def world_jobs(self, *, finished: int) -> list[JobSketch]:
+        """Every job not ended, and the latest `finished` ended ones (newest first)."""
+
+    async def world_records(
+        self, job_ids: Sequence[str]
+    ) -> tuple[dict[str, Checkpoint], list[JobEvent]]:
+        """For these jobs: the latest checkpoint of each that has one, and the wait events of
+        their timelines (`wait_started`, `wait_ended`), oldest first."""
+
+
 class BaselineStore(Protocol):
     """The anomaly detector's rolling baselines (corral.world.anomaly), kept across restarts."""
 
@@ -626,6 +640,7 @@ class Store(
     MetricsReads,
     TokenStore,
     BaselineStore,
+    WorldReads,
     Protocol,
 ):
     """The whole store: every port above. What the store implementations (store/memory.py,

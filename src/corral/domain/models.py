@@ -288,3 +288,20 @@ class Baseline:
     @property
     def median(self) -> float | None:
         return statistics.median(self.samples) if self.samples else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSketch:
+    """The few fields of a job the world model reads (corral.world.model), so a snapshot of
+    thousands of live jobs reads narrow rows instead of whole jobs."""
+
+    id: str
+    state: JobState
+    role: str
+    worker: str
+    env_name: str
+    tenant: str
+    parent_id: str | None = None
+    after: tuple[str, ...] = ()
+    deps_pending: int = 0
+    exit_code: int | None = None

@@ -18,14 +18,12 @@ from typing import Protocol
 
 import anyio
 
-from corral.core.ports import BaselineStore, JobQuery, JobRecords, JobTraces
-from corral.domain.agents import Checkpoint
+from corral.core.ports import BaselineStore, JobRecords, JobStore, WorldReads
 from corral.domain.errors import CorralError
 from corral.domain.governance import Incident, IncidentType
 from corral.domain.ids import new_id
-from corral.domain.models import Baseline, Job, JobEvent
+from corral.domain.models import Baseline, JobEvent
 from corral.domain.settings import Settings
-from corral.domain.states import ACTIVE, JobState
 from corral.policy.reports import SEVERITY
 from corral.world import anomaly
 from corral.world.model import Caps, Deadlock, World, build
@@ -55,30 +53,23 @@ def caps_of(settings: Settings) -> Caps:
 
 
 async def snapshot(
-    store: JobTraces, settings: Settings, scope: Scope | None = None, *, clock: Clock = time.time
+    store: WorldStore, settings: Settings, scope: Scope | None = None, *, clock: Clock = time.time
 ) -> World:
-    """The world as the store shows it now."""
+    """The world as the store shows it now: four reads whatever the number of jobs (the live
+    and latest ended jobs as narrow rows, the attempts in flight, their latest checkpoints and
+    wait events)."""
     scope = scope or Scope()
-    jobs: dict[str, Job] = {}
-    for state in sorted(ACTIVE):
-        for j in await store.list_jobs(JobQuery(state=JobState(state), limit=ACTIVE_CAP)):
-            jobs[j.id] = j
-    if scope.finished:
-        for j in await store.list_jobs(JobQuery(limit=scope.finished + len(jobs))):
-            if j.state.terminal and len(jobs) < ACTIVE_CAP:
-                jobs.setdefault(j.id, j)
+    jobs = await store.world_jobs(finished=scope.finished)
     inflight = await store.inflight()
     if scope.tenant is not None:
-        jobs = {i: j for i, j in jobs.items() if j.tenant == scope.tenant}
+        jobs = [j for j in jobs if j.tenant == scope.tenant]
         inflight = [(j, a) for j, a in inflight if j.tenant == scope.tenant]
-    checkpoints: dict[str, Checkpoint] = {}
-    waits: dict[str, set[str]] = {}
-    for j, _ in inflight:
-        found = await store.checkpoints(j.id)
-        if found:
-            checkpoints[j.id] = found[-1]
-        waits[j.id] = open_waits([e for _, e in await store.events(j.id)])
-    return build(jobs.values(), inflight, checkpoints, waits, caps_of(settings), now=clock())
+    checkpoints, timeline = await store.world_records([j.id for j, _ in inflight])
+    by_job: dict[str, list[JobEvent]] = {}
+    for e in timeline:
+        by_job.setdefault(e.job_id, []).append(e)
+    waits = {j.id: open_waits(by_job.get(j.id, [])) for j, _ in inflight}
+    return build(jobs, inflight, checkpoints, waits, caps_of(settings), now=clock())
 
 
 def open_waits(timeline: list[JobEvent]) -> set[str]:
@@ -95,7 +86,11 @@ def open_waits(timeline: list[JobEvent]) -> set[str]:
     return {t for t, n in following.items() if n > 0}
 
 
-class WatchedStore(JobRecords, BaselineStore, Protocol):
+class WorldStore(JobStore, WorldReads, Protocol):
+    """What a snapshot reads."""
+
+
+class WatchedStore(JobRecords, BaselineStore, WorldReads, Protocol):
     """What the watch reads and writes: jobs, their records, incidents and the baselines."""
 
 

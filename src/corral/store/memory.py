@@ -64,7 +64,7 @@ from corral.store.rules import (
     submitted_events,
 )
 from corral.store.tokens_memory import MemoryTokens
-from corral.store.world_memory import MemoryBaselines
+from corral.store.world_memory import MemoryWorld
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -99,7 +99,7 @@ def _normalise(job: Job) -> Job:
 
 
 class MemoryStore(
-    MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens, MemoryBaselines
+    MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens, MemoryWorld
 ):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 

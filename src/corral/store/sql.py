@@ -49,7 +49,7 @@ from corral.store.rules import (
     submitted_events,
 )
 from corral.store.tokens_sql import SqlTokens
-from corral.store.world_sql import SqlBaselines
+from corral.store.world_sql import SqlWorld
 
 _JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
 _JOB_INSERT = (
@@ -85,7 +85,7 @@ class _EventTx:
         return await self.tx.fetchall(sql, params)
 
 
-class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, SqlBaselines):
+class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, SqlWorld):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:

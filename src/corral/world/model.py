@@ -10,8 +10,11 @@ Edges point from the job that waits (or was spawned) to the job it depends on:
 - `blocked_by`: a job whose `after` dependency has not ended;
 - `waits_for`: a running job that follows another to its end (`corral wait` or
   `corral submit --wait` from inside a job records it);
-- `waits_for_slot`: a queued job whose role or environment has every slot taken, to each job
-  holding one (`slot` names which: `role:NAME` or `env:NAME`).
+- `waits_for_slot`: a queued job submitted from inside another whose role or environment has
+  every slot taken, one of them by its own ancestor: to each job holding one (`slot` names
+  which: `role:NAME` or `env:NAME`). A queued job no ancestor of which holds the slot simply
+  waits its turn (the environment's queue depth counts it), so it gets no edge: thousands of
+  queued jobs behind a full role would otherwise make the topology quadratic.
 """
 
 from __future__ import annotations
@@ -19,11 +22,35 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from corral.domain.agents import Checkpoint
 from corral.domain.models import Attempt, Job
 from corral.domain.states import JobState
+
+
+class JobLike(Protocol):
+    """What the snapshot reads of a job: a whole Job, or the store's narrow JobSketch."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def env_name(self) -> str: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def parent_id(self) -> str | None: ...
+    @property
+    def after(self) -> tuple[str, ...]: ...
+    @property
+    def deps_pending(self) -> int: ...
+    @property
+    def exit_code(self) -> int | None: ...
+
 
 EdgeKind = Literal["spawned_by", "blocked_by", "waits_for", "waits_for_slot"]
 # Edges a job cannot make progress past until their target moves: the waits-for graph.
@@ -137,7 +164,7 @@ WAITING = frozenset({JobState.QUEUED, JobState.RETRY_WAIT})
 
 
 def build(
-    jobs: Iterable[Job],
+    jobs: Iterable[JobLike],
     inflight: Sequence[tuple[Job, Attempt]],
     checkpoints: Mapping[str, Checkpoint],
     waits: Mapping[str, Iterable[str]],
@@ -148,7 +175,7 @@ def build(
     """The world as these records show it. `jobs` are the jobs to show (the active ones and
     any finished ones worth a causal link); `checkpoints` the latest of each running job;
     `waits` the jobs each running job is following to their end."""
-    by_id: dict[str, Job] = {j.id: j for j in jobs}
+    by_id: dict[str, JobLike] = {j.id: j for j in jobs}
     for j, _ in inflight:
         by_id.setdefault(j.id, j)
     agents = tuple(_agent(j, a, checkpoints.get(j.id)) for j, a in inflight)
@@ -202,7 +229,7 @@ def _full(slot: str, holders: Mapping[str, list[str]], caps: Caps) -> bool:
 
 
 def _edges(
-    by_id: Mapping[str, Job],
+    by_id: Mapping[str, JobLike],
     waits: Mapping[str, Iterable[str]],
     holders: Mapping[str, list[str]],
     caps: Caps,
@@ -222,9 +249,10 @@ def _edges(
                 t = by_id.get(target)
                 if t is not None and not t.state.terminal and target != j.id:
                     out.append(Edge(kind="waits_for", source=j.id, target=target))
-        if j.state is JobState.QUEUED and not j.deps_pending:
+        if j.state is JobState.QUEUED and not j.deps_pending and j.parent_id is not None:
+            up = _ancestors(j, by_id)
             for slot in (f"role:{j.role}", f"env:{j.env_name}"):
-                if _full(slot, holders, caps):
+                if _full(slot, holders, caps) and up.intersection(holders[slot]):
                     out.extend(
                         Edge(kind="waits_for_slot", source=j.id, target=h, slot=slot)
                         for h in holders[slot]
@@ -233,8 +261,19 @@ def _edges(
     return tuple(out)
 
 
+def _ancestors(j: JobLike, by_id: Mapping[str, JobLike]) -> set[str]:
+    """The job's parent, its parent's parent … as far as the snapshot knows them."""
+    up: set[str] = set()
+    parent = j.parent_id
+    while parent is not None and parent not in up:
+        up.add(parent)
+        p = by_id.get(parent)
+        parent = p.parent_id if p is not None else None
+    return up
+
+
 def _environments(
-    by_id: Mapping[str, Job], holders: Mapping[str, list[str]], caps: Caps
+    by_id: Mapping[str, JobLike], holders: Mapping[str, list[str]], caps: Caps
 ) -> tuple[EnvView, ...]:
     queued: dict[str, int] = defaultdict(int)
     for j in by_id.values():
@@ -253,7 +292,7 @@ def _environments(
     )
 
 
-def _causal(j: Job, by_id: Mapping[str, Job]) -> CausalLink:
+def _causal(j: JobLike, by_id: Mapping[str, JobLike]) -> CausalLink:
     root, seen = j, {j.id}
     while root.parent_id is not None and root.parent_id in by_id and root.parent_id not in seen:
         root = by_id[root.parent_id]
