@@ -233,3 +233,8 @@ def test_a_queued_job_no_ancestor_of_which_holds_the_slot_just_waits_its_turn() 
     w = world(jobs, waits={"p": ["q"]})
     assert ("waits_for_slot", "q", "p") not in kinds(w)
     assert w.environments[0].queued == 1
+
+
+def test_a_queued_job_nobody_spawned_has_no_causal_link_yet() -> None:
+    jobs = [job("p"), job("c", Q, parent_id="p"), job("q", Q), job("d", S)]
+    assert {c.job_id for c in world(jobs).causal} == {"p", "c", "d"}

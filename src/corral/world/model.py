@@ -112,7 +112,8 @@ class UserPlaneRef:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CausalLink:
     """Intent → job → user-plane job → outcome: the root intent is the first job of the chain
-    of parents the snapshot knows."""
+    of parents the snapshot knows. A job waiting in the queue that no other job submitted has
+    caused nothing yet: it has no link (its environment's queue depth counts it)."""
 
     job_id: str
     root_id: str
@@ -186,7 +187,11 @@ def build(
         agents=agents,
         environments=_environments(by_id, holders, caps),
         edges=edges,
-        causal=tuple(_causal(j, by_id) for j in sorted(by_id.values(), key=lambda j: j.id)),
+        causal=tuple(
+            _causal(j, by_id)
+            for j in sorted(by_id.values(), key=lambda j: j.id)
+            if j.parent_id is not None or j.state not in WAITING
+        ),
         deadlocks=find_deadlocks(edges),
     )
 
