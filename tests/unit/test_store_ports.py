@@ -17,6 +17,7 @@ import pytest
 from corral.core import ports
 from corral.core.ports import (
     AuditStore,
+    BaselineStore,
     EngineRegistry,
     GovernanceStore,
     JobStore,
@@ -26,6 +27,7 @@ from corral.core.ports import (
     StoreLifecycle,
     TokenStore,
     TraceStore,
+    WorldReads,
 )
 from corral.store.memory import MemoryStore
 from corral.store.postgres import PostgresStore
@@ -41,6 +43,8 @@ PORTS: tuple[type, ...] = (
     OutboxReads,
     MetricsReads,
     TokenStore,
+    BaselineStore,
+    WorldReads,
 )
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 
