@@ -78,6 +78,7 @@ COMMANDS_WITH_JSON = {
     "token revoke",
     "world",
     "world baselines",
+    "replay",
 }
 
 
@@ -154,6 +155,7 @@ def _jobs_and_queue(c: Corral) -> None:
     assert conforms("Incident", c.json("incidents"), many=True)
     assert conforms("UnifiedRun", c.json("runs"), many=True)
     conforms("AuditReport", c.json("audit", "verify"))
+    assert conforms("Replay", c.json("replay", done))["steps"]
 
 
 def _governance(c: Corral) -> None:

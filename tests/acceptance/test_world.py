@@ -57,3 +57,33 @@ def test_a_parent_waiting_on_a_child_that_needs_its_slot_is_reported(tmp_path: P
         assert eventually(lambda: c.json("world")["deadlocks"] == [], what="the cycle gone")
     finally:
         c.stop_all()
+
+
+def test_replay_of_a_job_three_levels_deep_returns_the_chain(tmp_path: Path) -> None:
+    c = Corral(tmp_path, CONFIG)
+    try:
+        work = c.work
+        grandchild = "echo leaf"
+        child = f"{CORRAL} submit --wait -- sh -c '{grandchild}' > leaf.id"
+        root = f'{CORRAL} submit --wait -- sh -c "{child}"'
+        root_id = c.submit("sh", "-c", root, opts=("--cwd", str(work)))
+        c.serve()
+        assert c.wait(root_id, timeout=60) == 0
+        leaf = (work / "leaf.id").read_text().strip()
+        shown = c.json("replay", leaf)
+        assert (shown["job_id"], shown["root_intent_id"]) == (leaf, root_id)
+        jobs = shown["jobs"]
+        assert [j["depth"] for j in jobs] == [0, 1, 2]
+        assert jobs[0]["id"] == root_id and jobs[2]["id"] == leaf
+        assert jobs[2]["parent_id"] == jobs[1]["id"] and jobs[1]["parent_id"] == root_id
+        assert all(j["state"] == "SUCCEEDED" for j in jobs)
+        steps = shown["steps"]
+        assert [s["at"] for s in steps] == sorted(s["at"] for s in steps)
+        assert {s["job_id"] for s in steps} == {j["id"] for j in jobs}
+        waits = [s for s in steps if s["subject"] == "wait_started"]
+        assert {s["job_id"] for s in waits} == {root_id, jobs[1]["id"]}  # each followed its child
+        assert shown["audit"]["ok"] is True and not shown["cut"]
+        text = c.ok("replay", leaf)
+        assert f"root intent {root_id}" in text and "audit ok" in text
+    finally:
+        c.stop_all()

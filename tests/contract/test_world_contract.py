@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral.core.ports import Store
+from corral.core.ports import JobQuery, Store
 from corral.domain.agents import Checkpoint
 from corral.domain.models import Job, JobEvent
 from corral.domain.states import JobState
@@ -65,6 +65,9 @@ def test_world_reads_the_live_jobs_and_the_latest_ended_ones(use_store: UseStore
             "local",
         )
         assert sketches[ended[-1]].exit_code == 0
+        children = await store.list_jobs(JobQuery(parent_id=running.id))
+        assert [j.id for j in children] == [queued.id]
+        assert await store.list_jobs(JobQuery(parent_id=queued.id)) == []
 
         for n in (1, 2):
             await store.append_checkpoint(

@@ -218,6 +218,7 @@ policy_cmds.register(app)
 app.add_typer(guard.app, name="guard")
 app.add_typer(tokens.app, name="token")
 app.add_typer(world.app, name="world")
+app.command("replay")(world.replay_cmd)
 schema_cmd.register(app)
 
 

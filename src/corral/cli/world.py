@@ -3,12 +3,12 @@ slots and queue, who spawned and who waits for whom, and any deadlock among them
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from corral.schemas import views
-from corral.services import world
+from corral.services import replay, world
 
 from .edge import config_or_fail, emit, with_store
 from .options import ConfigOpt, DataDir, JsonOpt
@@ -69,6 +69,43 @@ def baselines_cmd(
             "yes" if b["ready"] else "no",
         )
     console.print(table)
+
+
+def replay_cmd(
+    job: Annotated[str, typer.Argument(help="A job (id, or a unique prefix or suffix).")],
+    as_json: JsonOpt = False,
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+) -> None:
+    """The control-plane chain behind a job: its root intent, every job spawned below it, and
+    each one's timeline, tool calls and policy evaluations in time order, with the audit chains
+    verified (exit 1 when a record was changed or removed)."""
+    cfg = config_or_fail(data_dir, config)
+    found = with_store(cfg, lambda st: replay.replay(st, cfg, job))
+    shown = replay.replay_view(found).dump()
+    if as_json:
+        emit(shown)
+    else:
+        out = console.print
+        out(
+            f"replay of {found.job.id}: root intent {found.root.id}, {len(found.jobs)} jobs, "
+            f"{len(found.steps)} steps" + (" (tree cut: too many jobs)" if found.cut else ""),
+            markup=False,
+            highlight=False,
+        )
+        for j in found.jobs:
+            out(f"{'  ' * j.depth}{j.id} {j.role} {j.state.value}", markup=False, highlight=False)
+        for s in found.steps:
+            out(
+                f"{short_time(s.at)} {s.job_id} {s.kind:<9} {s.subject}: {s.detail}",
+                markup=False,
+                highlight=False,
+            )
+        a = found.audit
+        verdict = "audit ok" if a.ok else f"audit FAILED: {len(a.problems)} problem(s)"
+        out(f"{verdict} ({a.checked} records checked)", markup=False, highlight=False)
+    if not found.audit.ok:
+        raise typer.Exit(1)
 
 
 def _print(w: dict[str, Any], *, at: float) -> None:

@@ -64,6 +64,7 @@ class JobQuery:
     role: str | None = None
     limit: int = 100
     dead_lettered_unresolved: bool = False
+    parent_id: str | None = None  # only the jobs submitted from inside this one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -57,6 +57,7 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "TokenCreated": views.TokenCreated,
     "WorldModel": views.WorldModel,
     "Baseline": views.Baseline,
+    "Replay": views.Replay,
     # the core protocol
     "ProtocolJob": protocol.JOB.model,
     "ProtocolAttempt": protocol.ATTEMPT.model,

@@ -726,3 +726,36 @@ class Baseline(View):
             ready=b.ready,
             updated_at=iso_time(b.updated_at),
         )
+
+
+class ReplayJob(View):
+    """A job of a replayed chain."""
+
+    id: str
+    parent_id: str | None
+    depth: int
+    role: str
+    state: JobState
+    created_at: IsoTime | None
+
+
+class ReplayStep(View):
+    """One step of a replay, in time order."""
+
+    at: IsoTime | None
+    job_id: str
+    kind: typing.Literal["event", "tool_call", "policy"]
+    attempt: int | None
+    subject: str = Field(description="An event's kind, a tool's name, or a policy stage.")
+    detail: str
+
+
+class Replay(View):
+    """`replay`: the control-plane chain behind a job and whether its records are intact."""
+
+    job_id: str
+    root_intent_id: str
+    jobs: list[ReplayJob]
+    steps: list[ReplayStep]
+    audit: AuditReport
+    cut: bool = Field(description="Whether the tree had more jobs than a replay follows.")

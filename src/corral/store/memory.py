@@ -693,6 +693,8 @@ class MemoryStore(
                 return False
             if query.role and j.role != query.role:
                 return False
+            if query.parent_id is not None and j.parent_id != query.parent_id:
+                return False
             return not query.dead_lettered_unresolved or (
                 j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None
             )

@@ -638,6 +638,9 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, Sql
             params.append(query.role)
         if query.dead_lettered_unresolved:
             clauses.append("state = 'DEAD_LETTERED' AND dlq_resolution IS NULL")
+        if query.parent_id is not None:
+            clauses.append("parent_id = ?")
+            params.append(query.parent_id)
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
