@@ -5,12 +5,15 @@ wait on the waiting job's timeline and closes it after."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 
 from corral.core.ports import AttemptRef
 from corral.domain.agents import Checkpoint
+from corral.domain.errors import StoreError
+from corral.domain.models import JobEvent
 from corral.services import world
 from corral.store.memory import MemoryStore
 from tests.contract.test_store_contract import AGING, NOW, claim, make_job
@@ -108,5 +111,18 @@ def test_a_wait_is_recorded_only_for_a_job_that_exists() -> None:
     async def main() -> None:
         store = MemoryStore()
         assert not await world.record_wait(store, "0" * 26, "x", started=True)
+
+    anyio.run(main)
+
+
+def test_a_wait_goes_on_unrecorded_when_the_store_cannot_take_the_write() -> None:
+    class Busy(MemoryStore):
+        async def append_events(self, events: Sequence[JobEvent]) -> None:
+            raise StoreError("database is locked")
+
+    async def main() -> None:
+        store = Busy()
+        parent = (await store.submit(make_job(), now=NOW, aging_s=AGING)).job
+        assert not await world.record_wait(store, parent.id, "x", started=True)
 
     anyio.run(main)

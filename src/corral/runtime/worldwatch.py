@@ -123,7 +123,11 @@ class WorldWatch:
             await anyio.sleep(self.every_s)
 
     async def look(self) -> list[Incident]:
-        """One look: the incidents raised for deadlocks found now (none already raised)."""
+        """One look: the incidents raised for deadlocks and anomalies found now (none already
+        raised). Nothing runs, nothing to look at: every cycle of waits passes through a running
+        job (a cycle of dependencies alone is refused at submit), and so does every anomaly."""
+        if not await self.store.inflight():
+            return []
         snap = await snapshot(self.store, self.settings, Scope(finished=0))
         raised = []
         for dead in snap.deadlocks:

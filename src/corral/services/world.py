@@ -41,7 +41,8 @@ async def record_wait(
     store: JobStore, waiter: str, target: str, *, started: bool, clock: Clock = time.time
 ) -> bool:
     """On `waiter`'s timeline: it started (or stopped) following `target` to its end. Not
-    recorded (False) when the waiter is not a job the store knows, or is the target itself."""
+    recorded (False) when the waiter is not a live job the store knows, is the target itself,
+    or the store cannot take the write now (the wait goes on unrecorded)."""
     try:
         job = await store.get_job(waiter)
     except CorralError:
@@ -50,18 +51,21 @@ async def record_wait(
         return False
     kind = WAIT_STARTED if started else WAIT_ENDED
     verb = "waits for" if started else "stopped waiting for"
-    await store.append_events(
-        [
-            JobEvent(
-                job_id=job.id,
-                at=clock(),
-                kind=kind,
-                message=f"{verb} {target}",
-                attempt=job.attempts or None,
-                data={"on": target},
-            )
-        ]
-    )
+    try:  # the wait itself never fails for want of its record
+        await store.append_events(
+            [
+                JobEvent(
+                    job_id=job.id,
+                    at=clock(),
+                    kind=kind,
+                    message=f"{verb} {target}",
+                    attempt=job.attempts or None,
+                    data={"on": target},
+                )
+            ]
+        )
+    except CorralError:
+        return False
     return True
 
 
