@@ -22,7 +22,7 @@ _SKETCH = (
     " exit_code FROM jobs"
 )
 _ACTIVE = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
-_ENDED = ", ".join(f"'{s.value}'" for s in sorted(TERMINAL))
+_ENDED_STATES = tuple(s.value for s in sorted(TERMINAL))
 WAIT_KINDS = ("wait_started", "wait_ended")
 CHUNK = 500  # ids per IN (…) list
 
@@ -50,10 +50,16 @@ class SqlWorld:
     async def world_jobs(self, *, finished: int) -> list[JobSketch]:
         async with self.driver.read() as tx:
             live = await tx.fetchall(f"{_SKETCH} WHERE state IN ({_ACTIVE})")
-            ended = await tx.fetchall(
-                f"{_SKETCH} WHERE state IN ({_ENDED}) ORDER BY id DESC LIMIT ?", (finished,)
-            )
-        return [_sketch(r) for r in (*live, *ended)]
+            # One ended state at a time: each reads the newest `finished` of its state down the
+            # (state, id) index, where one IN (…) over them all would sort every ended job.
+            ended: list[Row] = []
+            for state in _ENDED_STATES:
+                if finished > 0:
+                    ended += await tx.fetchall(
+                        f"{_SKETCH} WHERE state = ? ORDER BY id DESC LIMIT ?", (state, finished)
+                    )
+        newest = sorted(ended, key=lambda r: str(r["id"]), reverse=True)[:finished]
+        return [_sketch(r) for r in (*live, *newest)]
 
     async def world_records(
         self, job_ids: Sequence[str]
