@@ -130,6 +130,7 @@ class RoleModel(_Strict):
     retry_budget: RetryBudgetModel = RetryBudgetModel()
     detached: bool = False  # jobs of this role outlive the job that submitted them
     anomaly: AnomalyModel = AnomalyModel()
+    on_deadlock: Literal["escalate", "cancel"] = "escalate"
     max_output_bytes: int | None = Field(
         None, ge=bounds.MIN_OUTPUT_BYTES, le=bounds.MAX_OUTPUT_BYTES
     )  # None: output.max_bytes
@@ -602,6 +603,7 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         retry_budget=RetryBudget(**m.retry_budget.model_dump()),
         detached=m.detached,
         anomaly=AnomalySpec(factor=m.anomaly.factor, stop=m.anomaly.stop),
+        on_deadlock=m.on_deadlock,
         limits=Limits(**m.limits.model_dump()),
         model=m.model,
         max_turns=m.max_turns,

@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import pytest
 
+from corral.domain.errors import CorralError
 from corral.domain.governance import IncidentType, Severity
 from corral.domain.states import JobState
 from corral.runtime.worldwatch import WorldWatch
@@ -55,3 +57,28 @@ def test_no_deadlock_no_incident(tmp_path: Path) -> None:
         assert await WorldWatch(store, settings).look() == []
 
     anyio.run(main)
+
+
+def test_a_role_that_says_cancel_has_its_waiting_job_cancelled(tmp_path: Path) -> None:
+    text = WORLD.replace("{concurrency: 1}", "{concurrency: 1, on_deadlock: cancel}")
+    settings = config(tmp_path, text).settings
+    woken: list[bool] = []
+
+    async def main() -> None:
+        store = MemoryStore()
+        parent, child = await parent_and_child(store)
+        watch = WorldWatch(store, settings, clock=lambda: NOW + 5, wake=lambda: woken.append(True))
+        (incident,) = await watch.look()
+        cancelled = await store.get_job(parent)
+        assert cancelled.cancel_requested is not None
+        assert cancelled.cancel_requested.startswith("deadlock: ")
+        assert woken == [True]
+        assert incident.type is IncidentType.DEADLOCK
+        assert (await store.get_job(child)).state is JobState.CANCELLED  # it went with it
+
+    anyio.run(main)
+
+
+def test_on_deadlock_takes_escalate_or_cancel_only(tmp_path: Path) -> None:
+    with pytest.raises(CorralError, match="on_deadlock"):
+        config(tmp_path, WORLD.replace("{concurrency: 1}", "{on_deadlock: kill}"))

@@ -111,6 +111,9 @@ class RoleSpec:
     # cancelled (they outlive it); by default cancellation reaches every descendant.
     detached: bool = False
     anomaly: AnomalySpec = field(default_factory=AnomalySpec)
+    # A job of this role waiting in a deadlock (the waiter of a cycle of waits): "escalate"
+    # raises the incident only; "cancel" also cancels it, which breaks the cycle.
+    on_deadlock: str = "escalate"
     max_output_bytes: int | None = None  # None: `output.max_bytes`
 
 

@@ -211,6 +211,7 @@ class Engine:
             self.store,
             config.settings,
             stop=lambda job_id: self.dispatcher.stop_for_limit(job_id, "anomaly", 0.0),
+            wake=lambda: self.wake("wake"),
         )
         # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py)
         self.drainer = Drainer(self.store, config.settings.events, holder=self.id)

@@ -1,8 +1,10 @@
 """The world watch: the engine looks at the world model once per scheduler tick and raises each
 deadlock it finds — a cycle of waits among live jobs (corral.world.model) — as one incident
 `deadlock` of critical severity, with the cycle in its context, and one core event `deadlock`
-(`corral events --kind deadlock`). Nothing is stopped: the jobs of the cycle go on holding what
-they hold until an operator (or the jobs' own timeouts) breaks the cycle.
+(`corral events --kind deadlock`). Nothing is stopped unless the role of a job waiting in the
+cycle says `on_deadlock: cancel`: that job is then cancelled (with the jobs it submitted);
+otherwise the jobs go on holding what they hold until an operator (or the jobs' own timeouts)
+breaks the cycle.
 
 Once per cycle: the cycle's key (its jobs, sorted) is kept here and, so a restarted engine or a
 second engine on the same store does not raise it again, looked up among the open incidents of
@@ -105,9 +107,11 @@ class WorldWatch:
         every_s: float | None = None,
         clock: Callable[[], float] = time.time,
         stop: Callable[[str], Awaitable[None]] | None = None,
+        wake: Callable[[], object] | None = None,
     ) -> None:
         self.store = store
         self.stop = stop  # stop a live attempt of this engine (limit_hit anomaly)
+        self.wake = wake  # tell the dispatcher to look at the running jobs now (a cancel)
         self.flagged: set[tuple[str, int]] = set()  # (job, attempt) flagged as anomalous
         self.settings = settings
         self.every_s = every_s if every_s is not None else settings.scheduler.poll_interval_s
@@ -139,6 +143,25 @@ class WorldWatch:
             raised.extend(await self._raise(dead))
         raised.extend(await self._anomalies(snap))
         return raised
+
+    async def _cancel_waiter(self, dead: Deadlock, message: str, now: float) -> None:
+        """Break the cycle when the role of one of its waiters says so (`on_deadlock: cancel`):
+        cancel the first such waiter (its children go with it)."""
+        for e in dead.edges:
+            if e.kind != "waits_for":
+                continue
+            job = await self.store.get_job(e.source)
+            spec = self.settings.roles.get(job.role)
+            if spec is None or spec.on_deadlock != "cancel" or job.state.terminal:
+                continue
+            try:
+                await self.store.request_cancel(job.id, reason=message, kind="cancel", now=now)
+            except CorralError as err:  # ended meanwhile
+                log.warning("deadlock: cancelling %s: %s", job.id, err)
+                continue
+            if self.wake is not None:
+                self.wake()
+            return
 
     async def _anomalies(self, snap: World) -> list[Incident]:
         """Live attempts past their role's factor × the median of their baselines, flagged once
@@ -235,6 +258,7 @@ class WorldWatch:
         )
         written = await self.store.append_incidents([incident])
         log.error("%s", message)
+        await self._cancel_waiter(dead, message, now)
         await self.store.append_core_events(
             [
                 {
