@@ -32,6 +32,7 @@ from corral.domain.bounds import yaml_too_deep
 from corral.domain.errors import ConfigError
 from corral.domain.models import Limits
 from corral.domain.settings import (
+    AnomalySpec,
     BreakerSpec,
     CostPeriod,
     EnvSpec,
@@ -117,6 +118,13 @@ class RetryBudgetModel(_Strict):
     cost_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
+class AnomalyModel(_Strict):
+    """When a live attempt of the role counts as anomalous, and whether it is then stopped."""
+
+    factor: float = Field(10.0, gt=1, le=1_000_000, allow_inf_nan=False)
+    stop: bool = False
+
+
 class RoleModel(_Strict):
     description: str = ""
     worker: str = "command"
@@ -137,6 +145,8 @@ class RoleModel(_Strict):
     max_recursion_depth: int = Field(5, ge=0, le=100)
     retry_budget: RetryBudgetModel = RetryBudgetModel()
     detached: bool = False  # jobs of this role outlive the job that submitted them
+    anomaly: AnomalyModel = AnomalyModel()
+    on_deadlock: Literal["escalate", "cancel"] = "escalate"
     max_output_bytes: int | None = Field(
         None, ge=bounds.MIN_OUTPUT_BYTES, le=bounds.MAX_OUTPUT_BYTES
     )  # None: output.max_bytes
@@ -660,6 +670,8 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         max_output_bytes=m.max_output_bytes,
         retry_budget=RetryBudget(**m.retry_budget.model_dump()),
         detached=m.detached,
+        anomaly=AnomalySpec(factor=m.anomaly.factor, stop=m.anomaly.stop),
+        on_deadlock=m.on_deadlock,
         limits=Limits(**m.limits.model_dump()),
         model=m.model,
         max_turns=m.max_turns,

@@ -78,6 +78,9 @@ COMMANDS_WITH_JSON = {
     "token list",
     "token revoke",
     "gc",
+    "world",
+    "world baselines",
+    "replay",
 }
 
 
@@ -154,6 +157,7 @@ def _jobs_and_queue(c: Corral) -> None:
     assert conforms("Incident", c.json("incidents"), many=True)
     assert conforms("UnifiedRun", c.json("runs"), many=True)
     conforms("AuditReport", c.json("audit", "verify"))
+    assert conforms("Replay", c.json("replay", done))["steps"]
 
 
 def _governance(c: Corral) -> None:
@@ -223,3 +227,7 @@ def _mechanism(c: Corral) -> None:
     listed = conforms("Token", c.json("token", "list"), many=True)
     assert [t["id"] for t in listed] == [made["id"]] and "token" not in listed[0]
     assert conforms("Token", c.json("token", "revoke", made["id"]))["revoked_at"]
+    shown = conforms("WorldModel", c.json("world"))
+    assert shown["user_plane"] and shown["causal_graph"]
+    # empty here (no agent attempt ran): tests/unit/test_anomaly.py checks a filled one
+    conforms("Baseline", c.json("world", "baselines"), many=True)

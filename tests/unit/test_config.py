@@ -112,7 +112,7 @@ def test_an_mcp_config_that_does_not_load_is_refused_naming_the_role(
         (
             "roles: {a: {concurency: 2}}",
             "roles.a.concurency: unknown key (did you mean "
-            "'concurrency'? known: concurrency, cost_estimate_usd,",
+            "'concurrency'? known: anomaly, concurrency, cost_estimate_usd,",
         ),
         (
             "workers: {w: {adapter: cmd}}",

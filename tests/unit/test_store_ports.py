@@ -17,6 +17,7 @@ import pytest
 from corral.core import ports
 from corral.core.ports import (
     AuditStore,
+    BaselineStore,
     EngineRegistry,
     GovernanceStore,
     JobStore,
@@ -27,6 +28,7 @@ from corral.core.ports import (
     StoreLifecycle,
     TokenStore,
     TraceStore,
+    WorldReads,
 )
 from corral.store.memory import MemoryStore
 from corral.store.postgres import PostgresStore
@@ -43,6 +45,8 @@ PORTS: tuple[type, ...] = (
     MetricsReads,
     TokenStore,
     RetentionStore,
+    BaselineStore,
+    WorldReads,
 )
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 

@@ -25,7 +25,19 @@ from corral.runtime.control import poke
 from corral.schemas import api as bodies
 from corral.services import Wake
 
-from . import dlq, governance, intents, jobs, mcp, mechanism, policy, problems, records, tokens
+from . import (
+    dlq,
+    governance,
+    intents,
+    jobs,
+    mcp,
+    mechanism,
+    policy,
+    problems,
+    records,
+    tokens,
+    world,
+)
 from .ratelimit import Buckets
 from .state import ApiState
 
@@ -90,6 +102,7 @@ def create_app(
     app.include_router(mechanism.metrics_router)
     app.include_router(intents.router)
     app.include_router(tokens.router)
+    app.include_router(world.router)
     _health_routes(app, store, config)
     app.add_api_route("/docs", _docs_page, include_in_schema=False, response_class=HTMLResponse)
     if ui is not None:

@@ -33,6 +33,7 @@ from . import (
     retention,
     schema_cmd,
     tokens,
+    world,
 )
 from .edge import config_or_fail, emit, load_config
 from .exits import exit_code, fail
@@ -344,6 +345,8 @@ policy_cmds.register(app)
 app.add_typer(guard.app, name="guard")
 app.add_typer(tokens.app, name="token")
 retention.register(app)
+app.add_typer(world.app, name="world")
+app.command("replay")(world.replay_cmd)
 schema_cmd.register(app)
 
 

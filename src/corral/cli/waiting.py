@@ -10,6 +10,7 @@ its stdout to stdout, its stderr to stderr. No engine serving the data directory
 from __future__ import annotations
 
 import codecs
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from corral.domain.models import Attempt, Job
 from corral.domain.states import JobState
 from corral.runtime.watch import Watcher, engine_serving
 from corral.scheduler.waiting import Wait, why
+from corral.services import world
 
 if TYPE_CHECKING:
     from rich.live import Live
@@ -34,6 +36,7 @@ LOOK_S = 1.0  # how often the reasons are looked at again (the state: every 0.25
 SETTLE_S = 1.0  # a reason shown as a line once it held this long (no noise for a quick start)
 ENGINE_GRACE_S = 5.0  # how long a wait gives an engine that was just started to answer
 CHUNK = 1 << 16
+JOB_ENV = "CORRAL_JOB_ID"  # set in every attempt's environment: the job it runs
 
 
 class Mode(Enum):
@@ -199,8 +202,17 @@ async def follow(cfg: Config, store: Operations, ref: str, how: Follow) -> tuple
             f"no engine is serving {cfg.data_dir}: job {label} stays {job.state.value} until "
             "`corral serve` runs there (pass --no-engine-ok to wait anyway)"
         )
-    with Display(how.mode, label) as display:
-        return await _loop(cfg, store, job, how, display, engine)
+    # From inside a job, the wait is recorded on that job's timeline while it lasts: the world
+    # model shows the edge, and its deadlock watch sees a parent waiting on its own child.
+    waiter = os.environ.get(JOB_ENV)
+    recorded = bool(waiter) and await world.record_wait(store, str(waiter), job.id, started=True)
+    try:
+        with Display(how.mode, label) as display:
+            return await _loop(cfg, store, job, how, display, engine)
+    finally:
+        if recorded:
+            with anyio.CancelScope(shield=True):
+                await world.record_wait(store, str(waiter), job.id, started=False)
 
 
 async def _loop(

@@ -23,10 +23,12 @@ from corral.domain.governance import (
 from corral.domain.models import (
     Attempt,
     AttemptResult,
+    Baseline,
     Claimed,
     EngineInfo,
     Job,
     JobEvent,
+    JobSketch,
     Permit,
     SubmitResult,
 )
@@ -71,6 +73,7 @@ class JobQuery:
     # ASCII letters match either case
     ended_since: float | None = None  # only jobs that ended (a terminal state) at or after
     # this time, the latest to end first
+    parent_id: str | None = None  # only the jobs submitted from inside this one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -702,6 +705,31 @@ class ArchivedAudit(AuditStore, RetentionStore, Protocol):
     """The audit chains with what retention archived of them: what verification reads."""
 
 
+class WorldReads(Protocol):
+    """What the world model reads at once (services/world.py, runtime/worldwatch.py)."""
+
+    async def world_jobs(self, *, finished: int) -> list[JobSketch]:
+        """Every job not ended, and the latest `finished` ended ones (newest first)."""
+
+    async def world_records(
+        self, job_ids: Sequence[str]
+    ) -> tuple[dict[str, Checkpoint], list[JobEvent]]:
+        """For these jobs: the latest checkpoint of each that has one, and the wait events of
+        their timelines (`wait_started`, `wait_ended`), oldest first."""
+
+
+class BaselineStore(Protocol):
+    """The anomaly detector's rolling baselines (corral.world.anomaly), kept across restarts."""
+
+    async def add_baseline_samples(
+        self, samples: Sequence[tuple[str, str, str, float]], *, now: float, window: int
+    ) -> None:
+        """Append (role, kind, metric, value) samples, keeping each baseline's latest `window`."""
+
+    async def baselines(self) -> list[Baseline]:
+        """Every baseline, by role, kind and metric."""
+
+
 class Store(
     StoreLifecycle,
     JobStore,
@@ -713,6 +741,8 @@ class Store(
     MetricsReads,
     TokenStore,
     RetentionStore,
+    BaselineStore,
+    WorldReads,
     Protocol,
 ):
     """The whole store: every port above. What the store implementations (store/memory.py,

@@ -75,6 +75,7 @@ class IncidentType(StrEnum):
     STALL_DETECTED = "stall_detected"
     FAILURE = "failure"
     ANOMALY = "anomaly"
+    DEADLOCK = "deadlock"  # raised while jobs run (runtime/worldwatch.py), not in a report
 
 
 class Severity(StrEnum):

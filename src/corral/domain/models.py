@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -266,3 +267,43 @@ class Claimed:
     job: Job
     attempt: Attempt
     permit: Permit
+
+
+BASELINE_MIN_SAMPLES = 5  # a baseline with fewer samples says nothing
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Baseline:
+    """A rolling baseline: the latest finished attempts' values of one metric for one role and
+    job kind (corral.world.anomaly), oldest first."""
+
+    role: str
+    kind: str
+    metric: str
+    samples: tuple[float, ...]
+    updated_at: float
+
+    @property
+    def ready(self) -> bool:
+        return len(self.samples) >= BASELINE_MIN_SAMPLES
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.samples) if self.samples else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSketch:
+    """The few fields of a job the world model reads (corral.world.model), so a snapshot of
+    thousands of live jobs reads narrow rows instead of whole jobs."""
+
+    id: str
+    state: JobState
+    role: str
+    worker: str
+    env_name: str
+    tenant: str
+    parent_id: str | None = None
+    after: tuple[str, ...] = ()
+    deps_pending: int = 0
+    exit_code: int | None = None

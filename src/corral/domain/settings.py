@@ -69,6 +69,16 @@ class WorkspacePolicy(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AnomalySpec:
+    """A live attempt past `factor` × the median of its role and kind's baseline (tool calls,
+    tokens, duration, cost) is flagged with an incident `anomaly`, once; `stop`: it is also
+    stopped (limit_hit `anomaly`)."""
+
+    factor: float = 10.0
+    stop: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RoleSpec:
     name: str
     worker: str = "command"
@@ -100,6 +110,10 @@ class RoleSpec:
     # Jobs of this role submitted from inside another job are not stopped when their parent is
     # cancelled (they outlive it); by default cancellation reaches every descendant.
     detached: bool = False
+    anomaly: AnomalySpec = field(default_factory=AnomalySpec)
+    # A job of this role waiting in a deadlock (the waiter of a cycle of waits): "escalate"
+    # raises the incident only; "cancel" also cancels it, which breaks the cycle.
+    on_deadlock: str = "escalate"
     max_output_bytes: int | None = None  # None: `output.max_bytes`
 
 

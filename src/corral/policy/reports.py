@@ -36,6 +36,8 @@ single table of severities):
 | kill_switch_activated | a KILLED job that had an attempt running (a KILLED attempt): a  |
 |                       | queued job the switch took off the queue gets none              |
 | anomaly               | whatever a detector passed in `detectors` reports               |
+| deadlock              | never from a report: the engine's world watch raises it while   |
+|                       | the jobs of a cycle of waits are still alive                    |
 
 One attempt yields at most one incident, by the first row that matches (budget, stall, timeout,
 failure). A cancelled job yields no incident of its own: a cancel is a decision, not a problem.
@@ -93,6 +95,7 @@ SEVERITY: Mapping[IncidentType, Severity] = MappingProxyType(
         IncidentType.STALL_DETECTED: Severity.MEDIUM,
         IncidentType.FAILURE: Severity.MEDIUM,
         IncidentType.ANOMALY: Severity.MEDIUM,
+        IncidentType.DEADLOCK: Severity.CRITICAL,
     }
 )
 

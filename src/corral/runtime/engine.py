@@ -45,6 +45,7 @@ from corral.runtime.peers import Peer
 from corral.runtime.reporter import Reporter
 from corral.runtime.retention import Retainer
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
+from corral.runtime.worldwatch import WorldWatch
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
 from corral.trace import spans
@@ -203,7 +204,17 @@ class Engine:
         )
         self.governor.socket_group = config.socket_group
         self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
-        self.reporter = Reporter(self.store, config.settings.oversight, spans=self.spans)
+        self.reporter = Reporter(
+            self.store, config.settings.oversight, spans=self.spans, baselines=self.store
+        )
+        # Deadlocks and anomalies among live jobs, looked for every scheduler tick
+        # (runtime/worldwatch.py); an anomaly of a role that says so is stopped here.
+        self.worldwatch = WorldWatch(
+            self.store,
+            config.settings,
+            stop=lambda job_id: self.dispatcher.stop_for_limit(job_id, "anomaly", 0.0),
+            wake=lambda: self.wake("wake"),
+        )
         # Publishes what committed to the configured sinks, in its own tasks (trace/drain.py).
         # The sinks' leases are held by engine on a shared store; on an engine's own store (one
         # engine at a time, by the data directory's lock) every engine holds them under one
@@ -390,6 +401,7 @@ class Engine:
             )
             tg.start_soon(self.governor.serve)
             tg.start_soon(self.reporter.run)
+            tg.start_soon(self.worldwatch.run)
             tg.start_soon(self._heartbeat)
             tg.start_soon(self.checkpointer.run)
             tg.start_soon(self._keep_core_state)

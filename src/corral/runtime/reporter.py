@@ -17,14 +17,17 @@ from collections.abc import Callable
 
 import anyio
 
-from corral.core.ports import JobRecords
+from corral.core.ports import BaselineStore, JobRecords
+from corral.domain.agents import AgentEvent
 from corral.domain.errors import Conflict, CorralError
 from corral.domain.governance import Pause, ScopeKind, Severity
 from corral.domain.ids import new_id
+from corral.domain.models import Job
 from corral.domain.settings import OversightSpec
 from corral.policy import prerun
 from corral.policy.reports import build_report, incidents_for
 from corral.trace.spans import JobSpans
+from corral.world import anomaly
 
 log = logging.getLogger("corral.reporter")
 
@@ -39,8 +42,10 @@ class Reporter:
         oversight: OversightSpec | None = None,
         clock: Callable[[], float] = time.time,
         spans: JobSpans | None = None,
+        baselines: BaselineStore | None = None,
     ) -> None:
         self.store = store
+        self.baselines = baselines  # where each finished attempt's figures are learned
         self.spans = spans  # the job's OpenTelemetry spans, once its report is written
         self.oversight = oversight or OversightSpec()
         self.clock = clock
@@ -109,6 +114,7 @@ class Reporter:
                 self.spans.emit(job, attempts, events, evaluations)
             except Exception as err:
                 log.warning("spans of job %s: %s", job_id, err)
+        await self._learn(job, events, now)
         # One anomalous run is one mark, at its worst severity: a failed run that also used up
         # its retries (two incidents) must not count twice towards the pause.
         opened = [i for i in incidents if i.resolves is None]
@@ -116,6 +122,23 @@ class Reporter:
             worst = max(opened, key=lambda i: prerun.SEVERITY_RANK[i.severity])
             self._marks.append((worst.created_at, ScopeKind.ROLE, job.role, worst.severity))
         await self._oversee(now)
+
+    async def _learn(self, job: Job, events: list[AgentEvent], now: float) -> None:
+        """Add the job's clean attempts (no error, no limit hit) to its role and kind's rolling
+        baselines: what the anomaly watch compares live attempts with (runtime/worldwatch.py)."""
+        if self.baselines is None:
+            return
+        kind = anomaly.kind_of(job)
+        rows = [
+            (job.role, kind, metric, value)
+            for e in events
+            if e.error is None and e.limit_hit is None
+            for metric, value in anomaly.samples_of(e).items()
+        ]
+        try:
+            await self.baselines.add_baseline_samples(rows, now=now, window=anomaly.WINDOW)
+        except CorralError as err:  # a report without its samples: the baseline waits for more
+            log.warning("baselines of job %s: %s", job.id, err)
 
     async def _attempt_costs(self, job_id: str) -> dict[int, float]:
         """What each attempt's worker reported it cost (a command's result file, a foreign

@@ -58,6 +58,9 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "GuardCheck": views.GuardCheck,
     "Token": views.Token,
     "TokenCreated": views.TokenCreated,
+    "WorldModel": views.WorldModel,
+    "Baseline": views.Baseline,
+    "Replay": views.Replay,
     # the core protocol
     "ProtocolJob": protocol.JOB.model,
     "ProtocolAttempt": protocol.ATTEMPT.model,

@@ -703,3 +703,144 @@ class GuardCheck(View):
     cwd: str | None = Field(
         default=None, description="Only for a tool call: the directory it runs in."
     )
+
+
+# ---- the world model ---------------------------------------------------------------------------
+
+
+class WorldAgent(View):
+    """A running attempt in the world model, keyed by its job's id."""
+
+    role: str
+    status: JobState
+    attempt: int
+    worker: str
+    env: str
+    tenant: str
+    started_at: IsoTime | None
+    tool_call_count: int = Field(description="Tool calls so far, as its latest checkpoint says.")
+    current_tool: str | None = Field(description="The tool of its latest checkpoint.")
+    session_id: str | None
+
+
+class WorldEnvironment(View):
+    """One environment's user plane, keyed by its name."""
+
+    kind: str
+    jobs_in_flight: int
+    cap: int = Field(description="Attempts it runs at once at most (its max_inflight).")
+    queue_depth: int = Field(description="Jobs waiting for it: QUEUED or RETRY_WAIT.")
+    cluster_status: str | None = Field(description="What a cluster reports; null when local.")
+    gpu_utilisation: float | None = Field(description="What a cluster reports; else null.")
+
+
+WorldRelationship = typing.Literal["spawned_by", "blocked_by", "waits_for", "waits_for_slot"]
+
+
+class WorldEdge(View):
+    """An execution-topology edge: `job_id` was spawned by, or waits for, `related_job_id`."""
+
+    job_id: str
+    related_job_id: str
+    relationship: WorldRelationship
+    slot: str | None = Field(
+        description="waits_for_slot: the full slot, `role:NAME` or `env:NAME`; else null."
+    )
+
+
+class UserPlaneJob(View):
+    """What a job started outside Corral's own processes; null until an environment records
+    it."""
+
+    ray_submission_id: str | None
+    notebook: str | None
+    wandb_run: str | None
+
+
+class WorldCause(View):
+    """A causal-graph link: root intent → job → user-plane job → outcome."""
+
+    control_plane_intent_id: str
+    root_intent_id: str
+    parent_intent_id: str | None
+    role: str
+    state: JobState
+    user_plane_job: UserPlaneJob
+    outcome: str | None = Field(description="The job's final state once it ended; else null.")
+    exit_code: int | None
+
+
+class WorldDeadlock(View):
+    """A cycle of waits: `jobs` in order, `cycle[i]` the edge from `jobs[i]` to the next."""
+
+    jobs: list[str]
+    cycle: list[WorldEdge]
+    message: str
+
+
+class WorldModel(View):
+    """`world`, and `GET /agentops/world-model`: the fleet as the store shows it now."""
+
+    at: IsoTime | None
+    agents: dict[str, WorldAgent]
+    user_plane: dict[str, WorldEnvironment]
+    execution_topology: list[WorldEdge]
+    causal_graph: list[WorldCause]
+    deadlocks: list[WorldDeadlock]
+
+
+class Baseline(View):
+    """`world baselines`: one rolling baseline of the anomaly detector."""
+
+    role: str
+    kind: str = Field(description="The jobs' workflow, else their worker kind.")
+    metric: str = Field(description="tool_calls, tokens, duration_s or cost_usd, per attempt.")
+    samples: int = Field(description="How many finished attempts it holds (the latest).")
+    median: float | None
+    ready: bool = Field(description="Whether it has enough samples to flag anything.")
+    updated_at: IsoTime | None
+
+    @classmethod
+    def of(cls, b: dm.Baseline) -> Self:
+        return cls(
+            role=b.role,
+            kind=b.kind,
+            metric=b.metric,
+            samples=len(b.samples),
+            median=b.median,
+            ready=b.ready,
+            updated_at=iso_time(b.updated_at),
+        )
+
+
+class ReplayJob(View):
+    """A job of a replayed chain."""
+
+    id: str
+    parent_id: str | None
+    depth: int
+    role: str
+    state: JobState
+    created_at: IsoTime | None
+
+
+class ReplayStep(View):
+    """One step of a replay, in time order."""
+
+    at: IsoTime | None
+    job_id: str
+    kind: typing.Literal["event", "tool_call", "policy"]
+    attempt: int | None
+    subject: str = Field(description="An event's kind, a tool's name, or a policy stage.")
+    detail: str
+
+
+class Replay(View):
+    """`replay`: the control-plane chain behind a job and whether its records are intact."""
+
+    job_id: str
+    root_intent_id: str
+    jobs: list[ReplayJob]
+    steps: list[ReplayStep]
+    audit: AuditReport
+    cut: bool = Field(description="Whether the tree had more jobs than a replay follows.")

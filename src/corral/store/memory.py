@@ -35,6 +35,7 @@ from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import resolve
 from corral.domain.models import (
     Attempt,
+    Baseline,
     Claimed,
     EngineInfo,
     Job,
@@ -65,6 +66,7 @@ from corral.store.rules import (
     submitted_events,
 )
 from corral.store.tokens_memory import MemoryTokens
+from corral.store.world_memory import MemoryWorld
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -99,7 +101,7 @@ def _normalise(job: Job) -> Job:
 
 
 class MemoryStore(
-    MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens, MemoryRetention
+    MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens, MemoryRetention, MemoryWorld
 ):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
@@ -125,6 +127,7 @@ class MemoryStore(
         self._configs: list[EngineConfig] = []
         self._cursors: dict[tuple[str, str], EventCursor] = {}  # the event_cursors table
         self._tokens: dict[str, ApiToken] = {}
+        self._baselines: dict[tuple[str, str, str], Baseline] = {}
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:
@@ -693,7 +696,9 @@ class MemoryStore(
                 return False
             if query.role and j.role != query.role:
                 return False
-            if not _matches(j, query):
+            if not _matches(j, query) or (
+                query.parent_id is not None and j.parent_id != query.parent_id
+            ):
                 return False
             return not query.dead_lettered_unresolved or (
                 j.state is JobState.DEAD_LETTERED and j.dlq_resolution is None

@@ -100,6 +100,17 @@ CREATE TABLE metric_rollups (
     PRIMARY KEY (series, role, le)
 );
 
+-- The anomaly detector's rolling baselines (corral.world.anomaly): per role, job kind and metric
+-- the latest finished attempts' values, a JSON array, oldest first.
+CREATE TABLE world_baselines (
+    role       TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    metric     TEXT NOT NULL,
+    samples    TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (role, kind, metric)
+);
+
 CREATE TABLE job_events (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id     TEXT NOT NULL,

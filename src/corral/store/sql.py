@@ -52,6 +52,7 @@ from corral.store.rules import (
     submitted_events,
 )
 from corral.store.tokens_sql import SqlTokens
+from corral.store.world_sql import SqlWorld
 
 _JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
 _JOB_INSERT = (
@@ -93,7 +94,9 @@ class _EventTx:
         return await self.tx.fetchall(sql, params)
 
 
-class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, SqlRetention):
+class SqlStore(
+    SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, SqlRetention, SqlWorld
+):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
     def __init__(self, driver: Driver) -> None:
@@ -660,6 +663,9 @@ class SqlStore(SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, Sql
         if query.text:
             clauses.append("LOWER(command || ' ' || COALESCE(prompt, '')) LIKE ? ESCAPE '!'")
             params.append("%" + like_escape(ascii_lower(query.text)) + "%")
+        if query.parent_id is not None:
+            clauses.append("parent_id = ?")
+            params.append(query.parent_id)
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         # the ended ones by when they ended: what their index gives without reading every job
         order = "updated_at DESC, id DESC" if query.ended_since is not None else "id DESC"
