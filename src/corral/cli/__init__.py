@@ -71,6 +71,13 @@ REMOTE_COMMANDS = frozenset(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
+# The one callback of the app (typer keeps only the last registered): options for every command.
 @app.callback()
 def _options(
     ctx: typer.Context,
@@ -86,8 +93,18 @@ def _options(
             show_default=False,
         ),
     ] = None,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print Corral's version and exit.",
+        ),
+    ] = False,
 ) -> None:
-    """Options for every command."""
+    """Corral keeps AI agents bounded: it queues jobs, grants each attempt a permit, stops,
+    retries and records them."""
     url = (url or "").strip() or None
     if url is not None:
         if not url.startswith(("http://", "https://")):
@@ -101,28 +118,6 @@ def _options(
                 )
             )
     edge.set_remote(url)
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(__version__)
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _top(
-    _version: Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            callback=_print_version,
-            is_eager=True,
-            help="Print Corral's version and exit.",
-        ),
-    ] = False,
-) -> None:
-    """Corral keeps AI agents bounded: it queues jobs, grants each attempt a permit, stops,
-    retries and records them."""
 
 
 @app.command()

@@ -101,7 +101,13 @@ def _normalise(job: Job) -> Job:
 
 
 class MemoryStore(
-    MemoryOperator, MemoryGovernance, MemoryOutbox, MemoryMetrics, MemoryTokens, MemoryRetention, MemoryWorld
+    MemoryOperator,
+    MemoryGovernance,
+    MemoryOutbox,
+    MemoryMetrics,
+    MemoryTokens,
+    MemoryRetention,
+    MemoryWorld,
 ):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
