@@ -93,6 +93,7 @@ def test_every_tool_is_listed_with_an_output_schema(tmp_path: Path) -> None:
             "cluster_state",
             "queue_depth",
             "submit_job",
+            "world_model",
         }
         assert all(t.output_schema for t in tools.values())
         assert all(t.description for t in tools.values())
@@ -146,6 +147,14 @@ def test_submit_then_read_every_tool_for_the_callers_tenant(tmp_path: Path) -> N
         assert depth["by_priority"] == {"0": 1, "2": 2}
         assert depth["placement"]["job"] == job
         assert depth["placement"]["queue_position"] == 1  # the critical job of globex first
+
+        seen = ok(await call["reader"]("world_model", {}))
+        assert set(seen["user_plane"]) == {"gpu", "local"} and theirs["job"]["id"] not in str(seen)
+        # acme's queued jobs only: one on gpu, one on local (globex's critical job not counted)
+        assert {n: e["queue_depth"] for n, e in seen["user_plane"].items()} == {
+            "gpu": 1,
+            "local": 1,
+        }
 
         # another tenant's job is not found, through every tool that names one
         for tool in ("job_status", "job_trace_summary", "queue_depth"):

@@ -31,8 +31,8 @@ from corral.domain.states import JobState
 from corral.domain.tokens import ADMIN
 from corral.runtime.watch import engine_serving
 from corral.schemas import mcp as out
-from corral.schemas.views import JobDetail
-from corral.services import Wake, overview, tenancy
+from corral.schemas.views import JobDetail, WorldModel
+from corral.services import Wake, overview, tenancy, world
 from corral.services.submissions import LimitChoices, SubmitRequest, submit
 
 log = logging.getLogger(__name__)
@@ -199,6 +199,13 @@ class Tools:
             counted_up_to_cap=f.capped,
         )
 
+    async def world_model(self, ctx: Context) -> WorldModel:
+        who = await self.caller(ctx, READ)
+        snap = await world.snapshot(
+            self.store, self.config.settings, world.Scope(tenant=who.tenant)
+        )
+        return world.world_view(snap)
+
     async def queue_depth(self, ctx: Context, job_id: str | None) -> out.QueueDepth:
         who = await self.caller(ctx, READ)
         job = None if job_id is None else (await self.job(ctx, job_id))[1]
@@ -299,6 +306,13 @@ def build_server(store: Store, config: Config, wake: Wake, caller_of: CallerOf) 
         and the jobs waiting there — the whole fleet's and your tenant's — and whether an engine
         serves."""
         return await answer(t.cluster_state(ctx))
+
+    @server.tool(annotations=READ_ONLY)
+    async def world_model(ctx: Context) -> WorldModel:
+        """The world model of your tenant's jobs: running agents (tool calls so far, the tool
+        they are in), each environment's slots and queue, who spawned, blocks or waits on whom,
+        the causal graph from intent to outcome, and any deadlock found among them."""
+        return await answer(t.world_model(ctx))
 
     @server.tool(annotations=READ_ONLY)
     async def queue_depth(
