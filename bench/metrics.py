@@ -178,7 +178,8 @@ async def scrape_times(path: Path, scrapes: int) -> list[float]:
         await store.close()
 
 
-async def _migrate(path: Path) -> None:
+async def migrate(path: Path) -> None:
+    """A fresh store at `path` with every migration applied."""
     store = SqliteStore(path)
     await store.open()
     await store.close()
@@ -192,7 +193,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="corral-bench-metrics-") as tmp:
         path = Path(tmp) / "corral.db"
-        asyncio.run(_migrate(path))
+        asyncio.run(migrate(path))
         t0 = time.perf_counter()
         fill(path, args.jobs)
         filled = time.perf_counter() - t0

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import httpx
-from metrics import FOLDS, fill  # bench/metrics.py, beside this file
+from metrics import FOLDS, fill, migrate  # bench/metrics.py, beside this file
 
 from corral import ui
 from corral.api import create_app
@@ -85,12 +85,6 @@ async def measure(tmp: Path, renders: int) -> dict[str, list[float]]:
         await store.close()
 
 
-async def _migrate(path: Path) -> None:
-    store = SqliteStore(path)
-    await store.open()
-    await store.close()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=100_000)
@@ -99,7 +93,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="corral-bench-ui-") as tmp_name:
         tmp = Path(tmp_name)
-        asyncio.run(_migrate(tmp / "corral.db"))
+        asyncio.run(migrate(tmp / "corral.db"))
         fill(tmp / "corral.db", args.jobs)
         with sqlite3.connect(tmp / "corral.db") as conn:  # metrics.py's filler says only "ended"
             conn.execute("UPDATE attempts SET state = 'SUCCEEDED' WHERE state = 'ENDED'")

@@ -336,33 +336,26 @@ def _job_routes(ui: FastAPI) -> None:
         }
         return {"page": found, "f": f, "query": query, "states": [s.value for s in JobState]}
 
-    @ui.get("/jobs", response_class=HTMLResponse)
-    async def jobs(
-        request: Request,
-        viewer: JobsRead,
-        state: Param = "",
-        role: Param = "",
-        environment: Param = "",
-        tenant: Param = "",
-        q: Param = "",
-        cursor: Param = "",
-    ) -> HTMLResponse:
-        f = _filter(state, role, environment, tenant, q, cursor)
-        return _page(request, "jobs.html", viewer, **await page_of(request, viewer, f))
+    def jobs_page(template: str) -> Callable[..., Awaitable[HTMLResponse]]:
+        """The jobs table, whole (`jobs.html`) or its live rows only (`jobs_rows.html`)."""
 
-    @ui.get("/fragments/jobs", response_class=HTMLResponse)
-    async def jobs_live(
-        request: Request,
-        viewer: JobsRead,
-        state: Param = "",
-        role: Param = "",
-        environment: Param = "",
-        tenant: Param = "",
-        q: Param = "",
-        cursor: Param = "",
-    ) -> HTMLResponse:
-        f = _filter(state, role, environment, tenant, q, cursor)
-        return _page(request, "jobs_rows.html", viewer, **await page_of(request, viewer, f))
+        async def render(
+            request: Request,
+            viewer: JobsRead,
+            state: Param = "",
+            role: Param = "",
+            environment: Param = "",
+            tenant: Param = "",
+            q: Param = "",
+            cursor: Param = "",
+        ) -> HTMLResponse:
+            f = _filter(state, role, environment, tenant, q, cursor)
+            return _page(request, template, viewer, **await page_of(request, viewer, f))
+
+        return render
+
+    ui.get("/jobs", response_class=HTMLResponse)(jobs_page("jobs.html"))
+    ui.get("/fragments/jobs", response_class=HTMLResponse)(jobs_page("jobs_rows.html"))
 
     async def detail(request: Request, viewer: Viewer, job_id: str) -> dict[str, Any]:
         st = _st(request)
