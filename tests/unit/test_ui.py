@@ -5,6 +5,7 @@ forged POST, tenant isolation, escaping of everything an agent wrote, and the CS
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -461,3 +462,51 @@ def test_an_ended_agent_job_is_resumed_from_its_page(tmp_path: Path) -> None:
         assert "Resume session" not in (await u.client.get(f"/ui/jobs/{command_job}")).text
 
     with_ui(config(tmp_path, AGENT), body)
+
+
+def test_the_environments_page_shows_each_ray_clusters_health(tmp_path: Path) -> None:
+    """A Ray environment's cluster is asked as the page renders: one that does not answer is
+    said to be unreachable, with why; a local environment has no cluster."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{free.getsockname()[1]}"  # nothing listens once it closes
+    ray = CONFIG + f"environments:\n  gpu: {{kind: ray, address: '{dead}', max_inflight: 2}}\n"
+
+    async def body(u: Ui) -> None:
+        await u.login("admin")
+        r = await u.client.get("/ui/environments")
+        assert r.status_code == 200, r.text
+        rows = {row[0]: row for row in table_rows(r.text)}
+        assert rows["gpu"][-1].startswith("unreachable")
+        assert rows["local"][-1] == "–"
+
+    with_ui(config(tmp_path, ray), body)
+
+
+def table_rows(html: str) -> list[list[str]]:
+    """The text of each cell of each row with cells (`td`) of a page's tables."""
+
+    class Rows(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rows: list[list[str]] = []
+            self.cell: list[str] | None = None
+
+        def handle_starttag(self, tag: str, attrs: Any) -> None:
+            if tag == "tr":
+                self.rows.append([])
+            elif tag == "td":
+                self.cell = []
+
+        def handle_endtag(self, tag: str) -> None:
+            if tag == "td" and self.cell is not None:
+                self.rows[-1].append(" ".join("".join(self.cell).split()))
+                self.cell = None
+
+        def handle_data(self, data: str) -> None:
+            if self.cell is not None:
+                self.cell.append(data)
+
+    parser = Rows()
+    parser.feed(html)
+    return [r for r in parser.rows if r]

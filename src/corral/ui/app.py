@@ -30,6 +30,7 @@ from corral.services import (
     approvals,
     audit,
     cancellation,
+    clusters,
     controls,
     dashboard,
     dlq,
@@ -618,7 +619,11 @@ def _mechanism_routes(ui: FastAPI) -> None:
     ) -> HTMLResponse:
         st = _st(request)
         envs = await dashboard.environments(st.store, st.config)
-        return _page(request, "environments.html", viewer, envs=envs)
+        # each Ray environment's cluster asked now, off the event loop (each probe is bounded)
+        health = await anyio.to_thread.run_sync(lambda: clusters.clusters(st.config))
+        return _page(
+            request, "environments.html", viewer, envs=envs, health={h.env: h for h in health}
+        )
 
     @ui.get("/runs", response_class=HTMLResponse)
     async def runs(request: Request, viewer: JobsRead) -> HTMLResponse:
