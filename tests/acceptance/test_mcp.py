@@ -27,6 +27,7 @@ TOOLS = {
     "cluster_state",
     "queue_depth",
     "submit_job",
+    "world_model",
 }
 
 

@@ -240,7 +240,9 @@ def test_terminate_kills_every_descendant_even_in_other_sessions(
         if not tree or None in stats:
             return None  # a process of the tree was mid-exit: look again
         orphaned = any(s.ppid == proc.pid for s in stats if s and s.pid != child_pid)
-        return tree if orphaned else None
+        # and every process has exec'd its program (under load `setsid` may not have yet)
+        named = {comm(p) for p in tree} >= {"sh", "sleep", "x) (y z"}
+        return tree if orphaned and named else None
 
     tree = eventually(settled, what="the whole tree, an orphan reparented to the shim")
     assert {comm(p) for p in tree} >= {"sh", "sleep", "x) (y z"}
