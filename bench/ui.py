@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sqlite3
 import statistics
 import sys
@@ -57,7 +58,10 @@ async def measure(tmp: Path, renders: int) -> dict[str, list[float]]:
         one = next(j for j in await store.list_jobs(JobQuery(limit=10)) if j.tenant == TENANT)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-            r = await client.post("/ui/login", data={"token": text})
+            form = await client.get("/ui/login")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert csrf, "no CSRF field on the sign-in form"
+            r = await client.post("/ui/login", data={"token": text, "csrf": csrf.group(1)})
             assert r.status_code == 303, r.text
             pages = {
                 "Baseline: GET /healthz": "/healthz",

@@ -52,7 +52,15 @@ class Ui:
 
     async def login(self, who: str) -> httpx.Response:
         self.client.cookies.clear()
-        r = await self.client.post("/ui/login", data={"token": self.tok[who]})
+        form = await self.client.get("/ui/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        nonce = re.search(r"corral_login=([^;]+)", form.headers["set-cookie"])
+        assert csrf and nonce, form.text
+        # httpx keeps a Secure cookie for https only: hand it back as the browser would
+        self.client.cookies.set("corral_login", nonce.group(1))
+        r = await self.client.post(
+            "/ui/login", data={"token": self.tok[who], "csrf": csrf.group(1)}
+        )
         assert r.status_code == 303, r.text
         return r
 
@@ -106,10 +114,21 @@ def test_sign_in_sets_a_strict_httponly_cookie_and_sign_out_ends_it(tmp_path: Pa
         assert first.status_code == 303 and first.headers["location"] == "/ui/login"
         poll = await u.client.get("/ui/fragments/overview", headers={"HX-Request": "true"})
         assert poll.status_code == 401 and poll.headers["hx-redirect"] == "/ui/login"
-        bad = await u.client.post("/ui/login", data={"token": "crl_nope"})
+        form = await u.csrf("/ui/login")
+        bad = await u.client.post("/ui/login", data={"token": "crl_nope", "csrf": form})
         assert bad.status_code == 401 and "invalid, expired or revoked token" in bad.text
+        # a sign-in posted from elsewhere (no form token, or one bound to another browser's
+        # nonce) is refused before the token is even looked at: no login CSRF
+        right = {"token": u.tok["reader"]}
+        forged = await u.client.post("/ui/login", data=right)
+        assert forged.status_code == 403 and "corral_session" not in forged.headers.get(
+            "set-cookie", ""
+        )
+        other = await u.csrf("/ui/login")  # a fresh form: the nonce cookie is replaced
+        stale = await u.client.post("/ui/login", data={**right, "csrf": form})
+        assert stale.status_code == 403 and other != form
         r = await u.login("reader")
-        cookie = r.headers["set-cookie"]
+        (cookie,) = [c for c in r.headers.get_list("set-cookie") if c.startswith("corral_session=")]
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/ui" in cookie
         assert "Secure" not in cookie  # plain HTTP on loopback
         assert u.tok["reader"] not in cookie  # the token's text never goes into the cookie
@@ -132,8 +151,9 @@ def test_the_cookie_is_secure_over_tls_and_a_revoked_token_ends_its_session(
         r = await u.login("reader")
         assert "Secure" in r.headers["set-cookie"]
         # httpx keeps Secure cookies for https only: hand it back as the browser would
-        value = r.headers["set-cookie"].split(";")[0].split("=", 1)[1]
-        u.client.cookies.set("corral_session", value)
+        session = [c for c in r.headers.get_list("set-cookie") if c.startswith("corral_session=")]
+        assert len(session) == 1 and "Secure" in session[0]
+        u.client.cookies.set("corral_session", session[0].split(";")[0].split("=", 1)[1])
         assert (await u.client.get("/ui/")).status_code == 200
         parts = split_token(u.tok["reader"])
         assert parts is not None

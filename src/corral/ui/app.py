@@ -43,7 +43,7 @@ from corral.services import logs as job_logs
 from corral.services.submissions import SubmitRequest, submit
 
 from . import render
-from .session import COOKIE, Session, Signer
+from .session import COOKIE, LOGIN_COOKIE, Session, Signer
 
 HERE = Path(__file__).parent
 RUNS_READ, RUNS_SHOWN = 1_000, 200  # the runs page: newest runs read, of them the tenant's shown
@@ -242,20 +242,36 @@ def _back(to: str) -> RedirectResponse:
 
 
 def _routes(ui: FastAPI) -> None:
+    def login_form(request: Request, *, status: int = 200, error: str = "") -> HTMLResponse:
+        """The sign-in form with a fresh nonce in a cookie and its CSRF token in the form (a
+        page on another site can neither read the one nor forge the other)."""
+        st = _st(request)
+        nonce, csrf = st.signer.login_nonce()
+        response = _page(request, "login.html", None, status=status, error=error, csrf=csrf)
+        response.set_cookie(
+            LOGIN_COOKIE, nonce, httponly=True, samesite="strict", secure=st.secure, path="/ui"
+        )
+        return response
+
     @ui.get("/login", response_class=HTMLResponse)
     async def login_page(request: Request) -> HTMLResponse:
-        return _page(request, "login.html", None)
+        return login_form(request)
 
     @ui.post("/login")
-    async def login(request: Request, token: Annotated[str, Form(max_length=500)]) -> Response:
+    async def login(
+        request: Request,
+        token: Annotated[str, Form(max_length=500)],
+        csrf: Annotated[str, Form(max_length=200)] = "",
+    ) -> Response:
         st = _st(request)
+        if not st.signer.login_ok(request.cookies.get(LOGIN_COOKIE), csrf):
+            return login_form(request, status=403, error="the sign-in form expired: sign in again")
         found = await tokens.authenticate(st.store, token, clock=st.clock)
         if found is None:
-            return _page(
-                request, "login.html", None, status=401, error="invalid, expired or revoked token"
-            )
+            return login_form(request, status=401, error="invalid, expired or revoked token")
         _, value = st.signer.new(found.id, st.clock())
         response = _back("/ui/")
+        response.delete_cookie(LOGIN_COOKIE, path="/ui", httponly=True, samesite="strict")
         response.set_cookie(
             COOKIE,
             value,

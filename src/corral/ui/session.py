@@ -16,6 +16,7 @@ import secrets
 from dataclasses import dataclass
 
 COOKIE = "corral_session"
+LOGIN_COOKIE = "corral_login"  # the sign-in form's nonce, until a session replaces it
 LIFETIME_S = 12 * 3600.0  # a session lasts at most this long (the token's own expiry still holds)
 
 
@@ -75,3 +76,14 @@ class Signer:
 
     def csrf_ok(self, session: Session, presented: str | None) -> bool:
         return bool(presented) and hmac.compare_digest(str(presented), self.csrf(session))
+
+    def login_nonce(self) -> tuple[str, str]:
+        """A fresh sign-in nonce (its cookie value) and the CSRF token its form posts back:
+        before a session exists, the sign-in form is bound to the browser that loaded it."""
+        nonce = _b64(secrets.token_bytes(18))
+        return nonce, self._mac("login", nonce.encode())
+
+    def login_ok(self, nonce: str | None, presented: str | None) -> bool:
+        if not nonce or not presented:
+            return False
+        return hmac.compare_digest(str(presented), self._mac("login", nonce.encode()))
