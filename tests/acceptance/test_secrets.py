@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,12 +72,17 @@ def leaks_in_rows(db: Path) -> list[str]:
 
 
 def open_modes(root: Path) -> list[str]:
-    """Entries Corral created that others could read, write or enter."""
-    return [
-        f"{p} {p.lstat().st_mode & 0o777:o}"
-        for p in [root, *root.rglob("*")]
-        if not p.is_symlink() and p.lstat().st_mode & 0o077
-    ]
+    """Entries Corral created that others could read, write or enter (an entry that went while
+    we looked, such as SQLite's -wal file when the last connection closes, is not one)."""
+    found = []
+    for p in [root, *root.rglob("*")]:
+        try:
+            mode = p.lstat().st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISLNK(mode) and mode & 0o077:
+            found.append(f"{p} {mode & 0o777:o}")
+    return found
 
 
 def test_canaries_planted_everywhere_are_found_nowhere(
