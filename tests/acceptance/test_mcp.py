@@ -133,9 +133,9 @@ def test_http_mcp_with_bearer_tokens_on_a_live_engine(corral: Corral) -> None:
             made = ok(await a.call_tool("submit_job", {"command": ["sh", "-c", "echo over-mcp"]}))
             job = made["job"]["id"]
             assert made["job"]["tenant"] == "acme" and made["engine_serving"] is True
-            with anyio.fail_after(60):
-                while ok(await a.call_tool("job_status", {"job_id": job}))["state"] != "SUCCEEDED":
-                    await anyio.sleep(0.2)
+            # the engine's own long poll, not a loop of status calls
+            assert await anyio.to_thread.run_sync(lambda: corral.wait(job, timeout=60)) == 0
+            assert ok(await a.call_tool("job_status", {"job_id": job}))["state"] == "SUCCEEDED"
             assert [j["id"] for j in ok(await a.call_tool("list_jobs", {}))["jobs"]] == [job]
             assert ok(await a.call_tool("job_trace_summary", {"job_id": job}))["attempts"] == 1
             state = ok(await a.call_tool("cluster_state", {}))

@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,7 +239,13 @@ def test_engine_sigkill_mid_job_adopts_the_ray_job_and_keeps_its_whole_log(
     engine.wait()
     # the control plane is down; the Ray job goes on
     assert [j.status.value for j in head.jobs(job)] == ["RUNNING"]
-    time.sleep(1.0)  # lines written while no engine watched
+    sid = f"corral-{job}-1"
+    before = head.client().get_job_logs(sid).count("line ")
+    eventually(  # lines written while no engine watched
+        lambda: head.client().get_job_logs(sid).count("line ") >= before + 5,
+        timeout=30,
+        what="the Ray job writing on with the engine down",
+    )
     c.serve()
     assert c.wait(job, timeout=90) == 0, c.engine_log()
     assert (c.work / "runs.txt").read_text() == "run\n"  # not run twice

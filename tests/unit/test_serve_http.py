@@ -72,21 +72,21 @@ def test_answers_leave_at_once_the_accepted_sockets_are_tcp_nodelay() -> None:
     listener = Listener.bind(HttpOptions(port=0))
     seen: list[int] = []
 
-    class Probe(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            sock = transport.get_extra_info("socket")
-            seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
-            transport.close()
-
     async def main() -> None:
+        accepted = asyncio.Event()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                seen.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+                accepted.set()
+
         server = await asyncio.get_running_loop().create_server(Probe, sock=listener.sock)
         try:
             host, port = listener.sock.getsockname()[:2]
             _, writer = await asyncio.open_connection(host, port)
-            for _ in range(200):
-                if seen:
-                    break
-                await asyncio.sleep(0.01)
+            await asyncio.wait_for(accepted.wait(), timeout=5)
             writer.close()
         finally:
             server.close()
