@@ -223,7 +223,7 @@ class Engine:
         holder = self.id if is_shared(config) else SOLE_HOLDER
         self.drainer = Drainer(self.store, config.settings.events, holder=holder)
         # Removes terminal jobs past retention every retention.interval_s (runtime/retention.py)
-        self.retainer = Retainer(self.store, config, holder=self.id)
+        self.retainer = Retainer(self.store, config, holder=holder)  # the same rule as the sinks
         self.gate = PrerunGate(
             self.store, config.settings, rules, reveal=revealer(Keeper(config.secrets_key))
         )
