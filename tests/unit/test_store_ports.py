@@ -19,6 +19,7 @@ from corral.core.ports import (
     AuditStore,
     BaselineStore,
     EngineRegistry,
+    EpicStore,
     GovernanceStore,
     JobStore,
     MetricsReads,
@@ -47,6 +48,7 @@ PORTS: tuple[type, ...] = (
     RetentionStore,
     BaselineStore,
     WorldReads,
+    EpicStore,
 )
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation
+from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState, WaveRecord
 from corral.domain.governance import (
     Approval,
     ApprovalState,
@@ -730,6 +731,47 @@ class BaselineStore(Protocol):
         """Every baseline, by role, kind and metric."""
 
 
+class EpicStore(Protocol):
+    """Epics run as waves (services/epics.py): the epic, its tasks' progress and a checkpoint
+    per wave, each change compare-and-set so a resumed or second runner never redoes a step."""
+
+    async def create_epic(self, epic: EpicRecord, tasks: Sequence[TaskRecord]) -> None:
+        """Persist a new epic with its tasks."""
+
+    async def get_epic(self, epic_id: str) -> EpicRecord:
+        """The epic (NotFound when there is none)."""
+
+    async def list_epics(
+        self, *, tenant: str | None = None, running: bool = False, limit: int = 100
+    ) -> list[EpicRecord]:
+        """Epics, newest first: of one tenant (None: any), only the running ones if asked."""
+
+    async def epic_tasks(self, epic_id: str) -> list[TaskRecord]:
+        """The epic's tasks in the epic file's order."""
+
+    async def epic_waves(self, epic_id: str) -> list[WaveRecord]:
+        """The epic's wave checkpoints, the first wave first."""
+
+    async def begin_wave(self, wave: WaveRecord, tasks: Sequence[TaskRecord], now: float) -> None:
+        """A wave's checkpoint, in one transaction: the wave row, the epic's wave number and its
+        tasks as the wave takes them (each expected OPEN). StaleState when the epic is no longer
+        running, the wave exists or a task is not open."""
+
+    async def save_task(self, task: TaskRecord, *, expect: TaskState) -> None:
+        """Replace a task's progress if it is still in state `expect` (else StaleState)."""
+
+    async def end_wave(
+        self, epic_id: str, wave: int, *, results: Mapping[str, str], head: str, at: float
+    ) -> None:
+        """Record a wave's outcome and the epic branch's head after its ratchet."""
+
+    async def end_epic(self, epic_id: str, state: EpicState, reason: str, at: float) -> None:
+        """End a running epic (StaleState when it already ended)."""
+
+    async def cancel_epic(self, epic_id: str, reason: str, at: float) -> EpicRecord:
+        """Ask a running epic to stop at its next wave boundary (Conflict when it ended)."""
+
+
 class Store(
     StoreLifecycle,
     JobStore,
@@ -743,6 +785,7 @@ class Store(
     RetentionStore,
     BaselineStore,
     WorldReads,
+    EpicStore,
     Protocol,
 ):
     """The whole store: every port above. What the store implementations (store/memory.py,

@@ -31,6 +31,7 @@ from corral.core.ports import (
     QueueFilter,
 )
 from corral.domain.agents import AgentEvent, Checkpoint
+from corral.domain.epics import EpicRecord, TaskRecord, WaveRecord
 from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import resolve
 from corral.domain.models import (
@@ -48,6 +49,7 @@ from corral.domain.tokens import ApiToken
 from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store import cascade, rules
+from corral.store.epics_memory import MemoryEpics
 from corral.store.governance_memory import MemoryGovernance
 from corral.store.metrics_memory import MemoryMetrics
 from corral.store.operator_memory import MemoryOperator
@@ -108,6 +110,7 @@ class MemoryStore(
     MemoryTokens,
     MemoryRetention,
     MemoryWorld,
+    MemoryEpics,
 ):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
@@ -134,6 +137,9 @@ class MemoryStore(
         self._cursors: dict[tuple[str, str], EventCursor] = {}  # the event_cursors table
         self._tokens: dict[str, ApiToken] = {}
         self._baselines: dict[tuple[str, str, str], Baseline] = {}
+        self._epics: dict[str, EpicRecord] = {}
+        self._epic_tasks: dict[str, dict[str, TaskRecord]] = {}
+        self._epic_waves: dict[str, dict[int, WaveRecord]] = {}
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:

@@ -111,6 +111,49 @@ CREATE TABLE world_baselines (
     PRIMARY KEY (role, kind, metric)
 );
 
+-- Epics run as waves (migration 0022, services/epics.py): the epic with its parsed file, each
+-- task's progress, and one checkpoint row per wave.
+CREATE TABLE epics (
+    id               TEXT PRIMARY KEY,
+    name             TEXT NOT NULL,
+    tenant           TEXT NOT NULL,
+    repo             TEXT NOT NULL,
+    base             TEXT NOT NULL,
+    branch           TEXT NOT NULL,
+    spec             TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    wave             INTEGER NOT NULL,
+    created_at       REAL NOT NULL,
+    updated_at       REAL NOT NULL,
+    cancel_requested TEXT,
+    reason           TEXT
+);
+CREATE INDEX epics_by_state ON epics (state, id);
+CREATE TABLE epic_tasks (
+    epic_id    TEXT NOT NULL,
+    task_id    TEXT NOT NULL,
+    position   INTEGER NOT NULL,
+    state      TEXT NOT NULL,
+    attempts   INTEGER NOT NULL,
+    failures   INTEGER NOT NULL,
+    job_id     TEXT,
+    judges     TEXT NOT NULL,
+    commit_sha TEXT,
+    verdict    TEXT,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (epic_id, task_id)
+);
+CREATE TABLE epic_waves (
+    epic_id    TEXT NOT NULL,
+    wave       INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    tasks      TEXT NOT NULL,
+    ended_at   REAL,
+    results    TEXT,
+    head       TEXT,
+    PRIMARY KEY (epic_id, wave)
+);
+
 CREATE TABLE job_events (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id     TEXT NOT NULL,

@@ -24,6 +24,7 @@ from corral.store import admission as adm
 from corral.store import cascade, rules
 from corral.store.chain_sql import ChainWriter
 from corral.store.driver import Driver, Row, Tx
+from corral.store.epics_sql import SqlEpics
 from corral.store.governance_sql import SqlGovernance
 from corral.store.metrics_sql import SqlMetrics
 from corral.store.operator_sql import SqlOperator
@@ -95,7 +96,14 @@ class _EventTx:
 
 
 class SqlStore(
-    SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, SqlRetention, SqlWorld
+    SqlOperator,
+    SqlGovernance,
+    SqlOutbox,
+    SqlMetrics,
+    SqlTokens,
+    SqlRetention,
+    SqlWorld,
+    SqlEpics,
 ):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
