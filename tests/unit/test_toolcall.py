@@ -93,3 +93,36 @@ def test_the_shell_changes_the_verdict() -> None:
     assert (bash(command).verdict, bash(command).guardrail) == ("allow", "kubectl-reads")
     v = bash(command, shell="sh")
     assert (v.verdict, v.decided_by) == ("deny", "scope") and "runs under sh" in v.message
+
+
+@pytest.mark.parametrize(
+    ("command", "verdict"),
+    [
+        ("git status", "allow"),
+        ("git diff HEAD", "allow"),
+        ("git commit -am done", "deny"),
+        ("git -C . commit -m x", "deny"),
+        ("git push origin HEAD", "deny"),
+        ("sh -c 'git push'", "deny"),
+    ],
+)
+def test_an_epic_worker_may_not_commit(command: str, verdict: str) -> None:
+    """Seed 002's lead-only commits: `_epic_worker`'s rules apply besides the role's."""
+
+    def check(also: tuple[str, ...]) -> Any:
+        return decide(
+            Call(tool="Bash", input={"command": command}, workspace="/w"),
+            role="coder",
+            scope=Scope.parse(["Bash(git *)", "Bash(sh *)"]),
+            guardrails=default_guardrails(),
+            used=FRESH,
+            limits=LIMITS,
+            resolve=lambda p: p,
+            also=also,
+        )
+
+    assert check(()).verdict == "allow"  # outside an epic the role's rules alone decide
+    v = check(("_epic_worker",))
+    assert v.verdict == verdict
+    if verdict == "deny":
+        assert (v.reason, v.rule) == ("lead_only_commits", "epic-no-commit")

@@ -49,6 +49,9 @@ class JobOptions:
     provider: str | None = None  # the provider its budget and breaker are kept for
     model: str | None = None  # the model its breaker is kept for
     submitted_by: str | None = None  # who asked for it: a local user, or `token:<id>` over HTTP
+    # The epic try it works for ("<epic id>/<task id>/<try>", services/epics.py): the guardrails
+    # of `_epic_worker` apply to it too (lead-only commits)
+    epic: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _TYPES: ClassVar[Mapping[str, type]] = {
@@ -62,6 +65,7 @@ class JobOptions:
         "provider": str,
         "model": str,
         "submitted_by": str,
+        "epic": str,
     }
 
     def to_json(self) -> dict[str, Any]:

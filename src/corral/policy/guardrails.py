@@ -97,8 +97,10 @@ from corral.policy.sql import DIALECTS, check_sql
 
 __all__ = [
     "ALL_ROLES",
+    "EPIC_WORKER",
     "FORCE_WORDS",
     "STAGES",
+    "STRICTNESS",
     "GuardVerdict",
     "Guardrails",
     "Program",
@@ -113,6 +115,9 @@ __all__ = [
 GuardVerdictKind = Literal["allow", "deny", "require_approval"]
 STAGES = ("spawn", "tool_call")
 ALL_ROLES = "_all"
+# Applied besides its role's rules to an agent an epic ignites (services/epics.py): the lead,
+# Corral, commits its work; the worker may not commit or push.
+EPIC_WORKER = "_epic_worker"
 FORCE_WORDS = frozenset(
     {"--force", "--yes", "-y", "--assume-yes", "force=true", "--force=true", "--confirm",
      "--no-confirm", "--no-prompt", "--non-interactive", "--auto-approve", "--i-am-sure"}
@@ -120,6 +125,7 @@ FORCE_WORDS = frozenset(
 """Words that signal consent in some CLI; no allow rule may depend on them."""
 
 _RANK = {"allow": 0, "require_approval": 1, "deny": 2}
+STRICTNESS: dict[str, int] = _RANK  # deny > require_approval > allow
 _VERDICTS = frozenset(_RANK)
 _REASON = re.compile(r"[a-z][a-z0-9_]*\Z")
 _RULE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*\Z")

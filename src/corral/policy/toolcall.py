@@ -42,7 +42,7 @@ from typing import Literal
 
 from corral.domain.governance import Approval, ApprovalState
 from corral.domain.models import Limits
-from corral.policy.guardrails import Guardrails, GuardVerdictKind
+from corral.policy.guardrails import STRICTNESS, Guardrails, GuardVerdictKind
 from corral.policy.paths import Resolve, real
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.scopes import Call, Decision, Scope, Usage, call_limit, in_scope, token_limit
@@ -108,6 +108,7 @@ class CallFacts:
     over_ceiling: bool | None = None  # does cost_usd cross a budget ceiling of the job?
     approval: Approval | None = None  # the latest approval of the verdict's approval subject
     late: bool | None = None  # had the hook given up waiting when the verdict was reached?
+    also: tuple[str, ...] = ()  # guardrail roles applied besides `role` (`_epic_worker`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +154,10 @@ def _guardrail(f: CallFacts, so_far: CallVerdict | None) -> CallVerdict | None:
         return None
     c = f.call
     g = f.guardrails.evaluate(f.role, "tool_call", c.tool, c.input, c.shell)
+    for extra in f.also:  # the strictest verdict wins, as between a role's rules and `_all`'s
+        more = f.guardrails.evaluate(extra, "tool_call", c.tool, c.input, c.shell)
+        if STRICTNESS[more.verdict] > STRICTNESS[g.verdict]:
+            g = more
     if g.verdict == "allow":
         return replace(so_far, guardrail=g.rule_id)
     return CallVerdict(
@@ -268,10 +273,12 @@ def decide(
     used: Usage,
     limits: Limits,
     resolve: Resolve = real,
+    also: tuple[str, ...] = (),
 ) -> CallVerdict:
     """The verdict of a role's rules alone on one call of an agent of ``role``, outside any run
     (no cost spent, no hook waiting): a call a guardrail sends to a human stays
-    require_approval. What `corral guard check` shows. Pure, given ``resolve``."""
+    require_approval. What `corral guard check` shows. Pure, given ``resolve``; ``also``: the
+    guardrail roles applied besides ``role`` (`_epic_worker` for an epic's worker)."""
     out = run(
         CallFacts(
             call=call,
@@ -283,6 +290,7 @@ def decide(
             resolve=resolve,
             over_ceiling=False,
             late=False,
+            also=also,
         )
     )
     return out.so_far if isinstance(out, Need) else out

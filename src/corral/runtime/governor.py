@@ -43,7 +43,7 @@ from corral.domain.models import AttemptResult, Claimed, Job, JobEvent
 from corral.domain.settings import Settings, WorkerSpec
 from corral.policy import scopes as policy
 from corral.policy import toolcall
-from corral.policy.guardrails import Guardrails, approval_digest
+from corral.policy.guardrails import EPIC_WORKER, Guardrails, approval_digest
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.redact import Redactor
 from corral.runtime.modelgate import ModelGateway
@@ -310,6 +310,7 @@ class Governor:
             limits=job.limits,
             cost_usd=m.cost_usd,
             over_ceiling=None if self.overrun is not None else False,
+            also=(EPIC_WORKER,) if job.options.epic else (),
         )
         # Counted before the first await, and given back once decided if the call was no use
         # (or the decision failed): concurrent calls of one attempt (a storm) each see the calls
