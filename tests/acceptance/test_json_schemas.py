@@ -81,6 +81,10 @@ COMMANDS_WITH_JSON = {
     "world",
     "world baselines",
     "replay",
+    "epic run",
+    "epic status",
+    "epic show",
+    "epic cancel",
 }
 
 

@@ -36,8 +36,8 @@ def test_every_field_round_trips_through_json() -> None:
         workflow="w",
         provider="p",
         model="m",
-            submitted_by="token:t1",
-            epic="e1/a/1",
+        submitted_by="token:t1",
+        epic="e1/a/1",
     )
     assert JobOptions.from_json(opts.to_json()) == opts
     names = {f.name for f in dataclasses.fields(JobOptions)} - {"extra"}

@@ -24,6 +24,7 @@ from . import (
     configs,
     dlq,
     edge,
+    epics,
     events,
     governance,
     guard,
@@ -198,11 +199,18 @@ def serve(
                 typer.echo(f"corral: HTTP API on {listener.url}", err=True)
 
         also = [] if listener is None else [listener.serve]
+        also.append(_waves)  # the FIRE loop of every running epic (services/waves.py)
         anyio.run(lambda: engine.run(drain=drain, on_ready=ready, also=also))
     except CorralError as err:
         fail(err)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+async def _waves(engine: Engine) -> None:
+    from corral.services.waves import WaveRunner
+
+    await WaveRunner(engine.store, engine.config, wake=engine.wake).run()
 
 
 def _http_listener(
@@ -342,6 +350,7 @@ app.add_typer(tokens.app, name="token")
 retention.register(app)
 app.add_typer(world.app, name="world")
 app.command("replay")(world.replay_cmd)
+app.add_typer(epics.app, name="epic")
 schema_cmd.register(app)
 
 

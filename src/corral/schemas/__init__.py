@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from corral.schemas import protocol, views
+from corral.schemas import epics, protocol, views
 
 MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     # --json (and the HTTP API)
@@ -61,6 +61,8 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "WorldModel": views.WorldModel,
     "Baseline": views.Baseline,
     "Replay": views.Replay,
+    "Epic": epics.Epic,
+    "EpicShow": epics.EpicShow,
     # the core protocol
     "ProtocolJob": protocol.JOB.model,
     "ProtocolAttempt": protocol.ATTEMPT.model,
