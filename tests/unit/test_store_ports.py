@@ -21,6 +21,7 @@ from corral.core.ports import (
     EngineRegistry,
     GovernanceStore,
     JobStore,
+    KnowledgeStore,
     MetricsReads,
     OutboxReads,
     RetentionStore,
@@ -47,6 +48,7 @@ PORTS: tuple[type, ...] = (
     RetentionStore,
     BaselineStore,
     WorldReads,
+    KnowledgeStore,
 )
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 

@@ -167,3 +167,14 @@ class ArmStats:
     @property
     def tool_calls_per_run(self) -> float | None:
         return self.tool_calls / self.runs if self.runs else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LearningUpdate:
+    """A learning's new numbers (or status) with the history line that says why; `before` is
+    what the writer read: the store refuses the update (StaleState) when the learning changed
+    since, so two engines rewarding it at once both count."""
+
+    before: Learning
+    after: Learning
+    change: LearningChange

@@ -49,6 +49,21 @@ HEADING = (
 )
 
 
+MAX_TERMS = 32  # words of a query the store's full-text search uses (a prompt can be long)
+_WORD = re.compile(r"[^\W_]+")
+
+
+def search_terms(query: str) -> list[str]:
+    """The query's words (letters and digits), lower-cased, two characters or more, once each,
+    at most MAX_TERMS: what the store's full-text search looks for (any of them). Nothing of
+    the query's own syntax reaches the database's query language."""
+    found: list[str] = []
+    for w in _WORD.findall(query.lower()):
+        if len(w) >= 2 and w not in found:
+            found.append(w)
+    return found[:MAX_TERMS]
+
+
 def query_tokens(query: str) -> list[str]:
     seen: list[str] = []
     for t in query.lower().split():

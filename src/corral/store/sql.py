@@ -25,6 +25,7 @@ from corral.store import cascade, rules
 from corral.store.chain_sql import ChainWriter
 from corral.store.driver import Driver, Row, Tx
 from corral.store.governance_sql import SqlGovernance
+from corral.store.knowledge_sql import SqlKnowledge
 from corral.store.metrics_sql import SqlMetrics
 from corral.store.operator_sql import SqlOperator
 from corral.store.outbox_sql import SqlOutbox
@@ -95,7 +96,14 @@ class _EventTx:
 
 
 class SqlStore(
-    SqlOperator, SqlGovernance, SqlOutbox, SqlMetrics, SqlTokens, SqlRetention, SqlWorld
+    SqlOperator,
+    SqlGovernance,
+    SqlOutbox,
+    SqlMetrics,
+    SqlTokens,
+    SqlRetention,
+    SqlWorld,
+    SqlKnowledge,
 ):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
