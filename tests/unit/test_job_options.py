@@ -37,6 +37,7 @@ def test_every_field_round_trips_through_json() -> None:
         provider="p",
         model="m",
         submitted_by="token:t1",
+        knowledge="## Learnings …",
     )
     assert JobOptions.from_json(opts.to_json()) == opts
     names = {f.name for f in dataclasses.fields(JobOptions)} - {"extra"}

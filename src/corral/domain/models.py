@@ -49,6 +49,9 @@ class JobOptions:
     provider: str | None = None  # the provider its budget and breaker are kept for
     model: str | None = None  # the model its breaker is kept for
     submitted_by: str | None = None  # who asked for it: a local user, or `token:<id>` over HTTP
+    # the learnings the dispatcher found for this attempt, after the permit: appended to the
+    # agent's system prompt (runtime/flywheel.py); never stored with the job
+    knowledge: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _TYPES: ClassVar[Mapping[str, type]] = {
@@ -62,6 +65,7 @@ class JobOptions:
         "provider": str,
         "model": str,
         "submitted_by": str,
+        "knowledge": str,
     }
 
     def to_json(self) -> dict[str, Any]:
