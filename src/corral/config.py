@@ -40,6 +40,7 @@ from corral.domain.settings import (
     EventsSpec,
     GatewaySpec,
     KeepSpec,
+    KnowledgeSpec,
     OutputSpec,
     OversightSpec,
     ProviderSpec,
@@ -147,9 +148,23 @@ class RoleModel(_Strict):
     detached: bool = False  # jobs of this role outlive the job that submitted them
     anomaly: AnomalyModel = AnomalyModel()
     on_deadlock: Literal["escalate", "cancel"] = "escalate"
+    # learnings injected into this role's agent runs: off, on, or ab (half the runs, by job id)
+    knowledge: Literal["off", "on", "ab"] = "off"
     max_output_bytes: int | None = Field(
         None, ge=bounds.MIN_OUTPUT_BYTES, le=bounds.MAX_OUTPUT_BYTES
     )  # None: output.max_bytes
+
+
+class KnowledgeModel(_Strict):
+    """The knowledge flywheel (docs/how-to/knowledge.md)."""
+
+    extract: bool = True  # finished runs write learnings
+    # `rules` (the built-in extractor) or `package.module:function`
+    extractor: str = Field("rules", pattern=r"^(rules|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    max_tokens: int = Field(1500, ge=1, le=100_000)
+    max_learnings: int = Field(10, ge=1, le=100)
+    similarity_weight: float = Field(0.0, ge=0, le=10)
+    candidates: int = Field(50, ge=1, le=1000)
 
 
 class OutputModel(_Strict):
@@ -438,6 +453,7 @@ class ConfigModel(_Strict):
     events: EventsModel = EventsModel()
     retention: RetentionModel = RetentionModel()
     api: ApiModel = ApiModel()
+    knowledge: KnowledgeModel = KnowledgeModel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -672,6 +688,7 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         detached=m.detached,
         anomaly=AnomalySpec(factor=m.anomaly.factor, stop=m.anomaly.stop),
         on_deadlock=m.on_deadlock,
+        knowledge=m.knowledge,
         limits=Limits(**m.limits.model_dump()),
         model=m.model,
         max_turns=m.max_turns,
@@ -748,6 +765,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
         ),
         events=_events(model.events),
         retention=_retention(model.retention, source),
+        knowledge=KnowledgeSpec(**model.knowledge.model_dump()),
         **_mechanism(model),
     )
     return settings

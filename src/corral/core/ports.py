@@ -21,6 +21,15 @@ from corral.domain.governance import (
     ScopeKind,
     UnifiedRun,
 )
+from corral.domain.knowledge import (
+    ArmStats,
+    Citation,
+    KnowledgeRun,
+    Learning,
+    LearningChange,
+    LearningStatus,
+    LearningUpdate,
+)
 from corral.domain.models import (
     Attempt,
     AttemptResult,
@@ -770,6 +779,72 @@ class EpicStore(Protocol):
 
     async def cancel_epic(self, epic_id: str, reason: str, at: float) -> EpicRecord:
         """Ask a running epic to stop at its next wave boundary (Conflict when it ended)."""
+class KnowledgeStore(Protocol):
+    """The knowledge flywheel's learnings, their history, citations and A/B runs (migration
+    0023; runtime/flywheel.py writes them, services/knowledge.py reads them)."""
+
+    async def add_learning(self, learning: Learning, change: LearningChange) -> bool:
+        """Store a new learning with its first history line; False, and nothing written, when
+        one of the same content (digest) exists in its tenant and role."""
+
+    async def get_learning(self, ref: str) -> Learning:
+        """By id, or a unique prefix or suffix of at least 4 characters (NotFound when none,
+        InvalidRequest when ambiguous)."""
+
+    async def list_learnings(
+        self,
+        *,
+        tenant: str | None = None,
+        role: str | None = None,
+        status: LearningStatus | None = None,
+        limit: int = 100,
+    ) -> list[Learning]:
+        """Newest first."""
+
+    async def search_learnings(
+        self,
+        query: str,
+        *,
+        tenant: str | None = None,
+        role: str | None = None,
+        status: LearningStatus | None = LearningStatus.ACTIVE,
+        limit: int = 50,
+    ) -> list[Learning]:
+        """Full-text search (SQLite FTS5, PostgreSQL tsvector) of titles and bodies: learnings
+        that hold any of the query's words, best match first; an empty query lists the newest."""
+
+    async def update_learnings(self, updates: Sequence[LearningUpdate]) -> None:
+        """Write the learnings' numbers, maturity and status with their history lines, in one
+        transaction; StaleState (nothing written) when one changed since its `before`."""
+
+    async def learning_history(self, learning_id: str) -> list[LearningChange]:
+        """The learning's history, oldest first."""
+
+    async def record_injection(self, run: KnowledgeRun, citations: Sequence[Citation]) -> None:
+        """At dispatch: the run's arm (one row per job, the latest attempt's) and the learnings
+        its attempt was given."""
+
+    async def citations(
+        self, *, job_id: str | None = None, learning_id: str | None = None
+    ) -> list[Citation]:
+        """Citations of a job or of a learning, oldest first."""
+
+    async def settle_run(
+        self,
+        job_id: str,
+        *,
+        succeeded: bool,
+        tool_calls: int,
+        reward: float | None,
+        updates: Sequence[LearningUpdate],
+    ) -> None:
+        """A run's end, in one transaction: its arm's outcome, the reward on its citations not
+        yet rewarded, and the learnings that reward moved (StaleState as update_learnings)."""
+
+    async def knowledge_stats(
+        self, *, tenant: str | None = None, role: str | None = None
+    ) -> list[ArmStats]:
+        """Per role and arm, the runs that ended: how many, how many succeeded, tool calls."""
 
 
 class Store(
@@ -786,6 +861,7 @@ class Store(
     BaselineStore,
     WorldReads,
     EpicStore,
+    KnowledgeStore,
     Protocol,
 ):
     """The whole store: every port above. What the store implementations (store/memory.py,

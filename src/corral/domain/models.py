@@ -52,6 +52,9 @@ class JobOptions:
     # The epic try it works for ("<epic id>/<task id>/<try>", services/epics.py): the guardrails
     # of `_epic_worker` apply to it too (lead-only commits)
     epic: str | None = None
+    # the learnings the dispatcher found for this attempt, after the permit: appended to the
+    # agent's system prompt (runtime/flywheel.py); never stored with the job
+    knowledge: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _TYPES: ClassVar[Mapping[str, type]] = {
@@ -66,6 +69,7 @@ class JobOptions:
         "model": str,
         "submitted_by": str,
         "epic": str,
+        "knowledge": str,
     }
 
     def to_json(self) -> dict[str, Any]:

@@ -79,6 +79,21 @@ class AnomalySpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KnowledgeSpec:
+    """The knowledge flywheel (runtime/flywheel.py): whether finished runs are extracted into
+    learnings, by which extractor (`rules`, or `package.module:function` taking a RunTrace and
+    returning candidates), and the injection budget a run's learnings are held to. Which roles
+    get learnings injected is each role's `knowledge`."""
+
+    extract: bool = True
+    extractor: str = "rules"
+    max_tokens: int = 1500
+    max_learnings: int = 10
+    similarity_weight: float = 0.0  # w_sim of the composite (0: the seed's parity)
+    candidates: int = 50  # learnings the full-text search reads per dispatch, before ranking
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RoleSpec:
     name: str
     worker: str = "command"
@@ -114,6 +129,9 @@ class RoleSpec:
     # A job of this role waiting in a deadlock (the waiter of a cycle of waits): "escalate"
     # raises the incident only; "cancel" also cancels it, which breaks the cycle.
     on_deadlock: str = "escalate"
+    # The knowledge flywheel for this role's agent jobs: `off` (nothing injected), `on` (the top
+    # learnings injected into every run) or `ab` (half the runs, by job id, as the control arm)
+    knowledge: str = "off"
     max_output_bytes: int | None = None  # None: `output.max_bytes`
 
 
@@ -337,6 +355,7 @@ class Settings:
     output: OutputSpec = field(default_factory=OutputSpec)
     events: EventsSpec = field(default_factory=EventsSpec)
     retention: RetentionSpec = field(default_factory=RetentionSpec)
+    knowledge: KnowledgeSpec = field(default_factory=KnowledgeSpec)
 
     def max_output_bytes(self, role: str) -> int:
         """The output cap of one attempt of a job of `role`."""

@@ -38,6 +38,7 @@ from corral.runtime.assembly import (
     worker_kinds,
 )
 from corral.runtime.control import serve_control
+from corral.runtime.flywheel import Flywheel
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
 from corral.runtime.modelgate import ModelGateway
@@ -204,8 +205,15 @@ class Engine:
         )
         self.governor.socket_group = config.socket_group
         self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+        # The knowledge flywheel: learnings injected at dispatch, rewarded and extracted when a
+        # run's report is written (runtime/flywheel.py)
+        self.flywheel = Flywheel(self.store, config.settings)
         self.reporter = Reporter(
-            self.store, config.settings.oversight, spans=self.spans, baselines=self.store
+            self.store,
+            config.settings.oversight,
+            spans=self.spans,
+            baselines=self.store,
+            flywheel=self.flywheel,
         )
         # Deadlocks and anomalies among live jobs, looked for every scheduler tick
         # (runtime/worldwatch.py); an anomaly of a role that says so is stopped here.
@@ -250,6 +258,7 @@ class Engine:
             ),
             agents=self.governor,
             gate=self.gate,
+            knowledge=self.flywheel,
             on_settled=self.reporter.wake,
             health=self.health,
         )

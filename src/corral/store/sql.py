@@ -26,6 +26,7 @@ from corral.store.chain_sql import ChainWriter
 from corral.store.driver import Driver, Row, Tx
 from corral.store.epics_sql import SqlEpics
 from corral.store.governance_sql import SqlGovernance
+from corral.store.knowledge_sql import SqlKnowledge
 from corral.store.metrics_sql import SqlMetrics
 from corral.store.operator_sql import SqlOperator
 from corral.store.outbox_sql import SqlOutbox
@@ -104,6 +105,7 @@ class SqlStore(
     SqlRetention,
     SqlWorld,
     SqlEpics,
+    SqlKnowledge,
 ):
     """Every store port (core/ports.py) implemented once in portable SQL over a driver."""
 
