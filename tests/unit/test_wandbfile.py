@@ -28,14 +28,18 @@ run.finish()
 """
 
 
-@pytest.fixture(scope="module")
-def run_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("wandb")
+def write_run(root: Path, script: str, run_id: str) -> Path:
+    """The offline run file the pinned wandb writes running `script` in `root`."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(root), "WANDB_SILENT": "true"}
     env.pop("WANDB_API_KEY", None)
-    subprocess.run([sys.executable, "-c", WRITER], env=env, check=True, timeout=120, cwd=root)
-    (found,) = root.glob("wandb/offline-run-*/run-corral-J1-2.wandb")
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120, cwd=root)
+    (found,) = root.glob(f"wandb/offline-run-*/run-{run_id}.wandb")
     return found
+
+
+@pytest.fixture(scope="module")
+def run_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_run(tmp_path_factory.mktemp("wandb"), WRITER, "corral-J1-2")
 
 
 def test_reads_the_run_its_config_summary_and_history(run_file: Path) -> None:

@@ -4,6 +4,7 @@ renders the answer (cli/views.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import sys
@@ -20,7 +21,8 @@ from corral.domain.errors import InvalidRequest
 from corral.domain.models import Job
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.control import caller_job
-from corral.services import cancellation, notebooks, queries
+from corral.schemas import views as schemas
+from corral.services import cancellation, notebooks, queries, runs
 from corral.services import training as trainings
 from corral.services.submissions import LimitChoices, SubmitRequest
 from corral.services.submissions import submit as submit_job
@@ -665,16 +667,22 @@ def show(
         return
     cfg = config_or_fail(data_dir, config)
     d = with_store(cfg, lambda st: queries.job_detail(st, job))
+    found = [
+        schemas.TrainingRun(**dataclasses.asdict(r))
+        for r in (runs.runs_in(d.timeline) if "training" in d.job.options.extra else [])
+    ]
     if as_json:
         data = views.job_json(d.job, detail=True)
         data["attempts"] = [views.attempt_json(a) for a in d.attempts]
         data["timeline"] = [views.event_json(e) for e in d.timeline]
         data["agent_events"] = [views.agent_event_json(e) for e in d.agent_events]
         data["trace_id"] = d.trace_id
+        data["runs"] = [r.dump() for r in found]
         emit(data)
     else:
         views.print_job(d.job, d.attempts, d.timeline)
         views.print_agent_events(d.agent_events)
+        views.print_runs(found)
 
 
 def trace(
