@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict, get_args, get_origin
+from typing import Annotated, Any, Literal, TypedDict, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
@@ -146,6 +146,9 @@ class RoleModel(_Strict):
     max_recursion_depth: int = Field(5, ge=0, le=100)
     retry_budget: RetryBudgetModel = RetryBudgetModel()
     detached: bool = False  # jobs of this role outlive the job that submitted them
+    # variables every job of this role gets as secrets from the engine's environment, as with
+    # `--secret-env` (HF_TOKEN, WANDB_API_KEY for training jobs: docs/how-to/training.md)
+    secret_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []
     anomaly: AnomalyModel = AnomalyModel()
     on_deadlock: Literal["escalate", "cancel"] = "escalate"
     # learnings injected into this role's agent runs: off, on, or ab (half the runs, by job id)
@@ -204,6 +207,8 @@ class EnvModel(_Strict):
     # ray: the runtime env every attempt's Ray job gets (working_dir, pip, uv, env_vars …).
     # Ray hands it back in clear from its job API: never a secret here.
     runtime_env: dict[str, Any] | None = None
+    # variables every job in this environment gets as secrets from the engine's environment
+    secret_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []
 
 
 class SchedulerModel(_Strict):
@@ -686,6 +691,7 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         max_output_bytes=m.max_output_bytes,
         retry_budget=RetryBudget(**m.retry_budget.model_dump()),
         detached=m.detached,
+        secret_env=tuple(m.secret_env),
         anomaly=AnomalySpec(factor=m.anomaly.factor, stop=m.anomaly.stop),
         on_deadlock=m.on_deadlock,
         knowledge=m.knowledge,
@@ -740,6 +746,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
                 if v is not None
             },
             runtime_env=dict(m.runtime_env or {}),
+            secret_env=tuple(m.secret_env),
         )
         for name, m in model.environments.items()
     }

@@ -8,17 +8,10 @@ and is stopped by killing that group."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,90 +21,16 @@ import pytest
 from corral.workers.proctab import alive
 from tests.acceptance.conftest import Corral
 from tests.acceptance.notebooks import NOTEBOOK_BAD, NOTEBOOK_OK, write_notebook
+from tests.acceptance.rayhead import Head, free_port, running_head
 from tests.helpers import eventually
 
 pytest.importorskip("ray.job_submission", reason="the ray extra is part of the dev set-up")
 
-RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Head:
-    def __init__(self, address: str, proc: subprocess.Popen[bytes]) -> None:
-        self.address = address
-        self.proc = proc
-
-    def client(self) -> Any:
-        from ray.job_submission import JobSubmissionClient
-
-        return JobSubmissionClient(self.address)
-
-    def jobs(self, corral_job: str) -> list[Any]:
-        """Ray's jobs for one Corral job (their submission ids carry the Corral job id)."""
-        return [
-            j
-            for j in self.client().list_jobs()
-            if (j.submission_id or "").startswith(f"corral-{corral_job}-")
-        ]
-
-    def raw(self, sid: str) -> str:
-        with urllib.request.urlopen(f"{self.address}/api/jobs/{sid}", timeout=10) as r:
-            return str(r.read().decode())
-
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[Head]:
-    # A short root: Ray's socket paths under it must stay within the 107-byte limit.
-    root = tempfile.mkdtemp(prefix="cr-ray-", dir="/tmp")
-    port, dash = _free_port(), _free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    env["RAY_TMPDIR"] = root
-    log = open(os.path.join(root, "head.log"), "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            *(RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)),
-            *("--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash)),
-            *("--include-dashboard", "true", "--num-cpus", "8", "--temp-dir", root),
-            # private ports for the agent and the client server too: the defaults (52365,
-            # 10001) are shared by every head on the host, and a second head's agent fails
-            *("--dashboard-agent-listen-port", str(_free_port())),
-            *("--ray-client-server-port", str(_free_port())),
-            *("--disable-usage-stats", "--block"),
-        ],
-        env=env,
-        stdout=log,
-        stderr=log,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    h = Head(f"http://127.0.0.1:{dash}", proc)
-    try:
-
-        def up() -> bool:
-            assert proc.poll() is None, Path(root, "head.log").read_text(errors="replace")
-            try:
-                h.client().list_jobs()
-            except Exception:
-                return False
-            return True
-
-        eventually(up, timeout=120, what="the Ray head's job server")
+    with running_head() as h:
         yield h
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        log.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _config(head: Head, *, max_queued: int | None = None) -> str:
@@ -309,7 +228,7 @@ def test_a_secret_never_reaches_ray_the_store_or_the_traces(ray_corral: Corral, 
 
 
 def test_an_unreachable_cluster_is_the_environments_failure_not_the_jobs(tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     config = f"""\
 scheduler:
   poll_interval_s: 0.2

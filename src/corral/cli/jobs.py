@@ -4,9 +4,11 @@ renders the answer (cli/views.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +21,9 @@ from corral.domain.errors import InvalidRequest
 from corral.domain.models import Job
 from corral.domain.states import DedupMode, JobState
 from corral.runtime.control import caller_job
-from corral.services import cancellation, notebooks, queries
+from corral.schemas import views as schemas
+from corral.services import cancellation, notebooks, queries, runs
+from corral.services import training as trainings
 from corral.services.submissions import LimitChoices, SubmitRequest
 from corral.services.submissions import submit as submit_job
 
@@ -188,6 +192,49 @@ def submit(
         float | None,
         typer.Option("--cell-timeout", help="Seconds a notebook cell may run."),
     ] = None,
+    training: Annotated[
+        str | None,
+        typer.Option(
+            "--training",
+            metavar="sft|dpo|grpo",
+            help="Run --script as a training job (TRL): on a ray environment as a Ray job, with "
+            "the job id, a W&B run id and a checkpoint directory in its environment; the "
+            "arguments after `--` go to the script.",
+        ),
+    ] = None,
+    script: Annotated[
+        Path | None, typer.Option("--script", help="The training script (with --training).")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Passed to the script as --model.")
+    ] = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="Passed to the script as --dataset.")
+    ] = None,
+    compare_to: Annotated[
+        str | None,
+        typer.Option(
+            "--compare-to",
+            metavar="JOB",
+            help="Compare the run's final metrics with this training job's: a watched metric "
+            "worse by more than the threshold records a metric_regression incident.",
+        ),
+    ] = None,
+    watch: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--watch",
+            help="A metric to compare (NAME, lower is better; NAME:max, higher is better; "
+            "default train/loss; repeatable).",
+        ),
+    ] = None,
+    regression_threshold: Annotated[
+        float | None,
+        typer.Option("--regression-threshold", help="How much worse is a regression (0.1: 10%)."),
+    ] = None,
+    wandb_project: Annotated[
+        str | None, typer.Option("--wandb-project", help="The W&B project of the runs.")
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -225,6 +272,7 @@ def submit(
             "--token-budget-in": token_budget_in is not None,
             "--token-budget-out": token_budget_out is not None,
             "--notebook": notebook is not None,  # a path on this machine: POST an intent
+            "--training": training is not None,  # the API's `training` body does it
         }
         for option, given in local.items():
             if given:
@@ -270,7 +318,18 @@ def submit(
 
     def request() -> SubmitRequest:  # after the configuration: a bad --setenv fails inside
         return _with_notebook(
-            plain(),
+            _with_training(
+                plain(),
+                training,
+                script,
+                notebook=notebook,
+                model=model,
+                dataset=dataset,
+                compare_to=compare_to,
+                watch=watch,
+                threshold=regression_threshold,
+                wandb_project=wandb_project,
+            ),
             notebook,
             param=param,
             copyback=copyback,
@@ -386,6 +445,46 @@ def _follow_remote(
         typer.echo(f"corral: {job.id} is still {job.state.value} after {timeout}s", err=True)
         return 124, job
     return (exit_code_of(job) if job.state.terminal else 0), job
+
+
+def _with_training(
+    base: SubmitRequest,
+    method: str | None,
+    script: Path | None,
+    *,
+    notebook: str | None,
+    model: str | None,
+    dataset: str | None,
+    compare_to: str | None,
+    watch: list[str] | None,
+    threshold: float | None,
+    wandb_project: str | None,
+) -> SubmitRequest:
+    """The training job `--training` asks for (the arguments after `--` go to the script), or
+    `base` without it (its options only with it)."""
+    if method is None and script is None:
+        if model or dataset or compare_to or watch or threshold is not None or wandb_project:
+            raise InvalidRequest(
+                "--model, --dataset, --compare-to, --watch, --regression-threshold and "
+                "--wandb-project go with --training"
+            )
+        return base
+    if method is None or script is None:
+        raise InvalidRequest("a training job needs --training sft|dpo|grpo and --script")
+    if notebook is not None:
+        raise InvalidRequest("give --notebook or --training, not both")
+    return trainings.training_request(
+        replace(base, command=()),
+        method,
+        str(script),
+        model=model,
+        dataset=dataset,
+        args=base.command,
+        compare_to=compare_to,
+        watch=tuple(watch or ()),
+        threshold=threshold,
+        wandb_project=wandb_project,
+    )
 
 
 def _with_notebook(
@@ -568,16 +667,22 @@ def show(
         return
     cfg = config_or_fail(data_dir, config)
     d = with_store(cfg, lambda st: queries.job_detail(st, job))
+    found = [
+        schemas.TrainingRun(**dataclasses.asdict(r))
+        for r in (runs.runs_in(d.timeline) if "training" in d.job.options.extra else [])
+    ]
     if as_json:
         data = views.job_json(d.job, detail=True)
         data["attempts"] = [views.attempt_json(a) for a in d.attempts]
         data["timeline"] = [views.event_json(e) for e in d.timeline]
         data["agent_events"] = [views.agent_event_json(e) for e in d.agent_events]
         data["trace_id"] = d.trace_id
+        data["runs"] = [r.dump() for r in found]
         emit(data)
     else:
         views.print_job(d.job, d.attempts, d.timeline)
         views.print_agent_events(d.agent_events)
+        views.print_runs(found)
 
 
 def trace(

@@ -267,3 +267,35 @@ def print_job(j: Job, attempts: Sequence[Attempt], events: Sequence[JobEvent]) -
 
 def _s(v: object) -> str:
     return "-" if v is None else str(v)
+
+
+def print_runs(runs: Sequence[schemas.TrainingRun]) -> None:
+    """A training job's W&B runs: one block per attempt, with its final loss and model."""
+    for r in runs:
+        console.print(
+            f"[bold]training run {r.run_id or '-'}[/bold]  attempt {_s(r.attempt)}  "
+            f"{r.method or ''}  W&B {r.wandb_mode or '-'}  exit {_s(r.exit_code)}",
+            markup=True,
+            highlight=False,
+        )
+        if r.repo_id:
+            console.print(
+                f"  model {r.repo_id} at revision {r.revision or '-'}",
+                markup=False,
+                highlight=False,
+            )
+        if r.error:
+            console.print(f"  run file: {_clip(r.error, 200)}", markup=False, highlight=False)
+            continue
+        if r.loss:
+            first, last = r.loss[0][1], r.loss[-1][1]
+            console.print(
+                f"  {r.loss_metric} {first:.6g} → {last:.6g} over {len(r.loss)} steps",
+                markup=False,
+                highlight=False,
+            )
+        shown = {k: v for k, v in r.summary.items() if isinstance(v, int | float | str)}
+        for key in sorted(shown)[:20]:
+            console.print(f"  {key} = {shown[key]}", markup=False, highlight=False)
+        if r.run_file:
+            console.print(f"  run file {r.run_file}", markup=False, highlight=False)

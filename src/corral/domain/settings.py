@@ -133,6 +133,8 @@ class RoleSpec:
     # learnings injected into every run) or `ab` (half the runs, by job id, as the control arm)
     knowledge: str = "off"
     max_output_bytes: int | None = None  # None: `output.max_bytes`
+    # variables every job of this role gets as secrets from the engine's environment
+    secret_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,6 +157,8 @@ class EnvSpec:
     # a ray environment: what each attempt's Ray job asks (num_cpus, num_gpus, memory in bytes)
     resources: Mapping[str, float] = field(default_factory=dict)
     runtime_env: Mapping[str, Any] = field(default_factory=dict)  # ray: never secrets
+    # variables every job in this environment gets as secrets from the engine's environment
+    secret_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

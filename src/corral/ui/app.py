@@ -36,6 +36,7 @@ from corral.services import (
     dlq,
     engine,
     queries,
+    runs,
     tenancy,
     tokens,
 )
@@ -390,6 +391,7 @@ def _job_routes(ui: FastAPI) -> None:
             "stdout": out,
             "stderr": err,
             "checkpoints": await st.store.checkpoints(job.id),
+            "runs": await runs.training_runs(st.store, d.job),
         }
 
     @ui.get("/jobs/{job_id}", response_class=HTMLResponse)

@@ -48,6 +48,7 @@ log = logging.getLogger("corral.worker")
 
 RESULT_FILE = "job-result.json"  # in the attempt directory; its path is $CORRAL_RESULT_FILE
 RESULT_ENV = "CORRAL_RESULT_FILE"
+SECRET_NAMES_ENV = "CORRAL_SECRET_NAMES"  # a training job's secret names (workers/training.py)
 MAX_RESULT_BYTES = 64 * 1024
 
 _OUTCOME = {
@@ -261,10 +262,13 @@ class CommandWorker:
             "CORRAL_WORKER": self.kind,
             RESULT_ENV: str(attempt_dir.resolve() / RESULT_FILE),
         }
+        if "training" in job.options.extra:  # names only: the runner moves them to a file
+            env[SECRET_NAMES_ENV] = ",".join(job.options.secret_env)
         argv, remote = self.argv(job), self._ray_env(job)
         if remote is not None:  # a Ray environment: the attempt is a Ray job (workers/rayjob.py)
             assert remote.address is not None  # the configuration refuses a ray env without one
             own = set(job.env) | {"CORRAL_JOB_ID", "CORRAL_ATTEMPT", "CORRAL_WORKER", RESULT_ENV}
+            own |= {SECRET_NAMES_ENV} & set(env)
             argv = rayjob.argv(
                 address=remote.address,
                 sid=rayjob.submission_id(job.id, attempt.index),
