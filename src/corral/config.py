@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypedDict, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
@@ -26,7 +26,6 @@ from pydantic import (
 )
 
 from corral import config_check
-from corral.core.watchdog import GAUGES
 from corral.domain import bounds
 from corral.domain.bounds import yaml_too_deep
 from corral.domain.errors import ConfigError
@@ -58,10 +57,11 @@ from corral.domain.settings import (
     WorkerSpec,
     WorkspacePolicy,
 )
-from corral.policy.guardrails import Guardrails, default_guardrails, load_rules
-from corral.policy.scopes import Scope
 
 CONFIG_NAME = "corral.yaml"
+
+if TYPE_CHECKING:
+    from corral.policy.guardrails import Guardrails
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster
 
@@ -784,6 +784,8 @@ def _checked_role(name: str, m: RoleModel, source: str) -> tuple[RoleSpec | None
         role = _role(name, m, source)
     except _Problem as err:
         return None, [str(err)]
+    from corral.policy.scopes import Scope  # the scope grammar: only a file's roles need it
+
     try:
         Scope.parse(role.tools)
     except ValueError as err:
@@ -807,6 +809,8 @@ def _guardrails_problems(path: str | None) -> list[str]:
     """A rules file that does not load is a configuration problem."""
     if path is None:
         return []
+    from corral.policy.guardrails import load_rules
+
     try:
         load_rules(Path(path))
     except (OSError, ValueError) as err:
@@ -841,6 +845,8 @@ def _entries(raw: dict[str, Any], section: str) -> list[tuple[str, Any]]:
 
 def guardrails_of(settings: Settings, source: str = "corral.yaml") -> Guardrails:
     """The shipped guardrails, with the configured file's rules over them."""
+    from corral.policy.guardrails import default_guardrails, load_rules
+
     rules = default_guardrails()
     if settings.guardrails_file is None:
         return rules
@@ -926,6 +932,8 @@ def _gateway(m: GatewayModel) -> GatewaySpec:
 
 def _mechanism(model: ConfigModel) -> _Mechanism:
     """The core's mechanism settings: budgets, breakers, watchdog, escalation."""
+    from corral.core.watchdog import GAUGES
+
     w, b, e = model.watchdog, model.breakers, model.escalation
     gauges = {
         name: Thresholds(**t.model_dump()) for name in GAUGES if (t := getattr(w, name)) is not None

@@ -10,28 +10,41 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from corral.config import Config
 from corral.core.ports import JobQuery
 from corral.domain import bounds
 from corral.domain.errors import InvalidRequest
 from corral.domain.models import Job
 from corral.domain.states import DedupMode, JobState
-from corral.runtime.control import caller_job
-from corral.schemas import views as schemas
-from corral.services import cancellation, notebooks, queries, runs
-from corral.services import training as trainings
-from corral.services.submissions import LimitChoices, SubmitRequest
-from corral.services.submissions import submit as submit_job
 
 from . import views
 from .edge import config_or_fail, emit, note, remote_url, waker, with_store
 from .exits import fail
 from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
-from .waiting import Follow, mode_for
+
+if TYPE_CHECKING:
+    from corral.config import Config
+    from corral.runtime import control
+    from corral.schemas import views as schemas
+    from corral.services import cancellation, notebooks, queries, runs, submissions
+    from corral.services import training as trainings
+
+    from . import waiting
+else:  # each imported when a command first uses it (`corral jobs` needs queries only)
+    from .lazy import lazy_module
+
+    control = lazy_module("corral.runtime.control")
+    cancellation = lazy_module("corral.services.cancellation")
+    notebooks = lazy_module("corral.services.notebooks")
+    queries = lazy_module("corral.services.queries")
+    runs = lazy_module("corral.services.runs")
+    schemas = lazy_module("corral.schemas.views")
+    trainings = lazy_module("corral.services.training")
+    submissions = lazy_module("corral.services.submissions")
+    waiting = lazy_module("corral.cli.waiting")
 
 # How `submit --wait` reports a job's end (documented in docs/reference/cli.md).
 WAIT_EXIT = {
@@ -316,7 +329,9 @@ def submit(
         return
     cfg = config_or_fail(data_dir, config)
 
-    def request() -> SubmitRequest:  # after the configuration: a bad --setenv fails inside
+    def request() -> (
+        submissions.SubmitRequest
+    ):  # after the configuration: a bad --setenv fails inside
         return _with_notebook(
             _with_training(
                 plain(),
@@ -338,8 +353,8 @@ def submit(
             cell_timeout=cell_timeout,
         )
 
-    def plain() -> SubmitRequest:
-        return SubmitRequest(
+    def plain() -> submissions.SubmitRequest:
+        return submissions.SubmitRequest(
             command=tuple(command or ()),
             prompt=prompt,
             role=role,
@@ -348,7 +363,7 @@ def submit(
             tenant=tenant,
             key=key,
             dedup=dedup,
-            limits=LimitChoices(
+            limits=submissions.LimitChoices(
                 max_attempts=max_attempts,
                 timeout_s=timeout,
                 grace_s=grace,
@@ -368,7 +383,7 @@ def submit(
         )
 
     done = with_store(
-        cfg, lambda st: submit_job(st, cfg, request(), waker(cfg), None if quiet else note)
+        cfg, lambda st: submissions.submit(st, cfg, request(), waker(cfg), None if quiet else note)
     )
     result, serving = done.result, done.engine_serving
     _print_submitted(
@@ -389,8 +404,10 @@ def submit(
             err=True,
         )
     if wait:
-        how = Follow(
-            mode=mode_for(quiet=quiet or as_json), output=follow_output, no_engine_ok=no_engine_ok
+        how = waiting.Follow(
+            mode=waiting.mode_for(quiet=quiet or as_json),
+            output=follow_output,
+            no_engine_ok=no_engine_ok,
         )
         raise typer.Exit(_follow(cfg, result.job.id, how)[0])
 
@@ -448,7 +465,7 @@ def _follow_remote(
 
 
 def _with_training(
-    base: SubmitRequest,
+    base: submissions.SubmitRequest,
     method: str | None,
     script: Path | None,
     *,
@@ -459,7 +476,7 @@ def _with_training(
     watch: list[str] | None,
     threshold: float | None,
     wandb_project: str | None,
-) -> SubmitRequest:
+) -> submissions.SubmitRequest:
     """The training job `--training` asks for (the arguments after `--` go to the script), or
     `base` without it (its options only with it)."""
     if method is None and script is None:
@@ -488,7 +505,7 @@ def _with_training(
 
 
 def _with_notebook(
-    base: SubmitRequest,
+    base: submissions.SubmitRequest,
     notebook: str | None,
     *,
     param: list[str] | None,
@@ -496,7 +513,7 @@ def _with_notebook(
     hook_command: str | None,
     hook_url: str | None,
     cell_timeout: float | None,
-) -> SubmitRequest:
+) -> submissions.SubmitRequest:
     """`base`, or the notebook job `--notebook` asks for (its options only with it)."""
     if notebook is None:
         if param or copyback or hook_command or hook_url or cell_timeout is not None:
@@ -545,7 +562,7 @@ def exit_code_of(job: Job) -> int:
     return job.exit_code if job.exit_code not in (None, 0) else 1
 
 
-def _follow(cfg: Config, ref: str, how: Follow) -> tuple[int, Job]:
+def _follow(cfg: Config, ref: str, how: waiting.Follow) -> tuple[int, Job]:
     """Follow the job (cli/waiting.py); the exit code `submit --wait` and `wait` give, and the
     job as last seen."""
     from corral.cli.waiting import follow
@@ -601,10 +618,10 @@ def wait_cmd(
             emit(remote.list_json(remote.run(url, lambda c: c.wait(seen.id, timeout_s=0))))
         raise typer.Exit(code)
     cfg = config_or_fail(data_dir, config)
-    how = Follow(
+    how = waiting.Follow(
         until=until,
         timeout=timeout,
-        mode=mode_for(quiet=quiet or as_json),
+        mode=waiting.mode_for(quiet=quiet or as_json),
         output=follow_output,
         no_engine_ok=no_engine_ok,
     )
@@ -789,7 +806,7 @@ def cancel(
     done = with_store(
         cfg,
         lambda st: cancellation.cancel(
-            st, cfg, job, reason=reason, caller=caller_job(cfg.data_dir), wake=waker(cfg)
+            st, cfg, job, reason=reason, caller=control.caller_job(cfg.data_dir), wake=waker(cfg)
         ),
     )
     j, answered = done.job, done.engine_answered

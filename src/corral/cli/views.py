@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.models import Attempt, Job, JobEvent
 from corral.domain.states import JobState
-from corral.schemas import views as schemas
 from corral.trace.ids import trace_id_hex
 
+# The schema models (pydantic) are imported by the functions that dump them: a list that
+# finds nothing, and output for people, do not build them.
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
@@ -60,7 +61,11 @@ STATE_STYLE = {
 }
 
 
-ts = schemas.iso_time  # the times of --json, for the commands that print their own
+def ts(t: float | None) -> str | None:
+    """The times of --json (schemas.views.iso_time), for the commands that print their own."""
+    from corral.schemas.views import iso_time
+
+    return iso_time(t)
 
 
 def short_time(t: float | None) -> str:
@@ -70,14 +75,20 @@ def short_time(t: float | None) -> str:
 
 
 def job_json(j: Job, *, detail: bool = False) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return (schemas.JobDetail if detail else schemas.Job).of(j).dump()
 
 
 def attempt_json(a: Attempt) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.Attempt.of(a).dump()
 
 
 def event_json(e: JobEvent) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.JobEvent.of(e).dump()
 
 
@@ -138,14 +149,20 @@ def print_jobs(
 def record_json(record: Any) -> dict[str, Any]:
     """A governance record (a frozen dataclass) for `--json`: its fields, the times (`at` and
     every `*_at`) as ISO 8601 UTC (schemas/views.py `record`)."""
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.record(record).dump()
 
 
 def evaluation_json(e: PolicyEvaluation) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.PolicyEvaluation.of(e).dump()
 
 
 def agent_event_json(e: AgentEvent) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.AgentEvent.of(e).dump()
 
 
