@@ -23,6 +23,13 @@ def new_id(now_ms: int | None = None) -> str:
     return base64.b32encode(raw)[:26].translate(_CROCKFORD).decode()
 
 
+def id_floor(at: float) -> str:
+    """The least id `new_id` can make at or after `at` (seconds): ids made since `at` are the
+    ids >= this one."""
+    raw = (int(at * 1000) & 0xFFFF_FFFF_FFFF).to_bytes(6, "big") + bytes(10)
+    return base64.b32encode(raw)[:26].translate(_CROCKFORD).decode()
+
+
 # A reference to an id: the whole id, or a unique prefix or suffix of at least MIN_REF
 # characters. Ids are time-ordered, so ids made close together share their first characters
 # and differ at the end: tables print the shortest unique suffix, of at least SHORT_MIN

@@ -205,7 +205,10 @@ class Engine:
         self.governor.socket_group = config.socket_group
         self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         self.reporter = Reporter(
-            self.store, config.settings.oversight, spans=self.spans, baselines=self.store
+            self.store,
+            config.settings.oversight,
+            spans=self.spans,
+            baselines=self.store if config.settings.scheduler.world_watch else None,
         )
         # Deadlocks and anomalies among live jobs, looked for every scheduler tick
         # (runtime/worldwatch.py); an anomaly of a role that says so is stopped here.
@@ -401,7 +404,8 @@ class Engine:
             )
             tg.start_soon(self.governor.serve)
             tg.start_soon(self.reporter.run)
-            tg.start_soon(self.worldwatch.run)
+            if self.config.settings.scheduler.world_watch:
+                tg.start_soon(self.worldwatch.run)
             tg.start_soon(self._heartbeat)
             tg.start_soon(self.checkpointer.run)
             tg.start_soon(self._keep_core_state)
