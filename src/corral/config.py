@@ -53,6 +53,7 @@ from corral.domain.settings import (
     SinkSpec,
     TenantSpec,
     Thresholds,
+    ThrottleSpec,
     WatchdogSpec,
     WorkerSpec,
     WorkspacePolicy,
@@ -195,11 +196,30 @@ class AuditModel(_Strict):
     checkpoint_every_s: float = Field(60.0, gt=0, le=86_400)
 
 
+class ThrottleModel(_Strict):
+    """`environments.NAME.throttle`: predictive throttling (corral.world.throttle)."""
+
+    threshold: float = Field(0.8, gt=0, le=1)  # throttle when the forecast reaches this × cap
+    release: float = Field(0.5, ge=0, lt=1)  # … until it is below this × cap (hysteresis)
+    window_s: float = Field(60.0, gt=0, le=86_400)  # how far back the trend looks
+    horizon_s: float = Field(30.0, gt=0, le=86_400)  # how far ahead the forecast looks
+
+    @model_validator(mode="after")
+    def _release_below_threshold(self) -> ThrottleModel:
+        if self.release >= self.threshold:
+            raise ValueError(
+                f"release ({self.release:g}) must be below threshold ({self.threshold:g}):"
+                " the gap between them is the hysteresis"
+            )
+        return self
+
+
 class EnvModel(_Strict):
     kind: Literal["local", "ray"] = "local"
     address: str | None = None
     max_inflight: int = Field(4, ge=1, le=10_000)
     max_queued: int | None = Field(None, ge=1)  # None: only scheduler.max_queued applies
+    throttle: ThrottleModel | None = None  # None: no predictive throttling
     # what each attempt's Ray job asks of the cluster (its entrypoint's resources)
     num_cpus: float | None = Field(None, ge=0, le=10_000)
     num_gpus: float | None = Field(None, ge=0, le=10_000)
@@ -216,6 +236,7 @@ class SchedulerModel(_Strict):
     poll_interval_s: float = Field(1.0, gt=0, le=60)
     max_queued: int = Field(10_000, ge=1)
     backpressure_retry_after_s: float = Field(5.0, gt=0, le=3600)
+    world_watch: bool = True  # the deadlock and anomaly detectors (runtime/worldwatch.py)
 
 
 class StoreModel(_Strict):
@@ -736,6 +757,16 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             address=m.address,
             max_inflight=m.max_inflight,
             max_queued=m.max_queued,
+            throttle=(
+                ThrottleSpec(
+                    threshold=m.throttle.threshold,
+                    release=m.throttle.release,
+                    window_s=m.throttle.window_s,
+                    horizon_s=m.throttle.horizon_s,
+                )
+                if m.throttle is not None
+                else None
+            ),
             resources={
                 k: float(v)
                 for k, v in (
@@ -759,6 +790,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             poll_interval_s=model.scheduler.poll_interval_s,
             max_queued=model.scheduler.max_queued,
             backpressure_retry_after_s=(model.scheduler.backpressure_retry_after_s),
+            world_watch=model.scheduler.world_watch,
         ),
         default_role=model.default_role,
         default_env=model.default_environment,

@@ -33,6 +33,7 @@ from corral.domain.knowledge import (
 from corral.domain.models import (
     Attempt,
     AttemptResult,
+    AttemptSketch,
     Baseline,
     Claimed,
     EngineInfo,
@@ -339,6 +340,14 @@ class JobStore(Protocol):
         """Milliseconds each job waited for its workspace, of the locks taken since `since`
         (only jobs that found their workspace held; oldest first)."""
 
+    async def queue_reading(
+        self, env: str, *, since: float
+    ) -> tuple[int, list[float], list[float]]:
+        """One environment's queue for predictive throttling (corral.world.throttle): the jobs
+        waiting in it now, when each job submitted to it since `since` was created (those that
+        entered the queue: not denied, not held for approval), and when each of its attempts
+        started since then."""
+
 
 class TraceStore(Protocol):
     """What happened inside runs and in the core: agents' events, checkpoints, core decisions."""
@@ -487,6 +496,10 @@ class GovernanceStore(Protocol):
 
     async def unreported(self, limit: int = 100) -> list[str]:
         """Ids of terminal jobs that have no run report yet, oldest change first."""
+
+    async def throttle_state(self, subject: str) -> bool:
+        """Whether the latest throttle decision about `subject` (`env:NAME`) left it throttled:
+        its latest policy evaluation of stage `throttle` that started, kept or released one."""
 
 
 class AuditStore(Protocol):
@@ -719,7 +732,23 @@ class WorldReads(Protocol):
     """What the world model reads at once (services/world.py, runtime/worldwatch.py)."""
 
     async def world_jobs(self, *, finished: int) -> list[JobSketch]:
-        """Every job not ended, and the latest `finished` ended ones (newest first)."""
+        """The live jobs not in flight that can take part in the topology or the causal graph —
+        every one not waiting in the queue (SUBMITTED, AWAITING_APPROVAL), and those waiting
+        (QUEUED, RETRY_WAIT) that another job submitted or that wait on a dependency — and the
+        latest `finished` ended ones (newest first). The jobs in flight are `world_inflight`'s;
+        a job waiting in the queue on its own is only counted (`world_queues`): with thousands
+        queued, a snapshot reads none of them."""
+
+    async def world_inflight(self) -> list[tuple[JobSketch, AttemptSketch]]:
+        """The jobs in flight (STARTING, RUNNING) with their current attempt, by job id: what
+        `inflight` reads, as narrow rows (with the job's workflow)."""
+
+    async def world_queues(self, *, tenant: str | None = None) -> dict[str, int]:
+        """Jobs waiting in the queue (QUEUED, RETRY_WAIT) per environment, of one tenant or
+        of every one."""
+
+    async def world_sketches(self, job_ids: Sequence[str]) -> list[JobSketch]:
+        """The jobs not ended among these (the targets of waits `world_jobs` left out)."""
 
     async def world_records(
         self, job_ids: Sequence[str]

@@ -148,12 +148,23 @@ class OutputSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ThrottleSpec:
+    """Predictive throttling of one environment's submissions (corral.world.throttle)."""
+
+    threshold: float = 0.8  # throttle when the forecast depth reaches threshold × the cap
+    release: float = 0.5  # … and release once it is below release × the cap (hysteresis)
+    window_s: float = 60.0  # the window the queue's trend and drain rate are read over
+    horizon_s: float = 30.0  # how far ahead the forecast looks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EnvSpec:
     name: str
     kind: str = "local"  # "local" | "ray"
     address: str | None = None
     max_inflight: int = 4  # concurrent attempts per environment
     max_queued: int | None = None  # jobs waiting in this environment (None: only the global bound)
+    throttle: ThrottleSpec | None = None  # predictive throttling (None: off)
     # a ray environment: what each attempt's Ray job asks (num_cpus, num_gpus, memory in bytes)
     resources: Mapping[str, float] = field(default_factory=dict)
     runtime_env: Mapping[str, Any] = field(default_factory=dict)  # ray: never secrets
@@ -171,6 +182,9 @@ class SchedulerSpec:
     # a refusal says to retry after an estimate, or after this when nothing started lately.
     max_queued: int = 10_000
     backpressure_retry_after_s: float = 5.0
+    # The world model's detectors: the engine's deadlock and anomaly watch, and the anomaly
+    # baselines each ended attempt adds to (off: neither runs; bench/detectors.py compares).
+    world_watch: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

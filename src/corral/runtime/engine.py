@@ -212,7 +212,7 @@ class Engine:
             self.store,
             config.settings.oversight,
             spans=self.spans,
-            baselines=self.store,
+            baselines=self.store if config.settings.scheduler.world_watch else None,
             flywheel=self.flywheel,
         )
         # Deadlocks and anomalies among live jobs, looked for every scheduler tick
@@ -410,7 +410,8 @@ class Engine:
             )
             tg.start_soon(self.governor.serve)
             tg.start_soon(self.reporter.run)
-            tg.start_soon(self.worldwatch.run)
+            if self.config.settings.scheduler.world_watch:
+                tg.start_soon(self.worldwatch.run)
             tg.start_soon(self._heartbeat)
             tg.start_soon(self.checkpointer.run)
             tg.start_soon(self._keep_core_state)

@@ -873,6 +873,10 @@ class Replay(View):
 
     job_id: str
     root_intent_id: str
+    attempt: int | None = Field(
+        default=None,
+        description="The attempt a Ray submission id or W&B run id named (else null).",
+    )
     jobs: list[ReplayJob]
     steps: list[ReplayStep]
     audit: AuditReport

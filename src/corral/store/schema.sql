@@ -252,6 +252,9 @@ CREATE TABLE policy_evaluations (
 , seq INTEGER, prev_hash TEXT, hash TEXT);
 CREATE INDEX policy_evaluations_by_job ON policy_evaluations (job_id, attempt, id);
 CREATE UNIQUE INDEX policy_evaluations_chain ON policy_evaluations (seq);
+-- predictive throttling's latest decision per environment (corral.world.throttle)
+CREATE INDEX policy_evaluations_throttle ON policy_evaluations (subject, id)
+    WHERE stage = 'throttle';
 
 -- Each chain's tip (store/chain.py): appends take it with an UPDATE, which serialises them.
 -- keyed_from (migration 0012): the chain's first seq hashed with the key (NULL: none yet).

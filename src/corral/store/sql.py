@@ -622,8 +622,12 @@ class SqlStore(
             rows = await tx.fetchall(
                 f"SELECT {jcols}, {cols} FROM jobs j JOIN attempts a"
                 " ON a.job_id = j.id AND a.idx = j.attempts"
-                " WHERE j.state IN ('STARTING', 'RUNNING') ORDER BY j.id"
+                " WHERE j.state IN ('STARTING', 'RUNNING')"
             )
+        # Sorted here, not by ORDER BY j.id: SQLite would then walk every job in id order
+        # (the primary key) instead of the few in flight down the (state, id) index, which
+        # costs ~50 ms with 100,000 ended jobs (bench/world.py).
+        rows.sort(key=lambda r: str(r["id"]))
         out = []
         for r in rows:
             arow = {c: r[f"a_{c}"] for c in ATTEMPT_COLUMNS}
