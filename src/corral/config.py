@@ -214,9 +214,28 @@ class ThrottleModel(_Strict):
         return self
 
 
+class RayAuthModel(_Strict):
+    """The token a Ray cluster's job server asks for (Ray's token auth, or a proxy in front of
+    it): read from a file, or from a variable of the engine's environment. Never in the
+    configuration file itself."""
+
+    token_file: str | None = None
+    token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @model_validator(mode="after")
+    def _one(self) -> RayAuthModel:
+        if (self.token_file is None) == (self.token_env is None):
+            raise ValueError("give exactly one of token_file and token_env")
+        return self
+
+
 class EnvModel(_Strict):
     kind: Literal["local", "ray"] = "local"
     address: str | None = None
+    auth: RayAuthModel | None = None  # ray: the job server's token
+    # ray: how often the cluster is asked whether it answers (an unreachable one opens the
+    # environment's breaker; jobs wait in the queue until it answers again)
+    health_interval_s: float = Field(5.0, gt=0, le=3600)
     max_inflight: int = Field(4, ge=1, le=10_000)
     max_queued: int | None = Field(None, ge=1)  # None: only scheduler.max_queued applies
     throttle: ThrottleModel | None = None  # None: no predictive throttling
@@ -778,6 +797,9 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             },
             runtime_env=dict(m.runtime_env or {}),
             secret_env=tuple(m.secret_env),
+            auth_token_file=_relative(m.auth.token_file, source) if m.auth else None,
+            auth_token_env=m.auth.token_env if m.auth else None,
+            health_interval_s=m.health_interval_s,
         )
         for name, m in model.environments.items()
     }
@@ -834,6 +856,8 @@ def _env_problems(name: str, m: EnvModel) -> list[str]:
         problems.append(f"environments.{name}.address: a ray environment needs the cluster address")
     if m.runtime_env and m.kind != "ray":
         problems.append(f"environments.{name}.runtime_env: only a ray environment has one")
+    if m.auth is not None and m.kind != "ray":
+        problems.append(f"environments.{name}.auth: only a ray environment has one")
     return problems
 
 

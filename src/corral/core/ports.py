@@ -491,8 +491,10 @@ class GovernanceStore(Protocol):
     async def expire_approvals(self, now: float) -> list[Approval]:
         """PENDING approvals past expires_at become EXPIRED (new rows); returns them."""
 
-    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
-        """The `v_run_unified` read model, newest jobs first."""
+    async def run_unified(
+        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+    ) -> list[UnifiedRun]:
+        """The `v_run_unified` read model, newest jobs first (of one tenant's jobs, if given)."""
 
     async def unreported(self, limit: int = 100) -> list[str]:
         """Ids of terminal jobs that have no run report yet, oldest change first."""
@@ -808,6 +810,8 @@ class EpicStore(Protocol):
 
     async def cancel_epic(self, epic_id: str, reason: str, at: float) -> EpicRecord:
         """Ask a running epic to stop at its next wave boundary (Conflict when it ended)."""
+
+
 class KnowledgeStore(Protocol):
     """The knowledge flywheel's learnings, their history, citations and A/B runs (migration
     0023; runtime/flywheel.py writes them, services/knowledge.py reads them)."""

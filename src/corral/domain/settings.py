@@ -170,6 +170,11 @@ class EnvSpec:
     runtime_env: Mapping[str, Any] = field(default_factory=dict)  # ray: never secrets
     # variables every job in this environment gets as secrets from the engine's environment
     secret_env: tuple[str, ...] = ()
+    # ray: where the job server's token comes from (a file, or a variable of the engine's
+    # environment); the token itself is read when it is needed and never kept here
+    auth_token_file: str | None = None
+    auth_token_env: str | None = None
+    health_interval_s: float = 5.0  # ray: how often the cluster's health is asked
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,14 +20,20 @@ import anyio
 from anyio.abc import TaskGroup
 
 from corral.config import Config, guardrails_of
-from corral.core.gateway import Core
+from corral.core.gateway import Core, CoreOptions
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Store, WorkerAdapter
-from corral.domain.errors import CorralError, EngineFenced, EngineRunning, StoreError
+from corral.domain.errors import (
+    CorralError,
+    EngineFenced,
+    EngineRunning,
+    StoreError,
+    WorkerMisconfigured,
+)
 from corral.domain.ids import new_id
 from corral.domain.models import Permit
-from corral.domain.settings import WorkerSpec
+from corral.domain.settings import EnvSpec, WorkerSpec
 from corral.runtime import audit, published
 from corral.runtime.assembly import (
     adapter_of,
@@ -51,7 +57,7 @@ from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
 from corral.trace import spans
 from corral.trace.drain import Drainer
-from corral.workers import credentials, privacy
+from corral.workers import credentials, privacy, rayauth, rayhealth
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
 from corral.workers.sealing import Keeper, revealer
@@ -68,7 +74,17 @@ def build_core(config: Config) -> Core:
     return Core(
         gate,
         {kind: build_worker(config, gate.validate, kind, launch) for kind in worker_kinds(config)},
+        CoreOptions(cluster_probe=cluster_probe),
     )
+
+
+def cluster_probe(env: EnvSpec) -> str | None:
+    """Whether a Ray environment's job server answers, with its token (None: it does)."""
+    try:
+        token = rayauth.token(env)
+    except WorkerMisconfigured as err:
+        return str(err)
+    return rayhealth.reachable(str(env.address), token)
 
 
 def role_warnings(config: Config) -> list[str]:
