@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from corral.schemas import views as schemas
+
 
 class _Out:
     """Standard output for people: a rich Console, made (and rich imported) on first use, so
