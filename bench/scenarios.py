@@ -1,4 +1,4 @@
-"""The dispatch scenarios of bench/run.py beside the workloads (issue 22):
+"""The dispatch scenarios of bench/run.py beside the workloads (the task):
 
 - `LAT`: submit → RUNNING on an idle engine (p50/p99), against the bare loop's insert → spawned
   → RUNNING committed;

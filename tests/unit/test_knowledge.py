@@ -1,5 +1,5 @@
 """The knowledge room's formulas against values computed by hand from the specification
-(shared/reference/seed-semantics.md §1.2-1.7, §5.5). Each expected number is written out with
+(docs/explanation/knowledge.md). Each expected number is written out with
 the arithmetic that gives it."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def learning(
     )
 
 
-# ---- the rubric (§1.3) --------------------------------------------------------------------
+# ---- the rubric --------------------------------------------------------------------
 
 
 def test_rubric_gold_solution_declared_high() -> None:
@@ -150,7 +150,7 @@ def test_digest_folds_case_and_spacing() -> None:
     assert a != rubric.digest(LearningKind.FAILURE, "fix it", "body text")
 
 
-# ---- decay, utility and maturity (§1.5, §1.6) ---------------------------------------------
+# ---- decay, utility and maturity ---------------------------------------------
 
 
 def test_freshness_at_one_and_four_weeks_and_the_floor() -> None:
@@ -248,7 +248,7 @@ def test_maturity_machine(
     assert lifecycle.next_maturity(maturity, utility, rewards, helpful, harmful) is after
 
 
-# ---- retrieval and the budget (§1.7) ------------------------------------------------------
+# ---- retrieval and the budget ------------------------------------------------------
 
 
 def test_match_confidence_best_section_plus_second() -> None:
@@ -338,7 +338,7 @@ def test_entry_breaks_code_fences() -> None:
     assert "```" not in text
 
 
-# ---- extraction and write-on-success (§1.2, seed 003) ---------------------------------------
+# ---- extraction and write-on-success (the memory design) ---------------------------------------
 
 
 def _event(

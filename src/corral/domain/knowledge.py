@@ -11,7 +11,7 @@ from typing import Any
 
 
 class LearningKind(StrEnum):
-    """The seed's knowledge types (seed 002, §1.1)."""
+    """The seed's knowledge types (the AgentOps design)."""
 
     SOLUTION = "solution"
     DECISION = "decision"
@@ -28,7 +28,7 @@ class Tier(StrEnum):
 
 
 class Maturity(StrEnum):
-    """The maturity state machine (seed §1.5)."""
+    """The maturity state machine (docs/explanation/knowledge.md)."""
 
     PROVISIONAL = "provisional"
     CANDIDATE = "candidate"

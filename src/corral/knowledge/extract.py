@@ -2,7 +2,7 @@
 what a finished run's trace says, as candidate learnings. Deterministic: the same trace gives
 the same candidates.
 
-- the final summary's sentences that carry the seed's signal phrases (§1.2): "fixed by",
+- the final summary's sentences that carry the seed's signal phrases: "fixed by",
   "resolved by", "workaround:" → solution; "decided to", "opted for", "going with" → decision;
   "learned that", "key takeaway", "important to note" → learning; "didn't work", "failed
   because", "mistake was" → failure; "see also", a URL → reference;

@@ -1,4 +1,4 @@
-"""How a learning's numbers move (seed §1.5-1.6, resolutions §4.1 items 3, 4 and 11):
+"""How a learning's numbers move (the AgentOps design, the spec's resolutions):
 
 - utility: an EMA `u' = (1−α)·u + α·r`, α annealed with the learning's reward count n:
   `α = max(α₀/10, 3·α₀·e^(−0.1·n))`, α₀ = 0.1 (0.30 at n=0, 0.18 at 5, 0.11 at 10, 0.01 from 34);
@@ -7,7 +7,7 @@
 - evidence confidence after n rewards: `1 − 1/(1 + n/5)`;
 - confidence decays on read, 0.10 a week since the last reward (else since creation), floor 0.1;
 - freshness decays 0.17 a week since creation, floor 0.1;
-- maturity: provisional → candidate → established, any → anti-pattern, and back (§1.5)."""
+- maturity: provisional → candidate → established, any → anti-pattern, and back."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ HARMFUL = 0.2  # at most this, harmful
 REWARD_SUCCEEDED = 0.8
 REWARD_FAILED = 0.2
 REWARD_ABANDONED = 0.4
-# Maturity thresholds (§1.5)
+# Maturity thresholds
 PROMOTE_UTILITY = 0.55
 DEMOTE_UTILITY = 0.30
 ESTABLISHED_FLOOR = 0.50
@@ -88,7 +88,7 @@ def run_reward(state: str) -> float | None:
 def next_maturity(
     maturity: Maturity, utility: float, rewards: int, helpful: int, harmful: int
 ) -> Maturity:
-    """The §1.5 machine: the anti-pattern check first, then the state's own transitions."""
+    """The machine: the anti-pattern check first, then the state's own transitions."""
     if utility <= ANTI_PATTERN_UTILITY and harmful >= MIN_HARMFUL:
         return Maturity.ANTI_PATTERN
     if maturity is Maturity.PROVISIONAL:

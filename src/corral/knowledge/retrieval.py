@@ -1,4 +1,4 @@
-"""Which learnings a new run is given (seed §1.7, §5.5), in order:
+"""Which learnings a new run is given, in order:
 
 1. only active learnings (a bronze one waiting for a human, a retired one: never);
 2. similarity to the job's prompt: the query's lower-cased whitespace tokens of two characters
@@ -13,7 +13,7 @@
 8. composite `(z(f) + λ·z(u) + w_sim·z(match)) · maturity weight` over the candidates, z with
    the population standard deviation floored at 0.001; with fewer than 3 candidates the raw
    values instead. λ = 0.5; w_sim = 0 for parity with the seed (similarity is then a gate and
-   a utility multiplier only, §4.1 item 6).
+   a utility multiplier only, the spec's resolutions).
 
 The injection budget: at most 10 learnings and 1,500 tokens at 4 characters a token, the
 block's heading included."""

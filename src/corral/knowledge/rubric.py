@@ -1,6 +1,6 @@
-"""The 5-dimension rubric and its tiers (seed §1.3): each dimension a heuristic in [0, 1], the
+"""The 5-dimension rubric and its tiers: each dimension a heuristic in [0, 1], the
 raw score `(base(kind) + Σ wᵢ·dimᵢ) / 2` plus 0.15 for a declared high confidence or 0.07 for
-medium, clamped to [0, 1]; tiers are half-open intervals (§4.1 item 1)."""
+medium, clamped to [0, 1]; tiers are half-open intervals (the spec's resolutions)."""
 
 from __future__ import annotations
 
