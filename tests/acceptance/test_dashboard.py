@@ -290,3 +290,34 @@ def test_planted_html_never_becomes_an_element(admin_page: Any, live: Live) -> N
     assert PLANT in (page.text_content(f"tr[data-job='{job}']") or "")
     assert "<script>" in (page.text_content("body") or "") and dialogs == []
     assert ERRORS[id(page)] == []
+
+
+def test_the_topology_draws_a_job_blocked_behind_a_running_one(admin_page: Any, live: Live) -> None:
+    """A running job and one submitted `after` it: the topology page draws both boxes apart,
+    the blocked_by edge between them, a link to each job, and runs no script of its own."""
+    page = admin_page
+    first = live.submit("sleep", "30")
+    eventually(lambda: live.state(first) == "RUNNING", timeout=20, what="the first job")
+    second = live.submit("true", after=[first])
+    try:
+        page.goto(live.url + "/ui/topology")
+        page.wait_for_selector("svg#topology", timeout=WAIT_MS)
+        boxes = {
+            job: page.locator(f"svg#topology g.node[data-job='{job}'] rect").bounding_box()
+            for job in (first, second)
+        }
+        a, b = boxes[first], boxes[second]
+        assert a and b and a["width"] > 100 and a["height"] > 20
+        apart = a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+        assert apart or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"]
+        edge = page.locator(f"svg#topology path.edge.blocked_by[data-source='{second}']")
+        assert edge.count() == 1 and edge.get_attribute("data-target") == first
+        assert (edge.bounding_box() or {}).get("width", 0) > 0
+        assert page.locator("svg#topology g.node.running").count() >= 1
+        assert page.locator("script").count() == 1  # htmx, from the package
+        shot(page, live, "topology")
+        page.click(f"svg#topology g.node[data-job='{second}']")
+        page.wait_for_url(f"{live.url}/ui/jobs/{second}")
+        assert ERRORS[id(page)] == []
+    finally:
+        live.api("POST", f"/api/v1/jobs/{first}/cancel")

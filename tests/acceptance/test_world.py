@@ -103,3 +103,56 @@ def test_replay_of_a_job_three_levels_deep_returns_the_chain(tmp_path: Path) -> 
             assert r.returncode != 0 and why in r.stderr and "Traceback" not in r.stderr
     finally:
         c.stop_all()
+
+
+THROTTLED = """\
+scheduler:
+  poll_interval_s: 0.2
+roles:
+  default:
+    concurrency: 4
+environments:
+  local:
+    max_inflight: 8
+    max_queued: 40
+    throttle: {threshold: 0.5, release: 0.2, window_s: 20, horizon_s: 30}
+"""
+
+
+def test_a_burst_is_throttled_before_the_cap_and_released_after(tmp_path: Path) -> None:
+    """`corral submit` after `corral submit` with no engine: the queue only grows, and the
+    forecast reaches half the cap (20) while far fewer wait; refusals are backpressure (exit 75)
+    naming the throttle, long before the queue's own bound (40). An engine then drains the
+    queue; the forecast falls below the release level and submissions pass again. Both
+    decisions are in the policy log with their inputs."""
+    c = Corral(tmp_path, THROTTLED)
+    try:
+        admitted = 0
+        refused = None
+        for _ in range(40):
+            r = c.run("submit", "--", "true")
+            if r.returncode != 0:
+                refused = r
+                break
+            admitted += 1
+        assert refused is not None and refused.returncode == 75, refused and refused.stderr
+        assert "throttled: environment local:" in refused.stderr and "retry after" in refused.stderr
+        assert 0 < admitted < 20  # refused before even the threshold's depth, let alone the cap
+        urgent = c.run("submit", "--priority", "0", "--", "true")
+        assert urgent.returncode == 0, urgent.stderr  # priority 0 passes
+        c.serve()
+
+        def released() -> bool:
+            return c.run("submit", "--", "true").returncode == 0
+
+        eventually(released, timeout=60)
+        log = c.json("policy", "log", "--stage", "throttle")
+        reasons = [e["reason"] for e in log]
+        assert reasons[0] == "throttled" and reasons[-1] == "released"
+        assert "priority_0" in reasons
+        first = log[0]
+        assert first["verdict"] == "deny" and first["subject"] == "env:local"
+        assert first["inputs"]["depth"] == admitted and first["inputs"]["cap"] == 40
+        assert first["inputs"]["predicted"] >= 20 > first["inputs"]["depth"]
+    finally:
+        c.stop_all()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.core.ports import JobQuery, Store
-from corral.domain.agents import Checkpoint
+from corral.domain.agents import Checkpoint, PolicyEvaluation
 from corral.domain.models import Job, JobEvent, JobOptions
 from corral.domain.settings import EnvSpec, RoleSpec, Settings
 from corral.domain.states import JobState
@@ -176,5 +176,56 @@ def test_the_snapshot_from_narrow_reads_is_the_one_built_over_every_live_job(
             "waits_for_slot",
         }
         assert shown.user_plane["local"].queue_depth == 5
+
+    use_store(body)
+
+
+def test_a_queue_reading_and_the_latest_throttle_decision(use_store: UseStore) -> None:
+    """What predictive throttling reads: an environment's jobs waiting now, when the window's
+    jobs arrived (a denied one never queued) and its attempts started; and whether the latest
+    throttle decision about a subject left it throttled."""
+
+    async def body(store: Store) -> None:
+        old = await submitted(store, at=NOW - 100)  # before the window
+        assert await store.start_attempts([claim(old, now=NOW - 100)], now=NOW - 100)
+        inside = [await submitted(store, at=NOW + i) for i in range(3)]
+        await submitted(store, at=NOW + 5, state=JobState.DENIED)
+        await submitted(store, at=NOW + 6, env_name="gpu")
+        won = await store.start_attempts([claim(inside[0], now=NOW + 7)], now=NOW + 7)
+        assert len(won) == 1
+        depth, arrivals, starts = await store.queue_reading("local", since=NOW - 10)
+        assert depth == 2
+        assert sorted(arrivals) == [
+            inside[0].created_at,
+            inside[1].created_at,
+            inside[2].created_at,
+        ]
+        assert starts == [NOW + 7]
+        assert await store.queue_reading("nowhere", since=NOW) == (0, [], [])
+
+        assert await store.throttle_state("env:local") is False
+
+        def decision(reason: str, subject: str = "env:local") -> PolicyEvaluation:
+            verdict = "deny" if reason in ("throttled", "still_throttled") else "allow"
+            return PolicyEvaluation(
+                at=NOW,
+                job_id=inside[0].id,
+                attempt=None,
+                stage="throttle",
+                subject=subject,
+                verdict=verdict,  # type: ignore[arg-type]
+                reason=reason,
+            )
+
+        await store.append_policy_evaluations([decision("throttled")])
+        assert await store.throttle_state("env:local") is True
+        assert await store.throttle_state("env:gpu") is False
+        await store.append_policy_evaluations([decision("priority_0")])  # no change of state
+        assert await store.throttle_state("env:local") is True
+        await store.append_policy_evaluations(
+            [decision("released"), decision("throttled", "env:gpu")]
+        )
+        assert await store.throttle_state("env:local") is False
+        assert await store.throttle_state("env:gpu") is True
 
     use_store(body)

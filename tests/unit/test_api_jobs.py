@@ -156,6 +156,28 @@ def test_over_the_queue_cap_is_429_with_retry_after(tmp_path: Path) -> None:
     with_api(config(tmp_path), body)
 
 
+def test_a_throttled_environment_answers_429_before_its_queue_is_full(tmp_path: Path) -> None:
+    """Predictive throttling over HTTP: a burst into an environment whose queue holds 20 is
+    refused at about half of that, as backpressure with a Retry-After (nothing drains: the
+    configured fallback); priority 0 still gets in."""
+    text = CONFIG.replace("max_queued: 3", "max_queued: 1000") + (
+        "environments:\n  local:\n    max_queued: 20\n"
+        "    throttle: {threshold: 0.5, release: 0.25, window_s: 60, horizon_s: 30}\n"
+    )
+
+    async def body(api: Api) -> None:
+        admitted = 0
+        while (r := await api.submit()).status_code == 201:
+            admitted += 1
+            assert admitted < 20
+        problem = assert_problem(r, 429, "backpressure")
+        assert problem["detail"].startswith("throttled: environment local:")
+        assert r.headers["Retry-After"] == "7" and 0 < admitted < 15
+        assert (await api.submit(priority=0)).status_code == 201
+
+    with_api(config(tmp_path, text), body)
+
+
 def test_the_rate_limit_per_token_is_429_with_retry_after(tmp_path: Path) -> None:
     text = CONFIG.replace("per_s: 1000, burst: 1000", "per_s: 0.5, burst: 2")
 

@@ -318,6 +318,7 @@ def test_every_page_carries_a_csp_without_inline_scripts(tmp_path: Path) -> None
                 "/ui/mechanism",
                 "/ui/environments",
                 "/ui/runs",
+                "/ui/topology",
             )
         ]
         for r in pages:

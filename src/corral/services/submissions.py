@@ -19,7 +19,7 @@ from corral.config import Config, guardrails_of
 from corral.core.ports import Admission, JobGovernance, Operations
 from corral.domain import bounds
 from corral.domain.agents import PolicyEvaluation
-from corral.domain.errors import InvalidRequest
+from corral.domain.errors import Backpressure, InvalidRequest
 from corral.domain.governance import Approval, ApprovalState
 from corral.domain.ids import new_id
 from corral.domain.models import (
@@ -42,6 +42,7 @@ from corral.runtime.watch import engine_serving
 from corral.scheduler.queue import sort_key
 from corral.services import Notify, Wake
 from corral.workers.sealing import Keeper, revealer
+from corral.world import throttle
 
 T = TypeVar("T")
 
@@ -218,6 +219,8 @@ class Submissions:
             gated = False
         elif gated:  # pre-run step 6: the run waits for a human
             job = job.with_(state=JobState.AWAITING_APPROVAL)
+        if job.state is JobState.QUEUED:  # it would join its environment's queue
+            await self._throttle(job, now)
         result = await self.store.submit(
             job, now=now, aging_s=self.settings.scheduler.aging_s, admission=self.admission(job)
         )
@@ -226,6 +229,60 @@ class Submissions:
         if gated and result.created:
             await self._request_run_approval(job, now)
         return result
+
+    async def _throttle(self, job: Job, now: float) -> None:
+        """Predictive throttling (corral.world.throttle) of an environment that asks for it:
+        Backpressure while its queue is forecast to fill. Every decision that starts, keeps or
+        releases a throttle, or lets priority 0 through one, is a policy evaluation of stage
+        `throttle` with its inputs (a refused submission's under the id its job would have had)."""
+        env = self.settings.environments.get(job.env_name)
+        if env is None or env.throttle is None:
+            return
+        spec = env.throttle
+        cap = env.max_queued or self.settings.scheduler.max_queued
+        subject = f"env:{env.name}"
+        depth, arrivals, starts = await self.store.queue_reading(
+            env.name, since=now - spec.window_s
+        )
+        decision = throttle.decide(
+            throttle.Reading(now=now, depth=depth, arrivals=arrivals, starts=starts),
+            spec,
+            cap=cap,
+            priority=job.priority,
+            throttled=await self.store.throttle_state(subject),
+            fallback_s=self.settings.scheduler.backpressure_retry_after_s,
+        )
+        if not decision.changed:
+            return
+        f = decision.forecast
+        message = (
+            f"environment {env.name}: {f.predicted:.0f} jobs forecast to wait in "
+            f"{spec.horizon_s:g} s ({f.depth} now, {f.trend_per_s:+.2f}/s), "
+            f"cap {cap}, throttle at {f.throttle_at:g}, release below {f.release_below:g}"
+        )
+        if decision.refuse:
+            message = (
+                f"throttled: {message}; retry after {decision.retry_after_s:g} s "
+                f"(environments.{env.name}.throttle)"
+            )
+        await self.store.append_policy_evaluations(
+            [
+                PolicyEvaluation(
+                    at=now,
+                    job_id=job.id,
+                    attempt=None,
+                    stage="throttle",
+                    subject=subject,
+                    verdict="deny" if decision.refuse else "allow",
+                    reason=decision.reason,
+                    message=message,
+                    inputs=decision.inputs(spec) | {"priority": job.priority},
+                )
+            ]
+        )
+        if decision.refuse:
+            assert decision.retry_after_s is not None
+            raise Backpressure(message, decision.retry_after_s)
 
     async def _request_run_approval(self, job: Job, now: float) -> None:
         subject = RUN_SUBJECT

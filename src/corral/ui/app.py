@@ -39,11 +39,12 @@ from corral.services import (
     runs,
     tenancy,
     tokens,
+    world,
 )
 from corral.services import logs as job_logs
 from corral.services.submissions import SubmitRequest, submit
 
-from . import render
+from . import render, topology
 from .session import COOKIE, LOGIN_COOKIE, Session, Signer
 
 HERE = Path(__file__).parent
@@ -641,6 +642,23 @@ def _mechanism_routes(ui: FastAPI) -> None:
         health = await anyio.to_thread.run_sync(lambda: clusters.clusters(st.config))
         return _page(
             request, "environments.html", viewer, envs=envs, health={h.env: h for h in health}
+        )
+
+    @ui.get("/topology", response_class=HTMLResponse)
+    async def topology_page(request: Request, viewer: JobsRead) -> HTMLResponse:
+        """The execution topology of the token's tenant as inline SVG (ui/topology.py)."""
+        st = _st(request)
+        snap = await world.snapshot(
+            st.store, st.config.settings, world.Scope(tenant=viewer.token.tenant), clock=st.clock
+        )
+        return _page(
+            request,
+            "topology.html",
+            viewer,
+            drawing=topology.layout(snap),
+            deadlocks=len(snap.deadlocks),
+            box_w=topology.BOX_W,
+            box_h=topology.BOX_H,
         )
 
     @ui.get("/runs", response_class=HTMLResponse)
