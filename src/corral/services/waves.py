@@ -59,24 +59,25 @@ def epic_root(config: Config, epic_id: str) -> Path:
     return config.data_dir / "epics" / epic_id
 
 
-def worker_prompt(epic: EpicRecord, task: TaskSpec, attempt: int) -> str:
+def worker_prompt(epic: EpicRecord, task: TaskSpec, attempt: int, work: Path) -> str:
     checks = "\n".join(f"- `{c}`" for c in task.checks) or "- (none)"
     return (
         f"{task.prompt}\n\n"
-        f"(Task {task.id} of epic {epic.name}, try {attempt}. You work in a git worktree of the "
-        "project; leave your changes in the working tree: Corral commits them once these checks "
-        f"pass and a council reviews them; do not commit or push.)\nChecks:\n{checks}\n"
+        f"(Task {task.id} of epic {epic.name}, try {attempt}. You work in {work}, a git "
+        "worktree of the project; leave your changes in the working tree: Corral commits them "
+        "once these checks pass and a council reviews them; do not commit or push.)\n"
+        f"Checks:\n{checks}\n"
     )
 
 
-def judge_prompt(task: TaskSpec) -> str:
+def judge_prompt(task: TaskSpec, attempt: int, folder: Path) -> str:
     return (
         "You are a judge on a council reviewing one task's change. Read task.md (the task) and "
-        "diff.patch (the change) in this folder. Then write verdict.json here: a JSON object "
-        '{"verdict": "PASS" | "WARN" | "FAIL", "confidence": "HIGH" | "MEDIUM" | "LOW", '
+        f"diff.patch (the change) in {folder}. Then write {folder / VERDICT_FILE}: a JSON "
+        'object {"verdict": "PASS" | "WARN" | "FAIL", "confidence": "HIGH" | "MEDIUM" | "LOW", '
         '"key_insight": "<one sentence>", "findings": [{"severity": "critical" | "significant" '
-        '| "minor", "description": "..."}]}. Write any longer analysis to analysis.md; only the '
-        f"verdict travels. The task is {task.id}."
+        '| "minor", "description": "..."}]}. Write any longer analysis to analysis.md there; '
+        f"only the verdict travels. The task is {task.id}, try {attempt}."
     )
 
 
@@ -258,7 +259,7 @@ class WaveRunner:
         work, start = await self._worktree(epic, t)
         if t.job_id is None:
             job = await self._submit(
-                epic, task.role, worker_prompt(epic, task, t.attempts), work, t
+                epic, task.role, worker_prompt(epic, task, t.attempts, work), work, t
             )
             t = t.with_(job_id=job.id, updated_at=self.clock())
             await self.store.save_task(t, expect=TaskState.RUNNING)
@@ -349,7 +350,8 @@ class WaveRunner:
                 )
                 (d / "diff.patch").write_bytes(patch)
                 role = spec.council.role_of(n)
-                job = await self._submit(epic, role, judge_prompt(task), d, t, judge=n + 1)
+                prompt = judge_prompt(task, t.attempts, d)
+                job = await self._submit(epic, role, prompt, d, t, judge=n + 1)
                 ids.append(job.id)
             t = t.with_(judges=tuple(ids), updated_at=self.clock())
             await self.store.save_task(t, expect=TaskState.RUNNING)
