@@ -194,7 +194,8 @@ class WaveRunner:
     async def _begin_wave(
         self, epic: EpicRecord, spec: EpicSpec, tasks: Sequence[TaskRecord]
     ) -> tuple[EpicRecord, list[TaskRecord]]:
-        """Find and the checkpoint: the wave's tasks taken, each try counted, in one write."""
+        """Find and the checkpoint: the wave's tasks taken, each try counted, in one write (a
+        task keeps its last try's verdict until this try's gate replaces it)."""
         states = {t.task_id: t.state for t in tasks}
         by_id = {t.task_id: t for t in tasks}
         now = self.clock()
@@ -204,7 +205,6 @@ class WaveRunner:
                 attempts=by_id[i].attempts + 1,
                 job_id=None,
                 judges=(),
-                verdict=None,
                 updated_at=now,
             )
             for i in rules.unblocked(spec, states)
@@ -383,7 +383,8 @@ class WaveRunner:
         lead = await self._lead(epic)
         for t in await self.store.epic_tasks(epic.id):
             v = t.verdict or {}
-            if not (t.state is TaskState.RUNNING and v.get("gate") == Gate.PASS.value):
+            passed = v.get("gate") == Gate.PASS.value and v.get("attempt") == t.attempts
+            if not (t.state is TaskState.RUNNING and passed):
                 continue
             task = spec.task(t.task_id)
             work, start = await self._worktree(epic, t)
