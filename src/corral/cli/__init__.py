@@ -210,7 +210,7 @@ def serve(
 async def _waves(engine: Engine) -> None:
     from corral.services.waves import WaveRunner
 
-    await WaveRunner(engine.store, engine.config, wake=engine.wake).run()
+    await WaveRunner(engine.store, engine.config, wake=engine.wake, holder=engine.holder).run()
 
 
 def _http_listener(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from corral.config import Config
 from corral.core.ports import Store
@@ -47,6 +48,7 @@ from corral.workers import gitrepo
 log = logging.getLogger("corral.waves")
 
 CHECK_TIMEOUT_S = 600.0  # one check command
+LEASE_S = 30.0  # the epics' lease: renewed every third of it
 VERDICT_FILE = "verdict.json"
 
 
@@ -92,11 +94,16 @@ class WaveRunner:
         wake: Wake,
         clock: Callable[[], float] = time.time,
         poll_s: float | None = None,
+        holder: str = "sole-engine",
     ) -> None:
         self.store = store
         self.config = config
         self.wake = wake
         self.clock = clock
+        # Who drives the epics: one engine at a time holds the `epics` lease. On a store one
+        # engine serves, every engine holds it under one name, so the next engine after a
+        # crash drives at once (the sinks' and retention's rule, runtime/engine.py).
+        self.holder = holder
         self.poll_s = poll_s if poll_s is not None else config.settings.scheduler.poll_interval_s
         self._driving: set[str] = set()
         self._subs: Submissions | None = None
@@ -108,19 +115,42 @@ class WaveRunner:
         return self._subs
 
     async def run(self) -> None:
-        """Look for running epics every poll interval and drive each one not yet driven."""
-        async with anyio.create_task_group() as tg:
-            while True:
-                try:
-                    epics = await self.store.list_epics(running=True, limit=1000)
-                except CorralError as err:  # a store outage: look again later
-                    log.warning("epics: cannot list the running epics: %s", err)
-                    epics = []
-                for epic in epics:
-                    if epic.id not in self._driving:
-                        self._driving.add(epic.id)
-                        tg.start_soon(self._drive_guarded, epic.id)
-                await anyio.sleep(self.poll_s)
+        """While this engine holds the epics' lease, look for running epics every poll
+        interval and drive each one not yet driven; the lease lost, stop driving them."""
+        while True:
+            if await self._claim():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._keep_lease, tg.cancel_scope)
+                    await self._look(tg)
+            await anyio.sleep(self.poll_s)
+
+    async def _claim(self) -> bool:
+        try:
+            return await self.store.claim_epics(self.holder, now=self.clock(), lease_s=LEASE_S)
+        except CorralError as err:  # a store outage: the lease is tried again later
+            log.warning("epics: cannot take the lease: %s", err)
+            return False
+
+    async def _keep_lease(self, scope: anyio.CancelScope) -> None:
+        while True:
+            await anyio.sleep(LEASE_S / 3)
+            if not await self._claim():
+                log.warning("epics: lease lost; another engine drives the epics now")
+                scope.cancel()
+                return
+
+    async def _look(self, tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            try:
+                epics = await self.store.list_epics(running=True, limit=1000)
+            except CorralError as err:  # a store outage: look again later
+                log.warning("epics: cannot list the running epics: %s", err)
+                epics = []
+            for epic in epics:
+                if epic.id not in self._driving:
+                    self._driving.add(epic.id)
+                    tg.start_soon(self._drive_guarded, epic.id)
+            await anyio.sleep(self.poll_s)
 
     async def _drive_guarded(self, epic_id: str) -> None:
         try:
