@@ -1,4 +1,4 @@
-"""Epics end to end (issue 21, waves): a real `corral serve` runs an epic's waves with the real
+"""Epics end to end (waves): a real `corral serve` runs an epic's waves with the real
 Claude Code CLI against the scripted model stand-in, in a temporary git repository.
 
 Three tasks: alpha passes at once; beta fails its check, then passes on its retry; gamma fails

@@ -1,5 +1,5 @@
 """The ratchet's pure rules (corral.waves): the epic file's errors name the bad key, and the
-council, gate, escalation, find and end rules as tables (seed-semantics §1.10, §1.13)."""
+council, gate, escalation, find and end rules as tables (docs/how-to/epics.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The FIRE loop (seed 002; docs/explanation/waves.md): the engine drives every running epic
+"""The FIRE loop (docs/how-to/epics.md): the engine drives every running epic
 wave by wave.
 
 - Find: the open tasks whose dependencies passed (corral.waves.rules.unblocked).

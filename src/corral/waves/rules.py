@@ -1,4 +1,4 @@
-"""The ratchet's pure rules (seed 002, reference seed-semantics §1.10 and §1.13): which tasks a
+"""The ratchet's pure rules (docs/how-to/epics.md): which tasks a
 wave takes, what a council of verdicts comes to, whether a task's try passes its gate, what a
 failure leads to, and when an epic ends. No I/O: services/epics.py persists and acts.
 
@@ -24,7 +24,7 @@ from corral.domain.epics import EpicState, TaskState
 from corral.domain.errors import InvalidRequest
 from corral.waves.epic import EpicSpec
 
-STRIKES = 3  # consecutive failures that skip a task (seed 002's strike rule)
+STRIKES = 3  # consecutive failures that skip a task (the strike rule)
 
 
 class Verdict(StrEnum):
