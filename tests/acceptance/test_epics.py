@@ -30,6 +30,7 @@ from tests.helpers import eventually
 WORKER = re.compile(r"Task (\w+) of epic \w+, try (\d+)\. You work in (\S+), a git")
 JUDGE = re.compile(r"Then write (\S+/verdict\.json):.*The task is (\w+), try (\d+)\.", re.S)
 Turn = dict[str, Any]
+SECRET = "corral-epic-secret-4f1d9a"
 
 
 def write(path: str, content: str) -> Turn:
@@ -107,7 +108,7 @@ tasks:
   - id: gamma
     role: coder
     prompt: Write gamma.txt holding the line gamma.
-    checks: ["grep -qx gamma gamma.txt"]
+    checks: ["echo token $CORRAL_TEST_API_KEY", "grep -qx gamma gamma.txt"]
 """
 
 
@@ -164,9 +165,10 @@ def epic_env(tmp_path: Path, clis: None) -> Iterator[tuple[Corral, RoutedMock, P
 
 
 def test_an_epic_ratchets_passing_work_strikes_a_failing_task_and_survives_a_sigkill(
-    epic_env: tuple[Corral, RoutedMock, Path],
+    epic_env: tuple[Corral, RoutedMock, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     c, mock, repo = epic_env
+    monkeypatch.setenv("CORRAL_TEST_API_KEY", SECRET)  # the engine's; a check prints it
     (c.work / "epic.yaml").write_text(EPIC)
     base = git(repo, "rev-parse", "HEAD")
     engine = c.serve()
@@ -202,6 +204,8 @@ def test_an_epic_ratchets_passing_work_strikes_a_failing_task_and_survives_a_sig
     assert (tasks["gamma"]["state"], tasks["gamma"]["attempts"]) == ("struck", 3)
     assert tasks["gamma"]["failures"] == 3
     assert "check `grep -qx gamma gamma.txt` exited 1" in tasks["gamma"]["verdict"]["why"]
+    assert [c["output"] for c in tasks["gamma"]["verdict"]["checks"]] == ["token [REDACTED]\n", ""]
+    assert SECRET not in json.dumps(shown)
     assert tasks["beta"]["verdict"]["council"] == "PASS"
     assert tasks["beta"]["verdict"]["judges"][0]["key_insight"] == "beta does what it says"
     assert [w["tasks"] for w in shown["waves"]] == [

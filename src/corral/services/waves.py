@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,6 +40,7 @@ from corral.domain.errors import CorralError, StaleState
 from corral.domain.governance import ScopeKind
 from corral.domain.models import Job, JobOptions, JobSpec
 from corral.domain.states import JobState
+from corral.policy.redact import Redactor
 from corral.services import Wake
 from corral.services.submissions import Submissions, submissions
 from corral.waves import rules
@@ -50,6 +53,7 @@ log = logging.getLogger("corral.waves")
 CHECK_TIMEOUT_S = 600.0  # one check command
 LEASE_S = 30.0  # the epics' lease: renewed every third of it
 VERDICT_FILE = "verdict.json"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
 
 
 class _Cancelled(Exception):
@@ -106,6 +110,9 @@ class WaveRunner:
         self.holder = holder
         self.poll_s = poll_s if poll_s is not None else config.settings.scheduler.poll_interval_s
         self._driving: set[str] = set()
+        # A check's output is kept on the task: the secrets the engine knows (its workers' API keys
+        # and variables, its own credential-like variables) and credential shapes are redacted.
+        self.redact = Redactor(_known_secrets(config))
         self._subs: Submissions | None = None
 
     @property
@@ -303,7 +310,8 @@ class WaveRunner:
             return await self._failed(task, t, {**record, "why": why})
         checks = await gitrepo.run_checks(work, task.checks, CHECK_TIMEOUT_S)
         record["checks"] = [
-            {"command": c.command, "exit_code": c.exit_code, "output": c.output} for c in checks
+            {"command": c.command, "exit_code": c.exit_code, "output": self.redact.text(c.output)}
+            for c in checks
         ]
         bad = next((c for c in checks if not c.passed), None)
         if bad is not None:
@@ -462,6 +470,15 @@ class WaveRunner:
         log.warning("epic %s failed: %s", epic_id, reason)
         with contextlib.suppress(StaleState):
             await self.store.end_epic(epic_id, EpicState.FAILED, reason, self.clock())
+
+
+def _known_secrets(config: Config) -> list[str]:
+    out = []
+    for spec in config.settings.workers.values():
+        out += list(spec.env.values())
+        out += [os.environ[k] for k in spec.pass_env if k in os.environ]
+    out += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
+    return out
 
 
 def _verdict_of(path: Path, job: Job) -> JudgeVerdict:
