@@ -17,7 +17,7 @@ import pytest
 from corral.config import Config, parse, resolve
 from corral.core.ports import JobQuery
 from corral.domain.epics import EpicState, TaskState
-from corral.domain.governance import KillSwitch, ScopeKind
+from corral.domain.governance import ApprovalState, KillSwitch, ScopeKind
 from corral.services import epics
 from corral.services.waves import WaveRunner
 from corral.store.memory import MemoryStore
@@ -177,5 +177,60 @@ def test_the_ratchet_commits_a_tries_work_once(repo: Path, tmp_path: Path) -> No
         with pytest.raises(gitrepo.GitError, match="does not apply"):
             await gitrepo.commit_patch(lead, await gitrepo.patch_of(other, start), "c", "e/c/1")
         assert git(lead, "status", "--porcelain") == ""  # the lead's tree is left clean
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("decision", [ApprovalState.APPROVED, ApprovalState.DENIED])
+def test_a_disagreeing_council_hands_the_try_to_a_human(
+    repo: Path, config: Config, decision: ApprovalState
+) -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        epic = await epics.start(store, config, EPIC, repo=repo, wake=nothing)
+        runner = WaveRunner(store, config, wake=nothing, poll_s=0.01)
+
+        async def submitted(n: int = 0) -> bool:
+            return (await store.epic_tasks(epic.id))[n].job_id is not None
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runner.drive, epic.id)
+            await until(submitted)
+            tg.cancel_scope.cancel()
+        a = (await store.epic_tasks(epic.id))[0]
+        (runner._work(epic, a) / "a.txt").write_text("a\n")  # the worker's work
+        approval = await runner._ask_human(epic, a)
+        verdict = {"attempt": 1, "gate": "escalate", "council": "DISAGREE", "approval": approval}
+        await store.save_task(
+            a.with_(state=TaskState.ESCALATED, verdict=verdict), expect=TaskState.RUNNING
+        )
+        with anyio.move_on_after(0.3):  # pending: the epic waits, b (after a) does not start
+            await runner.drive(epic.id)
+        assert (await store.get_epic(epic.id)).state is EpicState.RUNNING
+        assert (await store.epic_tasks(epic.id))[1].state is TaskState.OPEN
+        [pending] = await store.approvals(state=ApprovalState.PENDING)
+        assert (pending.id, pending.reason, pending.job_id) == (
+            approval,
+            "council_disagree",
+            a.job_id,
+        )
+
+        await store.decide_approval(approval, decision, at=5.0, by="op")
+        if decision is ApprovalState.APPROVED:
+            async with anyio.create_task_group() as tg:  # a committed; b's wave begins
+                tg.start_soon(runner.drive, epic.id)
+                await until(lambda: submitted(1))
+                tg.cancel_scope.cancel()
+            a, b = await store.epic_tasks(epic.id)
+            assert (a.state, b.state) == (TaskState.PASSED, TaskState.RUNNING)
+            log = git(repo, "log", "--format=%an|%s", f"{epic.base}..epic/one")
+            assert log == "Corral|a: write a.txt"
+            assert git(repo, "rev-parse", "epic/one") == a.commit
+        else:
+            await runner.drive(epic.id)  # the epic ends by itself
+            a, b = await store.epic_tasks(epic.id)
+            assert (a.state, b.state) == (TaskState.STRUCK, TaskState.BLOCKED)
+            assert (a.verdict or {})["why"] == f"approval {approval} denied by op"
+            assert (await store.get_epic(epic.id)).state is EpicState.PARTIAL
 
     anyio.run(main)

@@ -21,6 +21,7 @@ from the checkpoint: the submitted jobs are waited for, not submitted again.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -37,7 +38,8 @@ from corral.config import Config
 from corral.core.ports import Store
 from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState, WaveRecord
 from corral.domain.errors import CorralError, StaleState
-from corral.domain.governance import ScopeKind
+from corral.domain.governance import Approval, ApprovalState, ScopeKind
+from corral.domain.ids import new_id
 from corral.domain.models import Job, JobOptions, JobSpec
 from corral.domain.states import JobState
 from corral.policy.redact import Redactor
@@ -182,9 +184,13 @@ class WaveRunner:
                 await self._kill_switch(epic, spec)
                 running = [t for t in tasks if t.state is TaskState.RUNNING]
                 if not running:
-                    ended = await self._settle(epic, spec, tasks)
+                    tasks = await self._human_decisions(epic, spec, tasks)
+                    ended, waiting = await self._settle(epic, spec, tasks)
                     if ended:
                         return
+                    if waiting:  # only a human's decision on an escalated task is left
+                        await anyio.sleep(self.poll_s)
+                        continue
                     epic, running = await self._begin_wave(epic, spec, tasks)
                 await self._wave(epic, spec, running)
             except _Cancelled:
@@ -209,8 +215,11 @@ class WaveRunner:
                 )
                 raise _Cancelled
 
-    async def _settle(self, epic: EpicRecord, spec: EpicSpec, tasks: Sequence[TaskRecord]) -> bool:
-        """Between waves: block what can never run, and end the epic when nothing is left."""
+    async def _settle(
+        self, epic: EpicRecord, spec: EpicSpec, tasks: Sequence[TaskRecord]
+    ) -> tuple[bool, bool]:
+        """Between waves: block what can never run, and end the epic when nothing is left;
+        (ended, waiting for a human only)."""
         states = {t.task_id: t.state for t in tasks}
         now = self.clock()
         for t in tasks:
@@ -221,12 +230,12 @@ class WaveRunner:
         states = rules.block_all(spec, states)
         end = rules.epic_end(spec, states, epic.wave)
         if end is None:
-            return False
+            return False, not rules.unblocked(spec, states)
         counts = {s.value: sum(1 for v in states.values() if v is s) for s in TaskState}
         reason = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         await self.store.end_epic(epic.id, end, f"{reason} after {epic.wave} waves", now)
         await self._drop_lead(epic)
-        return True
+        return True, False
 
     async def _begin_wave(
         self, epic: EpicRecord, spec: EpicSpec, tasks: Sequence[TaskRecord]
@@ -327,7 +336,11 @@ class WaveRunner:
             return await self._failed(task, t, {**record, "why": f"the council says {consensus}"})
         state = TaskState.ESCALATED if outcome is Gate.ESCALATE else TaskState.RUNNING
         if outcome is Gate.ESCALATE:
-            record["why"] = "the judges disagree across vendors: a human decides"
+            record["approval"] = await self._ask_human(epic, t)
+            record["why"] = (
+                f"the judges disagree across vendors: approval {record['approval']} decides "
+                "(approved: Corral commits the work; denied: the task is struck)"
+            )
         await self.store.save_task(
             t.with_(state=state, verdict=record, updated_at=self.clock()),
             expect=TaskState.RUNNING,
@@ -424,25 +437,85 @@ class WaveRunner:
             passed = v.get("gate") == Gate.PASS.value and v.get("attempt") == t.attempts
             if not (t.state is TaskState.RUNNING and passed):
                 continue
-            task = spec.task(t.task_id)
-            work, start = await self._worktree(epic, t)
-            title = task.prompt.strip().splitlines()[0][:72]
-            message = (
-                f"{task.id}: {title}\n\nEpic {epic.name} ({epic.id}), wave {epic.wave}, try "
-                f"{t.attempts}, worker job {t.job_id}; checks passed, council {v.get('council')}."
-            )
-            try:
-                patch = await gitrepo.patch_of(work, start)
-                sha = await gitrepo.commit_patch(lead, patch, message, self._marker(epic, t))
-            except gitrepo.GitError as err:
-                await self._failed(task, t, {**v, "why": f"the ratchet: {err}"})
-                continue
-            await self.store.save_task(
-                t.with_(state=TaskState.PASSED, commit=sha, failures=0, updated_at=self.clock()),
-                expect=TaskState.RUNNING,
-            )
-            await gitrepo.remove_worktree(Path(epic.repo), work, self._branch(epic, t))
+            await self._commit(epic, spec, lead, t)
         return await gitrepo.text(lead, "rev-parse", "HEAD")
+
+    async def _commit(self, epic: EpicRecord, spec: EpicSpec, lead: Path, t: TaskRecord) -> None:
+        """Commit one try's work as the lead, then the task PASSED (a try that does not apply
+        fails instead)."""
+        v = t.verdict or {}
+        task = spec.task(t.task_id)
+        work, start = await self._worktree(epic, t)
+        title = task.prompt.strip().splitlines()[0][:72]
+        message = (
+            f"{task.id}: {title}\n\nEpic {epic.name} ({epic.id}), wave {epic.wave}, try "
+            f"{t.attempts}, worker job {t.job_id}; checks passed, council {v.get('council')}."
+        )
+        try:
+            patch = await gitrepo.patch_of(work, start)
+            sha = await gitrepo.commit_patch(lead, patch, message, self._marker(epic, t))
+        except gitrepo.GitError as err:
+            if t.state is TaskState.RUNNING:
+                await self._failed(task, t, {**v, "why": f"the ratchet: {err}"})
+            else:  # an approved escalation that no longer applies: struck, saying why
+                await self.store.save_task(
+                    t.with_(state=TaskState.STRUCK, verdict={**v, "why": f"the ratchet: {err}"},
+                            updated_at=self.clock()),
+                    expect=t.state,
+                )  # fmt: skip
+            return
+        await self.store.save_task(
+            t.with_(state=TaskState.PASSED, commit=sha, failures=0, updated_at=self.clock()),
+            expect=t.state,
+        )
+        await gitrepo.remove_worktree(Path(epic.repo), work, self._branch(epic, t))
+
+    async def _ask_human(self, epic: EpicRecord, t: TaskRecord) -> str:
+        """An approval for an escalated try (the judges disagree across vendors), bound to its
+        worker job; `corral approvals approve|deny ID` decides it."""
+        now = self.clock()
+        subject = (
+            f"epic {epic.id} task {t.task_id} try {t.attempts}: commit despite the council's "
+            "disagreement"
+        )
+        approval = Approval(
+            id=new_id(int(now * 1000)),
+            job_id=t.job_id or "",
+            subject=subject,
+            digest=hashlib.sha256(subject.encode()).hexdigest(),
+            reason="council_disagree",
+            requested_at=now,
+            expires_at=now + self.config.settings.approval_ttl_s,
+        )
+        await self.store.request_approval(approval)
+        return approval.id
+
+    async def _human_decisions(
+        self, epic: EpicRecord, spec: EpicSpec, tasks: list[TaskRecord]
+    ) -> list[TaskRecord]:
+        """Escalated tasks whose approval was decided: approved, committed; denied or expired,
+        struck. The tasks as they are after."""
+        decided = False
+        for t in tasks:
+            approval_id = (t.verdict or {}).get("approval")
+            if t.state is not TaskState.ESCALATED or not isinstance(approval_id, str):
+                continue
+            a = await self.store.approval(approval_id)
+            if a.state is ApprovalState.PENDING:
+                continue
+            decided = True
+            if a.state is ApprovalState.APPROVED:
+                await self._commit(epic, spec, await self._lead(epic), t)
+                continue
+            why = f"approval {a.id} {a.state.value}" + (
+                f" by {a.decided_by}" if a.decided_by else ""
+            )
+            await self.store.save_task(
+                t.with_(state=TaskState.STRUCK, verdict={**(t.verdict or {}), "why": why},
+                        updated_at=self.clock()),
+                expect=TaskState.ESCALATED,
+            )  # fmt: skip
+        return await self.store.epic_tasks(epic.id) if decided else tasks
 
     async def _cancel(self, epic_id: str) -> None:
         """Stop the epic: its live jobs cancelled, its unsettled tasks cancelled, then ended."""
