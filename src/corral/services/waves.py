@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
-import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,48 +42,27 @@ from corral.domain.states import JobState
 from corral.policy.redact import Redactor
 from corral.services import Wake
 from corral.services.submissions import Submissions, submissions
+from corral.services.waveparts import (
+    VERDICT_FILE,
+    epic_root,
+    judge_prompt,
+    known_secrets,
+    verdict_of,
+    worker_prompt,
+)
 from corral.waves import rules
 from corral.waves.epic import EpicSpec, TaskSpec, parse
-from corral.waves.rules import Confidence, Gate, JudgeVerdict, Verdict
+from corral.waves.rules import Gate, JudgeVerdict
 from corral.workers import gitrepo
 
 log = logging.getLogger("corral.waves")
 
 CHECK_TIMEOUT_S = 600.0  # one check command
 LEASE_S = 30.0  # the epics' lease: renewed every third of it
-VERDICT_FILE = "verdict.json"
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
 
 
 class _Cancelled(Exception):
     """The epic was asked to stop while a wave waited."""
-
-
-def epic_root(config: Config, epic_id: str) -> Path:
-    """Where an epic's worktrees and judges' folders live, under the data directory."""
-    return config.data_dir / "epics" / epic_id
-
-
-def worker_prompt(epic: EpicRecord, task: TaskSpec, attempt: int, work: Path) -> str:
-    checks = "\n".join(f"- `{c}`" for c in task.checks) or "- (none)"
-    return (
-        f"{task.prompt}\n\n"
-        f"(Task {task.id} of epic {epic.name}, try {attempt}. You work in {work}, a git "
-        "worktree of the project; leave your changes in the working tree: Corral commits them "
-        "once these checks pass and a council reviews them; do not commit or push.)\n"
-        f"Checks:\n{checks}\n"
-    )
-
-
-def judge_prompt(task: TaskSpec, attempt: int, folder: Path) -> str:
-    return (
-        "You are a judge on a council reviewing one task's change. Read task.md (the task) and "
-        f"diff.patch (the change) in {folder}. Then write {folder / VERDICT_FILE}: a JSON "
-        'object {"verdict": "PASS" | "WARN" | "FAIL", "confidence": "HIGH" | "MEDIUM" | "LOW", '
-        '"key_insight": "<one sentence>", "findings": [{"severity": "critical" | "significant" '
-        '| "minor", "description": "..."}]}. Write any longer analysis to analysis.md there; '
-        f"only the verdict travels. The task is {task.id}, try {attempt}."
-    )
 
 
 class WaveRunner:
@@ -114,7 +90,7 @@ class WaveRunner:
         self._driving: set[str] = set()
         # A check's output is kept on the task: the secrets the engine knows (its workers' API keys
         # and variables, its own credential-like variables) and credential shapes are redacted.
-        self.redact = Redactor(_known_secrets(config))
+        self.redact = Redactor(known_secrets(config))
         self._subs: Submissions | None = None
 
     @property
@@ -409,7 +385,7 @@ class WaveRunner:
         verdicts = []
         for d, job_id in zip(dirs, t.judges, strict=True):
             job = await self._wait(epic.id, job_id)
-            verdicts.append(_verdict_of(d / VERDICT_FILE, job))
+            verdicts.append(verdict_of(d / VERDICT_FILE, job))
         return t, verdicts
 
     # -- ratchet, cancel, end -------------------------------------------------------------------
@@ -543,24 +519,3 @@ class WaveRunner:
         log.warning("epic %s failed: %s", epic_id, reason)
         with contextlib.suppress(StaleState):
             await self.store.end_epic(epic_id, EpicState.FAILED, reason, self.clock())
-
-
-def _known_secrets(config: Config) -> list[str]:
-    out = []
-    for spec in config.settings.workers.values():
-        out += list(spec.env.values())
-        out += [os.environ[k] for k in spec.pass_env if k in os.environ]
-    out += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
-    return out
-
-
-def _verdict_of(path: Path, job: Job) -> JudgeVerdict:
-    """A judge's verdict file, or a FAIL saying why there is none (a judge that could not judge
-    blocks the try: verify, then trust)."""
-    try:
-        return rules.read_verdict(json.loads(path.read_text()), job.worker)
-    except (OSError, ValueError, rules.VerdictError) as err:
-        why = f"judge job {job.id} ({job.state.value}) left no valid {VERDICT_FILE}: {err}"
-        return JudgeVerdict(
-            verdict=Verdict.FAIL, confidence=Confidence.LOW, vendor=job.worker, key_insight=why
-        )
