@@ -234,3 +234,36 @@ def test_a_disagreeing_council_hands_the_try_to_a_human(
             assert (await store.get_epic(epic.id)).state is EpicState.PARTIAL
 
     anyio.run(main)
+
+
+def test_a_try_the_submit_path_refuses_fails_and_is_struck_in_the_end(
+    repo: Path, config: Config, tmp_path: Path
+) -> None:
+    """The role went from the configuration after the epic started: each try is refused,
+    counted as a failure, and the third strikes the task; its dependent is blocked."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        epic = await epics.start(store, config, EPIC, repo=repo, wake=nothing)
+        fewer = Config(
+            settings=resolve(parse("roles:\n  judge: {worker: claude-code}\n", "c.yaml"), "c.yaml"),
+            data_dir=config.data_dir,
+            store_url=None,
+            sqlite_synchronous="NORMAL",
+            source=None,
+        )
+        with anyio.fail_after(10):
+            await WaveRunner(store, fewer, wake=nothing, poll_s=0.01).drive(epic.id)
+        ended = await store.get_epic(epic.id)
+        a, b = await store.epic_tasks(epic.id)
+        assert (ended.state, a.state, a.attempts, b.state) == (
+            EpicState.PARTIAL,
+            TaskState.STRUCK,
+            3,
+            TaskState.BLOCKED,
+        )
+        assert "a job of the try was refused" in (a.verdict or {})["why"]
+        assert "coder" in (a.verdict or {})["why"]
+        assert await store.list_jobs(JobQuery()) == []
+
+    anyio.run(main)

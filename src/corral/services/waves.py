@@ -34,7 +34,7 @@ import anyio.abc
 from corral.config import Config
 from corral.core.ports import Store
 from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState, WaveRecord
-from corral.domain.errors import CorralError, StaleState
+from corral.domain.errors import Conflict, CorralError, InvalidRequest, StaleState
 from corral.domain.governance import Approval, ApprovalState, ScopeKind
 from corral.domain.ids import new_id
 from corral.domain.models import Job, JobOptions, JobSpec
@@ -278,6 +278,15 @@ class WaveRunner:
         if verdict.get("attempt") == t.attempts and verdict.get("gate") == Gate.PASS.value:
             return  # reaped before a crash: only the ratchet is left
         task = spec.task(t.task_id)
+        try:
+            await self._reap(epic, spec, task, t)
+        except (InvalidRequest, Conflict) as err:  # a worker or judge the submit path refused
+            now = (await self.store.epic_tasks(epic.id))[t.position]
+            why = f"a job of the try was refused: {err}"
+            await self._failed(task, now, {"attempt": t.attempts, "job": now.job_id, "why": why})
+
+    async def _reap(self, epic: EpicRecord, spec: EpicSpec, task: TaskSpec, t: TaskRecord) -> None:
+        """Ignite (once) and reap one try: the worker, its checks, the council, the gate."""
         work, start = await self._worktree(epic, t)
         if t.job_id is None:
             job = await self._submit(
