@@ -112,7 +112,7 @@ class WaveRunner:
     async def _claim(self) -> bool:
         try:
             return await self.store.claim_epics(self.holder, now=self.clock(), lease_s=LEASE_S)
-        except CorralError as err:  # a store outage: the lease is tried again later
+        except (CorralError, OSError) as err:  # a store outage: the lease is tried again later
             log.warning("epics: cannot take the lease: %s", err)
             return False
 
@@ -128,7 +128,7 @@ class WaveRunner:
         while True:
             try:
                 epics = await self.store.list_epics(running=True, limit=1000)
-            except CorralError as err:  # a store outage: look again later
+            except (CorralError, OSError) as err:  # a store outage: look again later
                 log.warning("epics: cannot list the running epics: %s", err)
                 epics = []
             for epic in epics:
