@@ -221,7 +221,6 @@ class Engine:
         # name, so the next engine after a crash drains at once instead of when the dead one's
         # lease runs out — as the dispatcher takes over every attempt in flight there.
         holder = self.id if is_shared(config) else SOLE_HOLDER
-        self.holder = holder  # also the epics' lease holder (services/waves.py)
         self.drainer = Drainer(self.store, config.settings.events, holder=holder)
         # Removes terminal jobs past retention every retention.interval_s (runtime/retention.py)
         self.retainer = Retainer(self.store, config, holder=holder)  # the same rule as the sinks

@@ -76,16 +76,16 @@ class WaveRunner:
         wake: Wake,
         clock: Callable[[], float] = time.time,
         poll_s: float | None = None,
-        holder: str = "sole-engine",
+        holder: str | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.wake = wake
         self.clock = clock
-        # Who drives the epics: one engine at a time holds the `epics` lease. On a store one
-        # engine serves, every engine holds it under one name, so the next engine after a
-        # crash drives at once (the sinks' and retention's rule, runtime/engine.py).
+        # Who drives the epics on a store engines share: one engine at a time holds the `epics`
+        # lease. None: the data directory's only engine (no lease: no write to keep one).
         self.holder = holder
+        self._down = False  # the store did not answer the last look
         self.poll_s = poll_s if poll_s is not None else config.settings.scheduler.poll_interval_s
         self._driving: set[str] = set()
         # A check's output is kept on the task: the secrets the engine knows (its workers' API keys
@@ -100,8 +100,11 @@ class WaveRunner:
         return self._subs
 
     async def run(self) -> None:
-        """While this engine holds the epics' lease, look for running epics every poll
-        interval and drive each one not yet driven; the lease lost, stop driving them."""
+        """Look for running epics every poll interval and drive each one not yet driven. On a
+        shared store only while this engine holds the epics' lease (lost: stop driving)."""
+        if self.holder is None:  # this data directory's only engine (its serve lock)
+            async with anyio.create_task_group() as tg:
+                await self._look(tg)
         while True:
             if await self._claim():
                 async with anyio.create_task_group() as tg:
@@ -109,18 +112,27 @@ class WaveRunner:
                     await self._look(tg)
             await anyio.sleep(self.poll_s)
 
-    async def _claim(self) -> bool:
+    async def _claim(self) -> bool | None:
+        """Took or renewed the lease (True), another engine holds it (False), the store did not
+        answer (None)."""
+        assert self.holder is not None
         try:
-            return await self.store.claim_epics(self.holder, now=self.clock(), lease_s=LEASE_S)
+            got = await self.store.claim_epics(self.holder, now=self.clock(), lease_s=LEASE_S)
         except (CorralError, OSError) as err:  # a store outage: the lease is tried again later
-            log.warning("epics: cannot take the lease: %s", err)
-            return False
+            self._outage(err)
+            return None
+        self._outage(None)
+        return got
 
     async def _keep_lease(self, scope: anyio.CancelScope) -> None:
+        held_at = self.clock()
         while True:
             await anyio.sleep(LEASE_S / 3)
-            if not await self._claim():
-                log.warning("epics: lease lost; another engine drives the epics now")
+            got = await self._claim()
+            if got:
+                held_at = self.clock()
+            if got is False or self.clock() - held_at >= LEASE_S:
+                log.warning("epics: lease lost; another engine may drive the epics now")
                 scope.cancel()
                 return
 
@@ -128,14 +140,23 @@ class WaveRunner:
         while True:
             try:
                 epics = await self.store.list_epics(running=True, limit=1000)
+                self._outage(None)
             except (CorralError, OSError) as err:  # a store outage: look again later
-                log.warning("epics: cannot list the running epics: %s", err)
+                self._outage(err)
                 epics = []
             for epic in epics:
                 if epic.id not in self._driving:
                     self._driving.add(epic.id)
                     tg.start_soon(self._drive_guarded, epic.id)
             await anyio.sleep(self.poll_s)
+
+    def _outage(self, err: BaseException | None) -> None:
+        """Say once that the store does not answer, and once that it does again."""
+        if err is not None and not self._down:
+            log.warning("epics: the store does not answer (%s); looking again", err)
+        elif err is None and self._down:
+            log.info("epics: the store answers again")
+        self._down = err is not None
 
     async def _drive_guarded(self, epic_id: str) -> None:
         try:
