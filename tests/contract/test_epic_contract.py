@@ -108,3 +108,15 @@ def test_cancel_and_end(use_store: UseStore) -> None:
             )
 
     use_store(body)
+
+
+def test_one_engine_drives_the_epics(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        assert await store.claim_epics("e1", now=10.0, lease_s=30.0)
+        assert await store.claim_epics("e1", now=20.0, lease_s=30.0)  # renewed
+        assert not await store.claim_epics("e2", now=49.0, lease_s=30.0)
+        assert await store.claim_epics("e2", now=51.0, lease_s=30.0)  # e1's lease ran out
+        assert not await store.claim_epics("e1", now=52.0, lease_s=30.0)
+        assert await store.claim_gc("gc-holder", now=52.0, lease_s=30.0)  # a lease of its own
+
+    use_store(body)

@@ -1,5 +1,5 @@
 """The ratchet's pure rules (corral.waves): the epic file's errors name the bad key, and the
-council, gate, escalation, find and end rules as tables (docs/explanation/waves.md)."""
+council, gate, escalation, find and end rules as tables (docs/how-to/epics.md)."""
 
 from __future__ import annotations
 
@@ -163,6 +163,9 @@ def test_after_failure(
         (TaskState.PASSED, TaskState.OPEN, False),  # the ratchet
         (TaskState.PASSED, TaskState.RUNNING, False),
         (TaskState.STRUCK, TaskState.OPEN, False),
+        (TaskState.ESCALATED, TaskState.PASSED, True),  # a human approved
+        (TaskState.ESCALATED, TaskState.STRUCK, True),  # or denied
+        (TaskState.ESCALATED, TaskState.OPEN, False),
     ],
 )
 def test_settle_is_a_ratchet(current: TaskState, new: TaskState, ok: bool) -> None:
@@ -187,6 +190,13 @@ OP, R, PA, S = TaskState.OPEN, TaskState.RUNNING, TaskState.PASSED, TaskState.ST
 )
 def test_unblocked(states: dict[str, TaskState], expected: list[str]) -> None:
     assert unblocked(load(EPIC), states) == expected
+
+
+def test_an_escalated_dependency_blocks_nothing_until_decided() -> None:
+    spec = load(EPIC)
+    states = {"a": TaskState.ESCALATED, "b": OP, "c": OP}
+    assert block_all(spec, states) == states
+    assert unblocked(spec, states) == ["c"]
 
 
 def test_a_struck_dependency_blocks_transitively() -> None:
@@ -215,6 +225,9 @@ def test_a_struck_dependency_blocks_transitively() -> None:
         ({"a": PA, "b": OP, "c": OP}, 1, None),
         ({"a": PA, "b": OP, "c": OP}, 50, EpicState.WAVE_LIMIT),
         ({"a": PA, "b": PA, "c": PA}, 50, EpicState.DONE),
+        ({"a": PA, "b": OP, "c": TaskState.ESCALATED}, 2, None),  # waits for the human
+        ({"a": TaskState.ESCALATED, "b": OP, "c": PA}, 2, None),
+        ({"a": S, "b": TaskState.BLOCKED, "c": TaskState.ESCALATED}, 3, None),
     ],
 )
 def test_epic_end(states: dict[str, TaskState], waves: int, expected: EpicState | None) -> None:

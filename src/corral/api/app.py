@@ -27,6 +27,7 @@ from corral.services import Wake
 
 from . import (
     dlq,
+    epics,
     governance,
     intents,
     jobs,
@@ -103,6 +104,7 @@ def create_app(
     app.include_router(intents.router)
     app.include_router(tokens.router)
     app.include_router(world.router)
+    app.include_router(epics.router)
     _health_routes(app, store, config)
     app.add_api_route("/docs", _docs_page, include_in_schema=False, response_class=HTMLResponse)
     if ui is not None:

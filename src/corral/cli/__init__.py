@@ -317,9 +317,11 @@ def serve(
 
 
 async def _waves(engine: Engine) -> None:
+    from corral.runtime.assembly import is_shared
     from corral.services.waves import WaveRunner
 
-    await WaveRunner(engine.store, engine.config, wake=engine.wake).run()
+    holder = engine.id if is_shared(engine.config) else None  # a lease only on a shared store
+    await WaveRunner(engine.store, engine.config, wake=engine.wake, holder=holder).run()
 
 
 def _http_listener(

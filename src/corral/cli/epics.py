@@ -9,7 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
+from corral.domain.epics import EpicState
 from corral.domain.errors import InvalidRequest
+from corral.runtime.watch import engine_serving
 from corral.schemas.epics import Epic, EpicShow
 from corral.services import epics
 
@@ -51,7 +53,8 @@ def run_cmd(
     unblocked task in its own git worktree; a try passes when its checks pass and the council
     does not FAIL; Corral commits passing work onto the branch in task order. A failed try is
     retried up to the task's max_attempts (3 consecutive failures strike it), at most
-    max_waves waves. Needs a running engine (`corral serve`)."""
+    max_waves waves. Needs a running engine (`corral serve`). With --wait, exits 1 unless
+    every task passed."""
     try:
         text = file.read_text()
     except OSError as err:
@@ -61,12 +64,21 @@ def run_cmd(
         cfg,
         lambda st: epics.start(st, cfg, text, repo=repo, base=base, tenant=tenant, wake=waker(cfg)),
     )
+    serving = with_store(cfg, lambda st: engine_serving(cfg, st, time.time()))
+    if not serving and not as_json:
+        typer.echo(
+            f"corral: no engine is serving {cfg.data_dir}: the epic's first wave starts when "
+            "`corral serve` runs there",
+            err=True,
+        )
     if wait:
         epic_id = epic.id
         while not epic.state.terminal:
             time.sleep(cfg.settings.scheduler.poll_interval_s)
             epic = with_store(cfg, lambda st: st.get_epic(epic_id))
         _show(cfg, epic_id, as_json)
+        if epic.state is not EpicState.DONE:
+            raise typer.Exit(1)  # a script sees an epic that did not pass every task
         return
     if as_json:
         d = with_store(cfg, lambda st: epics.detail(st, epic.id))

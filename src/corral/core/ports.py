@@ -811,6 +811,10 @@ class EpicStore(Protocol):
     async def cancel_epic(self, epic_id: str, reason: str, at: float) -> EpicRecord:
         """Ask a running epic to stop at its next wave boundary (Conflict when it ended)."""
 
+    async def claim_epics(self, holder: str, *, now: float, lease_s: float) -> bool:
+        """Take or renew the lease of driving every epic (one engine at a time on a shared
+        store) until `now + lease_s`; False while another holder's lease runs."""
+
 
 class KnowledgeStore(Protocol):
     """The knowledge flywheel's learnings, their history, citations and A/B runs (migration

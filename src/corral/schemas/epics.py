@@ -110,3 +110,9 @@ class EpicShow(Epic):
     @classmethod
     def full(cls, e: de.EpicRecord, tasks: list[de.TaskRecord], waves: list[de.WaveRecord]) -> Self:
         return cls(**Epic.of(e, tasks).model_dump(), waves=[EpicWave.of(w) for w in waves])
+
+
+class EpicPage(View):
+    """`GET /api/v1/epics`: the token's tenant's epics, newest first."""
+
+    epics: list[Epic]

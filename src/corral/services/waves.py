@@ -1,4 +1,4 @@
-"""The FIRE loop (docs/explanation/waves.md): the engine drives every running epic
+"""The FIRE loop (docs/how-to/epics.md): the engine drives every running epic
 wave by wave.
 
 - Find: the open tasks whose dependencies passed (corral.waves.rules.unblocked).
@@ -21,7 +21,7 @@ from the checkpoint: the submitted jobs are waited for, not submitted again.
 from __future__ import annotations
 
 import contextlib
-import json
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -29,55 +29,40 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from corral.config import Config
 from corral.core.ports import Store
 from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState, WaveRecord
-from corral.domain.errors import CorralError, StaleState
-from corral.domain.governance import ScopeKind
+from corral.domain.errors import Conflict, CorralError, InvalidRequest, StaleState
+from corral.domain.governance import Approval, ApprovalState, ScopeKind
+from corral.domain.ids import new_id
 from corral.domain.models import Job, JobOptions, JobSpec
 from corral.domain.states import JobState
+from corral.policy.redact import Redactor
 from corral.services import Wake
 from corral.services.submissions import Submissions, submissions
+from corral.services.waveparts import (
+    VERDICT_FILE,
+    epic_root,
+    judge_prompt,
+    known_secrets,
+    verdict_of,
+    worker_prompt,
+)
 from corral.waves import rules
 from corral.waves.epic import EpicSpec, TaskSpec, parse
-from corral.waves.rules import Confidence, Gate, JudgeVerdict, Verdict
+from corral.waves.rules import Gate, JudgeVerdict
 from corral.workers import gitrepo
 
 log = logging.getLogger("corral.waves")
 
 CHECK_TIMEOUT_S = 600.0  # one check command
-VERDICT_FILE = "verdict.json"
+LEASE_S = 30.0  # the epics' lease: renewed every third of it
 
 
 class _Cancelled(Exception):
     """The epic was asked to stop while a wave waited."""
-
-
-def epic_root(config: Config, epic_id: str) -> Path:
-    """Where an epic's worktrees and judges' folders live, under the data directory."""
-    return config.data_dir / "epics" / epic_id
-
-
-def worker_prompt(epic: EpicRecord, task: TaskSpec, attempt: int) -> str:
-    checks = "\n".join(f"- `{c}`" for c in task.checks) or "- (none)"
-    return (
-        f"{task.prompt}\n\n"
-        f"(Task {task.id} of epic {epic.name}, try {attempt}. You work in a git worktree of the "
-        "project; leave your changes in the working tree: Corral commits them once these checks "
-        f"pass and a council reviews them; do not commit or push.)\nChecks:\n{checks}\n"
-    )
-
-
-def judge_prompt(task: TaskSpec) -> str:
-    return (
-        "You are a judge on a council reviewing one task's change. Read task.md (the task) and "
-        "diff.patch (the change) in this folder. Then write verdict.json here: a JSON object "
-        '{"verdict": "PASS" | "WARN" | "FAIL", "confidence": "HIGH" | "MEDIUM" | "LOW", '
-        '"key_insight": "<one sentence>", "findings": [{"severity": "critical" | "significant" '
-        '| "minor", "description": "..."}]}. Write any longer analysis to analysis.md; only the '
-        f"verdict travels. The task is {task.id}."
-    )
 
 
 class WaveRunner:
@@ -91,13 +76,21 @@ class WaveRunner:
         wake: Wake,
         clock: Callable[[], float] = time.time,
         poll_s: float | None = None,
+        holder: str | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.wake = wake
         self.clock = clock
+        # Who drives the epics on a store engines share: one engine at a time holds the `epics`
+        # lease. None: the data directory's only engine (no lease: no write to keep one).
+        self.holder = holder
+        self._down = False  # the store did not answer the last look
         self.poll_s = poll_s if poll_s is not None else config.settings.scheduler.poll_interval_s
         self._driving: set[str] = set()
+        # A check's output is kept on the task: the secrets the engine knows (its workers' API keys
+        # and variables, its own credential-like variables) and credential shapes are redacted.
+        self.redact = Redactor(known_secrets(config))
         self._subs: Submissions | None = None
 
     @property
@@ -107,19 +100,63 @@ class WaveRunner:
         return self._subs
 
     async def run(self) -> None:
-        """Look for running epics every poll interval and drive each one not yet driven."""
-        async with anyio.create_task_group() as tg:
-            while True:
-                try:
-                    epics = await self.store.list_epics(running=True, limit=1000)
-                except CorralError as err:  # a store outage: look again later
-                    log.warning("epics: cannot list the running epics: %s", err)
-                    epics = []
-                for epic in epics:
-                    if epic.id not in self._driving:
-                        self._driving.add(epic.id)
-                        tg.start_soon(self._drive_guarded, epic.id)
-                await anyio.sleep(self.poll_s)
+        """Look for running epics every poll interval and drive each one not yet driven. On a
+        shared store only while this engine holds the epics' lease (lost: stop driving)."""
+        if self.holder is None:  # this data directory's only engine (its serve lock)
+            async with anyio.create_task_group() as tg:
+                await self._look(tg)
+        while True:
+            if await self._claim():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._keep_lease, tg.cancel_scope)
+                    await self._look(tg)
+            await anyio.sleep(self.poll_s)
+
+    async def _claim(self) -> bool | None:
+        """Took or renewed the lease (True), another engine holds it (False), the store did not
+        answer (None)."""
+        assert self.holder is not None
+        try:
+            got = await self.store.claim_epics(self.holder, now=self.clock(), lease_s=LEASE_S)
+        except (CorralError, OSError) as err:  # a store outage: the lease is tried again later
+            self._outage(err)
+            return None
+        self._outage(None)
+        return got
+
+    async def _keep_lease(self, scope: anyio.CancelScope) -> None:
+        held_at = self.clock()
+        while True:
+            await anyio.sleep(LEASE_S / 3)
+            got = await self._claim()
+            if got:
+                held_at = self.clock()
+            if got is False or self.clock() - held_at >= LEASE_S:
+                log.warning("epics: lease lost; another engine may drive the epics now")
+                scope.cancel()
+                return
+
+    async def _look(self, tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            try:
+                epics = await self.store.list_epics(running=True, limit=1000)
+                self._outage(None)
+            except (CorralError, OSError) as err:  # a store outage: look again later
+                self._outage(err)
+                epics = []
+            for epic in epics:
+                if epic.id not in self._driving:
+                    self._driving.add(epic.id)
+                    tg.start_soon(self._drive_guarded, epic.id)
+            await anyio.sleep(self.poll_s)
+
+    def _outage(self, err: BaseException | None) -> None:
+        """Say once that the store does not answer, and once that it does again."""
+        if err is not None and not self._down:
+            log.warning("epics: the store does not answer (%s); looking again", err)
+        elif err is None and self._down:
+            log.info("epics: the store answers again")
+        self._down = err is not None
 
     async def _drive_guarded(self, epic_id: str) -> None:
         try:
@@ -144,9 +181,13 @@ class WaveRunner:
                 await self._kill_switch(epic, spec)
                 running = [t for t in tasks if t.state is TaskState.RUNNING]
                 if not running:
-                    ended = await self._settle(epic, spec, tasks)
+                    tasks = await self._human_decisions(epic, spec, tasks)
+                    ended, waiting = await self._settle(epic, spec, tasks)
                     if ended:
                         return
+                    if waiting:  # only a human's decision on an escalated task is left
+                        await anyio.sleep(self.poll_s)
+                        continue
                     epic, running = await self._begin_wave(epic, spec, tasks)
                 await self._wave(epic, spec, running)
             except _Cancelled:
@@ -171,8 +212,11 @@ class WaveRunner:
                 )
                 raise _Cancelled
 
-    async def _settle(self, epic: EpicRecord, spec: EpicSpec, tasks: Sequence[TaskRecord]) -> bool:
-        """Between waves: block what can never run, and end the epic when nothing is left."""
+    async def _settle(
+        self, epic: EpicRecord, spec: EpicSpec, tasks: Sequence[TaskRecord]
+    ) -> tuple[bool, bool]:
+        """Between waves: block what can never run, and end the epic when nothing is left;
+        (ended, waiting for a human only)."""
         states = {t.task_id: t.state for t in tasks}
         now = self.clock()
         for t in tasks:
@@ -183,17 +227,18 @@ class WaveRunner:
         states = rules.block_all(spec, states)
         end = rules.epic_end(spec, states, epic.wave)
         if end is None:
-            return False
+            return False, not rules.unblocked(spec, states)
         counts = {s.value: sum(1 for v in states.values() if v is s) for s in TaskState}
         reason = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         await self.store.end_epic(epic.id, end, f"{reason} after {epic.wave} waves", now)
         await self._drop_lead(epic)
-        return True
+        return True, False
 
     async def _begin_wave(
         self, epic: EpicRecord, spec: EpicSpec, tasks: Sequence[TaskRecord]
     ) -> tuple[EpicRecord, list[TaskRecord]]:
-        """Find and the checkpoint: the wave's tasks taken, each try counted, in one write."""
+        """Find and the checkpoint: the wave's tasks taken, each try counted, in one write (a
+        task keeps its last try's verdict until this try's gate replaces it)."""
         states = {t.task_id: t.state for t in tasks}
         by_id = {t.task_id: t for t in tasks}
         now = self.clock()
@@ -203,7 +248,6 @@ class WaveRunner:
                 attempts=by_id[i].attempts + 1,
                 job_id=None,
                 judges=(),
-                verdict=None,
                 updated_at=now,
             )
             for i in rules.unblocked(spec, states)
@@ -255,10 +299,19 @@ class WaveRunner:
         if verdict.get("attempt") == t.attempts and verdict.get("gate") == Gate.PASS.value:
             return  # reaped before a crash: only the ratchet is left
         task = spec.task(t.task_id)
+        try:
+            await self._reap(epic, spec, task, t)
+        except (InvalidRequest, Conflict) as err:  # a worker or judge the submit path refused
+            now = (await self.store.epic_tasks(epic.id))[t.position]
+            why = f"a job of the try was refused: {err}"
+            await self._failed(task, now, {"attempt": t.attempts, "job": now.job_id, "why": why})
+
+    async def _reap(self, epic: EpicRecord, spec: EpicSpec, task: TaskSpec, t: TaskRecord) -> None:
+        """Ignite (once) and reap one try: the worker, its checks, the council, the gate."""
         work, start = await self._worktree(epic, t)
         if t.job_id is None:
             job = await self._submit(
-                epic, task.role, worker_prompt(epic, task, t.attempts), work, t
+                epic, task.role, worker_prompt(epic, task, t.attempts, work), work, t
             )
             t = t.with_(job_id=job.id, updated_at=self.clock())
             await self.store.save_task(t, expect=TaskState.RUNNING)
@@ -272,7 +325,8 @@ class WaveRunner:
             return await self._failed(task, t, {**record, "why": why})
         checks = await gitrepo.run_checks(work, task.checks, CHECK_TIMEOUT_S)
         record["checks"] = [
-            {"command": c.command, "exit_code": c.exit_code, "output": c.output} for c in checks
+            {"command": c.command, "exit_code": c.exit_code, "output": self.redact.text(c.output)}
+            for c in checks
         ]
         bad = next((c for c in checks if not c.passed), None)
         if bad is not None:
@@ -288,7 +342,11 @@ class WaveRunner:
             return await self._failed(task, t, {**record, "why": f"the council says {consensus}"})
         state = TaskState.ESCALATED if outcome is Gate.ESCALATE else TaskState.RUNNING
         if outcome is Gate.ESCALATE:
-            record["why"] = "the judges disagree across vendors: a human decides"
+            record["approval"] = await self._ask_human(epic, t)
+            record["why"] = (
+                f"the judges disagree across vendors: approval {record['approval']} decides "
+                "(approved: Corral commits the work; denied: the task is struck)"
+            )
         await self.store.save_task(
             t.with_(state=state, verdict=record, updated_at=self.clock()),
             expect=TaskState.RUNNING,
@@ -349,14 +407,15 @@ class WaveRunner:
                 )
                 (d / "diff.patch").write_bytes(patch)
                 role = spec.council.role_of(n)
-                job = await self._submit(epic, role, judge_prompt(task), d, t, judge=n + 1)
+                prompt = judge_prompt(task, t.attempts, d)
+                job = await self._submit(epic, role, prompt, d, t, judge=n + 1)
                 ids.append(job.id)
             t = t.with_(judges=tuple(ids), updated_at=self.clock())
             await self.store.save_task(t, expect=TaskState.RUNNING)
         verdicts = []
         for d, job_id in zip(dirs, t.judges, strict=True):
             job = await self._wait(epic.id, job_id)
-            verdicts.append(_verdict_of(d / VERDICT_FILE, job))
+            verdicts.append(verdict_of(d / VERDICT_FILE, job))
         return t, verdicts
 
     # -- ratchet, cancel, end -------------------------------------------------------------------
@@ -381,27 +440,88 @@ class WaveRunner:
         lead = await self._lead(epic)
         for t in await self.store.epic_tasks(epic.id):
             v = t.verdict or {}
-            if not (t.state is TaskState.RUNNING and v.get("gate") == Gate.PASS.value):
+            passed = v.get("gate") == Gate.PASS.value and v.get("attempt") == t.attempts
+            if not (t.state is TaskState.RUNNING and passed):
                 continue
-            task = spec.task(t.task_id)
-            work, start = await self._worktree(epic, t)
-            title = task.prompt.strip().splitlines()[0][:72]
-            message = (
-                f"{task.id}: {title}\n\nEpic {epic.name} ({epic.id}), wave {epic.wave}, try "
-                f"{t.attempts}, worker job {t.job_id}; checks passed, council {v.get('council')}."
-            )
-            try:
-                patch = await gitrepo.patch_of(work, start)
-                sha = await gitrepo.commit_patch(lead, patch, message, self._marker(epic, t))
-            except gitrepo.GitError as err:
-                await self._failed(task, t, {**v, "why": f"the ratchet: {err}"})
-                continue
-            await self.store.save_task(
-                t.with_(state=TaskState.PASSED, commit=sha, failures=0, updated_at=self.clock()),
-                expect=TaskState.RUNNING,
-            )
-            await gitrepo.remove_worktree(Path(epic.repo), work, self._branch(epic, t))
+            await self._commit(epic, spec, lead, t)
         return await gitrepo.text(lead, "rev-parse", "HEAD")
+
+    async def _commit(self, epic: EpicRecord, spec: EpicSpec, lead: Path, t: TaskRecord) -> None:
+        """Commit one try's work as the lead, then the task PASSED (a try that does not apply
+        fails instead)."""
+        v = t.verdict or {}
+        task = spec.task(t.task_id)
+        work, start = await self._worktree(epic, t)
+        title = task.prompt.strip().splitlines()[0][:72]
+        message = (
+            f"{task.id}: {title}\n\nEpic {epic.name} ({epic.id}), wave {epic.wave}, try "
+            f"{t.attempts}, worker job {t.job_id}; checks passed, council {v.get('council')}."
+        )
+        try:
+            patch = await gitrepo.patch_of(work, start)
+            sha = await gitrepo.commit_patch(lead, patch, message, self._marker(epic, t))
+        except gitrepo.GitError as err:
+            if t.state is TaskState.RUNNING:
+                await self._failed(task, t, {**v, "why": f"the ratchet: {err}"})
+            else:  # an approved escalation that no longer applies: struck, saying why
+                await self.store.save_task(
+                    t.with_(state=TaskState.STRUCK, verdict={**v, "why": f"the ratchet: {err}"},
+                            updated_at=self.clock()),
+                    expect=t.state,
+                )  # fmt: skip
+            return
+        await self.store.save_task(
+            t.with_(state=TaskState.PASSED, commit=sha, failures=0, updated_at=self.clock()),
+            expect=t.state,
+        )
+        await gitrepo.remove_worktree(Path(epic.repo), work, self._branch(epic, t))
+
+    async def _ask_human(self, epic: EpicRecord, t: TaskRecord) -> str:
+        """An approval for an escalated try (the judges disagree across vendors), bound to its
+        worker job; `corral approvals approve|deny ID` decides it."""
+        now = self.clock()
+        subject = (
+            f"epic {epic.id} task {t.task_id} try {t.attempts}: commit despite the council's "
+            "disagreement"
+        )
+        approval = Approval(
+            id=new_id(int(now * 1000)),
+            job_id=t.job_id or "",
+            subject=subject,
+            digest=hashlib.sha256(subject.encode()).hexdigest(),
+            reason="council_disagree",
+            requested_at=now,
+            expires_at=now + self.config.settings.approval_ttl_s,
+        )
+        await self.store.request_approval(approval)
+        return approval.id
+
+    async def _human_decisions(
+        self, epic: EpicRecord, spec: EpicSpec, tasks: list[TaskRecord]
+    ) -> list[TaskRecord]:
+        """Escalated tasks whose approval was decided: approved, committed; denied or expired,
+        struck. The tasks as they are after."""
+        decided = False
+        for t in tasks:
+            approval_id = (t.verdict or {}).get("approval")
+            if t.state is not TaskState.ESCALATED or not isinstance(approval_id, str):
+                continue
+            a = await self.store.approval(approval_id)
+            if a.state is ApprovalState.PENDING:
+                continue
+            decided = True
+            if a.state is ApprovalState.APPROVED:
+                await self._commit(epic, spec, await self._lead(epic), t)
+                continue
+            why = f"approval {a.id} {a.state.value}" + (
+                f" by {a.decided_by}" if a.decided_by else ""
+            )
+            await self.store.save_task(
+                t.with_(state=TaskState.STRUCK, verdict={**(t.verdict or {}), "why": why},
+                        updated_at=self.clock()),
+                expect=TaskState.ESCALATED,
+            )  # fmt: skip
+        return await self.store.epic_tasks(epic.id) if decided else tasks
 
     async def _cancel(self, epic_id: str) -> None:
         """Stop the epic: its live jobs cancelled, its unsettled tasks cancelled, then ended."""
@@ -429,15 +549,3 @@ class WaveRunner:
         log.warning("epic %s failed: %s", epic_id, reason)
         with contextlib.suppress(StaleState):
             await self.store.end_epic(epic_id, EpicState.FAILED, reason, self.clock())
-
-
-def _verdict_of(path: Path, job: Job) -> JudgeVerdict:
-    """A judge's verdict file, or a FAIL saying why there is none (a judge that could not judge
-    blocks the try: verify, then trust)."""
-    try:
-        return rules.read_verdict(json.loads(path.read_text()), job.worker)
-    except (OSError, ValueError, rules.VerdictError) as err:
-        why = f"judge job {job.id} ({job.state.value}) left no valid {VERDICT_FILE}: {err}"
-        return JudgeVerdict(
-            verdict=Verdict.FAIL, confidence=Confidence.LOW, vendor=job.worker, key_insight=why
-        )

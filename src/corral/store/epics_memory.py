@@ -15,6 +15,7 @@ class MemoryEpics:
     _epics: dict[str, EpicRecord]
     _epic_tasks: dict[str, dict[str, TaskRecord]]
     _epic_waves: dict[str, dict[int, WaveRecord]]
+    _epic_lease: tuple[str, float] | None
 
     async def create_epic(self, epic: EpicRecord, tasks: Sequence[TaskRecord]) -> None:
         if epic.id in self._epics:
@@ -90,3 +91,9 @@ class MemoryEpics:
             epic = epic.with_(cancel_requested=reason, updated_at=at)
             self._epics[epic_id] = epic
         return epic
+
+    async def claim_epics(self, holder: str, *, now: float, lease_s: float) -> bool:
+        if self._epic_lease and self._epic_lease[0] != holder and self._epic_lease[1] >= now:
+            return False
+        self._epic_lease = (holder, now + lease_s)
+        return True

@@ -204,6 +204,20 @@ class SqlEpics:
                 epic = epic.with_(cancel_requested=reason, updated_at=at)
             return epic
 
+    async def claim_epics(self, holder: str, *, now: float, lease_s: float) -> bool:
+        async with self.driver.write() as tx:
+            n = await tx.execute(_LEASE, (holder, now + lease_s, now))
+        return n == 1
+
+
+# The engine that drives the epics holds a row of gc_lease (migration 0017) named `epics`.
+_LEASE = (
+    "INSERT INTO gc_lease (name, holder, lease_until) VALUES ('epics', ?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+    "lease_until = excluded.lease_until "
+    "WHERE gc_lease.holder = excluded.holder OR gc_lease.lease_until < ?"
+)
+
 
 async def _get(tx: Tx, epic_id: str) -> EpicRecord:
     row = await tx.fetchone(f"SELECT {_EPIC} FROM epics WHERE id = ?", (epic_id,))

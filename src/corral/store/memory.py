@@ -143,6 +143,7 @@ class MemoryStore(
         self._epics: dict[str, EpicRecord] = {}
         self._epic_tasks: dict[str, dict[str, TaskRecord]] = {}
         self._epic_waves: dict[str, dict[int, WaveRecord]] = {}
+        self._epic_lease: tuple[str, float] | None = None
         self._undo: list[Callable[[], object]] = []  # the open operation's undo journal
 
     async def open(self) -> None:

@@ -26,7 +26,7 @@ import yaml
 
 from corral.domain.errors import InvalidRequest
 
-MAX_WAVES = 50  # the AgentOps design: at most 50 waves per epic
+MAX_WAVES = 50  # at most 50 waves per epic
 DEFAULT_ATTEMPTS = 3  # tries per gate, the first included
 ATTEMPTS_CEILING = 5  # the seed's hard ceiling on gate tries
 DEFAULT_JUDGES = 2

@@ -1,4 +1,4 @@
-"""The ratchet's pure rules (the AgentOps design; docs/explanation/waves.md): which tasks a
+"""The ratchet's pure rules (docs/how-to/epics.md): which tasks a
 wave takes, what a council of verdicts comes to, whether a task's try passes its gate, what a
 failure leads to, and when an epic ends. No I/O: services/epics.py persists and acts.
 
@@ -9,7 +9,8 @@ failure leads to, and when an epic ends. No I/O: services/epics.py persists and 
   council neither FAILs nor DISAGREEs (WARN passes).
 - Escalate: a failed try is retried within its bound (max_attempts, the first try included);
   the bound spent, or 3 consecutive failures (the strike rule), strikes the task; DISAGREE
-  escalates it to a human.
+  escalates it to a human (an approval: approved, its work is committed; denied, struck),
+  and the epic waits for that decision before it ends.
 - Ratchet: a passed task never reopens (`settle` refuses it).
 """
 
@@ -24,7 +25,7 @@ from corral.domain.epics import EpicState, TaskState
 from corral.domain.errors import InvalidRequest
 from corral.waves.epic import EpicSpec
 
-STRIKES = 3  # consecutive failures that skip a task (the AgentOps design's strike rule)
+STRIKES = 3  # consecutive failures that skip a task (the strike rule)
 
 
 class Verdict(StrEnum):
@@ -150,10 +151,12 @@ def after_failure(*, attempts: int, failures: int, max_attempts: int) -> AfterFa
 
 
 def settle(current: TaskState, new: TaskState) -> TaskState:
-    """The ratchet: a passed task never changes again; a settled one never reopens."""
+    """The ratchet: a passed task never changes again; a settled one never reopens (an
+    escalated one is settled by its human: passed or struck)."""
     if current is TaskState.PASSED and new is not TaskState.PASSED:
         raise InvalidRequest("a passed task never reopens (the ratchet)")
-    if current.settled and current is not new:
+    human = current is TaskState.ESCALATED and new in (TaskState.PASSED, TaskState.STRUCK)
+    if current.settled and current is not new and not human:
         raise InvalidRequest(f"a {current.value} task cannot become {new.value}")
     return new
 
@@ -171,7 +174,8 @@ def unblocked(spec: EpicSpec, states: Mapping[str, TaskState]) -> list[str]:
 def blocked(spec: EpicSpec, states: Mapping[str, TaskState]) -> list[str]:
     """Open tasks that can never run: a dependency ended without passing (transitively, as the
     caller applies this until nothing changes)."""
-    dead = {s for s, st in states.items() if st.settled and st is not TaskState.PASSED}
+    alive = (TaskState.PASSED, TaskState.ESCALATED)  # an escalated task waits for a human
+    dead = {s for s, st in states.items() if st.settled and st not in alive}
     return [
         t.id
         for t in spec.tasks
@@ -195,7 +199,9 @@ def epic_end(
     if all(s is TaskState.PASSED for s in states.values()):
         return EpicState.DONE
     if not unblocked(spec, states):
-        return EpicState.PARTIAL
+        # a task escalated to a human holds the epic open until the human decides
+        waiting = any(s is TaskState.ESCALATED for s in states.values())
+        return None if waiting else EpicState.PARTIAL
     if waves_started >= spec.max_waves:
         return EpicState.WAVE_LIMIT
     return None

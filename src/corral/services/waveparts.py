@@ -1,0 +1,73 @@
+"""The FIRE loop's pieces without state (services/waves.py): where an epic's folders live,
+the prompts its workers and judges get, a judge's verdict file read, and the secrets a check's
+output is cleaned of."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from corral.config import Config
+from corral.domain.epics import EpicRecord
+from corral.domain.models import Job
+from corral.waves import rules
+from corral.waves.epic import TaskSpec
+from corral.waves.rules import Confidence, JudgeVerdict, Verdict
+
+VERDICT_FILE = "verdict.json"
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
+
+
+def epic_root(config: Config, epic_id: str) -> Path:
+    """Where an epic's worktrees and judges' folders live, under the data directory."""
+    return config.data_dir / "epics" / epic_id
+
+
+def worker_prompt(epic: EpicRecord, task: TaskSpec, attempt: int, work: Path) -> str:
+    """A worker's prompt: the task's, then where it works, its checks and that it must not
+    commit."""
+    checks = "\n".join(f"- `{c}`" for c in task.checks) or "- (none)"
+    return (
+        f"{task.prompt}\n\n"
+        f"(Task {task.id} of epic {epic.name}, try {attempt}. You work in {work}, a git "
+        "worktree of the project; leave your changes in the working tree: Corral commits them "
+        "once these checks pass and a council reviews them; do not commit or push.)\n"
+        f"Checks:\n{checks}\n"
+    )
+
+
+def judge_prompt(task: TaskSpec, attempt: int, folder: Path) -> str:
+    """A judge's prompt: what to read, and the verdict file to write with its schema."""
+    return (
+        "You are a judge on a council reviewing one task's change. Read task.md (the task) and "
+        f"diff.patch (the change) in {folder}. Then write {folder / VERDICT_FILE}: a JSON "
+        'object {"verdict": "PASS" | "WARN" | "FAIL", "confidence": "HIGH" | "MEDIUM" | "LOW", '
+        '"key_insight": "<one sentence>", "findings": [{"severity": "critical" | "significant" '
+        '| "minor", "description": "..."}]}. Write any longer analysis to analysis.md there; '
+        f"only the verdict travels. The task is {task.id}, try {attempt}."
+    )
+
+
+def known_secrets(config: Config) -> list[str]:
+    """The values a check's output is cleaned of: the workers' variables and handed-on keys,
+    and the engine's own credential-like variables."""
+    out = []
+    for spec in config.settings.workers.values():
+        out += list(spec.env.values())
+        out += [os.environ[k] for k in spec.pass_env if k in os.environ]
+    out += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
+    return out
+
+
+def verdict_of(path: Path, job: Job) -> JudgeVerdict:
+    """A judge's verdict file, or a FAIL saying why there is none (a judge that could not judge
+    blocks the try: verify, then trust)."""
+    try:
+        return rules.read_verdict(json.loads(path.read_text()), job.worker)
+    except (OSError, ValueError, rules.VerdictError) as err:
+        why = f"judge job {job.id} ({job.state.value}) left no valid {VERDICT_FILE}: {err}"
+        return JudgeVerdict(
+            verdict=Verdict.FAIL, confidence=Confidence.LOW, vendor=job.worker, key_insight=why
+        )

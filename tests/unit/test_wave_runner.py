@@ -1,0 +1,269 @@
+"""The FIRE loop's recovery and stops (services/waves.py) on the memory store and a real git
+repository, without an engine: a runner that dies after submitting a try's worker leaves a
+checkpoint from which the next one waits for that job instead of submitting another; a kill
+switch or a cancel stops an epic at its wave boundary. And the git the ratchet relies on
+(workers/gitrepo.py): a try's patch holds even what its worker committed, and the lead commits
+it once."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from corral.config import Config, parse, resolve
+from corral.core.ports import JobQuery
+from corral.domain.epics import EpicState, TaskState
+from corral.domain.governance import ApprovalState, KillSwitch, ScopeKind
+from corral.services import epics
+from corral.services.waves import WaveRunner
+from corral.store.memory import MemoryStore
+from corral.workers import gitrepo
+
+CONFIG = """
+roles:
+  coder: {worker: claude-code}
+  judge: {worker: claude-code}
+"""
+EPIC = """
+name: one
+council: {judges: 0}
+tasks:
+  - {id: a, role: coder, prompt: write a.txt, checks: ["grep -qx a a.txt"]}
+  - {id: b, role: coder, prompt: write b.txt, depends_on: [a]}
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    r = tmp_path / "repo"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "main")
+    (r / "README").write_text("x\n")
+    git(r, "add", "README")
+    git(r, "-c", "user.name=Dev", "-c", "user.email=d@example.com", "commit", "-qm", "init")
+    return r
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Config:
+    return Config(
+        settings=resolve(parse(CONFIG, "c.yaml"), "c.yaml"),
+        data_dir=tmp_path / "data",
+        store_url=None,
+        sqlite_synchronous="NORMAL",
+        source=None,
+    )
+
+
+def nothing(op: str) -> None:
+    return None
+
+
+async def until(check: Callable[[], Awaitable[bool]]) -> None:
+    with anyio.fail_after(10):
+        while not await check():
+            await anyio.sleep(0.01)
+
+
+def test_a_resumed_wave_waits_for_the_job_it_submitted(repo: Path, config: Config) -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        epic = await epics.start(store, config, EPIC, repo=repo, wake=nothing)
+
+        async def submitted() -> bool:
+            return (await store.epic_tasks(epic.id))[0].job_id is not None
+
+        async with anyio.create_task_group() as tg:  # the engine dies once the worker is in
+            tg.start_soon(WaveRunner(store, config, wake=nothing, poll_s=0.01).drive, epic.id)
+            await until(submitted)
+            tg.cancel_scope.cancel()
+        a, b = await store.epic_tasks(epic.id)
+        assert (a.state, a.attempts, b.state) == (TaskState.RUNNING, 1, TaskState.OPEN)
+        assert a.job_id is not None
+        await store.request_cancel(a.job_id, reason="gone", kind="cancel", now=1.0)
+
+        async def retried() -> bool:
+            return (await store.epic_tasks(epic.id))[0].attempts == 2
+
+        async with anyio.create_task_group() as tg:  # the next engine resumes the wave
+            tg.start_soon(WaveRunner(store, config, wake=nothing, poll_s=0.01).drive, epic.id)
+            await until(retried)
+            await until(submitted)
+            tg.cancel_scope.cancel()
+        jobs = await store.list_jobs(JobQuery())
+        assert sorted(j.key or "" for j in jobs) == [f"epic:{epic.id}:a:1", f"epic:{epic.id}:a:2"]
+        assert all(j.options.epic and j.cwd for j in jobs)  # lead-only, in its own worktree
+        assert all(j.options.resume_from is None for j in jobs)  # fresh context every try
+        a = (await store.epic_tasks(epic.id))[0]
+        waves = await store.epic_waves(epic.id)
+        assert [w.tasks for w in waves] == [{"a": 1}, {"a": 2}]
+        assert waves[0].results == {"a": "open"}  # try 1 failed: retried in wave 2
+        assert (a.failures, a.state) == (1, TaskState.RUNNING)
+        last = a.verdict or {}  # try 1's gate, until try 2's replaces it
+        assert (last["attempt"], last["gate"]) == (1, "fail")
+        first = next(j for j in jobs if (j.key or "").endswith(":1"))
+        assert last["why"].startswith(f"the worker job {first.id} ended CANCELLED")
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("how", ["kill switch", "cancel"])
+def test_a_kill_switch_or_a_cancel_stops_the_epic_at_its_wave(
+    repo: Path, config: Config, how: str
+) -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        epic = await epics.start(store, config, EPIC, repo=repo, wake=nothing)
+        if how == "kill switch":
+            await store.activate_kill_switch(
+                KillSwitch(
+                    id="ks1",
+                    scope=ScopeKind.ROLE,
+                    target="coder",
+                    reason="stop",
+                    created_at=0.0,
+                    created_by="op",
+                )
+            )
+        else:
+            await epics.cancel(store, epic.id[:8], reason="enough", wake=nothing)
+        await WaveRunner(store, config, wake=nothing, poll_s=0.01).drive(epic.id)
+        ended = await store.get_epic(epic.id)
+        assert ended.state is EpicState.CANCELLED
+        assert ended.reason == ("kill switch ks1: stop" if how == "kill switch" else "enough")
+        assert {t.state for t in await store.epic_tasks(epic.id)} == {TaskState.CANCELLED}
+        assert await store.list_jobs(JobQuery()) == []  # no wave began
+
+    anyio.run(main)
+
+
+def test_the_ratchet_commits_a_tries_work_once(repo: Path, tmp_path: Path) -> None:
+    async def main() -> None:
+        start = git(repo, "rev-parse", "HEAD")
+        await gitrepo.create_branch(repo, "epic/x", start)
+        work, lead = tmp_path / "work", tmp_path / "lead"
+        await gitrepo.add_worktree(repo, work, "epic/x--a-1", start)
+        await gitrepo.git(repo, "worktree", "add", str(lead), "epic/x")
+        (work / "a.txt").write_text("a\n")
+        git(work, "add", "a.txt")  # a worker that commits against the rule: still one patch
+        git(work, "-c", "user.name=W", "-c", "user.email=w@x", "commit", "-qm", "sneaky")
+        (work / "b.txt").write_text("b\n")
+        patch = await gitrepo.patch_of(work, start)
+        first = await gitrepo.commit_patch(lead, patch, "a: write a", "e/a/1")
+        again = await gitrepo.commit_patch(lead, patch, "a: write a", "e/a/1")
+        assert first == again  # a resumed ratchet finds its commit by the trailer
+        assert git(repo, "log", "--format=%an|%s", f"{start}..epic/x") == "Corral|a: write a"
+        assert git(repo, "ls-tree", "--name-only", "epic/x").split() == [
+            "README",
+            "a.txt",
+            "b.txt",
+        ]
+        # A sibling of the same wave changed the same line: its work does not apply.
+        other = tmp_path / "other"
+        await gitrepo.add_worktree(repo, other, "epic/x--c-1", start)
+        (other / "README").write_text("mine\n")
+        (work / "README").write_text("theirs\n")
+        await gitrepo.commit_patch(lead, await gitrepo.patch_of(work, start), "a2", "e/a/2")
+        with pytest.raises(gitrepo.GitError, match="does not apply"):
+            await gitrepo.commit_patch(lead, await gitrepo.patch_of(other, start), "c", "e/c/1")
+        assert git(lead, "status", "--porcelain") == ""  # the lead's tree is left clean
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize("decision", [ApprovalState.APPROVED, ApprovalState.DENIED])
+def test_a_disagreeing_council_hands_the_try_to_a_human(
+    repo: Path, config: Config, decision: ApprovalState
+) -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        epic = await epics.start(store, config, EPIC, repo=repo, wake=nothing)
+        runner = WaveRunner(store, config, wake=nothing, poll_s=0.01)
+
+        async def submitted(n: int = 0) -> bool:
+            return (await store.epic_tasks(epic.id))[n].job_id is not None
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runner.drive, epic.id)
+            await until(submitted)
+            tg.cancel_scope.cancel()
+        a = (await store.epic_tasks(epic.id))[0]
+        (runner._work(epic, a) / "a.txt").write_text("a\n")  # the worker's work
+        approval = await runner._ask_human(epic, a)
+        verdict = {"attempt": 1, "gate": "escalate", "council": "DISAGREE", "approval": approval}
+        await store.save_task(
+            a.with_(state=TaskState.ESCALATED, verdict=verdict), expect=TaskState.RUNNING
+        )
+        with anyio.move_on_after(0.3):  # pending: the epic waits, b (after a) does not start
+            await runner.drive(epic.id)
+        assert (await store.get_epic(epic.id)).state is EpicState.RUNNING
+        assert (await store.epic_tasks(epic.id))[1].state is TaskState.OPEN
+        [pending] = await store.approvals(state=ApprovalState.PENDING)
+        assert (pending.id, pending.reason, pending.job_id) == (
+            approval,
+            "council_disagree",
+            a.job_id,
+        )
+
+        await store.decide_approval(approval, decision, at=5.0, by="op")
+        if decision is ApprovalState.APPROVED:
+            async with anyio.create_task_group() as tg:  # a committed; b's wave begins
+                tg.start_soon(runner.drive, epic.id)
+                await until(lambda: submitted(1))
+                tg.cancel_scope.cancel()
+            a, b = await store.epic_tasks(epic.id)
+            assert (a.state, b.state) == (TaskState.PASSED, TaskState.RUNNING)
+            log = git(repo, "log", "--format=%an|%s", f"{epic.base}..epic/one")
+            assert log == "Corral|a: write a.txt"
+            assert git(repo, "rev-parse", "epic/one") == a.commit
+        else:
+            await runner.drive(epic.id)  # the epic ends by itself
+            a, b = await store.epic_tasks(epic.id)
+            assert (a.state, b.state) == (TaskState.STRUCK, TaskState.BLOCKED)
+            assert (a.verdict or {})["why"] == f"approval {approval} denied by op"
+            assert (await store.get_epic(epic.id)).state is EpicState.PARTIAL
+
+    anyio.run(main)
+
+
+def test_a_try_the_submit_path_refuses_fails_and_is_struck_in_the_end(
+    repo: Path, config: Config, tmp_path: Path
+) -> None:
+    """The role went from the configuration after the epic started: each try is refused,
+    counted as a failure, and the third strikes the task; its dependent is blocked."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        epic = await epics.start(store, config, EPIC, repo=repo, wake=nothing)
+        fewer = Config(
+            settings=resolve(parse("roles:\n  judge: {worker: claude-code}\n", "c.yaml"), "c.yaml"),
+            data_dir=config.data_dir,
+            store_url=None,
+            sqlite_synchronous="NORMAL",
+            source=None,
+        )
+        with anyio.fail_after(10):
+            await WaveRunner(store, fewer, wake=nothing, poll_s=0.01).drive(epic.id)
+        ended = await store.get_epic(epic.id)
+        a, b = await store.epic_tasks(epic.id)
+        assert (ended.state, a.state, a.attempts, b.state) == (
+            EpicState.PARTIAL,
+            TaskState.STRUCK,
+            3,
+            TaskState.BLOCKED,
+        )
+        assert "a job of the try was refused" in (a.verdict or {})["why"]
+        assert "coder" in (a.verdict or {})["why"]
+        assert await store.list_jobs(JobQuery()) == []
+
+    anyio.run(main)
