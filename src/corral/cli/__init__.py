@@ -28,6 +28,7 @@ from . import (
     governance,
     guard,
     jobs,
+    knowledge,
     mechanism,
     policy_cmds,
     retention,
@@ -341,6 +342,7 @@ app.add_typer(guard.app, name="guard")
 app.add_typer(tokens.app, name="token")
 retention.register(app)
 app.add_typer(world.app, name="world")
+app.add_typer(knowledge.app, name="knowledge")
 app.command("replay")(world.replay_cmd)
 schema_cmd.register(app)
 
