@@ -154,6 +154,15 @@ class RoleModel(_Strict):
     on_deadlock: Literal["escalate", "cancel"] = "escalate"
     # learnings injected into this role's agent runs: off, on, or ab (half the runs, by job id)
     knowledge: Literal["off", "on", "ab"] = "off"
+
+    @field_validator("knowledge", mode="before")
+    @classmethod
+    def _knowledge_switch(cls, value: Any) -> Any:
+        """YAML reads a bare `on` and `off` as booleans: they mean the switch's words."""
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return value
+
     max_output_bytes: int | None = Field(
         None, ge=bounds.MIN_OUTPUT_BYTES, le=bounds.MAX_OUTPUT_BYTES
     )  # None: output.max_bytes

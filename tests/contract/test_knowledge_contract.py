@@ -89,6 +89,8 @@ def test_learnings_are_scoped_and_one_per_content(use_store: UseStore) -> None:
         assert [x.id for x in await store.list_learnings(limit=1)] == [c.id]
         history = await store.learning_history(a.id)
         assert [(h.action, h.actor) for h in history] == [("created", "test")]
+        assert await store.learning_counts() == {("coder", "active"): 2, ("ops", "active"): 1}
+        assert await store.learning_counts(tenant="acme") == {("coder", "active"): 1}
 
     use_store(body)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from corral.config import parse, resolve
 from corral.domain.agents import AgentEvent, ToolCallTrace
 from corral.domain.errors import ConfigError, StoreError
 from corral.domain.knowledge import Arm, LearningKind, LearningStatus, Maturity, Tier
@@ -253,3 +254,13 @@ def test_extractor_is_pluggable_and_failures_cost_nothing_but_learnings() -> Non
         assert await down.inject(c) == c  # dispatched without learnings
 
     asyncio.run(main())
+
+
+def test_the_role_switch_reads_yaml_booleans_as_its_words() -> None:
+    text = "roles: {a: {knowledge: on}, b: {knowledge: off}, c: {knowledge: ab}, d: {}}"
+    roles = resolve(parse(text, "c.yaml"), "c.yaml").roles
+    assert [roles[r].knowledge for r in "abcd"] == ["on", "off", "ab", "off"]
+    with pytest.raises(ConfigError, match="knowledge"):
+        resolve(parse("roles: {a: {knowledge: maybe}}", "c.yaml"), "c.yaml")
+    with pytest.raises(ConfigError, match="extractor"):
+        resolve(parse("knowledge: {extractor: 'rm -rf'}", "c.yaml"), "c.yaml")

@@ -17,9 +17,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from corral.domain.agents import AgentEvent, PolicyEvaluation
+from corral.domain.knowledge import Arm, KnowledgeRun
 from corral.domain.states import JobState
 from corral.store.memory import MemoryStore
 from corral.trace import metrics
+from tests.contract.test_knowledge_contract import created
+from tests.contract.test_knowledge_contract import make as make_learning
 from tests.contract.test_store_contract import NOW, end, start, submit
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "corral.json"
@@ -80,6 +83,21 @@ async def _filled() -> tuple[MemoryStore, list[str]]:
     assert await store.advance_cursor(
         "bus", "job_events", holder="e1", last_id=2, skipped=1, now=NOW
     )
+    # the knowledge flywheel: one learning, one run given it that succeeded with 3 tool calls
+    learned = make_learning("l1", "Pin the seed", "Use a fixed seed in the tests", role="review")
+    await store.add_learning(learned, created(learned))
+    run = KnowledgeRun(
+        job_id=done.id,
+        attempt=1,
+        tenant="acme",
+        role="review",
+        arm=Arm.WITH,
+        reason="injected",
+        injected=1,
+        started_at=NOW,
+    )
+    await store.record_injection(run, [])
+    await store.settle_run(done.id, succeeded=True, tool_calls=3, reward=None, updates=[])
     return store, [running.id, done.id, queued.id]
 
 
@@ -98,6 +116,15 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         for f in text_string_to_metric_families(text)
         for s in f.samples
     }
+
+
+def test_exposition_carries_the_knowledge_flywheel() -> None:
+    s = _samples(_text()[0])
+    assert s[("corral_knowledge_learnings", (("role", "review"), ("status", "active")))] == 1
+    arm = (("arm", "with"), ("role", "review"))
+    assert s[("corral_knowledge_runs_total", arm)] == 1
+    assert s[("corral_knowledge_runs_succeeded_total", arm)] == 1
+    assert s[("corral_knowledge_tool_calls_total", arm)] == 3
 
 
 def test_exposition_carries_the_store_and_core_figures() -> None:

@@ -435,6 +435,16 @@ def test_an_agent_session_added_after_the_permit_is_the_same_job() -> None:
     assert adapters["command"].started == [("j1", "command")]
 
 
+def test_learnings_injected_after_the_permit_are_the_same_job() -> None:
+    """The dispatcher appends the role's learnings after the permit (runtime/flywheel.py)."""
+    core, _, adapters = make_core()
+    j = job(id="j1", role="r")
+    p = granted(core, j)
+    given = j.with_(options=JobOptions(knowledge="## Learnings …"), state=JobState.STARTING)
+    core.launch(Claimed(job=given, attempt=_attempt(p, j), permit=p), NOW)
+    assert adapters["command"].started == [("j1", "command")]
+
+
 def test_an_unused_permit_lapses_at_its_deadline_frees_its_slot_and_starts_nothing() -> None:
     core, events, adapters = make_core()
     j = job(id="j1", role="solo", limits=Limits(timeout_s=5.0))

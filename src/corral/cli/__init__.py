@@ -110,6 +110,12 @@ def _epics(app: typer.Typer) -> None:
     app.add_typer(epics.app, name="epic")
 
 
+def _knowledge(app: typer.Typer) -> None:
+    from . import knowledge
+
+    app.add_typer(knowledge.app, name="knowledge")
+
+
 def _schema(app: typer.Typer) -> None:
     from . import schema_cmd
 
@@ -140,6 +146,7 @@ class Commands(LazyGroup):
         "replay": _world,
         "world": _world,
         "epic": _epics,
+        "knowledge": _knowledge,
         "schema": _schema,
     }
     # the order `corral --help` lists them in
@@ -148,7 +155,7 @@ class Commands(LazyGroup):
         *("cancel", "workspaces", "demo", "mcp", "status", "metrics", "report", "incidents"),
         *("runs", "pause", "resume", "init", "gc", "replay", "schema", "dlq", "events"),
         *("breakers", "escalations", "audit", "kill-switch", "approvals", "config", "budget"),
-        *("dark-launch", "policy", "guard", "token", "world", "epic"),
+        *("dark-launch", "policy", "guard", "token", "world", "epic", "knowledge"),
     )
 
 

@@ -100,8 +100,9 @@ class Grant:
 def job_fingerprint(job: Job) -> tuple[Any, ...]:
     """What a permit is bound to besides the job's id: everything that decides what runs and what
     it is charged to, compared by value. Bookkeeping (state, attempts, times) is left out, and so
-    is the agent session the scheduler adds after the permit (`resume_session`)."""
-    options = job.options.with_(resume_session=None)
+    is what the scheduler adds after the permit: the agent session (`resume_session`) and the
+    learnings injected into the agent's system prompt (`knowledge`, runtime/flywheel.py)."""
+    options = job.options.with_(resume_session=None, knowledge=None)
     return (
         job.id,
         job.role,

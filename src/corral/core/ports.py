@@ -883,6 +883,11 @@ class KnowledgeStore(Protocol):
     ) -> list[ArmStats]:
         """Per role and arm, the runs that ended: how many, how many succeeded, tool calls."""
 
+    async def learning_counts(
+        self, *, tenant: str | None = None, role: str | None = None
+    ) -> dict[tuple[str, str], int]:
+        """How many learnings per (role, status)."""
+
 
 class Store(
     StoreLifecycle,

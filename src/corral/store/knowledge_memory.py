@@ -171,3 +171,12 @@ class MemoryKnowledge:
             )
             for (r, arm), runs in sorted(groups.items())
         ]
+
+    async def learning_counts(
+        self, *, tenant: str | None = None, role: str | None = None
+    ) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        for x in self._scoped(tenant, role, None):
+            key = (x.role, x.status.value)
+            counts[key] = counts.get(key, 0) + 1
+        return counts

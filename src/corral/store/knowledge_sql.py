@@ -393,6 +393,18 @@ class SqlKnowledge:
             for r in rows
         ]
 
+    async def learning_counts(
+        self, *, tenant: str | None = None, role: str | None = None
+    ) -> dict[tuple[str, str], int]:
+        where, params = _scope(tenant, role, None)
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                "SELECT l.role AS role, l.status AS status, COUNT(*) AS n FROM learnings l"
+                f"{' WHERE ' + where if where else ''} GROUP BY l.role, l.status",
+                params,
+            )
+        return {(r["role"], r["status"]): int(r["n"]) for r in rows}
+
 
 def _like(text: str) -> str:
     """`text` as a literal inside a LIKE pattern (ids hold no `%` or `_` but a ref might)."""

@@ -38,6 +38,7 @@ from corral.core.ports import (
     Tally,
 )
 from corral.domain.governance import Approval, ApprovalState, BudgetCeiling, KillSwitch, ScopeKind
+from corral.domain.knowledge import ArmStats
 from corral.domain.states import TERMINAL, JobState
 from corral.policy import prerun
 from corral.trace.events import SOURCES
@@ -139,6 +140,14 @@ class MetricsSource(MetricsReads, Protocol):
 
     async def archived_heads(self) -> dict[str, ChainHead]: ...
 
+    async def knowledge_stats(
+        self, *, tenant: str | None = None, role: str | None = None
+    ) -> list[ArmStats]: ...
+
+    async def learning_counts(
+        self, *, tenant: str | None = None, role: str | None = None
+    ) -> dict[tuple[str, str], int]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class SinkFigures:
@@ -165,6 +174,8 @@ class Scrape:
     core: Mapping[str, Any] | None = None  # the engine's snapshot; None: no engine answered
     sinks: Sequence[SinkFigures] = ()
     clusters: Sequence[Mapping[str, Any]] = ()  # the Ray environments' health
+    knowledge: Sequence[ArmStats] = ()  # the flywheel's A/B arms, per role
+    learnings: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (role, status)
     bounds: Sequence[float] = BOUNDS
     at: float = field(default_factory=time.time)
 
@@ -224,6 +235,8 @@ async def read(
         core=core,
         sinks=await sink_figures(store, sinks),
         clusters=health,
+        knowledge=await store.knowledge_stats(),
+        learnings=await store.learning_counts(),
         at=at,
     )
 
@@ -252,6 +265,41 @@ class CorralCollector(Collector):
         yield from _events(self.scrape.sinks)
         yield from _core(self.scrape.core)
         yield from _clusters(self.scrape.clusters)
+        yield from _knowledge(self.scrape.knowledge, self.scrape.learnings)
+
+
+def _knowledge(
+    arms: Sequence[ArmStats], learnings: Mapping[tuple[str, str], int]
+) -> Iterator[Metric]:
+    """The knowledge flywheel: learnings by role and status, and the finished runs of each
+    role's arms (given learnings or not), their successes and tool calls: whether it pays."""
+    stored = GaugeMetricFamily(
+        "corral_knowledge_learnings", "Learnings stored.", labels=["role", "status"]
+    )
+    for (role, status), n in sorted(learnings.items()):
+        stored.add_metric([role, status], n)
+    yield stored
+    runs = CounterMetricFamily(
+        "corral_knowledge_runs",
+        "Finished agent runs of roles with knowledge on or ab, by arm (with or without "
+        "injected learnings).",
+        labels=["role", "arm"],
+    )
+    succeeded = CounterMetricFamily(
+        "corral_knowledge_runs_succeeded",
+        "Of those, the runs that succeeded.",
+        labels=["role", "arm"],
+    )
+    calls = CounterMetricFamily(
+        "corral_knowledge_tool_calls", "Tool calls of those runs.", labels=["role", "arm"]
+    )
+    for a in arms:
+        runs.add_metric([a.role, a.arm.value], a.runs)
+        succeeded.add_metric([a.role, a.arm.value], a.succeeded)
+        calls.add_metric([a.role, a.arm.value], a.tool_calls)
+    yield runs
+    yield succeeded
+    yield calls
 
 
 def _clusters(clusters: Sequence[Mapping[str, Any]]) -> Iterator[Metric]:

@@ -1,0 +1,235 @@
+"""The knowledge flywheel for operators (`corral knowledge …`): list, show, search the
+learnings; promote a bronze one a human approved, retire one; and the A/B statistics that say
+whether injecting learnings pays (runs with and without them, per role: success rate and tool
+calls). Writing learnings from runs is the runtime's (runtime/flywheel.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from corral.core.ports import KnowledgeStore
+from corral.domain.errors import InvalidRequest, StaleState
+from corral.domain.knowledge import (
+    ArmStats,
+    Citation,
+    Learning,
+    LearningChange,
+    LearningStatus,
+    LearningUpdate,
+)
+from corral.knowledge import lifecycle
+
+MAX_REASON = 1000  # a promotion's note or a retirement's reason (the seed's gate limit)
+STATUSES = ("active", "pending", "retired", "all")
+
+
+def status_of(text: str) -> LearningStatus | None:
+    """`all` → None; else the status, or InvalidRequest naming the choices."""
+    if text == "all":
+        return None
+    try:
+        return LearningStatus(text)
+    except ValueError:
+        raise InvalidRequest(f"unknown status {text!r}: one of {', '.join(STATUSES)}") from None
+
+
+def learning_view(x: Learning, now: float) -> dict[str, Any]:
+    """A learning for people and scripts, with its confidence and freshness decayed to now."""
+    return {
+        "id": x.id,
+        "tenant": x.tenant,
+        "role": x.role,
+        "kind": x.kind.value,
+        "title": x.title,
+        "body": x.body,
+        "score": round(x.score, 4),
+        "tier": x.tier.value,
+        "status": x.status.value,
+        "maturity": x.maturity.value,
+        "utility": round(x.utility, 4),
+        "confidence": round(x.confidence, 4),
+        "confidence_now": round(lifecycle.confidence_now(x, now), 4),
+        "freshness": round(lifecycle.freshness_now(x, now), 4),
+        "rewards": x.reward_count,
+        "helpful": x.helpful_count,
+        "harmful": x.harmful_count,
+        "citations": x.citations,
+        "provenance": {
+            "job_id": x.provenance.job_id,
+            "attempt": x.provenance.attempt,
+            "commit": x.provenance.commit,
+        },
+        "created_at": x.created_at,
+        "updated_at": x.updated_at,
+        "last_reward_at": x.last_reward_at,
+    }
+
+
+def change_view(c: LearningChange) -> dict[str, Any]:
+    return {
+        "seq": c.seq,
+        "at": c.at,
+        "action": c.action,
+        "actor": c.actor,
+        "reason": c.reason,
+        "job_id": c.job_id,
+        "utility": [c.utility_before, c.utility_after],
+        "confidence": [c.confidence_before, c.confidence_after],
+        "maturity": [c.maturity_before, c.maturity_after],
+        "status": [c.status_before, c.status_after],
+    }
+
+
+def citation_view(c: Citation) -> dict[str, Any]:
+    return {
+        "learning_id": c.learning_id,
+        "job_id": c.job_id,
+        "attempt": c.attempt,
+        "at": c.at,
+        "rank": c.rank,
+        "score": round(c.score, 4),
+        "reward": c.reward,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    learning: Learning
+    history: list[LearningChange]
+    citations: list[Citation]
+
+    def view(self, now: float) -> dict[str, Any]:
+        return {
+            **learning_view(self.learning, now),
+            "history": [change_view(c) for c in self.history],
+            "cited_by": [citation_view(c) for c in self.citations],
+        }
+
+
+async def show(store: KnowledgeStore, ref: str) -> Shown:
+    x = await store.get_learning(ref)
+    return Shown(
+        learning=x,
+        history=await store.learning_history(x.id),
+        citations=await store.citations(learning_id=x.id),
+    )
+
+
+async def _change(
+    store: KnowledgeStore,
+    ref: str,
+    *,
+    to: LearningStatus,
+    allowed: Sequence[LearningStatus],
+    action: str,
+    by: str,
+    reason: str,
+    now: float | None,
+) -> Learning:
+    if len(reason) > MAX_REASON:
+        raise InvalidRequest(f"the reason is {len(reason)} characters: at most {MAX_REASON}")
+    for _ in range(3):
+        before = await store.get_learning(ref)
+        if before.status not in allowed:
+            raise InvalidRequest(
+                f"learning {before.id} is {before.status.value}: only a learning that is "
+                f"{' or '.join(s.value for s in allowed)} can be {action}"
+            )
+        at = time.time() if now is None else now
+        after = before.with_(status=to, updated_at=max(at, before.updated_at + 1e-6))
+        change = LearningChange(
+            learning_id=before.id,
+            at=at,
+            action=action,
+            actor=by,
+            reason=reason,
+            status_before=before.status.value,
+            status_after=to.value,
+            utility_before=before.utility,
+            utility_after=before.utility,
+        )
+        try:
+            await store.update_learnings(
+                [LearningUpdate(before=before, after=after, change=change)]
+            )
+        except StaleState:
+            continue  # a run rewarded it meanwhile: read it again
+        return after
+    raise StaleState(f"learning {ref} kept changing: try again")
+
+
+async def promote(
+    store: KnowledgeStore, ref: str, *, by: str, note: str = "", now: float | None = None
+) -> Learning:
+    """A human's approval: a pending (bronze) learning becomes active, so runs are given it."""
+    return await _change(
+        store,
+        ref,
+        to=LearningStatus.ACTIVE,
+        allowed=(LearningStatus.PENDING,),
+        action="promoted",
+        by=by,
+        reason=note,
+        now=now,
+    )
+
+
+async def retire(
+    store: KnowledgeStore, ref: str, *, by: str, reason: str, now: float | None = None
+) -> Learning:
+    """No run is given it any more (kept, with its history: retiring is final)."""
+    if not reason.strip():
+        raise InvalidRequest("say why the learning is retired (--reason)")
+    return await _change(
+        store,
+        ref,
+        to=LearningStatus.RETIRED,
+        allowed=(LearningStatus.ACTIVE, LearningStatus.PENDING),
+        action="retired",
+        by=by,
+        reason=reason,
+        now=now,
+    )
+
+
+def arm_view(s: ArmStats) -> dict[str, Any]:
+    return {
+        "role": s.role,
+        "arm": s.arm.value,
+        "runs": s.runs,
+        "succeeded": s.succeeded,
+        "success_rate": None if s.success_rate is None else round(s.success_rate, 4),
+        "tool_calls": s.tool_calls,
+        "tool_calls_per_run": (
+            None if s.tool_calls_per_run is None else round(s.tool_calls_per_run, 2)
+        ),
+    }
+
+
+async def stats(
+    store: KnowledgeStore, *, tenant: str | None = None, role: str | None = None
+) -> dict[str, Any]:
+    """Per role: the runs with and without injected learnings (and the difference in success
+    rate and tool calls per run when both arms have runs), and the learnings by status."""
+    arms = await store.knowledge_stats(tenant=tenant, role=role)
+    roles: dict[str, dict[str, Any]] = {}
+    for s in arms:
+        entry = roles.setdefault(s.role, {"role": s.role, "with": None, "without": None})
+        entry[s.arm.value] = arm_view(s)
+    for entry in roles.values():
+        w, wo = entry["with"], entry["without"]
+        entry["uplift"] = (
+            {
+                "success_rate": round(w["success_rate"] - wo["success_rate"], 4),
+                "tool_calls_per_run": round(w["tool_calls_per_run"] - wo["tool_calls_per_run"], 2),
+            }
+            if w and wo
+            else None
+        )
+    counts: dict[str, int] = {s.value: 0 for s in LearningStatus}
+    for (_, status), n in (await store.learning_counts(tenant=tenant, role=role)).items():
+        counts[status] = counts.get(status, 0) + n
+    return {"roles": [roles[r] for r in sorted(roles)], "learnings": counts}
