@@ -80,7 +80,9 @@ environments:
     max_inflight: 4
     num_cpus: 1
     secret_env: [WANDB_API_KEY]
-    runtime_env: {{env_vars: {{HF_HUB_OFFLINE: "1", TOKENIZERS_PARALLELISM: "false"}}}}
+    # one thread per torch: three trainings at once on two cores, not three times two
+    runtime_env:
+      env_vars: {{HF_HUB_OFFLINE: "1", OMP_NUM_THREADS: "1", TOKENIZERS_PARALLELISM: "false"}}
 """
 
 
@@ -113,7 +115,7 @@ def test_sft_dpo_and_grpo_run_on_ray_with_their_wandb_runs_linked(
     }
     c.serve()
     for method, job in jobs.items():
-        assert c.wait(job, timeout=240) == 0, (method, c.ok("logs", job)[-3000:])
+        assert c.wait(job, timeout=600) == 0, (method, c.ok("logs", job)[-3000:])
     for method, job in jobs.items():
         assert [j.status.value for j in head.jobs(job)] == ["SUCCEEDED"]
         shown = c.job(job)
@@ -145,7 +147,7 @@ def test_a_worse_run_than_its_baseline_is_a_metric_regression(trainer: Corral) -
     )  # fmt: skip
     c.serve()
     for job in (base, worse, same):
-        assert c.wait(job, timeout=240) == 0, c.ok("logs", job)[-2000:]
+        assert c.wait(job, timeout=600) == 0, c.ok("logs", job)[-2000:]
     (incident,) = c.json("incidents", worse)
     assert incident["type"] == "metric_regression", incident
     assert incident["context"]["baseline_job"] == base
