@@ -63,6 +63,9 @@ def _config(head: Head) -> str:
     return f"""\
 scheduler:
   poll_interval_s: 0.2
+# training starves a shared 2-core machine for seconds at a time: the core's heart-beat must
+# not take that for a hung core (the default 5 s did, and the engine stopped starting work)
+core: {{heartbeat_timeout_s: 60}}
 roles:
   default:
     concurrency: 16
