@@ -49,12 +49,16 @@ def test_a_training_request_runs_the_script_through_the_runner(tmp_path: Path) -
         ({"compare_to": " "}, "--compare-to wants a job id"),
         ({"compare_to": "J", "threshold": -1.0}, "--regression-threshold"),
         ({"model": ""}, "--model wants"),
+        ({"script": "t\x00.py"}, "--script wants"),
+        ({"script": " "}, "--script wants"),
+        ({"args": ("a\x00b",)}, "NUL byte"),
     ],
 )
 def test_bad_training_requests_say_what_is_wrong(kwargs: dict[str, object], message: str) -> None:
     method = str(kwargs.pop("method", "sft"))
+    script = str(kwargs.pop("script", "t.py"))
     with pytest.raises(InvalidRequest, match=message):
-        training_request(SubmitRequest(), method, "t.py", **kwargs)  # type: ignore[arg-type]
+        training_request(SubmitRequest(), method, script, **kwargs)  # type: ignore[arg-type]
 
 
 def test_watched_metrics_and_the_regression_rule() -> None:
