@@ -54,6 +54,17 @@ def _one_line_error(r: subprocess.CompletedProcess[str], code: int, *needles: st
         (("--prompt", "a", "--prompt-file", "-"), ("--prompt or --prompt-file, not both",)),
         (("--cwd", "/no/such/dir", "--", "true"), ("working directory does not exist",)),
         (("--setenv", "NOEQUALS", "--", "true"), ("NAME=VALUE",)),
+        (("--training", "sft"), ("needs --training sft|dpo|grpo and --script",)),
+        (("--training", "ppo", "--script", "t.py"), ("one of sft, dpo, grpo", "'ppo'")),
+        (("--model", "m", "--", "true"), ("go with --training",)),
+        (
+            ("--training", "sft", "--script", "t.py", "--notebook", "n.ipynb"),
+            ("--notebook or --training, not both",),
+        ),
+        (
+            ("--training", "sft", "--script", "t.py", "--watch", "loss"),
+            ("--watch goes with --compare-to",),
+        ),
     ],
 )
 def test_bad_submissions_are_refused_and_nothing_is_written(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from corral import runtime_script
-from corral.domain.errors import InvalidRequest
+from corral.domain.errors import ConfigError, InvalidRequest
 from corral.policy.regression import compare
 from corral.services.submissions import SubmitRequest
 from corral.services.training import parse_watch, training_request
@@ -49,12 +49,16 @@ def test_a_training_request_runs_the_script_through_the_runner(tmp_path: Path) -
         ({"compare_to": " "}, "--compare-to wants a job id"),
         ({"compare_to": "J", "threshold": -1.0}, "--regression-threshold"),
         ({"model": ""}, "--model wants"),
+        ({"script": "t\x00.py"}, "--script wants"),
+        ({"script": " "}, "--script wants"),
+        ({"args": ("a\x00b",)}, "NUL byte"),
     ],
 )
 def test_bad_training_requests_say_what_is_wrong(kwargs: dict[str, object], message: str) -> None:
     method = str(kwargs.pop("method", "sft"))
+    script = str(kwargs.pop("script", "t.py"))
     with pytest.raises(InvalidRequest, match=message):
-        training_request(SubmitRequest(), method, "t.py", **kwargs)  # type: ignore[arg-type]
+        training_request(SubmitRequest(), method, script, **kwargs)  # type: ignore[arg-type]
 
 
 def test_watched_metrics_and_the_regression_rule() -> None:
@@ -130,3 +134,23 @@ def test_the_runner_moves_secrets_out_of_the_environment_into_a_private_file(
     secrets_file.write_text("[1]")
     with pytest.raises(runtime_script.SecretsUnavailable):
         runtime_script.secrets()
+
+
+def test_roles_and_environments_declare_secrets_every_job_gets(tmp_path: Path) -> None:
+    from corral.config import load
+    from corral.services.submissions import spec_for
+
+    (tmp_path / "corral.yaml").write_text(
+        "roles:\n  trainer: {secret_env: [HF_TOKEN]}\n"
+        "environments:\n  gpu: {secret_env: [WANDB_API_KEY, HF_TOKEN]}\n"
+    )
+    cfg = load(data_dir=tmp_path / "data", config_path=tmp_path / "corral.yaml")
+    spec = spec_for(
+        SubmitRequest(role="trainer", env_name="gpu", secret_env=("MINE",)), cfg.settings
+    )
+    assert spec.options.secret_env == ("HF_TOKEN", "MINE", "WANDB_API_KEY")
+    plain = spec_for(SubmitRequest(command=("true",)), cfg.settings)
+    assert plain.options.secret_env == ()
+    (tmp_path / "corral.yaml").write_text("roles:\n  r: {secret_env: ['not a name']}\n")
+    with pytest.raises(ConfigError, match="secret_env"):
+        load(data_dir=tmp_path / "data", config_path=tmp_path / "corral.yaml")

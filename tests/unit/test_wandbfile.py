@@ -3,6 +3,7 @@ files it did not write (bad header, a checksum that fails, truncation)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ run = wandb.init(id="corral-J1-2", config={"lr": 0.5, "nested": {"depth": 2}},
 for step in range(40):
     run.log({"train/loss": 3.0 / (step + 1), "note": f"step {step}", "ok": step % 2 == 0,
              "count": step})
+run.log({"diverged": float("nan")})
 run.summary["best"] = -1.25
 run.finish()
 """
@@ -56,6 +58,8 @@ def test_reads_the_run_its_config_summary_and_history(run_file: Path) -> None:
     assert [v for _, v in loss] == pytest.approx([3.0 / (i + 1) for i in range(40)])
     assert run.history[3]["note"] == "step 3" and run.history[3]["ok"] is False
     assert run.history[7]["count"] == 7
+    assert run.history[40]["diverged"] == "NaN" and run.summary["diverged"] == "NaN"
+    assert json.loads(json.dumps(run.summary, allow_nan=False)) == run.summary
 
 
 def test_a_file_that_is_not_a_run_file_is_a_clear_error(tmp_path: Path, run_file: Path) -> None:

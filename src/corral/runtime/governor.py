@@ -557,7 +557,10 @@ class Governor:
             ]
         )
         if record.get("exit_code") == 0:
-            await regressions.check(self.store, job, {**data, "attempt": index}, self.clock())
+            try:
+                await regressions.check(self.store, job, {**data, "attempt": index}, self.clock())
+            except (StoreError, OSError) as err:  # the comparison is a report, never the job's end
+                log.warning("regression check of %s: %s", job.id, err)
 
     async def ended(self, claimed: Claimed, result: AttemptResult) -> None:
         """Write the attempt's AgentEvent (once; an agent attempt only)."""

@@ -40,6 +40,31 @@ def parse_watch(items: Sequence[str]) -> list[dict[str, str]]:
     return out
 
 
+def _check(
+    base: SubmitRequest,
+    method: str,
+    script: str,
+    model: str | None,
+    dataset: str | None,
+    args: Sequence[str],
+    threshold: float | None,
+) -> None:
+    """InvalidRequest saying what of a training request is wrong."""
+    if method not in METHODS:
+        raise InvalidRequest(f"--training is one of {', '.join(METHODS)}, got {method!r}")
+    if base.prompt:
+        raise InvalidRequest("a training job runs a script, not a prompt")
+    for name, value in (("--model", model), ("--dataset", dataset)):
+        if value is not None and (not value or len(value) > 500 or not value.isprintable()):
+            raise InvalidRequest(f"{name} wants a Hub id or a path, got {value!r}")
+    if threshold is not None and not 0 <= threshold <= 100:
+        raise InvalidRequest(f"--regression-threshold is a fraction 0 … 100, got {threshold!r}")
+    if not script.strip() or len(script) > 4096 or not script.isprintable():
+        raise InvalidRequest(f"--script wants the path of a training script, got {script!r}")
+    if any("\x00" in a for a in args):
+        raise InvalidRequest("a script argument cannot hold a NUL byte")
+
+
 def training_request(
     base: SubmitRequest,
     method: str,
@@ -56,15 +81,7 @@ def training_request(
 ) -> SubmitRequest:
     """`base` (role, environment, limits …) made a training job running `script`. A relative
     script is taken from the request's working directory."""
-    if method not in METHODS:
-        raise InvalidRequest(f"--training is one of {', '.join(METHODS)}, got {method!r}")
-    if base.prompt:
-        raise InvalidRequest("a training job runs a script, not a prompt")
-    for name, value in (("--model", model), ("--dataset", dataset)):
-        if value is not None and (not value or len(value) > 500 or not value.isprintable()):
-            raise InvalidRequest(f"{name} wants a Hub id or a path, got {value!r}")
-    if threshold is not None and not 0 <= threshold <= 100:
-        raise InvalidRequest(f"--regression-threshold is a fraction 0 … 100, got {threshold!r}")
+    _check(base, method, script, model, dataset, args, threshold)
     watched = parse_watch(watch or DEFAULT_WATCH) if (watch or compare_to) else []
     if watch and not compare_to:
         raise InvalidRequest("--watch goes with --compare-to JOB")
@@ -72,7 +89,10 @@ def training_request(
         not compare_to.strip() or len(compare_to) > 200 or not compare_to.isprintable()
     ):
         raise InvalidRequest(f"--compare-to wants a job id, got {compare_to!r}")
-    src = str((Path(base.cwd or ".") / script).resolve())
+    try:
+        src = str((Path(base.cwd or ".") / script).resolve())
+    except (ValueError, OSError) as err:  # a NUL in the working directory, a loop of links
+        raise InvalidRequest(f"cannot resolve the training script {script!r}: {err}") from None
     command = [python or sys.executable, "-m", "corral.workers.training"]
     command += ["--method", method, "--script", src]
     if model:

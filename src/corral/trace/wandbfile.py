@@ -165,15 +165,20 @@ def _text(f: dict[int, list[Any]], number: int) -> str:
 
 
 def _json(raw: str) -> Any:
+    """A JSON value; NaN and ±Infinity (wandb writes them for a diverged loss) stay the strings
+    they are, so every value read here is valid JSON again (the API's answers)."""
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, parse_constant=str)
     except ValueError:
         return raw
     return value
 
 
-def _finite(value: Any) -> Any:
-    return value if not isinstance(value, float) or math.isfinite(value) else str(value)
+def _finite(value: float) -> float | str:
+    """A number; NaN and ±Infinity as JSON spells them, as strings (like `_json`)."""
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def _item(buf: bytes) -> tuple[list[str], Any]:
