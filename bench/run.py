@@ -526,10 +526,14 @@ def run_corral_live(wl: Workload, work: Path, opts: Options) -> RunStats:
     engine = EngineProcess(cfg, drain=False, tag="live", stall_s=opts.stall_s)
     try:
         ready_s = engine.wait_ready()
+        at_ready = tree_cpu(engine.proc.pid)  # the engine's start is not the jobs' cost
         cpu0 = time.process_time()
         t0 = anyio.run(_submit, cfg, specs, opts.poke, engine)
         submitter_cpu = time.process_time() - cpu0
-        cpu = tree_cpu(engine.proc.pid)
+        cpu = {
+            k: round(max(0.0, v - at_ready.get(k, 0.0)), 2)
+            for k, v in tree_cpu(engine.proc.pid).items()
+        }
         early = engine.proc.poll()  # not None: it exited before we stopped it
         interfered = engine.signalled()  # a signal before ours
         rc = engine.stop()

@@ -187,6 +187,32 @@ def test_one_run_report_per_job_written_once(use_store: UseStore) -> None:
     use_store(body)
 
 
+def test_reports_written_in_one_batch_each_once(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        queued = await submit(store)
+        done, killed, reported = [await ended(store) for _ in range(3)]
+        first = await store.record_report(report_for(reported))
+        batch = [
+            (report_for(done), [incident(done)]),
+            (report_for(queued), []),  # not ended: skipped
+            (report_for(reported, outcome=ReportOutcome.FAILED), []),  # has one: kept
+            (report_for(killed), []),
+            (report_for(killed), []),  # the same job twice in a batch: the first wins
+        ]
+        out = await store.record_reports(batch)
+        assert [r is not None for r in out] == [True, False, False, True, False]
+        assert await store.report(done.id) == out[0]
+        assert await store.report(killed.id) == out[3]
+        assert await store.report(reported.id) == first
+        assert [i.job_id for i in await store.incidents(done.id)] == [done.id]
+        assert await store.unreported() == []
+        assert await store.record_reports([]) == []
+        audit = await store.verify_audit()
+        assert audit.ok, audit.problems
+
+    use_store(body)
+
+
 def test_unreported_lists_terminal_jobs_without_a_report(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         await submit(store)  # queued: not terminal

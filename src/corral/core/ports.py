@@ -402,6 +402,13 @@ class GovernanceStore(Protocol):
         """Write a job's run report (its chain hash set) with its incidents, in one transaction;
         Conflict if the job has one already."""
 
+    async def record_reports(
+        self, items: Sequence[tuple[RunReport, Sequence[Incident]]]
+    ) -> list[RunReport | None]:
+        """Write several jobs' run reports with their incidents in one transaction (what the
+        reporter does per batch); for each, the report written, or None when the job has one
+        already or is not a terminal job (nothing of it is written)."""
+
     async def report(self, job_id: str) -> RunReport | None: ...
 
     async def append_incidents(self, incidents: Sequence[Incident]) -> list[Incident]:

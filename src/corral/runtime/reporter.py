@@ -14,15 +14,16 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import anyio
 
 from corral.core.ports import BaselineStore, JobRecords
-from corral.domain.agents import AgentEvent
-from corral.domain.errors import Conflict, CorralError
-from corral.domain.governance import Pause, ScopeKind, Severity
+from corral.domain.agents import AgentEvent, PolicyEvaluation
+from corral.domain.errors import Conflict, CorralError, NotFound
+from corral.domain.governance import Incident, Pause, RunReport, ScopeKind, Severity
 from corral.domain.ids import new_id
-from corral.domain.models import Job
+from corral.domain.models import Attempt, Job
 from corral.domain.settings import OversightSpec
 from corral.policy import prerun
 from corral.policy.reports import build_report, incidents_for
@@ -34,6 +35,19 @@ log = logging.getLogger("corral.reporter")
 
 LOOK_EVERY_S = 1.0
 BATCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class _Draft:
+    """A job's report and incidents, built, not written yet; with what they were built from."""
+
+    job: Job
+    attempts: list[Attempt]
+    events: list[AgentEvent]
+    evaluations: list[PolicyEvaluation]
+    report: RunReport
+    incidents: list[Incident]
+    now: float
 
 
 class Reporter:
@@ -85,13 +99,26 @@ class Reporter:
             await self.catch_up()
 
     async def catch_up(self) -> int:
-        """Write the reports of up to one batch of unreported terminal jobs; how many."""
+        """Write the reports of up to one batch of unreported terminal jobs; how many. The
+        batch's reports are written in one transaction (one commit, not one per job)."""
         ids = await self.store.unreported(BATCH)
-        for job_id in ids:
-            await self.write(job_id)
+        drafts = [await self._draft(job_id) for job_id in ids]
+        try:
+            written = await self.store.record_reports([(d.report, d.incidents) for d in drafts])
+        except (Conflict, NotFound):  # an incident the store refused: one by one, as before
+            written = [await self._record_one(d) for d in drafts]
+        for draft, report in zip(drafts, written, strict=True):
+            if report is not None:
+                await self._written(draft)
         return len(ids) if len(ids) == BATCH else 0
 
     async def write(self, job_id: str) -> None:
+        """Write one job's report (and what follows it) unless it has one already."""
+        draft = await self._draft(job_id)
+        if await self._record_one(draft) is not None:
+            await self._written(draft)
+
+    async def _draft(self, job_id: str) -> _Draft:
         job = await self.store.get_job(job_id)
         attempts = await self.store.attempts(job_id)
         events = await self.store.agent_events(job_id)
@@ -108,25 +135,31 @@ class Reporter:
         incidents = incidents_for(
             job, attempts, events, evaluations, now=now, report_id=report.id, new_id=new_id
         )
+        return _Draft(job, attempts, events, evaluations, report, incidents, now)
+
+    async def _record_one(self, d: _Draft) -> RunReport | None:
         try:  # the report and its incidents in one transaction
-            await self.store.record_report(report, incidents)
+            return await self.store.record_report(d.report, d.incidents)
         except Conflict:
-            return  # another engine wrote it first
+            return None  # another engine wrote it first
+
+    async def _written(self, d: _Draft) -> None:
+        """What follows a report that won: its spans, the baselines, the oversight marks."""
         if self.spans is not None:  # exactly once per job too: after the report won
             try:
-                self.spans.emit(job, attempts, events, evaluations)
+                self.spans.emit(d.job, d.attempts, d.events, d.evaluations)
             except Exception as err:
-                log.warning("spans of job %s: %s", job_id, err)
-        await self._learn(job, events, now)
+                log.warning("spans of job %s: %s", d.job.id, err)
+        await self._learn(d.job, d.events, d.now)
         if self.flywheel is not None:
-            await self.flywheel.settle(job, events)
+            await self.flywheel.settle(d.job, d.events)
         # One anomalous run is one mark, at its worst severity: a failed run that also used up
         # its retries (two incidents) must not count twice towards the pause.
-        opened = [i for i in incidents if i.resolves is None]
+        opened = [i for i in d.incidents if i.resolves is None]
         if opened:
             worst = max(opened, key=lambda i: prerun.SEVERITY_RANK[i.severity])
-            self._marks.append((worst.created_at, ScopeKind.ROLE, job.role, worst.severity))
-        await self._oversee(now)
+            self._marks.append((worst.created_at, ScopeKind.ROLE, d.job.role, worst.severity))
+        await self._oversee(d.now)
 
     async def _learn(self, job: Job, events: list[AgentEvent], now: float) -> None:
         """Add the job's clean attempts (no error, no limit hit) to its role and kind's rolling

@@ -125,6 +125,17 @@ class MemoryGovernance:
             self._append("incidents", g.incident_row(incident))
         return g.report_from_row(row)
 
+    async def record_reports(
+        self, items: Sequence[tuple[RunReport, Sequence[Incident]]]
+    ) -> list[RunReport | None]:
+        out: list[RunReport | None] = []
+        for report, incidents in items:
+            try:
+                out.append(await self.record_report(report, incidents))
+            except (Conflict, NotFound):
+                out.append(None)
+        return out
+
     async def report(self, job_id: str) -> RunReport | None:
         found = [r for r in self._rows("run_reports") if r["job_id"] == job_id]
         return g.report_from_row(found[0]) if found else None

@@ -170,6 +170,49 @@ class SqlGovernance:
                 await self._append_incidents(tx, incidents)
         return g.report_from_row(row)
 
+    async def record_reports(
+        self, items: Sequence[tuple[RunReport, Sequence[Incident]]]
+    ) -> list[RunReport | None]:
+        if not items:
+            return []
+        out: list[RunReport | None] = []
+        async with self.driver.write() as tx:  # one transaction, one chain head update each
+            reports = await ChainWriter.take(tx, "run_reports", await self._chain_key(tx))
+            ids = [r.job_id for r, _ in items]
+            marks = ", ".join("?" * len(ids))
+            states = {
+                row["id"]: row["state"]
+                for row in await tx.fetchall(
+                    f"SELECT id, state FROM jobs WHERE id IN ({marks})", ids
+                )
+            }
+            taken = {
+                v
+                for row in await tx.fetchall(
+                    f"SELECT id, job_id FROM run_reports WHERE job_id IN ({marks})"
+                    f" OR id IN ({marks})",
+                    (*ids, *(r.id for r, _ in items)),
+                )
+                for v in (row["id"], row["job_id"])
+            }
+            opened: list[Incident] = []
+            for report, incidents in items:
+                try:
+                    g.check_reportable(report.job_id, states.get(report.job_id))
+                except (Conflict, NotFound):
+                    out.append(None)
+                    continue
+                if report.job_id in taken or report.id in taken:
+                    out.append(None)  # written already (another engine): never replaced
+                    continue
+                taken.update((report.job_id, report.id))
+                out.append(g.report_from_row(await reports.append(g.report_row(report))))
+                opened.extend(incidents)
+            await reports.flush()
+            if opened:
+                await self._append_incidents(tx, opened)
+        return out
+
     async def report(self, job_id: str) -> RunReport | None:
         async with self.driver.read() as tx:
             row = await tx.fetchone(
