@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from corral.domain import bounds
 from corral.domain.models import Job
@@ -88,7 +88,12 @@ async def create_job(
         engine_serving=done.engine_serving,
         job=detail(r.job),
     )
-    return JSONResponse(out.dump(), status_code=201 if r.created else 200)
+    # serialised by pydantic in one step (not to a dict, then by json.dumps): the same JSON
+    return Response(
+        out.model_dump_json(by_alias=True),
+        status_code=201 if r.created else 200,
+        media_type="application/json",
+    )
 
 
 @router.get("", response_model=bodies.JobPage)
