@@ -390,10 +390,16 @@ class GovernanceStore(Protocol):
         NotFound if it names none, Conflict if that one is resolved already or is a resolution."""
 
     async def incidents(
-        self, job_id: str | None = None, *, open_only: bool = False, limit: int = 1000
+        self,
+        job_id: str | None = None,
+        *,
+        open_only: bool = False,
+        limit: int = 1000,
+        tenant: str | None = None,
     ) -> list[Incident]:
         """Incidents and resolutions, oldest first (the latest `limit`); open_only: incidents
-        without a resolution (resolutions themselves excluded)."""
+        without a resolution (resolutions themselves excluded); `tenant`: only those of that
+        tenant's jobs (the store filters before the limit)."""
 
     async def open_incidents(self, job_id: str | None = None) -> list[Incident]:
         """Incidents without a resolution record (resolutions themselves excluded)."""
@@ -472,8 +478,10 @@ class GovernanceStore(Protocol):
     async def expire_approvals(self, now: float) -> list[Approval]:
         """PENDING approvals past expires_at become EXPIRED (new rows); returns them."""
 
-    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
-        """The `v_run_unified` read model, newest jobs first."""
+    async def run_unified(
+        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+    ) -> list[UnifiedRun]:
+        """The `v_run_unified` read model, newest jobs first (of one tenant's jobs if given)."""
 
     async def unreported(self, limit: int = 100) -> list[str]:
         """Ids of terminal jobs that have no run report yet, oldest change first."""

@@ -152,7 +152,12 @@ class MemoryGovernance:
         ]
 
     async def incidents(
-        self, job_id: str | None = None, *, open_only: bool = False, limit: int = 1000
+        self,
+        job_id: str | None = None,
+        *,
+        open_only: bool = False,
+        limit: int = 1000,
+        tenant: str | None = None,
     ) -> list[Incident]:
         resolved = {r["resolves"] for r in self._rows("incidents") if r["resolves"]}
         found = [
@@ -160,6 +165,7 @@ class MemoryGovernance:
             for r in self._rows("incidents")
             if job_id in (None, r["job_id"])
             and not (open_only and (r["resolves"] or r["id"] in resolved))
+            and (tenant is None or self._tenant_of(r["job_id"]) == tenant)
         ]
         return [g.incident_from_row(r) for r in found[-limit:]] if limit > 0 else []
 
@@ -443,9 +449,19 @@ class MemoryGovernance:
             }
         )
 
-    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
+    def _tenant_of(self, job_id: str | None) -> str | None:
+        job = self._jobs.get(job_id or "")
+        return job.tenant if job is not None else None
+
+    async def run_unified(
+        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+    ) -> list[UnifiedRun]:
         jobs = sorted(
-            (j for j in self._jobs.values() if state in (None, j.state.value)),
+            (
+                j
+                for j in self._jobs.values()
+                if state in (None, j.state.value) and tenant in (None, j.tenant)
+            ),
             key=lambda j: j.id,
             reverse=True,
         )

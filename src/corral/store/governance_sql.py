@@ -207,12 +207,20 @@ class SqlGovernance:
             raise Conflict(f"incident {i.resolves} is resolved already (by {done['id']})")
 
     async def incidents(
-        self, job_id: str | None = None, *, open_only: bool = False, limit: int = 1000
+        self,
+        job_id: str | None = None,
+        *,
+        open_only: bool = False,
+        limit: int = 1000,
+        tenant: str | None = None,
     ) -> list[Incident]:
         clauses, params = [], []
         if job_id is not None:
             clauses.append("i.job_id = ?")
             params.append(job_id)
+        if tenant is not None:  # a job archived by retention has no tenant left: not shown
+            clauses.append("EXISTS (SELECT 1 FROM jobs j WHERE j.id = i.job_id AND j.tenant = ?)")
+            params.append(tenant)
         if open_only:
             clauses.append(
                 "i.resolves IS NULL AND NOT EXISTS"
@@ -493,8 +501,17 @@ class SqlGovernance:
 
     # ---- the read model and the audit ------------------------------------------------------
 
-    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
-        where, params = ("WHERE state = ? ", [state]) if state else ("", [])
+    async def run_unified(
+        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+    ) -> list[UnifiedRun]:
+        clauses, params = [], []
+        if state:
+            clauses.append("state = ?")
+            params.append(state)
+        if tenant is not None:
+            clauses.append("tenant = ?")
+            params.append(tenant)
+        where = ("WHERE " + " AND ".join(clauses) + " ") if clauses else ""
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 f"SELECT {', '.join(g.UNIFIED_COLUMNS)} FROM v_run_unified"
