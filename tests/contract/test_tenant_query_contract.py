@@ -26,6 +26,14 @@ def test_the_store_lists_one_tenants_jobs_page_by_page(use_store: UseStore) -> N
         role_a = await store.list_jobs(JobQuery(tenant="acme", role="a", limit=1))
         assert [j.id for j in role_a] == [acme[2]]
         assert await store.list_jobs(JobQuery(tenant="nobody")) == []
+        # `ref`: the jobs a whole id, a prefix or a suffix (4+ characters) names
+        by_suffix = await store.list_jobs(JobQuery(tenant="acme", ref=acme[1][-6:]))
+        assert [j.id for j in by_suffix] == [acme[1]]
+        assert [j.id for j in await store.list_jobs(JobQuery(ref=acme[2]))] == [acme[2]]
+        shared = await store.list_jobs(JobQuery(tenant="acme", ref=acme[0][:4]))
+        assert {j.id for j in shared} >= {acme[0]} and all(j.tenant == "acme" for j in shared)
+        assert await store.list_jobs(JobQuery(tenant="globex", ref=acme[1][-6:])) == []
+        assert await store.list_jobs(JobQuery(ref=acme[1][-3:])) == []  # too short: whole ids
 
         pages, cursor = [], None
         while True:  # the API's cursor pages: every job once, none of another tenant

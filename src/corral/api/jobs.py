@@ -104,11 +104,26 @@ async def list_jobs(
     role: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[str | None, Query(max_length=100)] = None,
+    ref: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=100,
+            description="Only the jobs this names: the whole id, or a prefix or suffix of "
+            "4+ characters (how `corral --url` resolves a short id).",
+        ),
+    ] = None,
 ) -> Any:
     """The token's tenant's jobs, newest first, a page at a time (`cursor`: the previous
     page's `next_cursor`)."""
     page = await tenancy.jobs_of(
-        state_of(request).store, token.tenant, state=state, role=role, limit=limit, cursor=cursor
+        state_of(request).store,
+        token.tenant,
+        state=state,
+        role=role,
+        limit=limit,
+        cursor=cursor,
+        ref=ref,
     )
     return bodies.JobPage(jobs=[detail(j) for j in page.jobs], next_cursor=page.next_cursor).dump()
 

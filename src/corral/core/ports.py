@@ -74,6 +74,8 @@ class JobQuery:
     ended_since: float | None = None  # only jobs that ended (a terminal state) at or after
     # this time, the latest to end first
     parent_id: str | None = None  # only the jobs submitted from inside this one
+    ref: str | None = None  # only the jobs this names: the whole id, or a prefix or suffix of
+    # at least MIN_REF characters (domain/ids.py `matches`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
