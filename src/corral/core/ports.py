@@ -639,8 +639,16 @@ class TokenStore(Protocol):
         the token's `created_by`, in their own transaction."""
 
 
-# The chains whose rows belong to jobs: retention archives a segment of each (store/retention.py).
-ARCHIVED_CHAINS = ("job_events", "policy_evaluations")
+# The chains whose rows belong to jobs: retention archives a segment of each (store/retention.py)
+# with the jobs they belong to (the rest hold what stays in force: switches, budget ceilings and
+# the ledger of a period's spending, dark launches, tokens — kept whole, verified in place).
+ARCHIVED_CHAINS = (
+    "job_events",
+    "policy_evaluations",
+    "run_reports",
+    "incidents",
+    "approval_events",
+)
 
 
 @dataclass(frozen=True, slots=True)
