@@ -73,19 +73,35 @@ def median(values: list[float]) -> float:
     return pct(values, 0.5)
 
 
-async def timed(n: int, clients: int, one: Callable[[int], Awaitable[None]]) -> float:
-    """Submissions per second: `n` calls of `one(client)` by `clients` concurrent workers."""
+def cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) of this process, or of process `pid` (/proc)."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def timed(
+    n: int, clients: int, one: Callable[[int], Awaitable[None]], cpu: dict[str, float]
+) -> float:
+    """Submissions per second: `n` calls of `one(client)` by `clients` concurrent workers;
+    `cpu` gets the milliseconds of CPU per call of this process and of the engine's."""
     each = [n // clients + (1 if i < n % clients else 0) for i in range(clients)]
 
     async def worker(i: int) -> None:
         for _ in range(each[i]):
             await one(i)
 
-    t0 = time.perf_counter()
+    engine = int(os.environ["BENCH_ENGINE_PID"])
+    c0, e0, t0 = cpu_s(None), cpu_s(engine), time.perf_counter()
     async with anyio.create_task_group() as tg:
         for i in range(clients):
             tg.start_soon(worker, i)
-    return n / (time.perf_counter() - t0)
+    elapsed = time.perf_counter() - t0
+    cpu["client"] = (cpu_s(None) - c0) * 1000 / n
+    cpu["engine"] = (cpu_s(engine) - e0) * 1000 / n
+    return n / elapsed
 
 
 def start_engine(data: Path, cfg_path: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -185,15 +201,26 @@ async def measure(
             await direct(0)
             await api(i % CLIENTS)
         rounds: list[dict[str, float]] = []
+        cpu_rounds: list[dict[str, float]] = []
         for r in range(repeat):
             one: dict[str, float] = {}
+            cpu_one: dict[str, float] = {}
             for n_clients in (1, CLIENTS):
                 order = [("direct", direct), ("api", api)]
                 if r % 2:
                     order.reverse()
                 for name, fn in order:
-                    one[f"{name}_{n_clients}"] = await timed(jobs, n_clients, fn)
+                    cpu: dict[str, float] = {}
+                    one[f"{name}_{n_clients}"] = await timed(jobs, n_clients, fn, cpu)
+                    # direct: the submitting process alone (the engine idles, paused);
+                    # API: the client's process plus the engine serving the requests
+                    cpu_one[f"{name}_{n_clients}"] = (
+                        cpu["client"] if name == "direct" else cpu["client"] + cpu["engine"]
+                    )
+                    if name == "api":
+                        cpu_one[f"api_{n_clients}_engine"] = cpu["engine"]
             rounds.append(one)
+            cpu_rounds.append(cpu_one)
             print(
                 f"round {r + 1}: " + "  ".join(f"{k} {v:.0f}/s" for k, v in one.items()),
                 flush=True,
@@ -209,12 +236,15 @@ async def measure(
 
     keys = rounds[0].keys()
     med = {k: median([r[k] for r in rounds]) for k in keys}
+    cpu_med = {k: median([r[k] for r in cpu_rounds]) for k in cpu_rounds[0]}
     ratio_1 = med["api_1"] / med["direct_1"]
     ratio_8 = med[f"api_{CLIENTS}"] / med[f"direct_{CLIENTS}"]
     submitted = counts["direct"] + counts["api"] + 1
     return {
         "rounds": rounds,
         "median_submissions_per_s": {k: round(v, 1) for k, v in med.items()},
+        "median_cpu_ms_per_submission": {k: round(v, 3) for k, v in cpu_med.items()},
+        "rounds_cpu_ms": cpu_rounds,
         "ratio_1_client": round(ratio_1, 3),
         f"ratio_{CLIENTS}_clients": round(ratio_8, 3),
         "target": TARGET,
@@ -258,6 +288,7 @@ def main() -> None:
         cfg = load(data_dir=data, config_path=cfg_path)
         token = anyio.run(prepare, cfg)
         engine, url = start_engine(data, cfg_path, root / "engine.log")
+        os.environ["BENCH_ENGINE_PID"] = str(engine.pid)
         try:
             result = anyio.run(measure, cfg, url, token, work, jobs, gets, repeat)
         finally:
@@ -293,6 +324,13 @@ def main() -> None:
         f"GET /api/v1/jobs/{{id}}: p50 {g['api']['p50']:.2f} ms, p99 {g['api']['p99']:.2f} ms "
         f"(direct read: p50 {g['direct']['p50']:.2f} ms, p99 {g['direct']['p99']:.2f} ms)"
     )
+    c = result["median_cpu_ms_per_submission"]
+    for n in (1, CLIENTS):
+        print(
+            f"CPU ms per submission, {n} client{'s' if n > 1 else ''}: direct "
+            f"{c[f'direct_{n}']:.2f}   API {c[f'api_{n}']:.2f} (engine "
+            f"{c[f'api_{n}_engine']:.2f})   direct/API {c[f'direct_{n}'] / c[f'api_{n}']:.2f}"
+        )
     print(f"target API ≥ {TARGET} × direct: {'met' if result['meets_target'] else 'NOT met'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -105,3 +105,62 @@ def test_the_cli_against_a_remote_engine(rated: Corral) -> None:
     assert notoken.returncode == 10 and "CORRAL_TOKEN" in notoken.stderr
     grace = remote(c, url, acme, "submit", "--grace", "3", "--", "true")
     assert grace.returncode == 2 and "--grace" in grace.stderr
+
+
+def _shared(ids: list[str]) -> str:
+    """The first characters all of `ids` share."""
+    first, last = min(ids), max(ids)
+    n = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first))
+    return first[:n]
+
+
+def test_the_remote_cli_names_jobs_by_unique_prefix_or_suffix_like_the_local_one(
+    tmp_path: Path,
+) -> None:
+    c = Corral(tmp_path, CONFIG)
+    try:
+        acme, globex = token(c, "acme"), token(c, "globex")
+        url = serve_http(c)
+
+        def submit(tok: str, *argv: str) -> str:
+            r = remote(c, url, tok, "submit", "--", *argv)
+            assert r.returncode == 0, r.stderr
+            return r.stdout.strip()
+
+        mine = [submit(acme, "sh", "-c", "echo from-$CORRAL_JOB_ID") for _ in range(2)]
+        theirs = submit(globex, "true")
+        for job_id in mine:
+            assert remote(c, url, acme, "wait", job_id[-6:], "--timeout", "30").returncode == 0
+        shared = _shared([*mine, theirs])
+        assert len(shared) >= 4  # ids made close together share their first characters
+
+        # a unique suffix or prefix names the job, as locally: the same output
+        suffix = mine[0][-6:]
+        assert remote(c, url, acme, "show", suffix).stdout == c.ok("show", suffix)
+        shown = json.loads(remote(c, url, acme, "show", mine[1][:-1], "--json").stdout)
+        assert shown["id"] == mine[1]
+        logs = remote(c, url, acme, "logs", suffix)
+        assert logs.returncode == 0 and logs.stdout == f"from-{mine[0]}\n"
+        assert json.loads(remote(c, url, acme, "trace", suffix, "--json").stdout)["job"] == mine[0]
+
+        # ambiguous among the tenant's jobs: the local command's error and exit code
+        ambiguous = _shared(mine)
+        here = c.run("show", ambiguous)
+        there = remote(c, url, acme, "show", ambiguous)
+        assert here.returncode == there.returncode == 2
+        assert "ambiguous" in there.stderr and mine[0] in there.stderr
+        assert theirs not in there.stderr  # another tenant's job is never named
+        # names none of the tenant's: "no job", exit code 4 — also when it names another
+        # tenant's job, whose existence does not leak
+        for ref in ("ZZZZZZ", theirs[-6:], theirs):
+            r = remote(c, url, acme, "show", ref)
+            assert r.returncode == 4 and f"no job {ref}" in r.stderr, r.stderr
+        assert c.run("show", "ZZZZZZ").returncode == 4
+        # what names several jobs across tenants names one of globex's
+        assert json.loads(remote(c, url, globex, "show", shared, "--json").stdout)["id"] == theirs
+
+        long = submit(acme, "sleep", "60")
+        cancelled = remote(c, url, acme, "cancel", long[-6:], "--json")
+        assert cancelled.returncode == 0 and json.loads(cancelled.stdout)["id"] == long
+    finally:
+        c.stop_all()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from corral.core.ports import ChainHead, Store, Tally
+from corral.core.ports import ARCHIVED_CHAINS, ChainHead, Store, Tally
 from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.errors import Conflict, NotFound
 from corral.domain.models import Job
@@ -20,7 +20,7 @@ from corral.domain.settings import KeepSpec, RetentionSpec
 from corral.domain.states import JobState
 from corral.store.chain import verify_rows
 from corral.store.sql import SqlStore
-from tests.contract.test_governance_contract import report_for
+from tests.contract.test_governance_contract import incident, report_for
 from tests.contract.test_store_contract import (
     NOW,
     UseStore,
@@ -120,6 +120,7 @@ def test_a_batch_goes_whole_and_what_stays_is_untouched(use_store: UseStore) -> 
                 cost_usd=0.25,
             )
         )
+        [trouble] = await store.append_incidents([incident(first)])
         running = await submit(store, role="build")  # its records come between the two
         await start(store, running)
         second = await done(store, role="build")
@@ -140,6 +141,10 @@ def test_a_batch_goes_whole_and_what_stays_is_untouched(use_store: UseStore) -> 
         start_at, end_at = batch.segments["job_events"]
         assert start_at == ChainHead(0, "") and end_at.seq == timeline[-1]["seq"]
         assert [r["job_id"] for r in batch.rows["policy_evaluations"]] == [first.id]
+        # every chain of a job's records goes with it: its report and its incident too
+        assert [r["job_id"] for r in batch.rows["run_reports"]] == [first.id]
+        assert [r["id"] for r in batch.rows["incidents"]] == [trouble.id]
+        assert batch.rows["approval_events"] == ()
         assert batch.dirs == (batch.rows["attempts"][0]["dir"],)
         # the archived segment verifies on its own, from the start to its head
         key = store.audit_key.get(create=False) if store.audit_key else None  # type: ignore[attr-defined]
@@ -157,10 +162,9 @@ def test_a_batch_goes_whole_and_what_stays_is_untouched(use_store: UseStore) -> 
             await store.events(running.id),
         )
         assert after == kept_before
-        assert await store.archived_heads() == {
-            "job_events": end_at,
-            "policy_evaluations": batch.segments["policy_evaluations"][1],
-        }
+        assert batch.segments["job_events"][1] == end_at
+        assert await store.archived_heads() == {t: batch.segments[t][1] for t in ARCHIVED_CHAINS}
+        assert await store.incidents(first.id) == [] and await store.report(first.id) is None
         [record] = await store.archives()
         assert record.file == "a1.jsonl" and record.jobs == 1
         assert record.segments == batch.segments
@@ -202,12 +206,19 @@ def test_what_a_sink_has_not_published_stays(use_store: UseStore) -> None:
         second = await done(store)
         mine = len(await store.events(first.id))
         cursors = await store.claim_cursors(
-            "bus", ["job_events", "policy_evaluations"], holder="e1", now=NOW, lease_s=60
+            "bus",
+            ["job_events", "policy_evaluations", "run_reports"],
+            holder="e1",
+            now=NOW,
+            lease_s=60,
         )
         assert cursors is not None
         batch = await store.gc_collect([first.id, second.id], sinks=["bus"])
         assert batch.jobs == () and batch.held == 2  # nothing published yet
         await store.advance_cursor("bus", "job_events", holder="e1", last_id=mine, now=NOW)
+        batch = await store.gc_collect([first.id, second.id], sinks=["bus"])
+        assert batch.jobs == () and batch.held == 2  # its run report is not published yet
+        await store.advance_cursor("bus", "run_reports", holder="e1", last_id=1, now=NOW)
         batch = await store.gc_collect([first.id, second.id], sinks=["bus"])
         assert batch.jobs == (first.id,) and batch.held == 1
         assert batch.segments["job_events"][1].seq == mine
@@ -223,15 +234,17 @@ def test_the_chains_refuse_a_delete_above_the_archived_head(use_store: UseStore)
         job = await done(store)
         if not isinstance(store, SqlStore):
             return  # the memory store has no triggers: only its own code changes its rows
-        with pytest.raises(Exception, match="append-only"):
-            async with store.driver.write() as tx:
-                await tx.execute("DELETE FROM job_events WHERE job_id = ?", (job.id,))
+        for table in ("job_events", "run_reports"):
+            with pytest.raises(Exception, match="append-only"):
+                async with store.driver.write() as tx:
+                    await tx.execute(f"DELETE FROM {table} WHERE job_id = ?", (job.id,))
         batch = await store.gc_collect([job.id], sinks=())
         assert await store.gc_remove(batch, archive="a.jsonl", now=LATER, bounds=BOUNDS) == 1
         later = await done(store)
-        with pytest.raises(Exception, match="append-only"):
-            async with store.driver.write() as tx:
-                await tx.execute("DELETE FROM job_events WHERE job_id = ?", (later.id,))
+        for table in ("job_events", "run_reports"):
+            with pytest.raises(Exception, match="append-only"):
+                async with store.driver.write() as tx:
+                    await tx.execute(f"DELETE FROM {table} WHERE job_id = ?", (later.id,))
 
     use_store(body)
 

@@ -1,12 +1,14 @@
 """A tenant's jobs straight from the store (JobQuery.tenant and .before, core/ports.py), on the
 memory, SQLite and PostgreSQL stores: only that tenant's, newest first, a page at a time from a
-cursor, with the other filters — so the HTTP API's list reads one page, not a scan."""
+cursor, with the other filters — so the HTTP API's list reads one page, not a scan. The same for
+a tenant's incidents and unified runs: the store filters, and the limit counts the tenant's."""
 
 from __future__ import annotations
 
 from corral.core.ports import JobQuery, Store
 from corral.domain.states import JobState
 from corral.services import tenancy
+from tests.contract.test_governance_contract import incident
 from tests.contract.test_store_contract import NOW, UseStore, submit
 
 
@@ -24,6 +26,14 @@ def test_the_store_lists_one_tenants_jobs_page_by_page(use_store: UseStore) -> N
         role_a = await store.list_jobs(JobQuery(tenant="acme", role="a", limit=1))
         assert [j.id for j in role_a] == [acme[2]]
         assert await store.list_jobs(JobQuery(tenant="nobody")) == []
+        # `ref`: the jobs a whole id, a prefix or a suffix (4+ characters) names
+        by_suffix = await store.list_jobs(JobQuery(tenant="acme", ref=acme[1][-6:]))
+        assert [j.id for j in by_suffix] == [acme[1]]
+        assert [j.id for j in await store.list_jobs(JobQuery(ref=acme[2]))] == [acme[2]]
+        shared = await store.list_jobs(JobQuery(tenant="acme", ref=acme[0][:4]))
+        assert {j.id for j in shared} >= {acme[0]} and all(j.tenant == "acme" for j in shared)
+        assert await store.list_jobs(JobQuery(tenant="globex", ref=acme[1][-6:])) == []
+        assert await store.list_jobs(JobQuery(ref=acme[1][-3:])) == []  # too short: whole ids
 
         pages, cursor = [], None
         while True:  # the API's cursor pages: every job once, none of another tenant
@@ -37,5 +47,36 @@ def test_the_store_lists_one_tenants_jobs_page_by_page(use_store: UseStore) -> N
         await store.request_cancel(acme[0], reason="no", kind="cancel", now=NOW)
         cancelled = await tenancy.jobs_of(store, "acme", state=JobState.CANCELLED)
         assert [j.id for j in cancelled.jobs] == [acme[0]] and cancelled.next_cursor is None
+
+    use_store(body)
+
+
+def test_the_store_reads_one_tenants_incidents_and_runs_never_anothers(
+    use_store: UseStore,
+) -> None:
+    async def body(store: Store) -> None:
+        acme = [await submit(store, tenant="acme") for _ in range(2)]
+        globex = [await submit(store, tenant="globex") for _ in range(3)]
+        # the other tenant's records are the newest: a limit applied before the filter would
+        # leave acme with nothing
+        await store.append_incidents([incident(j) for j in acme])
+        others = await store.append_incidents([incident(j) for j in globex for _ in range(2)])
+        mine = await store.incidents(tenant="acme", limit=2)
+        assert sorted(i.job_id for i in mine) == sorted(j.id for j in acme)
+        assert {i.job_id for i in await store.incidents(tenant="globex")} == {j.id for j in globex}
+        assert await store.incidents(tenant="nobody") == []
+        assert await store.incidents(acme[0].id, tenant="globex") == []
+        await store.append_incidents([incident(globex[0], resolves=others[0].id)])
+        open_acme = await store.incidents(tenant="acme", open_only=True)
+        assert len(open_acme) == 2 and all(i.job_id in {j.id for j in acme} for i in open_acme)
+        assert len(await store.incidents()) == 9  # no tenant: every one
+
+        runs = await store.run_unified(2, tenant="acme")
+        assert [r.job_id for r in runs] == sorted((j.id for j in acme), reverse=True)
+        assert all(r.tenant == "acme" for r in runs)
+        assert [r.job_id for r in await store.run_unified(1, tenant="acme")] == [runs[0].job_id]
+        assert await store.run_unified(tenant="acme", state="SUCCEEDED") == []
+        assert {r.tenant for r in await store.run_unified(10)} == {"acme", "globex"}
+        assert await store.run_unified(tenant="nobody") == []
 
     use_store(body)

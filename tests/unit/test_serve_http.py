@@ -4,13 +4,14 @@ given, a warning and no HTTP when it was the default."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
 import pytest
 
 from corral import cli
-from corral.api.server import HttpOptions, Listener, listen
+from corral.api.server import HttpOptions, Listener, _Coalescing, listen
 from corral.domain.errors import InvalidRequest
 
 
@@ -94,3 +95,42 @@ def test_answers_leave_at_once_the_accepted_sockets_are_tcp_nodelay() -> None:
     assert listener.sock.proto == socket.IPPROTO_TCP
     asyncio.run(main())
     assert seen and seen[0] != 0
+
+
+class _Recording(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.sent.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def test_the_writes_of_one_loop_turn_leave_in_one_send_and_close_sends_them_first() -> None:
+    async def main() -> None:
+        inner = _Recording()
+        t = _Coalescing(inner)
+        t.write(b"HTTP/1.1 201 Created\r\n\r\n")
+        t.write(b'{"created":true}')
+        assert inner.sent == [] and t.get_write_buffer_size() == 40
+        await asyncio.sleep(0)  # the loop's next turn
+        assert inner.sent == [b'HTTP/1.1 201 Created\r\n\r\n{"created":true}']
+        t.write(b"a")
+        await asyncio.sleep(0)
+        t.write(b"b")
+        t.writelines([b"c", b""])
+        t.close()  # what is gathered goes out before the close
+        assert inner.sent[1:] == [b"a", b"bc"] and inner.closed
+        assert t.is_closing()  # the rest is the transport's own
+
+    asyncio.run(main())

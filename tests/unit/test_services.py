@@ -87,6 +87,15 @@ def test_a_request_takes_the_roles_limits_for_what_it_leaves_out(cfg: Config) ->
     assert other.options.to_json() == {"resume_from": "J1", "secret_env": ["A", "B"]}
 
 
+def test_a_submission_whose_wake_up_an_engine_answered_says_one_serves(cfg: Config) -> None:
+    async def body(store: Store) -> None:
+        request = SubmitRequest(command=("true",), cwd=str(cfg.data_dir.parent))
+        done = await submit(store, cfg, request, lambda op: {"ok": True})
+        assert done.result.created and done.engine_serving
+
+    run(body)
+
+
 def test_submit_stores_the_job_wakes_the_engine_and_says_none_serves(cfg: Config) -> None:
     woken: list[str] = []
 

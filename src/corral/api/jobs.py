@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
 from corral.domain import bounds
 from corral.domain.errors import InvalidRequest
@@ -110,7 +110,12 @@ async def create_job(
         engine_serving=done.engine_serving,
         job=detail(r.job),
     )
-    return JSONResponse(out.dump(), status_code=201 if r.created else 200)
+    # serialised by pydantic in one step (not to a dict, then by json.dumps): the same JSON
+    return Response(
+        out.model_dump_json(by_alias=True),
+        status_code=201 if r.created else 200,
+        media_type="application/json",
+    )
 
 
 @router.get("", response_model=bodies.JobPage)
@@ -121,11 +126,26 @@ async def list_jobs(
     role: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     cursor: Annotated[str | None, Query(max_length=100)] = None,
+    ref: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=100,
+            description="Only the jobs this names: the whole id, or a prefix or suffix of "
+            "4+ characters (how `corral --url` resolves a short id).",
+        ),
+    ] = None,
 ) -> Any:
     """The token's tenant's jobs, newest first, a page at a time (`cursor`: the previous
     page's `next_cursor`)."""
     page = await tenancy.jobs_of(
-        state_of(request).store, token.tenant, state=state, role=role, limit=limit, cursor=cursor
+        state_of(request).store,
+        token.tenant,
+        state=state,
+        role=role,
+        limit=limit,
+        cursor=cursor,
+        ref=ref,
     )
     return bodies.JobPage(jobs=[detail(j) for j in page.jobs], next_cursor=page.next_cursor).dump()
 

@@ -33,11 +33,10 @@ async def incidents(
     st = state_of(request)
     if job is not None:
         await tenancy.job_of(st.store, job, token.tenant)
-    found = (
-        await queries.incidents(st.store, job=job, open_only=open_only, limit=tenancy.SCAN_CAP)
-    ).incidents
-    mine = await tenancy.tenant_job_ids(st.store, {i.job_id for i in found}, token.tenant)
-    return [views.record(i).dump() for i in found if i.job_id in mine][:limit]
+    found = await queries.incidents(
+        st.store, job=job, open_only=open_only, limit=limit, tenant=token.tenant
+    )
+    return [views.record(i).dump() for i in found.incidents]
 
 
 @router.get("/runs", response_model=list[RunView])

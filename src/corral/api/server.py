@@ -5,6 +5,7 @@ once (`Listener.bind`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -12,9 +13,11 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import anyio
 import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from corral.domain.errors import InvalidRequest
 from corral.runtime.engine import Engine
@@ -111,6 +114,7 @@ class Listener:
         config = uvicorn.Config(
             app,
             lifespan="off",
+            http=_CoalescingProtocol,
             log_level="warning",
             access_log=False,
             ssl_certfile=str(self.opts.tls_cert) if self.opts.tls_cert else None,
@@ -124,6 +128,64 @@ class Listener:
             with anyio.CancelScope(shield=True):
                 server.should_exit = True
                 self.sock.close()
+
+
+class _Coalescing:
+    """A transport whose writes made in one turn of the event loop leave in one send.
+
+    uvicorn writes an answer's status line and headers, then its body, each with a send of its
+    own: on loopback every send costs the kernel's whole TCP path and wakes the client, and the
+    second one a fifth of the engine's time under 8 clients (bench/api.py). Gathered, the two
+    are one segment. The bytes go out at the start of the loop's next turn, in order; closing
+    sends what is gathered first, aborting drops it (as the transport's own buffer)."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._loop = asyncio.get_running_loop()
+        self._gathered: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._gathered:
+            self._loop.call_soon(self._flush)
+        self._gathered.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        for data in lines:
+            self.write(data)
+
+    def _flush(self) -> None:
+        if self._gathered:
+            data = b"".join(self._gathered)
+            self._gathered.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size() + sum(map(len, self._gathered))
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._gathered.clear()
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:  # get_extra_info, is_closing, pause_reading …
+        return getattr(self._transport, name)
+
+
+class _CoalescingProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    """uvicorn's HTTP/1.1 protocol (httptools when installed, else h11) over `_Coalescing`."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(_Coalescing(cast(asyncio.Transport, transport)))
 
 
 class _EngineServer(uvicorn.Server):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +14,9 @@ from . import views
 from .edge import config_or_fail, emit, note, remote_url, waker, with_store
 from .exits import fail
 from .jobs import print_job_list, show
+
+if TYPE_CHECKING:
+    from corral.client import AsyncClient
 from .options import ConfigOpt, DataDir, JsonOpt
 
 app = typer.Typer(
@@ -66,7 +69,7 @@ def dlq_requeue(
     if (url := remote_url()) is not None:
         from . import remote  # with its client: only when a URL is given
 
-        r = remote.run(url, lambda c: c.requeue(job))
+        r = remote.run(url, lambda c: remote.on_job(c, job, c.requeue))
         if as_json:
             emit(r.dump())
         else:
@@ -98,7 +101,11 @@ def dlq_purge(
     if (url := remote_url()) is not None:
         from . import remote  # with its client: only when a URL is given
 
-        done = remote.run(url, lambda c: c.purge(jobs_ or [], every=all_)).purged
+        async def purge(c: AsyncClient) -> list[str]:
+            named = [await c.resolve(ref) for ref in jobs_ or []]
+            return (await c.purge(named, every=all_)).purged
+
+        done = remote.run(url, purge)
     else:
         cfg = config_or_fail(data_dir, config)
         operator_only(cfg.data_dir, "dlq purge")

@@ -671,7 +671,7 @@ def show(
     if (url := remote_url()) is not None:
         from . import remote  # with its client: only when a URL is given
 
-        v = remote.run(url, lambda c: c.get(job))
+        v = remote.run(url, lambda c: remote.on_job(c, job, c.get))
         if as_json:
             emit(remote.show_json(v))
         else:
@@ -710,7 +710,7 @@ def trace(
     if (url := remote_url()) is not None:
         from . import remote  # with its client: only when a URL is given
 
-        tv = remote.run(url, lambda c: c.trace(job))
+        tv = remote.run(url, lambda c: remote.on_job(c, job, c.trace))
         if as_json:
             emit(tv.dump())
             return
@@ -794,7 +794,9 @@ def cancel(
     if (url := remote_url()) is not None:
         from . import remote  # with its client: only when a URL is given
 
-        c = remote.run(url, lambda api: api.cancel(job, reason))
+        c = remote.run(
+            url, lambda api: remote.on_job(api, job, lambda whole: api.cancel(whole, reason))
+        )
         if as_json:
             emit(c.dump())
         elif c.state.terminal:

@@ -199,14 +199,25 @@ def list_json(v: sv.JobDetail) -> dict[str, Any]:
     return sv.Job.model_validate({k: getattr(v, k) for k in sv.Job.model_fields}).dump()
 
 
+# ---- naming a job as the local CLI does ----------------------------------------------------
+
+
+async def on_job(c: AsyncClient, ref: str, call: Callable[[str], Awaitable[T]]) -> T:
+    """`call` with the whole id of the token's tenant's job that `ref` names: the whole id, or
+    a unique prefix or suffix of 4+ characters, as locally. None of the tenant's: NotFound;
+    several: InvalidRequest listing them — the local command's errors and exit codes."""
+    return await call(await c.resolve(ref))
+
+
 # ---- following a job over HTTP -----------------------------------------------------------
 
 
-async def copy_logs(c: AsyncClient, job_id: str, *, follow: bool, only: int | None) -> None:
+async def copy_logs(c: AsyncClient, ref: str, *, follow: bool, only: int | None) -> None:
     """A job's stdout to our stdout and its stderr to our stderr, attempt by attempt (as
     `corral logs`); with `follow`, the latest attempt's as it grows until the job ends."""
     import sys
 
+    job_id = await c.resolve(ref)
     shown = await c.get(job_id)
     indexes = [a.index for a in shown.attempts if only in (None, a.index)]
     if follow and only is None and indexes:
@@ -237,10 +248,11 @@ async def copy_logs(c: AsyncClient, job_id: str, *, follow: bool, only: int | No
 
 
 async def follow_job(
-    c: AsyncClient, job_id: str, *, until: str, timeout: float | None, output: bool
+    c: AsyncClient, ref: str, *, until: str, timeout: float | None, output: bool
 ) -> tuple[dm.Job, bool]:
     """Wait for the job to end (or run, `until="running"`), copying its output when asked;
     the job as last seen, and whether it got there within `timeout`."""
+    job_id = await c.resolve(ref)
     deadline = None if timeout is None else anyio.current_time() + timeout
     if until == "running":
         while True:

@@ -11,6 +11,7 @@ from typing import Any, Literal, Self, overload
 
 import httpx
 
+from corral.domain.ids import resolve
 from corral.schemas import api as bodies
 from corral.schemas import views
 
@@ -18,6 +19,7 @@ from .errors import ApiError, from_response, unreachable
 
 Stream = Literal["stdout", "stderr"]
 DEFAULT_TIMEOUT_S = 30.0
+AMBIGUOUS_SHOWN = 6  # of the jobs an ambiguous id names, how many are listed ("…" past 5)
 WAIT_POLL_S = 30.0  # one long poll of `wait`; the call repeats it until its own deadline
 
 
@@ -152,14 +154,23 @@ class AsyncClient:
         role: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        ref: str | None = None,
     ) -> bodies.JobPage:
-        """One page of the tenant's jobs, newest first; pass its `next_cursor` for the next."""
+        """One page of the tenant's jobs, newest first; pass its `next_cursor` for the next;
+        `ref`: only the jobs it names (the whole id, or a prefix or suffix of 4+ characters)."""
         data = await self._call(
             "GET",
             "/api/v1/jobs",
-            params=_params(state=state, role=role, limit=limit, cursor=cursor),
+            params=_params(state=state, role=role, limit=limit, cursor=cursor, ref=ref),
         )
         return bodies.JobPage.model_validate(data)
+
+    async def resolve(self, ref: str) -> str:
+        """The whole id of the tenant's job that `ref` names, as `corral` names jobs locally:
+        the whole id, or a unique prefix or suffix of 4+ characters. NotFound when it names
+        none of the tenant's jobs, InvalidRequest (listing some) when it names several."""
+        page = await self.list(ref=ref, limit=AMBIGUOUS_SHOWN)
+        return resolve(ref, [j.id for j in page.jobs])
 
     async def iter_jobs(
         self, *, state: str | None = None, role: str | None = None, page_size: int = 200

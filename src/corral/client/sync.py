@@ -79,8 +79,14 @@ class Client:
         role: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        ref: str | None = None,
     ) -> bodies.JobPage:
-        return self._run(self._async.list, state=state, role=role, limit=limit, cursor=cursor)
+        return self._run(
+            self._async.list, state=state, role=role, limit=limit, cursor=cursor, ref=ref
+        )
+
+    def resolve(self, ref: str) -> str:
+        return self._run(self._async.resolve, ref)
 
     def iter_jobs(
         self, *, state: str | None = None, role: str | None = None, page_size: int = 200

@@ -85,6 +85,8 @@ class JobQuery:
     ended_since: float | None = None  # only jobs that ended (a terminal state) at or after
     # this time, the latest to end first
     parent_id: str | None = None  # only the jobs submitted from inside this one
+    ref: str | None = None  # only the jobs this names: the whole id, or a prefix or suffix of
+    # at least MIN_REF characters (domain/ids.py `matches`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -416,10 +418,16 @@ class GovernanceStore(Protocol):
         NotFound if it names none, Conflict if that one is resolved already or is a resolution."""
 
     async def incidents(
-        self, job_id: str | None = None, *, open_only: bool = False, limit: int = 1000
+        self,
+        job_id: str | None = None,
+        *,
+        open_only: bool = False,
+        limit: int = 1000,
+        tenant: str | None = None,
     ) -> list[Incident]:
         """Incidents and resolutions, oldest first (the latest `limit`); open_only: incidents
-        without a resolution (resolutions themselves excluded)."""
+        without a resolution (resolutions themselves excluded); `tenant`: only those of that
+        tenant's jobs (the store filters before the limit)."""
 
     async def open_incidents(self, job_id: str | None = None) -> list[Incident]:
         """Incidents without a resolution record (resolutions themselves excluded)."""
@@ -661,8 +669,16 @@ class TokenStore(Protocol):
         the token's `created_by`, in their own transaction."""
 
 
-# The chains whose rows belong to jobs: retention archives a segment of each (store/retention.py).
-ARCHIVED_CHAINS = ("job_events", "policy_evaluations")
+# The chains whose rows belong to jobs: retention archives a segment of each (store/retention.py)
+# with the jobs they belong to (the rest hold what stays in force: switches, budget ceilings and
+# the ledger of a period's spending, dark launches, tokens — kept whole, verified in place).
+ARCHIVED_CHAINS = (
+    "job_events",
+    "policy_evaluations",
+    "run_reports",
+    "incidents",
+    "approval_events",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,11 +123,18 @@ class IncidentList:
 
 
 async def incidents(
-    store: JobGovernance, *, job: str | None, open_only: bool, limit: int, short: bool = False
+    store: JobGovernance,
+    *,
+    job: str | None,
+    open_only: bool,
+    limit: int,
+    short: bool = False,
+    tenant: str | None = None,
 ) -> IncidentList:
-    """Incidents (of one job when given), with their jobs' short ids when asked for."""
+    """Incidents (of one job when given; of one tenant's jobs when given), with their jobs'
+    short ids when asked for."""
     job_id = (await store.get_job(job)).id if job else None
-    found = await store.incidents(job_id, open_only=open_only, limit=limit)
+    found = await store.incidents(job_id, open_only=open_only, limit=limit, tenant=tenant)
     return IncidentList(found, await store.short_ids([i.job_id for i in found]) if short else {})
 
 

@@ -541,8 +541,10 @@ async def submit(
     notify: Notify | None = None,
 ) -> Submitted:
     """Submit against the engine's configuration, wake the engine, and say whether one serves
-    the data directory."""
+    the data directory (it does when the wake-up was answered)."""
     svc, cfg = await active_submissions(store, local, notify)
     result = await svc.submit(spec_for(request, cfg.settings))
-    wake("submitted")
-    return Submitted(result, await engine_serving(cfg, store, time.time()))
+    # An answer is an engine's (its socket, or the engine itself for an edge inside it): one
+    # serves, so the slower checks (/proc/locks, a ping, the heartbeats) are for no answer.
+    answered = wake("submitted") is not None
+    return Submitted(result, answered or await engine_serving(cfg, store, time.time()))

@@ -73,6 +73,7 @@ async def jobs_of(
     limit: int = 50,
     cursor: str | None = None,
     dead_lettered: bool = False,
+    ref: str | None = None,
 ) -> Page:
     """`tenant`'s jobs (newest first) older than the job `cursor` names (None: from the newest),
     a page read by the store itself (the tenant and the cursor are part of its query)."""
@@ -84,6 +85,7 @@ async def jobs_of(
             dead_lettered_unresolved=dead_lettered,
             tenant=tenant,
             before=cursor,
+            ref=ref,
         )
     )
     page = found[:limit]

@@ -163,7 +163,12 @@ class MemoryGovernance:
         ]
 
     async def incidents(
-        self, job_id: str | None = None, *, open_only: bool = False, limit: int = 1000
+        self,
+        job_id: str | None = None,
+        *,
+        open_only: bool = False,
+        limit: int = 1000,
+        tenant: str | None = None,
     ) -> list[Incident]:
         resolved = {r["resolves"] for r in self._rows("incidents") if r["resolves"]}
         found = [
@@ -171,6 +176,7 @@ class MemoryGovernance:
             for r in self._rows("incidents")
             if job_id in (None, r["job_id"])
             and not (open_only and (r["resolves"] or r["id"] in resolved))
+            and (tenant is None or self._tenant_of(r["job_id"]) == tenant)
         ]
         return [g.incident_from_row(r) for r in found[-limit:]] if limit > 0 else []
 
@@ -453,6 +459,10 @@ class MemoryGovernance:
                 "policy_at": last.get("at"),
             }
         )
+
+    def _tenant_of(self, job_id: str | None) -> str | None:
+        job = self._jobs.get(job_id or "")
+        return job.tenant if job is not None else None
 
     async def run_unified(
         self, limit: int = 100, *, state: str | None = None, tenant: str | None = None

@@ -250,12 +250,20 @@ class SqlGovernance:
             raise Conflict(f"incident {i.resolves} is resolved already (by {done['id']})")
 
     async def incidents(
-        self, job_id: str | None = None, *, open_only: bool = False, limit: int = 1000
+        self,
+        job_id: str | None = None,
+        *,
+        open_only: bool = False,
+        limit: int = 1000,
+        tenant: str | None = None,
     ) -> list[Incident]:
         clauses, params = [], []
         if job_id is not None:
             clauses.append("i.job_id = ?")
             params.append(job_id)
+        if tenant is not None:  # a job archived by retention has no tenant left: not shown
+            clauses.append("EXISTS (SELECT 1 FROM jobs j WHERE j.id = i.job_id AND j.tenant = ?)")
+            params.append(tenant)
         if open_only:
             clauses.append(
                 "i.resolves IS NULL AND NOT EXISTS"

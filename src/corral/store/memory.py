@@ -33,7 +33,7 @@ from corral.core.ports import (
 from corral.domain.agents import AgentEvent, Checkpoint
 from corral.domain.epics import EpicRecord, TaskRecord, WaveRecord
 from corral.domain.errors import Conflict, NotFound, StaleState
-from corral.domain.ids import resolve
+from corral.domain.ids import matches, resolve
 from corral.domain.models import (
     Attempt,
     Baseline,
@@ -869,6 +869,8 @@ def _matches(j: Job, query: JobQuery) -> bool:
     if (query.tenant and j.tenant != query.tenant) or (
         query.env_name and j.env_name != query.env_name
     ):
+        return False
+    if query.ref is not None and not matches(query.ref, j.id):
         return False
     if (query.before and j.id >= query.before) or (
         query.ended_since is not None and (not j.state.terminal or j.updated_at < query.ended_since)

@@ -4,9 +4,9 @@
 CREATE TRIGGER policy_evaluations_no_update BEFORE UPDATE ON policy_evaluations BEGIN SELECT RAISE(ABORT, 'policy_evaluations is append-only'); END;
 CREATE TRIGGER policy_evaluations_no_delete BEFORE DELETE ON policy_evaluations WHEN OLD.seq IS NULL OR OLD.seq > COALESCE((SELECT seq FROM archive_heads WHERE chain = 'policy_evaluations'), 0) BEGIN SELECT RAISE(ABORT, 'policy_evaluations is append-only'); END;
 CREATE TRIGGER run_reports_no_update BEFORE UPDATE ON run_reports BEGIN SELECT RAISE(ABORT, 'run_reports is append-only'); END;
-CREATE TRIGGER run_reports_no_delete BEFORE DELETE ON run_reports BEGIN SELECT RAISE(ABORT, 'run_reports is append-only'); END;
+CREATE TRIGGER run_reports_no_delete BEFORE DELETE ON run_reports WHEN OLD.seq IS NULL OR OLD.seq > COALESCE((SELECT seq FROM archive_heads WHERE chain = 'run_reports'), 0) BEGIN SELECT RAISE(ABORT, 'run_reports is append-only'); END;
 CREATE TRIGGER incidents_no_update BEFORE UPDATE ON incidents BEGIN SELECT RAISE(ABORT, 'incidents is append-only'); END;
-CREATE TRIGGER incidents_no_delete BEFORE DELETE ON incidents BEGIN SELECT RAISE(ABORT, 'incidents is append-only'); END;
+CREATE TRIGGER incidents_no_delete BEFORE DELETE ON incidents WHEN OLD.seq IS NULL OR OLD.seq > COALESCE((SELECT seq FROM archive_heads WHERE chain = 'incidents'), 0) BEGIN SELECT RAISE(ABORT, 'incidents is append-only'); END;
 CREATE TRIGGER switch_events_no_update BEFORE UPDATE ON switch_events BEGIN SELECT RAISE(ABORT, 'switch_events is append-only'); END;
 CREATE TRIGGER switch_events_no_delete BEFORE DELETE ON switch_events BEGIN SELECT RAISE(ABORT, 'switch_events is append-only'); END;
 CREATE TRIGGER budget_ceilings_no_update BEFORE UPDATE ON budget_ceilings BEGIN SELECT RAISE(ABORT, 'budget_ceilings is append-only'); END;
@@ -16,7 +16,7 @@ CREATE TRIGGER budget_ledger_no_delete BEFORE DELETE ON budget_ledger BEGIN SELE
 CREATE TRIGGER dark_launches_no_update BEFORE UPDATE ON dark_launches BEGIN SELECT RAISE(ABORT, 'dark_launches is append-only'); END;
 CREATE TRIGGER dark_launches_no_delete BEFORE DELETE ON dark_launches BEGIN SELECT RAISE(ABORT, 'dark_launches is append-only'); END;
 CREATE TRIGGER approval_events_no_update BEFORE UPDATE ON approval_events BEGIN SELECT RAISE(ABORT, 'approval_events is append-only'); END;
-CREATE TRIGGER approval_events_no_delete BEFORE DELETE ON approval_events BEGIN SELECT RAISE(ABORT, 'approval_events is append-only'); END;
+CREATE TRIGGER approval_events_no_delete BEFORE DELETE ON approval_events WHEN OLD.seq IS NULL OR OLD.seq > COALESCE((SELECT seq FROM archive_heads WHERE chain = 'approval_events'), 0) BEGIN SELECT RAISE(ABORT, 'approval_events is append-only'); END;
 CREATE TRIGGER job_events_no_update BEFORE UPDATE ON job_events BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
 CREATE TRIGGER job_events_no_delete BEFORE DELETE ON job_events WHEN OLD.seq IS NULL OR OLD.seq > COALESCE((SELECT seq FROM archive_heads WHERE chain = 'job_events'), 0) BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
 CREATE TRIGGER token_events_no_update BEFORE UPDATE ON token_events BEGIN SELECT RAISE(ABORT, 'token_events is append-only'); END;
