@@ -21,3 +21,6 @@ CREATE TRIGGER job_events_no_update BEFORE UPDATE ON job_events BEGIN SELECT RAI
 CREATE TRIGGER job_events_no_delete BEFORE DELETE ON job_events WHEN OLD.seq IS NULL OR OLD.seq > COALESCE((SELECT seq FROM archive_heads WHERE chain = 'job_events'), 0) BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
 CREATE TRIGGER token_events_no_update BEFORE UPDATE ON token_events BEGIN SELECT RAISE(ABORT, 'token_events is append-only'); END;
 CREATE TRIGGER token_events_no_delete BEFORE DELETE ON token_events BEGIN SELECT RAISE(ABORT, 'token_events is append-only'); END;
+-- v28: the text search of a tenant's jobs reads the expression it compares from this index
+-- (migrations/0028_jobs_text.sql; not on PostgreSQL, whose index entries are size-limited).
+CREATE INDEX jobs_text ON jobs (tenant, id, LOWER(command || ' ' || COALESCE(prompt, '')));
