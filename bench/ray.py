@@ -150,7 +150,9 @@ def corral(address: str, jobs: int, cap: int, root: Path) -> dict[str, Any]:
     work.mkdir()
     config = root / "corral.yaml"
     config.write_text(
-        "scheduler:\n  poll_interval_s: 0.2\nroles:\n  default:\n"
+        # a loaded machine must not crash-loop the core (its heartbeat answer can take seconds)
+        "scheduler:\n  poll_interval_s: 0.2\ncore:\n  heartbeat_timeout_s: 30\n"
+        "roles:\n  default:\n"
         f"    concurrency: {cap * 2}\nenvironments:\n  local:\n    max_inflight: 4\n"
         f"  ray:\n    kind: ray\n    address: {address}\n    max_inflight: {cap}\n"
     )

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
 
+from corral.domain.tokens import split_token
 from tests.acceptance.conftest import CORRAL, Corral
+from tests.helpers import eventually
 from tests.pg import PgSchemas
 
 pytestmark = pytest.mark.postgres
@@ -141,3 +146,85 @@ def test_a_single_engine_on_postgres_runs_the_lifecycle(
     assert run("wait", bad).returncode == 4
     shown = json.loads(run("show", bad, "--json").stdout)
     assert shown["state"] == "DEAD_LETTERED" and len(shown["attempts"]) == 2
+
+
+def _http_url(c: Corral) -> str:
+    return str(
+        eventually(
+            lambda: (
+                (m := re.search(r"HTTP API on (http://127\.0\.0\.1:\d+)", c.engine_log()))
+                and m.group(1)
+            ),
+            timeout=120,  # three engines starting at once on a loaded machine
+            what="the engine to say where it serves HTTP",
+        )
+    )
+
+
+def test_a_dashboard_session_begun_on_one_engine_holds_on_the_other(
+    tmp_path: Path, pg_schemas: PgSchemas
+) -> None:
+    """Two engines on one database behind (say) a load balancer: the sign-in form one served is
+    accepted by the other, the session cookie one set is good on the other, and revoking the
+    token ends the session on both; an engine with another secrets key accepts none of it."""
+    dsn = pg_schemas.new()
+    keys = f"audit: {{key_file: {tmp_path / 'audit.key'}}}\n"
+    shared = CONFIG + keys + f"secrets: {{key_file: {tmp_path / 'secrets.key'}}}\n"
+    stranger = CONFIG + keys + f"secrets: {{key_file: {tmp_path / 'other.key'}}}\n"
+    a, b = Corral(tmp_path / "a", shared), Corral(tmp_path / "b", shared)
+    x = Corral(tmp_path / "x", stranger)
+    made = subprocess.run(
+        [CORRAL, "token", "create", "--tenant", "acme", "--scopes", "admin"],
+        env=_on_pg(a, dsn),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    engines = []
+    try:
+        for c in (a, b, x):
+            engines.append(
+                subprocess.Popen(
+                    [CORRAL, "serve", "--http", "127.0.0.1:0"],
+                    env=_on_pg(c, dsn),
+                    stdout=(c.data / "engine-test.log").open("ab"),
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        url_a, url_b, url_x = (_http_url(c) for c in (a, b, x))
+        with httpx.Client(timeout=30) as browser:
+            form = browser.get(f"{url_a}/ui/login")  # the form from A …
+            csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert csrf, form.text
+            signed = browser.post(  # … posted to B (its nonce cookie goes along)
+                f"{url_b}/ui/login", data={"token": token, "csrf": csrf.group(1)}
+            )
+            assert signed.status_code == 303, signed.text
+            assert "corral_session" in browser.cookies
+            for url in (url_a, url_b):
+                page = browser.get(f"{url}/ui/jobs")
+                assert page.status_code == 200 and "Sign in" not in page.text, url
+            refused = browser.get(f"{url_x}/ui/jobs")
+            assert (refused.status_code, refused.headers.get("location")) == (303, "/ui/login")
+            revoke = subprocess.run(
+                [CORRAL, "token", "revoke", split_token(token)[0]],  # type: ignore[index]
+                env=_on_pg(b, dsn),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert revoke.returncode == 0, revoke.stderr
+            for url in (url_a, url_b):
+                ended = browser.get(f"{url}/ui/jobs")
+                assert (ended.status_code, ended.headers.get("location")) == (303, "/ui/login")
+    finally:
+        for proc in engines:
+            proc.terminate()
+        for proc in engines:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -113,6 +113,8 @@ def _config(head: Head, *, max_queued: int | None = None) -> str:
     return f"""\
 scheduler:
   poll_interval_s: 0.2
+core:
+  heartbeat_timeout_s: 30  # a loaded machine must not crash-loop the core (tests share 2 cores)
 roles:
   default:
     concurrency: 16
@@ -307,6 +309,8 @@ def test_an_unreachable_cluster_is_the_environments_failure_not_the_jobs(tmp_pat
     config = f"""\
 scheduler:
   poll_interval_s: 0.2
+core:
+  heartbeat_timeout_s: 30  # a loaded machine must not crash-loop the core (tests share 2 cores)
 roles:
   default:
     retry: {{base_s: 0.05, cap_s: 0.2}}
@@ -354,6 +358,8 @@ def test_the_token_goes_with_every_call_and_nowhere_else(tmp_path: Path, proxy: 
     config = f"""\
 scheduler:
   poll_interval_s: 0.2
+core:
+  heartbeat_timeout_s: 30  # a loaded machine must not crash-loop the core (tests share 2 cores)
 environments:
   local:
     max_inflight: 4
@@ -416,6 +422,8 @@ def test_an_unreachable_cluster_holds_its_jobs_in_the_queue_until_it_is_back(
     config = f"""\
 scheduler:
   poll_interval_s: 0.2
+core:
+  heartbeat_timeout_s: 30  # a loaded machine must not crash-loop the core (tests share 2 cores)
 environments:
   local:
     max_inflight: 4

@@ -529,6 +529,9 @@ def test_run_unified_joins_reports_incidents_and_the_latest_verdict(use_store: U
         mine = await store.run_unified(tenant=governed.tenant)
         assert other.id not in {r.job_id for r in mine} and governed.id in {r.job_id for r in mine}
         assert await store.run_unified(tenant="other-tenant", state="KILLED") == []
+        newest = [r.job_id for r in await store.run_unified()]
+        assert [r.job_id for r in await store.run_unified(before=newest[0])] == newest[1:]
+        assert await store.run_unified(before=newest[-1]) == []
 
     use_store(body)
 

@@ -5,10 +5,17 @@ a tenant's incidents and unified runs: the store filters, and the limit counts t
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from pathlib import Path
+
 from corral.core.ports import JobQuery, Store
 from corral.domain.states import JobState
 from corral.services import tenancy
 from tests.contract.test_governance_contract import incident
+from corral.store.migrate import migrations
+from corral.store.sql import JOB_TEXT
+from corral.store.sqlite import SqliteStore
 from tests.contract.test_store_contract import NOW, UseStore, submit
 
 
@@ -80,3 +87,25 @@ def test_the_store_reads_one_tenants_incidents_and_runs_never_anothers(
         assert await store.run_unified(tenant="nobody") == []
 
     use_store(body)
+def test_a_tenants_text_search_on_sqlite_reads_the_index_not_the_rows(tmp_path: Path) -> None:
+    """The search's expression is the one the index jobs_text holds (migration 0028): SQLite
+    answers it from the index, newest first, without a sort and without opening a job's row."""
+
+    async def migrated() -> None:
+        store = SqliteStore(tmp_path / "corral.db")
+        await store.open()
+        await store.close()
+
+    asyncio.run(migrated())
+    migration = next(sql for v, _, sql in migrations("sqlite") if v == 28)
+    assert JOB_TEXT in migration
+    with sqlite3.connect(tmp_path / "corral.db") as conn:
+        plan = " ".join(
+            str(row[3])
+            for row in conn.execute(
+                f"EXPLAIN QUERY PLAN SELECT id, state FROM jobs WHERE tenant = ? AND {JOB_TEXT}"
+                " LIKE ? ESCAPE '!' ORDER BY id DESC LIMIT 51",
+                ("acme", "%x%"),
+            )
+        )
+    assert "USING INDEX jobs_text (tenant=?)" in plan and "TEMP B-TREE" not in plan, plan

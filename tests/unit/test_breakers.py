@@ -17,6 +17,7 @@ from corral.core.breakers import (
     verdict,
 )
 from corral.core.events import CoreEvent
+from corral.core.gateway import CoreOptions
 from corral.core.permits import CIRCUIT_OPEN
 from corral.domain.errors import NotFound
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobOptions, Permit
@@ -354,3 +355,13 @@ def test_a_cluster_back_leaves_a_breaker_its_failures_opened_to_its_own_probe() 
     core.note_cluster("gpu", None, NOW + 6)
     assert core.breakers.state("env:gpu") == OPEN  # not this probe's to close
     assert granted(core, job(id="g9", env_name="gpu"), NOW + 40).breaker == HALF_OPEN
+
+
+def test_an_env_breaker_restored_open_for_an_unreachable_cluster_closes_when_it_answers() -> None:
+    core, _, _ = make_core(ray_settings())
+    core.note_cluster("gpu", "connection refused", NOW)
+    state = core.state()
+    later, _, _ = make_core(ray_settings(), options=CoreOptions(state=state))
+    assert later.breakers.state("env:gpu") == OPEN
+    later.note_cluster("gpu", None, NOW + 1)
+    assert later.breakers.state("env:gpu") == CLOSED

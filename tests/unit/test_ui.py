@@ -531,3 +531,28 @@ def table_rows(html: str) -> list[list[str]]:
     parser = Rows()
     parser.feed(html)
     return [r for r in parser.rows if r]
+
+
+def test_the_runs_page_shows_the_tenants_runs_a_page_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral.ui import app as ui_app
+
+    monkeypatch.setattr(ui_app, "RUNS_SHOWN", 2)
+
+    async def body(u: Ui) -> None:
+        mine = [
+            await u.submit(who="writer", role="gated", command=["echo", f"m{i}"]) for i in range(3)
+        ]
+        theirs = await u.submit(who="other", role="gated", command=["echo", "globex"])
+        await u.login("writer")
+        first = await u.client.get("/ui/runs")
+        shown = re.findall(r'href="/ui/jobs/([^"]+)"', first.text)
+        assert shown == [mine[2], mine[1]] and theirs not in first.text
+        older = re.search(r'href="/ui/runs\?before=([^"]+)"', first.text)
+        assert older and older.group(1) == mine[1]
+        second = await u.client.get(f"/ui/runs?before={older.group(1)}")
+        assert re.findall(r'href="/ui/jobs/([^"]+)"', second.text) == [mine[0]]
+        assert "Older runs" not in second.text
+
+    with_ui(config(tmp_path, GATED), body)

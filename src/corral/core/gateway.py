@@ -381,11 +381,10 @@ class Core:
             self.breakers.held.add(name)
             self.breakers.force_open(name, now, CLUSTER_UNREACHABLE, {"env": env, "error": error})
             return
-        if name not in self.breakers.held:
-            return
         self.breakers.held.discard(name)
-        b = self.breakers.get(name)
-        if b.state != CLOSED and b.reason == CLUSTER_UNREACHABLE:
+        b = self.breakers.breakers.get(name)
+        # also one a previous core opened for this reason (restored OPEN, not held here)
+        if b is not None and b.state != CLOSED and b.reason == CLUSTER_UNREACHABLE:
             self.breakers.reset(name, now, "cluster_reachable")
 
     def note_ghosts(self, job_id: str, pids: Iterable[int], now: float) -> Escalation | None:

@@ -507,9 +507,15 @@ class GovernanceStore(Protocol):
         """PENDING approvals past expires_at become EXPIRED (new rows); returns them."""
 
     async def run_unified(
-        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+        self,
+        limit: int = 100,
+        *,
+        state: str | None = None,
+        tenant: str | None = None,
+        before: str | None = None,
     ) -> list[UnifiedRun]:
-        """The `v_run_unified` read model, newest jobs first (of one tenant's jobs, if given)."""
+        """The `v_run_unified` read model, newest jobs first (of one tenant's jobs, if given;
+        older than the job id `before`, if given: the next page)."""
 
     async def unreported(self, limit: int = 100) -> list[str]:
         """Ids of terminal jobs that have no run report yet, oldest change first."""

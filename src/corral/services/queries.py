@@ -151,9 +151,11 @@ async def runs(
     state: str | None,
     short: bool = False,
     tenant: str | None = None,
+    before: str | None = None,
 ) -> RunList:
-    """The unified read model (`v_run_unified`), newest first; of one tenant's jobs if given."""
-    found = await store.run_unified(limit, state=state, tenant=tenant)
+    """The unified read model (`v_run_unified`), newest first; of one tenant's jobs if given,
+    older than the job `before` if given."""
+    found = await store.run_unified(limit, state=state, tenant=tenant, before=before)
     return RunList(found, await store.short_ids([r.job_id for r in found]) if short else {})
 
 

@@ -465,13 +465,20 @@ class MemoryGovernance:
         return job.tenant if job is not None else None
 
     async def run_unified(
-        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+        self,
+        limit: int = 100,
+        *,
+        state: str | None = None,
+        tenant: str | None = None,
+        before: str | None = None,
     ) -> list[UnifiedRun]:
         jobs = sorted(
             (
                 j
                 for j in self._jobs.values()
-                if state in (None, j.state.value) and tenant in (None, j.tenant)
+                if state in (None, j.state.value)
+                and tenant in (None, j.tenant)
+                and (before is None or j.id < before)
             ),
             key=lambda j: j.id,
             reverse=True,

@@ -545,13 +545,21 @@ class SqlGovernance:
     # ---- the read model and the audit ------------------------------------------------------
 
     async def run_unified(
-        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+        self,
+        limit: int = 100,
+        *,
+        state: str | None = None,
+        tenant: str | None = None,
+        before: str | None = None,
     ) -> list[UnifiedRun]:
         clauses, params = [], []
         for column, value in (("state", state), ("tenant", tenant)):
             if value:  # tenant: the index jobs_by_tenant reads that tenant's newest jobs only
                 clauses.append(f"{column} = ?")
                 params.append(value)
+        if before:
+            clauses.append("job_id < ?")
+            params.append(before)
         where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         async with self.driver.read() as tx:
             rows = await tx.fetchall(

@@ -27,3 +27,6 @@ CREATE TRIGGER learnings_fts_insert AFTER INSERT ON learnings BEGIN INSERT INTO 
 CREATE TRIGGER learnings_text_fixed BEFORE UPDATE OF title, body ON learnings BEGIN SELECT RAISE(ABORT, 'a learning''s title and body never change'); END;
 CREATE TRIGGER learning_events_no_update BEFORE UPDATE ON learning_events BEGIN SELECT RAISE(ABORT, 'learning_events is append-only'); END;
 CREATE TRIGGER learning_events_no_delete BEFORE DELETE ON learning_events BEGIN SELECT RAISE(ABORT, 'learning_events is append-only'); END;
+-- v28: the text search of a tenant's jobs reads the expression it compares from this index
+-- (migrations/0028_jobs_text.sql; not on PostgreSQL, whose index entries are size-limited).
+CREATE INDEX jobs_text ON jobs (tenant, id, LOWER(command || ' ' || COALESCE(prompt, '')));

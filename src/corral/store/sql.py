@@ -56,6 +56,9 @@ from corral.store.rules import (
 from corral.store.tokens_sql import SqlTokens
 from corral.store.world_sql import SqlWorld
 
+# What a job's text search compares; on SQLite the index jobs_text (migration 0028) holds exactly
+# this expression after the tenant and the id, so a tenant's search never opens a job's row.
+JOB_TEXT = "LOWER(command || ' ' || COALESCE(prompt, ''))"
 _JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
 _JOB_INSERT = (
     f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
@@ -675,7 +678,7 @@ class SqlStore(
             clauses.append(f"state IN ({_TERMINAL_IN}) AND updated_at >= ?")
             params.append(query.ended_since)
         if query.text:
-            clauses.append("LOWER(command || ' ' || COALESCE(prompt, '')) LIKE ? ESCAPE '!'")
+            clauses.append(f"{JOB_TEXT} LIKE ? ESCAPE '!'")
             params.append("%" + like_escape(ascii_lower(query.text)) + "%")
         if query.parent_id is not None:
             clauses.append("parent_id = ?")

@@ -24,7 +24,13 @@ def mount(
     *,
     secure: bool = False,
 ) -> Any:
-    """The dashboard's ASGI app over `store`; `secure`: served over TLS (Secure cookies)."""
-    from .app import create_ui
+    """The dashboard's ASGI app over `store`; `secure`: served over TLS (Secure cookies). Its
+    sessions are signed with a key derived from the secrets key, which every engine of one
+    store shares: a session begun on one engine is good on all of them (session.py)."""
+    from corral.workers.sealing import KeyFile
 
-    return create_ui(config, store, wake=wake, clock=clock, secure=secure)
+    from .app import create_ui
+    from .session import shared_key
+
+    key = shared_key(KeyFile(config.secrets_key).load(create=True))
+    return create_ui(config, store, wake=wake, clock=clock, secure=secure, key=key)

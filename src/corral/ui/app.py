@@ -49,7 +49,7 @@ from . import render, topology
 from .session import COOKIE, LOGIN_COOKIE, Session, Signer
 
 HERE = Path(__file__).parent
-RUNS_SHOWN = 200  # the runs page: the tenant's newest runs
+RUNS_SHOWN = 50  # the runs page: the tenant's runs, a page at a time (as the jobs page)
 LOG_TAIL = 64 * 1024  # bytes of output the job page shows (the end of the latest attempt's)
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -664,9 +664,15 @@ def _mechanism_routes(ui: FastAPI) -> None:
         )
 
     @ui.get("/runs", response_class=HTMLResponse)
-    async def runs(request: Request, viewer: JobsRead) -> HTMLResponse:
+    async def runs(request: Request, viewer: JobsRead, before: Param = "") -> HTMLResponse:
         st = _st(request)
         found = await queries.runs(
-            st.store, limit=RUNS_SHOWN, state=None, tenant=viewer.token.tenant
+            st.store,
+            limit=RUNS_SHOWN + 1,  # one more: is there an older page
+            state=None,
+            tenant=viewer.token.tenant,
+            before=before or None,
         )
-        return _page(request, "runs.html", viewer, runs=found.runs)
+        shown = found.runs[:RUNS_SHOWN]
+        older = shown[-1].job_id if len(found.runs) > RUNS_SHOWN else None
+        return _page(request, "runs.html", viewer, runs=shown, older=older)

@@ -1,10 +1,16 @@
 """The dashboard's session: an API token presented once at login is exchanged for a signed
 cookie that names the token (never its secret) and a random session id; every request looks the
-token up again, so a revoked or expired token ends its sessions at once.
+token up again in the store, so a revoked or expired token ends its sessions at once, on every
+engine.
 
-The signing key is drawn at random when the app is built and never written anywhere: a restart
-of `corral serve` signs everyone out. Each mutating form carries a CSRF token derived from the
-session id with the same key (a second, independent check beside SameSite=Strict)."""
+The session state is the store's (the token) and the cookie's (signed); nothing is kept per
+engine. The signing key is derived from the secrets key (`secrets.key_file`), which the engines
+sharing a PostgreSQL store must share already to open each other's sealed secrets: so a session
+begun on one engine, the sign-in form one engine served and the CSRF token of a form are good
+on every engine of the store (behind a load balancer), and a restart signs no one out. The key
+itself is never written: it is computed from the secrets key at start. Each mutating form
+carries a CSRF token derived from the session id with the same key (a second, independent
+check beside SameSite=Strict)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,12 @@ from dataclasses import dataclass
 COOKIE = "corral_session"
 LOGIN_COOKIE = "corral_login"  # the sign-in form's nonce, until a session replaces it
 LIFETIME_S = 12 * 3600.0  # a session lasts at most this long (the token's own expiry still holds)
+
+
+def shared_key(secrets_key: bytes) -> bytes:
+    """The dashboard's signing key: the same on every engine that has the same secrets key, and
+    of no use for anything else (a one-way derivation with its own label)."""
+    return hmac.new(secrets_key, b"corral dashboard sessions v1", hashlib.sha256).digest()
 
 
 def _b64(data: bytes) -> str:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from corral.domain.errors import WorkerMisconfigured
-from corral.domain.settings import EnvSpec
+
+if TYPE_CHECKING:  # the watcher imports this module: it stays light (no settings, no models)
+    from corral.domain.settings import EnvSpec
 
 WATCHER_ENV = "CORRAL_RAY_AUTH_TOKEN"  # how the attempt's watcher (workers/rayjob.py) gets it
 

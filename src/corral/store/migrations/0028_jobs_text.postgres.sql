@@ -1,0 +1,3 @@
+-- Corral schema v28 (PostgreSQL): nothing. SQLite's jobs_text index holds the lowered command
+-- and prompt in each entry; a B-tree entry of PostgreSQL is limited to about 2.7 kB, so there
+-- it would refuse a job with a long prompt. The text search stays a scan of the tenant's jobs.
