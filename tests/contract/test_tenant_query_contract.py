@@ -12,10 +12,10 @@ from pathlib import Path
 from corral.core.ports import JobQuery, Store
 from corral.domain.states import JobState
 from corral.services import tenancy
-from tests.contract.test_governance_contract import incident
 from corral.store.migrate import migrations
 from corral.store.sql import JOB_TEXT
 from corral.store.sqlite import SqliteStore
+from tests.contract.test_governance_contract import incident
 from tests.contract.test_store_contract import NOW, UseStore, submit
 
 
@@ -87,6 +87,8 @@ def test_the_store_reads_one_tenants_incidents_and_runs_never_anothers(
         assert await store.run_unified(tenant="nobody") == []
 
     use_store(body)
+
+
 def test_a_tenants_text_search_on_sqlite_reads_the_index_not_the_rows(tmp_path: Path) -> None:
     """The search's expression is the one the index jobs_text holds (migration 0028): SQLite
     answers it from the index, newest first, without a sort and without opening a job's row."""

@@ -15,7 +15,7 @@ import pytest
 from corral.workers import process
 
 
-def _wait(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+def _wait(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
