@@ -285,11 +285,13 @@ class WaveRunner:
         """The try's worktree (made from the epic branch's head once) and its start commit."""
         work = self._work(epic, t)
         start_file = work.with_name(work.name + ".start")
-        if not start_file.exists():
+        if not start_file.exists():  # recorded first: a resumed try diffs against its own start
+            work.parent.mkdir(parents=True, exist_ok=True)
             start = await gitrepo.commit_of(Path(epic.repo), epic.branch)
-            await gitrepo.add_worktree(Path(epic.repo), work, self._branch(epic, t), start)
             start_file.write_text(start)
-        return work, start_file.read_text().strip()
+        start = start_file.read_text().strip()
+        await gitrepo.add_worktree(Path(epic.repo), work, self._branch(epic, t), start)
+        return work, start
 
     def _branch(self, epic: EpicRecord, t: TaskRecord) -> str:
         return f"{epic.branch}--{t.task_id}-{t.attempts}"
