@@ -1,6 +1,6 @@
-"""Corral as a system of the peer benchmark (../shared/peer-bench, its README says how to add one).
+"""Corral as a system of the peer benchmark (the harness directory given by --peers DIR).
 
-    .venv/bin/python bench/peer_corral.py [--peer-bench DIR] [--workload w1,w2] [--repeat 3]
+    .venv/bin/python bench/peer_corral.py --peers DIR [--workload w1,w2] [--repeat 3]
                                           [--out FILE.jsonl]
 
 The peer harness's systems are scripts on top of its `peers/common.py`; this is Corral's, kept
@@ -32,7 +32,6 @@ from typing import Any
 
 import run as corral_bench  # bench/run.py (this script's directory is on sys.path)
 
-DEFAULT_PEER_BENCH = Path(__file__).resolve().parents[3] / "shared" / "peer-bench"
 # W1 ratios to the harness's asyncio-nostore baseline, from its README (2026-11-22, quiet pass)
 PEER_W1_RATIOS = {"Ray 2.60 core": 0.50, "Celery 5.7 + Redis": 0.27, "DBOS 3.4 (10 ms poll)": 0.05}
 
@@ -88,15 +87,15 @@ def baseline_run(common: ModuleType, plain: ModuleType, workload: str, n: int, k
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peer-bench", type=Path, default=DEFAULT_PEER_BENCH)
+    ap.add_argument("--peers", type=Path, required=True, help="the peer harness directory")
     ap.add_argument("--workload", default="w1,w2")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--n", type=int, help="jobs per run (default: the harness's)")
     ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "corral-peer.jsonl")
     a = ap.parse_args(argv)
-    peers = a.peer_bench / "peers"
+    peers = a.peers / "peers"
     if not (peers / "common.py").is_file():
-        raise SystemExit(f"no peer harness at {a.peer_bench} (--peer-bench DIR)")
+        raise SystemExit(f"no peer harness at {a.peers} (--peers DIR)")
     sys.path.insert(0, str(peers))
     common = _load(peers / "common.py", "common")
     plain = _load(peers / "asyncio_bench.py", "asyncio_bench")
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nW1 ratio to the asyncio-nostore loop:")
         print(f"  Corral (this run, median of {a.repeat}): {summary['w1']['ratio_median']:.2f}")
         for name, ratio in PEER_W1_RATIOS.items():
-            print(f"  {name} (peer-bench README, quiet pass): {ratio:.2f}")
+            print(f"  {name} (the harness's README, quiet pass): {ratio:.2f}")
     print(f"\nJSON lines: {a.out} (print with {peers / 'table.py'} {a.out})")
     return 0
 

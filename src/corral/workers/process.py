@@ -19,7 +19,6 @@ own, and `sweep` empties it (cgroup.kill) before it removes it.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -703,96 +702,17 @@ def _find_cgroup_base() -> Path | None:
         base.mkdir(exist_ok=True)
     except OSError:
         return None
-    if not (base / "cgroup.procs").exists():
-        return None
-    _drop_stale_spares(base)
-    return base
-
-
-SPARE_CGROUPS = 8  # empty cgroups kept made ahead (a dispatch round takes several)
-_SPARE = "spare-"
-
-
-class _SparePool:
-    """Empty cgroups made ahead in a thread: the kernel takes milliseconds to make a cgroup (its
-    mkdir waits on RCU), which an attempt's start would otherwise wait for on the event loop.
-    Each is named `spare-<pid>-<n>` after the process that made it; spares of a process that is
-    gone are removed when the base is first found (`_find_cgroup_base`), and this process's own
-    at its exit. Taking a spare moves nothing: its path is what `<dir>/cgroup` records."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._spare: list[Path] = []
-        self._filling = False
-        self._n = 0
-        self._pid = os.getpid()  # a forked child exits without removing its parent's spares
-
-    def take(self, base: Path) -> Path | None:
-        with self._lock:
-            found = self._spare.pop(0) if self._spare else None
-            start = not self._filling
-            self._filling = True
-        if start:
-            threading.Thread(target=self._fill, args=(base,), daemon=True).start()
-        return found
-
-    def _fill(self, base: Path) -> None:
-        try:
-            while True:
-                with self._lock:
-                    if len(self._spare) >= SPARE_CGROUPS:
-                        return
-                    self._n += 1
-                    cgroup = base / f"{_SPARE}{os.getpid()}-{self._n}"
-                try:
-                    cgroup.mkdir()
-                except OSError:
-                    return
-                with self._lock:
-                    self._spare.append(cgroup)
-        finally:
-            with self._lock:
-                self._filling = False
-
-    def drop(self) -> None:
-        """Remove the spares nobody took (at exit)."""
-        if os.getpid() != self._pid:
-            return
-        with self._lock:
-            spare, self._spare = self._spare, []
-        for cgroup in spare:
-            with contextlib.suppress(OSError):
-                cgroup.rmdir()
-
-
-_spares = _SparePool()
-atexit.register(_spares.drop)
-
-
-def _drop_stale_spares(base: Path) -> None:
-    """Spares made by processes that are gone (a crashed core); one in use is not empty and
-    the kernel refuses to remove it."""
-    try:
-        names = [p for p in base.iterdir() if p.name.startswith(_SPARE)]
-    except OSError:
-        return
-    for cgroup in names:
-        pid = cgroup.name[len(_SPARE) :].partition("-")[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
-            with contextlib.suppress(OSError):
-                cgroup.rmdir()
+    return base if (base / "cgroup.procs").exists() else None
 
 
 def _new_cgroup(attempt_dir: Path) -> Path | None:
-    """A fresh cgroup for the attempt (a spare made ahead when there is one), its path recorded
-    in `<dir>/cgroup`; None without one."""
+    """A fresh cgroup for the attempt, its path recorded in `<dir>/cgroup`; None without one."""
     base = cgroup_base()
     if base is None:
         return None
-    cgroup = _spares.take(base)
-    if cgroup is None:
-        path = str(attempt_dir.resolve())
-        cgroup = base / f"{attempt_dir.name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+    path = str(attempt_dir.resolve())
+    name = f"{attempt_dir.name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+    cgroup = base / name
     try:
         cgroup.mkdir(exist_ok=True)
         fd = os.open(
