@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import scenarios  # bench/scenarios.py: LAT, Q100K, CLI (bench/ is this script's directory)
 
 import corral
 from corral import __version__
@@ -55,6 +56,8 @@ STALL_S = 30.0  # give up on a run when no job ended for this long
 QUICK_STALL_S = 20.0  # --quick (the suite's smoke run): a loaded machine starts engines slowly
 STRAY_GRACE_S = 3.0  # how long the engine's children may outlive it before we call them strays
 W1_TARGET = 0.8
+SCENARIOS = ("LAT", "Q100K", "CLI")  # bench/scenarios.py, run after the workloads
+DEFAULT_ONLY = ("W1", "W2", "W3", *SCENARIOS)
 MODES = ("live", "drain", "inprocess")
 CORES = ("default", "process", "inline")
 # The variables a Corral job starts with (corral.workers.command.BASE_ENV_KEYS); the bare loop
@@ -734,6 +737,9 @@ def summarize(wl: Workload, corral: RunStats, bare: RunStats) -> dict[str, Any]:
         "states": corral.extra.get("states", {}),
         "baseline_cpu_s": bare.extra.get("cpu_s"),
     }
+    split = scenarios.cpu_split_ms(corral.extra.get("cpu_s"), bare.extra.get("cpu_s"), wl.jobs)
+    if split is not None:
+        row["cpu_ms_per_job"] = split
     for key in (
         "cpu_s",
         "phases_ms",
@@ -797,6 +803,73 @@ def print_table(rows: dict[str, dict[str, Any]]) -> None:
         "(jobs/s count succeeded jobs; ! = some jobs did not succeed, the ratio is not "
         "comparable)\n(p50/p99 ms: corral/bare, per job from submission to durable result)"
     )
+    for name, r in rows.items():
+        if c := r.get("cpu_ms_per_job"):
+            print(
+                f"CPU ms per job {name}: engine {c['engine']:.2f} + core {c['core']:.2f} + "
+                f"shim {c['shim']:.2f} + job {c['job']:.2f} = {c['corral_total']:.2f} "
+                f"(submitter {c['submitter']:.2f}); bare loop {c['bare_loop']:.2f} + job "
+                f"{c['bare_job']:.2f} = {c['bare_total']:.2f}"
+            )
+
+
+def _engine_starter(cfg: Config) -> EngineProcess:
+    return EngineProcess(cfg, drain=False, tag="scenario")
+
+
+def run_scenarios(only: Sequence[str], root: Path, quick: bool) -> dict[str, Any]:
+    """LAT, Q100K and CLI (bench/scenarios.py), each with its baseline in this run."""
+    out: dict[str, Any] = {}
+    env = {k: v for k, v in os.environ.items() if k not in UNSET}
+    if "LAT" in only:
+        n = 10 if quick else 50
+        print(f"LAT: {n} x submit one `{' '.join(scenarios.LAT_COMMAND)}` to an idle engine")
+        work = root / "LAT"
+        cfg = write_config(work / "data", 8, "default")
+        out["LAT"] = scenarios.run_latency(work, n, _engine_starter, cfg, job_env("lat"))
+    if "Q100K" in only:
+        big = 10_000 if quick else 100_000
+        print(f"Q100K: 100 and {big:,} jobs queued")
+        runs = []
+        for n in (100, big):
+            work = root / "Q100K" / str(n)
+            cfg = write_config(work / "data", 8, "default")
+            runs.append(scenarios.run_queued_one(work, n, cfg, _engine_starter, descendants, env))
+            print(f"  {n:>7} queued: {runs[-1]}", flush=True)
+        out["Q100K"] = scenarios.summarize_queued(runs[0], runs[1])
+    if "CLI" in only:
+        runs_cli = 5 if quick else 15
+        print(f"CLI: {runs_cli} x `corral jobs --json` on an empty store")
+        out["CLI"] = scenarios.run_cli(root / "CLI", runs_cli, env)
+    return out
+
+
+def print_scenarios(extra: dict[str, Any]) -> None:
+    if lat := extra.get("LAT"):
+        print(
+            f"\nLAT  submit -> permit p50 {lat['permit_p50_ms']} ms, -> RUNNING p50 "
+            f"{lat['running_p50_ms']} / p99 {lat['running_p99_ms']} ms; bare loop p50 "
+            f"{lat['baseline_p50_ms']} / p99 {lat['baseline_p99_ms']} ms (ratio "
+            f"{lat['ratio_p50']}; target p50 < 5 ms: "
+            f"{'meets' if lat['meets_target'] else 'MISSED'})"
+        )
+    if q := extra.get("Q100K"):
+        s, b = q["small"], q["big"]
+        print(
+            f"Q100K {s['queued']} vs {b['queued']:,} queued: claim query p50 "
+            f"{s['claim_p50_ms']} / {b['claim_p50_ms']} ms (x{q['claim_ratio_p50']}); engine "
+            f"{s['engine_ms_per_job']} / {b['engine_ms_per_job']} ms per job "
+            f"(x{q['engine_ms_per_job_ratio']}); engine RSS {s['engine_rss_mb']} / "
+            f"{b['engine_rss_mb']} MB, core {s['core_rss_mb']} / {b['core_rss_mb']} MB; "
+            f"`corral jobs --json` {s['cli_jobs_json_p50_s']} / {b['cli_jobs_json_p50_s']} s"
+        )
+    if c := extra.get("CLI"):
+        print(
+            f"CLI  `corral jobs --json` (empty store) p50 {c['p50_s']} s, p99 {c['p99_s']} s; "
+            f"`python -c pass` {c['baseline_p50_s']} s (ratio {c['ratio']}, "
+            f"+{c['over_baseline_s']} s); {c['modules_imported']} modules imported; "
+            f"target < {c['target_s']} s: {'meets' if c['meets_target'] else 'MISSED'}"
+        )
 
 
 def print_hotspots(profile_dir: Path, names: Sequence[str], top: int = 25) -> None:
@@ -813,7 +886,11 @@ def print_hotspots(profile_dir: Path, names: Sequence[str], top: int = 25) -> No
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Corral vs a bare asyncio + SQLite loop.")
     p.add_argument("--quick", action="store_true", help="~10x fewer jobs (a smoke run)")
-    p.add_argument("--only", default="W1,W2,W3", help="comma-separated workloads (W1,W2,W3,W4)")
+    p.add_argument(
+        "--only",
+        default=",".join(DEFAULT_ONLY),
+        help="comma-separated workloads (W1,W2,W3,W4) and scenarios (LAT,Q100K,CLI)",
+    )
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON summary to write")
     p.add_argument(
         "--repeat",
@@ -856,7 +933,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="a note stored in the JSON summary (e.g. which snapshot of corral was measured)",
     )
     args = p.parse_args(argv)
-    known = {w.name for w in workloads(False)}
+    known = {w.name for w in workloads(False)} | set(SCENARIOS)
     args.only = [w.strip().upper() for w in args.only.split(",") if w.strip()]
     if unknown := set(args.only) - known:
         p.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
@@ -952,13 +1029,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             if wl.name in args.only:
                 print(f"{wl.name}: {wl.jobs} x {wl.what}, concurrency {wl.concurrency}", flush=True)
                 rows[wl.name] = measure(wl, root, args.repeat, opts)
+        extra = run_scenarios(args.only, root, args.quick)
     finally:
         if args.keep:
             print(f"kept {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
     print()
-    print_table(rows)
+    if rows:
+        print_table(rows)
+    print_scenarios(extra)
     env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     summary = {
         "environment": env,
@@ -969,6 +1049,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "poke": opts.poke,
         "core": opts.core,
         "workloads": rows,
+        "scenarios": extra,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

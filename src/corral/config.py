@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypedDict, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypedDict, get_args, get_origin
 from urllib.parse import urlsplit
 
 import yaml
@@ -26,7 +26,6 @@ from pydantic import (
 )
 
 from corral import config_check
-from corral.core.watchdog import GAUGES
 from corral.domain import bounds
 from corral.domain.bounds import yaml_too_deep
 from corral.domain.errors import ConfigError
@@ -40,6 +39,7 @@ from corral.domain.settings import (
     EventsSpec,
     GatewaySpec,
     KeepSpec,
+    KnowledgeSpec,
     OutputSpec,
     OversightSpec,
     ProviderSpec,
@@ -53,14 +53,16 @@ from corral.domain.settings import (
     SinkSpec,
     TenantSpec,
     Thresholds,
+    ThrottleSpec,
     WatchdogSpec,
     WorkerSpec,
     WorkspacePolicy,
 )
-from corral.policy.guardrails import Guardrails, default_guardrails, load_rules
-from corral.policy.scopes import Scope
 
 CONFIG_NAME = "corral.yaml"
+
+if TYPE_CHECKING:
+    from corral.policy.guardrails import Guardrails
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster
 
@@ -145,11 +147,28 @@ class RoleModel(_Strict):
     max_recursion_depth: int = Field(5, ge=0, le=100)
     retry_budget: RetryBudgetModel = RetryBudgetModel()
     detached: bool = False  # jobs of this role outlive the job that submitted them
+    # variables every job of this role gets as secrets from the engine's environment, as with
+    # `--secret-env` (HF_TOKEN, WANDB_API_KEY for training jobs: docs/how-to/training.md)
+    secret_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []
     anomaly: AnomalyModel = AnomalyModel()
     on_deadlock: Literal["escalate", "cancel"] = "escalate"
+    # learnings injected into this role's agent runs: off, on, or ab (half the runs, by job id)
+    knowledge: Literal["off", "on", "ab"] = "off"
     max_output_bytes: int | None = Field(
         None, ge=bounds.MIN_OUTPUT_BYTES, le=bounds.MAX_OUTPUT_BYTES
     )  # None: output.max_bytes
+
+
+class KnowledgeModel(_Strict):
+    """The knowledge flywheel (docs/how-to/knowledge.md)."""
+
+    extract: bool = True  # finished runs write learnings
+    # `rules` (the built-in extractor) or `package.module:function`
+    extractor: str = Field("rules", pattern=r"^(rules|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    max_tokens: int = Field(1500, ge=1, le=100_000)
+    max_learnings: int = Field(10, ge=1, le=100)
+    similarity_weight: float = Field(0.0, ge=0, le=10)
+    candidates: int = Field(50, ge=1, le=1000)
 
 
 class OutputModel(_Strict):
@@ -177,11 +196,49 @@ class AuditModel(_Strict):
     checkpoint_every_s: float = Field(60.0, gt=0, le=86_400)
 
 
+class ThrottleModel(_Strict):
+    """`environments.NAME.throttle`: predictive throttling (corral.world.throttle)."""
+
+    threshold: float = Field(0.8, gt=0, le=1)  # throttle when the forecast reaches this × cap
+    release: float = Field(0.5, ge=0, lt=1)  # … until it is below this × cap (hysteresis)
+    window_s: float = Field(60.0, gt=0, le=86_400)  # how far back the trend looks
+    horizon_s: float = Field(30.0, gt=0, le=86_400)  # how far ahead the forecast looks
+
+    @model_validator(mode="after")
+    def _release_below_threshold(self) -> ThrottleModel:
+        if self.release >= self.threshold:
+            raise ValueError(
+                f"release ({self.release:g}) must be below threshold ({self.threshold:g}):"
+                " the gap between them is the hysteresis"
+            )
+        return self
+
+
+class RayAuthModel(_Strict):
+    """The token a Ray cluster's job server asks for (Ray's token auth, or a proxy in front of
+    it): read from a file, or from a variable of the engine's environment. Never in the
+    configuration file itself."""
+
+    token_file: str | None = None
+    token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @model_validator(mode="after")
+    def _one(self) -> RayAuthModel:
+        if (self.token_file is None) == (self.token_env is None):
+            raise ValueError("give exactly one of token_file and token_env")
+        return self
+
+
 class EnvModel(_Strict):
     kind: Literal["local", "ray"] = "local"
     address: str | None = None
+    auth: RayAuthModel | None = None  # ray: the job server's token
+    # ray: how often the cluster is asked whether it answers (an unreachable one opens the
+    # environment's breaker; jobs wait in the queue until it answers again)
+    health_interval_s: float = Field(5.0, gt=0, le=3600)
     max_inflight: int = Field(4, ge=1, le=10_000)
     max_queued: int | None = Field(None, ge=1)  # None: only scheduler.max_queued applies
+    throttle: ThrottleModel | None = None  # None: no predictive throttling
     # what each attempt's Ray job asks of the cluster (its entrypoint's resources)
     num_cpus: float | None = Field(None, ge=0, le=10_000)
     num_gpus: float | None = Field(None, ge=0, le=10_000)
@@ -189,6 +246,8 @@ class EnvModel(_Strict):
     # ray: the runtime env every attempt's Ray job gets (working_dir, pip, uv, env_vars …).
     # Ray hands it back in clear from its job API: never a secret here.
     runtime_env: dict[str, Any] | None = None
+    # variables every job in this environment gets as secrets from the engine's environment
+    secret_env: list[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]] = []
 
 
 class SchedulerModel(_Strict):
@@ -196,6 +255,7 @@ class SchedulerModel(_Strict):
     poll_interval_s: float = Field(1.0, gt=0, le=60)
     max_queued: int = Field(10_000, ge=1)
     backpressure_retry_after_s: float = Field(5.0, gt=0, le=3600)
+    world_watch: bool = True  # the deadlock and anomaly detectors (runtime/worldwatch.py)
 
 
 class StoreModel(_Strict):
@@ -438,6 +498,7 @@ class ConfigModel(_Strict):
     events: EventsModel = EventsModel()
     retention: RetentionModel = RetentionModel()
     api: ApiModel = ApiModel()
+    knowledge: KnowledgeModel = KnowledgeModel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -670,8 +731,10 @@ def _role(name: str, m: RoleModel, source: str) -> RoleSpec:
         max_output_bytes=m.max_output_bytes,
         retry_budget=RetryBudget(**m.retry_budget.model_dump()),
         detached=m.detached,
+        secret_env=tuple(m.secret_env),
         anomaly=AnomalySpec(factor=m.anomaly.factor, stop=m.anomaly.stop),
         on_deadlock=m.on_deadlock,
+        knowledge=m.knowledge,
         limits=Limits(**m.limits.model_dump()),
         model=m.model,
         max_turns=m.max_turns,
@@ -713,6 +776,16 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             address=m.address,
             max_inflight=m.max_inflight,
             max_queued=m.max_queued,
+            throttle=(
+                ThrottleSpec(
+                    threshold=m.throttle.threshold,
+                    release=m.throttle.release,
+                    window_s=m.throttle.window_s,
+                    horizon_s=m.throttle.horizon_s,
+                )
+                if m.throttle is not None
+                else None
+            ),
             resources={
                 k: float(v)
                 for k, v in (
@@ -723,6 +796,10 @@ def resolve(model: ConfigModel, source: str) -> Settings:
                 if v is not None
             },
             runtime_env=dict(m.runtime_env or {}),
+            secret_env=tuple(m.secret_env),
+            auth_token_file=_relative(m.auth.token_file, source) if m.auth else None,
+            auth_token_env=m.auth.token_env if m.auth else None,
+            health_interval_s=m.health_interval_s,
         )
         for name, m in model.environments.items()
     }
@@ -735,6 +812,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
             poll_interval_s=model.scheduler.poll_interval_s,
             max_queued=model.scheduler.max_queued,
             backpressure_retry_after_s=(model.scheduler.backpressure_retry_after_s),
+            world_watch=model.scheduler.world_watch,
         ),
         default_role=model.default_role,
         default_env=model.default_environment,
@@ -748,6 +826,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
         ),
         events=_events(model.events),
         retention=_retention(model.retention, source),
+        knowledge=KnowledgeSpec(**model.knowledge.model_dump()),
         **_mechanism(model),
     )
     return settings
@@ -759,6 +838,8 @@ def _checked_role(name: str, m: RoleModel, source: str) -> tuple[RoleSpec | None
         role = _role(name, m, source)
     except _Problem as err:
         return None, [str(err)]
+    from corral.policy.scopes import Scope  # the scope grammar: only a file's roles need it
+
     try:
         Scope.parse(role.tools)
     except ValueError as err:
@@ -775,6 +856,8 @@ def _env_problems(name: str, m: EnvModel) -> list[str]:
         problems.append(f"environments.{name}.address: a ray environment needs the cluster address")
     if m.runtime_env and m.kind != "ray":
         problems.append(f"environments.{name}.runtime_env: only a ray environment has one")
+    if m.auth is not None and m.kind != "ray":
+        problems.append(f"environments.{name}.auth: only a ray environment has one")
     return problems
 
 
@@ -782,6 +865,8 @@ def _guardrails_problems(path: str | None) -> list[str]:
     """A rules file that does not load is a configuration problem."""
     if path is None:
         return []
+    from corral.policy.guardrails import load_rules
+
     try:
         load_rules(Path(path))
     except (OSError, ValueError) as err:
@@ -816,6 +901,8 @@ def _entries(raw: dict[str, Any], section: str) -> list[tuple[str, Any]]:
 
 def guardrails_of(settings: Settings, source: str = "corral.yaml") -> Guardrails:
     """The shipped guardrails, with the configured file's rules over them."""
+    from corral.policy.guardrails import default_guardrails, load_rules
+
     rules = default_guardrails()
     if settings.guardrails_file is None:
         return rules
@@ -901,6 +988,8 @@ def _gateway(m: GatewayModel) -> GatewaySpec:
 
 def _mechanism(model: ConfigModel) -> _Mechanism:
     """The core's mechanism settings: budgets, breakers, watchdog, escalation."""
+    from corral.core.watchdog import GAUGES
+
     w, b, e = model.watchdog, model.breakers, model.escalation
     gauges = {
         name: Thresholds(**t.model_dump()) for name in GAUGES if (t := getattr(w, name)) is not None

@@ -27,6 +27,8 @@ from tests.acceptance.test_json_schemas import conforms
 from tests.brokers import Broker, jetstream_ids, nats_broker, redis_broker, redis_entries
 from tests.helpers import eventually
 
+TOKEN_SUBJECT = "corral.governance.token"
+
 
 def _config(nats: Broker | None, redis: Broker | None) -> str:
     sinks = []
@@ -235,3 +237,44 @@ def test_a_redis_sink_keeps_each_subject_in_its_stream_and_tail_follows_them(
     old, new = asyncio.run(main())
     assert old == ["job_events:1", "job_events:2"]
     assert new == ["corral.governance.pause switch_events:1"]  # only what came after
+
+
+def test_token_creations_and_revocations_reach_both_brokers_without_their_secret(
+    tmp_path: Path, brokers: tuple[Broker, Broker]
+) -> None:
+    nats, redis = brokers
+    nats.start()
+    redis.start()
+    corral = _make(tmp_path, _config(nats, redis))
+    try:
+        corral.serve()
+        made = json.loads(
+            corral.ok("token", "create", "--tenant", "acme", "--scopes", "jobs:read", "--json")
+        )
+        secret = made["token"]
+        corral.ok("token", "revoke", made["id"])
+
+        def tokens_on_redis() -> list[dict[str, Any]] | None:
+            found = [b for key, _, b in redis_entries(redis.port) if key == TOKEN_SUBJECT]
+            return found if len(found) == 2 else None
+
+        bodies = eventually(tokens_on_redis, timeout=30, what="both token events on Redis")
+        assert [(b["action"], b["token_id"], b["tenant"]) for b in bodies] == [
+            ("created", made["id"], "acme"),
+            ("revoked", made["id"], "acme"),
+        ]
+        assert all(b["source"] == "token_events" and b["scopes"] == "jobs:read" for b in bodies)
+        expected = {i for i, s in committed(corral).items() if s == TOKEN_SUBJECT}
+        assert len(expected) == 2
+        ids = eventually(
+            lambda: _all_on_jetstream(corral, nats), timeout=30, what="every record on JetStream"
+        )
+        assert expected <= set(ids) and len(ids) == len(set(ids))
+        tailed = [e for e in _tail(corral, len(ids)) if e["subject"] == TOKEN_SUBJECT]
+        assert {e["event_id"] for e in tailed} == expected
+        # what a sink carries of a token: who, which tenant and scopes; never its secret or hash
+        published = json.dumps([bodies, tailed])
+        secret_part = secret.rsplit("_", 1)[1]
+        assert secret_part not in published and "secret_hash" not in published
+    finally:
+        corral.stop_all()

@@ -12,14 +12,12 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
+import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -28,90 +26,86 @@ import pytest
 from corral.workers.proctab import alive
 from tests.acceptance.conftest import Corral
 from tests.acceptance.notebooks import NOTEBOOK_BAD, NOTEBOOK_OK, write_notebook
+from tests.acceptance.rayhead import Head, free_port, running_head
 from tests.helpers import eventually
 
 pytest.importorskip("ray.job_submission", reason="the ray extra is part of the dev set-up")
 
-RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Head:
-    def __init__(self, address: str, proc: subprocess.Popen[bytes]) -> None:
-        self.address = address
-        self.proc = proc
-
-    def client(self) -> Any:
-        from ray.job_submission import JobSubmissionClient
-
-        return JobSubmissionClient(self.address)
-
-    def jobs(self, corral_job: str) -> list[Any]:
-        """Ray's jobs for one Corral job (their submission ids carry the Corral job id)."""
-        return [
-            j
-            for j in self.client().list_jobs()
-            if (j.submission_id or "").startswith(f"corral-{corral_job}-")
-        ]
-
-    def raw(self, sid: str) -> str:
-        with urllib.request.urlopen(f"{self.address}/api/jobs/{sid}", timeout=10) as r:
-            return str(r.read().decode())
+CIRCUIT = "CIRCUIT_OPEN"
 
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[Head]:
-    # A short root: Ray's socket paths under it must stay within the 107-byte limit.
-    root = tempfile.mkdtemp(prefix="cr-ray-", dir="/tmp")
-    port, dash = _free_port(), _free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    env["RAY_TMPDIR"] = root
-    log = open(os.path.join(root, "head.log"), "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            *(RAY, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)),
-            *("--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash)),
-            *("--include-dashboard", "true", "--num-cpus", "8", "--temp-dir", root),
-            # private ports for the agent and the client server too: the defaults (52365,
-            # 10001) are shared by every head on the host, and a second head's agent fails
-            *("--dashboard-agent-listen-port", str(_free_port())),
-            *("--ray-client-server-port", str(_free_port())),
-            *("--disable-usage-stats", "--block"),
-        ],
-        env=env,
-        stdout=log,
-        stderr=log,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    h = Head(f"http://127.0.0.1:{dash}", proc)
-    try:
-
-        def up() -> bool:
-            assert proc.poll() is None, Path(root, "head.log").read_text(errors="replace")
-            try:
-                h.client().list_jobs()
-            except Exception:
-                return False
-            return True
-
-        eventually(up, timeout=120, what="the Ray head's job server")
+    with running_head() as h:
         yield h
+
+
+class AuthProxy:
+    """A loopback proxy in front of the head's job server that, like Ray's own token auth,
+    refuses every call without `Authorization: Bearer <token>` (401) and forwards the others.
+    It can be stopped and started again on the same port: a cluster that goes away and comes
+    back."""
+
+    def __init__(self, upstream: str, token: str) -> None:
+        self.upstream, self.token = upstream, token
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.passed = self.refused = 0
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> None:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                if self.headers.get("Authorization") != f"Bearer {proxy.token}":
+                    proxy.refused += 1
+                    self._reply(401, b"Unauthorized: Missing authentication token")
+                    return
+                proxy.passed += 1
+                size = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(size) if size else None
+                req = urllib.request.Request(
+                    proxy.upstream + self.path,
+                    data=data,
+                    method=self.command,
+                    headers={"Content-Type": "application/json"} if data else {},
+                )
+                try:
+                    with urllib.request.urlopen(req, timeout=30) as r:
+                        self._reply(r.status, r.read())
+                except urllib.error.HTTPError as err:
+                    self._reply(err.code, err.read())
+
+            def _reply(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_DELETE = _forward
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+@pytest.fixture
+def proxy(head: Head) -> Iterator[AuthProxy]:
+    p = AuthProxy(head.address, "tok-" + os.urandom(12).hex())
+    p.start()
+    try:
+        yield p
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        log.close()
-        shutil.rmtree(root, ignore_errors=True)
+        p.stop()
 
 
 def _config(head: Head, *, max_queued: int | None = None) -> str:
@@ -309,7 +303,7 @@ def test_a_secret_never_reaches_ray_the_store_or_the_traces(ray_corral: Corral, 
 
 
 def test_an_unreachable_cluster_is_the_environments_failure_not_the_jobs(tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     config = f"""\
 scheduler:
   poll_interval_s: 0.2
@@ -329,17 +323,143 @@ environments:
         job = c.submit("true", opts=("--env", "gpu", "--max-attempts", "2"))
         local = c.submit("true")
         c.serve()
-        assert c.wait(job, timeout=90) != 0
         assert c.wait(local, timeout=30) == 0  # a local job is not held by the cluster's breaker
-        shown = c.job(job)
-        assert "cannot submit to the Ray cluster" in shown["last_error"]
-        ended = [e for e in shown["timeline"] if e["kind"] == "attempt_ended"]
-        assert [e["data"]["fault"] for e in ended] == ["worker", "worker"]
-        breakers = {b["name"]: b["state"] for b in c.json("breakers")}
-        assert breakers.get("env:gpu") == "OPEN", breakers
-        assert breakers.get("worker:command", "CLOSED") == "CLOSED"
-        status = c.json("status")["clusters"]
-        assert status[0]["reachable"] is False
+
+        def breakers() -> dict[str, Any]:
+            return {b["name"]: b for b in c.json("breakers")}
+
+        eventually(
+            lambda: breakers().get("env:gpu", {}).get("state") == "OPEN",
+            timeout=30,
+            what="the environment's breaker open",
+        )
+        assert breakers().get("worker:command", {}).get("state", "CLOSED") == "CLOSED"
+        status = c.json("status")
+        assert status["clusters"][0]["reachable"] is False
+        assert status["watchdog"]["clusters"]["gpu"]["reachable"] is False
         assert 'corral_ray_up{env="gpu"} 0.0' in c.ok("metrics")
+        # the job waits for the cluster instead of spending its attempts on it; one that was
+        # dispatched before the first probe came back failed as the cluster's fault, not its own
+        shown = c.job(job)
+        assert shown["state"] in ("QUEUED", "RETRY_WAIT"), shown
+        ended = [e for e in shown["timeline"] if e["kind"] == "attempt_ended"]
+        assert len(ended) <= 1 and all(e["data"]["fault"] == "worker" for e in ended), ended
     finally:
+        c.stop_all()
+
+
+def test_the_token_goes_with_every_call_and_nowhere_else(tmp_path: Path, proxy: AuthProxy) -> None:
+    token_file = tmp_path / "ray-token"
+    token_file.write_text(proxy.token + "\n")
+    config = f"""\
+scheduler:
+  poll_interval_s: 0.2
+environments:
+  local:
+    max_inflight: 4
+  secure:
+    kind: ray
+    address: {proxy.url}
+    auth: {{token_file: {token_file}}}
+    health_interval_s: 0.5
+  bare:
+    kind: ray
+    address: {proxy.url}
+"""
+    c = Corral(tmp_path, config)
+    try:
+        job = c.submit("sh", "-c", "echo ran-behind-auth", opts=("--env", "secure"))
+        refused = c.submit("true", opts=("--env", "bare", "--max-attempts", "1"))
+        c.serve()
+        assert c.wait(job, timeout=90) == 0, c.engine_log()
+        assert "ran-behind-auth" in c.ok("logs", job)
+        assert c.wait(refused, timeout=60) != 0  # no token: the job server refuses it
+        assert "401" in c.job(refused)["last_error"]
+        health = {h["env"]: h for h in c.json("status")["clusters"]}
+        assert health["secure"]["reachable"] is True, health
+        assert health["bare"]["reachable"] is False and "401" in health["bare"]["error"]
+        assert proxy.passed > 0
+        before = proxy.refused
+        status = c.json("status")
+        assert proxy.refused > before  # `bare` asked again without a token: refused again
+        assert status["watchdog"]["clusters"]["secure"]["reachable"] is True
+        outputs = [
+            c.run(*cmd).stdout
+            for cmd in (
+                ("show", job, "--json"),
+                ("show", refused, "--json"),
+                ("trace", job, "--json"),
+                ("events", "--json"),
+                ("status", "--json"),
+                ("breakers", "--json"),
+                ("metrics",),
+            )
+        ]
+        assert all(proxy.token not in out for out in outputs)
+        for path in c.data.rglob("*"):
+            with contextlib.suppress(FileNotFoundError):  # SQLite's -wal may go meanwhile
+                if path.is_file():
+                    assert proxy.token.encode() not in path.read_bytes(), path
+        sid = f"corral-{job}-1"
+        req = urllib.request.Request(
+            f"{proxy.url}/api/jobs/{sid}", headers={"Authorization": f"Bearer {proxy.token}"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert proxy.token not in r.read().decode()  # not in Ray's job info either
+    finally:
+        c.stop_all()
+
+
+def test_an_unreachable_cluster_holds_its_jobs_in_the_queue_until_it_is_back(
+    tmp_path: Path, proxy: AuthProxy
+) -> None:
+    config = f"""\
+scheduler:
+  poll_interval_s: 0.2
+environments:
+  local:
+    max_inflight: 4
+  gpu:
+    kind: ray
+    address: {proxy.url}
+    auth: {{token_env: CORRAL_TEST_RAY_TOKEN}}
+    health_interval_s: 0.3
+"""
+    c = Corral(tmp_path, config)
+    os.environ["CORRAL_TEST_RAY_TOKEN"] = proxy.token  # the engine's environment (Corral.env)
+    try:
+        c.serve()
+
+        def breaker() -> dict[str, Any]:
+            return {b["name"]: b for b in c.json("breakers")}.get("env:gpu") or {}
+
+        proxy.stop()  # the cluster goes away
+        eventually(lambda: breaker().get("state") == "OPEN", timeout=30, what="breaker open")
+        assert breaker()["reason"] == "cluster_unreachable"
+        seen = c.json("status")["watchdog"]["clusters"]["gpu"]
+        assert seen["reachable"] is False and seen["error"], seen
+        job = c.submit("sh", "-c", "echo after-outage", opts=("--env", "gpu"))
+        local = c.submit("true")
+        assert c.wait(local, timeout=30) == 0  # other environments go on
+
+        def refused() -> bool:  # the scheduler asked for its permit and the breaker said no
+            return any(
+                e["kind"] == "permit_rejected" and e["data"]["reason"] == CIRCUIT
+                for e in c.job(job)["timeline"]
+            )
+
+        eventually(refused, timeout=30, what="the job's permit refused by the open breaker")
+        shown = c.job(job)
+        assert shown["state"] == "QUEUED" and shown["attempts"] == [], shown
+        proxy.start()  # back, on the same address
+        eventually(lambda: breaker().get("state") == "CLOSED", timeout=30, what="breaker closed")
+        assert breaker()["history"][-1]["reason"] == "cluster_reachable"
+        assert c.wait(job, timeout=90) == 0, c.engine_log()
+        assert len(c.job(job)["attempts"]) == 1
+        kinds = [
+            (e.get("name"), e.get("state")) for e in c.json("events") if e.get("kind") == "defense"
+        ]
+        assert ("gpu", "unreachable") in kinds and ("gpu", "reachable") in kinds, kinds
+    finally:
+        os.environ.pop("CORRAL_TEST_RAY_TOKEN", None)
         c.stop_all()

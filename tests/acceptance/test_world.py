@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from corral.domain.ids import wandb_run_id
+from corral.workers.rayjob import submission_id
 from tests.acceptance.conftest import CONFIG, CORRAL, Corral
 from tests.helpers import eventually
 
@@ -85,5 +87,19 @@ def test_replay_of_a_job_three_levels_deep_returns_the_chain(tmp_path: Path) -> 
         assert shown["audit"]["ok"] is True and not shown["cut"]
         text = c.ok("replay", leaf)
         assert f"root intent {root_id}" in text and "audit ok" in text
+        # The same chain by what the leaf's first attempt would have started outside Corral:
+        # its Ray submission id, or its W&B run id (the same shape, derived in one place each).
+        for ref in (submission_id(leaf, 1), wandb_run_id(leaf, 1)):
+            by_run = c.json("replay", ref)
+            assert (by_run["job_id"], by_run["attempt"]) == (leaf, 1)
+            assert by_run["jobs"] == jobs and by_run["steps"] == steps
+        assert shown["attempt"] is None
+        assert f"replay of {leaf} (attempt 1)" in c.ok("replay", submission_id(leaf, 1))
+        for bad, why in (
+            (submission_id(leaf, 2), f"job {leaf} has no attempt 2"),
+            (wandb_run_id("0" * 26, 1), "no job 00000000000000000000000000"),
+        ):
+            r = c.run("replay", bad)
+            assert r.returncode != 0 and why in r.stderr and "Traceback" not in r.stderr
     finally:
         c.stop_all()

@@ -498,6 +498,11 @@ def test_run_unified_joins_reports_incidents_and_the_latest_verdict(use_store: U
         assert len(await store.run_unified(limit=1)) == 1
         assert await store.run_unified(state="RUNNING") == []
         assert [r.job_id for r in await store.run_unified(state=JobState.QUEUED.value)] == [bare.id]
+        other = await submit(store, tenant="other-tenant")
+        assert [r.job_id for r in await store.run_unified(tenant="other-tenant")] == [other.id]
+        mine = await store.run_unified(tenant=governed.tenant)
+        assert other.id not in {r.job_id for r in mine} and governed.id in {r.job_id for r in mine}
+        assert await store.run_unified(tenant="other-tenant", state="KILLED") == []
 
     use_store(body)
 

@@ -20,7 +20,7 @@ from corral.core.events import CoreEvent
 from corral.core.permits import CIRCUIT_OPEN
 from corral.domain.errors import NotFound
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, JobOptions, Permit
-from corral.domain.settings import BreakerSpec, RoleSpec, Settings
+from corral.domain.settings import BreakerSpec, EnvSpec, RoleSpec, Settings
 from corral.domain.states import AttemptState, Fault, Outcome
 from tests.unit.test_permits import (
     NOW,
@@ -309,3 +309,48 @@ roles:
     )
     assert s.roles["coder"].fallback_workers == ("claude-code", "opencode")
     assert resolve(parse("", "c"), "c").breakers == BreakerSpec()
+
+
+def ray_settings() -> Settings:
+    return settings(
+        breakers=SPEC,
+        environments={
+            "local": EnvSpec(name="local", max_inflight=100),
+            "gpu": EnvSpec(name="gpu", kind="ray", address="http://127.0.0.1:1", max_inflight=4),
+        },
+    )
+
+
+def test_an_unreachable_cluster_holds_its_env_breaker_open_until_it_answers() -> None:
+    core, events, _ = make_core(ray_settings())
+    gpu = job(id="g1", env_name="gpu")
+    core.note_cluster("gpu", None, NOW)  # answering from the start: nothing to say
+    assert core.breakers.state("env:gpu") == CLOSED and not of(events, "defense")
+    core.note_cluster("gpu", "connection refused", NOW + 1)
+    assert core.breakers.state("env:gpu") == OPEN
+    assert core.breakers.get("env:gpu").reason == "cluster_unreachable"
+    # far past open_s, still no probe permit is spent on a cluster known to be down
+    r = refused(core, gpu, NOW + 100)
+    assert r.reason == CIRCUIT_OPEN and core.breakers.state("env:gpu") == OPEN
+    granted(core, job(id="l1"), NOW + 100)  # the local environment goes on
+    core.note_cluster("gpu", "connection refused", NOW + 101)  # no news, no event
+    [down] = of(events, "defense")
+    assert (down.scope, down.name, down.state) == ("cluster", "gpu", "unreachable")
+    seen = core.snapshot(NOW + 101)["watchdog"]["clusters"]["gpu"]
+    assert seen["reachable"] is False and seen["since"] == NOW + 1
+    core.note_cluster("gpu", None, NOW + 102)
+    assert core.breakers.state("env:gpu") == CLOSED
+    assert of(events, "breaker")[-1].reason == "cluster_reachable"
+    assert of(events, "defense")[-1].state == "reachable"
+    granted(core, job(id="g2", env_name="gpu"), NOW + 103)
+
+
+def test_a_cluster_back_leaves_a_breaker_its_failures_opened_to_its_own_probe() -> None:
+    core, _, _ = make_core(ray_settings())
+    for i in range(3):
+        run(core, job(id=f"g{i}", env_name="gpu"), failed(), NOW + i)
+    assert core.breakers.get("env:gpu").reason == "consecutive_failures"
+    core.note_cluster("gpu", "timed out", NOW + 5)
+    core.note_cluster("gpu", None, NOW + 6)
+    assert core.breakers.state("env:gpu") == OPEN  # not this probe's to close
+    assert granted(core, job(id="g9", env_name="gpu"), NOW + 40).breaker == HALF_OPEN

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corral.domain.errors import InvalidRequest, NotFound
-from corral.domain.ids import new_id, resolve, shortest
+from corral.domain.ids import job_of_wandb_run_id, new_id, resolve, shortest, wandb_run_id
 
 
 def test_ids_sort_by_millisecond_and_are_unique() -> None:
@@ -56,3 +56,17 @@ def test_the_short_form_is_the_shortest_unique_suffix_of_six_or_more() -> None:
     assert shortest([A], [A, twin]) == {A: A[-9:]}
     head = A[-6:] + "0" * 20  # a prefix that reads like A's suffix
     assert shortest([A], [A, head])[A] == A[-7:]
+
+
+def test_a_wandb_run_id_names_its_job_and_attempt_and_reads_back() -> None:
+    assert wandb_run_id(A, 3) == f"corral-{A}-3"
+    assert job_of_wandb_run_id(wandb_run_id(A, 3)) == (A, 3)
+    assert job_of_wandb_run_id(wandb_run_id(A, 12)) == (A, 12)
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [A, "corral-", f"corral-{A}", f"corral-{A}-", f"corral-{A}-x1", f"ray-{A}-1", "corral--1"],
+)
+def test_what_is_no_wandb_run_id_reads_as_none(ref: str) -> None:
+    assert job_of_wandb_run_id(ref) is None

@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from corral.config import parse, resolve
 from corral.core.breakers import breaker_names, remote_envs
-from corral.domain.errors import ConfigError, InvalidRequest
+from corral.domain.errors import ConfigError, InvalidRequest, WorkerMisconfigured
 from corral.domain.models import AttemptResult
 from corral.domain.settings import EnvSpec, Settings
 from corral.domain.states import Fault, Outcome
 from corral.services import notebooks
 from corral.services.submissions import SubmitRequest
-from corral.workers import rayjob
+from corral.workers import rayauth, rayhealth, rayjob
 from corral.workers.command import with_note
 from corral.workers.notes import read_note, write_note
 from tests.unit.test_retry import job
@@ -159,3 +161,69 @@ environments:
         resolve(parse("environments:\n  l:\n    runtime_env: {pip: [x]}\n", "c.yaml"), "c.yaml")
     with pytest.raises(ConfigError, match="address"):
         resolve(parse("environments:\n  r:\n    kind: ray\n", "c.yaml"), "c.yaml")
+
+
+def test_a_ray_environments_token_comes_from_a_file_or_a_variable_never_the_config(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "tok").write_text("s3cret-token\n")
+    text = """\
+environments:
+  a: {kind: ray, address: "http://h:1", auth: {token_file: tok}}
+  b: {kind: ray, address: "http://h:1", auth: {token_env: RAY_TOKEN}}
+  c: {kind: ray, address: "http://h:1"}
+"""
+    source = str(tmp_path / "corral.yaml")
+    envs = resolve(parse(text, source), source).environments
+    assert envs["a"].auth_token_file == str(tmp_path / "tok")  # relative to the file
+    assert rayauth.token(envs["a"]) == "s3cret-token"
+    assert rayauth.token(envs["b"], {"RAY_TOKEN": "t2"}) == "t2"
+    assert rayauth.token(envs["c"]) is None
+    assert rayauth.headers("t2") == {"Authorization": "Bearer t2"} and rayauth.headers(None) == {}
+    with pytest.raises(WorkerMisconfigured, match="RAY_TOKEN is not set") as err:
+        rayauth.token(envs["b"], {})
+    (tmp_path / "tok").unlink()
+    with pytest.raises(WorkerMisconfigured, match="cannot read its Ray token file") as err:
+        rayauth.token(envs["a"])
+    assert "s3cret" not in str(err.value)
+    for bad in ("{}", "{token_file: x, token_env: Y}"):
+        with pytest.raises(ConfigError, match="exactly one"):
+            resolve(parse(text.replace("{token_env: RAY_TOKEN}", bad), source), source)
+    with pytest.raises(ConfigError, match="only a ray environment"):
+        resolve(parse("environments:\n  l: {auth: {token_env: X}}\n", source), source)
+
+
+def test_the_watcher_and_the_probe_send_the_token_on_every_call() -> None:
+    seen: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            ok = self.headers.get("Authorization") == "Bearer s3cret"
+            body = json.dumps({"status": "RUNNING", "logs": "x", "version": "1"}).encode()
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        client = rayjob.RestJobs(address, timeout=5, token="s3cret")
+        assert client.get_job_info("s").status == "RUNNING"
+        assert client.get_job_logs("s") == "x"
+        assert rayhealth.reachable(address, "s3cret") is None
+        assert rayhealth.reachable(address, None) is None  # a refused token is an answer
+        assert not rayhealth.probe("e", address).reachable  # yet the cluster's health says 401
+        with pytest.raises(RuntimeError, match="401"):
+            rayjob.RestJobs(address, timeout=5).get_job_info("s")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == ["Bearer s3cret"] * 3 + [None, None, None]
+    assert rayauth.scrub("bad s3cret here", "s3cret") == "bad [redacted] here"
+    assert rayauth.scrub("nothing", None) == "nothing"

@@ -22,6 +22,7 @@ from corral.core.ports import (
     EpicStore,
     GovernanceStore,
     JobStore,
+    KnowledgeStore,
     MetricsReads,
     OutboxReads,
     RetentionStore,
@@ -49,6 +50,7 @@ PORTS: tuple[type, ...] = (
     BaselineStore,
     WorldReads,
     EpicStore,
+    KnowledgeStore,
 )
 IMPLEMENTATIONS: tuple[type, ...] = (MemoryStore, SqliteStore, PostgresStore)
 

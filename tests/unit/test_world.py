@@ -96,6 +96,14 @@ def test_an_environment_shows_in_flight_against_its_cap_and_its_queue() -> None:
     assert env.cluster_status is None and env.gpu_utilisation is None
 
 
+def test_queue_depths_counted_apart_replace_the_jobs_counted() -> None:
+    jobs = [job("r1"), job("q1", Q)]  # a snapshot that read only some of the queued jobs
+    w = build(jobs, [(jobs[0], attempt(jobs[0]))], {}, {}, CAPS, now=NOW, queued={"local": 40})
+    assert [(e.name, e.queued) for e in w.environments] == [("local", 40)]
+    w = build([], [], {}, {}, CAPS, now=NOW, queued={"gpu": 3, "local": 0})
+    assert [(e.name, e.cap, e.queued) for e in w.environments] == [("gpu", 0, 3), ("local", 4, 0)]
+
+
 def test_edges_say_who_spawned_who_and_who_waits() -> None:
     jobs = [
         job("p", role="planner"),
@@ -190,6 +198,18 @@ E = Edge
             ],
             [("a", "b"), ("c", "d")],
             id="two apart",
+        ),
+        pytest.param(
+            [
+                *(E(kind="blocked_by", source=f"x{i}", target=f"x{i + 1}") for i in range(50)),
+                E(kind="blocked_by", source="x50", target="a"),
+                E(kind="waits_for", source="a", target="b"),
+                E(kind="waits_for", source="b", target="a"),
+                E(kind="waits_for", source="b", target="y"),  # and on one that waits on nothing
+                E(kind="waits_for", source="y", target="z"),
+            ],
+            [("a", "b")],
+            id="a long chain into a cycle and out of it",
         ),
         pytest.param(
             [

@@ -3,8 +3,10 @@ trace, report and wait; each route calls one service (services/) for the caller'
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -12,12 +14,13 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from corral.domain import bounds
+from corral.domain.errors import InvalidRequest
 from corral.domain.models import Job
 from corral.domain.states import JobState
 from corral.domain.tokens import ApiToken
 from corral.schemas import api as bodies
 from corral.schemas import views
-from corral.services import cancellation, queries, tenancy
+from corral.services import cancellation, queries, runs, tenancy, training
 from corral.services import logs as job_logs
 from corral.services.submissions import LimitChoices, SubmitRequest, submit
 
@@ -37,7 +40,7 @@ def submit_request(body: bodies.JobCreate, token: ApiToken, key: str | None) -> 
     """What a submission body asks for, as `corral submit` would: the token's tenant (another
     only for an admin token), the `Idempotency-Key` header as the job's key."""
     tenant = tenancy.tenant_for_submission(token.tenant, body.tenant, admin=token.allows("admin"))
-    return SubmitRequest(
+    req = SubmitRequest(
         command=tuple(body.command),
         prompt=body.prompt,
         role=body.role,
@@ -53,6 +56,25 @@ def submit_request(body: bodies.JobCreate, token: ApiToken, key: str | None) -> 
         worker=body.worker,
         resume_from=body.resume_from,
         by=actor(token),
+    )
+    t = body.training
+    if t is None:
+        return req
+    if body.command:
+        raise InvalidRequest("a training job runs its script: give `training`, not `command`")
+    if not Path(t.script).is_absolute() and not body.cwd:
+        raise InvalidRequest("a relative training script needs the body's cwd")
+    return training.training_request(
+        req,
+        t.method,
+        t.script,
+        model=t.model,
+        dataset=t.dataset,
+        args=t.args,
+        compare_to=t.compare_to,
+        watch=t.watch,
+        threshold=t.threshold,
+        wandb_project=t.wandb_project,
     )
 
 
@@ -121,8 +143,23 @@ async def get_job(job_id: JobId, request: Request, token: JobsRead) -> Any:
             "timeline": [views.JobEvent.of(e) for e in d.timeline],
             "agent_events": [views.AgentEvent.of(e) for e in d.agent_events],
             "trace_id": d.trace_id,
+            "runs": [run_view(r) for r in await runs.training_runs(st.store, d.job)],
         }
     ).dump()
+
+
+def run_view(r: runs.TrainingRun) -> views.TrainingRun:
+    return views.TrainingRun(**dataclasses.asdict(r))
+
+
+@router.get("/{job_id}/runs", response_model=views.TrainingRuns)
+async def get_runs(job_id: JobId, request: Request, token: JobsRead) -> Any:
+    """A training job's W&B runs, one per attempt: the run id, the model pushed, the run's
+    config, summary and loss curve (read from its offline run file); none for other jobs."""
+    st = state_of(request)
+    job = await tenancy.job_of(st.store, job_id, token.tenant)
+    found = await runs.training_runs(st.store, job)
+    return views.TrainingRuns(job_id=job.id, runs=[run_view(r) for r in found]).dump()
 
 
 @router.post("/{job_id}/cancel", response_model=views.Cancelled)

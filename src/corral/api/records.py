@@ -45,10 +45,10 @@ async def runs(
     request: Request, token: JobsRead, state: str | None = None, limit: Limit = 50
 ) -> Any:
     """The unified read model of the tenant's jobs, newest first."""
-    found = await queries.runs(state_of(request).store, limit=tenancy.SCAN_CAP, state=state)
-    return [
-        RunView(**dataclasses.asdict(r)).dump() for r in found.runs if r.tenant == token.tenant
-    ][:limit]
+    found = await queries.runs(
+        state_of(request).store, limit=limit, state=state, tenant=token.tenant
+    )
+    return [RunView(**dataclasses.asdict(r)).dump() for r in found.runs]
 
 
 @router.get("/policy-log", response_model=list[views.PolicyEvaluation])

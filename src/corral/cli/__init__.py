@@ -20,30 +20,140 @@ from corral import __version__
 from corral.domain.errors import CorralError, InvalidRequest
 from corral.workers import privacy
 
-from . import (
-    configs,
-    dlq,
-    edge,
-    epics,
-    events,
-    governance,
-    guard,
-    jobs,
-    mechanism,
-    policy_cmds,
-    retention,
-    schema_cmd,
-    tokens,
-    world,
-)
+from . import edge
 from .edge import config_or_fail, emit, load_config
 from .exits import exit_code, fail
+from .lazy import LazyGroup
 from .options import ConfigOpt, DataDir, JsonOpt
 
 if TYPE_CHECKING:
     from corral.runtime.engine import Engine
 
+
+def _data_dir_of(data_dir: Path | None) -> Path:
+    return config_or_fail(data_dir, None).data_dir
+
+
+# The command modules, each imported when one of its commands runs (or help lists them): a
+# short command does not import what the others need (cli/lazy.py).
+def _jobs(app: typer.Typer) -> None:
+    from . import jobs
+
+    jobs.register(app)
+
+
+def _events(app: typer.Typer) -> None:
+    from . import events
+
+    app.add_typer(events.app, name="events")
+
+
+def _dlq(app: typer.Typer) -> None:
+    from . import dlq
+
+    app.add_typer(dlq.app, name="dlq")
+
+
+def _mechanism(app: typer.Typer) -> None:
+    from . import mechanism
+
+    mechanism.register(app, _data_dir_of)
+    mechanism.register_metrics(app)
+
+
+def _governance(app: typer.Typer) -> None:
+    from . import governance
+
+    governance.register(app)
+
+
+def _configs(app: typer.Typer) -> None:
+    from . import configs
+
+    configs.register(app)
+
+
+def _policy(app: typer.Typer) -> None:
+    from . import policy_cmds
+
+    policy_cmds.register(app)
+
+
+def _guard(app: typer.Typer) -> None:
+    from . import guard
+
+    app.add_typer(guard.app, name="guard")
+
+
+def _tokens(app: typer.Typer) -> None:
+    from . import tokens
+
+    app.add_typer(tokens.app, name="token")
+
+
+def _retention(app: typer.Typer) -> None:
+    from . import retention
+
+    retention.register(app)
+
+
+def _world(app: typer.Typer) -> None:
+    from . import world
+
+    app.add_typer(world.app, name="world")
+    app.command("replay")(world.replay_cmd)
+
+
+def _epics(app: typer.Typer) -> None:
+    from . import epics
+
+    app.add_typer(epics.app, name="epic")
+
+
+def _schema(app: typer.Typer) -> None:
+    from . import schema_cmd
+
+    schema_cmd.register(app)
+
+
+class Commands(LazyGroup):
+    """`corral`'s commands; those of the command modules are built on first use."""
+
+    lazy = {
+        **dict.fromkeys(
+            ("submit", "wait", "jobs", "show", "trace", "logs", "cancel", "workspaces"), _jobs
+        ),
+        "events": _events,
+        "dlq": _dlq,
+        **dict.fromkeys(("status", "metrics", "breakers", "escalations"), _mechanism),
+        **dict.fromkeys(
+            ("report", "incidents", "runs", "pause", "resume", "audit", "kill-switch"),
+            _governance,
+        ),
+        "approvals": _governance,
+        "init": _configs,
+        "config": _configs,
+        **dict.fromkeys(("budget", "dark-launch", "policy"), _policy),
+        "guard": _guard,
+        "token": _tokens,
+        "gc": _retention,
+        "replay": _world,
+        "world": _world,
+        "epic": _epics,
+        "schema": _schema,
+    }
+    # the order `corral --help` lists them in
+    order = (
+        *("version", "serve", "core", "submit", "wait", "jobs", "show", "trace", "logs"),
+        *("cancel", "workspaces", "demo", "mcp", "status", "metrics", "report", "incidents"),
+        *("runs", "pause", "resume", "init", "gc", "replay", "schema", "dlq", "events"),
+        *("breakers", "escalations", "audit", "kill-switch", "approvals", "config", "budget"),
+        *("dark-launch", "policy", "guard", "token", "world", "epic"),
+    )
+
+
 app = typer.Typer(
+    cls=Commands,
     name="corral",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
@@ -52,7 +162,6 @@ app = typer.Typer(
     help="Corral keeps AI agents bounded: it queues jobs, grants each attempt a permit, "
     "stops, retries and records them.",
 )
-app.add_typer(dlq.app, name="dlq")
 
 # What works against a remote engine's HTTP API (`--url`); every other command is local only.
 REMOTE_COMMANDS = frozenset(
@@ -256,10 +365,6 @@ def core_cmd(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
     core_main(config_or_fail(data_dir, config))
 
 
-jobs.register(app)
-app.add_typer(events.app, name="events")  # after the job commands, as before
-
-
 @app.command()
 def demo(
     data_dir: Annotated[
@@ -336,24 +441,6 @@ def mcp_cmd(
         fail(err)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-
-
-def _data_dir_of(data_dir: Path | None) -> Path:
-    return config_or_fail(data_dir, None).data_dir
-
-
-mechanism.register(app, _data_dir_of)
-mechanism.register_metrics(app)
-governance.register(app)
-configs.register(app)
-policy_cmds.register(app)
-app.add_typer(guard.app, name="guard")
-app.add_typer(tokens.app, name="token")
-retention.register(app)
-app.add_typer(world.app, name="world")
-app.command("replay")(world.replay_cmd)
-app.add_typer(epics.app, name="epic")
-schema_cmd.register(app)
 
 
 def main(http: Listen | None = None) -> None:

@@ -7,20 +7,19 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
 import typer
 
-from corral.config import Config, load
-from corral.core.ports import Store
 from corral.domain.errors import CorralError
-from corral.runtime.assembly import build_store
-from corral.runtime.control import poke
-from corral.services import Wake
 from corral.workers import privacy
 
 from .exits import fail as fail  # re-exported: the command modules import it from here
+
+if TYPE_CHECKING:  # imported where used: a command pays only for what it runs
+    from corral.config import Config
+    from corral.core.ports import Store
+    from corral.services import Wake
 
 T = TypeVar("T")
 _remote: list[str] = []  # the engine's URL given with --url / CORRAL_URL, when one is
@@ -39,6 +38,8 @@ def remote_url() -> str | None:
 
 
 def load_config(data_dir: Path | None, config: Path | None) -> Config:
+    from corral.config import load
+
     cfg = load(data_dir=data_dir, config_path=config)
     # Private from its first file on, whichever command creates it (workers/privacy.py).
     warning = privacy.secure_data_dir(cfg.data_dir)
@@ -56,6 +57,9 @@ def config_or_fail(data_dir: Path | None, config: Path | None) -> Config:
 
 def with_store(cfg: Config, fn: Callable[[Store], Awaitable[T]]) -> T:
     """Open the store, run one coroutine against it, close it; errors become one line."""
+    import anyio
+
+    from corral.runtime.assembly import build_store
 
     async def main() -> T:
         store = build_store(cfg)
@@ -82,4 +86,6 @@ def note(text: str) -> None:
 
 def waker(cfg: Config) -> Wake:
     """Tell the engine serving `cfg`'s data directory to look now (a no-op when none runs)."""
+    from corral.runtime.control import poke
+
     return lambda op: poke(cfg.data_dir, op)

@@ -4,30 +4,47 @@ renders the answer (cli/views.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from corral.config import Config
 from corral.core.ports import JobQuery
 from corral.domain import bounds
 from corral.domain.errors import InvalidRequest
 from corral.domain.models import Job
 from corral.domain.states import DedupMode, JobState
-from corral.runtime.control import caller_job
-from corral.services import cancellation, notebooks, queries
-from corral.services.submissions import LimitChoices, SubmitRequest
-from corral.services.submissions import submit as submit_job
 
 from . import views
 from .edge import config_or_fail, emit, note, remote_url, waker, with_store
 from .exits import fail
 from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
-from .waiting import Follow, mode_for
+
+if TYPE_CHECKING:
+    from corral.config import Config
+    from corral.runtime import control
+    from corral.schemas import views as schemas
+    from corral.services import cancellation, notebooks, queries, runs, submissions
+    from corral.services import training as trainings
+
+    from . import waiting
+else:  # each imported when a command first uses it (`corral jobs` needs queries only)
+    from .lazy import lazy_module
+
+    control = lazy_module("corral.runtime.control")
+    cancellation = lazy_module("corral.services.cancellation")
+    notebooks = lazy_module("corral.services.notebooks")
+    queries = lazy_module("corral.services.queries")
+    runs = lazy_module("corral.services.runs")
+    schemas = lazy_module("corral.schemas.views")
+    trainings = lazy_module("corral.services.training")
+    submissions = lazy_module("corral.services.submissions")
+    waiting = lazy_module("corral.cli.waiting")
 
 # How `submit --wait` reports a job's end (documented in docs/reference/cli.md).
 WAIT_EXIT = {
@@ -188,6 +205,49 @@ def submit(
         float | None,
         typer.Option("--cell-timeout", help="Seconds a notebook cell may run."),
     ] = None,
+    training: Annotated[
+        str | None,
+        typer.Option(
+            "--training",
+            metavar="sft|dpo|grpo",
+            help="Run --script as a training job (TRL): on a ray environment as a Ray job, with "
+            "the job id, a W&B run id and a checkpoint directory in its environment; the "
+            "arguments after `--` go to the script.",
+        ),
+    ] = None,
+    script: Annotated[
+        Path | None, typer.Option("--script", help="The training script (with --training).")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Passed to the script as --model.")
+    ] = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="Passed to the script as --dataset.")
+    ] = None,
+    compare_to: Annotated[
+        str | None,
+        typer.Option(
+            "--compare-to",
+            metavar="JOB",
+            help="Compare the run's final metrics with this training job's: a watched metric "
+            "worse by more than the threshold records a metric_regression incident.",
+        ),
+    ] = None,
+    watch: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--watch",
+            help="A metric to compare (NAME, lower is better; NAME:max, higher is better; "
+            "default train/loss; repeatable).",
+        ),
+    ] = None,
+    regression_threshold: Annotated[
+        float | None,
+        typer.Option("--regression-threshold", help="How much worse is a regression (0.1: 10%)."),
+    ] = None,
+    wandb_project: Annotated[
+        str | None, typer.Option("--wandb-project", help="The W&B project of the runs.")
+    ] = None,
     wait: Annotated[
         bool,
         typer.Option(
@@ -225,6 +285,7 @@ def submit(
             "--token-budget-in": token_budget_in is not None,
             "--token-budget-out": token_budget_out is not None,
             "--notebook": notebook is not None,  # a path on this machine: POST an intent
+            "--training": training is not None,  # the API's `training` body does it
         }
         for option, given in local.items():
             if given:
@@ -268,9 +329,22 @@ def submit(
         return
     cfg = config_or_fail(data_dir, config)
 
-    def request() -> SubmitRequest:  # after the configuration: a bad --setenv fails inside
+    def request() -> (
+        submissions.SubmitRequest
+    ):  # after the configuration: a bad --setenv fails inside
         return _with_notebook(
-            plain(),
+            _with_training(
+                plain(),
+                training,
+                script,
+                notebook=notebook,
+                model=model,
+                dataset=dataset,
+                compare_to=compare_to,
+                watch=watch,
+                threshold=regression_threshold,
+                wandb_project=wandb_project,
+            ),
             notebook,
             param=param,
             copyback=copyback,
@@ -279,8 +353,8 @@ def submit(
             cell_timeout=cell_timeout,
         )
 
-    def plain() -> SubmitRequest:
-        return SubmitRequest(
+    def plain() -> submissions.SubmitRequest:
+        return submissions.SubmitRequest(
             command=tuple(command or ()),
             prompt=prompt,
             role=role,
@@ -289,7 +363,7 @@ def submit(
             tenant=tenant,
             key=key,
             dedup=dedup,
-            limits=LimitChoices(
+            limits=submissions.LimitChoices(
                 max_attempts=max_attempts,
                 timeout_s=timeout,
                 grace_s=grace,
@@ -309,7 +383,7 @@ def submit(
         )
 
     done = with_store(
-        cfg, lambda st: submit_job(st, cfg, request(), waker(cfg), None if quiet else note)
+        cfg, lambda st: submissions.submit(st, cfg, request(), waker(cfg), None if quiet else note)
     )
     result, serving = done.result, done.engine_serving
     _print_submitted(
@@ -330,8 +404,10 @@ def submit(
             err=True,
         )
     if wait:
-        how = Follow(
-            mode=mode_for(quiet=quiet or as_json), output=follow_output, no_engine_ok=no_engine_ok
+        how = waiting.Follow(
+            mode=waiting.mode_for(quiet=quiet or as_json),
+            output=follow_output,
+            no_engine_ok=no_engine_ok,
         )
         raise typer.Exit(_follow(cfg, result.job.id, how)[0])
 
@@ -388,8 +464,48 @@ def _follow_remote(
     return (exit_code_of(job) if job.state.terminal else 0), job
 
 
+def _with_training(
+    base: submissions.SubmitRequest,
+    method: str | None,
+    script: Path | None,
+    *,
+    notebook: str | None,
+    model: str | None,
+    dataset: str | None,
+    compare_to: str | None,
+    watch: list[str] | None,
+    threshold: float | None,
+    wandb_project: str | None,
+) -> submissions.SubmitRequest:
+    """The training job `--training` asks for (the arguments after `--` go to the script), or
+    `base` without it (its options only with it)."""
+    if method is None and script is None:
+        if model or dataset or compare_to or watch or threshold is not None or wandb_project:
+            raise InvalidRequest(
+                "--model, --dataset, --compare-to, --watch, --regression-threshold and "
+                "--wandb-project go with --training"
+            )
+        return base
+    if method is None or script is None:
+        raise InvalidRequest("a training job needs --training sft|dpo|grpo and --script")
+    if notebook is not None:
+        raise InvalidRequest("give --notebook or --training, not both")
+    return trainings.training_request(
+        replace(base, command=()),
+        method,
+        str(script),
+        model=model,
+        dataset=dataset,
+        args=base.command,
+        compare_to=compare_to,
+        watch=tuple(watch or ()),
+        threshold=threshold,
+        wandb_project=wandb_project,
+    )
+
+
 def _with_notebook(
-    base: SubmitRequest,
+    base: submissions.SubmitRequest,
     notebook: str | None,
     *,
     param: list[str] | None,
@@ -397,7 +513,7 @@ def _with_notebook(
     hook_command: str | None,
     hook_url: str | None,
     cell_timeout: float | None,
-) -> SubmitRequest:
+) -> submissions.SubmitRequest:
     """`base`, or the notebook job `--notebook` asks for (its options only with it)."""
     if notebook is None:
         if param or copyback or hook_command or hook_url or cell_timeout is not None:
@@ -446,7 +562,7 @@ def exit_code_of(job: Job) -> int:
     return job.exit_code if job.exit_code not in (None, 0) else 1
 
 
-def _follow(cfg: Config, ref: str, how: Follow) -> tuple[int, Job]:
+def _follow(cfg: Config, ref: str, how: waiting.Follow) -> tuple[int, Job]:
     """Follow the job (cli/waiting.py); the exit code `submit --wait` and `wait` give, and the
     job as last seen."""
     from corral.cli.waiting import follow
@@ -502,10 +618,10 @@ def wait_cmd(
             emit(remote.list_json(remote.run(url, lambda c: c.wait(seen.id, timeout_s=0))))
         raise typer.Exit(code)
     cfg = config_or_fail(data_dir, config)
-    how = Follow(
+    how = waiting.Follow(
         until=until,
         timeout=timeout,
-        mode=mode_for(quiet=quiet or as_json),
+        mode=waiting.mode_for(quiet=quiet or as_json),
         output=follow_output,
         no_engine_ok=no_engine_ok,
     )
@@ -568,16 +684,22 @@ def show(
         return
     cfg = config_or_fail(data_dir, config)
     d = with_store(cfg, lambda st: queries.job_detail(st, job))
+    found = [
+        schemas.TrainingRun(**dataclasses.asdict(r))
+        for r in (runs.runs_in(d.timeline) if "training" in d.job.options.extra else [])
+    ]
     if as_json:
         data = views.job_json(d.job, detail=True)
         data["attempts"] = [views.attempt_json(a) for a in d.attempts]
         data["timeline"] = [views.event_json(e) for e in d.timeline]
         data["agent_events"] = [views.agent_event_json(e) for e in d.agent_events]
         data["trace_id"] = d.trace_id
+        data["runs"] = [r.dump() for r in found]
         emit(data)
     else:
         views.print_job(d.job, d.attempts, d.timeline)
         views.print_agent_events(d.agent_events)
+        views.print_runs(found)
 
 
 def trace(
@@ -684,7 +806,7 @@ def cancel(
     done = with_store(
         cfg,
         lambda st: cancellation.cancel(
-            st, cfg, job, reason=reason, caller=caller_job(cfg.data_dir), wake=waker(cfg)
+            st, cfg, job, reason=reason, caller=control.caller_job(cfg.data_dir), wake=waker(cfg)
         ),
     )
     j, answered = done.job, done.engine_answered

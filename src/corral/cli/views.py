@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any
 from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.models import Attempt, Job, JobEvent
 from corral.domain.states import JobState
-from corral.schemas import views as schemas
 from corral.trace.ids import trace_id_hex
 
+# The schema models (pydantic) are imported by the functions that dump them: a list that
+# finds nothing, and output for people, do not build them.
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+
+    from corral.schemas import views as schemas
 
 
 class _Out:
@@ -60,7 +63,11 @@ STATE_STYLE = {
 }
 
 
-ts = schemas.iso_time  # the times of --json, for the commands that print their own
+def ts(t: float | None) -> str | None:
+    """The times of --json (schemas.views.iso_time), for the commands that print their own."""
+    from corral.schemas.views import iso_time
+
+    return iso_time(t)
 
 
 def short_time(t: float | None) -> str:
@@ -70,14 +77,20 @@ def short_time(t: float | None) -> str:
 
 
 def job_json(j: Job, *, detail: bool = False) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return (schemas.JobDetail if detail else schemas.Job).of(j).dump()
 
 
 def attempt_json(a: Attempt) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.Attempt.of(a).dump()
 
 
 def event_json(e: JobEvent) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.JobEvent.of(e).dump()
 
 
@@ -138,14 +151,20 @@ def print_jobs(
 def record_json(record: Any) -> dict[str, Any]:
     """A governance record (a frozen dataclass) for `--json`: its fields, the times (`at` and
     every `*_at`) as ISO 8601 UTC (schemas/views.py `record`)."""
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.record(record).dump()
 
 
 def evaluation_json(e: PolicyEvaluation) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.PolicyEvaluation.of(e).dump()
 
 
 def agent_event_json(e: AgentEvent) -> dict[str, Any]:
+    from corral.schemas import views as schemas  # pydantic: on first use
+
     return schemas.AgentEvent.of(e).dump()
 
 
@@ -267,3 +286,35 @@ def print_job(j: Job, attempts: Sequence[Attempt], events: Sequence[JobEvent]) -
 
 def _s(v: object) -> str:
     return "-" if v is None else str(v)
+
+
+def print_runs(runs: Sequence[schemas.TrainingRun]) -> None:
+    """A training job's W&B runs: one block per attempt, with its final loss and model."""
+    for r in runs:
+        console.print(
+            f"[bold]training run {r.run_id or '-'}[/bold]  attempt {_s(r.attempt)}  "
+            f"{r.method or ''}  W&B {r.wandb_mode or '-'}  exit {_s(r.exit_code)}",
+            markup=True,
+            highlight=False,
+        )
+        if r.repo_id:
+            console.print(
+                f"  model {r.repo_id} at revision {r.revision or '-'}",
+                markup=False,
+                highlight=False,
+            )
+        if r.error:
+            console.print(f"  run file: {_clip(r.error, 200)}", markup=False, highlight=False)
+            continue
+        if r.loss:
+            first, last = r.loss[0][1], r.loss[-1][1]
+            console.print(
+                f"  {r.loss_metric} {first:.6g} → {last:.6g} over {len(r.loss)} steps",
+                markup=False,
+                highlight=False,
+            )
+        shown = {k: v for k, v in r.summary.items() if isinstance(v, int | float | str)}
+        for key in sorted(shown)[:20]:
+            console.print(f"  {key} = {shown[key]}", markup=False, highlight=False)
+        if r.run_file:
+            console.print(f"  run file {r.run_file}", markup=False, highlight=False)

@@ -72,12 +72,18 @@ def baselines_cmd(
 
 
 def replay_cmd(
-    job: Annotated[str, typer.Argument(help="A job (id, or a unique prefix or suffix).")],
+    job: Annotated[
+        str,
+        typer.Argument(
+            help="A job (id, or a unique prefix or suffix), a Ray submission id or a W&B run id."
+        ),
+    ],
     as_json: JsonOpt = False,
     data_dir: DataDir = None,
     config: ConfigOpt = None,
 ) -> None:
-    """The control-plane chain behind a job: its root intent, every job spawned below it, and
+    """The control-plane chain behind a job (or behind the attempt a Ray submission id or a W&B
+    run id names): its root intent, every job spawned below it, and
     each one's timeline, tool calls and policy evaluations in time order, with the audit chains
     verified (exit 1 when a record was changed or removed)."""
     cfg = config_or_fail(data_dir, config)
@@ -88,7 +94,9 @@ def replay_cmd(
     else:
         out = console.print
         out(
-            f"replay of {found.job.id}: root intent {found.root.id}, {len(found.jobs)} jobs, "
+            f"replay of {found.job.id}"
+            + (f" (attempt {found.attempt})" if found.attempt is not None else "")
+            + f": root intent {found.root.id}, {len(found.jobs)} jobs, "
             f"{len(found.steps)} steps" + (" (tree cut: too many jobs)" if found.cut else ""),
             markup=False,
             highlight=False,

@@ -126,6 +126,9 @@ class BreakerBoard:
         self.emit = emit
         self.history = history
         self.breakers: dict[str, Breaker] = {}
+        # breakers kept OPEN from outside while what they guard is known to be down (a Ray
+        # cluster that does not answer): no HALF_OPEN probe is spent on it (Core.note_cluster)
+        self.held: set[str] = set()
 
     def get(self, name: str) -> Breaker:
         b = self.breakers.get(name)
@@ -151,6 +154,8 @@ class BreakerBoard:
     def admits(self, name: str, now: float) -> bool:
         """True when a permit may go through this breaker now (moves OPEN → HALF_OPEN on time)."""
         b = self.get(name)
+        if name in self.held and b.state != CLOSED:  # an operator's reset still lets work by
+            return False
         if b.state == OPEN and b.opened_at is not None and now >= b.opened_at + self.spec.open_s:
             self._move(b, HALF_OPEN, now, "open_elapsed", {"open_s": self.spec.open_s})
         return b.state == CLOSED or (b.state == HALF_OPEN and b.probe is None)

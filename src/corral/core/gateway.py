@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from corral.core import attempts
 from corral.core.attempts import AttemptLedger, JobAttempts
-from corral.core.breakers import OPEN, BreakerBoard, breaker_names
+from corral.core.breakers import CLOSED, OPEN, BreakerBoard, breaker_names
 from corral.core.budgets import CostLedger, RateLimits
 from corral.core.checks import Passed, PermitChecks
 from corral.core.escalation import GLOBAL, WORKER_KIND, Escalation, Escalations
@@ -45,8 +45,10 @@ from corral.core.watchdog import (
 )
 from corral.domain.errors import InvalidRequest, NotFound, WorkerError
 from corral.domain.models import Attempt, AttemptResult, Claimed, Job, Permit
-from corral.domain.settings import RetryBudget
+from corral.domain.settings import EnvSpec, RetryBudget
 from corral.domain.states import Fault, Outcome
+
+CLUSTER_UNREACHABLE = "cluster_unreachable"  # why the health probe opened an env's breaker
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +59,9 @@ class CoreOptions:
     history: int = 20  # transitions kept per breaker for `snapshot`
     recent_jobs: int = 4096  # ended attempts remembered (job → worker kind) for ghost reports
     state_attempts: int = 1000  # per-job attempt counts handed on in `state()` (most recent)
+    # asks a Ray environment's cluster whether it answers: None when it does, else why not
+    # (runtime/engine.py gives workers/rayhealth.reachable; core/server.py calls it)
+    cluster_probe: Callable[[EnvSpec], str | None] | None = None
 
 
 @dataclass(slots=True)
@@ -363,6 +368,25 @@ class Core:
         if name not in POINT_GAUGES:
             raise InvalidRequest(f"unknown metric {name!r}; known: {sorted(POINT_GAUGES)}")
         self.watchdog.sample(name, float(value), now, worker)
+
+    def note_cluster(self, env: str, error: str | None, now: float) -> None:
+        """The health probe's finding on a Ray environment's cluster (`error` None: it answers).
+        An unreachable cluster opens the environment's breaker and holds it open, so its jobs
+        wait in the queue instead of failing against it; the watchdog records it. When the
+        cluster answers again, the breaker this opened closes."""
+        self._now = max(self._now, now)
+        self.watchdog.cluster(env, error, now)
+        name = f"env:{env}"
+        if error is not None:
+            self.breakers.held.add(name)
+            self.breakers.force_open(name, now, CLUSTER_UNREACHABLE, {"env": env, "error": error})
+            return
+        if name not in self.breakers.held:
+            return
+        self.breakers.held.discard(name)
+        b = self.breakers.get(name)
+        if b.state != CLOSED and b.reason == CLUSTER_UNREACHABLE:
+            self.breakers.reset(name, now, "cluster_reachable")
 
     def note_ghosts(self, job_id: str, pids: Iterable[int], now: float) -> Escalation | None:
         """Processes of this job survived its cancel and grace: FATAL."""

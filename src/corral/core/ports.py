@@ -21,9 +21,19 @@ from corral.domain.governance import (
     ScopeKind,
     UnifiedRun,
 )
+from corral.domain.knowledge import (
+    ArmStats,
+    Citation,
+    KnowledgeRun,
+    Learning,
+    LearningChange,
+    LearningStatus,
+    LearningUpdate,
+)
 from corral.domain.models import (
     Attempt,
     AttemptResult,
+    AttemptSketch,
     Baseline,
     Claimed,
     EngineInfo,
@@ -330,6 +340,14 @@ class JobStore(Protocol):
         """Milliseconds each job waited for its workspace, of the locks taken since `since`
         (only jobs that found their workspace held; oldest first)."""
 
+    async def queue_reading(
+        self, env: str, *, since: float
+    ) -> tuple[int, list[float], list[float]]:
+        """One environment's queue for predictive throttling (corral.world.throttle): the jobs
+        waiting in it now, when each job submitted to it since `since` was created (those that
+        entered the queue: not denied, not held for approval), and when each of its attempts
+        started since then."""
+
 
 class TraceStore(Protocol):
     """What happened inside runs and in the core: agents' events, checkpoints, core decisions."""
@@ -473,11 +491,17 @@ class GovernanceStore(Protocol):
     async def expire_approvals(self, now: float) -> list[Approval]:
         """PENDING approvals past expires_at become EXPIRED (new rows); returns them."""
 
-    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
-        """The `v_run_unified` read model, newest jobs first."""
+    async def run_unified(
+        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+    ) -> list[UnifiedRun]:
+        """The `v_run_unified` read model, newest jobs first (of one tenant's jobs, if given)."""
 
     async def unreported(self, limit: int = 100) -> list[str]:
         """Ids of terminal jobs that have no run report yet, oldest change first."""
+
+    async def throttle_state(self, subject: str) -> bool:
+        """Whether the latest throttle decision about `subject` (`env:NAME`) left it throttled:
+        its latest policy evaluation of stage `throttle` that started, kept or released one."""
 
 
 class AuditStore(Protocol):
@@ -710,7 +734,23 @@ class WorldReads(Protocol):
     """What the world model reads at once (services/world.py, runtime/worldwatch.py)."""
 
     async def world_jobs(self, *, finished: int) -> list[JobSketch]:
-        """Every job not ended, and the latest `finished` ended ones (newest first)."""
+        """The live jobs not in flight that can take part in the topology or the causal graph —
+        every one not waiting in the queue (SUBMITTED, AWAITING_APPROVAL), and those waiting
+        (QUEUED, RETRY_WAIT) that another job submitted or that wait on a dependency — and the
+        latest `finished` ended ones (newest first). The jobs in flight are `world_inflight`'s;
+        a job waiting in the queue on its own is only counted (`world_queues`): with thousands
+        queued, a snapshot reads none of them."""
+
+    async def world_inflight(self) -> list[tuple[JobSketch, AttemptSketch]]:
+        """The jobs in flight (STARTING, RUNNING) with their current attempt, by job id: what
+        `inflight` reads, as narrow rows (with the job's workflow)."""
+
+    async def world_queues(self, *, tenant: str | None = None) -> dict[str, int]:
+        """Jobs waiting in the queue (QUEUED, RETRY_WAIT) per environment, of one tenant or
+        of every one."""
+
+    async def world_sketches(self, job_ids: Sequence[str]) -> list[JobSketch]:
+        """The jobs not ended among these (the targets of waits `world_jobs` left out)."""
 
     async def world_records(
         self, job_ids: Sequence[str]
@@ -776,6 +816,74 @@ class EpicStore(Protocol):
         store) until `now + lease_s`; False while another holder's lease runs."""
 
 
+class KnowledgeStore(Protocol):
+    """The knowledge flywheel's learnings, their history, citations and A/B runs (migration
+    0023; runtime/flywheel.py writes them, services/knowledge.py reads them)."""
+
+    async def add_learning(self, learning: Learning, change: LearningChange) -> bool:
+        """Store a new learning with its first history line; False, and nothing written, when
+        one of the same content (digest) exists in its tenant and role."""
+
+    async def get_learning(self, ref: str) -> Learning:
+        """By id, or a unique prefix or suffix of at least 4 characters (NotFound when none,
+        InvalidRequest when ambiguous)."""
+
+    async def list_learnings(
+        self,
+        *,
+        tenant: str | None = None,
+        role: str | None = None,
+        status: LearningStatus | None = None,
+        limit: int = 100,
+    ) -> list[Learning]:
+        """Newest first."""
+
+    async def search_learnings(
+        self,
+        query: str,
+        *,
+        tenant: str | None = None,
+        role: str | None = None,
+        status: LearningStatus | None = LearningStatus.ACTIVE,
+        limit: int = 50,
+    ) -> list[Learning]:
+        """Full-text search (SQLite FTS5, PostgreSQL tsvector) of titles and bodies: learnings
+        that hold any of the query's words, best match first; an empty query lists the newest."""
+
+    async def update_learnings(self, updates: Sequence[LearningUpdate]) -> None:
+        """Write the learnings' numbers, maturity and status with their history lines, in one
+        transaction; StaleState (nothing written) when one changed since its `before`."""
+
+    async def learning_history(self, learning_id: str) -> list[LearningChange]:
+        """The learning's history, oldest first."""
+
+    async def record_injection(self, run: KnowledgeRun, citations: Sequence[Citation]) -> None:
+        """At dispatch: the run's arm (one row per job, the latest attempt's) and the learnings
+        its attempt was given."""
+
+    async def citations(
+        self, *, job_id: str | None = None, learning_id: str | None = None
+    ) -> list[Citation]:
+        """Citations of a job or of a learning, oldest first."""
+
+    async def settle_run(
+        self,
+        job_id: str,
+        *,
+        succeeded: bool,
+        tool_calls: int,
+        reward: float | None,
+        updates: Sequence[LearningUpdate],
+    ) -> None:
+        """A run's end, in one transaction: its arm's outcome, the reward on its citations not
+        yet rewarded, and the learnings that reward moved (StaleState as update_learnings)."""
+
+    async def knowledge_stats(
+        self, *, tenant: str | None = None, role: str | None = None
+    ) -> list[ArmStats]:
+        """Per role and arm, the runs that ended: how many, how many succeeded, tool calls."""
+
+
 class Store(
     StoreLifecycle,
     JobStore,
@@ -790,6 +898,7 @@ class Store(
     BaselineStore,
     WorldReads,
     EpicStore,
+    KnowledgeStore,
     Protocol,
 ):
     """The whole store: every port above. What the store implementations (store/memory.py,

@@ -29,6 +29,7 @@ from corral.core.state import CoreState
 from corral.domain import bounds
 from corral.domain.errors import CorralError, PermitError, WorkerMisconfigured
 from corral.domain.models import AttemptResult, Claimed
+from corral.domain.settings import EnvSpec
 from corral.domain.states import Fault, Outcome
 
 log = logging.getLogger("corral.core")
@@ -66,6 +67,7 @@ class CoreServer:
                 {"type": p.HELLO, "version": p.VERSION, "workers": sorted(self.core.kinds)}
             )
             tg.start_soon(self._ticker)
+            self._watch_clusters(tg)
             while (line := await messages()) is not None:
                 await self.handle_line(line)
             tg.cancel_scope.cancel()
@@ -74,6 +76,7 @@ class CoreServer:
         """Run attempt watchers and the ticker in the caller's task group (in-process use)."""
         self._tg = tg
         tg.start_soon(self._ticker)
+        self._watch_clusters(tg)
 
     async def handle_line(self, line: bytes) -> None:
         if not line.strip():  # a blank line between messages is not a message
@@ -348,6 +351,27 @@ class CoreServer:
                     self.core.note_stop_requested(job_id, now)
                     stopping.handle.stop()
             await self._flush_events(saturated=self.core.gate.live != live)
+
+    def _watch_clusters(self, tg: TaskGroup) -> None:
+        """One health probe per Ray environment, when the core was given a probe."""
+        probe = self.core.options.cluster_probe
+        if probe is None:
+            return
+        for env in self.core.gate.settings.environments.values():
+            if env.kind == "ray" and env.address:
+                tg.start_soon(self._cluster_health, env, probe)
+
+    async def _cluster_health(self, env: EnvSpec, probe: Callable[[EnvSpec], str | None]) -> None:
+        """Every `health_interval_s`: ask the cluster (in a thread: it is a blocking HTTP call
+        bounded by its timeout) and tell the core, which opens or closes the env's breaker."""
+        while True:
+            try:
+                error = await anyio.to_thread.run_sync(probe, env, abandon_on_cancel=True)
+            except Exception as err:  # a probe that breaks is a cluster not known to answer
+                error = f"health probe failed: {type(err).__name__}"
+            self.core.note_cluster(env.name, error, self.clock())
+            await self._flush_events()
+            await anyio.sleep(env.health_interval_s)
 
     _handlers: dict[str, Callable[[CoreServer, dict[str, Any]], Awaitable[None]]] = {
         p.REQUEST_PERMIT: _request_permit,

@@ -82,6 +82,8 @@ class Watchdog:
         }
         self.results: deque[tuple[float, str, bool]] = deque()  # (at, kind, timed out)
         self.live: dict[str, _Attempt] = {}
+        # Ray environments' clusters as the core's health probe last found them
+        self.clusters: dict[str, dict[str, Any]] = {}
         self.stage = NORMAL
         self.cause: str | None = None
         self.since = 0.0
@@ -121,6 +123,36 @@ class Watchdog:
                     data={"job_id": job_id, "worker": a.kind},
                 )
             )
+
+    def cluster(self, env: str, error: str | None, now: float) -> bool:
+        """What the health probe found of a Ray environment's cluster (`error` None: it
+        answers). True when that changed (one event for each change)."""
+        seen = self.clusters.get(env)
+        reachable = error is None
+        self.clusters[env] = {
+            "reachable": reachable,
+            "error": error,
+            "checked_at": now,
+            "since": seen["since"] if seen and seen["reachable"] == reachable else now,
+        }
+        was = True if seen is None else seen["reachable"]  # first found answering: no news
+        if was == reachable:
+            return False
+        self.emit(
+            CoreEvent(
+                kind=DEFENSE,
+                at=now,
+                scope="cluster",
+                name=env,
+                state="reachable" if reachable else "unreachable",
+                severity=INFO if reachable else WARNING,
+                reason="cluster_reachable" if reachable else "cluster_unreachable",
+                message=f"Ray cluster of environment {env} "
+                + ("answers again" if reachable else f"does not answer: {error}"),
+                data={"env": env, "error": error},
+            )
+        )
+        return True
 
     def scan_stalls(self, now: float) -> list[str]:
         """Flag attempts silent for `stall_s`; the job ids newly stalled (one event each)."""
@@ -274,6 +306,7 @@ class Watchdog:
             "gauges": self.values(now),
             "by_worker": {k: self.values(now, k) for k in names},
             "stalled": self.stalled_jobs(),
+            "clusters": {env: dict(c) for env, c in sorted(self.clusters.items())},
             "thresholds": {
                 g: {"shed": t.shed, "throttle": t.throttle, "open": t.open, "escalate": t.escalate}
                 for g, t in sorted(self.spec.gauges.items())

@@ -175,6 +175,12 @@ def yaml_too_deep(text: str, max_depth: int = MAX_YAML_DEPTH) -> str | None:
                     return f"{at}nested deeper than {max_depth} levels"
             elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
                 depth -= 1
-    except yaml.YAMLError:
+    except yaml.YAMLError as err:
+        # libyaml (0.2.6 and later) scans a flow collection's tokens ahead and refuses one
+        # past its own nesting bound before the parser yields the events counted above
+        if "nesting depth" in str(err):
+            mark = getattr(err, "problem_mark", None)
+            at = f"line {mark.line + 1}: " if mark is not None else ""
+            return f"{at}nested deeper than {max_depth} levels"
         return None
     return None

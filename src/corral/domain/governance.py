@@ -76,6 +76,8 @@ class IncidentType(StrEnum):
     FAILURE = "failure"
     ANOMALY = "anomaly"
     DEADLOCK = "deadlock"  # raised while jobs run (runtime/worldwatch.py), not in a report
+    # a training run's watched metric worse than its baseline's (runtime/regressions.py)
+    METRIC_REGRESSION = "metric_regression"
 
 
 class Severity(StrEnum):

@@ -23,6 +23,13 @@ def new_id(now_ms: int | None = None) -> str:
     return base64.b32encode(raw)[:26].translate(_CROCKFORD).decode()
 
 
+def id_floor(at: float) -> str:
+    """The least id `new_id` can make at or after `at` (seconds): ids made since `at` are the
+    ids >= this one."""
+    raw = (int(at * 1000) & 0xFFFF_FFFF_FFFF).to_bytes(6, "big") + bytes(10)
+    return base64.b32encode(raw)[:26].translate(_CROCKFORD).decode()
+
+
 # A reference to an id: the whole id, or a unique prefix or suffix of at least MIN_REF
 # characters. Ids are time-ordered, so ids made close together share their first characters
 # and differ at the end: tables print the shortest unique suffix, of at least SHORT_MIN
@@ -66,3 +73,19 @@ def shortest(wanted: Iterable[str], everything: Iterable[str]) -> dict[str, str]
             n += 1
         out[i] = i[-n:]
     return out
+
+
+def wandb_run_id(job_id: str, attempt_index: int) -> str:
+    """The W&B run id of a job's attempt: `corral-<job id>-<attempt index>`. The one place it is
+    derived: the training worker sets `WANDB_RUN_ID` from it and `corral replay <wandb run id>`
+    reads a job back out of it (`job_of_wandb_run_id`)."""
+    return f"corral-{job_id}-{attempt_index}"
+
+
+def job_of_wandb_run_id(run_id: str) -> tuple[str, int] | None:
+    """The job id and attempt index a W&B run id made by `wandb_run_id` names, else None."""
+    prefix, _, rest = run_id.partition("-")
+    job_id, _, index = rest.rpartition("-")
+    if prefix != "corral" or not job_id or not index.isdigit():
+        return None
+    return job_id, int(index)

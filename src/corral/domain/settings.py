@@ -79,6 +79,21 @@ class AnomalySpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KnowledgeSpec:
+    """The knowledge flywheel (runtime/flywheel.py): whether finished runs are extracted into
+    learnings, by which extractor (`rules`, or `package.module:function` taking a RunTrace and
+    returning candidates), and the injection budget a run's learnings are held to. Which roles
+    get learnings injected is each role's `knowledge`."""
+
+    extract: bool = True
+    extractor: str = "rules"
+    max_tokens: int = 1500
+    max_learnings: int = 10
+    similarity_weight: float = 0.0  # w_sim of the composite (0: the seed's parity)
+    candidates: int = 50  # learnings the full-text search reads per dispatch, before ranking
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RoleSpec:
     name: str
     worker: str = "command"
@@ -114,7 +129,12 @@ class RoleSpec:
     # A job of this role waiting in a deadlock (the waiter of a cycle of waits): "escalate"
     # raises the incident only; "cancel" also cancels it, which breaks the cycle.
     on_deadlock: str = "escalate"
+    # The knowledge flywheel for this role's agent jobs: `off` (nothing injected), `on` (the top
+    # learnings injected into every run) or `ab` (half the runs, by job id, as the control arm)
+    knowledge: str = "off"
     max_output_bytes: int | None = None  # None: `output.max_bytes`
+    # variables every job of this role gets as secrets from the engine's environment
+    secret_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,15 +148,33 @@ class OutputSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ThrottleSpec:
+    """Predictive throttling of one environment's submissions (corral.world.throttle)."""
+
+    threshold: float = 0.8  # throttle when the forecast depth reaches threshold × the cap
+    release: float = 0.5  # … and release once it is below release × the cap (hysteresis)
+    window_s: float = 60.0  # the window the queue's trend and drain rate are read over
+    horizon_s: float = 30.0  # how far ahead the forecast looks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EnvSpec:
     name: str
     kind: str = "local"  # "local" | "ray"
     address: str | None = None
     max_inflight: int = 4  # concurrent attempts per environment
     max_queued: int | None = None  # jobs waiting in this environment (None: only the global bound)
+    throttle: ThrottleSpec | None = None  # predictive throttling (None: off)
     # a ray environment: what each attempt's Ray job asks (num_cpus, num_gpus, memory in bytes)
     resources: Mapping[str, float] = field(default_factory=dict)
     runtime_env: Mapping[str, Any] = field(default_factory=dict)  # ray: never secrets
+    # variables every job in this environment gets as secrets from the engine's environment
+    secret_env: tuple[str, ...] = ()
+    # ray: where the job server's token comes from (a file, or a variable of the engine's
+    # environment); the token itself is read when it is needed and never kept here
+    auth_token_file: str | None = None
+    auth_token_env: str | None = None
+    health_interval_s: float = 5.0  # ray: how often the cluster's health is asked
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,6 +187,9 @@ class SchedulerSpec:
     # a refusal says to retry after an estimate, or after this when nothing started lately.
     max_queued: int = 10_000
     backpressure_retry_after_s: float = 5.0
+    # The world model's detectors: the engine's deadlock and anomaly watch, and the anomaly
+    # baselines each ended attempt adds to (off: neither runs; bench/detectors.py compares).
+    world_watch: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -337,6 +378,7 @@ class Settings:
     output: OutputSpec = field(default_factory=OutputSpec)
     events: EventsSpec = field(default_factory=EventsSpec)
     retention: RetentionSpec = field(default_factory=RetentionSpec)
+    knowledge: KnowledgeSpec = field(default_factory=KnowledgeSpec)
 
     def max_output_bytes(self, role: str) -> int:
         """The output cap of one attempt of a job of `role`."""

@@ -38,6 +38,8 @@ single table of severities):
 | anomaly               | whatever a detector passed in `detectors` reports               |
 | deadlock              | never from a report: the engine's world watch raises it while   |
 |                       | the jobs of a cycle of waits are still alive                    |
+| metric_regression     | never from a report: raised when a training attempt ends with a |
+|                       | watched metric worse than its baseline's (runtime/regressions)  |
 
 One attempt yields at most one incident, by the first row that matches (budget, stall, timeout,
 failure). A cancelled job yields no incident of its own: a cancel is a decision, not a problem.
@@ -96,6 +98,7 @@ SEVERITY: Mapping[IncidentType, Severity] = MappingProxyType(
         IncidentType.FAILURE: Severity.MEDIUM,
         IncidentType.ANOMALY: Severity.MEDIUM,
         IncidentType.DEADLOCK: Severity.CRITICAL,
+        IncidentType.METRIC_REGRESSION: Severity.MEDIUM,
     }
 )
 

@@ -20,14 +20,20 @@ import anyio
 from anyio.abc import TaskGroup
 
 from corral.config import Config, guardrails_of
-from corral.core.gateway import Core
+from corral.core.gateway import Core, CoreOptions
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
 from corral.core.permits import PermitGate
 from corral.core.ports import Store, WorkerAdapter
-from corral.domain.errors import CorralError, EngineFenced, EngineRunning, StoreError
+from corral.domain.errors import (
+    CorralError,
+    EngineFenced,
+    EngineRunning,
+    StoreError,
+    WorkerMisconfigured,
+)
 from corral.domain.ids import new_id
 from corral.domain.models import Permit
-from corral.domain.settings import WorkerSpec
+from corral.domain.settings import EnvSpec, WorkerSpec
 from corral.runtime import audit, published
 from corral.runtime.assembly import (
     adapter_of,
@@ -38,6 +44,7 @@ from corral.runtime.assembly import (
     worker_kinds,
 )
 from corral.runtime.control import serve_control
+from corral.runtime.flywheel import Flywheel
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
 from corral.runtime.modelgate import ModelGateway
@@ -50,7 +57,7 @@ from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
 from corral.trace import spans
 from corral.trace.drain import Drainer
-from corral.workers import credentials, privacy
+from corral.workers import credentials, privacy, rayauth, rayhealth
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
 from corral.workers.sealing import Keeper, revealer
@@ -67,7 +74,17 @@ def build_core(config: Config) -> Core:
     return Core(
         gate,
         {kind: build_worker(config, gate.validate, kind, launch) for kind in worker_kinds(config)},
+        CoreOptions(cluster_probe=cluster_probe),
     )
+
+
+def cluster_probe(env: EnvSpec) -> str | None:
+    """Whether a Ray environment's job server answers, with its token (None: it does)."""
+    try:
+        token = rayauth.token(env)
+    except WorkerMisconfigured as err:
+        return str(err)
+    return rayhealth.reachable(str(env.address), token)
 
 
 def role_warnings(config: Config) -> list[str]:
@@ -204,8 +221,15 @@ class Engine:
         )
         self.governor.socket_group = config.socket_group
         self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+        # The knowledge flywheel: learnings injected at dispatch, rewarded and extracted when a
+        # run's report is written (runtime/flywheel.py)
+        self.flywheel = Flywheel(self.store, config.settings)
         self.reporter = Reporter(
-            self.store, config.settings.oversight, spans=self.spans, baselines=self.store
+            self.store,
+            config.settings.oversight,
+            spans=self.spans,
+            baselines=self.store if config.settings.scheduler.world_watch else None,
+            flywheel=self.flywheel,
         )
         # Deadlocks and anomalies among live jobs, looked for every scheduler tick
         # (runtime/worldwatch.py); an anomaly of a role that says so is stopped here.
@@ -250,6 +274,7 @@ class Engine:
             ),
             agents=self.governor,
             gate=self.gate,
+            knowledge=self.flywheel,
             on_settled=self.reporter.wake,
             health=self.health,
         )
@@ -401,7 +426,8 @@ class Engine:
             )
             tg.start_soon(self.governor.serve)
             tg.start_soon(self.reporter.run)
-            tg.start_soon(self.worldwatch.run)
+            if self.config.settings.scheduler.world_watch:
+                tg.start_soon(self.worldwatch.run)
             tg.start_soon(self._heartbeat)
             tg.start_soon(self.checkpointer.run)
             tg.start_soon(self._keep_core_state)

@@ -46,6 +46,7 @@ from corral.policy import toolcall
 from corral.policy.guardrails import EPIC_WORKER, Guardrails, approval_digest
 from corral.policy.prerun import BUDGET_CEILING_LIMIT
 from corral.policy.redact import Redactor
+from corral.runtime import regressions
 from corral.runtime.modelgate import ModelGateway
 from corral.runtime.peers import Refused, check_user, credentials, refuse, restrict
 from corral.workers.agents import ADAPTERS
@@ -533,12 +534,39 @@ class Governor:
             ]
         )
 
+    async def _training_ran(self, job: Job, index: int, attempt_dir: Path) -> None:
+        """A training attempt's W&B run and the model it pushed on the job's timeline, as the
+        runner recorded them (workers/training.py); then its regression check."""
+        record = _read_small_json(attempt_dir / TRAINING_RECORD)
+        if not record:
+            return
+        data = {k: record[k] for k in TRAINING_KEYS if k in record}
+        pushed = (
+            f"; pushed {data['repo_id']} at {data.get('revision')}" if data.get("repo_id") else ""
+        )
+        await self.store.append_events(
+            [
+                JobEvent(
+                    job_id=job.id,
+                    at=time.time(),
+                    kind="training",
+                    attempt=index,
+                    message=f"training run {data.get('run_id')}{pushed}",
+                    data=data,
+                )
+            ]
+        )
+        if record.get("exit_code") == 0:
+            await regressions.check(self.store, job, {**data, "attempt": index}, self.clock())
+
     async def ended(self, claimed: Claimed, result: AttemptResult) -> None:
         """Write the attempt's AgentEvent (once; an agent attempt only)."""
         job, attempt = claimed.job, claimed.attempt
         self._monitors.pop(attempt_ref(job, attempt.index), None)
         if "notebook" in job.options.extra:
             await self._notebook_copied(job, attempt.index, Path(attempt.dir))
+        if "training" in job.options.extra:
+            await self._training_ran(job, attempt.index, Path(attempt.dir))
         if not self.is_agent(job.worker):
             return
         adapter = ADAPTERS[self.adapter_of(job.worker)]
@@ -678,6 +706,19 @@ def _str(value: object) -> str | None:
 
 NOTEBOOK_RECORD = "notebook.json"  # written by the notebook runner (workers/notebook.py)
 NOTEBOOK_KEYS = ("path", "sha256", "parameters", "error")
+
+
+TRAINING_RECORD = "training.json"  # written by the training runner (workers/training.py)
+TRAINING_KEYS = ("method", "run_id", "run_file", "wandb_mode", "repo_id", "revision", "exit_code")
+
+
+def _read_small_json(path: Path, limit: int = 256 * 1024) -> dict[str, Any]:
+    try:
+        if path.stat().st_size > limit:
+            return {}
+    except OSError:
+        return {}
+    return _read_json(path)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from corral.domain.models import Job
 from corral.domain.settings import OversightSpec
 from corral.policy import prerun
 from corral.policy.reports import build_report, incidents_for
+from corral.runtime.flywheel import Flywheel
 from corral.trace.spans import JobSpans
 from corral.world import anomaly
 
@@ -43,8 +44,10 @@ class Reporter:
         clock: Callable[[], float] = time.time,
         spans: JobSpans | None = None,
         baselines: BaselineStore | None = None,
+        flywheel: Flywheel | None = None,
     ) -> None:
         self.store = store
+        self.flywheel = flywheel  # rewards the learnings a run was given, extracts new ones
         self.baselines = baselines  # where each finished attempt's figures are learned
         self.spans = spans  # the job's OpenTelemetry spans, once its report is written
         self.oversight = oversight or OversightSpec()
@@ -115,6 +118,8 @@ class Reporter:
             except Exception as err:
                 log.warning("spans of job %s: %s", job_id, err)
         await self._learn(job, events, now)
+        if self.flywheel is not None:
+            await self.flywheel.settle(job, events)
         # One anomalous run is one mark, at its worst severity: a failed run that also used up
         # its retries (two incidents) must not count twice towards the pause.
         opened = [i for i in incidents if i.resolves is None]

@@ -57,12 +57,14 @@ def caps_of(settings: Settings) -> Caps:
 async def snapshot(
     store: WorldStore, settings: Settings, scope: Scope | None = None, *, clock: Clock = time.time
 ) -> World:
-    """The world as the store shows it now: four reads whatever the number of jobs (the live
-    and latest ended jobs as narrow rows, the attempts in flight, their latest checkpoints and
-    wait events)."""
+    """The world as the store shows it now, in a few reads whatever the number of jobs: the
+    live jobs that can take part in an edge or a link and the latest ended ones as narrow rows,
+    the queue depths counted in the store, the attempts in flight, their latest checkpoints and
+    wait events, and the live targets of waits and dependencies not read yet."""
     scope = scope or Scope()
     jobs = await store.world_jobs(finished=scope.finished)
-    inflight = await store.inflight()
+    queued = await store.world_queues(tenant=scope.tenant)
+    inflight = await store.world_inflight()
     if scope.tenant is not None:
         jobs = [j for j in jobs if j.tenant == scope.tenant]
         inflight = [(j, a) for j, a in inflight if j.tenant == scope.tenant]
@@ -71,7 +73,18 @@ async def snapshot(
     for e in timeline:
         by_job.setdefault(e.job_id, []).append(e)
     waits = {j.id: open_waits(by_job.get(j.id, [])) for j, _ in inflight}
-    return build(jobs, inflight, checkpoints, waits, caps_of(settings), now=clock())
+    # A job waiting in the queue on its own is not read, yet it can be what another job waits
+    # for, depends on or was submitted by: read those few. They point at nothing themselves
+    # (no parent, no dependency pending), so one round is all it takes.
+    known = {j.id for j in jobs} | {j.id for j, _ in inflight}
+    wanted = {j.parent_id for j in jobs if j.parent_id is not None}
+    wanted.update(d for j in jobs if j.deps_pending for d in j.after)
+    wanted.update(t for ts in waits.values() for t in ts)
+    missing = sorted(wanted - known)
+    if missing:
+        more = await store.world_sketches(missing)
+        jobs = [*jobs, *(j for j in more if scope.tenant in (None, j.tenant))]
+    return build(jobs, inflight, checkpoints, waits, caps_of(settings), now=clock(), queued=queued)
 
 
 def open_waits(timeline: list[JobEvent]) -> set[str]:
@@ -130,7 +143,7 @@ class WorldWatch:
         """One look: the incidents raised for deadlocks and anomalies found now (none already
         raised). Nothing runs, nothing to look at: every cycle of waits passes through a running
         job (a cycle of dependencies alone is refused at submit), and so does every anomaly."""
-        if not await self.store.inflight():
+        if not await self.store.world_inflight():
             return []
         snap = await snapshot(self.store, self.settings, Scope(finished=0))
         raised = []

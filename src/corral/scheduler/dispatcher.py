@@ -103,6 +103,13 @@ class AgentHooks(Protocol):
     async def ended(self, claimed: Claimed, result: AttemptResult) -> None: ...
 
 
+class Knowledge(Protocol):
+    """What the dispatcher asks the knowledge flywheel (runtime/flywheel.py) of an agent
+    attempt about to start: the attempt with the learnings its agent is given, if any."""
+
+    async def inject(self, claimed: Claimed) -> Claimed: ...
+
+
 @dataclass(slots=True)
 class _Batch:
     """Writes waiting for the next flush; each waiter is released once its write committed."""
@@ -143,6 +150,7 @@ class Dispatcher:
         options: DispatchOptions,
         agents: AgentHooks | None = None,
         gate: RunGate | None = None,
+        knowledge: Knowledge | None = None,
         on_settled: Callable[[], None] = lambda: None,
         health: StoreHealth | None = None,
         clock: Callable[[], float] = time.time,
@@ -153,6 +161,7 @@ class Dispatcher:
         self.settings = settings
         self.opts = options
         self.agents = agents
+        self.knowledge = knowledge
         self.gate = gate
         self.on_settled = on_settled  # an attempt's end is written (a job may have ended)
         self.health = health or StoreHealth(clock=clock)
@@ -481,6 +490,9 @@ class Dispatcher:
             )
             if session:
                 c = replace(c, job=c.job.with_(options=c.job.options.with_(resume_session=session)))
+                live.claimed = c
+            if self.knowledge is not None:  # best effort: never holds the attempt back
+                c = await self.knowledge.inject(c)
                 live.claimed = c
         try:
             started = await (self._adopt(c) if adopt else self.core.submit(c))

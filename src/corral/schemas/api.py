@@ -4,7 +4,7 @@ document (`/openapi.json`); docs/reference/http-api.md describes them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,9 +24,30 @@ class Body(BaseModel):
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 
 
+class TrainingBody(Body):
+    """A training job (`corral submit --training`): `script` (absolute, or relative to the
+    body's `cwd`) run by TRL's method; `args` go to the script; `compare_to` a baseline job whose
+    final metrics this run's are compared with (`watch`: NAME or NAME:max)."""
+
+    method: Literal["sft", "dpo", "grpo"]
+    script: str = Field(min_length=1, max_length=4096)
+    model: str | None = Field(None, min_length=1, max_length=500)
+    dataset: str | None = Field(None, min_length=1, max_length=500)
+    args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=1000
+    )
+    compare_to: Name | None = None
+    watch: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=20
+    )
+    threshold: float | None = Field(None, ge=0, le=100)
+    wandb_project: str | None = Field(None, min_length=1, max_length=200)
+
+
 class JobCreate(Body):
-    """`POST /api/v1/jobs`: what `corral submit` takes. Give `command` (an argv list) or
-    `prompt` (for an agent worker). Fields left out take the role's defaults."""
+    """`POST /api/v1/jobs`: what `corral submit` takes. Give `command` (an argv list),
+    `prompt` (for an agent worker) or `training` (a training script). Fields left out take the
+    role's defaults."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -36,6 +57,7 @@ class JobCreate(Body):
                     "required": ["prompt"],
                     "properties": {"prompt": {"type": "string", "minLength": 1}},
                 },
+                {"required": ["training"]},
             ]
         }
     )
@@ -59,6 +81,7 @@ class JobCreate(Body):
     cwd: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     worker: Name | None = None
     resume_from: Name | None = None
+    training: TrainingBody | None = None
 
 
 class JobCreated(View):
@@ -210,6 +233,7 @@ class IntentCreate(JobCreate):
                     "properties": {"prompt": {"type": "string", "minLength": 1}},
                 },
                 {"required": ["source"]},
+                {"required": ["training"]},
             ]
         }
     )

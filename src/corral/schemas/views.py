@@ -116,6 +116,8 @@ class JobDetail(Job):
     detached: bool
     # a notebook job: the notebook, its parameters, kernel and copyback directory
     notebook: dict[str, Any] | None = None
+    # a training job: its method, script, model, dataset and what it is compared to
+    training: dict[str, Any] | None = None
 
     @classmethod
     def fields_of(cls, j: dm.Job) -> dict[str, Any]:
@@ -144,6 +146,7 @@ class JobDetail(Job):
             "token_budget_out": lim.token_budget_out,
             "resume_from": j.options.resume_from,
             "notebook": nb if isinstance(nb, dict) else None,
+            "training": tr if isinstance(tr := j.options.extra.get("training"), dict) else None,
             "secret_env": list(j.options.secret_env),
             "detached": j.options.detached,
         }
@@ -285,6 +288,34 @@ class PolicyEvaluation(View):
         )
 
 
+class TrainingRun(View):
+    """One attempt's W&B run of a training job: what the runner recorded (the run id, the model
+    it pushed) and what the offline run file holds (tags, config, summary, the loss curve as
+    [step, value] pairs); `error` says why the file could not be read."""
+
+    attempt: int | None
+    run_id: str | None
+    method: str | None
+    wandb_mode: str | None
+    run_file: str | None
+    repo_id: str | None
+    revision: str | None
+    exit_code: int | None
+    tags: list[str]
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    loss_metric: str | None
+    loss: list[tuple[float, float]]
+    error: str | None
+
+
+class TrainingRuns(View):
+    """`GET /api/v1/jobs/{id}/runs`: a training job's runs, one per attempt that ran."""
+
+    job_id: str
+    runs: list[TrainingRun]
+
+
 class JobShow(JobDetail):
     """`show`: the job with its attempts (a list here, not a count), timeline and traces."""
 
@@ -294,6 +325,8 @@ class JobShow(JobDetail):
     trace_id: str = Field(
         description="the OpenTelemetry trace (32 hex digits) of the job's spans, submit to result"
     )
+    # a training job's W&B runs (services/runs.py)
+    runs: list[TrainingRun] = Field(default_factory=list)
 
 
 class Trace(View):
@@ -840,6 +873,10 @@ class Replay(View):
 
     job_id: str
     root_intent_id: str
+    attempt: int | None = Field(
+        default=None,
+        description="The attempt a Ray submission id or W&B run id named (else null).",
+    )
     jobs: list[ReplayJob]
     steps: list[ReplayStep]
     audit: AuditReport

@@ -8,7 +8,20 @@ from dataclasses import asdict
 from typing import Any
 
 from corral.config import Config
+from corral.domain.errors import WorkerMisconfigured
+from corral.domain.settings import EnvSpec
+from corral.workers import rayauth
 from corral.workers.rayhealth import ClusterHealth, probe
+
+
+def _health(env: EnvSpec) -> ClusterHealth:
+    try:
+        token = rayauth.token(env)
+    except WorkerMisconfigured as err:
+        return ClusterHealth(
+            env=env.name, address=str(env.address), reachable=False, error=str(err)
+        )
+    return probe(env.name, str(env.address), token=token)
 
 
 def clusters(config: Config) -> list[ClusterHealth]:
@@ -17,7 +30,7 @@ def clusters(config: Config) -> list[ClusterHealth]:
     if not envs:
         return []
     with ThreadPoolExecutor(max_workers=min(8, len(envs))) as pool:
-        return list(pool.map(lambda e: probe(e.name, str(e.address)), envs))
+        return list(pool.map(_health, envs))
 
 
 def environments(config: Config) -> list[dict[str, Any]]:

@@ -138,10 +138,15 @@ class RunList:
 
 
 async def runs(
-    store: JobGovernance, *, limit: int, state: str | None, short: bool = False
+    store: JobGovernance,
+    *,
+    limit: int,
+    state: str | None,
+    short: bool = False,
+    tenant: str | None = None,
 ) -> RunList:
-    """The unified read model (`v_run_unified`), newest first."""
-    found = await store.run_unified(limit, state=state)
+    """The unified read model (`v_run_unified`), newest first; of one tenant's jobs if given."""
+    found = await store.run_unified(limit, state=state, tenant=tenant)
     return RunList(found, await store.short_ids([r.job_id for r in found]) if short else {})
 
 

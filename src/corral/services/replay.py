@@ -4,8 +4,12 @@ and policy evaluations, merged in time order — with the audit chains verified,
 is known not to have been changed since it was written.
 
 Tool calls carry no time of their own: an attempt's trace is written when it ends, so its calls
-are placed at that instant, in their order. A Ray submission id or a W&B run id cannot be looked
-up yet (nothing records them): `corral replay` takes a job."""
+are placed at that instant, in their order.
+
+`corral replay` takes a job, or what an attempt of it started outside Corral: its Ray submission
+id (workers/rayjob.py `submission_id`) or its W&B run id (domain/ids.py `wandb_run_id`). Both
+are derived from the job and the attempt, so they are resolved by reading them back, not by a
+lookup table: the job must exist and have had that attempt."""
 
 from __future__ import annotations
 
@@ -14,9 +18,12 @@ from typing import Literal
 
 from corral.config import Config
 from corral.core.ports import AuditReport, JobQuery, Store
+from corral.domain.errors import NotFound
+from corral.domain.ids import job_of_wandb_run_id, wandb_run_id
 from corral.domain.models import Job
 from corral.schemas import views
 from corral.services import audit
+from corral.workers.rayjob import submission_id
 
 MAX_JOBS = 10_000  # jobs a replay follows at most (a runaway tree is cut, and says so)
 CHILDREN = 100_000  # children read per job at most
@@ -36,14 +43,38 @@ class Step:
 class Replay:
     job: Job  # the job asked about
     root: Job
+    attempt: int | None = None  # asked about by a Ray submission or W&B run id: its attempt
     jobs: list[Job]  # the root, then every descendant, breadth first
     steps: list[Step]
     audit: AuditReport
     cut: bool = False  # more than MAX_JOBS jobs: the rest are not shown
 
 
+async def resolve(store: Store, ref: str) -> tuple[Job, int | None]:
+    """The job `ref` names — a job id (or a unique prefix or suffix), a Ray submission id or a
+    W&B run id — with the attempt when it was one of the last two (both read the same way:
+    `corral-<job id>-<attempt>`; the assertion below keeps them so)."""
+    parsed = job_of_wandb_run_id(ref)
+    if parsed is None:
+        return await store.get_job(ref), None
+    job_id, index = parsed
+    try:
+        job = await store.get_job(job_id)
+    except NotFound:
+        job = None
+    if job is None or job.id != job_id:  # the whole id only: no prefix inside a run id
+        raise NotFound(f"no job {job_id} (from the Ray submission or W&B run id {ref})")
+    if not 1 <= index <= job.attempts:
+        raise NotFound(
+            f"job {job.id} has no attempt {index} (it made {job.attempts}): {ref} names none"
+        )
+    if ref not in (submission_id(job.id, index), wandb_run_id(job.id, index)):
+        raise NotFound(f"{ref} is neither a Ray submission id nor a W&B run id of job {job.id}")
+    return job, index
+
+
 async def replay(store: Store, config: Config, ref: str) -> Replay:
-    job = await store.get_job(ref)
+    job, attempt = await resolve(store, ref)
     root = job
     seen = {root.id}
     while root.parent_id is not None and root.parent_id not in seen:
@@ -66,7 +97,13 @@ async def replay(store: Store, config: Config, ref: str) -> Replay:
         steps.extend(await _steps(store, j))
     steps.sort(key=lambda s: s.at)  # stable: a job's own order holds among equal instants
     return Replay(
-        job=job, root=root, jobs=jobs, steps=steps, audit=await audit.verify(store, config), cut=cut
+        job=job,
+        root=root,
+        attempt=attempt,
+        jobs=jobs,
+        steps=steps,
+        audit=await audit.verify(store, config),
+        cut=cut,
     )
 
 
@@ -114,6 +151,7 @@ def replay_view(r: Replay) -> views.Replay:
     return views.Replay(
         job_id=r.job.id,
         root_intent_id=r.root.id,
+        attempt=r.attempt,
         jobs=[
             views.ReplayJob(
                 id=j.id,

@@ -391,6 +391,9 @@ class SubmitRequest:
     # a notebook job: what it runs and with which parameters, recorded on the job
     # (services/notebooks.py builds the command)
     notebook: Mapping[str, Any] | None = None
+    # a training job: the method, script, model, W&B settings and what it is compared to
+    # (services/training.py builds the command)
+    training: Mapping[str, Any] | None = None
 
 
 def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
@@ -398,18 +401,25 @@ def spec_for(request: SubmitRequest, settings: Settings) -> JobSpec:
     runs): a limit the caller left out is the role's."""
     role_name = request.role if request.role is not None else settings.default_role
     role = settings.roles.get(role_name)
+    env_name = request.env_name if request.env_name is not None else settings.default_env
+    env = settings.environments.get(env_name)
+    # the secrets the role and the environment declare, with the submission's own
+    declared = (*(role.secret_env if role else ()), *(env.secret_env if env else ()))
+    extra: dict[str, Any] = {"notebook": dict(request.notebook)} if request.notebook else {}
+    if request.training:
+        extra["training"] = dict(request.training)
     options = JobOptions(
         resume_from=request.resume_from or None,
-        secret_env=tuple(sorted(set(request.secret_env))),
+        secret_env=tuple(sorted({*request.secret_env, *declared})),
         submitted_by=request.by or None,
-        extra={"notebook": dict(request.notebook)} if request.notebook else {},
+        extra=extra,
     )
     return JobSpec(
         command=request.command,
         prompt=request.prompt,
         options=options,
         role=role_name,
-        env_name=(request.env_name if request.env_name is not None else settings.default_env),
+        env_name=env_name,
         priority=request.priority,
         tenant=request.tenant,
         key=request.key,

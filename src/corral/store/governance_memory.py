@@ -443,9 +443,15 @@ class MemoryGovernance:
             }
         )
 
-    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
+    async def run_unified(
+        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+    ) -> list[UnifiedRun]:
         jobs = sorted(
-            (j for j in self._jobs.values() if state in (None, j.state.value)),
+            (
+                j
+                for j in self._jobs.values()
+                if state in (None, j.state.value) and tenant in (None, j.tenant)
+            ),
             key=lambda j: j.id,
             reverse=True,
         )

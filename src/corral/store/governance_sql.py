@@ -493,8 +493,15 @@ class SqlGovernance:
 
     # ---- the read model and the audit ------------------------------------------------------
 
-    async def run_unified(self, limit: int = 100, *, state: str | None = None) -> list[UnifiedRun]:
-        where, params = ("WHERE state = ? ", [state]) if state else ("", [])
+    async def run_unified(
+        self, limit: int = 100, *, state: str | None = None, tenant: str | None = None
+    ) -> list[UnifiedRun]:
+        clauses, params = [], []
+        for column, value in (("state", state), ("tenant", tenant)):
+            if value:  # tenant: the index jobs_by_tenant reads that tenant's newest jobs only
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 f"SELECT {', '.join(g.UNIFIED_COLUMNS)} FROM v_run_unified"

@@ -51,6 +51,7 @@ from corral.scheduler.service import Seat, queue_full, workspace_seat
 from corral.store import cascade, rules
 from corral.store.epics_memory import MemoryEpics
 from corral.store.governance_memory import MemoryGovernance
+from corral.store.knowledge_memory import MemoryKnowledge
 from corral.store.metrics_memory import MemoryMetrics
 from corral.store.operator_memory import MemoryOperator
 from corral.store.outbox_memory import MemoryOutbox
@@ -111,6 +112,7 @@ class MemoryStore(
     MemoryRetention,
     MemoryWorld,
     MemoryEpics,
+    MemoryKnowledge,
 ):
     """Every store port in memory. Every state change is a compare-and-set, as in SqlStore."""
 
@@ -120,6 +122,7 @@ class MemoryStore(
         self._agent_events: dict[tuple[str, int], AgentEvent] = {}
         self._checkpoints: list[Checkpoint] = []
         self._init_governance()  # the chained governance tables (governance_memory.py)
+        self._init_knowledge()  # learnings, their history, citations (knowledge_memory.py)
         self._init_retention()  # what retention archived and kept (retention_memory.py)
         self._attempts: dict[str, Attempt] = {}  # attempt id → attempt
         self._job_attempts: dict[str, tuple[str, ...]] = {}  # job id → attempt ids, by index

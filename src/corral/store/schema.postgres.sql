@@ -24,3 +24,8 @@ CREATE TRIGGER job_events_append_only BEFORE UPDATE OR DELETE ON job_events FOR 
 CREATE TRIGGER job_events_no_truncate BEFORE TRUNCATE ON job_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
 CREATE TRIGGER token_events_append_only BEFORE UPDATE OR DELETE ON token_events FOR EACH ROW EXECUTE FUNCTION corral_append_only();
 CREATE TRIGGER token_events_no_truncate BEFORE TRUNCATE ON token_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();
+-- migration 0023: the learnings' full-text search column, their append-only history
+ALTER TABLE learnings ADD COLUMN search tsvector GENERATED ALWAYS AS (to_tsvector('english', title || ' ' || body)) STORED;
+CREATE INDEX learnings_search ON learnings USING GIN (search);
+CREATE TRIGGER learning_events_append_only BEFORE UPDATE OR DELETE ON learning_events FOR EACH ROW EXECUTE FUNCTION corral_append_only();
+CREATE TRIGGER learning_events_no_truncate BEFORE TRUNCATE ON learning_events FOR EACH STATEMENT EXECUTE FUNCTION corral_append_only();

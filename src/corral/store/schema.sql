@@ -252,6 +252,9 @@ CREATE TABLE policy_evaluations (
 , seq INTEGER, prev_hash TEXT, hash TEXT);
 CREATE INDEX policy_evaluations_by_job ON policy_evaluations (job_id, attempt, id);
 CREATE UNIQUE INDEX policy_evaluations_chain ON policy_evaluations (seq);
+-- predictive throttling's latest decision per environment (corral.world.throttle)
+CREATE INDEX policy_evaluations_throttle ON policy_evaluations (subject, id)
+    WHERE stage = 'throttle';
 
 -- Each chain's tip (store/chain.py): appends take it with an UPDATE, which serialises them.
 -- keyed_from (migration 0012): the chain's first seq hashed with the key (NULL: none yet).
@@ -479,3 +482,75 @@ CREATE TABLE gc_lease (
     holder      TEXT NOT NULL,
     lease_until REAL NOT NULL
 );
+
+-- migration 0023: the knowledge flywheel (corral/knowledge; FTS in schema.<dialect>.sql)
+CREATE TABLE learnings (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    id             TEXT NOT NULL UNIQUE,
+    tenant         TEXT NOT NULL,
+    role           TEXT NOT NULL,
+    kind           TEXT NOT NULL,
+    title          TEXT NOT NULL,
+    body           TEXT NOT NULL,
+    digest         TEXT NOT NULL,
+    score          REAL NOT NULL,
+    tier           TEXT NOT NULL,
+    confidence     REAL NOT NULL,
+    utility        REAL NOT NULL,
+    maturity       TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    job_id         TEXT,
+    attempt        INTEGER,
+    git_commit     TEXT,
+    created_at     REAL NOT NULL,
+    updated_at     REAL NOT NULL,
+    reward_count   INTEGER NOT NULL DEFAULT 0,
+    helpful_count  INTEGER NOT NULL DEFAULT 0,
+    harmful_count  INTEGER NOT NULL DEFAULT 0,
+    last_reward_at REAL,
+    citations      INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (tenant, role, digest)
+);
+CREATE INDEX learnings_by_scope ON learnings (tenant, role, status);
+CREATE TABLE learning_events (
+    seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+    learning_id       TEXT NOT NULL,
+    at                REAL NOT NULL,
+    action            TEXT NOT NULL,
+    actor             TEXT NOT NULL,
+    reason            TEXT NOT NULL,
+    job_id            TEXT,
+    utility_before    REAL,
+    utility_after     REAL,
+    confidence_before REAL,
+    confidence_after  REAL,
+    maturity_before   TEXT,
+    maturity_after    TEXT,
+    status_before     TEXT,
+    status_after      TEXT
+);
+CREATE INDEX learning_events_by_learning ON learning_events (learning_id, seq);
+CREATE TABLE knowledge_citations (
+    learning_id TEXT NOT NULL,
+    job_id      TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    at          REAL NOT NULL,
+    rank        INTEGER NOT NULL,
+    score       REAL NOT NULL,
+    reward      REAL,
+    PRIMARY KEY (job_id, attempt, learning_id)
+);
+CREATE INDEX knowledge_citations_by_learning ON knowledge_citations (learning_id);
+CREATE TABLE knowledge_runs (
+    job_id     TEXT PRIMARY KEY,
+    attempt    INTEGER NOT NULL,
+    tenant     TEXT NOT NULL,
+    role       TEXT NOT NULL,
+    arm        TEXT NOT NULL,
+    reason     TEXT NOT NULL,
+    injected   INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    succeeded  INTEGER,
+    tool_calls INTEGER
+);
+CREATE INDEX knowledge_runs_by_role ON knowledge_runs (role, arm);

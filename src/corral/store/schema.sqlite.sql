@@ -21,3 +21,9 @@ CREATE TRIGGER job_events_no_update BEFORE UPDATE ON job_events BEGIN SELECT RAI
 CREATE TRIGGER job_events_no_delete BEFORE DELETE ON job_events WHEN OLD.seq IS NULL OR OLD.seq > COALESCE((SELECT seq FROM archive_heads WHERE chain = 'job_events'), 0) BEGIN SELECT RAISE(ABORT, 'job_events is append-only'); END;
 CREATE TRIGGER token_events_no_update BEFORE UPDATE ON token_events BEGIN SELECT RAISE(ABORT, 'token_events is append-only'); END;
 CREATE TRIGGER token_events_no_delete BEFORE DELETE ON token_events BEGIN SELECT RAISE(ABORT, 'token_events is append-only'); END;
+-- migration 0023: the learnings' full-text index (FTS5), their fixed text, their append-only history
+CREATE VIRTUAL TABLE learnings_fts USING fts5(title, body, content='learnings', content_rowid='seq', tokenize='porter unicode61');
+CREATE TRIGGER learnings_fts_insert AFTER INSERT ON learnings BEGIN INSERT INTO learnings_fts (rowid, title, body) VALUES (new.seq, new.title, new.body); END;
+CREATE TRIGGER learnings_text_fixed BEFORE UPDATE OF title, body ON learnings BEGIN SELECT RAISE(ABORT, 'a learning''s title and body never change'); END;
+CREATE TRIGGER learning_events_no_update BEFORE UPDATE ON learning_events BEGIN SELECT RAISE(ABORT, 'learning_events is append-only'); END;
+CREATE TRIGGER learning_events_no_delete BEFORE DELETE ON learning_events BEGIN SELECT RAISE(ABORT, 'learning_events is append-only'); END;

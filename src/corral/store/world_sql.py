@@ -12,7 +12,8 @@ import json
 from collections.abc import Sequence
 
 from corral.domain.agents import Checkpoint
-from corral.domain.models import Baseline, JobEvent, JobSketch
+from corral.domain.ids import id_floor
+from corral.domain.models import AttemptSketch, Baseline, JobEvent, JobSketch
 from corral.domain.states import ACTIVE, TERMINAL, JobState
 from corral.store.driver import Driver, Row
 from corral.store.rows import event_from_row
@@ -21,24 +22,35 @@ _SKETCH = (
     "SELECT id, state, role, worker, env_name, tenant, parent_id, after_ids, deps_pending,"
     " exit_code FROM jobs"
 )
-_ACTIVE = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
+_WAITING = ("QUEUED", "RETRY_WAIT")
+# Live states a job is neither waiting in the queue nor in flight in (those are
+# world_inflight's), read one at a time: `state = ?` always goes down the (state, id) index,
+# where SQLite's estimate for an IN (…) over several may scan.
+_NOT_WAITING = tuple(
+    s.value for s in sorted(ACTIVE) if s.value not in (*_WAITING, "STARTING", "RUNNING")
+)
 _ENDED_STATES = tuple(s.value for s in sorted(TERMINAL))
 WAIT_KINDS = ("wait_started", "wait_ended")
 CHUNK = 500  # ids per IN (…) list
 
 
-def _sketch(r: Row) -> JobSketch:
+_STATES = {s.value: s for s in JobState}  # a dict lookup, not an Enum call, per row
+
+
+def _sketch(r: Row, workflow: str | None = None) -> JobSketch:
+    after = r["after_ids"]
     return JobSketch(
         id=r["id"],
-        state=JobState(r["state"]),
+        state=_STATES[r["state"]],
         role=r["role"],
         worker=r["worker"],
         env_name=r["env_name"],
         tenant=r["tenant"],
         parent_id=r["parent_id"],
-        after=tuple(json.loads(r["after_ids"])) if r["after_ids"] not in (None, "[]") else (),
+        after=tuple(json.loads(after)) if after not in (None, "[]") else (),
         deps_pending=int(r["deps_pending"]),
         exit_code=r["exit_code"],
+        workflow=workflow,
     )
 
 
@@ -49,7 +61,13 @@ class SqlWorld:
 
     async def world_jobs(self, *, finished: int) -> list[JobSketch]:
         async with self.driver.read() as tx:
-            live = await tx.fetchall(f"{_SKETCH} WHERE state IN ({_ACTIVE})")
+            live: list[Row] = []
+            for state in _NOT_WAITING:
+                live += await tx.fetchall(f"{_SKETCH} WHERE state = ?", (state,))
+            live += await tx.fetchall(
+                f"{_SKETCH} WHERE state IN (?, ?) AND (parent_id IS NOT NULL OR deps_pending > 0)",
+                _WAITING,
+            )
             # One ended state at a time: each reads the newest `finished` of its state down the
             # (state, id) index, where one IN (…) over them all would sort every ended job.
             ended: list[Row] = []
@@ -60,6 +78,84 @@ class SqlWorld:
                     )
         newest = sorted(ended, key=lambda r: str(r["id"]), reverse=True)[:finished]
         return [_sketch(r) for r in (*live, *newest)]
+
+    async def world_inflight(self) -> list[tuple[JobSketch, AttemptSketch]]:
+        rows: list[Row] = []
+        async with self.driver.read() as tx:
+            for state in ("STARTING", "RUNNING"):  # down the (state, id) index, one each
+                rows += await tx.fetchall(
+                    "SELECT j.id, j.state, j.role, j.worker, j.env_name, j.tenant, j.parent_id,"
+                    " j.after_ids, j.deps_pending, j.exit_code, j.options,"
+                    " a.idx, a.started_at FROM jobs j JOIN attempts a"
+                    " ON a.job_id = j.id AND a.idx = j.attempts WHERE j.state = ?",
+                    (state,),
+                )
+        rows.sort(key=lambda r: str(r["id"]))
+        return [
+            (
+                _sketch(r, json.loads(r["options"]).get("workflow")),
+                AttemptSketch(index=int(r["idx"]), started_at=r["started_at"]),
+            )
+            for r in rows
+        ]
+
+    async def world_queues(self, *, tenant: str | None = None) -> dict[str, int]:
+        # The states as literals: so SQLite counts down the partial index of waiting jobs
+        # (jobs_waiting, migration 0002), which a bound parameter cannot be matched against.
+        sql = "SELECT env_name, COUNT(*) AS n FROM jobs WHERE state IN ('QUEUED', 'RETRY_WAIT')"
+        params: tuple[str, ...] = ()
+        if tenant is not None:
+            sql, params = sql + " AND tenant = ?", (tenant,)
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(sql + " GROUP BY env_name", params)
+        return {str(r["env_name"]): int(r["n"]) for r in rows}
+
+    async def world_sketches(self, job_ids: Sequence[str]) -> list[JobSketch]:
+        found: list[Row] = []
+        async with self.driver.read() as tx:
+            for i in range(0, len(job_ids), CHUNK):
+                ids = list(job_ids[i : i + CHUNK])
+                found += await tx.fetchall(
+                    f"{_SKETCH} WHERE id IN ({', '.join('?' * len(ids))})", ids
+                )
+        return [_sketch(r) for r in found if JobState(r["state"]) in ACTIVE]
+
+    async def queue_reading(
+        self, env: str, *, since: float
+    ) -> tuple[int, list[float], list[float]]:
+        async with self.driver.read() as tx:
+            row = await tx.fetchone(
+                "SELECT COUNT(*) AS n FROM jobs"
+                " WHERE state IN ('QUEUED', 'RETRY_WAIT') AND env_name = ?",
+                (env,),
+            )
+            # Ids sort by creation time: the window's jobs are a range of the primary key.
+            arrived = await tx.fetchall(
+                "SELECT created_at FROM jobs WHERE id >= ? AND env_name = ? AND created_at >= ?"
+                " AND state NOT IN ('DENIED', 'AWAITING_APPROVAL', 'SUBMITTED')",
+                (id_floor(since), env, since),
+            )
+            started = await tx.fetchall(
+                "SELECT a.created_at FROM attempts a JOIN jobs j ON j.id = a.job_id"
+                " WHERE a.created_at >= ? AND j.env_name = ?",
+                (since, env),
+            )
+        return (
+            int(row["n"]) if row else 0,
+            [float(r["created_at"]) for r in arrived],
+            [float(r["created_at"]) for r in started],
+        )
+
+    async def throttle_state(self, subject: str) -> bool:
+        async with self.driver.read() as tx:
+            # stage as a literal: the partial index of throttle decisions (migration 0027)
+            row = await tx.fetchone(
+                "SELECT reason FROM policy_evaluations WHERE stage = 'throttle' AND subject = ?"
+                " AND reason IN ('throttled', 'still_throttled', 'released')"
+                " ORDER BY id DESC LIMIT 1",
+                (subject,),
+            )
+        return row is not None and row["reason"] != "released"
 
     async def world_records(
         self, job_ids: Sequence[str]

@@ -33,6 +33,7 @@ GOVERNANCE: Mapping[str, str] = {
     "budget_ledger": "budget_ledger",
     "dark_launches": "dark_launch",
     "approval_events": "approval",
+    "token_events": "token",  # an API token created or revoked: never its secret nor its hash
 }
 SOURCES: tuple[str, ...] = (JOB_EVENTS, *GOVERNANCE)
 # Columns that hold JSON text in the tables: published as JSON values, not strings.

@@ -36,6 +36,7 @@ from corral.services import (
     dlq,
     engine,
     queries,
+    runs,
     tenancy,
     tokens,
 )
@@ -47,7 +48,7 @@ from . import render
 from .session import COOKIE, LOGIN_COOKIE, Session, Signer
 
 HERE = Path(__file__).parent
-RUNS_READ, RUNS_SHOWN = 1_000, 200  # the runs page: newest runs read, of them the tenant's shown
+RUNS_SHOWN = 200  # the runs page: the tenant's newest runs
 LOG_TAIL = 64 * 1024  # bytes of output the job page shows (the end of the latest attempt's)
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -392,6 +393,7 @@ def _job_routes(ui: FastAPI) -> None:
             "stdout": out,
             "stderr": err,
             "checkpoints": await st.store.checkpoints(job.id),
+            "runs": await runs.training_runs(st.store, d.job),
         }
 
     @ui.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -646,6 +648,7 @@ def _mechanism_routes(ui: FastAPI) -> None:
     @ui.get("/runs", response_class=HTMLResponse)
     async def runs(request: Request, viewer: JobsRead) -> HTMLResponse:
         st = _st(request)
-        found = await queries.runs(st.store, limit=RUNS_READ, state=None)
-        mine = [r for r in found.runs if r.tenant == viewer.token.tenant][:RUNS_SHOWN]
-        return _page(request, "runs.html", viewer, runs=mine)
+        found = await queries.runs(
+            st.store, limit=RUNS_SHOWN, state=None, tenant=viewer.token.tenant
+        )
+        return _page(request, "runs.html", viewer, runs=found.runs)

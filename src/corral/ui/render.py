@@ -11,6 +11,7 @@ from typing import Any
 from jinja2 import Environment
 
 CHART_W, CHART_H = 240, 48
+CURVE_W, CURVE_H = 320, 96  # a training run's loss curve
 
 
 def when(ts: float | None) -> str:
@@ -46,10 +47,26 @@ def points(values: Sequence[int]) -> str:
     )
 
 
+def curve(series: Sequence[Sequence[float]]) -> str:
+    """A loss curve's polyline: (step, value) pairs scaled to CURVE_W × CURVE_H, the lowest
+    value at the bottom."""
+    if not series:
+        return ""
+    xs, ys = [float(p[0]) for p in series], [float(p[1]) for p in series]
+    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    dx, dy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
+    return " ".join(
+        f"{(x - x0) / dx * (CURVE_W - 4) + 2:.1f},{CURVE_H - 2 - (y - y0) / dy * (CURVE_H - 4):.1f}"
+        for x, y in zip(xs, ys, strict=True)
+    )
+
+
 def as_json(value: Mapping[str, Any] | Sequence[Any] | None) -> str:
     return json.dumps(value, indent=1, sort_keys=True, default=str, ensure_ascii=False)
 
 
 def install(env: Environment) -> None:
-    env.filters.update(when=when, seconds=seconds, short=short, points=points, as_json=as_json)
-    env.globals.update(chart_w=CHART_W, chart_h=CHART_H)
+    env.filters.update(
+        when=when, seconds=seconds, short=short, points=points, curve=curve, as_json=as_json
+    )
+    env.globals.update(chart_w=CHART_W, chart_h=CHART_H, curve_w=CURVE_W, curve_h=CURVE_H)

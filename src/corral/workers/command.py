@@ -17,10 +17,11 @@ from pathlib import Path
 
 from corral.core.ports import AttemptRef
 from corral.domain.bounds import MAX_USD, loads_bounded
+from corral.domain.errors import WorkerMisconfigured
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import EnvSpec, Settings
 from corral.domain.states import Fault, Outcome
-from corral.workers import process, rayjob
+from corral.workers import process, rayauth, rayjob
 from corral.workers.faults import command_fault
 from corral.workers.notes import read_note
 from corral.workers.process import Output, ShimProcess, ShimResult
@@ -48,6 +49,7 @@ log = logging.getLogger("corral.worker")
 
 RESULT_FILE = "job-result.json"  # in the attempt directory; its path is $CORRAL_RESULT_FILE
 RESULT_ENV = "CORRAL_RESULT_FILE"
+SECRET_NAMES_ENV = "CORRAL_SECRET_NAMES"  # a training job's secret names (workers/training.py)
 MAX_RESULT_BYTES = 64 * 1024
 
 _OUTCOME = {
@@ -261,10 +263,17 @@ class CommandWorker:
             "CORRAL_WORKER": self.kind,
             RESULT_ENV: str(attempt_dir.resolve() / RESULT_FILE),
         }
+        if "training" in job.options.extra:  # names only: the runner moves them to a file
+            env[SECRET_NAMES_ENV] = ",".join(job.options.secret_env)
         argv, remote = self.argv(job), self._ray_env(job)
         if remote is not None:  # a Ray environment: the attempt is a Ray job (workers/rayjob.py)
             assert remote.address is not None  # the configuration refuses a ray env without one
+            token = rayauth.token(remote, self.launch.environ)
+            if token is not None:  # to the watcher only, and redacted from what it writes
+                env[rayauth.WATCHER_ENV] = token
+                output = replace(output, secrets=(*output.secrets, token))
             own = set(job.env) | {"CORRAL_JOB_ID", "CORRAL_ATTEMPT", "CORRAL_WORKER", RESULT_ENV}
+            own |= {SECRET_NAMES_ENV} & set(env)
             argv = rayjob.argv(
                 address=remote.address,
                 sid=rayjob.submission_id(job.id, attempt.index),
@@ -304,7 +313,11 @@ class CommandWorker:
         if remote is not None and remote.address is not None:
             # the watcher is gone: Ray may still know the job by its submission id
             sid = rayjob.submission_id(job.id, attempt.index)
-            ended = rayjob.reconcile(remote.address, sid, Path(attempt.dir))
+            try:
+                token = rayauth.token(remote, self.launch.environ)
+            except WorkerMisconfigured:
+                token = None  # Ray then refuses the call: the attempt is lost, not guessed
+            ended = rayjob.reconcile(remote.address, sid, Path(attempt.dir), token)
             if ended is not None:
                 return with_note(ended, Path(attempt.dir))
         if found.state == "vanished":

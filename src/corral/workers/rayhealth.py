@@ -5,10 +5,13 @@ CPUs and GPUs total and used, and its jobs by status (Corral's own and the other
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+from corral.workers import rayauth
 
 TIMEOUT_S = 3.0
 
@@ -29,18 +32,38 @@ class ClusterHealth:
     corral_jobs: dict[str, int] = field(default_factory=dict)  # by status, Corral's own
 
 
-def _get(address: str, path: str, timeout: float) -> Any:
-    with urllib.request.urlopen(f"{address.rstrip('/')}{path}", timeout=timeout) as resp:
+def _get(address: str, path: str, timeout: float, token: str | None = None) -> Any:
+    req = urllib.request.Request(f"{address.rstrip('/')}{path}", headers=rayauth.headers(token))
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
 
 
-def probe(env: str, address: str, timeout: float = TIMEOUT_S) -> ClusterHealth:
+def reachable(address: str, token: str | None = None, timeout: float = TIMEOUT_S) -> str | None:
+    """Whether the job server answers now: None when it does, else why not. The cheapest call
+    of its API, for the core's health probe (core/server.py). A refusal of the token (401, 403)
+    is an answer: the cluster is up and the attempts fail on it with that error, loudly, instead
+    of waiting in the queue for a cluster that is not down."""
+    try:
+        _get(address, "/api/version", timeout, token)
+    except urllib.error.HTTPError as err:
+        if err.code < 500:
+            return None
+        return rayauth.scrub(f"HTTP {err.code} from the job server", token)
+    except (OSError, ValueError) as err:
+        return rayauth.scrub(str(err), token)[:300]
+    return None
+
+
+def probe(
+    env: str, address: str, timeout: float = TIMEOUT_S, token: str | None = None
+) -> ClusterHealth:
     """Ask the cluster now; an unreachable one says so (never raises)."""
     try:
-        status = _get(address, "/api/cluster_status", timeout)
-        jobs = _get(address, "/api/jobs/", timeout)
+        status = _get(address, "/api/cluster_status", timeout, token)
+        jobs = _get(address, "/api/jobs/", timeout, token)
     except (OSError, ValueError) as err:
-        return ClusterHealth(env=env, address=address, reachable=False, error=str(err)[:300])
+        error = rayauth.scrub(str(err), token)[:300]
+        return ClusterHealth(env=env, address=address, reachable=False, error=error)
     data = (status or {}).get("data", {}).get("clusterStatus", {}) or {}
     report = data.get("autoscalerReport", {}) or {}
     usage = (data.get("loadMetricsReport", {}) or {}).get("usage", {}) or {}

@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from corral.workers import rayauth
 from corral.workers.notes import write_note
 
 if TYPE_CHECKING:
@@ -109,20 +110,21 @@ class RestJobs:
     "already exists"). Importing Ray costs a watcher seconds of start-up per attempt
     (bench/ray.py measured it); this costs nothing."""
 
-    def __init__(self, address: str, timeout: float = 30.0) -> None:
+    def __init__(self, address: str, timeout: float = 30.0, token: str | None = None) -> None:
         self.base = address.rstrip("/")
         self.timeout = timeout
+        self._auth = rayauth.headers(token)  # on every call, as the client sends it
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         import urllib.error
         import urllib.request
 
         data = None if body is None else json.dumps(body).encode()
+        headers = dict(self._auth)
+        if data is not None:
+            headers["Content-Type"] = "application/json"
         req = urllib.request.Request(
-            f"{self.base}{path}",
-            data=data,
-            method=method,
-            headers={"Content-Type": "application/json"} if data is not None else {},
+            f"{self.base}{path}", data=data, method=method, headers=headers
         )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
@@ -154,8 +156,8 @@ class RestJobs:
         return str(self._call("GET", f"/api/jobs/{sid}/logs")["logs"])
 
 
-def _client(address: str) -> Any:
-    return RestJobs(address)
+def _client(address: str, token: str | None = None) -> Any:
+    return RestJobs(address, token=token)
 
 
 def _info(client: Any, sid: str) -> Any | None:
@@ -239,8 +241,9 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     sid = args.submission_id
     env_file = attempt_dir / ENV_FILE
     out = sys.stdout.buffer
+    token = os.environ.pop(rayauth.WATCHER_ENV, None) or None  # never passed on to the job
     try:
-        client = _client(args.address)
+        client = _client(args.address, token)
         info = _info(client, sid)
         if info is None:
             _write_env(env_file, args.pass_env)
@@ -253,7 +256,8 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         with contextlib.suppress(FileNotFoundError):
             env_file.unlink()
         return _ray_failed(
-            attempt_dir, f"cannot submit to the Ray cluster at {args.address}: {err}"
+            attempt_dir,
+            rayauth.scrub(f"cannot submit to the Ray cluster at {args.address}: {err}", token),
         )
     offset_file = attempt_dir / OFFSET_FILE
     stop_sent_at: float | None = None
@@ -274,7 +278,10 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
                 if failures >= args.unreachable_polls:
                     return _ray_failed(
                         attempt_dir,
-                        f"lost the Ray cluster at {args.address} while following {sid}: {err}",
+                        rayauth.scrub(
+                            f"lost the Ray cluster at {args.address} while following {sid}: {err}",
+                            token,
+                        ),
                     )
                 time.sleep(args.poll)
                 continue
@@ -321,7 +328,9 @@ def _ray_failed(attempt_dir: Path, message: str) -> int:
     return EXIT_RAY
 
 
-def reconcile(address: str, sid: str, attempt_dir: Path) -> AttemptResult | None:
+def reconcile(
+    address: str, sid: str, attempt_dir: Path, token: str | None = None
+) -> AttemptResult | None:
     """An attempt whose watcher vanished (no shim, no result): what Ray knows of its job. A job
     that ended is collected (its exit code; what it logged after the watcher died stays in
     Ray's job log, unredacted output never reaches the attempt's log); one still
@@ -332,13 +341,15 @@ def reconcile(address: str, sid: str, attempt_dir: Path) -> AttemptResult | None
     from corral.domain.states import Fault, Outcome
 
     try:
-        client = _client(address)
+        client = _client(address, token)
         info = _info(client, sid)
     except Exception as err:
         return AttemptResult(
             outcome=Outcome.LOST,
             fault=Fault.WORKER,
-            error=f"watcher of Ray job {sid} vanished and the cluster cannot be asked: {err}",
+            error=rayauth.scrub(
+                f"watcher of Ray job {sid} vanished and the cluster cannot be asked: {err}", token
+            ),
         )
     if info is None:
         return None

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from corral.domain.agents import Checkpoint
-from corral.domain.models import Attempt, Job
 from corral.domain.states import JobState
 
 
@@ -50,6 +49,19 @@ class JobLike(Protocol):
     def deps_pending(self) -> int: ...
     @property
     def exit_code(self) -> int | None: ...
+    @property
+    def worker(self) -> str: ...
+    @property
+    def workflow(self) -> str | None: ...
+
+
+class AttemptLike(Protocol):
+    """What the snapshot reads of an attempt in flight: an Attempt, or an AttemptSketch."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def started_at(self) -> float | None: ...
 
 
 EdgeKind = Literal["spawned_by", "blocked_by", "waits_for", "waits_for_slot"]
@@ -166,16 +178,19 @@ WAITING = frozenset({JobState.QUEUED, JobState.RETRY_WAIT})
 
 def build(
     jobs: Iterable[JobLike],
-    inflight: Sequence[tuple[Job, Attempt]],
+    inflight: Sequence[tuple[JobLike, AttemptLike]],
     checkpoints: Mapping[str, Checkpoint],
     waits: Mapping[str, Iterable[str]],
     caps: Caps,
     *,
     now: float,
+    queued: Mapping[str, int] | None = None,
 ) -> World:
     """The world as these records show it. `jobs` are the jobs to show (the active ones and
     any finished ones worth a causal link); `checkpoints` the latest of each running job;
-    `waits` the jobs each running job is following to their end."""
+    `waits` the jobs each running job is following to their end; `queued` the jobs waiting in
+    each environment's queue, when counted apart (then `jobs` need not hold the waiting jobs
+    that no other job submitted and no dependency holds back: they add no edge and no link)."""
     by_id: dict[str, JobLike] = {j.id: j for j in jobs}
     for j, _ in inflight:
         by_id.setdefault(j.id, j)
@@ -185,7 +200,7 @@ def build(
     return World(
         at=now,
         agents=agents,
-        environments=_environments(by_id, holders, caps),
+        environments=_environments(by_id, holders, caps, queued),
         edges=edges,
         causal=tuple(
             _causal(j, by_id)
@@ -196,13 +211,13 @@ def build(
     )
 
 
-def _agent(j: Job, a: Attempt, cp: Checkpoint | None) -> AgentView:
+def _agent(j: JobLike, a: AttemptLike, cp: Checkpoint | None) -> AgentView:
     current = cp is not None and cp.attempt == a.index
     return AgentView(
         job_id=j.id,
         attempt=a.index,
         role=j.role,
-        kind=j.options.workflow or j.worker,
+        kind=j.workflow or j.worker,
         state=j.state,
         worker=j.worker,
         env=j.env_name,
@@ -214,7 +229,7 @@ def _agent(j: Job, a: Attempt, cp: Checkpoint | None) -> AgentView:
     )
 
 
-def _holders(inflight: Sequence[tuple[Job, Attempt]]) -> dict[str, list[str]]:
+def _holders(inflight: Sequence[tuple[JobLike, AttemptLike]]) -> dict[str, list[str]]:
     """Slot → the jobs holding one: `role:NAME` and `env:NAME`."""
     held: dict[str, list[str]] = defaultdict(list)
     for j, _ in inflight:
@@ -278,12 +293,18 @@ def _ancestors(j: JobLike, by_id: Mapping[str, JobLike]) -> set[str]:
 
 
 def _environments(
-    by_id: Mapping[str, JobLike], holders: Mapping[str, list[str]], caps: Caps
+    by_id: Mapping[str, JobLike],
+    holders: Mapping[str, list[str]],
+    caps: Caps,
+    counted: Mapping[str, int] | None,
 ) -> tuple[EnvView, ...]:
     queued: dict[str, int] = defaultdict(int)
-    for j in by_id.values():
-        if j.state in WAITING:
-            queued[j.env_name] += 1
+    if counted is not None:
+        queued.update({n: c for n, c in counted.items() if c > 0})
+    else:
+        for j in by_id.values():
+            if j.state in WAITING:
+                queued[j.env_name] += 1
     names = sorted(set(caps.envs) | set(queued) | {s[4:] for s in holders if s.startswith("env:")})
     return tuple(
         EnvView(
@@ -345,7 +366,40 @@ def find_deadlocks(edges: Iterable[Edge]) -> tuple[Deadlock, ...]:
                 hard[source].extend(group)
                 del pending[(source, slot)]
                 changed = True
-    return tuple(_cycle(hard, comp) for comp in _components(hard))
+    core = _trim(hard)
+    return tuple(_cycle(core, comp) for comp in _components(core))
+
+
+def _trim(graph: Mapping[str, list[Edge]]) -> dict[str, list[Edge]]:
+    """The graph without the jobs no cycle can pass through: one nothing waits on, or one
+    that waits on nothing (left), repeatedly. Thousands of queued jobs behind running ones
+    wait on jobs that wait on nothing: the search for cycles then looks at the few left."""
+    outs: dict[str, int] = defaultdict(int)
+    ins: dict[str, list[Edge]] = defaultdict(list)
+    for source, es in graph.items():
+        for e in es:
+            outs[source] += 1
+            ins[e.target].append(e)
+    incoming = {node: len(es) for node, es in ins.items()}
+    nodes = set(outs) | set(ins)
+    gone = [n for n in nodes if not outs.get(n) or not incoming.get(n)]
+    removed: set[str] = set()
+    while gone:
+        node = gone.pop()
+        if node in removed:
+            continue
+        removed.add(node)
+        for e in graph.get(node, ()):  # what it waits on loses a waiter
+            incoming[e.target] -= 1
+            if incoming[e.target] == 0:
+                gone.append(e.target)
+        for e in ins.get(node, ()):  # what waits on it loses a way on
+            outs[e.source] -= 1
+            if outs[e.source] == 0:
+                gone.append(e.source)
+    return {
+        n: [e for e in es if e.target not in removed] for n, es in graph.items() if n not in removed
+    }
 
 
 def _reaches(graph: Mapping[str, list[Edge]], start: str, goal: str) -> bool:

@@ -499,6 +499,12 @@ class Context:
         return self.role.model or spec.model
 
 
+def system_prompt(job: Job, role: RoleSpec) -> str:
+    """What the agent's system prompt gets appended: the role's instructions, then the
+    learnings the dispatcher injected for this attempt (runtime/flywheel.py), if any."""
+    return "\n\n".join(p for p in (role.system_prompt, job.options.knowledge or "") if p)
+
+
 def agent_prompt(job: Job) -> str:
     """What the agent is asked: the job's prompt, or its command as one line."""
     if job.prompt:

@@ -7,7 +7,13 @@ import json
 import uuid
 
 from corral.domain.models import Job
-from corral.workers.agents.base import AgentWorker, Context, agent_prompt, scope_tools
+from corral.workers.agents.base import (
+    AgentWorker,
+    Context,
+    agent_prompt,
+    scope_tools,
+    system_prompt,
+)
 from corral.workers.streams import ClaudeStreamParser, StreamParser
 
 
@@ -89,8 +95,8 @@ class ClaudeCodeWorker(AgentWorker):
             argv += ["--model", model]
         if role.max_turns:
             argv += ["--max-turns", str(role.max_turns)]
-        if role.system_prompt:
-            argv += ["--append-system-prompt", role.system_prompt]
+        if appended := system_prompt(job, role):
+            argv += ["--append-system-prompt", appended]
         if ctx.resume:
             argv += ["--resume", ctx.resume]
         elif ctx.session_id:

@@ -12,7 +12,7 @@ from typing import Any
 from corral.domain.errors import WorkerError
 from corral.domain.models import Job
 from corral.policy.scopes import Scope, shell_command
-from corral.workers.agents.base import AgentWorker, Context, agent_prompt
+from corral.workers.agents.base import AgentWorker, Context, agent_prompt, system_prompt
 from corral.workers.codexcalls import codex_shell_call
 from corral.workers.modelgate import TOKEN_ENV
 from corral.workers.streams import CodexStreamParser, StreamParser
@@ -108,8 +108,10 @@ class CodexWorker(AgentWorker):
     def argv(self, job: Job, ctx: Context) -> list[str]:
         role = ctx.role
         prompt = agent_prompt(job)
-        if role.system_prompt:  # codex exec has no flag of its own for a role's instructions
-            prompt = f"{role.system_prompt}\n\n{prompt}"
+        if instructions := system_prompt(
+            job, role
+        ):  # codex exec has no flag of its own for a role's instructions
+            prompt = f"{instructions}\n\n{prompt}"
         argv = [ctx.binary, "exec"]
         if ctx.resume:
             argv.append("resume")

@@ -12,7 +12,14 @@ from typing import Any
 from corral.domain.models import Job
 from corral.domain.settings import WorkerSpec
 from corral.policy.scopes import Scope
-from corral.workers.agents.base import AgentWorker, Context, Gateway, agent_prompt, scope_tools
+from corral.workers.agents.base import (
+    AgentWorker,
+    Context,
+    Gateway,
+    agent_prompt,
+    scope_tools,
+    system_prompt,
+)
 from corral.workers.modelgate import TOKEN_ENV
 from corral.workers.streams import OpenCodeStreamParser, StreamParser
 
@@ -188,8 +195,8 @@ class OpenCodeWorker(AgentWorker):
     def argv(self, job: Job, ctx: Context) -> list[str]:
         role = ctx.role
         prompt = agent_prompt(job)
-        if role.system_prompt:
-            prompt = f"{role.system_prompt}\n\n{prompt}"
+        if instructions := system_prompt(job, role):
+            prompt = f"{instructions}\n\n{prompt}"
         argv = [ctx.binary, "run", "--format", "json"]
         if model := ctx.model(self.spec):
             argv += ["-m", model]

@@ -1,0 +1,390 @@
+"""The dispatch scenarios of bench/run.py beside the workloads (the task):
+
+- `LAT`: submit → RUNNING on an idle engine (p50/p99), against the bare loop's insert → spawned
+  → RUNNING committed;
+- `Q100K`: the same engine with 100 and with 100,000 jobs queued: the store's claim query, the
+  engine's ms per job over its first 100 jobs, its peak RSS (and its core child's), and
+  `corral jobs --json` (default page of 50) against the store;
+- `CLI`: `corral jobs --json` on an empty store against `python -c pass` (the interpreter's own
+  start), plus the import count of the command.
+
+Every figure has its baseline measured in the same run; bench/README.md says how to read them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from corral.config import Config
+from corral.core.ports import QueueFilter
+from corral.domain.models import JobSpec
+from corral.runtime.control import poke
+from corral.services.submissions import submissions
+from corral.store.rows import JOB_COLUMNS
+from corral.store.sqlite import SqliteStore
+
+LAT_COMMAND = ("sleep", "0.1")  # long enough that RUNNING is recorded before the end
+RSS_TARGET_MB = 300.0
+CLI_TARGET_S = 0.15
+FIRST_JOBS = 100  # Q100K: the engine's pace over its first this many jobs
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+# --------------------------------------------------------------------------- CPU per job
+
+
+def cpu_split_ms(corral_cpu: dict[str, float] | None, bare_cpu: dict[str, float] | None, n: int):
+    """CPU ms per job by process: the engine, its core child, the shims (what was reaped in the
+    engine's tree minus the jobs' own CPU) and the jobs (the bare loop's jobs, per job, in the
+    same run: the same command), the submitter; and the bare loop's own and its jobs'."""
+    if not corral_cpu or not bare_cpu or n <= 0:
+        return None
+    job = bare_cpu["jobs"] * 1000 / n
+    reaped = corral_cpu.get("shims_and_jobs", 0.0) * 1000 / n
+    out = {
+        "engine": corral_cpu.get("engine", 0.0) * 1000 / n,
+        "core": corral_cpu.get("core", 0.0) * 1000 / n,
+        "shim": max(0.0, reaped - job),
+        "job": job,
+        "submitter": corral_cpu.get("submitter", 0.0) * 1000 / n,
+        "bare_loop": bare_cpu["loop"] * 1000 / n,
+        "bare_job": job,
+    }
+    out["corral_total"] = out["engine"] + out["core"] + out["shim"] + out["job"]
+    out["bare_total"] = out["bare_loop"] + out["bare_job"]
+    out["overhead_ratio"] = (
+        (out["corral_total"] - job) / out["bare_loop"] if out["bare_loop"] else None
+    )
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------- LAT
+
+
+def _attempt_times(db: Path, job_id: str) -> tuple[float, float | None, float | None, str]:
+    with sqlite3.connect(db, timeout=5) as conn:
+        row = conn.execute(
+            "SELECT j.created_at, a.created_at, a.started_at, j.state FROM jobs j"
+            " LEFT JOIN attempts a ON a.job_id = j.id WHERE j.id = ? ORDER BY a.idx LIMIT 1",
+            (job_id,),
+        ).fetchone()
+    return float(row[0]), row[1], row[2], str(row[3])
+
+
+async def _corral_latency(cfg: Config, n: int) -> dict[str, list[float]]:
+    store = SqliteStore(cfg.db_path)
+    await store.open()
+    svc = submissions(store, cfg)
+    permit, running = [], []
+    try:
+        for _ in range(n):
+            job = (await svc.submit(JobSpec(command=LAT_COMMAND, cwd=str(cfg.data_dir)))).job
+            poke(cfg.data_dir)  # as `corral submit` does
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                created, claimed, started, state = _attempt_times(cfg.db_path, job.id)
+                if started is not None and state in ("SUCCEEDED", "FAILED"):
+                    permit.append((claimed - created) * 1000)
+                    running.append((started - created) * 1000)
+                    break
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.05)  # idle again
+    finally:
+        await store.close()
+    return {"permit": permit, "running": running}
+
+
+async def _bare_latency(work: Path, n: int, env: dict[str, str]) -> list[float]:
+    db = sqlite3.connect(work / "bare-lat.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.execute("CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT, created_at REAL)")
+    out = []
+    for i in range(n):
+        created = time.time()
+        db.execute("INSERT INTO jobs VALUES (?, 'QUEUED', ?)", (f"j{i}", created))
+        jdir = work / "lat" / f"j{i}"
+        jdir.mkdir(parents=True)
+        with open(jdir / "stdout.log", "ab") as o, open(jdir / "stderr.log", "ab") as e:
+            proc = await asyncio.create_subprocess_exec(
+                *LAT_COMMAND, stdin=subprocess.DEVNULL, stdout=o, stderr=e, env=env
+            )
+        db.execute("UPDATE jobs SET state = 'RUNNING' WHERE id = ?", (f"j{i}",))
+        out.append((time.time() - created) * 1000)
+        await proc.wait()
+        db.execute("UPDATE jobs SET state = 'SUCCEEDED' WHERE id = ?", (f"j{i}",))
+        await asyncio.sleep(0.05)
+    db.close()
+    return out
+
+
+def run_latency(
+    work: Path, n: int, start_engine: Callable[[Config], Any], cfg: Config, env: dict[str, str]
+) -> dict[str, Any]:
+    """Submit one job at a time to an idle live engine and wait for its end; the bare loop
+    does the same (insert, spawn, RUNNING committed)."""
+    bare = asyncio.run(_bare_latency(work, n, env))
+    engine = start_engine(cfg)
+    try:
+        engine.wait_ready()
+        corral = anyio.run(_corral_latency, cfg, n)
+    finally:
+        engine.stop()
+        engine.kill()
+    row: dict[str, Any] = {"jobs": n, "command": " ".join(LAT_COMMAND)}
+    for name, values in (("permit", corral["permit"]), ("running", corral["running"])):
+        row[f"{name}_p50_ms"] = round(pct(values, 50), 2)
+        row[f"{name}_p99_ms"] = round(pct(values, 99), 2)
+    row["baseline_p50_ms"] = round(pct(bare, 50), 2)
+    row["baseline_p99_ms"] = round(pct(bare, 99), 2)
+    row["ratio_p50"] = round(row["running_p50_ms"] / row["baseline_p50_ms"], 2)
+    row["measured"] = len(corral["running"])
+    row["target_p50_ms"] = 5.0
+    row["meets_target"] = row["running_p50_ms"] < 5.0
+    return row
+
+
+# --------------------------------------------------------------------------- Q100K
+
+
+def fill_queued(db: Path, n: int, work: Path) -> None:
+    """`n` QUEUED command jobs (/bin/true) with plain INSERTs in the store's column order."""
+    now = time.time()
+    base: dict[str, object] = {
+        "state": "QUEUED",
+        "role": "default",
+        "worker": "command",
+        "env_name": "local",
+        "priority": 0,
+        "tenant": "default",
+        "command": json.dumps(["/bin/true"]),
+        "prompt": None,
+        "cwd": str(work),
+        "env": "{}",
+        "options": "{}",
+        "max_attempts": 3,
+        "timeout_s": 600.0,
+        "grace_s": 10.0,
+        "idem_key": None,
+        "dedup": "coalesce",
+        "workspace": None,
+        "parent_id": None,
+        "depth": 0,
+        "retry_at": None,
+        "attempts": 0,
+        "deps_pending": 0,
+        "after_ids": "[]",
+        "last_error": None,
+        "exit_code": None,
+        "limit_hit": None,
+        "cancel_requested": None,
+        "stop_kind": None,
+        "requeued_from": None,
+        "dlq_resolution": None,
+        "lease_owner": None,
+        "lease_until": None,
+        "max_tool_calls": 50,
+        "token_budget_in": 100000,
+        "token_budget_out": 10000,
+    }
+    from corral.domain.ids import new_id
+
+    rows = []
+    for i in range(n):
+        at = now - n * 0.001 + i * 0.001
+        job = {**base, "id": new_id(int(at * 1000)), "created_at": at, "updated_at": at}
+        job["sort_at"] = at
+        rows.append(tuple(job[c] for c in JOB_COLUMNS))
+    with sqlite3.connect(db) as conn:
+        conn.executemany(
+            f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES "
+            f"({', '.join('?' * len(JOB_COLUMNS))})",
+            rows,
+        )
+    with sqlite3.connect(db) as conn:
+        conn.execute("ANALYZE")
+
+
+async def _claim_times(db: Path, rounds: int) -> list[float]:
+    store = SqliteStore(db)
+    await store.open()
+    try:
+        out = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            jobs = await store.reserve(
+                engine_id="bench", now=time.time(), limit=8, where=QueueFilter()
+            )
+            out.append((time.perf_counter() - t0) * 1000)
+            assert len(jobs) == 8
+        return out
+    finally:
+        await store.close()
+
+
+def _vm_hwm_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _ended_times(db: Path) -> list[float]:
+    with sqlite3.connect(db, timeout=5) as conn:
+        rows = conn.execute(
+            "SELECT updated_at FROM jobs WHERE state = 'SUCCEEDED' ORDER BY updated_at"
+        ).fetchall()
+    return [float(r[0]) for r in rows]
+
+
+def _cli_times(argv: list[str], runs: int, env: dict[str, str]) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = subprocess.run(argv, capture_output=True, env=env, check=False)
+        out.append(time.perf_counter() - t0)
+        if r.returncode != 0:
+            raise RuntimeError(f"{argv} failed: {r.stderr.decode(errors='replace')[-500:]}")
+    return out
+
+
+def run_queued_one(
+    work: Path,
+    n: int,
+    cfg: Config,
+    start_engine: Callable[[Config], Any],
+    descendants: Callable[[int], list[int]],
+    env: dict[str, str],
+) -> dict[str, Any]:
+    anyio.run(_migrate, cfg.db_path)
+    t0 = time.perf_counter()
+    fill_queued(cfg.db_path, n, work)
+    filled_s = time.perf_counter() - t0
+    claim = anyio.run(_claim_times, cfg.db_path, 100)
+    jobs_cli = _cli_times(
+        [sys.executable, "-m", "corral", "jobs", "--json", "--data-dir", str(cfg.data_dir)],
+        5,
+        env,
+    )
+    engine = start_engine(cfg)
+    rss: dict[str, float | None] = {}
+    try:
+        engine.wait_ready()
+        deadline = time.monotonic() + 60
+        while len(_ended_times(cfg.db_path)) < FIRST_JOBS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rss["engine_mb"] = _vm_hwm_mb(engine.proc.pid)
+        core = [
+            p
+            for p in descendants(engine.proc.pid)
+            if b" core" in Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")
+        ]
+        rss["core_mb"] = _vm_hwm_mb(core[0]) if core else None
+    finally:
+        engine.stop()
+        engine.kill()
+    ended = _ended_times(cfg.db_path)[:FIRST_JOBS]
+    skip = 10  # the first jobs share the engine's start
+    per_job = (
+        (ended[-1] - ended[skip]) * 1000 / (len(ended) - 1 - skip)
+        if len(ended) > skip + 1
+        else None
+    )
+    return {
+        "queued": n,
+        "fill_s": round(filled_s, 2),
+        "claim_p50_ms": round(pct(claim, 50), 3),
+        "claim_p99_ms": round(pct(claim, 99), 3),
+        "engine_ms_per_job": round(per_job, 2) if per_job else None,
+        "jobs_measured": len(ended),
+        "engine_rss_mb": round(rss["engine_mb"], 1) if rss.get("engine_mb") else None,
+        "core_rss_mb": round(rss["core_mb"], 1) if rss.get("core_mb") else None,
+        "cli_jobs_json_p50_s": round(statistics.median(jobs_cli), 3),
+    }
+
+
+async def _migrate(db: Path) -> None:
+    store = SqliteStore(db)
+    await store.open()
+    await store.close()
+
+
+def summarize_queued(small: dict[str, Any], big: dict[str, Any]) -> dict[str, Any]:
+    def ratio(key: str) -> float | None:
+        a, b = small.get(key), big.get(key)
+        return round(b / a, 2) if a and b else None
+
+    return {
+        "small": small,
+        "big": big,
+        "claim_ratio_p50": ratio("claim_p50_ms"),
+        "engine_ms_per_job_ratio": ratio("engine_ms_per_job"),
+        "cli_ratio": ratio("cli_jobs_json_p50_s"),
+        "rss_target_mb": RSS_TARGET_MB,
+        "meets_rss_target": bool(big.get("engine_rss_mb")) and big["engine_rss_mb"] < RSS_TARGET_MB,
+    }
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def run_cli(work: Path, runs: int, env: dict[str, str]) -> dict[str, Any]:
+    """`corral jobs --json` on an empty store against the bare interpreter start, alternated."""
+    data = work / "cli-data"
+    data.mkdir(parents=True)
+    py = [sys.executable, "-c", "pass"]
+    cmd = [sys.executable, "-m", "corral", "jobs", "--json", "--data-dir", str(data)]
+    _cli_times(cmd, 1, env)  # creates the store: measured is the steady case
+    bare, corral = [], []
+    for _ in range(runs):
+        bare += _cli_times(py, 1, env)
+        corral += _cli_times(cmd, 1, env)
+    imports = subprocess.run(
+        [sys.executable, "-X", "importtime", *cmd[1:]],
+        capture_output=True,
+        env=env,
+        check=False,
+        text=True,
+    ).stderr.count("import time:")
+    p50 = statistics.median(corral)
+    base = statistics.median(bare)
+    return {
+        "runs": runs,
+        "p50_s": round(p50, 3),
+        "p99_s": round(pct(corral, 99), 3),
+        "baseline_p50_s": round(base, 3),
+        "over_baseline_s": round(p50 - base, 3),
+        "ratio": round(p50 / base, 2) if base else None,
+        "modules_imported": imports - 1,
+        "target_s": CLI_TARGET_S,
+        "meets_target": p50 < CLI_TARGET_S,
+    }
+
+
+def job_env() -> dict[str, str]:
+    keys = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR")
+    return {k: os.environ[k] for k in keys if k in os.environ}

@@ -1,0 +1,103 @@
+"""Commands whose module is imported when they are used: `corral jobs` loads the job commands,
+not the governance, guardrail, policy and world ones (and what they import). `corral --help`
+and completion still see every command: listing names costs nothing, and help loads them all
+to print their one-line summaries."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from types import ModuleType
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+Register = Callable[[typer.Typer], object]  # adds a module's commands to an app
+
+
+class LazyCommands(MutableMapping[str, Any]):
+    """The group's commands by name: the ones built already, plus the names of the lazy ones,
+    each built (its whole module at once) when it is looked up."""
+
+    def __init__(
+        self,
+        built: MutableMapping[str, Any],
+        lazy: Mapping[str, Register],
+        order: Sequence[str],
+    ) -> None:
+        self._built = dict(built)
+        self._lazy = dict(lazy)  # command name → the register function of its module
+        self._order = tuple(order)
+
+    def _load(self, name: str) -> None:
+        register = self._lazy[name]
+        app = typer.Typer(rich_markup_mode=None)
+        register(app)
+        group = typer.main.get_group(app)
+        for n, cmd in group.commands.items():
+            self._built.setdefault(n, cmd)
+        for n in [n for n, r in self._lazy.items() if r is register]:
+            del self._lazy[n]
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built and name in self._lazy:
+            self._load(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, cmd: Any) -> None:
+        self._built[name] = cmd
+        self._lazy.pop(name, None)
+
+    def __delitem__(self, name: str) -> None:
+        self._lazy.pop(name, None)
+        self._built.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._built or name in self._lazy
+
+    def _names(self) -> list[str]:
+        known = set(self._built) | set(self._lazy)
+        first = [n for n in self._order if n in known]
+        return first + [n for n in [*self._built, *self._lazy] if n not in set(first)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(set(self._built) | set(self._lazy))
+
+
+class LazyGroup(TyperGroup):
+    """A TyperGroup whose `lazy` commands are built on first use (set `lazy` and `order` on a
+    subclass: command name → its module's register function, and the order help lists)."""
+
+    lazy: Mapping[str, Register] = {}
+    order: Sequence[str] = ()
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands(self.commands, self.lazy, self.order)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.commands)  # names only: nothing is imported to list them
+
+
+def lazy_module(name: str) -> ModuleType:
+    """The module `name`, executed on its first attribute access (importlib's LazyLoader): a
+    command module can name what its other commands use without importing it for this one."""
+    if (found := sys.modules.get(name)) is not None:
+        return found
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no module named {name!r}")
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    parent, _, child = name.rpartition(".")
+    if parent:  # as an import does: `corral.services.queries` is an attribute of its package
+        setattr(sys.modules[parent], child, module)
+    return module
