@@ -160,7 +160,7 @@ def test_locked_sqlite(corral: Corral) -> None:
 def test_full_disk(tmp_path: Path) -> None:
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)]).returncode:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)]).returncode:
         pytest.fail("this test needs to mount a small tmpfs (run as root)")
     try:
         c = Corral(mnt)
