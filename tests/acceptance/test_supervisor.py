@@ -12,7 +12,7 @@ from typing import Any
 from corral.runtime.control import poke
 from corral.workers.proctab import alive
 from tests.acceptance.conftest import CONFIG, Corral
-from tests.acceptance.corewire import CoreProcess
+from tests.acceptance.corewire import CoreProcess, attempt
 from tests.acceptance.corewire import job as _job
 from tests.helpers import eventually
 
@@ -190,3 +190,45 @@ def test_clearing_a_crash_loop_brings_the_core_back_and_work_runs(tmp_path: Path
         assert not _ping(c)["core_given_up"]
     finally:
         c.stop_all()
+
+
+def test_a_slow_start_check_and_a_refusal_never_cost_the_core_its_heartbeats(
+    tmp_path: Path,
+) -> None:
+    """The first start of a worker kind asks its CLI's version (seconds for a node CLI on a
+    loaded machine): heartbeats sent meanwhile are answered at once, and the refused attempt
+    is answered `rejected`; the core goes on beating and granting."""
+    cli = tmp_path / "slow-cli"
+    cli.write_text("#!/bin/sh\nsleep 3\necho 2.1.330\n")
+    cli.chmod(0o755)
+    c = Corral(tmp_path, CONFIG + f"workers:\n  claude-code:\n    binary: {cli}\n")
+    core = CoreProcess(c)
+    try:
+        assert core.recv()["type"] == "hello"
+        job = {**_job("j-slow", str(tmp_path), []), "worker": "claude-code", "prompt": "hi"}
+        granted = core.ask({"type": "request_permit", "job": job, "attempt": 1})
+        assert granted["type"] == "permit"
+        permit = granted["permit"]
+        changed = {**job, "options": {"model": "another"}}  # not the job the permit is for
+        core.send(
+            {
+                "type": "submit_job",
+                "id": 1,
+                "job": changed,
+                "attempt": attempt("j-slow", permit, str(tmp_path / "attempt")),
+                "permit": permit,
+            }
+        )
+        core.send({"type": "heartbeat", "id": 2, "seq": 1})
+        first = core.until(lambda m: m.get("id") in (1, 2))
+        assert first["type"] == "heartbeat", f"a start check held the heartbeat back: {first}"
+        refused = core.until(lambda m: m.get("id") == 1)
+        assert refused["type"] == "rejected" and refused["reason"] == "PERMIT_WRONG_JOB"
+        assert not (tmp_path / "attempt").exists()
+        for seq in range(2, 5):
+            beat = core.ask({"type": "heartbeat", "seq": seq})
+            assert beat["type"] == "heartbeat" and beat["seq"] == seq
+        other = _job("j-after", str(tmp_path), ["true"])
+        assert core.ask({"type": "request_permit", "job": other, "attempt": 1})["type"] == "permit"
+    finally:
+        assert core.close() == 0

@@ -74,6 +74,40 @@ def test_bad_lines_get_error_replies_and_change_nothing() -> None:
     anyio.run(main)
 
 
+def test_a_request_that_meets_a_bug_is_answered_and_the_core_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    core, _ = _core()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(core, "report_cost", broken)
+
+    async def main() -> None:
+        sent: list[dict[str, Any]] = []
+
+        async def send(msg: dict[str, Any]) -> None:
+            sent.append(msg)
+
+        async with anyio.create_task_group() as tg:
+            server = CoreServer(core, send, lambda: 1.0)
+            server.attach(tg)
+            await server.handle_line(
+                b'{"type": "report_cost", "id": 1, "job_id": "j1", "cost_usd": 0.5}'
+            )
+            await server.handle_line(b'{"type": "heartbeat", "id": 2, "seq": 1}')
+            tg.cancel_scope.cancel()
+        assert sent[0] == {
+            "type": "error",
+            "id": 1,
+            "error": "internal error handling report_cost: KeyError",
+        }
+        assert sent[1]["type"] == "heartbeat" and sent[1]["id"] == 2
+
+    anyio.run(main)
+
+
 def test_a_forged_release_cannot_free_a_real_permit() -> None:
     async def main() -> None:
         core, _ = _core()

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from corral.core import protocol as p
 from corral.core.gateway import Core
@@ -35,6 +36,7 @@ from corral.domain.states import Fault, Outcome
 log = logging.getLogger("corral.core")
 
 TICK_S = 0.5  # the core's periodic work: stalls, defense stages, safe-stop cancels
+QUEUED_MAX = 1024  # requests read but not handled yet; past it, reading waits
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -68,9 +70,31 @@ class CoreServer:
             )
             tg.start_soon(self._ticker)
             self._watch_clusters(tg)
-            while (line := await messages()) is not None:
-                await self.handle_line(line)
+            # Requests are handled in order by one task; heartbeats are answered as they are
+            # read, so a request that waits (a worker kind's start checks: an agent CLI asked
+            # its version on a loaded machine takes seconds) never makes the core look hung.
+            queue, requests = anyio.create_memory_object_stream[dict[str, Any]](QUEUED_MAX)
+            done = anyio.Event()
+            tg.start_soon(self._handle_in_order, requests, done)
+            async with queue:
+                while (line := await messages()) is not None:
+                    msg = await self._decode(line)
+                    if msg is None:
+                        continue
+                    if msg["type"] == p.HEARTBEAT:
+                        await self.handle(msg)
+                    else:
+                        await queue.send(msg)
+            await done.wait()  # what was read before the peer closed is still answered
             tg.cancel_scope.cancel()
+
+    async def _handle_in_order(
+        self, requests: MemoryObjectReceiveStream[dict[str, Any]], done: anyio.Event
+    ) -> None:
+        async with requests:
+            async for msg in requests:
+                await self.handle(msg)
+        done.set()
 
     def attach(self, tg: TaskGroup) -> None:
         """Run attempt watchers and the ticker in the caller's task group (in-process use)."""
@@ -79,14 +103,19 @@ class CoreServer:
         self._watch_clusters(tg)
 
     async def handle_line(self, line: bytes) -> None:
+        msg = await self._decode(line)
+        if msg is not None:
+            await self.handle(msg)
+
+    async def _decode(self, line: bytes) -> dict[str, Any] | None:
+        """The message on the line; None for a blank line, or a bad one (answered `error`)."""
         if not line.strip():  # a blank line between messages is not a message
-            return
+            return None
         try:
-            msg = p.decode(line)
+            return p.decode(line)
         except p.ProtocolError as err:
             await self.send({"type": p.ERROR, "error": str(err)})
-            return
-        await self.handle(msg)
+            return None
 
     async def handle(self, msg: dict[str, Any]) -> None:
         kind = msg["type"]
@@ -100,6 +129,10 @@ class CoreServer:
             await handler(self, msg)
         except CorralError as err:  # a bad field or value: answered, never fatal to the core
             await self.send({"type": p.ERROR, "id": msg.get("id"), "error": str(err)})
+        except Exception as err:  # a bug met by one request must not stop the core for all
+            log.exception("handling %s failed", kind)
+            error = f"internal error handling {kind}: {type(err).__name__}"
+            await self.send({"type": p.ERROR, "id": msg.get("id"), "error": error})
         await self._flush_events()
 
     async def _flush_events(self, *, saturated: bool = False) -> None:

@@ -38,6 +38,43 @@ class SupervisorOptions:
     max_restarts: int = 5
     window_s: float = 60.0
     backoff_s: float = 0.2
+    # How long a starting core may take to say hello: importing and building a core takes
+    # seconds on a loaded machine, which is not a hung loop (at least 2 × heartbeat_timeout_s).
+    hello_timeout_s: float = 30.0
+
+
+DRAIN_S = 0.25  # after a missed deadline: time for the reader to drain the pipe first
+
+
+class _Beats:
+    """When the core last answered, and how long since then the engine's own loop stood still
+    (which does not count as the core's silence)."""
+
+    __slots__ = ("excused", "last")
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.excused = 0.0
+
+    def heard(self) -> None:
+        self.last = time.monotonic()
+        self.excused = 0.0
+
+    def excuse(self, stalled: float, since: float) -> None:
+        """The engine's loop woke `stalled` seconds late from a wait begun at `since`; a beat
+        heard after `since` already ended the silence that stall belonged to."""
+        if stalled > 0 and self.last <= since:
+            self.excused += stalled
+
+    def silent(self) -> float:
+        return time.monotonic() - self.last - self.excused
+
+
+async def _pause(seconds: float, beats: _Beats) -> None:
+    """Sleep, and excuse the core for however much later than asked the engine woke up."""
+    start = time.monotonic()
+    await anyio.sleep(seconds)
+    beats.excuse(time.monotonic() - start - seconds, start)
 
 
 class CrashLoop(CorralError):
@@ -137,7 +174,7 @@ class CoreSupervisor:
 
     async def _serve(self, proc: Process, send: Callable[[dict[str, Any]], Awaitable[None]]) -> str:
         reason = "exited"
-        last_beat = [time.monotonic()]
+        last_beat = _Beats()
         async with anyio.create_task_group() as tg:
             hello = anyio.Event()
 
@@ -147,7 +184,9 @@ class CoreSupervisor:
                 tg.cancel_scope.cancel()
 
             tg.start_soon(read)
-            with anyio.move_on_after(self.opts.heartbeat_timeout_s * 2):
+            with anyio.move_on_after(
+                max(self.opts.hello_timeout_s, self.opts.heartbeat_timeout_s * 2)
+            ):
                 await hello.wait()
             if not hello.is_set():
                 reason = "did not say hello"
@@ -161,7 +200,7 @@ class CoreSupervisor:
                 tg.cancel_scope.cancel()
         return reason
 
-    async def _read(self, proc: Process, hello: anyio.Event, last_beat: list[float]) -> str:
+    async def _read(self, proc: Process, hello: anyio.Event, last_beat: _Beats) -> str:
         assert proc.stdout is not None
         stream = BufferedByteReceiveStream(proc.stdout)
         while True:
@@ -176,24 +215,37 @@ class CoreSupervisor:
             except p.ProtocolError as err:
                 log.error("core sent a bad line (%s); ignored", err)
                 continue
-            if msg["type"] == p.HELLO:
+            if msg["type"] == p.HELLO:  # the first sign of life: the silence is counted from it,
+                last_beat.heard()  # not from the spawn (a slow start is not a hung loop)
                 hello.set()
             elif msg["type"] == p.HEARTBEAT:
-                last_beat[0] = time.monotonic()
+                last_beat.heard()
             await self.link.on_message(msg)
 
-    async def _beat(self, last_beat: list[float]) -> str | None:
+    async def _beat(self, beats: _Beats) -> str | None:
+        """Ask for a heartbeat every `heartbeat_s`; the reason to restart once the core has been
+        silent for `heartbeat_timeout_s` of the engine's own running time.
+
+        Time the engine's event loop itself stood still (a synchronous stretch on a loaded
+        machine) is not the core's silence: nobody asked it, and its answers wait unread in the
+        pipe. So a missed deadline is first excused by the loop's lateness, and the reader is
+        given `DRAIN_S` to read what already waits before the core is declared hung."""
+        timeout = self.opts.heartbeat_timeout_s
         seq = 0
         while True:
-            await anyio.sleep(self.opts.heartbeat_s)
-            if time.monotonic() - last_beat[0] > self.opts.heartbeat_timeout_s:
-                return f"stopped answering heartbeats for {self.opts.heartbeat_timeout_s:.1f}s"
+            await _pause(self.opts.heartbeat_s, beats)
+            if beats.silent() > timeout:
+                await _pause(DRAIN_S, beats)
+                if beats.silent() > timeout:
+                    return f"stopped answering heartbeats for {timeout:.1f}s"
             seq += 1
+            asked = time.monotonic()
             try:
-                with anyio.move_on_after(self.opts.heartbeat_timeout_s):
+                with anyio.move_on_after(timeout):
                     await self.link.heartbeat(seq)
             except CoreUnavailable:
                 return "exited"
+            beats.excuse(time.monotonic() - asked - timeout, asked)  # its deadline fired late
 
     async def _reap(self, proc: Process) -> None:
         """Make sure the old core is gone (SIGKILL reaches a stopped process too)."""

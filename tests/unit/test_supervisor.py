@@ -1,0 +1,81 @@
+"""The supervisor's heartbeat check against a real `corral core` child: a stall of the engine's
+own event loop is not the core's silence, a stopped core still is."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from corral.core.link import CoreLink
+from corral.runtime.supervisor import DRAIN_S, CoreSupervisor, SupervisorOptions
+
+OPTS = SupervisorOptions(heartbeat_s=0.1, heartbeat_timeout_s=0.6, max_restarts=5)
+
+
+def _supervisor(tmp_path: Path, escalations: list[str]) -> CoreSupervisor:
+    config = tmp_path / "corral.yaml"
+    config.write_text("roles:\n  default:\n    concurrency: 1\n")
+    argv = [
+        sys.executable,
+        "-m",
+        "corral",
+        "core",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--config",
+        str(config),
+    ]
+
+    async def restarted() -> None:
+        return None
+
+    async def escalate(kind: str, message: str) -> None:
+        escalations.append(f"{kind}: {message}")
+
+    return CoreSupervisor(CoreLink(), argv, OPTS, on_restart=restarted, on_escalation=escalate)
+
+
+@pytest.mark.anyio
+async def test_a_stalled_engine_loop_does_not_restart_a_healthy_core(tmp_path: Path) -> None:
+    escalations: list[str] = []
+    sup = _supervisor(tmp_path, escalations)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sup.run)
+        with anyio.fail_after(60):
+            await sup.wait_connected()
+        await anyio.sleep(3 * OPTS.heartbeat_s)  # beating normally
+        first, generation = sup.pid, sup.generation  # not 1 if a start outran the hello window
+        time.sleep(3 * OPTS.heartbeat_timeout_s)  # the engine's own loop stands still
+        await anyio.sleep(OPTS.heartbeat_timeout_s + 5 * OPTS.heartbeat_s)
+        assert sup.generation == generation and sup.pid == first, "a healthy core restarted"
+        assert not escalations
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_stopped_core_is_still_restarted_within_the_timeout(tmp_path: Path) -> None:
+    escalations: list[str] = []
+    sup = _supervisor(tmp_path, escalations)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sup.run)
+        with anyio.fail_after(60):
+            await sup.wait_connected()
+        stuck, generation = sup.pid, sup.generation
+        assert stuck is not None
+        os.kill(stuck, signal.SIGSTOP)
+        stopped = time.monotonic()
+        with anyio.fail_after(60):
+            while sup.generation == generation:
+                await anyio.sleep(0.02)
+        waited = time.monotonic() - stopped
+        # the timeout, the unanswered heartbeat's own wait, one beat and the drain, no more
+        bound = 2 * OPTS.heartbeat_timeout_s + OPTS.heartbeat_s + DRAIN_S + 2.0
+        assert waited < bound, f"a stopped core was noticed after {waited:.2f}s"
+        assert sup.pid != stuck and not escalations
+        tg.cancel_scope.cancel()
