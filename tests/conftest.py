@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -64,3 +66,54 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _BEFORE = pytest.StashKey[set[str] | None]()
+
+
+# The modules that take longest (real Ray heads, TRL training, a wheel build, Chromium, the
+# agent CLIs), heaviest first, with a rough weight in seconds. Work stealing (scripts/test)
+# hands each worker one contiguous range of the collection and steals from a range's end, so a
+# heavy module left at the end of the collection ran alone on one worker while the others
+# idled. Each one is put at the head of the range of the worker with the least weight so far,
+# whole (its module-scoped fixtures, e.g. a Ray head, start once), and the rest fill the ranges.
+_HEAVY = {
+    "test_training.py": 420,
+    "test_ray.py": 300,
+    "test_agents.py": 200,
+    "test_world.py": 150,
+    "test_dashboard.py": 150,
+    "test_packaging.py": 120,
+    "test_agents_other_clis.py": 100,
+    "test_notebooks.py": 80,
+    "test_epics.py": 60,
+    "test_knowledge.py": 60,
+    "test_postgres_engines.py": 60,
+    "test_supervisor.py": 60,
+    "test_store_outage.py": 60,
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers < 2 or not items:
+        return
+    heavy: dict[str, list[pytest.Item]] = {}
+    light: list[pytest.Item] = []
+    for item in items:
+        name = item.path.name
+        if name in _HEAVY and item.path.parent.name == "acceptance":
+            heavy.setdefault(name, []).append(item)
+        else:
+            light.append(item)
+    ranges: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    weight = [0] * workers
+    for name in sorted(heavy, key=lambda n: -_HEAVY[n]):
+        w = weight.index(min(weight))
+        ranges[w].extend(heavy[name])
+        weight[w] += _HEAVY[name]
+    rest = iter(light)
+    ordered: list[pytest.Item] = []
+    for i, r in enumerate(ranges):  # the scheduler's split: len // workers left, in order
+        size = (len(items) - len(ordered)) // (workers - i)
+        r.extend(itertools.islice(rest, max(0, size - len(r))))
+        ordered.extend(r)
+    ordered.extend(rest)
+    items[:] = ordered
