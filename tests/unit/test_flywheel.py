@@ -10,8 +10,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
+from corral import schemas
 from corral.config import parse, resolve
 from corral.domain.agents import AgentEvent, ToolCallTrace
 from corral.domain.errors import ConfigError, StoreError
@@ -21,6 +23,7 @@ from corral.domain.settings import KnowledgeSpec, RoleSpec, Settings, WorkerSpec
 from corral.domain.states import AttemptState, JobState
 from corral.knowledge import extract
 from corral.runtime.flywheel import Flywheel, control_arm, load_extractor
+from corral.services import knowledge
 from corral.store.memory import MemoryStore
 from corral.workers.agents.base import Context
 from corral.workers.agents.claude import ClaudeCodeWorker
@@ -222,6 +225,13 @@ def test_the_switch_per_role_and_the_ab_arms() -> None:
         assert learned.reward_count == stats[Arm.WITH]
         # 6 rewards of 0.8, all helpful: provisional → candidate (3) → established (5)
         assert learned.maturity is Maturity.ESTABLISHED
+        # `corral knowledge stats --json` with both arms filled: the published shape
+        shown = await knowledge.stats(store, role="coder")
+        jsonschema.validate(shown, schemas.json_schema("KnowledgeStats"))
+        [row] = shown["roles"]
+        assert row["with"]["runs"] == stats[Arm.WITH]
+        assert row["without"]["runs"] == stats[Arm.WITHOUT]
+        assert row["uplift"]["success_rate"] == 0.0  # every run of both arms succeeded
 
     asyncio.run(main())
 
