@@ -142,6 +142,13 @@ def test_a_learning_from_run_one_reaches_run_two_and_moves_when_it_ends() -> Non
             "created",
             "rewarded",
         ]
+        # `corral knowledge show --json` with a citation and a reward: the published shape
+        shown = (await knowledge.show(store, learned.id)).view(clock[0])
+        jsonschema.validate(shown, schemas.json_schema("LearningShow"))
+        assert [(c["job_id"], c["rank"], c["reward"]) for c in shown["cited_by"]] == [
+            (two.id, 1, 0.8)
+        ]
+        assert shown["history"][1]["utility"] == [0.5, pytest.approx(0.59)]
         # settled once: a second settle of the same run rewards nothing again
         await wheel.settle(two.with_(state=JobState.SUCCEEDED), [event(two, final=None)])
         assert (await store.get_learning(learned.id)).reward_count == 1
