@@ -17,6 +17,7 @@ import typer
 
 from corral.cli import app
 from tests.acceptance.conftest import CONFIG, Corral
+from tests.acceptance.test_knowledge_cli import seed
 from tests.helpers import eventually
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "schemas"
@@ -85,6 +86,12 @@ COMMANDS_WITH_JSON = {
     "epic status",
     "epic show",
     "epic cancel",
+    "knowledge list",
+    "knowledge search",
+    "knowledge show",
+    "knowledge promote",
+    "knowledge retire",
+    "knowledge stats",
 }
 
 
@@ -128,6 +135,7 @@ def test_every_json_output_validates_against_its_schema(tmp_path: Path) -> None:
         _governance(c)
         _policy_and_config(c)
         _mechanism(c)
+        _knowledge(c)
     finally:
         c.stop_all()
 
@@ -235,3 +243,18 @@ def _mechanism(c: Corral) -> None:
     assert shown["user_plane"] and shown["causal_graph"]
     # empty here (no agent attempt ran): tests/unit/test_anomaly.py checks a filled one
     conforms("Baseline", c.json("world", "baselines"), many=True)
+
+
+def _knowledge(c: Corral) -> None:
+    seed(c)  # two learnings, as the engine's flywheel writes them from agent runs
+    listed = conforms("Learning", c.json("knowledge", "list"), many=True)
+    pending = next(x for x in listed if x["status"] == "pending")
+    active = next(x for x in listed if x["status"] == "active")
+    assert conforms("Learning", c.json("knowledge", "search", "flaky seed"), many=True)
+    shown = conforms("LearningShow", c.json("knowledge", "show", active["id"]))
+    assert shown["history"] and shown["provenance"]["job_id"]
+    conforms("Learning", c.json("knowledge", "promote", pending["id"], "--note", "ok"))
+    conforms("LearningShow", c.json("knowledge", "show", pending["id"]))
+    conforms("Learning", c.json("knowledge", "retire", active["id"], "--reason", "obsolete"))
+    stats = conforms("KnowledgeStats", c.json("knowledge", "stats"))
+    assert stats["learnings"] == {"active": 1, "pending": 0, "retired": 1}

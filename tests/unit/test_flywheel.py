@@ -10,8 +10,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
+from corral import schemas
 from corral.config import parse, resolve
 from corral.domain.agents import AgentEvent, ToolCallTrace
 from corral.domain.errors import ConfigError, StoreError
@@ -21,6 +23,7 @@ from corral.domain.settings import KnowledgeSpec, RoleSpec, Settings, WorkerSpec
 from corral.domain.states import AttemptState, JobState
 from corral.knowledge import extract
 from corral.runtime.flywheel import Flywheel, control_arm, load_extractor
+from corral.services import knowledge
 from corral.store.memory import MemoryStore
 from corral.workers.agents.base import Context
 from corral.workers.agents.claude import ClaudeCodeWorker
@@ -139,6 +142,13 @@ def test_a_learning_from_run_one_reaches_run_two_and_moves_when_it_ends() -> Non
             "created",
             "rewarded",
         ]
+        # `corral knowledge show --json` with a citation and a reward: the published shape
+        shown = (await knowledge.show(store, learned.id)).view(clock[0])
+        jsonschema.validate(shown, schemas.json_schema("LearningShow"))
+        assert [(c["job_id"], c["rank"], c["reward"]) for c in shown["cited_by"]] == [
+            (two.id, 1, 0.8)
+        ]
+        assert shown["history"][1]["utility"] == [0.5, pytest.approx(0.59)]
         # settled once: a second settle of the same run rewards nothing again
         await wheel.settle(two.with_(state=JobState.SUCCEEDED), [event(two, final=None)])
         assert (await store.get_learning(learned.id)).reward_count == 1
@@ -222,6 +232,13 @@ def test_the_switch_per_role_and_the_ab_arms() -> None:
         assert learned.reward_count == stats[Arm.WITH]
         # 6 rewards of 0.8, all helpful: provisional → candidate (3) → established (5)
         assert learned.maturity is Maturity.ESTABLISHED
+        # `corral knowledge stats --json` with both arms filled: the published shape
+        shown = await knowledge.stats(store, role="coder")
+        jsonschema.validate(shown, schemas.json_schema("KnowledgeStats"))
+        [row] = shown["roles"]
+        assert row["with"]["runs"] == stats[Arm.WITH]
+        assert row["without"]["runs"] == stats[Arm.WITHOUT]
+        assert row["uplift"]["success_rate"] == 0.0  # every run of both arms succeeded
 
     asyncio.run(main())
 

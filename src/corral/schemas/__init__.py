@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from corral.schemas import epics, protocol, views
+from corral.schemas import epics, knowledge, protocol, views
 
 MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     # --json (and the HTTP API)
@@ -63,6 +63,9 @@ MODELS: Mapping[str, type[BaseModel] | TypeAdapter[Any]] = {
     "Replay": views.Replay,
     "Epic": epics.Epic,
     "EpicShow": epics.EpicShow,
+    "Learning": knowledge.Learning,
+    "LearningShow": knowledge.LearningShow,
+    "KnowledgeStats": knowledge.KnowledgeStats,
     # the core protocol
     "ProtocolJob": protocol.JOB.model,
     "ProtocolAttempt": protocol.ATTEMPT.model,

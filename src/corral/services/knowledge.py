@@ -21,6 +21,7 @@ from corral.domain.knowledge import (
     LearningUpdate,
 )
 from corral.knowledge import lifecycle
+from corral.schemas import knowledge as views
 
 MAX_REASON = 1000  # a promotion's note or a retirement's reason (the seed's gate limit)
 STATUSES = ("active", "pending", "retired", "all")
@@ -37,7 +38,12 @@ def status_of(text: str) -> LearningStatus | None:
 
 
 def learning_view(x: Learning, now: float) -> dict[str, Any]:
-    """A learning for people and scripts, with its confidence and freshness decayed to now."""
+    """A learning for people and scripts, with its confidence and freshness decayed to now
+    (the published `Learning` shape)."""
+    return views.Learning.model_validate(_learning(x, now)).dump()
+
+
+def _learning(x: Learning, now: float) -> dict[str, Any]:
     return {
         "id": x.id,
         "tenant": x.tenant,
@@ -102,11 +108,14 @@ class Shown:
     citations: list[Citation]
 
     def view(self, now: float) -> dict[str, Any]:
-        return {
-            **learning_view(self.learning, now),
-            "history": [change_view(c) for c in self.history],
-            "cited_by": [citation_view(c) for c in self.citations],
-        }
+        """The published `LearningShow` shape."""
+        return views.LearningShow.model_validate(
+            {
+                **_learning(self.learning, now),
+                "history": [change_view(c) for c in self.history],
+                "cited_by": [citation_view(c) for c in self.citations],
+            }
+        ).dump()
 
 
 async def show(store: KnowledgeStore, ref: str) -> Shown:
@@ -213,7 +222,8 @@ async def stats(
     store: KnowledgeStore, *, tenant: str | None = None, role: str | None = None
 ) -> dict[str, Any]:
     """Per role: the runs with and without injected learnings (and the difference in success
-    rate and tool calls per run when both arms have runs), and the learnings by status."""
+    rate and tool calls per run when both arms have runs), and the learnings by status (the
+    published `KnowledgeStats` shape)."""
     arms = await store.knowledge_stats(tenant=tenant, role=role)
     roles: dict[str, dict[str, Any]] = {}
     for s in arms:
@@ -232,4 +242,5 @@ async def stats(
     counts: dict[str, int] = {s.value: 0 for s in LearningStatus}
     for (_, status), n in (await store.learning_counts(tenant=tenant, role=role)).items():
         counts[status] = counts.get(status, 0) + n
-    return {"roles": [roles[r] for r in sorted(roles)], "learnings": counts}
+    shown = {"roles": [roles[r] for r in sorted(roles)], "learnings": counts}
+    return views.KnowledgeStats.model_validate(shown).dump()  # the published shape
