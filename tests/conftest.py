@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import subprocess
 import sys
@@ -73,7 +72,8 @@ _BEFORE = pytest.StashKey[set[str] | None]()
 # hands each worker one contiguous range of the collection and steals from a range's end, so a
 # heavy module left at the end of the collection ran alone on one worker while the others
 # idled. Each one is put at the head of the range of the worker with the least weight so far,
-# whole (its module-scoped fixtures, e.g. a Ray head, start once), and the rest fill the ranges.
+# whole (its module-scoped fixtures, e.g. a Ray head, start once), and the rest are dealt in
+# turn, so no worker's range is all acceptance tests.
 _HEAVY = {
     "test_training.py": 420,
     "test_ray.py": 300,
@@ -87,7 +87,11 @@ _HEAVY = {
     "test_knowledge.py": 60,
     "test_postgres_engines.py": 60,
     "test_supervisor.py": 60,
-    "test_store_outage.py": 60,
+    "test_store_outage.py": 100,
+    "test_http_api.py": 60,
+    "test_json_schemas.py": 60,
+    "test_events.py": 60,
+    "test_remote_cli.py": 40,
 }
 
 
@@ -109,11 +113,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         w = weight.index(min(weight))
         ranges[w].extend(heavy[name])
         weight[w] += _HEAVY[name]
-    rest = iter(light)
-    ordered: list[pytest.Item] = []
-    for i, r in enumerate(ranges):  # the scheduler's split: len // workers left, in order
-        size = (len(items) - len(ordered)) // (workers - i)
-        r.extend(itertools.islice(rest, max(0, size - len(r))))
-        ordered.extend(r)
-    ordered.extend(rest)
+    sizes: list[int] = []  # the scheduler's split: what is left // the workers left, in order
+    for i in range(workers):
+        sizes.append((len(items) - sum(sizes)) // (workers - i))
+    turn = 0
+    for item in light:  # dealt in turn, so each worker has its share of every room's tests
+        while len(ranges[turn]) >= sizes[turn] and any(
+            len(r) < n for r, n in zip(ranges, sizes, strict=True)
+        ):
+            turn = (turn + 1) % workers
+        ranges[turn].append(item)
+        turn = (turn + 1) % workers
+    ordered = [item for r in ranges for item in r]
     items[:] = ordered
