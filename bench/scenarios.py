@@ -35,6 +35,10 @@ from corral.services.submissions import submissions
 from corral.store.rows import JOB_COLUMNS
 from corral.store.sqlite import SqliteStore
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.metrics import _job_row
+
 LAT_COMMAND = ("sleep", "0.1")  # long enough that RUNNING is recorded before the end
 RSS_TARGET_MB = 300.0
 CLI_TARGET_S = 0.15
@@ -169,52 +173,29 @@ def run_latency(
 
 
 def fill_queued(db: Path, n: int, work: Path) -> None:
-    """`n` QUEUED command jobs (/bin/true) with plain INSERTs in the store's column order."""
-    now = time.time()
-    base: dict[str, object] = {
-        "state": "QUEUED",
-        "role": "default",
-        "worker": "command",
-        "env_name": "local",
-        "priority": 0,
-        "tenant": "default",
-        "command": json.dumps(["/bin/true"]),
-        "prompt": None,
-        "cwd": str(work),
-        "env": "{}",
-        "options": "{}",
-        "max_attempts": 3,
-        "timeout_s": 600.0,
-        "grace_s": 10.0,
-        "idem_key": None,
-        "dedup": "coalesce",
-        "workspace": None,
-        "parent_id": None,
-        "depth": 0,
-        "retry_at": None,
-        "attempts": 0,
-        "deps_pending": 0,
-        "after_ids": "[]",
-        "last_error": None,
-        "exit_code": None,
-        "limit_hit": None,
-        "cancel_requested": None,
-        "stop_kind": None,
-        "requeued_from": None,
-        "dlq_resolution": None,
-        "lease_owner": None,
-        "lease_until": None,
-        "max_tool_calls": 50,
-        "token_budget_in": 100000,
-        "token_budget_out": 10000,
-    }
+    """`n` QUEUED command jobs (/bin/true) with plain INSERTs in the store's column order: the
+    metrics bench's job rows (bench/metrics.py), made runnable here."""
     from corral.domain.ids import new_id
 
+    now = time.time()
+    command = json.dumps(["/bin/true"])
     rows = []
     for i in range(n):
         at = now - n * 0.001 + i * 0.001
-        job = {**base, "id": new_id(int(at * 1000)), "created_at": at, "updated_at": at}
-        job["sort_at"] = at
+        job = {
+            **_job_row(i, now, "QUEUED"),
+            "id": new_id(int(at * 1000)),
+            "role": "default",
+            "worker": "command",
+            "priority": 0,
+            "tenant": "default",
+            "command": command,
+            "cwd": str(work),
+            "max_attempts": 3,
+            "created_at": at,
+            "updated_at": at,
+            "sort_at": at,
+        }
         rows.append(tuple(job[c] for c in JOB_COLUMNS))
     with sqlite3.connect(db) as conn:
         conn.executemany(
