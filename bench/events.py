@@ -7,8 +7,15 @@ Starts its own nats-server (JetStream) and redis-server on free loopback ports, 
 alternately without sinks and with every sink on, `--repeat` times each, and prints the median
 jobs/s of each and their ratio (on / off: the drainer must not slow dispatch, so it should stay
 near 1; the aim is ≥ 0.95). After each run with sinks it says how many of the committed records
-reached JetStream (all of them: the engine publishes what is left as it stops). Nothing is
+reached JetStream (all of them: the engine publishes what is left as it stops). It also prints
+the engine process's CPU milliseconds per job (its own, not its core's nor the jobs'), steadier
+than the rates on a shared machine: what the sinks add to the engine's loop. Nothing is
 asserted: timing on a shared machine is for reading.
+
+`--drainer N` measures the drainer alone instead: N jobs submitted to a fresh SQLite store (one
+timeline record each), then the engine's drainer (every sink) run round after round in this
+process until all of them are out; it prints the CPU microseconds per record, for batches of
+`events.batch` (500) and of 20 (about what a live engine's rounds carry), `--repeat` times.
 """
 
 from __future__ import annotations
@@ -26,9 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/brokers.py
 
 from bench import run as w1
 from tests.brokers import Broker, jetstream_ids, nats_broker, redis_broker
+from tests.contract.test_store_contract import AGING, NOW, make_job
 
 from corral.config import Config, load
+from corral.domain.settings import EventsSpec, SinkSpec
 from corral.store.sqlite import SqliteStore
+from corral.trace.drain import Drainer
 from corral.trace.events import SOURCES
 
 _plain_config = w1.write_config
@@ -56,12 +66,68 @@ def _committed(db: Path) -> int:
     return asyncio.run(count())
 
 
+async def _drainer_cpu(db: Path, sinks: tuple[SinkSpec, ...], records: int, batch: int) -> float:
+    """CPU microseconds per record for the drainer to publish `records` committed records."""
+    store = SqliteStore(db)
+    await store.open()
+    try:
+        for _ in range(records):
+            await store.submit(make_job(), now=NOW, aging_s=AGING)
+        drainer = Drainer(store, EventsSpec(sinks=sinks, batch=batch), holder="bench")
+        t0 = time.process_time()
+        while sum(d.published for d in drainer.sinks) < records * len(sinks):
+            for d in drainer.sinks:
+                await d.round()
+        spent = time.process_time() - t0
+        for d in drainer.sinks:
+            await d.sink.close()
+        return spent * 1e6 / records
+    finally:
+        await store.close()
+
+
+def drainer_only(
+    root: Path, nats: Broker | None, redis: Broker | None, records: int, repeat: int
+) -> int:
+    """`--drainer`: the drainer's CPU per record into every sink, for two batch sizes."""
+    brokers = [b for b in (nats, redis) if b is not None]
+    sinks = tuple(
+        SinkSpec(name=kind, kind=kind, url=f"{kind}://127.0.0.1:{b.port}{path}")
+        for kind, b, path in (("nats", nats, ""), ("redis", redis, "/0"))
+        if b is not None
+    )
+    try:
+        for broker in brokers:
+            broker.start()
+        _drainer_rounds(root, sinks, records, repeat)
+    finally:
+        for broker in brokers:
+            broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def _drainer_rounds(root: Path, sinks: tuple[SinkSpec, ...], records: int, repeat: int) -> None:
+    for batch in (500, 20):
+        runs = [
+            asyncio.run(_drainer_cpu(root / f"drain-{batch}-{i}.db", sinks, records, batch))
+            for i in range(repeat)
+        ]
+        print(
+            f"drainer, {len(sinks)} sink(s), batches of {batch}: "
+            f"{statistics.median(runs):.0f} us CPU per record "
+            f"(runs: {', '.join(f'{r:.0f}' for r in runs)})",
+            flush=True,
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-nats", action="store_true")
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--drainer", type=int, metavar="N", help="the drainer alone, N records")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="corral-bench-events-"))
     brokers: list[Broker] = []
@@ -74,8 +140,11 @@ def main() -> int:
     if redis is not None:
         brokers.append(redis)
         sinks += f"    - {{kind: redis, url: 'redis://127.0.0.1:{redis.port}/0'}}\n"
+    if args.drainer:
+        return drainer_only(root, nats, redis, args.drainer, args.repeat)
     wl = w1.Workload("W1", args.jobs, 8, "/bin/true", w1._true)
     rates: dict[str, list[float]] = {"off": [], "on": []}
+    cpu_ms: dict[str, list[float]] = {"off": [], "on": []}  # the engine's, per job
     try:
         for broker in brokers:
             broker.start()
@@ -86,8 +155,10 @@ def main() -> int:
                 w1.write_config = _with_sinks(sinks) if label == "on" else _plain_config
                 stats = w1.run_corral_live(wl, work, w1.Options())
                 rates[label].append(stats.jobs_per_s)
+                cpu_ms[label].append(stats.extra["cpu_s"]["engine"] * 1000 / args.jobs)
                 print(
-                    f"round {i + 1} sinks {label:<3}: {stats.jobs_per_s:7.1f} jobs/s"
+                    f"round {i + 1} sinks {label:<3}: {stats.jobs_per_s:7.1f} jobs/s,"
+                    f" engine {cpu_ms[label][-1]:.2f} ms CPU per job"
                     f" ({stats.failed} not succeeded)",
                     flush=True,
                 )
@@ -112,6 +183,11 @@ def main() -> int:
     print(
         f"W1 {args.jobs} jobs: sinks off {off:.1f} jobs/s, sinks on {on:.1f} jobs/s, "
         f"ratio on/off {on / off if off else 0:.3f}"
+    )
+    c_off, c_on = statistics.median(cpu_ms["off"]), statistics.median(cpu_ms["on"])
+    print(
+        f"engine CPU per job: sinks off {c_off:.2f} ms, sinks on {c_on:.2f} ms, "
+        f"ratio off/on {c_off / c_on if c_on else 0:.3f}"
     )
     return 0
 

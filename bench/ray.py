@@ -20,6 +20,13 @@ attempt's end), and reports the medians, the added milliseconds per job at the m
 < 50 ms) and the throughput ratio (jobs per second, Corral ÷ bare): over the span the jobs ran
 (bare: first submit → last end seen; Corral: first attempt start → last attempt end), and over
 the whole wall, which for Corral includes starting and draining the engine.
+
+It also splits each job's time by Ray's own record of it (its `start_time`, when the job server
+accepted it, and `end_time`): `outside_ray` is handed over → accepted plus ended → end seen, what
+each side itself adds around a job (`added_ms_outside_ray_median`: Corral's minus bare's at the
+median); `ray_run` is Ray's start → end, the job's run inside Ray (Corral's entrypoint
+included). On a loaded host Ray's run of a `true` job swings by seconds between rounds; the
+part outside Ray does not, so it is the figure that resolves a cost of tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -120,12 +127,13 @@ def bare(address: str, jobs: int, cap: int, tag: str) -> dict[str, Any]:
     client = JobSubmissionClient(address)
     terminal = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
 
-    def one(i: int) -> tuple[float, bool]:
-        started = time.monotonic()
+    def one(i: int) -> tuple[float, bool, tuple[str, float, float]]:
+        started, at = time.monotonic(), time.time()
         sid = client.submit_job(entrypoint="true", submission_id=f"bare-{tag}-{i}")
         while (status := client.get_job_status(sid)) not in terminal:
             time.sleep(POLL_S)
-        return time.monotonic() - started, status == JobStatus.SUCCEEDED
+        ok = status == JobStatus.SUCCEEDED
+        return time.monotonic() - started, ok, (sid, at, time.time())
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=cap) as pool:
@@ -134,9 +142,27 @@ def bare(address: str, jobs: int, cap: int, tag: str) -> dict[str, Any]:
     return {
         "wall_s": wall,
         "span_s": wall,
-        "per_job_s": [d for d, _ in done],
-        "succeeded": sum(ok for _, ok in done),
+        "per_job_s": [d for d, _, _ in done],
+        "succeeded": sum(ok for _, ok, _ in done),
+        **stages(client, [seen for _, _, seen in done]),
     }
+
+
+def stages(client: Any, seen: list[tuple[str, float, float]]) -> dict[str, list[float]]:
+    """Where each job's time went, by Ray's own record of it (`start_time`: the job accepted;
+    `end_time`: it ended): `outside_ray_s` is handed over → accepted plus ended → end seen (what
+    the side itself costs), `ray_run_s` Ray's start → end (the job's run in Ray, its entrypoint
+    included). The first does not move with how long Ray takes to run a job on a loaded host."""
+    infos = {j.submission_id: j for j in client.list_jobs()}
+    outside, run = [], []
+    for sid, handed, ended in seen:
+        info = infos.get(sid)
+        if info is None or not info.start_time or not info.end_time:
+            continue
+        start, end = info.start_time / 1000, info.end_time / 1000
+        outside.append((start - handed) + (ended - end))
+        run.append(end - start)
+    return {"outside_ray_s": outside, "ray_run_s": run}
 
 
 def corral(address: str, jobs: int, cap: int, root: Path) -> dict[str, Any]:
@@ -188,6 +214,7 @@ def corral(address: str, jobs: int, cap: int, root: Path) -> dict[str, Any]:
 
             found = await store.list_jobs(JobQuery(limit=jobs + 10))
             per, starts, ends, ok = [], [], [], 0
+            seen: list[tuple[str, float, float]] = []
             for job in found:
                 ok += job.state is JobState.SUCCEEDED
                 for a in await store.attempts(job.id):
@@ -195,16 +222,27 @@ def corral(address: str, jobs: int, cap: int, root: Path) -> dict[str, Any]:
                         per.append(a.ended_at - a.started_at)
                         starts.append(a.started_at)
                         ends.append(a.ended_at)
-            return per, (max(ends) - min(starts)) if per else 0.0, ok
+                        seen.append((f"corral-{job.id}-{a.index}", a.started_at, a.ended_at))
+            return per, (max(ends) - min(starts)) if per else 0.0, ok, seen
         finally:
             await store.close()
 
-    per, span, ok = asyncio.run(collect())
-    return {"wall_s": wall, "span_s": span, "per_job_s": per, "succeeded": ok}
+    per, span, ok, seen = asyncio.run(collect())
+    from ray.job_submission import JobSubmissionClient
+
+    return {
+        "wall_s": wall,
+        "span_s": span,
+        "per_job_s": per,
+        "succeeded": ok,
+        **stages(JobSubmissionClient(address), seen),
+    }
 
 
 def _summary(b: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     med_b, med_c = statistics.median(b["per_job_s"]), statistics.median(c["per_job_s"])
+    out_b, out_c = (statistics.median(x["outside_ray_s"] or [0.0]) for x in (b, c))
+    run_b, run_c = (statistics.median(x["ray_run_s"] or [0.0]) for x in (b, c))
     return {
         "bare_wall_s": round(b["wall_s"], 2),
         "corral_wall_s": round(c["wall_s"], 2),
@@ -214,6 +252,11 @@ def _summary(b: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
         "bare_median_ms": round(med_b * 1000, 1),
         "corral_median_ms": round(med_c * 1000, 1),
         "added_ms_per_job_median": round((med_c - med_b) * 1000, 1),
+        "bare_outside_ray_ms": round(out_b * 1000, 1),
+        "corral_outside_ray_ms": round(out_c * 1000, 1),
+        "added_ms_outside_ray_median": round((out_c - out_b) * 1000, 1),
+        "bare_ray_run_ms": round(run_b * 1000, 1),
+        "corral_ray_run_ms": round(run_c * 1000, 1),
         "bare_succeeded": b["succeeded"],
         "corral_succeeded": c["succeeded"],
     }
@@ -255,6 +298,8 @@ def main() -> int:
             "wall_s": sum(g[side]["wall_s"] for g in rounds),
             "span_s": sum(g[side]["span_s"] for g in rounds),
             "per_job_s": [x for g in rounds for x in g[side]["per_job_s"]],
+            "outside_ray_s": [x for g in rounds for x in g[side]["outside_ray_s"]],
+            "ray_run_s": [x for g in rounds for x in g[side]["ray_run_s"]],
             "succeeded": sum(g[side]["succeeded"] for g in rounds),
         }
         for side in ("bare", "corral")

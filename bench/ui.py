@@ -1,9 +1,11 @@
 """Render time of the dashboard's pages with 100,000 jobs in a SQLite store.
 
-    .venv/bin/python bench/ui.py [--jobs 100000] [--renders 30] [--out FILE]
+    .venv/bin/python bench/ui.py [--jobs 100000] [--learnings 10000] [--renders 30] [--out FILE]
 
 Fills a fresh store the way bench/metrics.py does (100,000 jobs over five tenants, their
-attempts, agent events and evaluations), makes an admin token of one tenant, signs in to the
+attempts, agent events and evaluations) and adds `--learnings` learnings over the same tenants
+(each with its history, half of them given to a run: citations, rewards and the A/B arms the
+knowledge pages read), makes an admin token of one tenant, signs in to the
 dashboard in process (httpx ASGITransport over `create_app` with the dashboard mounted, so the
 timing covers routing, the services' reads and the template rendering, not a socket) and times
 `--renders` GETs of each page. As a baseline in the same run it times `GET /healthz` (a request
@@ -32,6 +34,18 @@ from corral import ui
 from corral.api import create_app
 from corral.config import load
 from corral.core.ports import JobQuery
+from corral.domain.knowledge import (
+    Arm,
+    Citation,
+    KnowledgeRun,
+    Learning,
+    LearningChange,
+    LearningKind,
+    LearningStatus,
+    Maturity,
+    Provenance,
+    Tier,
+)
 from corral.services import tokens
 from corral.store.sqlite import SqliteStore
 from corral.trace import metrics
@@ -40,15 +54,83 @@ TARGET_MS = 150.0
 TENANT = "t0"
 
 
+TENANTS = 5  # as bench/metrics.py's filler
+WORDS = [
+    "pytest",
+    "docker",
+    "seed",
+    "cache",
+    "flaky",
+    "timeout",
+    "import",
+    "migration",
+    "lint",
+    "retry",
+]
+
+
+async def learn(store: SqliteStore, n: int) -> str:
+    """`n` learnings over the tenants, each with its creation line; every other one given to a
+    run whose end rewarded it. The id of one of TENANT's (the detail page's)."""
+    kinds, tiers = list(LearningKind), [Tier.GOLD, Tier.SILVER, Tier.BRONZE]
+    shown = ""
+    for i in range(n):
+        tenant = f"t{i % TENANTS}"
+        at = 1_700_000_000.0 + i
+        x = Learning(
+            id=f"lrn-{i:08d}",
+            tenant=tenant,
+            role=("coder", "review", "triage", "ops")[i % 4],
+            kind=kinds[i % len(kinds)],
+            title=f"{WORDS[i % 10]} and {WORDS[(i * 7) % 10]}: learning {i}",
+            body=f"When `{WORDS[i % 10]}` fails in tests/test_{i}.py, check line {i % 90}.\n"
+            f"- Run `{WORDS[(i * 3) % 10]}` again.",
+            digest=f"d{i}",
+            score=0.8,
+            tier=tiers[i % 3],
+            confidence=0.8,
+            utility=0.5,
+            maturity=Maturity.PROVISIONAL,
+            status=LearningStatus.PENDING if i % 3 == 2 else LearningStatus.ACTIVE,
+            provenance=Provenance(job_id=f"job-{i}", attempt=1, commit=None),
+            created_at=at,
+            updated_at=at,
+        )
+        change = LearningChange(learning_id=x.id, at=at, action="created", actor="bench")
+        await store.add_learning(x, change)
+        if tenant == TENANT and not shown:
+            shown = x.id
+        if i % 2 == 0:
+            job = f"run-{i}"
+            arm = Arm.WITH if i % 4 == 0 else Arm.WITHOUT
+            run = KnowledgeRun(
+                job_id=job,
+                attempt=1,
+                tenant=tenant,
+                role=x.role,
+                arm=arm,
+                reason="bench",
+                injected=1 if arm is Arm.WITH else 0,
+                started_at=at,
+            )
+            cites = [Citation(learning_id=x.id, job_id=job, attempt=1, at=at, rank=1, score=1.0)]
+            await store.record_injection(run, cites if arm is Arm.WITH else [])
+            await store.settle_run(
+                job, succeeded=i % 3 != 0, tool_calls=i % 7, reward=0.8, updates=[]
+            )
+    return shown
+
+
 def _p(times: list[float], q: float) -> float:
     s = sorted(times)
     return s[min(len(s) - 1, round(q * (len(s) - 1)))]
 
 
-async def measure(tmp: Path, renders: int) -> dict[str, list[float]]:
+async def measure(tmp: Path, renders: int, learnings: int) -> dict[str, list[float]]:
     store = SqliteStore(tmp / "corral.db")
     await store.open()
     try:
+        learning = await learn(store, learnings)
         for _ in range(FOLDS):  # fold the settled attempts into the rollups first
             await metrics.exposition(store)
         (tmp / "corral.yaml").write_text("roles: {coder: {}, review: {}, triage: {}, ops: {}}\n")
@@ -75,6 +157,10 @@ async def measure(tmp: Path, renders: int) -> dict[str, list[float]]:
                 "approvals": "/ui/approvals",
                 "environments": "/ui/environments",
                 "runs": "/ui/runs",
+                "knowledge": "/ui/knowledge",
+                "knowledge, search": "/ui/knowledge?q=flaky+pytest+timeout",
+                "knowledge, filters": "/ui/knowledge?type=failure&tier=gold&status=active",
+                "learning detail": f"/ui/knowledge/{learning}",
             }
             auth = {"Authorization": f"Bearer {text}"}
             times: dict[str, list[float]] = {k: [] for k in pages}
@@ -92,6 +178,7 @@ async def measure(tmp: Path, renders: int) -> dict[str, list[float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=100_000)
+    ap.add_argument("--learnings", type=int, default=10_000)
     ap.add_argument("--renders", type=int, default=30)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -101,7 +188,7 @@ def main() -> int:
         fill(tmp / "corral.db", args.jobs)
         with sqlite3.connect(tmp / "corral.db") as conn:  # metrics.py's filler says only "ended"
             conn.execute("UPDATE attempts SET state = 'SUCCEEDED' WHERE state = 'ENDED'")
-        times = asyncio.run(measure(tmp, args.renders))
+        times = asyncio.run(measure(tmp, args.renders, args.learnings))
     base = statistics.median(times["Baseline: GET /healthz"])
     rows = {
         name: {
@@ -112,7 +199,7 @@ def main() -> int:
         }
         for name, t in times.items()
     }
-    print(f"{args.jobs} jobs, {args.renders} renders per page (ms)")
+    print(f"{args.jobs} jobs, {args.learnings} learnings, {args.renders} renders per page (ms)")
     for name, r in rows.items():
         print(
             f"  {name:<28} p50 {r['p50_ms']:7.1f}  p99 {r['p99_ms']:7.1f}  "
@@ -120,7 +207,13 @@ def main() -> int:
         )
     slow = [n for n, r in rows.items() if n[0].islower() and r["p99_ms"] >= TARGET_MS]
     if args.out:
-        summary = {"jobs": args.jobs, "pages": rows, "target_ms": TARGET_MS, "over": slow}
+        summary = {
+            "jobs": args.jobs,
+            "learnings": args.learnings,
+            "pages": rows,
+            "target_ms": TARGET_MS,
+            "over": slow,
+        }
         args.out.write_text(json.dumps(summary, indent=2))
     if slow:
         print(f"over the {TARGET_MS:.0f} ms target: {', '.join(slow)}", file=sys.stderr)

@@ -83,7 +83,7 @@ class _Problem(ValueError):
 
 class _Strict(BaseModel):
     # every number finite: `timeout_s: .inf` is a configuration error, not a stuck job
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class LimitsModel(_Strict):
@@ -172,8 +172,11 @@ class KnowledgeModel(_Strict):
     """The knowledge flywheel (docs/how-to/knowledge.md)."""
 
     extract: bool = True  # finished runs write learnings
-    # `rules` (the built-in extractor) or `package.module:function`
-    extractor: str = Field("rules", pattern=r"^(rules|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    # `rules` (the built-in extractor), `package.module:function`, or `agent:ROLE` (a job of
+    # that role reads the finished run and writes the candidates: runtime/flywheel.py)
+    extractor: str = Field(
+        "rules", pattern=r"^(rules|agent:[\w][\w.-]*|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$"
+    )
     max_tokens: int = Field(1500, ge=1, le=100_000)
     max_learnings: int = Field(10, ge=1, le=100)
     similarity_weight: float = Field(0.0, ge=0, le=10)
@@ -393,6 +396,17 @@ class ApiModel(_Strict):
     """The HTTP API (docs/reference/http-api.md)."""
 
     rate_limit: ApiRateModel = ApiRateModel()
+    # The directories under which `POST /api/v1/epics` may target a git repository (absolute;
+    # empty: epics start from the CLI only). An epic's checks run on the engine's host.
+    epic_repos: list[str] = []
+
+    @field_validator("epic_repos")
+    @classmethod
+    def _absolute(cls, v: list[str]) -> list[str]:
+        bad = [p for p in v if not p.startswith("/")]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not an absolute path")
+        return v
 
 
 class EngineModel(_Strict):
@@ -775,6 +789,7 @@ def resolve(model: ConfigModel, source: str) -> Settings:
     found += [p for name, m in model.environments.items() for p in _env_problems(name, m)]
     guardrails_file = _relative(model.guardrails, source)
     found += _guardrails_problems(guardrails_file)
+    found += _knowledge_problems(model)
     if found:
         raise ConfigProblems(source, found)
     roles.setdefault(model.default_role, RoleSpec(name=model.default_role))
@@ -868,6 +883,20 @@ def _env_problems(name: str, m: EnvModel) -> list[str]:
     if m.auth is not None and m.kind != "ray":
         problems.append(f"environments.{name}.auth: only a ray environment has one")
     return problems
+
+
+def _knowledge_problems(model: ConfigModel) -> list[str]:
+    """An agent extractor names a configured role, which is not one that gets learnings: its
+    runs are never extracted themselves (runtime/flywheel.py)."""
+    kind, _, name = model.knowledge.extractor.partition(":")
+    if kind != "agent":
+        return []
+    role = model.roles.get(name)
+    if role is None:
+        return [f"knowledge.extractor: no role {name!r} (roles: {', '.join(sorted(model.roles))})"]
+    if role.knowledge != "off":
+        return [f"knowledge.extractor: role {name!r} is the extractor: its knowledge must be off"]
+    return []
 
 
 def _guardrails_problems(path: str | None) -> list[str]:

@@ -154,7 +154,7 @@ def test_quick_api_benchmark_submits_every_job_it_counts(tmp_path: Path) -> None
 
 def test_the_dashboard_benchmark_renders_every_page(tmp_path: Path) -> None:
     out = tmp_path / "ui.json"
-    args = ["--jobs", "2000", "--renders", "2", "--out", str(out)]
+    args = ["--jobs", "2000", "--learnings", "200", "--renders", "2", "--out", str(out)]
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "ui.py"), *args],
         capture_output=True,
@@ -167,5 +167,6 @@ def test_the_dashboard_benchmark_renders_every_page(tmp_path: Path) -> None:
     assert r.returncode == (1 if result["over"] else 0), r.stdout + r.stderr
     pages = result["pages"]
     assert {"overview", "jobs", "job detail", "approvals", "runs"} <= set(pages)
+    assert {"knowledge", "knowledge, search", "learning detail"} <= set(pages)
     for timing in pages.values():
         assert 0 < timing["p50_ms"] <= timing["p99_ms"] <= timing["max_ms"] < 60_000

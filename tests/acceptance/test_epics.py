@@ -225,6 +225,9 @@ def test_an_epic_ratchets_passing_work_strikes_a_failing_task_and_survives_a_sig
     assert git(repo, "show", "epic/demo:beta.txt") == "beta"
     assert "gamma.txt" not in git(repo, "ls-tree", "--name-only", "epic/demo")
     assert git(repo, "rev-parse", "main") == base  # the target's own branch is untouched
+    # Every try's worktree and branch went once its task settled: gamma's struck tries too.
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+    assert git(repo, "branch", "--format=%(refname:short)").split() == ["epic/demo", "main"]
 
     # Fresh agents, each try once: no worker or judge started twice, the SIGKILL included.
     assert all(n == 1 for n in mock.starts.values()), mock.starts

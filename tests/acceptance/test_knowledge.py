@@ -14,7 +14,7 @@ import pytest
 
 from tests.acceptance.conftest import Corral
 from tests.acceptance.test_agents import agent_config, bash
-from tests.agentmock import AnthropicMock
+from tests.agentmock import AnthropicMock, OpenAIResponsesMock
 from tests.helpers import eventually
 
 LEARNER = """  learner:
@@ -106,3 +106,75 @@ def test_a_learning_from_run_one_is_injected_into_run_two_and_its_utility_moves(
     bad = c.run("knowledge", "promote", item["id"])
     assert bad.returncode != 0 and "only a learning that is pending" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+EXTRACTOR = """  extractor:
+    worker: claude-code
+    tools: ["Bash(echo *)", "Write(./**)"]
+    retry: {base_s: 0.05, cap_s: 0.2}
+    limits: {max_attempts: 1, timeout_s: 60, grace_s: 2}
+knowledge:
+  extractor: agent:extractor
+"""
+WRITTEN = [
+    {
+        "kind": "solution",
+        "title": "Touch ready.txt before the check",
+        "body": "The check fails until `ready.txt` exists.\n- Run `touch ready.txt` first.",
+        "confidence": "high",
+        "job_id": "forged-by-the-agent",
+    },
+    {"kind": "gossip", "title": "refused", "body": "an unknown kind is refused"},
+]
+
+
+@pytest.mark.parametrize("worker", ["claude-code", "codex"])
+def test_an_agent_job_extracts_the_learnings_governed_like_any_job(
+    tmp_path: Path, clis: None, worker: str
+) -> None:
+    """The learner runs Claude Code; its extractor Claude Code too, or Codex (its own mock)."""
+    from tests.acceptance.test_agents_other_clis import config as other_config
+
+    mock = AnthropicMock([]).start()
+    codex = OpenAIResponsesMock([], dialect="codex").start()
+    extractor_mock: Any = mock if worker == "claude-code" else codex
+    roles = LEARNER + EXTRACTOR.replace("worker: claude-code", f"worker: {worker}")
+    text = CORE + agent_config(mock.url, extra_role=roles)
+    text += other_config("codex", codex.url).split("workers:", 1)[1]  # the codex worker too
+    c = Corral(tmp_path, text)
+    try:
+        written, elsewhere = json.dumps(WRITTEN), tmp_path / "elsewhere.json"
+        mock.script[:] = [{"text": FIX}]  # run one, of the learner
+        extractor_mock.script[len(extractor_mock.script) :] = [
+            {"tool_calls": [bash(f"echo '{written}' > learnings.json")]},  # its extractor job
+            {"tool_calls": [bash(f"echo '{written}' > {elsewhere}")]},  # out of its scope
+            {"text": "Summary: wrote learnings.json."},
+        ]
+        c.serve()
+        one = run(c, "fix the failing check")
+
+        [item] = eventually(lambda: c.json("knowledge", "list") or None, what="a learning")
+        assert (item["kind"], item["title"]) == ("solution", "Touch ready.txt before the check")
+        assert (item["role"], item["provenance"]["job_id"]) == ("learner", one)  # Corral's
+        [extractor] = [j for j in c.json("jobs") if j["id"] != one]
+        assert (extractor["role"], extractor["state"]) == ("extractor", "SUCCEEDED")
+        history = c.json("knowledge", "show", item["id"])["history"]
+        assert f"by extractor job {extractor['id']}" in history[0]["reason"]
+        # its prompt carried the run; it ran under its role's scope (the write elsewhere denied)
+        first = extractor_mock.turn_requests[1 if worker == "claude-code" else 0]
+        assert "fixed by touching ready.txt" in json.dumps(first)
+        verdicts = [
+            e["verdict"]
+            for e in c.json("trace", extractor["id"])["policy_evaluations"]
+            if e["stage"] == "tool_call"
+        ]
+        assert verdicts == ["allow", "deny"]
+        assert not elsewhere.exists()
+        assert not (c.data / "knowledge" / "extract" / one).exists()  # its folder, removed
+        # the extractor's own end is never extracted: still two jobs, one learning
+        c.stop_all()
+        assert len(c.json("jobs")) == 2 and len(c.json("knowledge", "list")) == 1
+    finally:
+        c.stop_all()
+        mock.close()
+        codex.close()

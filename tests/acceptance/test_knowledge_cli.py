@@ -5,6 +5,8 @@ JSON, with clear errors; an agent's text is printed as written, never read as ma
 from __future__ import annotations
 
 import asyncio
+import json
+from unittest.mock import ANY
 
 from corral.runtime.flywheel import Flywheel
 from corral.store.sqlite import SqliteStore
@@ -66,3 +68,41 @@ def test_knowledge_commands(corral: Corral) -> None:
     assert stats["learnings"] == {"active": 1, "pending": 0, "retired": 1}
     assert stats["roles"] == []  # no run was dispatched by an engine here
     assert "learnings: 1 active, 0 pending, 1 retired" in c.ok("knowledge", "stats")
+
+
+def test_knowledge_commands_against_a_remote_engine(corral: Corral) -> None:
+    """`corral knowledge … --url`: the token's tenant's learnings through the HTTP API, printed
+    as the local commands print them; another tenant's token sees none of them."""
+    from tests.acceptance.test_client import serve_http, token
+    from tests.acceptance.test_remote_cli import remote
+
+    c = corral
+    seed(c)  # two learnings of tenant `default`
+    mine, theirs = token(c, "default"), token(c, "globex")
+    url = serve_http(c)
+
+    def ok(tok: str, *args: str) -> str:
+        r = remote(c, url, tok, "knowledge", *args)
+        assert r.returncode == 0, f"{args} → {r.returncode}\n{r.stderr}"
+        return r.stdout
+
+    listed = json.loads(ok(mine, "list", "--json"))
+    assert [x["id"] for x in listed] == [x["id"] for x in c.json("knowledge", "list")]
+    pending, gold = listed
+    assert json.loads(ok(mine, "search", "flaky seed", "--json"))[0]["id"] == gold["id"]
+    assert MARKUP in ok(mine, "show", pending["id"])  # printed as written, over HTTP too
+    assert json.loads(ok(mine, "show", gold["id"], "--json")) == c.json(
+        "knowledge", "show", gold["id"]
+    ) | {"confidence_now": ANY, "freshness": ANY}
+    assert json.loads(ok(theirs, "list", "--json")) == []
+    r = remote(c, url, theirs, "knowledge", "show", gold["id"])
+    assert r.returncode == 4 and "no learning" in r.stderr  # not found: not said to exist
+    r = remote(c, url, theirs, "knowledge", "retire", gold["id"], "--reason", "mine now")
+    assert r.returncode == 4
+    promoted = json.loads(ok(mine, "promote", pending["id"], "--note", "ok", "--json"))
+    assert promoted["status"] == "active"
+    last = c.json("knowledge", "show", pending["id"])["history"][-1]
+    assert last["actor"].startswith("token:") and last["reason"] == "ok"
+    assert json.loads(ok(mine, "stats", "--json"))["learnings"]["active"] == 2
+    r = remote(c, url, mine, "knowledge", "list", "--tenant", "globex")
+    assert r.returncode != 0 and "--tenant" in r.stderr and "Traceback" not in r.stderr

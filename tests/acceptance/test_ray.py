@@ -1,6 +1,7 @@
 """Ray environments against a real Ray head on loopback: the admission cap (no job waits
 PENDING inside Ray), a cancel that leaves no process, an engine SIGKILL mid-job (adopted, not
-run twice, its log complete to the last line), notebooks on Ray copied back on success and on
+run twice, its log complete to the last line), the core and its Ray watcher killed mid-job (the
+same), notebooks on Ray copied back on success and on
 failure, and a secret that never reaches Ray's job API, Ray's logs, the store or the traces.
 
 One head serves the whole module (it takes ≈ 17 s to start); it runs in its own process group
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from corral.runtime.control import poke
 from corral.workers.proctab import alive
 from tests.acceptance.conftest import Corral
 from tests.acceptance.notebooks import NOTEBOOK_BAD, NOTEBOOK_OK, write_notebook
@@ -250,6 +252,30 @@ def test_engine_sigkill_mid_job_adopts_the_ray_job_and_keeps_its_whole_log(
     assert lines == [f"line {i}" for i in range(1, 61)] + ["last-line"]
     timeline = [e["kind"] for e in c.job(job)["timeline"]]
     assert timeline.count("running") == 1, timeline
+
+
+def test_a_killed_watcher_is_an_outage_the_engine_rides_out(ray_corral: Corral, head: Head) -> None:
+    """The watcher is the core's: SIGKILL the core mid-job and its supervisor starts another,
+    which adopts the Ray job by its submission id and follows it from its log offset."""
+    c = ray_corral
+    script = (
+        "echo run >> runs.txt; for i in $(seq 1 40); do echo line $i; sleep 0.1; done; "
+        "echo last-line"
+    )
+    job = c.submit("sh", "-c", script, opts=("--env", "gpu"))
+    c.serve()
+    eventually(lambda: (c.work / "runs.txt").exists(), timeout=60, what="the Ray job running")
+    running = [e for e in c.job(job)["timeline"] if e["kind"] == "running"]
+    assert f"ray:corral-{job}-1" in str(running), running  # no local process: a Ray job
+    first = eventually(lambda: poke(c.data, "ping") or None, what="the engine")
+    os.kill(first["core_pid"], signal.SIGKILL)
+    assert c.wait(job, timeout=90) == 0, c.engine_log()
+    after = poke(c.data, "ping") or {}
+    assert after["core_restarts"] == 1 and after["core_pid"] != first["core_pid"]
+    assert (c.work / "runs.txt").read_text() == "run\n"  # not run twice
+    assert [j.submission_id for j in head.jobs(job)] == [f"corral-{job}-1"]
+    lines = [ln for ln in c.ok("logs", job).splitlines() if ln.startswith(("line", "last"))]
+    assert lines == [f"line {i}" for i in range(1, 41)] + ["last-line"]
 
 
 def test_notebooks_on_ray_are_copied_back_on_success_and_on_failure(

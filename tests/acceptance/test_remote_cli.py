@@ -159,6 +159,26 @@ def test_the_remote_cli_names_jobs_by_unique_prefix_or_suffix_like_the_local_one
         # what names several jobs across tenants names one of globex's
         assert json.loads(remote(c, url, globex, "show", shared, "--json").stdout)["id"] == theirs
 
+        # a job's kill switch names the job as locally; one is lifted by its id's prefix too
+        def switch(*args: str) -> subprocess.CompletedProcess[str]:
+            return remote(c, url, acme, "kill-switch", *args, "--json")
+
+        on = switch("on", "--scope", "job", "--target", suffix, "--reason", "r")
+        assert on.returncode == 0, on.stderr
+        first = json.loads(on.stdout)
+        assert (first["scope"], first["target"]) == ("job", mine[0])
+        off = switch("off", "--scope", "job", "--target", mine[0][:-1])
+        assert [s["id"] for s in json.loads(off.stdout)] == [first["id"]], off.stderr
+        again = json.loads(
+            switch("on", "--scope", "job", "--target", mine[1][-6:], "--reason", "r").stdout
+        )
+        assert again["target"] == mine[1]
+        lifted = json.loads(switch("off", again["id"][:-2]).stdout)
+        assert [s["id"] for s in lifted] == [again["id"]]
+        for ref in (theirs[-6:], ambiguous):  # another tenant's: not found; several: ambiguous
+            refused = switch("on", "--scope", "job", "--target", ref, "--reason", "r")
+            assert refused.returncode == (4 if ref != ambiguous else 2), refused.stderr
+
         long = submit(acme, "sleep", "60")
         cancelled = remote(c, url, acme, "cancel", long[-6:], "--json")
         assert cancelled.returncode == 0 and json.loads(cancelled.stdout)["id"] == long

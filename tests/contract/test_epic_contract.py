@@ -87,6 +87,35 @@ def test_wave_checkpoint_is_taken_once(use_store: UseStore) -> None:
     use_store(body)
 
 
+def test_a_replan_replaces_an_escalated_task_at_once(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        await store.create_epic(epic(), tasks())
+        a = tasks()[0].with_(state=TaskState.ESCALATED, attempts=3, verdict={"escalation": "x"})
+        await store.save_task(a, expect=TaskState.OPEN)
+        spec = {"name": "greet", "tasks": [{"id": "a"}, {"id": "a-1"}, {"id": "a-2"}, {"id": "b"}]}
+        added = [
+            TaskRecord(epic_id="e1", task_id=t, position=0, state=TaskState.OPEN, updated_at=2.0)
+            for t in ("a-1", "a-2")
+        ]
+        replaced = a.with_(state=TaskState.DECOMPOSED, verdict={"replaced_by": ["a-1", "a-2"]})
+        await store.replan_epic("e1", spec, replaced=replaced, added=added, at=2.0)
+        got = await store.epic_tasks("e1")
+        assert [(t.task_id, t.position, t.state) for t in got] == [
+            ("a", 0, TaskState.DECOMPOSED),
+            ("a-1", 1, TaskState.OPEN),
+            ("a-2", 2, TaskState.OPEN),
+            ("b", 3, TaskState.OPEN),
+        ]
+        assert got[0] == replaced
+        assert (await store.get_epic("e1")).spec == spec
+        with pytest.raises(StaleState):  # a resumed runner cannot replace it twice
+            await store.replan_epic("e1", {"tasks": []}, replaced=replaced, added=[], at=3.0)
+        assert (await store.get_epic("e1")).spec == spec  # nothing of the refused one landed
+        assert len(await store.epic_tasks("e1")) == 4
+
+    use_store(body)
+
+
 def test_cancel_and_end(use_store: UseStore) -> None:
     async def body(store: Store) -> None:
         await store.create_epic(epic(), tasks())

@@ -121,6 +121,20 @@ def test_full_text_search_finds_any_word_within_scope(use_store: UseStore) -> No
             "l3",
             "l2",
         ]
+        # by kind and tier, with or without words
+        failure = make("l6", "Pytest kept failing", "pytest failed").with_(
+            kind=LearningKind.FAILURE, tier=Tier.SILVER, digest="f"
+        )
+        await add(store, failure)
+        for kind, tier, want in (
+            (LearningKind.FAILURE, None, ["l6"]),
+            (None, Tier.SILVER, ["l6"]),
+            (LearningKind.SOLUTION, Tier.SILVER, []),
+        ):
+            assert [
+                x.id for x in await store.search_learnings("pytest", kind=kind, tier=tier)
+            ] == want
+            assert [x.id for x in await store.list_learnings(kind=kind, tier=tier)] == want
 
     use_store(body)
 

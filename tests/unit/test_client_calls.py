@@ -5,15 +5,17 @@ code and Retry-After. tests/acceptance/test_client.py runs the client against a 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import httpcore
 import httpx
 import pytest
 
 from corral.api import create_app
 from corral.client import ApiError, AsyncClient, RateLimited
+from corral.client.transport import FLUSH_AT, GatheringBackend, gathering_transport
 from corral.config import Config
 from corral.services import tokens
 from corral.store.memory import MemoryStore
@@ -101,3 +103,70 @@ def test_the_rate_limit_is_a_typed_error_with_retry_after(tmp_path: Path) -> Non
         assert limited.value.retry_after >= 1
 
     with_clients(config(tmp_path, text), body)
+
+
+class _Wire(httpcore.AsyncNetworkStream):
+    """A connection that records each write and answers one canned response."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.answer = [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"]
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self.answer.pop(0) if self.answer else b""
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.writes.append(buffer)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _Backend(httpcore.AsyncNetworkBackend):
+    def __init__(self, wire: _Wire) -> None:
+        self.wire = wire
+
+    async def connect_tcp(self, *args: object, **kwargs: object) -> httpcore.AsyncNetworkStream:
+        return self.wire
+
+
+def test_the_client_sends_a_requests_head_and_body_in_one_write() -> None:
+    """httpcore writes the head and the body apart; the client's transport gathers them until
+    the answer is read (one segment, one wake-up of the engine), and past FLUSH_AT bytes
+    sends what it holds at once."""
+
+    async def main() -> None:
+        wire = _Wire()
+        async with httpx.AsyncClient(transport=gathering_transport(_Backend(wire))) as http:
+            assert (await http.post("http://test/api", json={"command": ["true"]})).json() == {}
+        assert len(wire.writes) == 1
+        assert wire.writes[0].startswith(b"POST /api ")
+        assert wire.writes[0].endswith(b'{"command":["true"]}')
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(4):
+                yield b"x" * (FLUSH_AT // 2)
+
+        streamed = _Wire()
+        async with httpx.AsyncClient(transport=gathering_transport(_Backend(streamed))) as http:
+            await http.post("http://test/api", content=chunks())
+        sizes = [len(w) for w in streamed.writes]
+        assert len(sizes) == 3 and all(n >= FLUSH_AT for n in sizes[:2]), sizes
+        assert sum(sizes) > 2 * FLUSH_AT
+
+    anyio.run(main)
+
+
+def test_the_clients_default_transport_gathers_writes_and_proxies_still_apply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def pool(client: AsyncClient, url: str) -> object:
+        return client._http._transport_for_url(httpx.URL(url))._pool  # type: ignore[attr-defined]
+
+    client = AsyncClient("http://127.0.0.1:9", "t")
+    assert isinstance(pool(client, "http://127.0.0.1:9/api")._network_backend, GatheringBackend)  # type: ignore[attr-defined]
+    anyio.run(client.aclose)
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    proxied = AsyncClient("http://127.0.0.1:9", "t")
+    assert isinstance(pool(proxied, "http://engine.example:8765/api"), httpcore.AsyncHTTPProxy)
+    anyio.run(proxied.aclose)

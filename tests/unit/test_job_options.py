@@ -39,6 +39,7 @@ def test_every_field_round_trips_through_json() -> None:
         submitted_by="token:t1",
         epic="e1/a/1",
         knowledge="## Learnings …",
+        extract_of="j1/1/",
     )
     assert JobOptions.from_json(opts.to_json()) == opts
     names = {f.name for f in dataclasses.fields(JobOptions)} - {"extra"}

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,11 @@ async def _filled() -> tuple[MemoryStore, list[str]]:
     )
     await store.record_injection(run, [])
     await store.settle_run(done.id, succeeded=True, tool_calls=3, reward=None, updates=[])
+    # and two runs of the control arm, one of which failed
+    for job_id, ok in (("ctl-1", True), ("ctl-2", False)):
+        control = replace(run, job_id=job_id, arm=Arm.WITHOUT, reason="control", injected=0)
+        await store.record_injection(control, [])
+        await store.settle_run(job_id, succeeded=ok, tool_calls=5, reward=None, updates=[])
     return store, [running.id, done.id, queued.id]
 
 
@@ -125,6 +131,11 @@ def test_exposition_carries_the_knowledge_flywheel() -> None:
     assert s[("corral_knowledge_runs_total", arm)] == 1
     assert s[("corral_knowledge_runs_succeeded_total", arm)] == 1
     assert s[("corral_knowledge_tool_calls_total", arm)] == 3
+    control = (("arm", "without"), ("role", "review"))
+    assert s[("corral_knowledge_runs_total", control)] == 2
+    assert s[("corral_knowledge_success_ratio", arm)] == 1.0
+    assert s[("corral_knowledge_success_ratio", control)] == 0.5
+    assert s[("corral_knowledge_success_uplift", (("role", "review"),))] == 0.5
 
 
 def test_exposition_carries_the_store_and_core_figures() -> None:

@@ -4,12 +4,13 @@ makes of an attempt's result, the environment's breaker, and notebook parameters
 
 from __future__ import annotations
 
-import io
 import json
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import anyio
 import pytest
 
 from corral.config import parse, resolve
@@ -20,59 +21,212 @@ from corral.domain.settings import EnvSpec, Settings
 from corral.domain.states import Fault, Outcome
 from corral.services import notebooks
 from corral.services.submissions import SubmitRequest
-from corral.workers import rayauth, rayhealth, rayjob
+from corral.workers import rayauth, rayhealth, rayjob, raywatch
 from corral.workers.command import with_note
 from corral.workers.notes import read_note, write_note
+from tests.helpers import eventually
 from tests.unit.test_retry import job
 
 
-class Logs:
-    """Ray's `get_job_logs`: the whole log so far, each time."""
+class JobServer:
+    """A job server that speaks the calls of Ray's job API the watcher makes (`/api/jobs/…`),
+    over real HTTP on loopback, with jobs the test moves along by hand."""
 
     def __init__(self) -> None:
-        self.text = ""
+        self.jobs: dict[str, dict[str, object]] = {}
+        self.logs: dict[str, str] = {}
+        self.calls: list[str] = []
+        self.fail = False  # answer every call with a 503
+        server = self
 
-    def get_job_logs(self, sid: str) -> str:
-        return self.text
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # kept alive, as Ray's dashboard keeps it
+
+            def _send(self, code: int, doc: object) -> None:
+                body = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                server.calls.append(f"GET {self.path}")
+                sid = self.path.split("/")[3]
+                if server.fail:
+                    return self._send(503, {})
+                if sid not in server.jobs:
+                    return self._send(404, {"detail": f"Job {sid} does not exist"})
+                if self.path.endswith("/logs"):
+                    return self._send(200, {"logs": server.logs.get(sid, "")})
+                return self._send(200, server.jobs[sid])
+
+            def do_POST(self) -> None:
+                server.calls.append(f"POST {self.path}")
+                if server.fail:
+                    return self._send(503, {})
+                doc = json.loads(self.rfile.read(int(self.headers["Content-Length"] or 0)) or b"{}")
+                if self.path == "/api/jobs/":
+                    sid = doc["submission_id"]
+                    if sid in server.jobs:
+                        return self._send(500, {"detail": f"Job {sid} already exists"})
+                    server.jobs[sid] = {"status": "RUNNING", "entrypoint": doc["entrypoint"]}
+                    return self._send(200, {"submission_id": sid})
+                sid = self.path.split("/")[3]
+                server.jobs[sid]["status"] = "STOPPED"
+                return self._send(200, {"stopped": True})
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture
+def jobserver() -> Iterator[JobServer]:
+    server = JobServer()
+    yield server
+    server.close()
+
+
+def _spec(tmp_path: Path, **kw: object) -> raywatch.Spec:
+    spec = raywatch.Spec(
+        sid="corral-j-1",
+        attempt_dir=tmp_path,
+        command=["sh", "-c", "echo hi"],
+        cwd=str(tmp_path),
+        env={"API_KEY": "s3cret-value", "CORRAL_JOB_ID": "j"},
+        secrets=("s3cret-value",),
+    )
+    for k, v in kw.items():
+        setattr(spec, k, v)
+    return spec
+
+
+def _result(attempt: raywatch.RayAttempt) -> AttemptResult:
+    async def wait() -> AttemptResult:
+        with anyio.fail_after(20):
+            return await attempt.wait()
+
+    return anyio.run(wait)
+
+
+def test_the_watcher_submits_copies_whole_lines_redacted_and_the_last_line_once_ended(
+    tmp_path: Path, jobserver: JobServer
+) -> None:
+    w = raywatch.RayWatcher("gpu", jobserver.address, poll_s=0.05)
+    attempt = w.run(_spec(tmp_path))
+    eventually(lambda: "corral-j-1" in jobserver.jobs, what="the job submitted")
+    entry = str(jobserver.jobs["corral-j-1"]["entrypoint"])
+    assert "s3cret" not in entry and "corral.workers.rayentry" in entry  # no value in Ray
+    assert json.loads((tmp_path / rayjob.ENV_FILE).read_text())["API_KEY"] == "s3cret-value"
+    assert (tmp_path / rayjob.ENV_FILE).stat().st_mode & 0o777 == 0o600
+    jobserver.logs["corral-j-1"] = "line 1\nkey s3cret-value\npart"
+    eventually(lambda: (tmp_path / "stdout.log").exists(), what="the first lines copied")
+    rounds = w.rounds
+    eventually(lambda: w.rounds > rounds + 2, what="more rounds")
+    assert (tmp_path / "stdout.log").read_text() == "line 1\nkey [REDACTED]\n"  # whole lines
+    jobserver.logs["corral-j-1"] += "ial last"
+    jobserver.jobs["corral-j-1"].update(status="SUCCEEDED", driver_exit_code=0)
+    result = _result(attempt)
+    assert (result.outcome, result.exit_code) == (Outcome.EXITED, 0)
+    assert (tmp_path / "stdout.log").read_text() == "line 1\nkey [REDACTED]\npartial last"
+    assert int((tmp_path / rayjob.OFFSET_FILE).read_text()) == len(
+        jobserver.logs["corral-j-1"].encode()
+    )
+    # adopted again (a new core): it follows from the offset, never writing a line twice
+    again = w.run(_spec(tmp_path, adopted=True))
+    assert _result(again).exit_code == 0
+    assert (tmp_path / "stdout.log").read_text().count("line 1") == 1
+    assert not [c for c in jobserver.calls if c.startswith("POST")][1:]  # submitted once
+
+
+def test_a_stop_a_deadline_and_an_unknown_job_end_an_attempt_as_they_should(
+    tmp_path: Path, jobserver: JobServer
+) -> None:
+    w = raywatch.RayWatcher("gpu", jobserver.address, poll_s=0.05)
+    (tmp_path / "a").mkdir()
+    cancelled = w.run(_spec(tmp_path / "a", sid="s-a"))
+    eventually(lambda: "s-a" in jobserver.jobs, what="submitted")
+    cancelled.stop()
+    assert _result(cancelled).outcome is Outcome.CANCELLED
+    assert jobserver.jobs["s-a"]["status"] == "STOPPED"
+    (tmp_path / "b").mkdir()
+    late = w.run(_spec(tmp_path / "b", sid="s-b", deadline_at=1.0))
+    eventually(lambda: "s-b" in jobserver.jobs, what="submitted")
+    late.check(2.0)
+    shown = _result(late)
+    assert (shown.outcome, shown.limit_hit) == (Outcome.TIMED_OUT, "max_duration_s")
+    idle = raywatch.RayWatcher("gpu", jobserver.address)  # its thread not started: stepped here
+    early = raywatch.RayAttempt(idle, _spec(tmp_path, sid="s-early"))
+    early.stop()  # cancelled before the watcher's round submitted it: it never reaches Ray
+    idle.step(early)
+    assert _result(early).outcome is Outcome.CANCELLED and "s-early" not in jobserver.jobs
+    (tmp_path / "c").mkdir()
+    unknown = _result(w.run(_spec(tmp_path / "c", sid="s-c", adopted=True)))
+    assert (unknown.outcome, unknown.fault) == (Outcome.LOST, Fault.WORKER)
+    jobserver.jobs["s-dup"] = {"status": "SUCCEEDED", "entrypoint": "first"}
+    (tmp_path / "dup").mkdir()  # submitted twice (a broken connection): the job Ray has is it
+    assert _result(w.run(_spec(tmp_path / "dup", sid="s-dup"))).exit_code == 0
+    assert jobserver.jobs["s-dup"]["entrypoint"] == "first"
+    assert "following Ray job s-dup" in (tmp_path / "dup" / "stderr.log").read_text()
+    jobserver.jobs["s-d"] = {"status": "FAILED", "driver_exit_code": 3}
+    (tmp_path / "d").mkdir()
+    failed = _result(w.run(_spec(tmp_path / "d", sid="s-d", adopted=True)))
+    assert (failed.exit_code, failed.fault) == (3, Fault.JOB)
+    jobserver.jobs["s-e"] = {"status": "FAILED", "error_type": "RUNTIME_ENV_SETUP_FAILED"}
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / rayjob.ENV_FILE).write_text("{}")  # Ray never started its entrypoint
+    ray_fault = _result(w.run(_spec(tmp_path / "e", sid="s-e", adopted=True)))
+    assert not (tmp_path / "e" / rayjob.ENV_FILE).exists()
+    assert (ray_fault.exit_code, ray_fault.fault) == (raywatch.EXIT_RAY, Fault.WORKER)
+    assert "RUNTIME_ENV_SETUP_FAILED" in (ray_fault.error or "")
+
+
+def test_the_output_cap_stops_the_ray_job_and_keeps_the_first_and_last_part(
+    tmp_path: Path, jobserver: JobServer
+) -> None:
+    w = raywatch.RayWatcher("gpu", jobserver.address, poll_s=0.05)
+    attempt = w.run(_spec(tmp_path, max_bytes=20, tail_bytes=12))
+    eventually(lambda: "corral-j-1" in jobserver.jobs, what="submitted")
+    jobserver.logs["corral-j-1"] = "".join(f"line {i:02d}\n" for i in range(10))
+    result = _result(attempt)
+    assert (result.limit_hit, jobserver.jobs["corral-j-1"]["status"]) == ("output", "STOPPED")
+    text = (tmp_path / "stdout.log").read_text()
+    assert text.startswith("line 00\nline 01\nline") and text.endswith("line 09\n")
+    assert "output cap of 20 bytes reached" in text
+
+
+def test_an_unreachable_cluster_is_the_workers_fault_and_a_dead_thread_is_started_again(
+    tmp_path: Path, jobserver: JobServer
+) -> None:
+    w = raywatch.RayWatcher("gpu", jobserver.address, poll_s=0.01)
+    jobserver.fail = True
+    refused = _result(w.run(_spec(tmp_path)))
+    assert (refused.exit_code, refused.fault) == (raywatch.EXIT_RAY, Fault.WORKER)
+    assert "cannot submit to the Ray cluster" in (refused.error or "")
+    assert not (tmp_path / rayjob.ENV_FILE).exists()  # the environment file is not left behind
+    thread = w._thread
+    assert thread is not None
+    w.close()  # its thread ended
+    assert not thread.is_alive()
+    jobserver.fail = False
+    (tmp_path / "b").mkdir()
+    attempt = w.run(_spec(tmp_path / "b", sid="s-b"))
+    assert w._thread is not thread and w._thread.is_alive()  # started again
+    eventually(lambda: "s-b" in jobserver.jobs, what="submitted by the new thread")
+    jobserver.jobs["s-b"]["status"] = "SUCCEEDED"
+    assert _result(attempt).exit_code == 0
 
 
 def test_a_submission_id_is_the_same_for_the_same_attempt() -> None:
     assert rayjob.submission_id("j1", 2) == rayjob.submission_id("j1", 2) == "corral-j1-2"
     assert rayjob.submission_id("j1", 3) != rayjob.submission_id("j1", 2)
-
-
-def test_logs_are_copied_from_the_offset_reached_never_twice(tmp_path: Path) -> None:
-    client, out, offset = Logs(), io.BytesIO(), tmp_path / rayjob.OFFSET_FILE
-    client.text = "line 1\nline 2\n"
-    rayjob._copy_logs(client, "s", offset, out)
-    client.text += "línea 3\n"  # bytes, not characters, are counted
-    rayjob._copy_logs(client, "s", offset, out)
-    rayjob._copy_logs(client, "s", offset, out)  # nothing new: nothing written
-    resumed = io.BytesIO()  # a watcher started again resumes at the offset
-    client.text += "last\n"
-    rayjob._copy_logs(client, "s", offset, resumed)
-    assert out.getvalue().decode() == "line 1\nline 2\nlínea 3\n"
-    assert resumed.getvalue() == b"last\n"
-    assert int(offset.read_text()) == len(client.text.encode())
-
-
-def test_the_watchers_command_names_the_environment_but_holds_no_value(tmp_path: Path) -> None:
-    argv = rayjob.argv(
-        address="http://127.0.0.1:8265",
-        sid="corral-j-1",
-        attempt_dir=tmp_path,
-        command=["python", "train.py"],
-        env_keys=["API_TOKEN", "CORRAL_JOB_ID"],
-        grace_s=9,
-        resources={"num_cpus": 1, "num_gpus": 0.5},
-    )
-    assert argv[1:3] == ["-m", "corral.workers.rayjob"]
-    assert argv[argv.index("--") + 1 :] == ["python", "train.py"]
-    assert argv[argv.index("API_TOKEN") - 1 : argv.index("API_TOKEN") + 1] == [
-        "--pass-env",
-        "API_TOKEN",
-    ]
-    assert "--resource" in argv and "num_gpus=0.5" in argv
 
 
 def test_a_note_gives_a_failed_attempt_its_words_and_whose_fault(tmp_path: Path) -> None:
@@ -147,16 +301,16 @@ environments:
     env = resolve(parse(text, "corral.yaml"), "corral.yaml").environments["gpu"]
     assert env.resources == {"num_cpus": 2.0, "memory": 1000.0}
     assert env.runtime_env == {"working_dir": "/srv/code", "env_vars": {"LOG_LEVEL": "info"}}
-    argv = rayjob.argv(
-        address="http://h",
-        sid="s",
-        attempt_dir=Path("/a"),
-        command=["true"],
-        env_keys=[],
-        grace_s=1,
-        runtime_env=env.runtime_env,
-    )
-    assert json.loads(argv[argv.index("--runtime-env") + 1]) == env.runtime_env
+    sent: dict[str, object] = {}
+
+    class Client:
+        def submit_job(self, **kwargs: object) -> str:
+            sent.update(kwargs)
+            return "s"
+
+    rayjob.submit(Client(), "s", "true", env.resources, env.runtime_env)
+    assert sent["runtime_env"] == env.runtime_env
+    assert (sent["entrypoint_num_cpus"], sent["entrypoint_memory"]) == (2.0, 1000)
     with pytest.raises(ConfigError, match="only a ray environment"):
         resolve(parse("environments:\n  l:\n    runtime_env: {pip: [x]}\n", "c.yaml"), "c.yaml")
     with pytest.raises(ConfigError, match="address"):
@@ -213,14 +367,16 @@ def test_the_watcher_and_the_probe_send_the_token_on_every_call() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     address = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        client = rayjob.RestJobs(address, timeout=5, token="s3cret")
-        assert client.get_job_info("s").status == "RUNNING"
+        client = raywatch.Session(address, timeout=5)
+        client.token = "s3cret"
+        info = client.get_job_info("s")
+        assert info is not None and info["status"] == "RUNNING"
         assert client.get_job_logs("s") == "x"
         assert rayhealth.reachable(address, "s3cret") is None
         assert rayhealth.reachable(address, None) is None  # a refused token is an answer
         assert not rayhealth.probe("e", address).reachable  # yet the cluster's health says 401
         with pytest.raises(RuntimeError, match="401"):
-            rayjob.RestJobs(address, timeout=5).get_job_info("s")
+            raywatch.Session(address, timeout=5).get_job_info("s")
     finally:
         server.shutdown()
         server.server_close()

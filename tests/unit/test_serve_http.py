@@ -12,7 +12,9 @@ import pytest
 
 from corral import cli
 from corral.api.server import HttpOptions, Listener, _Coalescing, listen
+from corral.config import load
 from corral.domain.errors import InvalidRequest
+from corral.runtime.engine import Engine
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", ":80", "127.0.0.1:70000", "h:p", "h:-1"])
@@ -134,3 +136,16 @@ def test_the_writes_of_one_loop_turn_leave_in_one_send_and_close_sends_them_firs
         assert t.is_closing()  # the rest is the transport's own
 
     asyncio.run(main())
+
+
+def test_the_engines_wake_for_a_submission_dispatches_and_writes_no_report(
+    tmp_path: Path,
+) -> None:
+    """The wake an edge inside the engine calls: "submitted" (a submission that ended no job)
+    wakes the dispatcher only; "wake" (a cancel, a change) wakes the reporter too."""
+    (tmp_path / "corral.yaml").write_text("roles:\n  default: {}\n")
+    engine = Engine(load(data_dir=tmp_path / "data", config_path=tmp_path / "corral.yaml"))
+    assert engine.wake("submitted")
+    assert engine.dispatcher._wake.is_set() and not engine.reporter._wake.is_set()
+    assert engine.wake("wake")
+    assert engine.reporter._wake.is_set()

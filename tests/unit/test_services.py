@@ -14,7 +14,7 @@ from corral.core.ports import Store
 from corral.domain.errors import Conflict, InvalidRequest, NotPermitted
 from corral.domain.governance import ApprovalState, ScopeKind
 from corral.domain.models import Job, JobSpec, Limits
-from corral.domain.states import JobState
+from corral.domain.states import DedupMode, JobState
 from corral.services import approvals, cancellation, controls, dlq, queries
 from corral.services.submissions import (
     LimitChoices,
@@ -106,6 +106,27 @@ def test_submit_stores_the_job_wakes_the_engine_and_says_none_serves(cfg: Config
         assert done.result.created and job.state is JobState.QUEUED
         assert job.limits.max_attempts == 2 and not done.engine_serving
         assert woken == ["submitted"]
+
+    run(body)
+
+
+def test_a_submission_that_ends_a_job_wakes_the_engine_to_report_it(cfg: Config) -> None:
+    """A job superseded (latest-wins) or one that fails its dependency at once is a "wake": the
+    engine writes its report; a plain submission only needs a dispatch ("submitted")."""
+    woken: list[str] = []
+
+    async def body(store: Store) -> None:
+        cwd = str(cfg.data_dir.parent)
+        first = SubmitRequest(command=("true",), cwd=cwd, key="k")
+        await submit(store, cfg, first, woken.append)
+        latest = SubmitRequest(command=("true",), cwd=cwd, key="k", dedup=DedupMode.LATEST_WINS)
+        done = await submit(store, cfg, latest, woken.append)
+        assert done.result.superseded is not None
+        failed = await dead_lettered(store, cfg)
+        after = SubmitRequest(command=("true",), cwd=cwd, after=(failed.id,))
+        ended = (await submit(store, cfg, after, woken.append)).result.job
+        assert ended.state.terminal
+        assert woken == ["submitted", "wake", "wake"]
 
     run(body)
 

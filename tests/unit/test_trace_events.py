@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from corral.trace.events import (
     subject_of,
     window,
 )
+from corral.trace.sinks import _Acks
 from tests.contract.test_store_contract import AGING, NOW, make_job
 
 SPEC = SinkSpec(name="fake", kind="nats", url="nats://127.0.0.1:1")
@@ -124,6 +126,47 @@ def test_rows_are_published_in_order_and_the_cursor_moves_after() -> None:
     asyncio.run(main())
 
 
+class CountingStore(MemoryStore):
+    """The memory store, counting the outbox reads that found rows."""
+
+    reads = 0
+
+    async def outbox_rows(self, source: str, *, after: int, limit: int) -> list[dict[str, Any]]:
+        rows = await super().outbox_rows(source, after=after, limit=limit)
+        self.reads += bool(rows)
+        return list(rows)
+
+
+def test_two_sinks_share_each_batch_read_and_each_takes_every_row_once() -> None:
+    """The sinks of an engine drain in step: a batch one read is the other's too (one read, one
+    set of events), and neither takes a batch twice, so later rows reach both."""
+
+    async def main() -> None:
+        store = CountingStore()
+        for _ in range(3):
+            await store.submit(make_job(), now=NOW, aging_s=AGING)
+        spec = EventsSpec(sinks=(SPEC, SinkSpec(name="other", kind="redis", url="redis://x")))
+        sinks = iter([FakeSink(), FakeSink()])
+        drainer = Drainer(
+            store, spec, holder="e1", clock=lambda: NOW, sink_factory=lambda _: next(sinks)
+        )
+        a, b = drainer.sinks
+        b.sink.spec = spec.sinks[1]
+        assert await a.round() == 3 and await b.round() == 3
+        assert store.reads == 1
+        assert a.sink.published == b.sink.published  # type: ignore[attr-defined]
+        assert a.sink.published[0] is b.sink.published[0]  # type: ignore[attr-defined]
+        assert await a.round() == 0 and await b.round() == 0  # nothing new, nothing again
+        await store.submit(make_job(), now=NOW, aging_s=AGING)
+        assert await b.round() == 1 and await a.round() == 1
+        assert store.reads == 2
+        ids = ["job_events:1", "job_events:2", "job_events:3", "job_events:4"]
+        for d in (a, b):
+            assert [e.event_id for e in d.sink.published] == ids  # type: ignore[attr-defined]
+
+    asyncio.run(main())
+
+
 def test_a_failed_publish_moves_no_cursor_and_the_rows_go_out_later() -> None:
     async def main() -> None:
         store, sink = await _store_with(2), FakeSink()
@@ -195,3 +238,24 @@ def test_another_engines_lease_keeps_this_one_idle() -> None:
         assert sink.published == []
 
     asyncio.run(main())
+
+
+def test_a_jetstream_batch_is_published_once_every_message_is_acknowledged() -> None:
+    """Each message's answer is counted once; one refusal (an error, or no stream listening)
+    fails the batch, which the drainer then publishes again."""
+    acks = _Acks(3)
+    acks.answer(0, b'{"stream":"CORRAL","seq":1}', None)
+    acks.answer(0, b'{"stream":"CORRAL","seq":1}', None)  # twice: still one of three
+    acks.answer(7, b"{}", None)  # not of this batch
+    assert not acks.done.is_set()
+    acks.answer(2, b'{"stream":"CORRAL","seq":3,"duplicate":true}', None)  # dropped: fine
+    acks.answer(1, b'{"stream":"CORRAL","seq":2}', None)
+    assert acks.done.is_set() and acks.error is None
+
+    refused = _Acks(2)
+    refused.answer(
+        0, b'{"error":{"code":503,"description":"expected stream does not match"}}', None
+    )
+    refused.answer(1, b"", "503")
+    assert refused.done.is_set() and "expected stream does not match" in str(refused.error)
+    assert _Acks(0).done.is_set()

@@ -67,3 +67,25 @@ def test_epic_pages_show_the_tenants_epics_with_everything_escaped(tmp_path: Pat
         assert other.status_code == 404
 
     with_ui(config(tmp_path), body)
+
+
+def test_an_escalated_and_a_replaced_task_say_so(tmp_path: Path) -> None:
+    async def body(u: Ui) -> None:
+        why = {"gate": "fail", "why": "check `make` exited 2"}
+        await u.store.create_epic(
+            epic("e-split", "acme"),
+            [
+                TaskRecord(epic_id="e-split", task_id="big", position=0,
+                           state=TaskState.DECOMPOSED,
+                           verdict={**why, "replaced_by": ["big-one", "big-two"]}),
+                TaskRecord(epic_id="e-split", task_id="wide", position=1,
+                           state=TaskState.ESCALATED, verdict={**why, "escalation": "human"}),
+            ],
+        )  # fmt: skip
+        await u.login("reader")
+        page = await u.client.get("/ui/epics/e-split")
+        assert page.status_code == 200, page.text
+        assert "(replaced by big-one, big-two)" in page.text
+        assert "(escalated: human)" in page.text
+
+    with_ui(config(tmp_path), body)

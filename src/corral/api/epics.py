@@ -1,6 +1,6 @@
-"""`/api/v1/epics`: the token's tenant's epics (services/epics.py) — list, get (tasks, verdicts
-and wave checkpoints), cancel. An epic starts from its file on the engine's host
-(`corral epic run`): its target repository is a path there."""
+"""`/api/v1/epics`: the token's tenant's epics (services/epics.py) — start, list, get (tasks,
+verdicts and wave checkpoints), cancel. An epic's target repository is a path on the engine's
+host: the API may name one only under the configuration's `api.epic_repos`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,28 @@ from .state import state_of
 
 router = APIRouter(prefix="/api/v1/epics", tags=["epics"])
 EpicId = Annotated[str, "the epic's id (or a unique prefix)"]
+
+
+@router.post("", response_model=Epic, status_code=201)
+async def start_epic(body: bodies.EpicBody, request: Request, token: JobsWrite) -> Any:
+    """Start an epic for the token's tenant: validated as an epic file (422 naming the bad
+    key), its roles known to the configuration, its repository under `api.epic_repos` (403
+    otherwise), its branch new (409 when it exists). The engine runs its waves."""
+    st = state_of(request)
+    repo = epics.open_to_api(body.repo, st.config)
+    got = await epics.start(
+        st.store,
+        st.config,
+        body.epic,
+        repo=repo,
+        within=epics.api_roots(st.config),
+        base=body.base,
+        tenant=token.tenant,
+        wake=st.wake,
+        clock=st.clock,
+    )
+    d = await epics.detail(st.store, got.id, token.tenant)
+    return Epic.of(d.epic, d.tasks).dump()
 
 
 @router.get("", response_model=EpicPage)

@@ -183,6 +183,7 @@ REMOTE_COMMANDS = frozenset(
         "approvals",
         "kill-switch",
         "dlq",
+        "knowledge",
         "version",
     }
 )
@@ -293,6 +294,7 @@ def serve(
     and the next engine on the same data directory re-adopts them and collects their results.
     """
     from corral.runtime.engine import Engine  # the engine's machinery: only `serve` needs it
+    from corral.services.knowledge import extractor_jobs as knowledge_jobs
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
@@ -308,6 +310,8 @@ def serve(
             )
         )
         engine = Engine(cfg)
+        # an agent extractor's jobs are submitted as any edge submits (services/knowledge.py)
+        engine.flywheel.submit = knowledge_jobs(engine.store, cfg, engine.wake)
 
         def ready(e: Engine) -> None:
             typer.echo(f"corral engine {e.id} serving {cfg.data_dir} (pid {os.getpid()})", err=True)

@@ -52,8 +52,9 @@ def run_cmd(
     target repository, and hand it to the engine. Each wave runs one fresh agent job per
     unblocked task in its own git worktree; a try passes when its checks pass and the council
     does not FAIL; Corral commits passing work onto the branch in task order. A failed try is
-    retried up to the task's max_attempts (3 consecutive failures strike it), at most
-    max_waves waves. Needs a running engine (`corral serve`). With --wait, exits 1 unless
+    retried up to the task's max_attempts (3 consecutive failures end its tries); then its
+    on_exhausted steps (re-decomposed by an agent, or handed to a human), else it is struck;
+    at most max_waves waves. Needs a running engine (`corral serve`). With --wait, exits 1 unless
     every task passed."""
     try:
         text = file.read_text()
@@ -172,6 +173,10 @@ def _show(cfg: Any, ref: str, as_json: bool) -> None:
         said = " ".join(
             str(x) for x in (v.get("gate"), v.get("council"), v.get("why")) if x is not None
         )
+        if t["state"] == "escalated" and v.get("escalation"):
+            said += f" [escalated: {v['escalation']}]"
+        if v.get("replaced_by"):
+            said += f" [replaced by {', '.join(map(str, v['replaced_by']))}]"
         table.add_row(
             _plain(t["id"]),
             _plain(t["state"]),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from corral.domain.governance import Approval, ApprovalState, Incident, KillSwitch, ScopeKind
+from corral.domain.ids import resolve
 from corral.runtime.control import operator_only
 from corral.services import approvals as approval_desk
 from corral.services import audit as audit_desk
@@ -273,12 +274,7 @@ def _register_switches(app: typer.Typer) -> None:
 
             switch = remote.record(
                 KillSwitch,
-                remote.run(
-                    url,
-                    lambda c: c.engage_kill_switch(
-                        reason, scope=scope.value, target=target, expires_in_s=expires_in
-                    ),
-                ),
+                remote.run(url, lambda c: _engage_remote(c, reason, scope, target, expires_in)),
             )
         else:
             cfg = config_of(data_dir, config)
@@ -540,14 +536,36 @@ async def _switches(c: AsyncClient) -> list[View]:
     return await c.kill_switches()
 
 
+async def _remote_target(c: AsyncClient, scope: ScopeKind, target: str | None) -> str | None:
+    """A `--target` over HTTP as locally: a job (`--scope job`) by its whole id or a unique
+    prefix or suffix of the token's tenant's jobs; any other target as given."""
+    if scope is ScopeKind.JOB and target:
+        return await c.resolve(target)
+    return target
+
+
+async def _engage_remote(
+    c: AsyncClient, reason: str, scope: ScopeKind, target: str | None, expires_in: float | None
+) -> View:
+    """`kill-switch on` over HTTP."""
+    return await c.engage_kill_switch(
+        reason,
+        scope=scope.value,
+        target=await _remote_target(c, scope, target),
+        expires_in_s=expires_in,
+    )
+
+
 async def _lift_remote(
     c: AsyncClient, switch_id: str | None, scope: ScopeKind, target: str | None
 ) -> list[KillSwitch]:
     """`kill-switch off` over HTTP: the one named, else every active one of the scope."""
     from . import remote
 
-    if switch_id is not None:
-        return [remote.record(KillSwitch, await c.lift_kill_switch(switch_id))]
     active = [remote.record(KillSwitch, v) for v in await c.kill_switches()]
+    if switch_id is not None:  # as locally: its id, or a unique prefix or suffix
+        chosen_id = resolve(switch_id, [s.id for s in active], "active kill switch")
+        return [remote.record(KillSwitch, await c.lift_kill_switch(chosen_id))]
+    target = await _remote_target(c, scope, target)
     chosen = [s for s in active if s.scope is scope and (target is None or s.target == target)]
     return [remote.record(KillSwitch, await c.lift_kill_switch(s.id)) for s in chosen]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import getpass
 import time
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,10 +15,13 @@ from corral.domain.errors import CorralError
 from corral.domain.ids import shortest
 from corral.services import knowledge
 
-from .edge import config_or_fail, emit, with_store
+from .edge import config_or_fail, emit, remote_url, with_store
 from .exits import fail
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, id_column, new_table
+
+if TYPE_CHECKING:
+    from corral.client import AsyncClient
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -28,7 +32,10 @@ app = typer.Typer(
 RoleOpt = Annotated[str | None, typer.Option("--role", help="Only this role's learnings.")]
 TenantOpt = Annotated[str | None, typer.Option("--tenant", help="Only this tenant's learnings.")]
 LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many.")]
-Ref = Annotated[str, typer.Argument(help="A learning (id, or a unique prefix or suffix).")]
+Ref = Annotated[
+    str,
+    typer.Argument(help="A learning (id, or a unique prefix or suffix; with --url its whole id)."),
+]
 
 
 def _status(text: str) -> Any:
@@ -41,6 +48,22 @@ def _status(text: str) -> Any:
 def _out(text: str) -> None:
     """A line as written: a learning's text comes from an agent's run, never read as markup."""
     console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _remote(tenant: str | None, call: Callable[[AsyncClient], Awaitable[Any]]) -> Any:
+    """With `--url`: the answer of the remote engine's API (the token's tenant), as the local
+    command's JSON shape; None without a URL."""
+    if (url := remote_url()) is None:
+        return None
+    from . import remote  # with its client: only when a URL is given
+
+    if tenant is not None:
+        fail(remote.local_only("--tenant (the token's tenant is used)", url))
+    return remote.run(url, call)
+
+
+def _dumped(found: Any) -> Any:
+    return [x.dump() for x in found] if isinstance(found, list) else found.dump()
 
 
 def _day(t: float | None) -> str:
@@ -90,12 +113,16 @@ def list_cmd(
     """The learnings, newest first: kind, tier, status, utility and title (`--json`: every
     field, with confidence and freshness decayed to now)."""
     wanted = _status(status)
-    cfg = config_or_fail(data_dir, config)
-    found = with_store(
-        cfg, lambda st: st.list_learnings(tenant=tenant, role=role, status=wanted, limit=limit)
-    )
-    now = time.time()
-    rows = [knowledge.learning_view(x, now) for x in found]
+    rows = _remote(tenant, lambda c: c.learnings(role=role, status=status, limit=limit))
+    if rows is not None:
+        rows = _dumped(rows)
+    else:
+        cfg = config_or_fail(data_dir, config)
+        found = with_store(
+            cfg,
+            lambda st: st.list_learnings(tenant=tenant, role=role, status=wanted, limit=limit),
+        )
+        rows = [knowledge.learning_view(x, time.time()) for x in found]
     if as_json:
         emit(rows)
     elif not rows:
@@ -120,13 +147,18 @@ def search_cmd(
     """Full-text search of the learnings' titles and bodies (the store's own index: SQLite
     FTS5, PostgreSQL tsvector), best match first."""
     wanted = _status(status)
-    cfg = config_or_fail(data_dir, config)
-    found = with_store(
-        cfg,
-        lambda st: st.search_learnings(query, tenant=tenant, role=role, status=wanted, limit=limit),
-    )
-    now = time.time()
-    rows = [knowledge.learning_view(x, now) for x in found]
+    rows = _remote(tenant, lambda c: c.learnings(query, role=role, status=status, limit=limit))
+    if rows is not None:
+        rows = _dumped(rows)
+    else:
+        cfg = config_or_fail(data_dir, config)
+        found = with_store(
+            cfg,
+            lambda st: st.search_learnings(
+                query, tenant=tenant, role=role, status=wanted, limit=limit
+            ),
+        )
+        rows = [knowledge.learning_view(x, time.time()) for x in found]
     if as_json:
         emit(rows)
     elif not rows:
@@ -141,8 +173,12 @@ def show_cmd(
 ) -> None:
     """One learning: its text, scores now (confidence and freshness decayed), provenance (job,
     attempt, commit), the history of its score changes and the attempts it was given to."""
-    cfg = config_or_fail(data_dir, config)
-    shown = with_store(cfg, lambda st: knowledge.show(st, ref)).view(time.time())
+    shown = _remote(None, lambda c: c.learning(ref))
+    if shown is not None:
+        shown = _dumped(shown)
+    else:
+        cfg = config_or_fail(data_dir, config)
+        shown = with_store(cfg, lambda st: knowledge.show(st, ref)).view(time.time())
     if as_json:
         emit(shown)
         return
@@ -188,7 +224,7 @@ def show_cmd(
 
 
 def _changed(found: Any, as_json: bool, verb: str) -> None:
-    view = knowledge.learning_view(found, time.time())
+    view = found if isinstance(found, dict) else knowledge.learning_view(found, time.time())
     if as_json:
         emit(view)
     else:
@@ -205,8 +241,14 @@ def promote_cmd(
 ) -> None:
     """Approve a pending learning (a bronze one waits for a human): runs of its role are given
     it from now on."""
-    cfg = config_or_fail(data_dir, config)
-    found = with_store(cfg, lambda st: knowledge.promote(st, ref, by=getpass.getuser(), note=note))
+    found = _remote(None, lambda c: c.promote_learning(ref, note))
+    if found is not None:
+        found = _dumped(found)
+    else:
+        cfg = config_or_fail(data_dir, config)
+        found = with_store(
+            cfg, lambda st: knowledge.promote(st, ref, by=getpass.getuser(), note=note)
+        )
     _changed(found, as_json, "promoted")
 
 
@@ -219,10 +261,14 @@ def retire_cmd(
     config: ConfigOpt = None,
 ) -> None:
     """Stop giving a learning to runs (it is kept, with its history; retiring is final)."""
-    cfg = config_or_fail(data_dir, config)
-    found = with_store(
-        cfg, lambda st: knowledge.retire(st, ref, by=getpass.getuser(), reason=reason)
-    )
+    found = _remote(None, lambda c: c.retire_learning(ref, reason))
+    if found is not None:
+        found = _dumped(found)
+    else:
+        cfg = config_or_fail(data_dir, config)
+        found = with_store(
+            cfg, lambda st: knowledge.retire(st, ref, by=getpass.getuser(), reason=reason)
+        )
     _changed(found, as_json, "retired")
 
 
@@ -237,8 +283,12 @@ def stats_cmd(
     """Whether the flywheel pays: per role, the finished runs given learnings and those not
     (a role's `knowledge: ab` splits them by job id), their success rate and tool calls per
     run, and the difference; and how many learnings are active, pending and retired."""
-    cfg = config_or_fail(data_dir, config)
-    found = with_store(cfg, lambda st: knowledge.stats(st, tenant=tenant, role=role))
+    found = _remote(tenant, lambda c: c.knowledge_stats(role))
+    if found is not None:
+        found = _dumped(found)
+    else:
+        cfg = config_or_fail(data_dir, config)
+        found = with_store(cfg, lambda st: knowledge.stats(st, tenant=tenant, role=role))
     if as_json:
         emit(found)
         return

@@ -13,9 +13,11 @@ import httpx
 
 from corral.domain.ids import resolve
 from corral.schemas import api as bodies
+from corral.schemas import knowledge as kv
 from corral.schemas import views
 
 from .errors import ApiError, from_response, unreachable
+from .transport import gathering_transport
 
 Stream = Literal["stdout", "stderr"]
 DEFAULT_TIMEOUT_S = 30.0
@@ -52,6 +54,10 @@ class AsyncClient:
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
             timeout=timeout_s,
             transport=transport,
+            # requests leave in one write (client/transport.py); through a transport mounted
+            # for every URL, not as `transport`, so that proxies from the environment
+            # (HTTPS_PROXY …, whose own mounts are more specific) still apply
+            mounts=None if transport is not None else {"all://": gathering_transport()},
         )
 
     async def __aenter__(self) -> Self:
@@ -353,6 +359,47 @@ class AsyncClient:
         """Lift one active kill switch."""
         data = await self._call("POST", f"/api/v1/kill-switches/{switch_id}/lift")
         return views.KillSwitch.model_validate(data)
+
+    # ---- knowledge ------------------------------------------------------------------------
+
+    async def learnings(
+        self,
+        q: str | None = None,
+        *,
+        kind: str | None = None,
+        role: str | None = None,
+        tier: str | None = None,
+        status: str = "all",
+        limit: int = 50,
+    ) -> builtins.list[kv.Learning]:
+        """The tenant's learnings: those the full-text search finds for `q`, else the newest."""
+        params = _params(q=q, type=kind, role=role, tier=tier, status=status, limit=limit)
+        data = await self._call("GET", "/api/v1/knowledge", params=params)
+        return kv.LearningPage.model_validate(data).learnings
+
+    async def learning(self, learning_id: str) -> kv.LearningShow:
+        """One learning (its whole id) with its provenance, history and citations."""
+        data = await self._call("GET", f"/api/v1/knowledge/{learning_id}")
+        return kv.LearningShow.model_validate(data)
+
+    async def promote_learning(self, learning_id: str, note: str = "") -> kv.Learning:
+        """Approve a pending learning (needs `govern`), recorded as this token's."""
+        data = await self._call(
+            "POST", f"/api/v1/knowledge/{learning_id}/promote", json_body={"note": note}
+        )
+        return kv.Learning.model_validate(data)
+
+    async def retire_learning(self, learning_id: str, reason: str) -> kv.Learning:
+        """Stop giving a learning to runs (needs `govern`), recorded as this token's."""
+        data = await self._call(
+            "POST", f"/api/v1/knowledge/{learning_id}/retire", json_body={"reason": reason}
+        )
+        return kv.Learning.model_validate(data)
+
+    async def knowledge_stats(self, role: str | None = None) -> kv.KnowledgeStats:
+        """Per role of the tenant: runs with and without learnings, and the learnings."""
+        data = await self._call("GET", "/api/v1/knowledge/stats", params=_params(role=role))
+        return kv.KnowledgeStats.model_validate(data)
 
     # ---- tokens (admin) -------------------------------------------------------------------
 

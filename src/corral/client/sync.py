@@ -13,6 +13,7 @@ from typing import Any, Literal, Self, TypeVar, overload
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from corral.schemas import api as bodies
+from corral.schemas import knowledge as kv
 from corral.schemas import views
 
 from .http import DEFAULT_TIMEOUT_S, AsyncClient, Stream
@@ -229,6 +230,32 @@ class Client:
 
     def revoke_token(self, token_id: str) -> views.Token:
         return self._run(self._async.revoke_token, token_id)
+
+    def learnings(
+        self,
+        q: str | None = None,
+        *,
+        kind: str | None = None,
+        role: str | None = None,
+        tier: str | None = None,
+        status: str = "all",
+        limit: int = 50,
+    ) -> builtins.list[kv.Learning]:
+        return self._run(
+            self._async.learnings, q, kind=kind, role=role, tier=tier, status=status, limit=limit
+        )
+
+    def learning(self, learning_id: str) -> kv.LearningShow:
+        return self._run(self._async.learning, learning_id)
+
+    def promote_learning(self, learning_id: str, note: str = "") -> kv.Learning:
+        return self._run(self._async.promote_learning, learning_id, note)
+
+    def retire_learning(self, learning_id: str, reason: str) -> kv.Learning:
+        return self._run(self._async.retire_learning, learning_id, reason)
+
+    def knowledge_stats(self, role: str | None = None) -> kv.KnowledgeStats:
+        return self._run(self._async.knowledge_stats, role)
 
 
 __all__ = ["Client"]

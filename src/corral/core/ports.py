@@ -27,8 +27,10 @@ from corral.domain.knowledge import (
     KnowledgeRun,
     Learning,
     LearningChange,
+    LearningKind,
     LearningStatus,
     LearningUpdate,
+    Tier,
 )
 from corral.domain.models import (
     Attempt,
@@ -834,6 +836,19 @@ class EpicStore(Protocol):
     ) -> None:
         """Record a wave's outcome and the epic branch's head after its ratchet."""
 
+    async def replan_epic(
+        self,
+        epic_id: str,
+        spec: Mapping[str, Any],
+        *,
+        replaced: TaskRecord,
+        added: Sequence[TaskRecord],
+        at: float,
+    ) -> None:
+        """A re-decomposition, in one transaction: the epic's new spec, the replaced task saved
+        (expected ESCALATED), the new tasks added, every task's position its place in the new
+        spec. StaleState when the epic is not running or the task no longer escalated."""
+
     async def end_epic(self, epic_id: str, state: EpicState, reason: str, at: float) -> None:
         """End a running epic (StaleState when it already ended)."""
 
@@ -864,6 +879,8 @@ class KnowledgeStore(Protocol):
         role: str | None = None,
         status: LearningStatus | None = None,
         limit: int = 100,
+        kind: LearningKind | None = None,
+        tier: Tier | None = None,
     ) -> list[Learning]:
         """Newest first."""
 
@@ -875,6 +892,8 @@ class KnowledgeStore(Protocol):
         role: str | None = None,
         status: LearningStatus | None = LearningStatus.ACTIVE,
         limit: int = 50,
+        kind: LearningKind | None = None,
+        tier: Tier | None = None,
     ) -> list[Learning]:
         """Full-text search (SQLite FTS5, PostgreSQL tsvector) of titles and bodies: learnings
         that hold any of the query's words, best match first; an empty query lists the newest."""
@@ -945,8 +964,9 @@ class Store(
 class AttemptRef:
     """Where a running attempt lives, opaque to everyone but its worker: a local process
     (``pid:1234``) or, for a worker that runs attempts elsewhere, a job there (``ray:<job id>``).
-    Written as ``<kind>:<id>`` on the core's wire. The store keeps a local process's pid (its
-    `pid` column); a remote reference needs a column of its own once a remote worker lands.
+    Written as ``<kind>:<id>`` on the core's wire and in the attempt's `running` event. The
+    store keeps a local process's pid (its `pid` column); a Ray job's id (``ray:corral-<job
+    id>-<attempt>``) follows from the attempt itself, so it needs no column.
     What truly needs a pid (sweeping an attempt's processes, finding its ghosts, telling a
     stopped supervisor) stays inside the workers."""
 

@@ -29,7 +29,8 @@ class TaskState(StrEnum):
     RUNNING = "running"  # a wave holds it (its worker or judges run)
     PASSED = "passed"  # ratcheted: committed on the epic branch, never reopens
     STRUCK = "struck"  # skipped after its failures (strike rule or retry bound)
-    ESCALATED = "escalated"  # the council disagreed across vendors: a human decides
+    ESCALATED = "escalated"  # a human or a re-decomposition decides (its verdict says which)
+    DECOMPOSED = "decomposed"  # replaced by the smaller tasks a re-decomposition proposed
     BLOCKED = "blocked"  # a dependency was struck, escalated or cancelled: it can never run
     CANCELLED = "cancelled"
 

@@ -55,6 +55,9 @@ class JobOptions:
     # the learnings the dispatcher found for this attempt, after the permit: appended to the
     # agent's system prompt (runtime/flywheel.py); never stored with the job
     knowledge: str | None = None
+    # The run an extractor job extracts learnings from ("<job id>/<attempt>/<commit>"), set by
+    # the flywheel only (runtime/flywheel.py): the learnings' provenance, never the agent's word
+    extract_of: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     _TYPES: ClassVar[Mapping[str, type]] = {
@@ -70,6 +73,7 @@ class JobOptions:
         "submitted_by": str,
         "epic": str,
         "knowledge": str,
+        "extract_of": str,
     }
 
     def to_json(self) -> dict[str, Any]:

@@ -255,10 +255,18 @@ def rules(trace: RunTrace) -> list[Candidate]:
     return found
 
 
+FAILED_STATES = ("FAILED", "TIMED_OUT", "DEAD_LETTERED")
+
+
+def writes_anything(state: str) -> bool:
+    """Whether a run that ended in `state` may write learnings at all (see `gate`)."""
+    return state == "SUCCEEDED" or state in FAILED_STATES
+
+
 def gate(trace: RunTrace, candidates: Sequence[Candidate]) -> list[Candidate]:
     """Write-on-success: all of a succeeded run's candidates, a failed run's failures only."""
     if trace.succeeded:
         return list(candidates)
-    if trace.state in ("FAILED", "TIMED_OUT", "DEAD_LETTERED"):
+    if trace.state in FAILED_STATES:
         return [c for c in candidates if c.kind is LearningKind.FAILURE]
     return []

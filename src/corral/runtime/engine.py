@@ -223,7 +223,9 @@ class Engine:
         self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         # The knowledge flywheel: learnings injected at dispatch, rewarded and extracted when a
         # run's report is written (runtime/flywheel.py)
-        self.flywheel = Flywheel(self.store, config.settings)
+        self.flywheel = Flywheel(
+            self.store, config.settings, workdir=config.data_dir / "knowledge" / "extract"
+        )
         self.reporter = Reporter(
             self.store,
             config.settings.oversight,
@@ -315,11 +317,13 @@ class Engine:
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     def wake(self, op: str) -> bool:
-        """Look now (`op` "wake": at the running jobs too; "submitted": a submission needs no
-        look at them). The `Wake` of the services for an edge inside the engine (api/server.py).
+        """Look now (`op` "wake": at the running jobs too; "submitted": a submission that ended
+        no job, so it needs no look at them nor a report). The `Wake` of the services for an
+        edge inside the engine (api/server.py).
         """
         self.dispatcher.wake(stops=op == "wake")
-        self.reporter.wake()  # a cancel of a queued job ends it: its report is due
+        if op != "submitted":  # a cancel of a queued job ends it: its report is due
+            self.reporter.wake()
         return True
 
     async def _core_control(self, request: dict[str, Any]) -> dict[str, Any]:

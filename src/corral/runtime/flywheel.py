@@ -11,7 +11,14 @@
   and tool calls (`corral knowledge stats`);
 - then its trace is extracted (the rule-based extractor, or the configured one), scored by the
   rubric and written under write-on-success: a succeeded run's learnings, a failed run's
-  failures; bronze waits for a human (`corral knowledge promote`), discard is not stored.
+  failures; bronze waits for a human (`corral knowledge promote`), discard is not stored;
+- with `knowledge.extractor: agent:ROLE`, extracting is an ordinary job of that role (submitted
+  like any other, so governed like any other: permit, caps, policies), whose prompt carries the
+  run (knowledge/agentextract.py) and whose working directory is a fresh folder of the data
+  directory; when that job ends, the candidates it wrote there are validated and go through the
+  same gate and rubric, with the provenance Corral recorded when it submitted the job. The
+  extractor's own runs are never extracted (no loop), and whatever becomes of the job (denied,
+  failed, a file that is not valid) costs nothing but those learnings.
 
 Everything here is best effort: a store that fails, or an extractor that raises, costs the run
 its learnings, never its dispatch or its report."""
@@ -21,19 +28,25 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
+import os
+import shutil
+import stat
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
 
 import anyio
 
-from corral.core.ports import KnowledgeStore
+from corral.core.ports import JobStore, KnowledgeStore
 from corral.domain.agents import AgentEvent
 from corral.domain.errors import ConfigError, CorralError, StaleState
 from corral.domain.ids import new_id
 from corral.domain.knowledge import (
     Arm,
+    Candidate,
     Citation,
     KnowledgeRun,
     Learning,
@@ -44,20 +57,29 @@ from corral.domain.knowledge import (
     Provenance,
     Tier,
 )
-from corral.domain.models import Claimed, Job
+from corral.domain.models import PRIORITY_BACKLOG, Claimed, Job, JobOptions, JobSpec
 from corral.domain.settings import Settings
-from corral.knowledge import extract, lifecycle, retrieval, rubric
+from corral.knowledge import agentextract, extract, lifecycle, retrieval, rubric
 
 log = logging.getLogger("corral.knowledge")
 
 ACTOR = "corral"
 MAX_TRIES = 5  # a lost race on a learning's numbers is read and applied again
 GIT_TIMEOUT_S = 5.0
+AGENT = "agent:"  # `knowledge.extractor: agent:ROLE`
+
+# Submits a job as any edge does (services/submissions.py, wired by `corral serve`); its id.
+Submit = Callable[[JobSpec], Awaitable[str]]
+
+
+class FlywheelStore(KnowledgeStore, JobStore, Protocol):
+    """The learnings, and the jobs an agent extractor's run is read against."""
 
 
 def load_extractor(name: str) -> extract.Extractor:
-    """`rules`, or `package.module:function`; ConfigError saying what is wrong otherwise."""
-    if name == "rules":
+    """`rules`, or `package.module:function`; ConfigError saying what is wrong otherwise (an
+    `agent:ROLE` extractor is a job, not a function: Flywheel submits it)."""
+    if name == "rules" or name.startswith(AGENT):
         return extract.rules
     module, _, attr = name.partition(":")
     try:
@@ -98,20 +120,49 @@ def head_commit(cwd: str | None) -> str | None:
     return commit if out.returncode == 0 and len(commit) in (40, 64) else None
 
 
+def provenance_of(extract_of: str) -> tuple[str, int, str | None]:
+    """The run an extractor job reads, as the flywheel wrote it: job id, attempt, commit."""
+    job_id, _, rest = extract_of.partition("/")
+    attempt, _, commit = rest.partition("/")
+    if not job_id or not attempt.isdigit():
+        raise ValueError(f"not a run: {extract_of!r}")
+    return job_id, int(attempt), commit or None
+
+
+def read_output(folder: str) -> bytes:
+    """The extractor's file, a regular file of its working directory (never through a link it
+    made to somewhere else), at most one byte past the limit `agentextract.parse` refuses."""
+    path = Path(folder) / agentextract.OUTPUT
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(agentextract.MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
 class Flywheel:
     def __init__(
         self,
-        store: KnowledgeStore,
+        store: FlywheelStore,
         settings: Settings,
         *,
         clock: Callable[[], float] = time.time,
         extractor: extract.Extractor | None = None,
+        workdir: Path | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.spec = settings.knowledge
         self.clock = clock
-        self.extractor = extractor or load_extractor(self.spec.extractor)
+        name = self.spec.extractor
+        # the role whose jobs extract (`agent:ROLE`), or None: a function does, in the engine
+        self.agent_role = name[len(AGENT) :] if name.startswith(AGENT) else None
+        self.extractor = extractor or load_extractor(name)
+        self.workdir = workdir  # where each extractor job gets its folder
+        self.submit: Submit | None = None  # wired by the edge that serves (`corral serve`)
 
     def mode(self, role: str) -> str:
         spec = self.settings.roles.get(role)
@@ -178,7 +229,11 @@ class Flywheel:
     # ---- when the run ended --------------------------------------------------------------
 
     async def settle(self, job: Job, events: Sequence[AgentEvent]) -> None:
-        """Reward the learnings the run was given, then extract what it teaches."""
+        """Reward the learnings the run was given, then extract what it teaches (an
+        extractor job's end: collect what it wrote, whether it ran or not)."""
+        if job.options.extract_of is not None:  # an extractor's run: never extracted itself
+            await self._extracted(job, job.options.extract_of)
+            return
         if not events:
             return  # not an agent run, or one that never started: nothing to learn from
         try:
@@ -188,8 +243,11 @@ class Flywheel:
         if not self.spec.extract:
             return
         try:
-            await self._extract(job, events)
-        except CorralError as err:
+            if self.agent_role is not None:
+                await self._ask_agent(job, events)
+            else:
+                await self._extract(job, events)
+        except (CorralError, OSError, ValueError) as err:
             log.warning("learnings of job %s: %s", job.id, err)
         except Exception as err:  # a configured extractor's bug: the run keeps its report
             log.warning("extractor %s on job %s: %r", self.spec.extractor, job.id, err)
@@ -226,20 +284,90 @@ class Flywheel:
                 continue  # another writer moved one of them: read again
         log.warning("rewarding the learnings of job %s: lost %d races, gave up", job.id, MAX_TRIES)
 
-    async def _extract(self, job: Job, events: Sequence[AgentEvent]) -> None:
-        trace = extract.RunTrace(
+    @staticmethod
+    def _trace(job: Job, events: Sequence[AgentEvent]) -> extract.RunTrace:
+        return extract.RunTrace(
             job_id=job.id,
             role=job.role,
             prompt=prompt_of(job),
             state=job.state.value,
             events=list(events),
         )
+
+    async def _extract(self, job: Job, events: Sequence[AgentEvent]) -> None:
+        trace = self._trace(job, events)
         kept = extract.gate(trace, self.extractor(trace))
         if not kept:
             return
         commit = await anyio.to_thread.run_sync(head_commit, job.cwd)
+        await self._write(job, kept, attempt=events[-1].attempt, commit=commit)
+
+    async def _ask_agent(self, job: Job, events: Sequence[AgentEvent]) -> None:
+        """Submit the extractor job for this run (none for a run of the extractor's role, nor
+        for one whose end writes nothing)."""
+        trace = self._trace(job, events)
+        if job.role == self.agent_role or not agentextract.worth_asking(trace):
+            return
+        if self.submit is None or self.workdir is None:
+            log.warning("job %s: no extractor job (nothing here submits jobs)", job.id)
+            return
+        commit = await anyio.to_thread.run_sync(head_commit, job.cwd)
+        folder = self.workdir / job.id
+        await anyio.to_thread.run_sync(lambda: folder.mkdir(parents=True, exist_ok=True))
+        spec = JobSpec(
+            prompt=agentextract.prompt(trace),
+            role=self.agent_role or "",
+            tenant=job.tenant,
+            priority=PRIORITY_BACKLOG,
+            cwd=str(folder),
+            key=f"knowledge-extract:{job.id}",
+            options=JobOptions(
+                submitted_by=ACTOR,
+                extract_of=f"{job.id}/{events[-1].attempt}/{commit or ''}",
+            ),
+        )
+        extractor = await self.submit(spec)
+        log.info("job %s: learnings extracted by job %s", job.id, extractor)
+
+    async def _extracted(self, job: Job, extract_of: str) -> None:
+        """The extractor job ended (or was refused): its learnings, then its folder removed
+        (the folder Corral made for it, nothing else)."""
+        try:
+            await self._collect(job, extract_of)
+        except (CorralError, OSError, ValueError) as err:
+            log.warning("learnings of extractor job %s: %s", job.id, err)
+        folder = Path(job.cwd) if job.cwd else None
+        if folder is not None and self.workdir is not None and folder.parent == self.workdir:
+            await anyio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+    async def _collect(self, job: Job, extract_of: str) -> None:
+        """The extractor job ended: its file's valid candidates, gated by the run it read."""
+        source_id, attempt, commit = provenance_of(extract_of)
+        if job.state.value != "SUCCEEDED" or job.cwd is None:
+            log.info("extractor job %s ended %s: no learnings", job.id, job.state.value)
+            return
+        source = await self.store.get_job(source_id)
+        if source.tenant != job.tenant:
+            raise ValueError(f"extractor job {job.id} is not of run {source.id}'s tenant")
+        parsed = agentextract.parse(await anyio.to_thread.run_sync(read_output, job.cwd))
+        for problem in parsed.problems:
+            log.warning("extractor job %s: %s", job.id, problem)
+        kept = extract.gate(self._trace(source, ()), parsed.candidates)
+        if kept:
+            await self._write(source, kept, attempt=attempt, commit=commit, via=job.id)
+
+    async def _write(
+        self,
+        job: Job,
+        kept: Sequence[Candidate],
+        *,
+        attempt: int,
+        commit: str | None,
+        via: str | None = None,
+    ) -> None:
+        """Score the kept candidates of `job`'s run and store those the rubric keeps."""
         now = self.clock()
-        attempt = events[-1].attempt
+        by = f" by extractor job {via}" if via else ""
         for c in kept:
             s = rubric.score(c)
             if s.tier is Tier.DISCARD:
@@ -268,7 +396,7 @@ class Flywheel:
                 at=now,
                 action="created",
                 actor=ACTOR,
-                reason=f"extracted from run {job.id} ({job.state.value}); {s.tier.value}"
+                reason=f"extracted from run {job.id} ({job.state.value}){by}; {s.tier.value}"
                 + (", waits for a human" if s.needs_human else ""),
                 job_id=job.id,
                 utility_after=item.utility,

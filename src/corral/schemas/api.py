@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from corral.domain import bounds
 from corral.domain.governance import ScopeKind
@@ -102,8 +102,48 @@ class JobPage(View):
     next_cursor: str | None
 
 
+class EpicBody(Body):
+    """`POST /api/v1/epics`: an epic to start (docs/how-to/epics.md)."""
+
+    repo: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="The target git repository on the engine's "
+        "host: an absolute path under one of the configuration's api.epic_repos.",
+    )
+    base: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="The commit the epic branch starts from (default: the repository's HEAD).",
+    )
+    epic: dict[str, Any] | str = Field(
+        description="The epic: its file's YAML text (at most 256 KiB), or the same as a JSON "
+        "object."
+    )
+
+    @field_validator("epic")
+    @classmethod
+    def _bounded(cls, v: dict[str, Any] | str) -> dict[str, Any] | str:
+        if isinstance(v, str) and len(v) > 256 * 1024:
+            raise ValueError("the epic's YAML text is over 256 KiB")
+        return v
+
+
 class CancelBody(Body):
     reason: str = Field("cancelled through the HTTP API", min_length=1, max_length=1000)
+
+
+class PromoteBody(Body):
+    """A human's approval of a pending learning; `note` is kept in its history."""
+
+    note: str = Field("", max_length=1000)
+
+
+class RetireBody(Body):
+    """Why a learning is retired (kept in its history)."""
+
+    reason: str = Field(min_length=1, max_length=1000)
 
 
 class LogRange(View):

@@ -53,6 +53,12 @@ class Learning(View):
     last_reward_at: float | None = Field(description="Epoch seconds.")
 
 
+class LearningPage(View):
+    """`GET /api/v1/knowledge`: the token's tenant's learnings, best match or newest first."""
+
+    learnings: list[Learning]
+
+
 class LearningChange(View):
     """One line of a learning's history: each pair is [before, after] (null: unchanged)."""
 

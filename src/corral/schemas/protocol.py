@@ -28,7 +28,9 @@ RESULT: TypeAdapter[dm.AttemptResult] = TypeAdapter(dm.AttemptResult)
 
 class _Wire(BaseModel):
     # a number where a string is expected is read as its text, as the protocol always did
-    model_config = ConfigDict(extra="ignore", frozen=True, coerce_numbers_to_str=True)
+    model_config = ConfigDict(
+        extra="ignore", frozen=True, coerce_numbers_to_str=True, defer_build=True
+    )
 
 
 class Projection(Generic[T]):

@@ -35,7 +35,7 @@ def iso_time(t: float | None) -> str | None:
 class View(BaseModel):
     """A JSON shape at the edge: unknown fields are an error, the dump is JSON-ready."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
     def dump(self) -> dict[str, Any]:
         """The JSON object (field aliases such as `from`, enum values as strings)."""

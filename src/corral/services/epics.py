@@ -4,17 +4,18 @@ from its file, list, show and cancel. The engine's WaveRunner (services/waves.py
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from corral.config import Config
 from corral.core.ports import EpicStore
 from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState, WaveRecord
-from corral.domain.errors import Conflict, InvalidRequest, NotFound
+from corral.domain.errors import Conflict, InvalidRequest, NotFound, NotPermitted
 from corral.domain.ids import new_id
 from corral.services import Wake
-from corral.waves.epic import EpicSpec, load
+from corral.waves.epic import EpicSpec, load, parse
 from corral.workers import gitrepo
 
 
@@ -26,40 +27,74 @@ class EpicDetail:
 
 
 def check_roles(spec: EpicSpec, config: Config) -> None:
-    """Every task's role and every judge's role is one the configuration has."""
+    """Every task's, judge's and the decomposer's role is one the configuration has."""
     roles = config.settings.roles
     for i, t in enumerate(spec.tasks):
         if t.role not in roles:
             raise InvalidRequest(f"tasks[{i}].role: no role {t.role!r} in the configuration")
+    if spec.decomposer is not None and spec.decomposer not in roles:
+        raise InvalidRequest(f"decomposer: no role {spec.decomposer!r} in the configuration")
     if spec.council.judges:
         for i, r in enumerate(spec.council.roles):
             if r not in roles:
                 raise InvalidRequest(f"council.roles[{i}]: no role {r!r} in the configuration")
 
 
+def api_roots(config: Config) -> list[Path]:
+    """The directories `api.epic_repos` opens to epics started over HTTP."""
+    return [Path(r).resolve() for r in config.api.epic_repos]
+
+
+def open_to_api(repo: str, config: Config) -> Path:
+    """The repository an API caller names, if it lies under one of `api.epic_repos`
+    (NotPermitted otherwise: an epic's checks run on the engine's host)."""
+    roots = api_roots(config)
+    if not roots:
+        raise NotPermitted(
+            "no repository is open to epics from the API: set api.epic_repos in corral.yaml, "
+            "or start the epic with `corral epic run`"
+        )
+    path = Path(repo)
+    if not path.is_absolute():
+        raise InvalidRequest(f"repo: {repo!r} is not an absolute path")
+    resolved = path.resolve()
+    if not _under(resolved, roots):
+        raise NotPermitted(f"repo: {repo} is not under any of api.epic_repos")
+    return resolved
+
+
+def _under(path: Path, roots: Sequence[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
 async def start(
     store: EpicStore,
     config: Config,
-    text: str,
+    text: str | dict[str, Any],
     *,
     repo: Path,
+    within: Sequence[Path] | None = None,
     base: str | None = None,
     tenant: str = "default",
     wake: Wake,
     clock: Callable[[], float] = time.time,
 ) -> EpicRecord:
-    """Validate an epic file, make its branch in the target repository from `base` (default
-    HEAD), persist the epic and wake the engine, which runs its waves."""
-    spec = load(text)
+    """Validate an epic (its file's YAML text, or its data from the API), make its branch in
+    the target repository from `base` (default HEAD), persist the epic and wake the engine,
+    which runs its waves. `within`: the directories the repository's top must lie under."""
+    spec = load(text) if isinstance(text, str) else parse(text)
     check_roles(spec, config)
     try:
         top = await gitrepo.toplevel(repo.resolve())
     except gitrepo.GitError as err:
-        raise InvalidRequest(f"--repo {repo}: not a git repository ({err})") from None
+        raise InvalidRequest(f"repo {repo}: not a git repository ({err})") from None
+    if within is not None and not _under(top.resolve(), within):
+        # a directory under an open one, of a repository whose top is not
+        raise NotPermitted(f"repo: the repository {top} is not under any of api.epic_repos")
     try:
         base_sha = await gitrepo.commit_of(top, base or "HEAD")
     except gitrepo.GitError:
-        raise InvalidRequest(f"--base {base or 'HEAD'}: no such commit in {top}") from None
+        raise InvalidRequest(f"base {base or 'HEAD'}: no such commit in {top}") from None
     if await gitrepo.branch_exists(top, spec.branch):
         raise Conflict(
             f"branch {spec.branch} exists in {top}: give the epic another `branch` (or delete it)"

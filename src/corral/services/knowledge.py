@@ -8,20 +8,29 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corral.core.ports import KnowledgeStore
-from corral.domain.errors import InvalidRequest, StaleState
+from corral.config import Config
+from corral.core.ports import JobGovernance, KnowledgeStore
+from corral.domain.errors import InvalidRequest, NotFound, StaleState
 from corral.domain.knowledge import (
     ArmStats,
     Citation,
     Learning,
     LearningChange,
+    LearningKind,
     LearningStatus,
     LearningUpdate,
+    Tier,
 )
+from corral.domain.models import JobSpec
 from corral.knowledge import lifecycle
 from corral.schemas import knowledge as views
+from corral.services import Wake
+
+if TYPE_CHECKING:
+    from corral.runtime.flywheel import Submit
+    from corral.services.submissions import Submissions
 
 MAX_REASON = 1000  # a promotion's note or a retirement's reason (the seed's gate limit)
 STATUSES = ("active", "pending", "retired", "all")
@@ -118,8 +127,43 @@ class Shown:
         ).dump()
 
 
-async def show(store: KnowledgeStore, ref: str) -> Shown:
-    x = await store.get_learning(ref)
+async def learning_of(store: KnowledgeStore, ref: str, tenant: str) -> Learning:
+    """The learning whose whole id is `ref`, when it is `tenant`'s; NotFound otherwise (another
+    tenant's learning is not found, never refused: its existence is not said)."""
+    try:
+        x = await store.get_learning(ref)
+    except (NotFound, InvalidRequest):  # a short or ambiguous reference: no whole id either
+        raise NotFound(f"no learning {ref}") from None
+    if x.id != ref or x.tenant != tenant:
+        raise NotFound(f"no learning {ref}")
+    return x
+
+
+async def find(
+    store: KnowledgeStore,
+    *,
+    tenant: str,
+    query: str | None = None,
+    role: str | None = None,
+    kind: LearningKind | None = None,
+    tier: Tier | None = None,
+    status: LearningStatus | None = None,
+    limit: int = 50,
+) -> list[Learning]:
+    """A tenant's learnings: those the full-text search finds for `query` (best match first),
+    else the newest."""
+    if query is not None and query.strip():
+        return await store.search_learnings(
+            query, tenant=tenant, role=role, status=status, limit=limit, kind=kind, tier=tier
+        )
+    return await store.list_learnings(
+        tenant=tenant, role=role, status=status, limit=limit, kind=kind, tier=tier
+    )
+
+
+async def show(store: KnowledgeStore, ref: str, tenant: str | None = None) -> Shown:
+    """A learning with its history and citations (`tenant`: only that tenant's, by whole id)."""
+    x = await store.get_learning(ref) if tenant is None else await learning_of(store, ref, tenant)
     return Shown(
         learning=x,
         history=await store.learning_history(x.id),
@@ -244,3 +288,21 @@ async def stats(
         counts[status] = counts.get(status, 0) + n
     shown = {"roles": [roles[r] for r in sorted(roles)], "learnings": counts}
     return views.KnowledgeStats.model_validate(shown).dump()  # the published shape
+
+
+def extractor_jobs(store: JobGovernance, config: Config, wake: Wake) -> Submit:
+    """How the engine's flywheel submits an agent extractor's job (`knowledge.extractor:
+    agent:ROLE`): through the submission service every edge uses, so the job is validated,
+    policed at submit and queued like any other; then the engine is woken to run it."""
+    from corral.services.submissions import submissions  # the engine's: `knowledge` CLI needs none
+
+    svc: list[Submissions] = []
+
+    async def submit(spec: JobSpec) -> str:
+        if not svc:
+            svc.append(submissions(store, config))
+        result = await svc[0].submit(spec)
+        wake("submitted")
+        return result.job.id
+
+    return submit

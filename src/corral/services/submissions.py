@@ -544,7 +544,11 @@ async def submit(
     the data directory (it does when the wake-up was answered)."""
     svc, cfg = await active_submissions(store, local, notify)
     result = await svc.submit(spec_for(request, cfg.settings))
+    # A submission that ended a job (its own, denied or failed on a dependency at once, or the
+    # one it superseded) is a "wake": the engine looks at its running jobs and writes the
+    # reports due; any other needs only a dispatch.
+    ended = result.superseded is not None or result.job.state.terminal
     # An answer is an engine's (its socket, or the engine itself for an edge inside it): one
     # serves, so the slower checks (/proc/locks, a ping, the heartbeats) are for no answer.
-    answered = wake("submitted") is not None
+    answered = wake("wake" if ended else "submitted") is not None
     return Submitted(result, answered or await engine_serving(cfg, store, time.time()))

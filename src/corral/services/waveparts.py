@@ -13,6 +13,7 @@ from corral.config import Config
 from corral.domain.epics import EpicRecord
 from corral.domain.models import Job
 from corral.waves import rules
+from corral.waves.decompose import MAX_PROPOSED, PROPOSAL_FILE
 from corral.waves.epic import TaskSpec
 from corral.waves.rules import Confidence, JudgeVerdict, Verdict
 
@@ -47,6 +48,20 @@ def judge_prompt(task: TaskSpec, attempt: int, folder: Path) -> str:
         '"key_insight": "<one sentence>", "findings": [{"severity": "critical" | "significant" '
         '| "minor", "description": "..."}]}. Write any longer analysis to analysis.md there; '
         f"only the verdict travels. The task is {task.id}, try {attempt}."
+    )
+
+
+def decompose_prompt(task: TaskSpec, attempts: int, folder: Path) -> str:
+    """A decomposer's prompt: what to read, and the proposal file to write with its schema."""
+    return (
+        f"Task {task.id} of an epic failed all of its {attempts} tries. Read task.md (the task, "
+        f"its checks and why its last try failed) and diff.patch (that try's change, if any) in "
+        f"{folder}. Split the task into smaller tasks that together do what it asks, each small "
+        f"enough for one fresh agent. Then write {folder / PROPOSAL_FILE}: a JSON object "
+        '{"tasks": [{"id": "<a-z0-9_->", "prompt": "<what this task does>", "depends_on": '
+        '["<ids of proposed tasks it needs first>"]}]} with 1 to '
+        f"{MAX_PROPOSED} tasks and no other keys: Corral gives them the task's role, and the "
+        "last ones its checks. Do not change the project's files."
     )
 
 

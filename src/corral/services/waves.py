@@ -11,8 +11,12 @@ wave by wave.
   `verdict.json`; only the verdict travels); the gate (rules.gate) decides.
 - Ratchet: Corral commits each passing try's work onto the epic branch in the epic's task
   order (a trailer makes each commit once); a passed task never reopens.
-- Escalate: a failed try is retried next wave within its bound, else struck; a council that
-  disagrees across vendors escalates the task to a human.
+- Escalate: a failed try is retried next wave within its bound; then the task's
+  `on_exhausted` steps (services/escalate.py: re-decomposed, or handed to a human), else
+  struck; a council that disagrees across vendors escalates the task to a human.
+
+A settled task's worktrees and branches are removed (escalated ones wait for their decision),
+and every one of the epic's when it ends.
 
 The kill switch and a cancel are checked every wave. An engine that crashes mid-wave resumes it
 from the checkpoint: the submitted jobs are waited for, not submitted again.
@@ -21,10 +25,11 @@ from the checkpoint: the submitted jobs are waited for, not submitted again.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
+import shutil
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +40,12 @@ from corral.config import Config
 from corral.core.ports import Store
 from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState, WaveRecord
 from corral.domain.errors import Conflict, CorralError, InvalidRequest, StaleState
-from corral.domain.governance import Approval, ApprovalState, ScopeKind
-from corral.domain.ids import new_id
+from corral.domain.governance import ScopeKind
 from corral.domain.models import Job, JobOptions, JobSpec
 from corral.domain.states import JobState
 from corral.policy.redact import Redactor
 from corral.services import Wake
+from corral.services.escalate import Escalations, exhausted
 from corral.services.submissions import Submissions, submissions
 from corral.services.waveparts import (
     VERDICT_FILE,
@@ -92,6 +97,7 @@ class WaveRunner:
         # and variables, its own credential-like variables) and credential shapes are redacted.
         self.redact = Redactor(known_secrets(config))
         self._subs: Submissions | None = None
+        self.escalations = Escalations(self)
 
     @property
     def subs(self) -> Submissions:
@@ -181,7 +187,10 @@ class WaveRunner:
                 await self._kill_switch(epic, spec)
                 running = [t for t in tasks if t.state is TaskState.RUNNING]
                 if not running:
-                    tasks = await self._human_decisions(epic, spec, tasks)
+                    if await self.escalations.step(epic, spec, tasks):
+                        continue  # a step moved on (or the plan changed): look again
+                    tasks = await self.escalations.decisions(epic, spec, tasks)
+                    await self._sweep(epic, tasks)
                     ended, waiting = await self._settle(epic, spec, tasks)
                     if ended:
                         return
@@ -198,9 +207,11 @@ class WaveRunner:
                 return
 
     async def _kill_switch(self, epic: EpicRecord, spec: EpicSpec) -> None:
-        """A kill switch over the epic (global, its tenant, a role of its tasks or judges)
-        stops it at the wave boundary."""
+        """A kill switch over the epic (global, its tenant, a role of its tasks, judges or
+        decomposer) stops it at the wave boundary."""
         roles = {t.role for t in spec.tasks} | set(spec.council.roles)
+        if spec.decomposer is not None:
+            roles.add(spec.decomposer)
         for ks in await self.store.kill_switches(active_at=self.clock()):
             if (
                 ks.scope is ScopeKind.GLOBAL
@@ -232,6 +243,7 @@ class WaveRunner:
         reason = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         await self.store.end_epic(epic.id, end, f"{reason} after {epic.wave} waves", now)
         await self._drop_lead(epic)
+        await self._sweep(epic, tasks, ended=True)
         return True, False
 
     async def _begin_wave(
@@ -264,9 +276,17 @@ class WaveRunner:
 
     async def _wave(self, epic: EpicRecord, spec: EpicSpec, running: Sequence[TaskRecord]) -> None:
         """Ignite and reap every task of the wave at once, then the ratchet in task order."""
-        async with anyio.create_task_group() as tg:
-            for t in running:
-                tg.start_soon(self._try, epic, spec, t)
+        try:
+            async with anyio.create_task_group() as tg:
+                for t in running:
+                    tg.start_soon(self._try, epic, spec, t)
+        except BaseExceptionGroup as group:  # the tries' own: a stop wins, a lone git error next
+            if group.subgroup(_Cancelled) is not None:
+                raise _Cancelled from None
+            git, rest = group.split(gitrepo.GitError)
+            if git is not None and rest is None:
+                raise git.exceptions[0] from None
+            raise
         head = await self._ratchet(epic, spec)
         tasks = await self.store.epic_tasks(epic.id)
         wave = (await self.store.epic_waves(epic.id))[-1]
@@ -275,7 +295,7 @@ class WaveRunner:
 
     # -- one try: ignite, reap, gate ------------------------------------------------------------
 
-    def _work(self, epic: EpicRecord, t: TaskRecord) -> Path:
+    def work_dir(self, epic: EpicRecord, t: TaskRecord) -> Path:
         return epic_root(self.config, epic.id) / "work" / f"{t.task_id}-{t.attempts}"
 
     def _marker(self, epic: EpicRecord, t: TaskRecord) -> str:
@@ -283,7 +303,7 @@ class WaveRunner:
 
     async def _worktree(self, epic: EpicRecord, t: TaskRecord) -> tuple[Path, str]:
         """The try's worktree (made from the epic branch's head once) and its start commit."""
-        work = self._work(epic, t)
+        work = self.work_dir(epic, t)
         start_file = work.with_name(work.name + ".start")
         if not start_file.exists():  # recorded first: a resumed try diffs against its own start
             work.parent.mkdir(parents=True, exist_ok=True)
@@ -312,7 +332,7 @@ class WaveRunner:
         """Ignite (once) and reap one try: the worker, its checks, the council, the gate."""
         work, start = await self._worktree(epic, t)
         if t.job_id is None:
-            job = await self._submit(
+            job = await self.submit(
                 epic, task.role, worker_prompt(epic, task, t.attempts, work), work, t
             )
             t = t.with_(job_id=job.id, updated_at=self.clock())
@@ -344,7 +364,13 @@ class WaveRunner:
             return await self._failed(task, t, {**record, "why": f"the council says {consensus}"})
         state = TaskState.ESCALATED if outcome is Gate.ESCALATE else TaskState.RUNNING
         if outcome is Gate.ESCALATE:
-            record["approval"] = await self._ask_human(epic, t)
+            subject = (
+                f"epic {epic.id} task {t.task_id} try {t.attempts}: commit despite the council's "
+                "disagreement"
+            )
+            record["approval"] = await self.escalations.ask_human(
+                epic, t, "council_disagree", subject
+            )
             record["why"] = (
                 f"the judges disagree across vendors: approval {record['approval']} decides "
                 "(approved: Corral commits the work; denied: the task is struck)"
@@ -360,17 +386,20 @@ class WaveRunner:
         )
         record.update(gate=Gate.FAIL.value, next=after.reason)
         log.info("epic %s: task %s try %d failed: %s", t.epic_id, t.task_id, t.attempts, record)
+        state = after.state
+        if state is TaskState.STRUCK:  # its tries are spent: its escalation steps, if any
+            state = exhausted(task, record)
         await self.store.save_task(
-            t.with_(state=after.state, failures=after.failures, verdict=record,
-                    updated_at=self.clock()),
+            t.with_(state=state, failures=after.failures, verdict=record, updated_at=self.clock()),
             expect=TaskState.RUNNING,
-        )  # fmt: skip
+        )
 
-    async def _submit(
-        self, epic: EpicRecord, role: str, prompt: str, cwd: Path, t: TaskRecord, judge: int = 0
+    async def submit(
+        self, epic: EpicRecord, role: str, prompt: str, cwd: Path, t: TaskRecord, suffix: str = ""
     ) -> Job:
-        """One fresh agent job (never a resumed session) through the normal submit path."""
-        key = f"epic:{epic.id}:{t.task_id}:{t.attempts}" + (f":judge{judge}" if judge else "")
+        """One fresh agent job (never a resumed session) through the normal submit path; its
+        key names the try and `suffix` the job (a judge, the decomposer) beside its worker."""
+        key = f"epic:{epic.id}:{t.task_id}:{t.attempts}" + (f":{suffix}" if suffix else "")
         spec = JobSpec(
             prompt=prompt,
             role=role,
@@ -410,7 +439,7 @@ class WaveRunner:
                 (d / "diff.patch").write_bytes(patch)
                 role = spec.council.role_of(n)
                 prompt = judge_prompt(task, t.attempts, d)
-                job = await self._submit(epic, role, prompt, d, t, judge=n + 1)
+                job = await self.submit(epic, role, prompt, d, t, suffix=f"judge{n + 1}")
                 ids.append(job.id)
             t = t.with_(judges=tuple(ids), updated_at=self.clock())
             await self.store.save_task(t, expect=TaskState.RUNNING)
@@ -448,6 +477,10 @@ class WaveRunner:
             await self._commit(epic, spec, lead, t)
         return await gitrepo.text(lead, "rev-parse", "HEAD")
 
+    async def commit_try(self, epic: EpicRecord, spec: EpicSpec, t: TaskRecord) -> None:
+        """Commit an escalated try a human approved (as `_commit`)."""
+        await self._commit(epic, spec, await self._lead(epic), t)
+
     async def _commit(self, epic: EpicRecord, spec: EpicSpec, lead: Path, t: TaskRecord) -> None:
         """Commit one try's work as the lead, then the task PASSED (a try that does not apply
         fails instead)."""
@@ -478,61 +511,16 @@ class WaveRunner:
         )
         await gitrepo.remove_worktree(Path(epic.repo), work, self._branch(epic, t))
 
-    async def _ask_human(self, epic: EpicRecord, t: TaskRecord) -> str:
-        """An approval for an escalated try (the judges disagree across vendors), bound to its
-        worker job; `corral approvals approve|deny ID` decides it."""
-        now = self.clock()
-        subject = (
-            f"epic {epic.id} task {t.task_id} try {t.attempts}: commit despite the council's "
-            "disagreement"
-        )
-        approval = Approval(
-            id=new_id(int(now * 1000)),
-            job_id=t.job_id or "",
-            subject=subject,
-            digest=hashlib.sha256(subject.encode()).hexdigest(),
-            reason="council_disagree",
-            requested_at=now,
-            expires_at=now + self.config.settings.approval_ttl_s,
-        )
-        await self.store.request_approval(approval)
-        return approval.id
-
-    async def _human_decisions(
-        self, epic: EpicRecord, spec: EpicSpec, tasks: list[TaskRecord]
-    ) -> list[TaskRecord]:
-        """Escalated tasks whose approval was decided: approved, committed; denied or expired,
-        struck. The tasks as they are after."""
-        decided = False
-        for t in tasks:
-            approval_id = (t.verdict or {}).get("approval")
-            if t.state is not TaskState.ESCALATED or not isinstance(approval_id, str):
-                continue
-            a = await self.store.approval(approval_id)
-            if a.state is ApprovalState.PENDING:
-                continue
-            decided = True
-            if a.state is ApprovalState.APPROVED:
-                await self._commit(epic, spec, await self._lead(epic), t)
-                continue
-            why = f"approval {a.id} {a.state.value}" + (
-                f" by {a.decided_by}" if a.decided_by else ""
-            )
-            await self.store.save_task(
-                t.with_(state=TaskState.STRUCK, verdict={**(t.verdict or {}), "why": why},
-                        updated_at=self.clock()),
-                expect=TaskState.ESCALATED,
-            )  # fmt: skip
-        return await self.store.epic_tasks(epic.id) if decided else tasks
-
     async def _cancel(self, epic_id: str) -> None:
         """Stop the epic: its live jobs cancelled, its unsettled tasks cancelled, then ended."""
         epic = await self.store.get_epic(epic_id)
         reason = epic.cancel_requested or "cancelled"
         now = self.clock()
-        for t in await self.store.epic_tasks(epic_id):
-            for job_id in (t.job_id, *t.judges):
-                if job_id is None:
+        tasks = await self.store.epic_tasks(epic_id)
+        for t in tasks:
+            decomposer = (t.verdict or {}).get("decomposer")
+            for job_id in (t.job_id, *t.judges, decomposer):
+                if not isinstance(job_id, str):
                     continue
                 if not (await self.store.get_job(job_id)).state.terminal:
                     await self.subs.cancel(job_id, f"epic {epic_id} cancelled: {reason}")
@@ -546,8 +534,40 @@ class WaveRunner:
         except StaleState:
             return
         await self._drop_lead(epic)
+        await self._sweep(epic, tasks, ended=True)
 
     async def _fail(self, epic_id: str, reason: str) -> None:
         log.warning("epic %s failed: %s", epic_id, reason)
         with contextlib.suppress(StaleState):
             await self.store.end_epic(epic_id, EpicState.FAILED, reason, self.clock())
+        with contextlib.suppress(gitrepo.GitError, OSError):  # the repository may be gone
+            epic = await self.store.get_epic(epic_id)
+            await self._sweep(epic, await self.store.epic_tasks(epic_id), ended=True)
+
+    # -- worktrees ------------------------------------------------------------------------------
+
+    async def _sweep(
+        self, epic: EpicRecord, tasks: Sequence[TaskRecord], *, ended: bool = False
+    ) -> None:
+        """Remove the worktrees and branches of every settled task's tries (an escalated one's
+        wait for its decision), or of every task's once the epic ended."""
+        for t in tasks:
+            if ended or (t.state.settled and t.state is not TaskState.ESCALATED):
+                await self.drop_try(epic, t)
+
+    async def drop_try(self, epic: EpicRecord, t: TaskRecord) -> None:
+        """Remove the worktree and branch of each of the task's tries (each try's `.start` file
+        marks one that may be left; it goes last, so a crash midway is swept again)."""
+        for n in range(1, t.attempts + 1):
+            try_ = t.with_(attempts=n)
+            work = self.work_dir(epic, try_)
+            start = work.with_name(work.name + ".start")
+            if not (start.exists() or work.exists()):
+                continue
+            repo = Path(epic.repo)
+            await gitrepo.remove_worktree(repo, work)
+            if work.exists():  # half made when its try was stopped: git may not know it
+                await anyio.to_thread.run_sync(partial(shutil.rmtree, work, ignore_errors=True))
+                await gitrepo.git(repo, "worktree", "prune", check=False)
+            await gitrepo.git(repo, "branch", "-D", self._branch(epic, try_), check=False)
+            start.unlink(missing_ok=True)

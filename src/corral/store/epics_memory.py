@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState, WaveRecord
 from corral.domain.errors import Conflict, NotFound, StaleState
@@ -76,6 +77,26 @@ class MemoryEpics:
         waves = self._epic_waves.get(epic_id, {})
         if wave in waves:
             waves[wave] = replace(waves[wave], ended_at=at, results=dict(results), head=head)
+
+    async def replan_epic(
+        self,
+        epic_id: str,
+        spec: Mapping[str, Any],
+        *,
+        replaced: TaskRecord,
+        added: Sequence[TaskRecord],
+        at: float,
+    ) -> None:
+        epic = self._epics.get(epic_id)
+        if epic is None or epic.state is not EpicState.RUNNING:
+            raise StaleState(f"epic {epic_id} is not running")
+        current = self._epic_tasks[epic_id]
+        self._check(current, replaced, TaskState.ESCALATED)
+        self._epics[epic_id] = epic.with_(spec=dict(spec), updated_at=at)
+        current[replaced.task_id] = replaced
+        current.update({t.task_id: t for t in added})
+        for i, t in enumerate(spec["tasks"]):
+            current[t["id"]] = current[t["id"]].with_(position=i)
 
     async def end_epic(self, epic_id: str, state: EpicState, reason: str, at: float) -> None:
         epic = self._epics.get(epic_id)

@@ -182,6 +182,35 @@ class SqlEpics:
                 (at, json.dumps(dict(results), sort_keys=True), head, epic_id, wave),
             )
 
+    async def replan_epic(
+        self,
+        epic_id: str,
+        spec: Mapping[str, Any],
+        *,
+        replaced: TaskRecord,
+        added: Sequence[TaskRecord],
+        at: float,
+    ) -> None:
+        order = [t["id"] for t in spec["tasks"]]
+        async with self.driver.write() as tx:
+            moved = await tx.execute(
+                "UPDATE epics SET spec = ?, updated_at = ? WHERE id = ? AND state = ?",
+                (json.dumps(dict(spec), sort_keys=True), at, epic_id, EpicState.RUNNING.value),
+            )
+            if moved != 1:
+                raise StaleState(f"epic {epic_id} is not running")
+            await _save_task(tx, replaced, TaskState.ESCALATED)
+            for t in added:
+                await tx.execute(
+                    f"INSERT INTO epic_tasks ({_TASK}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _task_params(t.with_(position=order.index(t.task_id))),
+                )
+            for i, task_id in enumerate(order):
+                await tx.execute(
+                    "UPDATE epic_tasks SET position = ? WHERE epic_id = ? AND task_id = ?",
+                    (i, epic_id, task_id),
+                )
+
     async def end_epic(self, epic_id: str, state: EpicState, reason: str, at: float) -> None:
         async with self.driver.write() as tx:
             moved = await tx.execute(

@@ -16,8 +16,10 @@ from corral.domain.knowledge import (
     KnowledgeRun,
     Learning,
     LearningChange,
+    LearningKind,
     LearningStatus,
     LearningUpdate,
+    Tier,
 )
 from corral.knowledge.retrieval import search_terms
 
@@ -51,7 +53,12 @@ class MemoryKnowledge:
         return self._learnings[resolve(ref, self._learnings, "learning")]
 
     def _scoped(
-        self, tenant: str | None, role: str | None, status: LearningStatus | None
+        self,
+        tenant: str | None,
+        role: str | None,
+        status: LearningStatus | None,
+        kind: LearningKind | None = None,
+        tier: Tier | None = None,
     ) -> list[Learning]:
         return [
             x
@@ -59,6 +66,8 @@ class MemoryKnowledge:
             if (tenant is None or x.tenant == tenant)
             and (role is None or x.role == role)
             and (status is None or x.status is status)
+            and (kind is None or x.kind is kind)
+            and (tier is None or x.tier is tier)
         ]
 
     async def list_learnings(
@@ -68,8 +77,10 @@ class MemoryKnowledge:
         role: str | None = None,
         status: LearningStatus | None = None,
         limit: int = 100,
+        kind: LearningKind | None = None,
+        tier: Tier | None = None,
     ) -> list[Learning]:
-        return self._scoped(tenant, role, status)[:limit]
+        return self._scoped(tenant, role, status, kind, tier)[:limit]
 
     async def search_learnings(
         self,
@@ -79,9 +90,11 @@ class MemoryKnowledge:
         role: str | None = None,
         status: LearningStatus | None = LearningStatus.ACTIVE,
         limit: int = 50,
+        kind: LearningKind | None = None,
+        tier: Tier | None = None,
     ) -> list[Learning]:
         terms = search_terms(query)
-        scoped = self._scoped(tenant, role, status)
+        scoped = self._scoped(tenant, role, status, kind, tier)
         if not terms:
             return scoped[:limit]
         hits = []

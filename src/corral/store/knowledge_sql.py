@@ -150,17 +150,24 @@ def citation_from_row(r: Row) -> Citation:
 
 
 def _scope(
-    tenant: str | None, role: str | None, status: LearningStatus | None
+    tenant: str | None,
+    role: str | None,
+    status: LearningStatus | None,
+    kind: LearningKind | None = None,
+    tier: Tier | None = None,
 ) -> tuple[str, list[Any]]:
     where: list[str] = []
     params: list[Any] = []
-    for column, value in (("tenant", tenant), ("role", role)):
+    for column, value in (
+        ("tenant", tenant),
+        ("role", role),
+        ("status", status and status.value),
+        ("kind", kind and kind.value),
+        ("tier", tier and tier.value),
+    ):
         if value is not None:
             where.append(f"l.{column} = ?")
             params.append(value)
-    if status is not None:
-        where.append("l.status = ?")
-        params.append(status.value)
     return " AND ".join(where), params
 
 
@@ -213,8 +220,10 @@ class SqlKnowledge:
         role: str | None = None,
         status: LearningStatus | None = None,
         limit: int = 100,
+        kind: LearningKind | None = None,
+        tier: Tier | None = None,
     ) -> list[Learning]:
-        where, params = _scope(tenant, role, status)
+        where, params = _scope(tenant, role, status, kind, tier)
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 f"SELECT {_L_COLUMNS} FROM learnings l"
@@ -231,11 +240,15 @@ class SqlKnowledge:
         role: str | None = None,
         status: LearningStatus | None = LearningStatus.ACTIVE,
         limit: int = 50,
+        kind: LearningKind | None = None,
+        tier: Tier | None = None,
     ) -> list[Learning]:
         terms = search_terms(query)
         if not terms:
-            return await self.list_learnings(tenant=tenant, role=role, status=status, limit=limit)
-        where, params = _scope(tenant, role, status)
+            return await self.list_learnings(
+                tenant=tenant, role=role, status=status, limit=limit, kind=kind, tier=tier
+            )
+        where, params = _scope(tenant, role, status, kind, tier)
         extra = f" AND {where}" if where else ""
         async with self.driver.read() as tx:
             if self.driver.dialect == "sqlite":

@@ -22,17 +22,58 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from corral.core.ports import EventCursor, OutboxReads
 from corral.domain.settings import EventsSpec, SinkSpec
 from corral.trace.events import SOURCES, Event, agent_event, ends_attempt, record_event, window
-from corral.trace.sinks import Sink, make_sink
+
+if TYPE_CHECKING:
+    from corral.trace.sinks import Sink
 
 log = logging.getLogger(__name__)
 STOP_FLUSH_S = 2.0  # how long a stopping engine goes on publishing (the rest: next engine)
+
+
+@dataclasses.dataclass(slots=True)
+class _Batch:
+    """Rows one sink read past `after` (at most `limit`), their events once built, and the
+    sinks that have used them."""
+
+    after: int
+    limit: int
+    rows: list[Mapping[str, Any]]
+    events: list[Event] | None
+    served: set[str]
+
+
+class SharedBatches:
+    """The last batch read from each table, for the other sinks: the sinks of an engine drain
+    in step, so a batch is read and turned into events once, not once per sink (the drainer's
+    rows and events cost the engine's loop, the dispatcher's too: bench/events.py).
+
+    A batch serves each sink at most once, so a sink never takes its own read again; what it
+    holds is a prefix of what a read now would give (rows commit in `seq` order and are never
+    changed), so a sink served it publishes the same rows in the same order, and the rest on
+    its next round."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, _Batch] = {}
+
+    def take(self, sink: str, source: str, after: int, limit: int) -> _Batch | None:
+        b = self._last.get(source)
+        if b is None or (b.after, b.limit) != (after, limit) or sink in b.served:
+            return None
+        b.served.add(sink)
+        return b
+
+    def put(self, sink: str, source: str, after: int, limit: int, rows: list[Any]) -> _Batch:
+        b = _Batch(after=after, limit=limit, rows=rows, events=None, served={sink})
+        if rows:
+            self._last[source] = b
+        return b
 
 
 class SinkDrainer:
@@ -46,9 +87,11 @@ class SinkDrainer:
         *,
         holder: str,
         clock: Callable[[], float] = time.time,
+        shared: SharedBatches | None = None,
     ) -> None:
         self.store, self.sink, self.events = store, sink, events
         self.holder, self.clock = holder, clock
+        self.shared = shared or SharedBatches()
         self.lease_s = max(15.0, 10 * events.poll_s)
         self._lease_until = 0.0
         self._held: dict[str, EventCursor] = {}  # source → cursor, while the lease is ours
@@ -86,10 +129,19 @@ class SinkDrainer:
             moved += n
         return moved
 
+    async def _read(self, source: str, after: int, limit: int) -> _Batch:
+        """The rows past `after`: another sink's read of them when there is one."""
+        found = self.shared.take(self.name, source, after, limit)
+        if found is not None:
+            return found
+        rows = await self.store.outbox_rows(source, after=after, limit=limit)
+        return self.shared.put(self.name, source, after, limit, list(rows))
+
     async def _drain(self, cursor: EventCursor) -> int:
         batch = self.events.batch
         after = cursor.last_id
-        rows = await self.store.outbox_rows(cursor.source, after=after, limit=batch)
+        read = await self._read(cursor.source, after, batch)
+        rows = read.rows
         if len(rows) == batch:  # maybe far behind: apply the overflow rule
             tip = await self.store.outbox_tip(cursor.source)
             w = window(after, tip, self.events.max_backlog)
@@ -105,11 +157,14 @@ class SinkDrainer:
                 if not await self._advance(cursor.source, w.after, w.skipped):
                     return -1
                 after = w.after
-                rows = await self.store.outbox_rows(cursor.source, after=after, limit=batch)
+                read = await self._read(cursor.source, after, batch)
+                rows = read.rows
         if not rows:
             return 0
         self.behind = self.behind or len(rows) == batch
-        await self.sink.publish(await self._events(cursor.source, rows))
+        if read.events is None:
+            read.events = await self._events(cursor.source, rows)
+        await self.sink.publish(read.events)
         self.published += len(rows)
         return len(rows) if await self._advance(cursor.source, int(rows[-1]["seq"])) else -1
 
@@ -182,11 +237,21 @@ class Drainer:
         *,
         holder: str,
         clock: Callable[[], float] = time.time,
-        sink_factory: Callable[[SinkSpec], Sink] = make_sink,
+        sink_factory: Callable[[SinkSpec], Sink] | None = None,
     ) -> None:
+        if sink_factory is None and events.sinks:
+            # the broker clients (nats, redis) cost an engine ~0.6 s of CPU to import: only
+            # an engine that publishes somewhere pays it
+            from corral.trace.sinks import make_sink
+
+            sink_factory = make_sink
+        shared = SharedBatches()
         self.sinks = [
-            SinkDrainer(store, sink_factory(spec), events, holder=holder, clock=clock)
+            SinkDrainer(
+                store, sink_factory(spec), events, holder=holder, clock=clock, shared=shared
+            )
             for spec in events.sinks
+            if sink_factory is not None
         ]
 
     async def snapshot(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:

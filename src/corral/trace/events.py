@@ -9,6 +9,7 @@ on every engine and after every restart, so a broker (JetStream's `Nats-Msg-Id`)
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ _JSON_COLUMNS = frozenset({"data", "inputs", "context", "metrics"})
 ATTEMPT_ENDED = "attempt_ended"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Event:
     """One record as published: its dedup id, subject (the Redis stream key too), and body."""
 
@@ -50,9 +51,13 @@ class Event:
     subject: str
     body: Mapping[str, Any]
 
+    @functools.cached_property
+    def _payload(self) -> bytes:  # once for every sink the event goes to (trace/drain.py)
+        return json.dumps(self.body, sort_keys=True, separators=(",", ":")).encode()
+
     def payload(self) -> bytes:
         """The body as the bytes a broker carries (JSON, keys sorted)."""
-        return json.dumps(self.body, sort_keys=True, separators=(",", ":")).encode()
+        return self._payload
 
 
 def _token(text: str) -> str:

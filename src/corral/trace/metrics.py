@@ -293,13 +293,33 @@ def _knowledge(
     calls = CounterMetricFamily(
         "corral_knowledge_tool_calls", "Tool calls of those runs.", labels=["role", "arm"]
     )
+    ratio = GaugeMetricFamily(
+        "corral_knowledge_success_ratio",
+        "Of those runs, the share that succeeded (an arm with no run has none).",
+        labels=["role", "arm"],
+    )
+    uplift = GaugeMetricFamily(
+        "corral_knowledge_success_uplift",
+        "The success ratio of the runs given learnings minus that of the runs without (a role "
+        "with both arms): whether injecting learnings pays.",
+        labels=["role"],
+    )
+    rates: dict[str, dict[str, float]] = {}
     for a in arms:
         runs.add_metric([a.role, a.arm.value], a.runs)
         succeeded.add_metric([a.role, a.arm.value], a.succeeded)
         calls.add_metric([a.role, a.arm.value], a.tool_calls)
+        if a.runs:
+            ratio.add_metric([a.role, a.arm.value], a.succeeded / a.runs)
+            rates.setdefault(a.role, {})[a.arm.value] = a.succeeded / a.runs
+    for role, r in sorted(rates.items()):
+        if "with" in r and "without" in r:
+            uplift.add_metric([role], r["with"] - r["without"])
     yield runs
     yield succeeded
     yield calls
+    yield ratio
+    yield uplift
 
 
 def _clusters(clusters: Sequence[Mapping[str, Any]]) -> Iterator[Metric]:

@@ -10,6 +10,7 @@ the consumer to drop a second copy.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -19,16 +20,24 @@ from typing import Any, Protocol
 import anyio
 import nats
 from nats.aio.client import Client as Nats
-from nats.js import JetStreamContext
+from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from corral.domain.settings import SinkSpec
 from corral.trace.events import AGENT_SUBJECT, GOVERNANCE_PREFIX, JOB_PREFIX, SUBJECTS, Event
 
 log = logging.getLogger(__name__)
 MSG_ID = "Nats-Msg-Id"
+EXPECTED_STREAM = "Nats-Expected-Stream"  # JetStream refuses a message its stream does not take
+STATUS = "Status"
+NO_RESPONDERS = "503"
+
+
+class SinkRefused(Exception):
+    """The broker answered a batch with an error: it is published again on the next round."""
 
 
 class Sink(Protocol):
@@ -47,17 +56,53 @@ async def _quiet(err: Exception) -> None:
     log.debug("nats: %s", err)
 
 
+class _Acks:
+    """What JetStream answered for one batch: each message is acknowledged (or refused) on a
+    reply subject of its own; `done` is set once every one of them has answered."""
+
+    def __init__(self, n: int) -> None:
+        self.waiting = set(range(n))
+        self.error: str | None = None
+        self.done = anyio.Event()
+        if not n:
+            self.done.set()
+
+    def answer(self, index: int, data: bytes, status: str | None) -> None:
+        if index not in self.waiting:
+            return  # an answer twice, or one of another batch's size
+        self.waiting.discard(index)
+        if status == NO_RESPONDERS:
+            self.error = self.error or "no stream listens on the subject (503 no responders)"
+        else:
+            try:
+                body = json.loads(data)
+            except ValueError:
+                body = {"error": {"description": data[:200].decode(errors="replace")}}
+            if isinstance(body, dict) and "error" in body:
+                self.error = self.error or f"JetStream refused a message: {body['error']}"
+        if not self.waiting:
+            self.done.set()
+
+
 class NatsSink:
-    """JetStream: each event on its subject, `Nats-Msg-Id` set to its id."""
+    """JetStream: each event on its subject, `Nats-Msg-Id` set to its id.
+
+    A batch is published as plain messages whose reply subjects say which message of which
+    batch each acknowledgement is for; the batch counts as published once JetStream has
+    acknowledged every message (a refusal, or no answer within `timeout_s`: it fails whole).
+    nats-py's own `publish_async` made a future, a callback, a random token and a semaphore
+    turn per message, about a third of what the sinks cost the engine (bench/events.py)."""
 
     def __init__(self, spec: SinkSpec) -> None:
         self.spec = spec
         self._nc: Nats | None = None
-        self._js: JetStreamContext | None = None
+        self._inbox = ""
+        self._batches: dict[int, _Acks] = {}
+        self._next = itertools.count()
 
-    async def _connect(self) -> JetStreamContext:
-        if self._nc is not None and self._js is not None and self._nc.is_connected:
-            return self._js
+    async def _connect(self) -> Nats:
+        if self._nc is not None and self._nc.is_connected:
+            return self._nc
         await self.close()
         with anyio.fail_after(self.spec.timeout_s):
             nc = await nats.connect(
@@ -73,49 +118,75 @@ class NatsSink:
                 await js.stream_info(self.spec.stream)
             except NotFoundError:
                 await js.add_stream(name=self.spec.stream, subjects=list(SUBJECTS))
-        self._js = js
-        return js
+            self._inbox = nc.new_inbox()
+            await nc.subscribe(f"{self._inbox}.>", cb=self._on_ack)
+        return nc
+
+    async def _on_ack(self, msg: Msg) -> None:
+        batch, _, index = msg.subject[len(self._inbox) + 1 :].partition(".")
+        acks = self._batches.get(int(batch)) if batch.isdigit() else None
+        if acks is not None and index.isdigit():
+            status = msg.headers.get(STATUS) if msg.headers else None
+            acks.answer(int(index), msg.data, status)
 
     async def publish(self, events: Sequence[Event]) -> None:
-        js = await self._connect()
-        t = self.spec.timeout_s
+        nc = await self._connect()
+        batch = next(self._next)
+        acks = self._batches[batch] = _Acks(len(events))
+        headers = {EXPECTED_STREAM: self.spec.stream}
         try:
-            # No `wait_stall`: with one, nats-py wraps each message's semaphore acquire in
-            # asyncio.wait_for, a task per message that yields to the loop, and the loop's
-            # flusher then wrote every message with a send of its own (a sixth of the engine's
-            # time under W1, bench/events.py). Without it the acquire returns at once while
-            # fewer than nats-py's 4,000 acks are pending (`events.batch`: 500 by default), so
-            # the batch leaves in one write; past that it waits for acks, and fail_after still
-            # bounds a stall.
-            with anyio.fail_after(t * 2):
-                acks = [
-                    await js.publish_async(
+            with anyio.fail_after(self.spec.timeout_s * 2):
+                for i, e in enumerate(events):
+                    await nc.publish(
                         e.subject,
                         e.payload(),
-                        stream=self.spec.stream,
-                        headers={MSG_ID: e.event_id},
+                        reply=f"{self._inbox}.{batch}.{i}",
+                        headers={**headers, MSG_ID: e.event_id},
                     )
-                    for e in events
-                ]
-                for ack in acks:
-                    await ack
+                await acks.done.wait()
+            if acks.error is not None:
+                raise SinkRefused(acks.error)
         except BaseException:
             await self.close()
             raise
+        finally:
+            del self._batches[batch]
 
     async def close(self) -> None:
-        nc, self._nc, self._js = self._nc, None, None
+        nc, self._nc = self._nc, None
         if nc is not None and not nc.is_closed:
             with anyio.move_on_after(self.spec.timeout_s, shield=True):
                 await nc.close()
 
 
+# A batch in one command: each event appended to its stream key (KEYS[i]) with its id and body
+# (ARGV[2i], ARGV[2i+1]), trimmed to about ARGV[1] entries when that is not empty. A pipeline of
+# one XADD per event cost the engine a command to pack and a reply to parse per event, in
+# Python (redis-py): most of what the Redis sink cost dispatch (bench/events.py). A failure
+# part way leaves the events before it appended, as a pipeline does: the batch is published
+# again, under the same ids.
+_XADD_ALL = """
+local maxlen = ARGV[1]
+for i = 1, #KEYS do
+  if maxlen == '' then
+    redis.call('XADD', KEYS[i], '*', 'event_id', ARGV[2 * i], 'data', ARGV[2 * i + 1])
+  else
+    redis.call('XADD', KEYS[i], 'MAXLEN', '~', maxlen, '*',
+               'event_id', ARGV[2 * i], 'data', ARGV[2 * i + 1])
+  end
+end
+return #KEYS
+"""
+
+
 class RedisSink:
-    """Redis Streams: each event appended to the stream named like its subject."""
+    """Redis Streams: each event appended to the stream named like its subject (a batch in one
+    script call: one Redis server, not a cluster, whose keys may live on several nodes)."""
 
     def __init__(self, spec: SinkSpec) -> None:
         self.spec = spec
         self._redis: Redis | None = None
+        self._script: AsyncScript | None = None
 
     def _client(self) -> Redis:
         if self._redis is None:
@@ -127,24 +198,24 @@ class RedisSink:
         return self._redis
 
     async def publish(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
         r = self._client()
+        if self._script is None:
+            self._script = r.register_script(_XADD_ALL)
+        maxlen = "" if self.spec.maxlen is None else str(self.spec.maxlen)
+        args: list[str | bytes] = [maxlen]
+        for e in events:
+            args += (e.event_id, e.payload())
         try:
             with anyio.fail_after(self.spec.timeout_s * 2):
-                async with r.pipeline(transaction=False) as pipe:
-                    for e in events:
-                        pipe.xadd(
-                            e.subject,
-                            {"event_id": e.event_id, "data": e.payload()},
-                            maxlen=self.spec.maxlen,
-                            approximate=True,
-                        )
-                    await pipe.execute()
+                await self._script(keys=[e.subject for e in events], args=args)
         except BaseException:
             await self.close()
             raise
 
     async def close(self) -> None:
-        r, self._redis = self._redis, None
+        r, self._redis, self._script = self._redis, None, None
         if r is not None:
             with anyio.move_on_after(self.spec.timeout_s, shield=True):
                 await r.aclose()

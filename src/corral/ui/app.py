@@ -45,6 +45,7 @@ from corral.services import logs as job_logs
 from corral.services.submissions import SubmitRequest, submit
 
 from . import epics as epic_pages
+from . import knowledge as knowledge_pages
 from . import render, topology
 from .session import COOKIE, LOGIN_COOKIE, Session, Signer
 
@@ -296,6 +297,7 @@ def _routes(ui: FastAPI) -> None:
     _governance_routes(ui)
     _mechanism_routes(ui)
     epic_pages.routes(ui, _page, _reads("jobs:read"), lambda request: _st(request).store)
+    knowledge_pages.routes(ui, _page, _reads("jobs:read"), lambda request: _st(request).store)
 
 
 # ---- overview ---------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ with errors that name the bad key's path (``tasks[1].depends_on[0]: …``).
     branch: epic/greet          # optional (default epic/<name>)
     max_waves: 50               # optional, at most 50
     max_attempts: 3             # optional default per task, at most 5
+    on_exhausted: strike        # optional default per task: strike, decompose, human, or a list
+    decomposer: planner         # optional: the role of re-decomposition jobs (default the task's)
     council: {judges: 2, roles: [judge]}   # optional; judges 0 skips the council
     tasks:
       - id: hello
@@ -13,6 +15,7 @@ with errors that name the bad key's path (``tasks[1].depends_on[0]: …``).
         depends_on: []
         checks: ["grep -qx hello hello.txt"]
         max_attempts: 3
+        on_exhausted: [decompose, human]
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ DEFAULT_ATTEMPTS = 3  # tries per gate, the first included
 ATTEMPTS_CEILING = 5  # the seed's hard ceiling on gate tries
 DEFAULT_JUDGES = 2
 MAX_JUDGES = 6
+MAX_TASKS = 100  # tasks of one epic, re-decomposed ones included
+DECOMPOSE = "decompose"  # on_exhausted: an agent job proposes smaller tasks to replace it
+HUMAN = "human"  # on_exhausted: an approval decides (approved: the last try's work is committed)
+STRIKE = "strike"  # on_exhausted: the task is struck (the default; the empty list)
 _ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _ROLE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,199}$")
@@ -48,6 +55,20 @@ class TaskSpec:
     depends_on: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
     max_attempts: int = DEFAULT_ATTEMPTS
+    # What a task whose tries are spent (its bound or the strike rule) goes to, in order, before
+    # it is struck: DECOMPOSE, HUMAN; () strikes it at once.
+    on_exhausted: tuple[str, ...] = ()
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "role": self.role,
+            "prompt": self.prompt,
+            "depends_on": list(self.depends_on),
+            "checks": list(self.checks),
+            "max_attempts": self.max_attempts,
+            "on_exhausted": list(self.on_exhausted) or STRIKE,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,29 +87,23 @@ class EpicSpec:
     branch: str
     max_waves: int = MAX_WAVES
     council: Council = Council()
+    decomposer: str | None = None  # the role of re-decomposition jobs (None: the task's role)
 
     def task(self, task_id: str) -> TaskSpec:
         return next(t for t in self.tasks if t.id == task_id)
 
     def to_data(self) -> dict[str, Any]:
         """JSON-able data that `parse` turns back into this spec (the store keeps it)."""
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "branch": self.branch,
             "max_waves": self.max_waves,
             "council": {"judges": self.council.judges, "roles": list(self.council.roles)},
-            "tasks": [
-                {
-                    "id": t.id,
-                    "role": t.role,
-                    "prompt": t.prompt,
-                    "depends_on": list(t.depends_on),
-                    "checks": list(t.checks),
-                    "max_attempts": t.max_attempts,
-                }
-                for t in self.tasks
-            ],
+            "tasks": [t.to_data() for t in self.tasks],
         }
+        if self.decomposer is not None:
+            data["decomposer"] = self.decomposer
+        return data
 
 
 def load(text: str) -> EpicSpec:
@@ -105,26 +120,68 @@ def load(text: str) -> EpicSpec:
 def parse(data: object) -> EpicSpec:
     """Validate epic data (from YAML or the API); raise EpicFileError naming the bad key."""
     top = _mapping(data, "epic")
-    _known(top, "", {"name", "branch", "max_waves", "max_attempts", "council", "tasks"})
+    _known(top, "", _TOP)
     name = _text(top.get("name"), "name", pattern=_ID)
-    default = _int(top.get("max_attempts", DEFAULT_ATTEMPTS), "max_attempts", 1, ATTEMPTS_CEILING)
+    default = _Defaults(
+        attempts=_int(
+            top.get("max_attempts", DEFAULT_ATTEMPTS), "max_attempts", 1, ATTEMPTS_CEILING
+        ),
+        on_exhausted=_on_exhausted(top.get("on_exhausted", STRIKE), "on_exhausted"),
+    )
     raw_tasks = top.get("tasks")
     if not isinstance(raw_tasks, list) or not raw_tasks:
         raise EpicFileError("tasks: a non-empty list of tasks is required")
+    if len(raw_tasks) > MAX_TASKS:
+        raise EpicFileError(f"tasks: {len(raw_tasks)} tasks, at most {MAX_TASKS}")
     tasks = tuple(_task(t, f"tasks[{i}]", default) for i, t in enumerate(raw_tasks))
     _check_graph(tasks)
+    decomposer = top.get("decomposer")
     return EpicSpec(
         name=name,
         tasks=tasks,
         branch=_text(top.get("branch", f"epic/{name}"), "branch", pattern=_BRANCH),
         max_waves=_int(top.get("max_waves", MAX_WAVES), "max_waves", 1, MAX_WAVES),
         council=_council(top.get("council", {})),
+        decomposer=None if decomposer is None else _text(decomposer, "decomposer", pattern=_ROLE),
     )
 
 
-def _task(raw: object, path: str, default_attempts: int) -> TaskSpec:
+_TOP = {
+    "name",
+    "branch",
+    "max_waves",
+    "max_attempts",
+    "on_exhausted",
+    "decomposer",
+    "council",
+    "tasks",
+}
+_TASK = {"id", "role", "prompt", "depends_on", "checks", "max_attempts", "on_exhausted"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Defaults:
+    attempts: int
+    on_exhausted: tuple[str, ...]
+
+
+def _on_exhausted(raw: object, path: str) -> tuple[str, ...]:
+    """`strike`, `decompose`, `human` or a list of the last two (tried in order, then struck)."""
+    steps = _texts([raw] if isinstance(raw, str) else raw, path)
+    if steps == (STRIKE,):
+        return ()
+    for i, s in enumerate(steps):
+        if s not in (DECOMPOSE, HUMAN):
+            where = path if isinstance(raw, str) else f"{path}[{i}]"
+            raise EpicFileError(f"{where}: {s!r} is not strike, decompose or human")
+    if len(set(steps)) != len(steps):
+        raise EpicFileError(f"{path}: a step is named twice")
+    return steps
+
+
+def _task(raw: object, path: str, default: _Defaults) -> TaskSpec:
     t = _mapping(raw, path)
-    _known(t, path + ".", {"id", "role", "prompt", "depends_on", "checks", "max_attempts"})
+    _known(t, path + ".", _TASK)
     return TaskSpec(
         id=_text(t.get("id"), f"{path}.id", pattern=_ID),
         role=_text(t.get("role"), f"{path}.role", pattern=_ROLE),
@@ -132,7 +189,12 @@ def _task(raw: object, path: str, default_attempts: int) -> TaskSpec:
         depends_on=_texts(t.get("depends_on", []), f"{path}.depends_on", pattern=_ID),
         checks=_texts(t.get("checks", []), f"{path}.checks"),
         max_attempts=_int(
-            t.get("max_attempts", default_attempts), f"{path}.max_attempts", 1, ATTEMPTS_CEILING
+            t.get("max_attempts", default.attempts), f"{path}.max_attempts", 1, ATTEMPTS_CEILING
+        ),
+        on_exhausted=(
+            default.on_exhausted
+            if "on_exhausted" not in t
+            else _on_exhausted(t["on_exhausted"], f"{path}.on_exhausted")
         ),
     )
 

@@ -8,9 +8,11 @@ failure leads to, and when an epic ends. No I/O: services/epics.py persists and 
 - Gate: the checks override a council PASS; the try passes when the checks pass and the
   council neither FAILs nor DISAGREEs (WARN passes).
 - Escalate: a failed try is retried within its bound (max_attempts, the first try included);
-  the bound spent, or 3 consecutive failures (the strike rule), strikes the task; DISAGREE
-  escalates it to a human (an approval: approved, its work is committed; denied, struck),
-  and the epic waits for that decision before it ends.
+  the bound spent, or 3 consecutive failures (the strike rule), strikes the task — unless
+  its `on_exhausted` steps escalate it first: re-decomposed (an agent job proposes smaller
+  tasks that replace it: DECOMPOSED) or handed to a human. DISAGREE escalates it to a human
+  (an approval: approved, its work is committed; denied, struck), and the epic waits for
+  that decision before it ends.
 - Ratchet: a passed task never reopens (`settle` refuses it).
 """
 
@@ -155,7 +157,8 @@ def settle(current: TaskState, new: TaskState) -> TaskState:
     escalated one is settled by its human: passed or struck)."""
     if current is TaskState.PASSED and new is not TaskState.PASSED:
         raise InvalidRequest("a passed task never reopens (the ratchet)")
-    human = current is TaskState.ESCALATED and new in (TaskState.PASSED, TaskState.STRUCK)
+    decided = (TaskState.PASSED, TaskState.STRUCK, TaskState.DECOMPOSED)
+    human = current is TaskState.ESCALATED and new in decided
     if current.settled and current is not new and not human:
         raise InvalidRequest(f"a {current.value} task cannot become {new.value}")
     return new
@@ -174,7 +177,8 @@ def unblocked(spec: EpicSpec, states: Mapping[str, TaskState]) -> list[str]:
 def blocked(spec: EpicSpec, states: Mapping[str, TaskState]) -> list[str]:
     """Open tasks that can never run: a dependency ended without passing (transitively, as the
     caller applies this until nothing changes)."""
-    alive = (TaskState.PASSED, TaskState.ESCALATED)  # an escalated task waits for a human
+    # an escalated task waits for a human or its re-decomposition (which rewires its dependents)
+    alive = (TaskState.PASSED, TaskState.ESCALATED, TaskState.DECOMPOSED)
     dead = {s for s, st in states.items() if st.settled and st not in alive}
     return [
         t.id
@@ -196,8 +200,8 @@ def epic_end(
 ) -> EpicState | None:
     """The epic's end state once nothing is left to run or the wave limit is reached, else None
     (call with every wave reaped)."""
-    if all(s is TaskState.PASSED for s in states.values()):
-        return EpicState.DONE
+    if all(s in (TaskState.PASSED, TaskState.DECOMPOSED) for s in states.values()):
+        return EpicState.DONE  # a decomposed task is done when the tasks replacing it are
     if not unblocked(spec, states):
         # a task escalated to a human holds the epic open until the human decides
         waiting = any(s is TaskState.ESCALATED for s in states.values())

@@ -21,7 +21,7 @@ from corral.domain.errors import WorkerMisconfigured
 from corral.domain.models import Attempt, AttemptResult, Job, Permit
 from corral.domain.settings import EnvSpec, Settings
 from corral.domain.states import Fault, Outcome
-from corral.workers import process, rayauth, rayjob
+from corral.workers import process, rayauth, rayjob, raywatch
 from corral.workers.faults import command_fault
 from corral.workers.notes import read_note
 from corral.workers.process import Output, ShimProcess, ShimResult
@@ -219,6 +219,31 @@ def vanished(
     )
 
 
+class RayRun:
+    """An attempt on a Ray environment (workers/raywatch.py): its result carries the cost the
+    job reported, like a command's."""
+
+    def __init__(self, attempt: raywatch.RayAttempt) -> None:
+        self.attempt = attempt
+
+    @property
+    def ref(self) -> AttemptRef:
+        return self.attempt.ref
+
+    async def wait(self) -> AttemptResult:
+        result = await self.attempt.wait()
+        return with_reported_cost(result, self.attempt.spec.attempt_dir)
+
+    def stop(self, *, now_kill: bool = False) -> None:
+        self.attempt.stop(now_kill=now_kill)
+
+    def check(self, now: float) -> None:
+        self.attempt.check(now)
+
+    def survivors(self) -> list[int]:
+        return self.attempt.survivors()
+
+
 class CommandAttempt(ShimAttempt):
     """A command's attempt: its result carries the cost the job reported."""
 
@@ -254,7 +279,7 @@ class CommandWorker:
     def ready(self) -> None:
         """Nothing to check before a command starts."""
 
-    def start(self, permit: Permit, job: Job, attempt: Attempt) -> CommandAttempt:
+    def start(self, permit: Permit, job: Job, attempt: Attempt) -> CommandAttempt | RayRun:
         self._validate(permit)  # no process without a live permit, whoever calls
         attempt_dir = Path(attempt.dir)
         job, output = self.launch.prepare(job)
@@ -266,24 +291,15 @@ class CommandWorker:
         if "training" in job.options.extra:  # names only: the runner moves them to a file
             env[SECRET_NAMES_ENV] = ",".join(job.options.secret_env)
         argv, remote = self.argv(job), self._ray_env(job)
-        if remote is not None:  # a Ray environment: the attempt is a Ray job (workers/rayjob.py)
-            assert remote.address is not None  # the configuration refuses a ray env without one
-            token = rayauth.token(remote, self.launch.environ)
-            if token is not None:  # to the watcher only, and redacted from what it writes
-                env[rayauth.WATCHER_ENV] = token
-                output = replace(output, secrets=(*output.secrets, token))
+        if remote is not None:  # a Ray environment: its watcher runs the attempt as a Ray job
             own = set(job.env) | {"CORRAL_JOB_ID", "CORRAL_ATTEMPT", "CORRAL_WORKER", RESULT_ENV}
             own |= {SECRET_NAMES_ENV} & set(env)
-            argv = rayjob.argv(
-                address=remote.address,
-                sid=rayjob.submission_id(job.id, attempt.index),
-                attempt_dir=attempt_dir,
-                command=argv,
-                env_keys=sorted(own),
-                grace_s=max(1.0, permit.grace_s - 1.0),
-                resources=remote.resources,
-                runtime_env=remote.runtime_env,
-            )
+            spec = self._ray_spec(remote, job, attempt, output)
+            spec.command, spec.cwd = argv, job.cwd or os.getcwd()
+            attempt_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # its logs, its files
+            spec.env = {k: env[k] for k in sorted(own)}
+            spec.deadline_at, spec.grace_s = permit.deadline_at, max(1.0, permit.grace_s - 1.0)
+            return RayRun(self._ray_watcher(remote).run(spec))
         proc = process.spawn(
             attempt_dir=attempt_dir,
             argv=argv,
@@ -291,17 +307,35 @@ class CommandWorker:
             env=env,
             grace_s=permit.grace_s,
             deadline_epoch_s=permit.deadline_at,
-            term_child_only=remote is not None,  # the watcher stops the Ray job itself
             output=output,
         )
         return CommandAttempt(proc)
+
+    def _ray_spec(
+        self, remote: EnvSpec, job: Job, attempt: Attempt, output: Output
+    ) -> raywatch.Spec:
+        token = rayauth.token(remote, self.launch.environ)
+        return raywatch.Spec(
+            sid=rayjob.submission_id(job.id, attempt.index),
+            attempt_dir=Path(attempt.dir),
+            resources=remote.resources,
+            runtime_env=remote.runtime_env,
+            token=token,  # sent to the job server only, and redacted from the job's log
+            secrets=(*output.secrets, token) if token else output.secrets,
+            max_bytes=output.max_bytes,
+            tail_bytes=output.tail_bytes,
+        )
+
+    def _ray_watcher(self, remote: EnvSpec) -> raywatch.RayWatcher:
+        assert remote.address is not None  # the configuration refuses a ray env without one
+        return raywatch.watcher(remote.name, remote.address)
 
     def _ray_env(self, job: Job) -> EnvSpec | None:
         settings = self.launch.settings
         env = settings.environments.get(job.env_name) if settings is not None else None
         return env if env is not None and env.kind == "ray" else None
 
-    def adopt(self, job: Job, attempt: Attempt) -> CommandAttempt | AttemptResult:
+    def adopt(self, job: Job, attempt: Attempt) -> CommandAttempt | RayRun | AttemptResult:
         found = process.probe(Path(attempt.dir))
         if found.state == "running" and found.process is not None:
             found.process.deadline_at = attempt.deadline_at
@@ -311,15 +345,16 @@ class CommandWorker:
             return with_reported_cost(to_result(found.result), Path(attempt.dir))
         remote = self._ray_env(job)
         if remote is not None and remote.address is not None:
-            # the watcher is gone: Ray may still know the job by its submission id
-            sid = rayjob.submission_id(job.id, attempt.index)
+            # No process of its own: its environment's watcher follows the Ray job again by
+            # its submission id (lost and retried when Ray does not know it)
+            revealed, output = self.launch.prepare(job)
             try:
-                token = rayauth.token(remote, self.launch.environ)
-            except WorkerMisconfigured:
-                token = None  # Ray then refuses the call: the attempt is lost, not guessed
-            ended = rayjob.reconcile(remote.address, sid, Path(attempt.dir), token)
-            if ended is not None:
-                return with_note(ended, Path(attempt.dir))
+                spec = self._ray_spec(remote, revealed, attempt, output)
+            except WorkerMisconfigured as err:
+                return AttemptResult(outcome=Outcome.LOST, fault=Fault.CONFIG, error=str(err))
+            spec.adopted = True
+            spec.deadline_at, spec.grace_s = attempt.deadline_at, job.limits.grace_s
+            return RayRun(self._ray_watcher(remote).run(spec))
         if found.state == "vanished":
             return vanished(Path(attempt.dir))
         return vanished(Path(attempt.dir), "engine stopped before the process started")

@@ -5,7 +5,7 @@
 
 `corral submit --notebook` makes a job that runs this (services/notebooks.py). On a local
 environment the attempt runs it under the shim; on a Ray environment the same command is the
-Ray job's entrypoint (workers/rayjob.py), so a notebook runs the same way in both places.
+Ray job's entrypoint (workers/raywatch.py), so a notebook runs the same way in both places.
 
 - Parameters are injected after the cell tagged `parameters` (papermill's rule) and recorded in
   the executed notebook's metadata; each value is JSON when it parses as JSON, else a string.

@@ -2,8 +2,8 @@
 auth (`RAY_AUTH_MODE=token`) or a proxy in front of the head. It is read from its file or the
 engine's environment each time it is needed, sent as `Authorization: Bearer …` on every call
 (the header Ray's `JobSubmissionClient` sends) and kept out of everything Corral writes: the
-watcher gets it through its environment, never its command line, and the attempt's output pump
-redacts it like a job's secret."""
+environment's watcher (workers/raywatch.py) holds it in memory only, never on a command line,
+and redacts it from the job's log like a job's secret."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from typing import TYPE_CHECKING
 
 from corral.domain.errors import WorkerMisconfigured
 
-if TYPE_CHECKING:  # the watcher imports this module: it stays light (no settings, no models)
+if TYPE_CHECKING:
     from corral.domain.settings import EnvSpec
-
-WATCHER_ENV = "CORRAL_RAY_AUTH_TOKEN"  # how the attempt's watcher (workers/rayjob.py) gets it
 
 
 def token(env: EnvSpec, environ: Mapping[str, str] = os.environ) -> str | None:

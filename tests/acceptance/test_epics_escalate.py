@@ -1,0 +1,269 @@
+"""Escalation end to end (docs/how-to/epics.md): a real `corral serve` runs an epic whose
+council is one Claude Code judge and one Codex judge, each the real pinned CLI against its
+scripted model stand-in, in a temporary git repository.
+
+`big` fails its only try and is re-decomposed: a decomposer agent writes `proposal.json`, and
+Corral replaces `big` with the two smaller tasks it proposes (the second carrying big's
+check); `after`, which depended on `big`, now waits for them. On `after` the judges disagree
+across vendors (Claude PASS, Codex FAIL): DISAGREE is shown and `corral approvals approve`
+decides it. The epic ends done with exactly the three passing tasks' commits, in order, and
+no worktree or branch of a try left behind."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.conftest import Corral
+from tests.acceptance.test_agents import API_KEY, CLAUDE, ROOT
+from tests.acceptance.test_json_schemas import conforms
+from tests.agentmock import AnthropicMock, OpenAIResponsesMock
+from tests.helpers import eventually
+
+Turn = dict[str, Any]
+CODEX = ROOT / "tests" / "agent-clis" / "node_modules" / ".bin" / "codex"
+WORKER = re.compile(r"Task ([\w-]+) of epic \w+, try (\d+)\. You work in (\S+), a git")
+JUDGE = re.compile(r"Then write (\S+/verdict\.json):.*The task is ([\w-]+), try (\d+)\.", re.S)
+DECOMPOSER = re.compile(r"Task ([\w-]+) of an epic failed.*Then write (\S+/proposal\.json):", re.S)
+
+
+def write(path: str, content: str) -> Turn:
+    return {"tool_calls": [{"name": "Write", "input": {"file_path": path, "content": content}}]}
+
+
+def verdict(path: str, task: str, says: str) -> list[Turn]:
+    body = {"verdict": says, "confidence": "HIGH", "key_insight": f"{task}: {says}"}
+    return [write(path, json.dumps(body)), {"text": "Verdict written."}]
+
+
+def first_text(body: Any, key: str) -> str:
+    items = (body or {}).get(key) or []
+    return json.dumps(items[:3]).encode().decode("unicode_escape")
+
+
+class ClaudeAgents(AnthropicMock):
+    """Claude Code for the workers, the decomposer and the first judge (always PASS): each
+    conversation's script is chosen by its first prompt, its turn by the answers so far."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.starts: dict[tuple[str, ...], int] = {}
+        self._here = threading.local()
+        self._count = threading.Lock()
+
+    def _handle(self, handler: Any, method: str, body: Any) -> None:
+        self._here.body = body
+        super()._handle(handler, method, body)
+
+    def next_turn(self) -> Turn:
+        body = getattr(self._here, "body", None) or {}
+        messages = body.get("messages") or []
+        first = first_text(body, "messages")
+        n = sum(1 for m in messages if m.get("role") == "assistant")
+        if m := JUDGE.search(first):
+            path, task, attempt = m.groups()
+            key: tuple[str, ...] = ("judge", task, attempt)
+            script = verdict(path, task, "PASS")
+        elif m := DECOMPOSER.search(first):
+            task, path = m.groups()
+            key = ("decomposer", task)
+            proposal = {
+                "tasks": [
+                    {"id": "one", "prompt": "Write big.txt holding the line big."},
+                    {"id": "two", "prompt": "Add the line done.", "depends_on": ["one"]},
+                ]
+            }
+            script = [write(path, json.dumps(proposal)), {"text": "Proposal written."}]
+        elif m := WORKER.search(first):
+            task, attempt, work = m.groups()
+            key = ("worker", task, attempt)
+            files = {
+                "big": ("big.txt", "big\n"),  # never `done`: its check fails
+                "big-one": ("big.txt", "big\n"),
+                "big-two": ("big.txt", "big\ndone\n"),
+                "after": ("after.txt", "after\n"),
+            }
+            name, content = files[task]
+            script = [write(f"{work}/{name}", content), {"text": f"Summary: {task} written."}]
+        else:
+            return {"text": "done"}
+        if n == 0:
+            with self._count:
+                self.starts[key] = self.starts.get(key, 0) + 1
+        return script[n] if n < len(script) else {"text": "done"}
+
+
+class CodexJudge(OpenAIResponsesMock):
+    """Codex for the second judge: FAIL on `after`, PASS on the rest."""
+
+    def __init__(self) -> None:
+        super().__init__([], dialect="codex")
+        self.judged: list[str] = []
+        self._here = threading.local()
+
+    def _handle(self, handler: Any, method: str, body: Any) -> None:
+        self._here.body = body
+        super()._handle(handler, method, body)
+
+    def next_turn(self) -> Turn:
+        body = getattr(self._here, "body", None) or {}
+        items = body.get("input") or []
+        m = JUDGE.search(json.dumps(items).encode().decode("unicode_escape"))
+        if m is None:
+            return {"text": "done"}
+        _path, task, _attempt = m.groups()
+        n = sum(1 for i in items if str(i.get("type", "")).endswith("_call"))
+        if n == 0:
+            self.judged.append(task)
+        script = verdict("verdict.json", task, "FAIL" if task == "after" else "PASS")
+        return script[n] if n < len(script) else {"text": "done"}
+
+
+EPIC = """\
+name: split
+council: {judges: 2, roles: [judge, judge-codex]}
+tasks:
+  - id: big
+    role: coder
+    prompt: Write big.txt holding the lines big and done.
+    checks: ["grep -qx done big.txt"]
+    max_attempts: 1
+    on_exhausted: decompose
+  - id: after
+    role: coder
+    prompt: Write after.txt holding the line after.
+    depends_on: [big]
+    checks: ["grep -qx after after.txt"]
+"""
+
+
+def config(claude_url: str, codex_url: str) -> str:
+    return f"""
+scheduler:
+  poll_interval_s: 0.2
+roles:
+  default:
+    retry: {{base_s: 0.05, cap_s: 0.2}}
+  coder:
+    worker: claude-code
+    concurrency: 4
+    tools: ["Read", "Write(./**)"]
+    limits: {{max_attempts: 1, timeout_s: 120, grace_s: 2}}
+  judge:
+    worker: claude-code
+    concurrency: 4
+    tools: ["Read", "Write(./**)"]
+    limits: {{max_attempts: 1, timeout_s: 120, grace_s: 2}}
+  judge-codex:
+    worker: codex
+    concurrency: 4
+    tools: ["Read", "Write(./**)"]
+    limits: {{max_attempts: 1, timeout_s: 120, grace_s: 2}}
+environments:
+  local:
+    max_inflight: 8
+workers:
+  claude-code:
+    binary: {CLAUDE}
+    version: 2.1.330
+    summary_grace_s: 1
+    env: {{ANTHROPIC_BASE_URL: "{claude_url}", ANTHROPIC_API_KEY: "{API_KEY}"}}
+  codex:
+    binary: {CODEX}
+    version: 0.169.0
+    model: gpt-5.5
+    summary_grace_s: 1
+    env: {{MOCK_OPENAI_API_KEY: sk-mock-0123456789abcdef}}
+    config:
+      model_provider: mock
+      model_providers:
+        mock: {{name: mock, base_url: "{codex_url}/v1", env_key: MOCK_OPENAI_API_KEY,
+               wire_api: responses}}
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def env(tmp_path: Path, clis: None) -> Iterator[tuple[Corral, ClaudeAgents, CodexJudge, Path]]:
+    claude, codex = ClaudeAgents().start(), CodexJudge().start()
+    assert isinstance(claude, ClaudeAgents) and isinstance(codex, CodexJudge)
+    c = Corral(tmp_path, config(claude.url, codex.url))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README").write_text("split\n")
+    git(repo, "add", "README")
+    git(repo, "-c", "user.name=Dev", "-c", "user.email=dev@example.com", "commit", "-qm", "init")
+    try:
+        yield c, claude, codex, repo
+    finally:
+        c.stop_all()
+        claude.close()
+        codex.close()
+
+
+def test_a_spent_task_is_re_decomposed_and_a_cross_vendor_disagreement_goes_to_a_human(
+    env: tuple[Corral, ClaudeAgents, CodexJudge, Path],
+) -> None:
+    c, claude, codex, repo = env
+    (c.work / "epic.yaml").write_text(EPIC)
+    base = git(repo, "rev-parse", "HEAD")
+    c.serve()
+    epic = c.ok("epic", "run", "epic.yaml", "--repo", str(repo)).strip()
+
+    def after() -> dict[str, Any] | None:
+        shown = c.json("epic", "show", epic)
+        assert shown["state"] == "running", shown
+        found = [t for t in shown["tasks"] if t["id"] == "after" and t["state"] == "escalated"]
+        return found[0] if found else None
+
+    escalated = eventually(after, timeout=300, what="after's council to disagree")
+    v = escalated["verdict"]
+    assert (v["council"], v["gate"]) == ("DISAGREE", "escalate")
+    assert sorted((j["vendor"], j["verdict"]) for j in v["judges"]) == [
+        ("claude-code", "PASS"),
+        ("codex", "FAIL"),
+    ]
+    [pending] = [a for a in c.json("approvals", "list") if a["id"] == v["approval"]]
+    assert pending["reason"] == "council_disagree"
+    c.ok("approvals", "approve", v["approval"])
+
+    shown = eventually(
+        lambda: (d := c.json("epic", "show", epic))["state"] != "running" and d,
+        timeout=120,
+        what="the epic to end",
+    )
+    conforms("EpicShow", shown)
+    tasks = {t["id"]: t for t in shown["tasks"]}
+    assert shown["state"] == "done", shown
+    assert list(tasks) == ["big", "big-one", "big-two", "after"]
+    assert tasks["big"]["state"] == "decomposed"
+    assert tasks["big"]["verdict"]["replaced_by"] == ["big-one", "big-two"]
+    assert all(tasks[t]["state"] == "passed" for t in ("big-one", "big-two", "after"))
+
+    log = git(repo, "log", "--reverse", "--format=%an|%s", f"{base}..epic/split")
+    assert log.splitlines() == [
+        "Corral|big-one: Write big.txt holding the line big.",
+        "Corral|big-two: Add the line done.",
+        "Corral|after: Write after.txt holding the line after.",
+    ]
+    assert git(repo, "show", "epic/split:big.txt") == "big\ndone"
+    # Each agent once; the judges of both vendors sat on each council.
+    assert all(n == 1 for n in claude.starts.values()), claude.starts
+    assert claude.starts.get(("decomposer", "big")) == 1
+    assert sorted(codex.judged) == ["after", "big-one", "big-two"]
+    # No try's worktree or branch outlives the epic.
+    assert len(git(repo, "worktree", "list").splitlines()) == 1
+    assert git(repo, "branch", "--format=%(refname:short)").split() == ["epic/split", "main"]
