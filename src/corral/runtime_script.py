@@ -10,9 +10,9 @@ imported by the user's script, inside a Ray job, before anything heavy).
 The training runner (corral.workers.training) starts the script with, in its environment:
 `CORRAL_JOB_ID`, `CORRAL_ATTEMPT`, `CORRAL_CHECKPOINT_DIR`, `WANDB_RUN_ID` (the job and the
 attempt), `WANDB_MODE` (offline unless the job's environment says otherwise),
-`CORRAL_SECRETS_FILE` and `CORRAL_TRAINING_RESULT`. The secrets are only in that file (mode 0600,
-in a private directory removed when the script ends): never in the script's argv, in Ray's
-`runtime_env` or in the job's record.
+`CORRAL_SECRETS_FILE` and `CORRAL_TRAINING_RESULT`. The secrets are only in that file (a sealed
+anonymous memory file the runner holds open, gone with it): never on a disk, in the script's argv,
+in Ray's `runtime_env` or in the job's record.
 """
 
 from __future__ import annotations

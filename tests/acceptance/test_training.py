@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -47,6 +48,7 @@ token = rs.secret("HF_TOKEN")
 print("sha", hashlib.sha256(token.encode()).hexdigest())
 print("env-has-token", "HF_TOKEN" in os.environ, "argv-has-token", token in " ".join(sys.argv))
 print("ids", rs.job_id(), rs.run_id(), os.environ["WANDB_MODE"], rs.checkpoint_dir() is not None)
+print("secrets-at", os.environ["CORRAL_SECRETS_FILE"])
 """
 
 # a long training run that says who it is first (for the cancel and the timeout)
@@ -57,6 +59,15 @@ sys.argv = [sys.argv[0], "--max-steps", "100000"]
 sys.path.insert(0, {examples!r})
 runpy.run_path({sft!r}, run_name="__main__")
 """
+
+
+def _holds_secrets(path: str) -> bool:
+    """Whether `path` (/proc/PID/fd/N) is still a Corral secrets file (a reused PID's fd N is
+    something else)."""
+    try:
+        return "corral-secrets" in os.readlink(path)
+    except OSError:
+        return False
 
 
 def _config(head: Head) -> str:
@@ -245,6 +256,9 @@ def test_the_secrets_reach_the_script_only_through_its_file(trainer: Corral, hea
         if path.is_file():
             data = path.read_bytes()
             assert hf.encode() not in data and wb.encode() not in data, path
-    assert not list(Path("/tmp").glob("corral-secrets-*/secrets.json"))  # removed at the end
+    # held in memory by the runner, never on a disk, and gone with it
+    at = re.search(r"secrets-at (\S+)", logs)
+    assert at and re.fullmatch(r"/proc/\d+/fd/\d+", at[1]), logs
+    assert not _holds_secrets(at[1])
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert hf not in ps

@@ -82,12 +82,17 @@ def test_watched_metrics_and_the_regression_rule() -> None:
     assert zero[0].change == pytest.approx(0.05) and not zero[0].regressed
 
 
-def test_the_runner_moves_secrets_out_of_the_environment_into_a_private_file(
+def test_the_runner_moves_secrets_out_of_the_environment_into_a_sealed_memory_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    work, private = tmp_path / "attempt", tmp_path / "private"
+    work = tmp_path / "attempt"
     work.mkdir()
-    private.mkdir(mode=0o700)
+    held: list[int] = []
+
+    def hold(secrets: dict[str, str]) -> int:
+        held.append(runner.secrets_memfd(secrets))
+        return held[-1]
+
     base = {
         "CORRAL_JOB_ID": "J9",
         "CORRAL_ATTEMPT": "3",
@@ -97,18 +102,21 @@ def test_the_runner_moves_secrets_out_of_the_environment_into_a_private_file(
         "PLAIN": "x",
     }
     args = argparse.Namespace(method="grpo", wandb_project=None)
-    env = runner.script_env(args, work, private, base)
+    env = runner.script_env(args, work, hold, base)
     assert "HF_TOKEN" not in env and "WANDB_API_KEY" not in env and "CORRAL_SECRET_NAMES" not in env
     assert env["PLAIN"] == "x"
     assert env["WANDB_RUN_ID"] == "corral-J9-3" and env["WANDB_MODE"] == "offline"
     assert env["WANDB_TAGS"] == "corral,corral-job-J9"
     assert env["CORRAL_CHECKPOINT_DIR"] == str(work / "checkpoints")
     secrets_file = Path(env["CORRAL_SECRETS_FILE"])
-    assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
+    assert secrets_file == Path(f"/proc/{os.getpid()}/fd/{held[0]}")  # in memory, not on a disk
+    assert stat.S_IMODE(os.fstat(held[0]).st_mode) == 0o600
     assert json.loads(secrets_file.read_text()) == {
         "HF_TOKEN": "hf-secret",
         "WANDB_API_KEY": "wb-secret",
     }
+    with pytest.raises(PermissionError):  # sealed: the script cannot change what others read
+        secrets_file.write_text("{}")
     config = json.loads(Path(env["WANDB_SWEEP_PARAM_PATH"]).read_text())
     assert config["corral_job_id"] == {"value": "J9"}
     assert "hf-secret" not in json.dumps(env) and "wb-secret" not in json.dumps(env)
@@ -131,7 +139,12 @@ def test_the_runner_moves_secrets_out_of_the_environment_into_a_private_file(
         "repo_id": "me/m",
         "revision": "abc",
     }
-    secrets_file.write_text("[1]")
+    os.close(held[0])  # the runner has ended: the secrets are gone with it
+    with pytest.raises(runtime_script.SecretsUnavailable):
+        runtime_script.secrets()
+    not_an_object = tmp_path / "list.json"
+    not_an_object.write_text("[1]")
+    monkeypatch.setenv("CORRAL_SECRETS_FILE", str(not_an_object))
     with pytest.raises(runtime_script.SecretsUnavailable):
         runtime_script.secrets()
 

@@ -4,7 +4,7 @@
         [--model M] [--dataset D] [--wandb-project P] -- [script arguments …]
 
 `corral submit --training` makes a job that runs this (services/training.py). On a Ray
-environment it is the Ray job's entrypoint (workers/rayjob.py); on a local one it runs under the
+environment it is the Ray job's entrypoint (workers/raywatch.py); on a local one it runs under the
 shim. It adds only environment to the script, which it starts as its child:
 
 - `CORRAL_JOB_ID`, `CORRAL_ATTEMPT` (already the attempt's), `CORRAL_CHECKPOINT_DIR` (the
@@ -16,8 +16,9 @@ shim. It adds only environment to the script, which it starts as its child:
   config;
 - secrets: every variable the job was given as a secret (`CORRAL_SECRET_NAMES`: `--secret-env`
   and the role's and environment's `secret_env`) is taken out of the script's environment and
-  written to a 0600 file in a private directory (`CORRAL_SECRETS_FILE`), removed when the
-  script ends; the script reads it with `corral.runtime_script`;
+  put in a sealed anonymous memory file this runner holds open (`CORRAL_SECRETS_FILE`, a
+  `/proc/<runner pid>/fd/<n>` path): never on a disk, and gone with the runner however it ends,
+  a SIGKILL included; the script reads it with `corral.runtime_script`;
 - `CORRAL_TRAINING_RESULT`: where the script records the repo id and revision it pushed.
 
 When the script ends the runner writes `training.json` in the attempt directory (the run id, the
@@ -29,13 +30,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,22 +59,38 @@ def _work_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="corral-training-"))
 
 
-def _write_private(path: Path, data: dict[str, str]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f)
+def secrets_memfd(data: dict[str, str]) -> int:
+    """`data` as JSON in an anonymous memory file, mode 0600 and sealed against any change.
+    The caller holds the fd for as long as the script may read it; the script and its children
+    open it as `/proc/<caller pid>/fd/<fd>` (close-on-exec: no child inherits the fd itself)."""
+    fd = os.memfd_create("corral-secrets", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.fchmod(fd, 0o600)
+        body = json.dumps(data).encode("utf-8", "surrogateescape")
+        written = 0
+        while written < len(body):
+            written += os.write(fd, body[written:])
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def script_env(
-    args: argparse.Namespace, work: Path, secrets_dir: Path, base: dict[str, str]
+    args: argparse.Namespace,
+    work: Path,
+    secrets_fd: Callable[[dict[str, str]], int],
+    base: dict[str, str],
 ) -> dict[str, str]:
-    """The script's environment: `base` without its secrets, with what Corral adds."""
+    """The script's environment: `base` without its secrets, with what Corral adds; the
+    secrets go to the memory file `secrets_fd` makes, which this process holds open."""
     env = dict(base)
     names = [n for n in env.get(SECRET_NAMES_ENV, "").split(",") if n]
     secrets = {n: env.pop(n) for n in names if n in env}
     env.pop(SECRET_NAMES_ENV, None)
-    secrets_file = secrets_dir / "secrets.json"
-    _write_private(secrets_file, secrets)
+    secrets_file = f"/proc/{os.getpid()}/fd/{secrets_fd(secrets)}"
     job = env.get("CORRAL_JOB_ID", "local")
     attempt = env.get("CORRAL_ATTEMPT", "1")
     rid = run_id(job, attempt)
@@ -86,7 +104,7 @@ def script_env(
     config.write_text(json.dumps({k: {"value": v} for k, v in given.items()}))
     tags = ",".join(t for t in ("corral", f"corral-job-{job}", env.get("WANDB_TAGS", "")) if t)
     env.update(
-        CORRAL_SECRETS_FILE=str(secrets_file),
+        CORRAL_SECRETS_FILE=secrets_file,
         CORRAL_TRAINING_RESULT=str(work / "training-result.json"),
         WANDB_RUN_ID=rid,
         WANDB_DIR=str(wandb_dir),
@@ -163,9 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.dataset:
         command += ["--dataset", args.dataset]
     command += extra
-    secrets_dir = Path(tempfile.mkdtemp(prefix="corral-secrets-"))  # 0700
+    held: list[int] = []
+
+    def hold(secrets: dict[str, str]) -> int:
+        held.append(secrets_memfd(secrets))
+        return held[-1]
+
     try:
-        env = script_env(args, work, secrets_dir, dict(os.environ))
+        env = script_env(args, work, hold, dict(os.environ))
         print(
             f"corral: training ({args.method}) {script} as W&B run {env['WANDB_RUN_ID']} "
             f"({env['WANDB_MODE']})",
@@ -174,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         code = _run(command, env)
         rec = record(args, env, code)
     finally:
-        shutil.rmtree(secrets_dir, ignore_errors=True)
+        for fd in held:
+            os.close(fd)
     tmp = work / f"{RECORD}.tmp"
     tmp.write_text(json.dumps(rec) + "\n")
     tmp.replace(work / RECORD)
