@@ -13,7 +13,6 @@ from typing import Any
 import jsonschema
 import pytest
 
-from corral import schemas
 from corral.config import parse, resolve
 from corral.domain.agents import AgentEvent, ToolCallTrace
 from corral.domain.errors import ConfigError, StoreError
@@ -23,6 +22,7 @@ from corral.domain.settings import KnowledgeSpec, RoleSpec, Settings, WorkerSpec
 from corral.domain.states import AttemptState, JobState
 from corral.knowledge import extract
 from corral.runtime.flywheel import Flywheel, control_arm, load_extractor
+from corral.schemas import published as schemas
 from corral.services import knowledge
 from corral.store.memory import MemoryStore
 from corral.workers.agents.base import Context

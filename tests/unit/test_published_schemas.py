@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jsonschema
 
-from corral import schemas
+from corral.schemas import published as schemas
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference" / "schemas"
 

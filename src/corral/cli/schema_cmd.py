@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from corral import schemas
 from corral.domain.errors import NotFound
+from corral.schemas import published as schemas
 
 from .exits import fail
 
