@@ -203,6 +203,12 @@ def test_a_disagreeing_council_hands_the_try_to_a_human(
         a = (await store.epic_tasks(epic.id))[0]
         (runner.work_dir(epic, a) / "a.txt").write_text("a\n")  # the worker's work
         approval = await runner.escalations.ask_human(epic, a, "council_disagree", "commit?")
+        # an engine that died before recording it asks again after its restart: the same one
+        again = await runner.escalations.ask_human(epic, a, "council_disagree", "commit?")
+        assert again == approval
+        other = await runner.escalations.ask_human(epic, a, "tries_exhausted", "commit?")
+        assert other != approval
+        await store.decide_approval(other, ApprovalState.DENIED, at=1.0, by="op")
         verdict = {"attempt": 1, "gate": "escalate", "council": "DISAGREE", "approval": approval}
         await store.save_task(
             a.with_(state=TaskState.ESCALATED, verdict=verdict), expect=TaskState.RUNNING

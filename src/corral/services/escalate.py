@@ -202,13 +202,20 @@ class Escalations:
 
     async def ask_human(self, epic: EpicRecord, t: TaskRecord, reason: str, subject: str) -> str:
         """An approval for an escalated task, bound to its last try's worker job; `corral
-        approvals approve|deny ID` decides it."""
+        approvals approve|deny ID` decides it. Asked once per subject (it names the epic, the
+        task and the try): an engine that died after asking and before recording the
+        approval on the task finds the one it asked, in whatever state an operator left it,
+        instead of leaving it orphaned beside a second one."""
+        job_id, digest = t.job_id or "", hashlib.sha256(subject.encode()).hexdigest()
+        for asked in await self.store.approvals(job_id=job_id):
+            if (asked.reason, asked.digest) == (reason, digest):
+                return asked.id
         now = self.runner.clock()
         approval = Approval(
             id=new_id(int(now * 1000)),
-            job_id=t.job_id or "",
+            job_id=job_id,
             subject=subject,
-            digest=hashlib.sha256(subject.encode()).hexdigest(),
+            digest=digest,
             reason=reason,
             requested_at=now,
             expires_at=now + self.runner.config.settings.approval_ttl_s,
