@@ -94,9 +94,13 @@ def test_knowledge_commands_against_a_remote_engine(corral: Corral) -> None:
     assert json.loads(ok(mine, "show", gold["id"], "--json")) == c.json(
         "knowledge", "show", gold["id"]
     ) | {"confidence_now": ANY, "freshness": ANY}
+    # a unique prefix or suffix names a learning over HTTP as it does locally
+    assert json.loads(ok(mine, "show", gold["id"][-6:], "--json"))["id"] == gold["id"]
     assert json.loads(ok(theirs, "list", "--json")) == []
     r = remote(c, url, theirs, "knowledge", "show", gold["id"])
     assert r.returncode == 4 and "no learning" in r.stderr  # not found: not said to exist
+    r = remote(c, url, theirs, "knowledge", "show", gold["id"][-6:])
+    assert r.returncode == 4 and "no learning" in r.stderr  # nor by a short id
     r = remote(c, url, theirs, "knowledge", "retire", gold["id"], "--reason", "mine now")
     assert r.returncode == 4
     promoted = json.loads(ok(mine, "promote", pending["id"], "--note", "ok", "--json"))

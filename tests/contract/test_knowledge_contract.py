@@ -87,6 +87,13 @@ def test_learnings_are_scoped_and_one_per_content(use_store: UseStore) -> None:
         assert [x.id for x in await store.list_learnings(tenant="default")] == [b.id, a.id]
         assert [x.id for x in await store.list_learnings(role="coder")] == [c.id, a.id]
         assert [x.id for x in await store.list_learnings(limit=1)] == [c.id]
+        # what a short id names, within a scope: a prefix or a suffix of 4+, else the whole id
+        assert [x.id for x in await store.list_learnings(ref="lrn-")] == [c.id, b.id, a.id]
+        assert [x.id for x in await store.list_learnings(ref="-0002")] == [b.id]
+        assert [x.id for x in await store.list_learnings(ref="0003", tenant="default")] == []
+        assert [x.id for x in await store.list_learnings(ref="lrn")] == []  # too short
+        assert [x.id for x in await store.list_learnings(ref=a.id)] == [a.id]
+        assert [x.id for x in await store.list_learnings(ref="%aaa")] == []  # no wildcards
         history = await store.learning_history(a.id)
         assert [(h.action, h.actor) for h in history] == [("created", "test")]
         assert await store.learning_counts() == {("coder", "active"): 2, ("ops", "active"): 1}

@@ -72,6 +72,10 @@ def test_a_tenants_learnings_listed_searched_and_shown(tmp_path: Path) -> None:
             ("tier=gold", ["lrn-acme-gold"]),
             ("role=ops", ["lrn-acme-pending"]),
             ("q=globex", []),  # another tenant's words
+            ("ref=acme-gold", ["lrn-acme-gold"]),  # a suffix
+            ("ref=lrn-&q=docker", ["lrn-acme-pending", "lrn-acme-gold"]),  # ref wins over q
+            ("ref=globex-1", []),  # another tenant's, by a suffix: not found either
+            ("ref=lrn", []),  # too short for a prefix: a whole id only
         ):
             r = await api.client.get(f"/api/v1/knowledge?{query}", headers=h)
             assert [x["id"] for x in r.json()["learnings"]] == want, query

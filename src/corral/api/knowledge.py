@@ -20,7 +20,7 @@ from .auth import Govern, JobsRead, actor
 from .state import state_of
 
 router = APIRouter(prefix="/api/v1/knowledge", tags=["knowledge"])
-LearningId = Annotated[str, "the learning's whole id"]
+LearningId = Annotated[str, "the learning's whole id (a short one: list with `ref`)"]
 Status = Annotated[str, Query(pattern="^(active|pending|retired|all)$")]
 
 
@@ -34,6 +34,16 @@ async def list_learnings(
     tier: Tier | None = None,
     status: Status = "all",
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    ref: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=100,
+            description="Only the learnings this names: the whole id, or a prefix or suffix "
+            "of 4+ characters (how `corral knowledge --url` resolves a short id; `q` is then "
+            "not used).",
+        ),
+    ] = None,
 ) -> Any:
     """The tenant's learnings: with `q`, those the full-text search finds, best match first;
     else the newest first. Confidence and freshness are decayed to now."""
@@ -46,6 +56,7 @@ async def list_learnings(
         tier=tier,
         status=knowledge.status_of(status),
         limit=limit,
+        ref=ref,
     )
     now = time.time()
     return views.LearningPage.model_validate(

@@ -34,7 +34,7 @@ TenantOpt = Annotated[str | None, typer.Option("--tenant", help="Only this tenan
 LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=10_000, help="At most this many.")]
 Ref = Annotated[
     str,
-    typer.Argument(help="A learning (id, or a unique prefix or suffix; with --url its whole id)."),
+    typer.Argument(help="A learning (its id, or a unique prefix or suffix of 4+ characters)."),
 ]
 
 
@@ -173,7 +173,10 @@ def show_cmd(
 ) -> None:
     """One learning: its text, scores now (confidence and freshness decayed), provenance (job,
     attempt, commit), the history of its score changes and the attempts it was given to."""
-    shown = _remote(None, lambda c: c.learning(ref))
+    async def remote_show(c: AsyncClient) -> Any:
+        return await c.learning(await c.resolve_learning(ref))
+
+    shown = _remote(None, remote_show)
     if shown is not None:
         shown = _dumped(shown)
     else:
@@ -241,7 +244,10 @@ def promote_cmd(
 ) -> None:
     """Approve a pending learning (a bronze one waits for a human): runs of its role are given
     it from now on."""
-    found = _remote(None, lambda c: c.promote_learning(ref, note))
+    async def remote_promote(c: AsyncClient) -> Any:
+        return await c.promote_learning(await c.resolve_learning(ref), note)
+
+    found = _remote(None, remote_promote)
     if found is not None:
         found = _dumped(found)
     else:
@@ -261,7 +267,10 @@ def retire_cmd(
     config: ConfigOpt = None,
 ) -> None:
     """Stop giving a learning to runs (it is kept, with its history; retiring is final)."""
-    found = _remote(None, lambda c: c.retire_learning(ref, reason))
+    async def remote_retire(c: AsyncClient) -> Any:
+        return await c.retire_learning(await c.resolve_learning(ref), reason)
+
+    found = _remote(None, remote_retire)
     if found is not None:
         found = _dumped(found)
     else:

@@ -377,6 +377,15 @@ class AsyncClient:
         data = await self._call("GET", "/api/v1/knowledge", params=params)
         return kv.LearningPage.model_validate(data).learnings
 
+    async def resolve_learning(self, ref: str) -> str:
+        """The whole id of the tenant's learning that `ref` names, as `corral knowledge` names
+        them locally: the whole id, or a unique prefix or suffix of 4+ characters. NotFound
+        when it names none of the tenant's learnings, InvalidRequest when it names several."""
+        params = _params(ref=ref, status="all", limit=AMBIGUOUS_SHOWN)
+        data = await self._call("GET", "/api/v1/knowledge", params=params)
+        found = kv.LearningPage.model_validate(data).learnings
+        return resolve(ref, [x.id for x in found], "learning")
+
     async def learning(self, learning_id: str) -> kv.LearningShow:
         """One learning (its whole id) with its provenance, history and citations."""
         data = await self._call("GET", f"/api/v1/knowledge/{learning_id}")

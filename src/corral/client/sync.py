@@ -245,6 +245,9 @@ class Client:
             self._async.learnings, q, kind=kind, role=role, tier=tier, status=status, limit=limit
         )
 
+    def resolve_learning(self, ref: str) -> str:
+        return self._run(self._async.resolve_learning, ref)
+
     def learning(self, learning_id: str) -> kv.LearningShow:
         return self._run(self._async.learning, learning_id)
 

@@ -881,8 +881,10 @@ class KnowledgeStore(Protocol):
         limit: int = 100,
         kind: LearningKind | None = None,
         tier: Tier | None = None,
+        ref: str | None = None,
     ) -> list[Learning]:
-        """Newest first."""
+        """Newest first; with `ref`, only those it names (the whole id, or a prefix or suffix
+        of 4+ characters)."""
 
     async def search_learnings(
         self,

@@ -149,15 +149,16 @@ async def find(
     tier: Tier | None = None,
     status: LearningStatus | None = None,
     limit: int = 50,
+    ref: str | None = None,
 ) -> list[Learning]:
     """A tenant's learnings: those the full-text search finds for `query` (best match first),
-    else the newest."""
-    if query is not None and query.strip():
+    else the newest; with `ref`, only those it names (no search then)."""
+    if ref is None and query is not None and query.strip():
         return await store.search_learnings(
             query, tenant=tenant, role=role, status=status, limit=limit, kind=kind, tier=tier
         )
     return await store.list_learnings(
-        tenant=tenant, role=role, status=status, limit=limit, kind=kind, tier=tier
+        tenant=tenant, role=role, status=status, limit=limit, kind=kind, tier=tier, ref=ref
     )
 
 

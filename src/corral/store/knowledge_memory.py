@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from corral.domain.errors import StaleState
-from corral.domain.ids import resolve
+from corral.domain.ids import matches, resolve
 from corral.domain.knowledge import (
     Arm,
     ArmStats,
@@ -79,8 +79,10 @@ class MemoryKnowledge:
         limit: int = 100,
         kind: LearningKind | None = None,
         tier: Tier | None = None,
+        ref: str | None = None,
     ) -> list[Learning]:
-        return self._scoped(tenant, role, status, kind, tier)[:limit]
+        scoped = self._scoped(tenant, role, status, kind, tier)
+        return [x for x in scoped if ref is None or matches(ref, x.id)][:limit]
 
     async def search_learnings(
         self,

@@ -222,8 +222,18 @@ class SqlKnowledge:
         limit: int = 100,
         kind: LearningKind | None = None,
         tier: Tier | None = None,
+        ref: str | None = None,
     ) -> list[Learning]:
         where, params = _scope(tenant, role, status, kind, tier)
+        if ref is not None:  # as the jobs' list: substr, not LIKE (no wildcards to escape)
+            n = len(ref)
+            named = (
+                "(substr(l.id, 1, ?) = ? OR substr(l.id, length(l.id) - ? + 1) = ?)"
+                if n >= MIN_REF
+                else "l.id = ?"
+            )
+            where = f"{where} AND {named}" if where else named
+            params += [n, ref, n, ref] if n >= MIN_REF else [ref]
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 f"SELECT {_L_COLUMNS} FROM learnings l"
