@@ -246,3 +246,21 @@ def test_citations_rewards_and_arm_stats(use_store: UseStore) -> None:
         assert await store.knowledge_stats(tenant="acme") == []
 
     use_store(body)
+
+
+def test_runs_marked_to_settle_until_settled(use_store: UseStore) -> None:
+    async def body(store: Store) -> None:
+        assert await store.settle_due(NOW + 100, 10) == []
+        await store.mark_settle_due([], NOW)  # nothing: no write
+        await store.mark_settle_due(["j2", "j1"], NOW)
+        await store.mark_settle_due(["j3"], NOW + 5)
+        assert await store.settle_due(NOW + 100, 10) == ["j1", "j2", "j3"]  # oldest first
+        assert await store.settle_due(NOW + 5, 10) == ["j1", "j2"]  # marked before `before`
+        assert await store.settle_due(NOW + 100, 1) == ["j1"]
+        await store.mark_settle_due(["j1"], NOW + 10)  # again: marked at the new time
+        assert await store.settle_due(NOW + 100, 10) == ["j2", "j3", "j1"]
+        await store.settled("j2")
+        await store.settled("j2")  # settled twice: nothing to clear the second time
+        assert await store.settle_due(NOW + 100, 10) == ["j3", "j1"]
+
+    use_store(body)

@@ -21,14 +21,15 @@ from corral.domain.models import Attempt, Claimed, Job, Permit
 from corral.domain.settings import KnowledgeSpec, RoleSpec, Settings, WorkerSpec
 from corral.domain.states import AttemptState, JobState
 from corral.knowledge import extract
-from corral.runtime.flywheel import Flywheel, control_arm, load_extractor
+from corral.runtime.flywheel import LOST_AFTER_S, Flywheel, control_arm, load_extractor
+from corral.runtime.reporter import Reporter
 from corral.schemas import published as schemas
 from corral.services import knowledge
 from corral.store.memory import MemoryStore
 from corral.workers.agents.base import Context
 from corral.workers.agents.claude import ClaudeCodeWorker
 from corral.workers.agents.codex import CodexWorker
-from tests.contract.test_store_contract import make_job
+from tests.contract.test_store_contract import AGING, claim, ending, make_job
 
 NOW = 1_800_000_000.0
 FIXED = "The flaky test in tests/test_a.py was fixed by pinning `random.seed(0)` in line 3."
@@ -281,3 +282,85 @@ def test_the_role_switch_reads_yaml_booleans_as_its_words() -> None:
         resolve(parse("roles: {a: {knowledge: maybe}}", "c.yaml"), "c.yaml")
     with pytest.raises(ConfigError, match="extractor"):
         resolve(parse("knowledge: {extractor: 'rm -rf'}", "c.yaml"), "c.yaml")
+
+
+class Dies(Exception):
+    """The engine dying in the middle of a settle (nothing after it runs)."""
+
+
+class FlakyStore(MemoryStore):
+    """A store that fails the next `fail` rewards, as a store outage does."""
+
+    fail = 0
+
+    async def settle_run(self, *a: Any, **kw: Any) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise StoreError("the store is down")
+        await super().settle_run(*a, **kw)
+
+
+def test_a_settle_lost_to_a_crash_or_an_outage_is_done_by_the_next_look() -> None:
+    async def main() -> None:
+        store = FlakyStore()
+        clock = [NOW]
+        wheel = Flywheel(store, settings(), clock=lambda: clock[0])
+        learned = agent_job()
+        await wheel.settle(learned, [event(learned)])  # a learning to give the next run
+        [lesson] = await store.list_learnings()
+
+        async def ran(job: Job) -> None:
+            """A run given the learning, ended, its agent event recorded; not reported yet."""
+            job = (await store.submit(job, now=clock[0], aging_s=AGING)).job
+            [won] = await store.start_attempts([claim(job)], now=clock[0])
+            await wheel.inject(claimed(job, won.attempt.index))
+            await store.finish([ending(won.attempt, JobState.SUCCEEDED)], now=clock[0])
+            await store.record_agent_event(event(job, final=None))
+
+        # the engine dies between the run's report and its settle
+        one = agent_job(JobState.QUEUED)
+        await ran(one)
+
+        async def dies(job: Job, events: Any) -> None:
+            raise Dies
+
+        wheel.settle = dies  # type: ignore[method-assign]
+        with pytest.raises(Dies):
+            await Reporter(store, clock=lambda: clock[0], flywheel=wheel).catch_up()
+        assert await store.report(one.id) is not None
+        assert await store.unreported() == []  # reported: never drafted again
+        assert [c.reward for c in await store.citations(job_id=one.id)] == [None]
+        del wheel.settle  # the next engine's flywheel
+
+        reporter = Reporter(store, clock=lambda: clock[0], flywheel=wheel)
+        assert await reporter.settle_lost() == 0  # too fresh: maybe a settle under way
+        clock[0] += LOST_AFTER_S + 1
+        assert await reporter.settle_lost() == 1
+        assert [c.reward for c in await store.citations(job_id=one.id)] == [0.8]
+        assert (await store.get_learning(lesson.id)).reward_count == 1
+        assert await store.settle_due(clock[0] + 1e9, 10) == []  # settled: the mark is gone
+        assert await reporter.settle_lost() == 0
+
+        # the store fails the reward: the mark stays, and the run is settled a minute later
+        two = agent_job(JobState.QUEUED)
+        await ran(two)
+        store.fail = 1
+        assert await reporter.catch_up() == 0
+        assert [c.reward for c in await store.citations(job_id=two.id)] == [None]
+        assert await store.settle_due(clock[0] + 1, 10) == [two.id]
+        clock[0] += LOST_AFTER_S + 1
+        assert await reporter.settle_lost() == 1
+        assert [c.reward for c in await store.citations(job_id=two.id)] == [0.8]
+        assert (await store.get_learning(lesson.id)).reward_count == 2  # once per run
+        [stats] = await store.knowledge_stats(role="coder")
+        assert (stats.arm, stats.runs, stats.succeeded) == (Arm.WITH, 2, 2)
+        assert await store.settle_due(clock[0] + 1e9, 10) == []
+
+        # a command job has nothing to settle: no mark, no write
+        plain = (await store.submit(make_job(), now=clock[0], aging_s=AGING)).job
+        [won] = await store.start_attempts([claim(plain)], now=clock[0])
+        await store.finish([ending(won.attempt, JobState.SUCCEEDED)], now=clock[0])
+        await reporter.catch_up()
+        assert await store.settle_due(clock[0] + 1e9, 10) == []
+
+    asyncio.run(main())

@@ -173,6 +173,7 @@ def show_cmd(
 ) -> None:
     """One learning: its text, scores now (confidence and freshness decayed), provenance (job,
     attempt, commit), the history of its score changes and the attempts it was given to."""
+
     async def remote_show(c: AsyncClient) -> Any:
         return await c.learning(await c.resolve_learning(ref))
 
@@ -244,6 +245,7 @@ def promote_cmd(
 ) -> None:
     """Approve a pending learning (a bronze one waits for a human): runs of its role are given
     it from now on."""
+
     async def remote_promote(c: AsyncClient) -> Any:
         return await c.promote_learning(await c.resolve_learning(ref), note)
 
@@ -267,6 +269,7 @@ def retire_cmd(
     config: ConfigOpt = None,
 ) -> None:
     """Stop giving a learning to runs (it is kept, with its history; retiring is final)."""
+
     async def remote_retire(c: AsyncClient) -> Any:
         return await c.retire_learning(await c.resolve_learning(ref), reason)
 

@@ -928,6 +928,16 @@ class KnowledgeStore(Protocol):
         """A run's end, in one transaction: its arm's outcome, the reward on its citations not
         yet rewarded, and the learnings that reward moved (StaleState as update_learnings)."""
 
+    async def mark_settle_due(self, job_ids: Sequence[str], at: float) -> None:
+        """Mark runs whose learnings are to settle at `at` (a run marked already: marked
+        again, at `at`)."""
+
+    async def settle_due(self, before: float, limit: int) -> list[str]:
+        """Runs marked before `before` and not settled yet, the oldest first."""
+
+    async def settled(self, job_id: str) -> None:
+        """Clear a run's mark: its learnings are settled."""
+
     async def knowledge_stats(
         self, *, tenant: str | None = None, role: str | None = None
     ) -> list[ArmStats]:

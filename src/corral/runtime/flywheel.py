@@ -20,8 +20,13 @@
   extractor's own runs are never extracted (no loop), and whatever becomes of the job (denied,
   failed, a file that is not valid) costs nothing but those learnings.
 
-Everything here is best effort: a store that fails, or an extractor that raises, costs the run
-its learnings, never its dispatch or its report."""
+Everything here is best effort: an extractor that raises costs the run its learnings, never
+its dispatch or its report. A store that fails, or an engine that dies, after the run's report
+and before its learnings are settled costs nothing: the run was marked due before its report
+(`mark_due`), the mark is cleared only once every step went through, and the reporter settles
+the runs whose mark outlived `LOST_AFTER_S` again (every step is idempotent: a citation is
+rewarded once, a learning's content is stored once, an extractor job is submitted under a
+key)."""
 
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ import anyio
 
 from corral.core.ports import JobStore, KnowledgeStore
 from corral.domain.agents import AgentEvent
-from corral.domain.errors import ConfigError, CorralError, StaleState
+from corral.domain.errors import ConfigError, CorralError, NotFound, StaleState
 from corral.domain.ids import new_id
 from corral.domain.knowledge import (
     Arm,
@@ -66,6 +71,7 @@ log = logging.getLogger("corral.knowledge")
 ACTOR = "corral"
 MAX_TRIES = 5  # a lost race on a learning's numbers is read and applied again
 GIT_TIMEOUT_S = 5.0
+LOST_AFTER_S = 60.0  # a settle mark this old belongs to no settle under way: it was lost
 AGENT = "agent:"  # `knowledge.extractor: agent:ROLE`
 
 # Submits a job as any edge does (services/submissions.py, wired by `corral serve`); its id.
@@ -228,29 +234,61 @@ class Flywheel:
 
     # ---- when the run ended --------------------------------------------------------------
 
+    @staticmethod
+    def due(job: Job, events: Sequence[AgentEvent]) -> bool:
+        """Whether the run's end has learnings to settle: an agent run, or an extractor's."""
+        return job.options.extract_of is not None or bool(events)
+
+    async def mark_due(self, runs: Sequence[tuple[Job, Sequence[AgentEvent]]]) -> None:
+        """Mark the runs about to be reported whose learnings are to settle (before their
+        reports: a report is written once, so a settle lost after it is found by its mark)."""
+        due = [job.id for job, events in runs if self.due(job, events)]
+        await self.store.mark_settle_due(due, self.clock())
+
     async def settle(self, job: Job, events: Sequence[AgentEvent]) -> None:
         """Reward the learnings the run was given, then extract what it teaches (an
-        extractor job's end: collect what it wrote, whether it ran or not)."""
-        if job.options.extract_of is not None:  # an extractor's run: never extracted itself
-            await self._extracted(job, job.options.extract_of)
-            return
-        if not events:
+        extractor job's end: collect what it wrote, whether it ran or not); then clear the
+        run's mark, unless the store failed a step (the mark brings the run back)."""
+        if not self.due(job, events):
             return  # not an agent run, or one that never started: nothing to learn from
         try:
+            complete = await self._settle(job, events)
+        except CorralError as err:
+            log.warning("learnings of job %s: %s (settled again later)", job.id, err)
+            return
+        if complete:
+            try:
+                await self.store.settled(job.id)
+            except CorralError as err:  # settled again later: every step is idempotent
+                log.warning("learnings of job %s settled, not recorded so: %s", job.id, err)
+
+    async def _settle(self, job: Job, events: Sequence[AgentEvent]) -> bool:
+        """The steps of `settle`; False when the store failed one."""
+        if job.options.extract_of is not None:  # an extractor's run: never extracted itself
+            return await self._extracted(job, job.options.extract_of)
+        complete = True
+        try:
             await self._reward(job, events)
+        except NotFound as err:  # gone for good (retention): nothing to come back for
+            log.warning("rewarding the learnings of job %s: %s", job.id, err)
         except CorralError as err:
             log.warning("rewarding the learnings of job %s: %s", job.id, err)
+            complete = False
         if not self.spec.extract:
-            return
+            return complete
         try:
             if self.agent_role is not None:
                 await self._ask_agent(job, events)
             else:
                 await self._extract(job, events)
-        except (CorralError, OSError, ValueError) as err:
+        except CorralError as err:
+            log.warning("learnings of job %s: %s", job.id, err)
+            return isinstance(err, NotFound)
+        except (OSError, ValueError) as err:
             log.warning("learnings of job %s: %s", job.id, err)
         except Exception as err:  # a configured extractor's bug: the run keeps its report
             log.warning("extractor %s on job %s: %r", self.spec.extractor, job.id, err)
+        return complete
 
     async def _reward(self, job: Job, events: Sequence[AgentEvent]) -> None:
         r = lifecycle.run_reward(job.state.value)
@@ -329,16 +367,22 @@ class Flywheel:
         extractor = await self.submit(spec)
         log.info("job %s: learnings extracted by job %s", job.id, extractor)
 
-    async def _extracted(self, job: Job, extract_of: str) -> None:
+    async def _extracted(self, job: Job, extract_of: str) -> bool:
         """The extractor job ended (or was refused): its learnings, then its folder removed
-        (the folder Corral made for it, nothing else)."""
+        (the folder Corral made for it, nothing else); False, the folder kept, when the store
+        failed (the next try reads the folder again)."""
         try:
             await self._collect(job, extract_of)
-        except (CorralError, OSError, ValueError) as err:
+        except CorralError as err:
+            log.warning("learnings of extractor job %s: %s", job.id, err)
+            if not isinstance(err, NotFound):  # the run it read is gone for good: done
+                return False
+        except (OSError, ValueError) as err:
             log.warning("learnings of extractor job %s: %s", job.id, err)
         folder = Path(job.cwd) if job.cwd else None
         if folder is not None and self.workdir is not None and folder.parent == self.workdir:
             await anyio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
+        return True
 
     async def _collect(self, job: Job, extract_of: str) -> None:
         """The extractor job ended: its file's valid candidates, gated by the run it read."""

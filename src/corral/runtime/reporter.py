@@ -27,7 +27,7 @@ from corral.domain.models import Attempt, Job
 from corral.domain.settings import OversightSpec
 from corral.policy import prerun
 from corral.policy.reports import build_report, incidents_for
-from corral.runtime.flywheel import Flywheel
+from corral.runtime.flywheel import LOST_AFTER_S, Flywheel
 from corral.trace.spans import JobSpans
 from corral.world import anomaly
 
@@ -87,6 +87,7 @@ class Reporter:
                             )
                 while await self.catch_up():
                     pass
+                await self.settle_lost()
             except CorralError as err:  # the store is down: try again on the next look
                 log.warning("run reports: %s", err)
             with anyio.move_on_after(LOOK_EVERY_S):
@@ -103,6 +104,8 @@ class Reporter:
         batch's reports are written in one transaction (one commit, not one per job)."""
         ids = await self.store.unreported(BATCH)
         drafts = [await self._draft(job_id) for job_id in ids]
+        if self.flywheel is not None:
+            await self.flywheel.mark_due([(d.job, d.events) for d in drafts])
         try:
             written = await self.store.record_reports([(d.report, d.incidents) for d in drafts])
         except (Conflict, NotFound):  # an incident the store refused: one by one, as before
@@ -115,8 +118,30 @@ class Reporter:
     async def write(self, job_id: str) -> None:
         """Write one job's report (and what follows it) unless it has one already."""
         draft = await self._draft(job_id)
+        if self.flywheel is not None:
+            await self.flywheel.mark_due([(draft.job, draft.events)])
         if await self._record_one(draft) is not None:
             await self._written(draft)
+
+    async def settle_lost(self) -> int:
+        """Settle again the learnings of up to one batch of runs whose settle an engine lost
+        (it died, or the store failed, between the run's report and the end of its settle:
+        runtime/flywheel.py); how many."""
+        if self.flywheel is None:
+            return 0
+        ids = await self.flywheel.store.settle_due(self.clock() - LOST_AFTER_S, BATCH)
+        for job_id in ids:
+            try:
+                job = await self.store.get_job(job_id)
+            except NotFound:  # gone (retention): nothing is left to settle
+                await self.flywheel.store.settled(job_id)
+                continue
+            log.info("job %s: settling its learnings again (a settle was lost)", job_id)
+            # marked again now: what stays due is tried again after LOST_AFTER_S, not at
+            # every look
+            await self.flywheel.store.mark_settle_due([job_id], self.clock())
+            await self.flywheel.settle(job, await self.store.agent_events(job_id))
+        return len(ids)
 
     async def _draft(self, job_id: str) -> _Draft:
         job = await self.store.get_job(job_id)

@@ -31,12 +31,14 @@ class MemoryKnowledge:
     _learning_events: list[LearningChange]
     _citations: dict[tuple[str, int, str], Citation]
     _knowledge_runs: dict[str, KnowledgeRun]
+    _knowledge_due: dict[str, float]  # job id → when its run was marked to settle
 
     def _init_knowledge(self) -> None:
         self._learnings = {}
         self._learning_events = []
         self._citations = {}
         self._knowledge_runs = {}
+        self._knowledge_due = {}
 
     def _history(self, change: LearningChange) -> None:
         self._learning_events.append(replace(change, seq=len(self._learning_events) + 1))
@@ -163,6 +165,17 @@ class MemoryKnowledge:
             for key, c in self._citations.items():
                 if c.job_id == job_id and c.reward is None:
                     self._citations[key] = replace(c, reward=reward)
+
+    async def mark_settle_due(self, job_ids: Sequence[str], at: float) -> None:
+        for job_id in job_ids:
+            self._knowledge_due[job_id] = at
+
+    async def settle_due(self, before: float, limit: int) -> list[str]:
+        due = sorted((at, job_id) for job_id, at in self._knowledge_due.items() if at < before)
+        return [job_id for _, job_id in due[:limit]]
+
+    async def settled(self, job_id: str) -> None:
+        self._knowledge_due.pop(job_id, None)
 
     async def knowledge_stats(
         self, *, tenant: str | None = None, role: str | None = None

@@ -389,6 +389,29 @@ class SqlKnowledge:
                 )
             await self._apply(tx, updates)
 
+    async def mark_settle_due(self, job_ids: Sequence[str], at: float) -> None:
+        if not job_ids:
+            return
+        async with self.driver.write() as tx:
+            for job_id in job_ids:
+                await tx.execute(
+                    "INSERT INTO knowledge_due (job_id, due_at) VALUES (?, ?)"
+                    " ON CONFLICT (job_id) DO UPDATE SET due_at = excluded.due_at",
+                    (job_id, at),
+                )
+
+    async def settle_due(self, before: float, limit: int) -> list[str]:
+        async with self.driver.read() as tx:
+            rows = await tx.fetchall(
+                "SELECT job_id FROM knowledge_due WHERE due_at < ? ORDER BY due_at, job_id LIMIT ?",
+                (before, limit),
+            )
+        return [str(r["job_id"]) for r in rows]
+
+    async def settled(self, job_id: str) -> None:
+        async with self.driver.write() as tx:
+            await tx.execute("DELETE FROM knowledge_due WHERE job_id = ?", (job_id,))
+
     async def knowledge_stats(
         self, *, tenant: str | None = None, role: str | None = None
     ) -> list[ArmStats]:

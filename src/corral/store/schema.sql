@@ -554,3 +554,9 @@ CREATE TABLE knowledge_runs (
     tool_calls INTEGER
 );
 CREATE INDEX knowledge_runs_by_role ON knowledge_runs (role, arm);
+-- the runs whose learnings are still to settle (runtime/flywheel.py; migration 0029)
+CREATE TABLE knowledge_due (
+    job_id TEXT PRIMARY KEY,
+    due_at REAL NOT NULL
+);
+CREATE INDEX knowledge_due_by_time ON knowledge_due (due_at);
