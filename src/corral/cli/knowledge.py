@@ -21,7 +21,10 @@ from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, id_column, new_table
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from corral.client import AsyncClient
+    from corral.core.ports import Store
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -227,6 +230,20 @@ def show_cmd(
             )
 
 
+def _decide(
+    remote: Callable[[AsyncClient], Awaitable[Any]],
+    local: Callable[[Store], Awaitable[Any]],
+    data_dir: Path | None,
+    config: Path | None,
+) -> Any:
+    """A change to one learning: through the remote engine's API with `--url` (as the local
+    command's shape), else on the store."""
+    found = _remote(None, remote)
+    if found is not None:
+        return _dumped(found)
+    return with_store(config_or_fail(data_dir, config), local)
+
+
 def _changed(found: Any, as_json: bool, verb: str) -> None:
     view = found if isinstance(found, dict) else knowledge.learning_view(found, time.time())
     if as_json:
@@ -246,18 +263,13 @@ def promote_cmd(
     """Approve a pending learning (a bronze one waits for a human): runs of its role are given
     it from now on."""
 
-    async def remote_promote(c: AsyncClient) -> Any:
+    async def remote(c: AsyncClient) -> Any:
         return await c.promote_learning(await c.resolve_learning(ref), note)
 
-    found = _remote(None, remote_promote)
-    if found is not None:
-        found = _dumped(found)
-    else:
-        cfg = config_or_fail(data_dir, config)
-        found = with_store(
-            cfg, lambda st: knowledge.promote(st, ref, by=getpass.getuser(), note=note)
-        )
-    _changed(found, as_json, "promoted")
+    async def local(st: Store) -> Any:
+        return await knowledge.promote(st, ref, by=getpass.getuser(), note=note)
+
+    _changed(_decide(remote, local, data_dir, config), as_json, "promoted")
 
 
 @app.command("retire")
@@ -270,18 +282,13 @@ def retire_cmd(
 ) -> None:
     """Stop giving a learning to runs (it is kept, with its history; retiring is final)."""
 
-    async def remote_retire(c: AsyncClient) -> Any:
+    async def remote(c: AsyncClient) -> Any:
         return await c.retire_learning(await c.resolve_learning(ref), reason)
 
-    found = _remote(None, remote_retire)
-    if found is not None:
-        found = _dumped(found)
-    else:
-        cfg = config_or_fail(data_dir, config)
-        found = with_store(
-            cfg, lambda st: knowledge.retire(st, ref, by=getpass.getuser(), reason=reason)
-        )
-    _changed(found, as_json, "retired")
+    async def local(st: Store) -> Any:
+        return await knowledge.retire(st, ref, by=getpass.getuser(), reason=reason)
+
+    _changed(_decide(remote, local, data_dir, config), as_json, "retired")
 
 
 @app.command("stats")
