@@ -25,9 +25,9 @@ from tests.agentmock import OpenAIResponsesMock, tool_names
 BIN = ROOT / "tests" / "agent-clis" / "node_modules" / ".bin"
 
 
-def config(kind: str, mock_url: str, extra_role: str = "") -> str:
-    if kind == "codex":
-        worker = f"""
+def codex_worker(mock_url: str) -> str:
+    """The `codex` worker of a configuration's `workers:`, its model the mock at `mock_url`."""
+    return f"""
   codex:
     binary: {BIN / "codex"}
     version: 0.169.0
@@ -40,6 +40,11 @@ def config(kind: str, mock_url: str, extra_role: str = "") -> str:
         mock: {{name: mock, base_url: "{mock_url}/v1", env_key: MOCK_OPENAI_API_KEY,
                wire_api: responses}}
 """
+
+
+def config(kind: str, mock_url: str, extra_role: str = "") -> str:
+    if kind == "codex":
+        worker = codex_worker(mock_url)
     else:
         worker = f"""
   opencode:

@@ -147,16 +147,21 @@ def git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+def new_repo(repo: Path, readme: str) -> Path:
+    """A git repository on `main` with one commit (a README holding `readme`)."""
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README").write_text(readme)
+    git(repo, "add", "README")
+    git(repo, "-c", "user.name=Dev", "-c", "user.email=dev@example.com", "commit", "-qm", "init")
+    return repo
+
+
 @pytest.fixture
 def epic_env(tmp_path: Path, clis: None) -> Iterator[tuple[Corral, RoutedMock, Path]]:
     mock = RoutedMock(tmp_path / "beta-may-go").start()
     c = Corral(tmp_path, config(mock.url))
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README").write_text("demo\n")
-    git(repo, "add", "README")
-    git(repo, "-c", "user.name=Dev", "-c", "user.email=dev@example.com", "commit", "-qm", "init")
+    repo = new_repo(tmp_path / "repo", "demo\n")
     try:
         yield c, mock, repo
     finally:

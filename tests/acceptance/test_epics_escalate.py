@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,21 +20,17 @@ from typing import Any
 
 import pytest
 
+from tests.acceptance import test_epics as epics
 from tests.acceptance.conftest import Corral
-from tests.acceptance.test_agents import API_KEY, CLAUDE, ROOT
+from tests.acceptance.test_agents_other_clis import codex_worker
+from tests.acceptance.test_epics import Turn, git, new_repo, write
 from tests.acceptance.test_json_schemas import conforms
 from tests.agentmock import AnthropicMock, OpenAIResponsesMock
 from tests.helpers import eventually
 
-Turn = dict[str, Any]
-CODEX = ROOT / "tests" / "agent-clis" / "node_modules" / ".bin" / "codex"
 WORKER = re.compile(r"Task ([\w-]+) of epic \w+, try (\d+)\. You work in (\S+), a git")
 JUDGE = re.compile(r"Then write (\S+/verdict\.json):.*The task is ([\w-]+), try (\d+)\.", re.S)
 DECOMPOSER = re.compile(r"Task ([\w-]+) of an epic failed.*Then write (\S+/proposal\.json):", re.S)
-
-
-def write(path: str, content: str) -> Turn:
-    return {"tool_calls": [{"name": "Write", "input": {"file_path": path, "content": content}}]}
 
 
 def verdict(path: str, task: str, says: str) -> list[Turn]:
@@ -145,54 +140,16 @@ tasks:
 
 
 def config(claude_url: str, codex_url: str) -> str:
-    return f"""
-scheduler:
-  poll_interval_s: 0.2
-roles:
-  default:
-    retry: {{base_s: 0.05, cap_s: 0.2}}
-  coder:
-    worker: claude-code
-    concurrency: 4
-    tools: ["Read", "Write(./**)"]
-    limits: {{max_attempts: 1, timeout_s: 120, grace_s: 2}}
-  judge:
-    worker: claude-code
-    concurrency: 4
-    tools: ["Read", "Write(./**)"]
-    limits: {{max_attempts: 1, timeout_s: 120, grace_s: 2}}
+    """The epics test's, with a judge role on Codex: a council across vendors."""
+    judge_codex = """\
   judge-codex:
     worker: codex
     concurrency: 4
     tools: ["Read", "Write(./**)"]
-    limits: {{max_attempts: 1, timeout_s: 120, grace_s: 2}}
-environments:
-  local:
-    max_inflight: 8
-workers:
-  claude-code:
-    binary: {CLAUDE}
-    version: 2.1.330
-    summary_grace_s: 1
-    env: {{ANTHROPIC_BASE_URL: "{claude_url}", ANTHROPIC_API_KEY: "{API_KEY}"}}
-  codex:
-    binary: {CODEX}
-    version: 0.169.0
-    model: gpt-5.5
-    summary_grace_s: 1
-    env: {{MOCK_OPENAI_API_KEY: sk-mock-0123456789abcdef}}
-    config:
-      model_provider: mock
-      model_providers:
-        mock: {{name: mock, base_url: "{codex_url}/v1", env_key: MOCK_OPENAI_API_KEY,
-               wire_api: responses}}
+    limits: {max_attempts: 1, timeout_s: 120, grace_s: 2}
 """
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    base = epics.config(claude_url).replace("environments:", judge_codex + "environments:")
+    return base + codex_worker(codex_url).lstrip("\n")
 
 
 @pytest.fixture
@@ -200,12 +157,7 @@ def env(tmp_path: Path, clis: None) -> Iterator[tuple[Corral, ClaudeAgents, Code
     claude, codex = ClaudeAgents().start(), CodexJudge().start()
     assert isinstance(claude, ClaudeAgents) and isinstance(codex, CodexJudge)
     c = Corral(tmp_path, config(claude.url, codex.url))
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README").write_text("split\n")
-    git(repo, "add", "README")
-    git(repo, "-c", "user.name=Dev", "-c", "user.email=dev@example.com", "commit", "-qm", "init")
+    repo = new_repo(tmp_path / "repo", "split\n")
     try:
         yield c, claude, codex, repo
     finally:
