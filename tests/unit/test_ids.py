@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from corral.domain.errors import InvalidRequest, NotFound
@@ -14,6 +16,23 @@ def test_ids_sort_by_millisecond_and_are_unique() -> None:
     assert all(len(i) == 26 and i.isalnum() and i == i.lower() for i in ids)
     many = {new_id(5) for _ in range(10_000)}
     assert len(many) == 10_000
+    # within one millisecond of one process: in the order they were made
+    burst = [new_id(7) for _ in range(1_000)]
+    assert burst == sorted(burst) and len(set(burst)) == 1_000
+    assert new_id(6) < burst[0] < new_id(8)
+
+
+def test_a_forked_child_does_not_make_its_parents_next_id() -> None:
+    new_id(9)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id of the same millisecond, to the parent
+        os.write(write, new_id(9).encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.waitpid(pid, 0)
+    assert len(child) == 26 and child != new_id(9)
 
 
 A = "06h0n33sb74qz84115d9eee97g"
