@@ -15,7 +15,7 @@ from corral.services import tenancy
 from corral.store.migrate import migrations
 from corral.store.sql import JOB_TEXT
 from corral.store.sqlite import SqliteStore
-from tests.contract.test_governance_contract import incident
+from tests.contract.test_governance_contract import evaluation, incident
 from tests.contract.test_store_contract import NOW, UseStore, submit
 
 
@@ -111,3 +111,24 @@ def test_a_tenants_text_search_on_sqlite_reads_the_index_not_the_rows(tmp_path: 
             )
         )
     assert "USING INDEX jobs_text (tenant=?)" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_the_store_reads_one_tenants_policy_log_the_limit_counting_theirs(
+    use_store: UseStore,
+) -> None:
+    async def body(store: Store) -> None:
+        mine = await submit(store, tenant="acme")
+        theirs = await submit(store, tenant="globex")
+        await store.append_policy_evaluations([evaluation(mine, at=NOW)])
+        # another tenant's busy fleet after it: the newest rows are all theirs
+        await store.append_policy_evaluations(
+            [evaluation(theirs, "deny", "out_of_scope", at=NOW + 1 + i) for i in range(5)]
+        )
+        found = await store.recent_policy_evaluations(limit=2, tenant="acme")
+        assert [(e.job_id, e.verdict) for e in found] == [(mine.id, "allow")]
+        assert len(await store.recent_policy_evaluations(limit=2, tenant="globex")) == 2
+        assert await store.recent_policy_evaluations(tenant="acme", verdict="deny") == []
+        assert await store.recent_policy_evaluations(tenant="nobody") == []
+        assert len(await store.recent_policy_evaluations(limit=100)) == 6  # no tenant: all
+
+    use_store(body)

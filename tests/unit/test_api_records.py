@@ -29,6 +29,11 @@ def test_records_of_the_tenant_only(tmp_path: Path, path: str) -> None:
             assert_problem(r, 404, "not_found")
         other = await api.client.get(path, headers=api.auth("other"))
         assert mine not in other.text
+        if path == "/api/v1/policy-log":  # the limit counts the tenant's own records
+            for _ in range(3):
+                await api.submit("other")
+            r = await api.client.get(path, params={"limit": 1}, headers=api.auth("reader"))
+            assert [x["job"] for x in r.json()] == [mine]
 
     with_api(config(tmp_path), body)
 

@@ -396,9 +396,10 @@ class GovernanceStore(Protocol):
         stage: str | None = None,
         verdict: str | None = None,
         since: float | None = None,
+        tenant: str | None = None,
     ) -> list[PolicyEvaluation]:
         """The latest `limit` policy evaluations across jobs (of this stage and verdict, at or
-        after `since`, when given), newest last; none when `limit` ≤ 0."""
+        after `since`, of `tenant`'s jobs, when given), newest last; none when `limit` ≤ 0."""
 
     async def record_report(
         self, report: RunReport, incidents: Sequence[Incident] = ()

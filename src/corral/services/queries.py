@@ -203,13 +203,13 @@ def policy_filter(
 
 
 async def policy_log(
-    store: JobGovernance, f: PolicyFilter, *, job: str | None = None
+    store: JobGovernance, f: PolicyFilter, *, job: str | None = None, tenant: str | None = None
 ) -> list[PolicyEvaluation]:
     """Policy evaluations (pre-run decisions and guardrail checks), oldest first: the latest
-    `f.limit` that match, across jobs or of one job."""
+    `f.limit` that match, across jobs (of `tenant`'s jobs, when given) or of one job."""
     if job is None:
         return await store.recent_policy_evaluations(
-            limit=f.limit, stage=f.stage, verdict=f.verdict, since=f.since
+            limit=f.limit, stage=f.stage, verdict=f.verdict, since=f.since, tenant=tenant
         )
     found = await store.policy_evaluations((await store.get_job(job)).id, limit=STATS_CAP)
     return [

@@ -165,15 +165,3 @@ async def approval_of(store: JobGovernance, approval_id: str, tenant: str) -> Ap
     if found.id != approval_id:
         raise NotFound(f"no approval {approval_id}")
     return found
-
-
-async def tenant_job_ids(store: JobStore, job_ids: set[str], tenant: str) -> set[str]:
-    """Those of `job_ids` that are `tenant`'s jobs."""
-    mine = set()
-    for job_id in job_ids:
-        try:
-            await job_of(store, job_id, tenant)
-        except NotFound:
-            continue
-        mine.add(job_id)
-    return mine

@@ -95,6 +95,7 @@ class MemoryGovernance:
         stage: str | None = None,
         verdict: str | None = None,
         since: float | None = None,
+        tenant: str | None = None,
     ) -> list[PolicyEvaluation]:
         found = [
             r
@@ -102,6 +103,7 @@ class MemoryGovernance:
             if stage in (None, r["stage"])
             and verdict in (None, r["verdict"])
             and (since is None or r["at"] >= since)
+            and (tenant is None or self._tenant_of(r["job_id"]) == tenant)
         ]
         return [g.evaluation_from_row(r) for r in found[-limit:]] if limit > 0 else []
 

@@ -128,12 +128,19 @@ class SqlGovernance:
         stage: str | None = None,
         verdict: str | None = None,
         since: float | None = None,
+        tenant: str | None = None,
     ) -> list[PolicyEvaluation]:
         if limit <= 0:  # SQLite reads a negative LIMIT as none at all
             return []
         clauses: list[str] = []
         params: list[Any] = []
-        for clause, value in (("stage = ?", stage), ("verdict = ?", verdict), ("at >= ?", since)):
+        for clause, value in (
+            ("stage = ?", stage),
+            ("verdict = ?", verdict),
+            ("at >= ?", since),
+            # the limit counts the tenant's: another tenant's busy fleet cannot crowd them out
+            ("EXISTS (SELECT 1 FROM jobs j WHERE j.id = job_id AND j.tenant = ?)", tenant),
+        ):
             if value is not None:
                 clauses.append(clause)
                 params.append(value)

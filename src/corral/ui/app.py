@@ -505,9 +505,8 @@ def _governance_routes(ui: FastAPI) -> None:  # noqa: C901 - the governance form
             else []
         )
         launches = await controls.dark_launches(st.store) if admin else []
-        f = queries.policy_filter(stage=stage or None, verdict=verdict or None, limit=200)
-        log = await queries.policy_log(st.store, f)
-        mine = await tenancy.tenant_job_ids(st.store, {e.job_id for e in log}, viewer.token.tenant)
+        f = queries.policy_filter(stage=stage or None, verdict=verdict or None, limit=50)
+        log = await queries.policy_log(st.store, f, tenant=viewer.token.tenant)
         return _page(
             request,
             "governance.html",
@@ -516,7 +515,7 @@ def _governance_routes(ui: FastAPI) -> None:  # noqa: C901 - the governance form
             pauses=pauses,
             budgets=budgets,
             launches=launches,
-            policy=[e for e in reversed(log) if e.job_id in mine][:50],
+            policy=list(reversed(log)),
             scopes=[s.value for s in ScopeKind],
             stage=stage,
             verdict=verdict,
