@@ -37,14 +37,13 @@ def write(path: str, content: str) -> Turn:
     return {"tool_calls": [{"name": "Write", "input": {"file_path": path, "content": content}}]}
 
 
-class RoutedMock(AnthropicMock):
-    """The stand-in model for many agents at once: each conversation's script is chosen by the
-    task and try its first prompt names, and its turn is the number of model answers in it so
+class RoutedAgents(AnthropicMock):
+    """The stand-in model for many agents at once: each conversation's script is the one
+    `route` chooses by its first prompt, and its turn is the number of model answers in it so
     far (the CLI sends the whole conversation each time)."""
 
-    def __init__(self, gate: Path) -> None:
+    def __init__(self) -> None:
         super().__init__([])
-        self.gate = gate  # beta's retry waits for it: the engine is killed meanwhile
         self.starts: dict[tuple[str, ...], int] = {}  # conversations begun, per agent
         self._here = threading.local()
         self._count = threading.Lock()
@@ -53,30 +52,44 @@ class RoutedMock(AnthropicMock):
         self._here.body = body
         super()._handle(handler, method, body)
 
+    def route(self, first: str) -> tuple[tuple[str, ...], list[Turn]] | None:
+        """The agent (its key in `starts`) and its script, for a conversation's first prompt."""
+        raise NotImplementedError
+
     def next_turn(self) -> Turn:
         body = getattr(self._here, "body", None) or {}
         messages = body.get("messages") or []
         first = json.dumps(messages[0]["content"]) if messages else ""
-        first = first.encode().decode("unicode_escape")
-        n = sum(1 for m in messages if m.get("role") == "assistant")
-        if m := JUDGE.search(first):
-            path, task, attempt = m.groups()
-            key: tuple[str, ...] = ("judge", task, attempt)
-            script = [
-                write(path, json.dumps({"verdict": "PASS", "confidence": "HIGH",
-                                        "key_insight": f"{task} does what it says"})),
-                {"text": "Verdict written."},
-            ]  # fmt: skip
-        elif m := WORKER.search(first):
-            task, attempt, work = m.groups()
-            key = ("worker", task, attempt)
-            script = self.worker(task, int(attempt), work)
-        else:
+        routed = self.route(first.encode().decode("unicode_escape"))
+        if routed is None:
             return {"text": "done"}
+        key, script = routed
+        n = sum(1 for m in messages if m.get("role") == "assistant")
         if n == 0:
             with self._count:
                 self.starts[key] = self.starts.get(key, 0) + 1
         return script[n] if n < len(script) else {"text": "done"}
+
+
+class RoutedMock(RoutedAgents):
+    """Workers by task and try, and judges that always PASS."""
+
+    def __init__(self, gate: Path) -> None:
+        super().__init__()
+        self.gate = gate  # beta's retry waits for it: the engine is killed meanwhile
+
+    def route(self, first: str) -> tuple[tuple[str, ...], list[Turn]] | None:
+        if m := JUDGE.search(first):
+            path, task, attempt = m.groups()
+            return ("judge", task, attempt), [
+                write(path, json.dumps({"verdict": "PASS", "confidence": "HIGH",
+                                        "key_insight": f"{task} does what it says"})),
+                {"text": "Verdict written."},
+            ]  # fmt: skip
+        if m := WORKER.search(first):
+            task, attempt, work = m.groups()
+            return ("worker", task, attempt), self.worker(task, int(attempt), work)
+        return None
 
     def worker(self, task: str, attempt: int, work: str) -> list[Turn]:
         if task == "alpha":

@@ -23,9 +23,9 @@ import pytest
 from tests.acceptance import test_epics as epics
 from tests.acceptance.conftest import Corral
 from tests.acceptance.test_agents_other_clis import codex_worker
-from tests.acceptance.test_epics import Turn, git, new_repo, write
+from tests.acceptance.test_epics import RoutedAgents, Turn, git, new_repo, write
 from tests.acceptance.test_json_schemas import conforms
-from tests.agentmock import AnthropicMock, OpenAIResponsesMock
+from tests.agentmock import OpenAIResponsesMock
 from tests.helpers import eventually
 
 WORKER = re.compile(r"Task ([\w-]+) of epic \w+, try (\d+)\. You work in (\S+), a git")
@@ -38,47 +38,27 @@ def verdict(path: str, task: str, says: str) -> list[Turn]:
     return [write(path, json.dumps(body)), {"text": "Verdict written."}]
 
 
-def first_text(body: Any, key: str) -> str:
-    items = (body or {}).get(key) or []
-    return json.dumps(items[:3]).encode().decode("unicode_escape")
+class ClaudeAgents(RoutedAgents):
+    """Claude Code for the workers, the decomposer and the first judge (always PASS)."""
 
-
-class ClaudeAgents(AnthropicMock):
-    """Claude Code for the workers, the decomposer and the first judge (always PASS): each
-    conversation's script is chosen by its first prompt, its turn by the answers so far."""
-
-    def __init__(self) -> None:
-        super().__init__([])
-        self.starts: dict[tuple[str, ...], int] = {}
-        self._here = threading.local()
-        self._count = threading.Lock()
-
-    def _handle(self, handler: Any, method: str, body: Any) -> None:
-        self._here.body = body
-        super()._handle(handler, method, body)
-
-    def next_turn(self) -> Turn:
-        body = getattr(self._here, "body", None) or {}
-        messages = body.get("messages") or []
-        first = first_text(body, "messages")
-        n = sum(1 for m in messages if m.get("role") == "assistant")
+    def route(self, first: str) -> tuple[tuple[str, ...], list[Turn]] | None:
         if m := JUDGE.search(first):
             path, task, attempt = m.groups()
-            key: tuple[str, ...] = ("judge", task, attempt)
-            script = verdict(path, task, "PASS")
-        elif m := DECOMPOSER.search(first):
+            return ("judge", task, attempt), verdict(path, task, "PASS")
+        if m := DECOMPOSER.search(first):
             task, path = m.groups()
-            key = ("decomposer", task)
             proposal = {
                 "tasks": [
                     {"id": "one", "prompt": "Write big.txt holding the line big."},
                     {"id": "two", "prompt": "Add the line done.", "depends_on": ["one"]},
                 ]
             }
-            script = [write(path, json.dumps(proposal)), {"text": "Proposal written."}]
-        elif m := WORKER.search(first):
+            return ("decomposer", task), [
+                write(path, json.dumps(proposal)),
+                {"text": "Proposal written."},
+            ]
+        if m := WORKER.search(first):
             task, attempt, work = m.groups()
-            key = ("worker", task, attempt)
             files = {
                 "big": ("big.txt", "big\n"),  # never `done`: its check fails
                 "big-one": ("big.txt", "big\n"),
@@ -86,13 +66,11 @@ class ClaudeAgents(AnthropicMock):
                 "after": ("after.txt", "after\n"),
             }
             name, content = files[task]
-            script = [write(f"{work}/{name}", content), {"text": f"Summary: {task} written."}]
-        else:
-            return {"text": "done"}
-        if n == 0:
-            with self._count:
-                self.starts[key] = self.starts.get(key, 0) + 1
-        return script[n] if n < len(script) else {"text": "done"}
+            return ("worker", task, attempt), [
+                write(f"{work}/{name}", content),
+                {"text": f"Summary: {task} written."},
+            ]
+        return None
 
 
 class CodexJudge(OpenAIResponsesMock):
