@@ -4,6 +4,7 @@ switches, pauses, budget ceilings, dark launches and approvals. Pure values; the
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -161,6 +162,11 @@ class Approval:
     decided_at: float | None = None
     decided_by: str | None = None
     note: str = ""
+
+
+def approval_digest(subject: str) -> str:
+    """SHA-256 (hex) of an approval subject: what an approval record binds to."""
+    return hashlib.sha256(subject.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import hashlib
 import json
 import re
 import shlex
@@ -90,6 +89,7 @@ from typing import Any, Literal, cast
 import yaml
 
 from corral.domain.bounds import yaml_too_deep
+from corral.domain.governance import approval_digest  # the record's; named here for callers
 from corral.policy.scopes import SHELL_TOOLS, shell_command
 from corral.policy.shell import DIALECTS as SHELLS
 from corral.policy.shell import Pattern, SimpleCommand, parse, parse_pattern
@@ -139,11 +139,6 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x fa
 
 
 MEMO_SIZE = 4096  # verdicts remembered per rule set (cleared when full)
-
-
-def approval_digest(subject: str) -> str:
-    """SHA-256 (hex) of an approval subject: what an approval record binds to."""
-    return hashlib.sha256(subject.encode("utf-8")).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ and its proposal is read again from its file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ from corral.config import Config
 from corral.core.ports import Store
 from corral.domain.epics import EpicRecord, TaskRecord, TaskState
 from corral.domain.errors import Conflict, InvalidRequest
-from corral.domain.governance import Approval, ApprovalState
+from corral.domain.governance import Approval, ApprovalState, approval_digest
 from corral.domain.ids import new_id
 from corral.domain.models import Job
 from corral.domain.states import JobState
@@ -206,7 +205,7 @@ class Escalations:
         task and the try): an engine that died after asking and before recording the
         approval on the task finds the one it asked, in whatever state an operator left it,
         instead of leaving it orphaned beside a second one."""
-        job_id, digest = t.job_id or "", hashlib.sha256(subject.encode()).hexdigest()
+        job_id, digest = t.job_id or "", approval_digest(subject)
         for asked in await self.store.approvals(job_id=job_id):
             if (asked.reason, asked.digest) == (reason, digest):
                 return asked.id

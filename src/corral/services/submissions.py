@@ -8,7 +8,6 @@ run approvals, cancels and requeues or purges dead-lettered jobs.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -20,7 +19,7 @@ from corral.core.ports import Admission, JobGovernance, Operations
 from corral.domain import bounds
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.errors import Backpressure, InvalidRequest
-from corral.domain.governance import Approval, ApprovalState
+from corral.domain.governance import Approval, ApprovalState, approval_digest
 from corral.domain.ids import new_id
 from corral.domain.models import (
     DEFAULT_PRIORITY,
@@ -291,7 +290,7 @@ class Submissions:
                 id=new_id(int(now * 1000)),
                 job_id=job.id,
                 subject=subject,
-                digest=hashlib.sha256(subject.encode()).hexdigest(),
+                digest=approval_digest(subject),
                 reason="role_requires_approval",
                 requested_at=now,
                 expires_at=now + self.settings.approval_ttl_s,
