@@ -170,6 +170,7 @@ def corral(address: str, jobs: int, cap: int, root: Path) -> dict[str, Any]:
     from corral.domain.states import JobState
     from corral.runtime.assembly import build_store
     from corral.services.submissions import SubmitRequest, submit
+    from corral.workers.rayjob import submission_id
 
     data, work = root / "data", root / "work"
     data.mkdir(parents=True)
@@ -222,7 +223,7 @@ def corral(address: str, jobs: int, cap: int, root: Path) -> dict[str, Any]:
                         per.append(a.ended_at - a.started_at)
                         starts.append(a.started_at)
                         ends.append(a.ended_at)
-                        seen.append((f"corral-{job.id}-{a.index}", a.started_at, a.ended_at))
+                        seen.append((submission_id(job.id, a.index), a.started_at, a.ended_at))
             return per, (max(ends) - min(starts)) if per else 0.0, ok, seen
         finally:
             await store.close()

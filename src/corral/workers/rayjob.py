@@ -68,8 +68,8 @@ def submit(
     return True
 
 
-def entrypoint(cwd: str, env_file: Path, command: Sequence[str], python: str | None = None) -> str:
+def entrypoint(cwd: str, env_file: Path, command: Sequence[str]) -> str:
     """The Ray job's entrypoint: `rayentry` on the interpreter of the engine, which reads the
     environment file, moves to `cwd` and replaces itself with the command."""
-    head = [python or sys.executable, "-I", "-S", "-c", _BOOT, _PATH]
+    head = [sys.executable, "-I", "-S", "-c", _BOOT, _PATH]
     return shlex.join([*head, "--env-file", str(env_file), "--cwd", cwd, "--", *command])

@@ -60,6 +60,14 @@ TIMEOUT_S = 30.0  # one HTTP call
 EXIT_RAY = 70  # the attempt ended because of Ray, not the command
 
 
+class RayError(RuntimeError):
+    """The job server's refusal, as `JobSubmissionClient` words it, with its HTTP status."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"Request failed with status code {status}: {text}")
+        self.status = status
+
+
 class Session:
     """Ray's job server over one kept-alive HTTP connection (what `JobSubmissionClient` wraps:
     `/api/jobs/…`), with the client's errors: a RuntimeError naming the status (a missing job
@@ -108,7 +116,7 @@ class Session:
                 raise
             if resp.status >= 400:
                 text = raw.decode(errors="replace")[:2000]
-                raise RuntimeError(f"Request failed with status code {resp.status}: {text}")
+                raise RayError(resp.status, text)
             return json.loads(raw) if raw else None
         raise AssertionError("unreachable")
 
@@ -116,8 +124,8 @@ class Session:
         """The job's info, or None when Ray does not know the id (a 404)."""
         try:
             info = self.call("GET", f"/api/jobs/{sid}")
-        except RuntimeError as err:
-            if "404" in str(err) or "does not exist" in str(err):
+        except RayError as err:
+            if err.status == 404:  # by its status: a body may say anything
                 return None
             raise
         return info if isinstance(info, dict) else {}
@@ -200,12 +208,16 @@ class RayAttempt:
         return []  # nothing of it runs on this host
 
     def _ask_stop(self, reason: str, grace: float | None) -> None:
+        self.stop_for(reason, grace)
+        self.watcher.wake()
+
+    def stop_for(self, reason: str, grace: float | None = None) -> None:
+        """The reason the attempt stops (the first one given stands), and its grace."""
         with self._lock:
             if self.stop_reason is None:
                 self.stop_reason = reason
             if grace is not None:
                 self.stop_grace = min(self.stop_grace, grace)
-        self.watcher.wake()
 
     # ---- the watcher's side (its thread) -----------------------------------------------
 
@@ -335,10 +347,11 @@ class RayWatcher:
             with contextlib.suppress(Exception):
                 s.stop_job(a.spec.sid)
             a.note(f"stop asked ({a.stop_reason}); stop_job sent to Ray job {a.spec.sid}")
+        logs: bytes | None = None
         try:
             info = s.get_job_info(a.spec.sid)
             if info is not None:
-                self._copy_logs(a, final=False)
+                logs = self._copy_logs(a, final=False)
             a.failures = 0
         except Exception as err:
             a.failures += 1
@@ -365,8 +378,8 @@ class RayWatcher:
             return
         status = str(info.get("status"))
         if status in TERMINAL:
-            with contextlib.suppress(Exception):
-                self._copy_logs(a, final=True)  # the last lines, once it ended
+            with contextlib.suppress(Exception):  # the last lines, from the log just read
+                self._copy_logs(a, final=True, data=logs)
             a.finish(self._ended(a, info, status))
             return
         if a.stop_sent_at is not None and time.monotonic() - a.stop_sent_at > a.stop_grace:
@@ -388,33 +401,33 @@ class RayWatcher:
             else:  # a submission made twice (a broken connection): that job is this attempt
                 a.note(f"following Ray job {spec.sid}")
         except Exception as err:  # the cluster is the worker: its failure is not the job's
-            with contextlib.suppress(FileNotFoundError):
-                env_file.unlink()
-            a.finish(
+            a.finish(  # which removes the environment file too
                 self._ray_failed(a, f"cannot submit to the Ray cluster at {self.address}: {err}")
             )
             return
         a.submitted = True
 
-    def _copy_logs(self, a: RayAttempt, *, final: bool) -> None:
+    def _copy_logs(self, a: RayAttempt, *, final: bool, data: bytes | None = None) -> bytes:
         """Write what the job logged past the offset reached, by whole lines (all of it once the
-        job ended), redacted; then move the offset. Past the output cap, stop the job."""
+        job ended), redacted; then move the offset. Past the output cap, stop the job. `data`:
+        the whole log as read already this round (else it is read); returned."""
         offset_file = a.spec.attempt_dir / OFFSET_FILE
         done = _offset(a.spec.attempt_dir)
-        data = self.session.get_job_logs(a.spec.sid).encode()
+        if data is None:
+            data = self.session.get_job_logs(a.spec.sid).encode()
         end = len(data) if final else data.rfind(b"\n", done) + 1
         if end <= done:
             if final:  # what the redactor still holds (an unfinished line), then the tail
                 self._write(a, a.redactor.close())
                 self._close_log(a, data)
-            return
+            return data
         if a.stop_reason == "output":  # capped: only its last part is kept, at the end
             piece = b""
         else:
             room = max(0, a.spec.max_bytes - a.written)
             piece = data[done:end][:room]
             if end - done > room:
-                self._ask_output_stop(a)
+                a.stop_for("output")  # the watcher's own thread: no wake-up needed
         self._write(a, a.redactor.feed(piece) + (a.redactor.close() if final else b""))
         a.written += len(piece)
         tmp = offset_file.with_suffix(".tmp")
@@ -422,16 +435,12 @@ class RayWatcher:
         tmp.replace(offset_file)
         if final:
             self._close_log(a, data)
+        return data
 
     def _write(self, a: RayAttempt, out: bytes) -> None:
         if out:
             with open(a.spec.attempt_dir / STDOUT, "ab") as f:
                 f.write(out)
-
-    def _ask_output_stop(self, a: RayAttempt) -> None:
-        with a._lock:
-            if a.stop_reason is None:
-                a.stop_reason = "output"
 
     def _close_log(self, a: RayAttempt, data: bytes) -> None:
         """A capped log ends with a marker and the last `tail_bytes` of what the job wrote."""
