@@ -371,9 +371,11 @@ class AsyncClient:
         tier: str | None = None,
         status: str = "all",
         limit: int = 50,
+        ref: str | None = None,
     ) -> builtins.list[kv.Learning]:
-        """The tenant's learnings: those the full-text search finds for `q`, else the newest."""
-        params = _params(q=q, type=kind, role=role, tier=tier, status=status, limit=limit)
+        """The tenant's learnings: those the full-text search finds for `q`, else the newest;
+        with `ref`, those it names (the whole id, or a prefix or suffix of 4+ characters)."""
+        params = _params(q=q, type=kind, role=role, tier=tier, status=status, limit=limit, ref=ref)
         data = await self._call("GET", "/api/v1/knowledge", params=params)
         return kv.LearningPage.model_validate(data).learnings
 
@@ -381,9 +383,7 @@ class AsyncClient:
         """The whole id of the tenant's learning that `ref` names, as `corral knowledge` names
         them locally: the whole id, or a unique prefix or suffix of 4+ characters. NotFound
         when it names none of the tenant's learnings, InvalidRequest when it names several."""
-        params = _params(ref=ref, status="all", limit=AMBIGUOUS_SHOWN)
-        data = await self._call("GET", "/api/v1/knowledge", params=params)
-        found = kv.LearningPage.model_validate(data).learnings
+        found = await self.learnings(ref=ref, limit=AMBIGUOUS_SHOWN)
         return resolve(ref, [x.id for x in found], "learning")
 
     async def learning(self, learning_id: str) -> kv.LearningShow:

@@ -26,6 +26,7 @@ from corral.domain.knowledge import (
 )
 from corral.knowledge.retrieval import search_terms
 from corral.store.driver import Driver, Row, Tx
+from corral.store.rows import ref_clause
 
 _COLUMNS = (
     "id, tenant, role, kind, title, body, digest, score, tier, confidence, utility, maturity,"
@@ -225,15 +226,10 @@ class SqlKnowledge:
         ref: str | None = None,
     ) -> list[Learning]:
         where, params = _scope(tenant, role, status, kind, tier)
-        if ref is not None:  # as the jobs' list: substr, not LIKE (no wildcards to escape)
-            n = len(ref)
-            named = (
-                "(substr(l.id, 1, ?) = ? OR substr(l.id, length(l.id) - ? + 1) = ?)"
-                if n >= MIN_REF
-                else "l.id = ?"
-            )
+        if ref is not None:
+            named, values = ref_clause("l.id", ref)
             where = f"{where} AND {named}" if where else named
-            params += [n, ref, n, ref] if n >= MIN_REF else [ref]
+            params += values
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
                 f"SELECT {_L_COLUMNS} FROM learnings l"

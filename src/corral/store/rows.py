@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from corral.domain.ids import MIN_REF
 from corral.domain.models import Attempt, Job, JobEvent, JobOptions, Limits
 from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
 
@@ -86,6 +87,17 @@ def ascii_lower(text: str) -> str:
 def like_escape(text: str) -> str:
     """`text` as a literal inside a LIKE pattern with `ESCAPE '!'`."""
     return text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+
+
+def ref_clause(column: str, ref: str) -> tuple[str, list[Any]]:
+    """The condition that `column` holds an id `ref` names (domain/ids.py): the whole id, or a
+    prefix or suffix of MIN_REF or more characters; by substr, not LIKE (no wildcard to escape,
+    one case rule)."""
+    n = len(ref)
+    if n < MIN_REF:
+        return f"{column} = ?", [ref]
+    whole = f"(substr({column}, 1, ?) = ? OR substr({column}, length({column}) - ? + 1) = ?)"
+    return whole, [n, ref, n, ref]
 
 
 def job_params(job: Job) -> tuple[Any, ...]:

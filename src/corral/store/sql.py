@@ -42,6 +42,7 @@ from corral.store.rows import (
     job_from_row,
     job_params,
     like_escape,
+    ref_clause,
 )
 from corral.store.rules import (
     STOP_STATES,
@@ -683,14 +684,10 @@ class SqlStore(
         if query.parent_id is not None:
             clauses.append("parent_id = ?")
             params.append(query.parent_id)
-        if query.ref is not None:  # as get_job's: substr, not LIKE (no wildcards, one case rule)
-            n = len(query.ref)
-            if n >= MIN_REF:
-                clauses.append("(substr(id, 1, ?) = ? OR substr(id, length(id) - ? + 1) = ?)")
-                params.extend((n, query.ref, n, query.ref))
-            else:
-                clauses.append("id = ?")
-                params.append(query.ref)
+        if query.ref is not None:
+            named, values = ref_clause("id", query.ref)
+            clauses.append(named)
+            params.extend(values)
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         # the ended ones by when they ended: what their index gives without reading every job
         order = "updated_at DESC, id DESC" if query.ended_since is not None else "id DESC"
