@@ -21,7 +21,7 @@ from .state import state_of
 
 router = APIRouter(prefix="/api/v1/knowledge", tags=["knowledge"])
 LearningId = Annotated[str, "the learning's whole id (a short one: list with `ref`)"]
-Status = Annotated[str, Query(pattern="^(active|pending|retired|all)$")]
+Status = Annotated[str, Query(pattern=f"^({'|'.join(knowledge.STATUSES)})$")]
 
 
 @router.get("", response_model=views.LearningPage)

@@ -54,18 +54,15 @@ def _out(text: str) -> None:
 
 
 def _remote(tenant: str | None, call: Callable[[AsyncClient], Awaitable[Any]]) -> Any:
-    """With `--url`: the answer of the remote engine's API (the token's tenant), as the local
-    command's JSON shape; None without a URL."""
+    """With `--url`: the answer of the remote engine's API (the token's tenant), dumped to the
+    local command's JSON shape; None without a URL."""
     if (url := remote_url()) is None:
         return None
     from . import remote  # with its client: only when a URL is given
 
     if tenant is not None:
         fail(remote.local_only("--tenant (the token's tenant is used)", url))
-    return remote.run(url, call)
-
-
-def _dumped(found: Any) -> Any:
+    found = remote.run(url, call)
     return [x.dump() for x in found] if isinstance(found, list) else found.dump()
 
 
@@ -117,9 +114,7 @@ def list_cmd(
     field, with confidence and freshness decayed to now)."""
     wanted = _status(status)
     rows = _remote(tenant, lambda c: c.learnings(role=role, status=status, limit=limit))
-    if rows is not None:
-        rows = _dumped(rows)
-    else:
+    if rows is None:
         cfg = config_or_fail(data_dir, config)
         found = with_store(
             cfg,
@@ -151,9 +146,7 @@ def search_cmd(
     FTS5, PostgreSQL tsvector), best match first."""
     wanted = _status(status)
     rows = _remote(tenant, lambda c: c.learnings(query, role=role, status=status, limit=limit))
-    if rows is not None:
-        rows = _dumped(rows)
-    else:
+    if rows is None:
         cfg = config_or_fail(data_dir, config)
         found = with_store(
             cfg,
@@ -181,9 +174,7 @@ def show_cmd(
         return await c.learning(await c.resolve_learning(ref))
 
     shown = _remote(None, remote_show)
-    if shown is not None:
-        shown = _dumped(shown)
-    else:
+    if shown is None:
         cfg = config_or_fail(data_dir, config)
         shown = with_store(cfg, lambda st: knowledge.show(st, ref)).view(time.time())
     if as_json:
@@ -240,7 +231,7 @@ def _decide(
     command's shape), else on the store."""
     found = _remote(None, remote)
     if found is not None:
-        return _dumped(found)
+        return found
     return with_store(config_or_fail(data_dir, config), local)
 
 
@@ -303,9 +294,7 @@ def stats_cmd(
     (a role's `knowledge: ab` splits them by job id), their success rate and tool calls per
     run, and the difference; and how many learnings are active, pending and retired."""
     found = _remote(tenant, lambda c: c.knowledge_stats(role))
-    if found is not None:
-        found = _dumped(found)
-    else:
+    if found is None:
         cfg = config_or_fail(data_dir, config)
         found = with_store(cfg, lambda st: knowledge.stats(st, tenant=tenant, role=role))
     if as_json:

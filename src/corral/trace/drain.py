@@ -227,6 +227,14 @@ class SinkDrainer:
                 await anyio.sleep(self.events.poll_s)
 
 
+def _make_sink(spec: SinkSpec) -> Sink:
+    """trace/sinks.py's, imported at the first sink: the broker clients (nats, redis) cost an
+    engine ~0.6 s of CPU to import, which only an engine that publishes somewhere pays."""
+    from corral.trace.sinks import make_sink
+
+    return make_sink(spec)
+
+
 class Drainer:
     """One SinkDrainer per configured sink, each its own task."""
 
@@ -237,21 +245,14 @@ class Drainer:
         *,
         holder: str,
         clock: Callable[[], float] = time.time,
-        sink_factory: Callable[[SinkSpec], Sink] | None = None,
+        sink_factory: Callable[[SinkSpec], Sink] = _make_sink,
     ) -> None:
-        if sink_factory is None and events.sinks:
-            # the broker clients (nats, redis) cost an engine ~0.6 s of CPU to import: only
-            # an engine that publishes somewhere pays it
-            from corral.trace.sinks import make_sink
-
-            sink_factory = make_sink
         shared = SharedBatches()
         self.sinks = [
             SinkDrainer(
                 store, sink_factory(spec), events, holder=holder, clock=clock, shared=shared
             )
             for spec in events.sinks
-            if sink_factory is not None
         ]
 
     async def snapshot(self, timeout_s: float = 2.0) -> list[dict[str, Any]]:

@@ -309,9 +309,9 @@ def _knowledge(
         runs.add_metric([a.role, a.arm.value], a.runs)
         succeeded.add_metric([a.role, a.arm.value], a.succeeded)
         calls.add_metric([a.role, a.arm.value], a.tool_calls)
-        if a.runs:
-            ratio.add_metric([a.role, a.arm.value], a.succeeded / a.runs)
-            rates.setdefault(a.role, {})[a.arm.value] = a.succeeded / a.runs
+        if (rate := a.success_rate) is not None:
+            ratio.add_metric([a.role, a.arm.value], rate)
+            rates.setdefault(a.role, {})[a.arm.value] = rate
     for role, r in sorted(rates.items()):
         if "with" in r and "without" in r:
             uplift.add_metric([role], r["with"] - r["without"])
