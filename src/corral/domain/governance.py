@@ -163,6 +163,21 @@ class Approval:
     decided_by: str | None = None
     note: str = ""
 
+    @classmethod
+    def asked(
+        cls, *, id: str, job_id: str, subject: str, reason: str, now: float, ttl_s: float
+    ) -> Approval:
+        """A new request, bound to its subject's digest, expiring `ttl_s` from `now`."""
+        return cls(
+            id=id,
+            job_id=job_id,
+            subject=subject,
+            digest=approval_digest(subject),
+            reason=reason,
+            requested_at=now,
+            expires_at=now + ttl_s,
+        )
+
 
 def approval_digest(subject: str) -> str:
     """SHA-256 (hex) of an approval subject: what an approval record binds to."""

@@ -428,14 +428,13 @@ class Governor:
         if mine:
             return mine[-1]
         return await self.store.request_approval(
-            Approval(
+            Approval.asked(
                 id=new_id(),
                 job_id=job.id,
                 subject=subject,
-                digest=digest,
                 reason=guard.reason,
-                requested_at=now,
-                expires_at=now + self.settings.approval_ttl_s,
+                now=now,
+                ttl_s=self.settings.approval_ttl_s,
             )
         )
 

@@ -210,14 +210,13 @@ class Escalations:
             if (asked.reason, asked.digest) == (reason, digest):
                 return asked.id
         now = self.runner.clock()
-        approval = Approval(
+        approval = Approval.asked(
             id=new_id(int(now * 1000)),
             job_id=job_id,
             subject=subject,
-            digest=digest,
             reason=reason,
-            requested_at=now,
-            expires_at=now + self.runner.config.settings.approval_ttl_s,
+            now=now,
+            ttl_s=self.runner.config.settings.approval_ttl_s,
         )
         await self.store.request_approval(approval)
         return approval.id

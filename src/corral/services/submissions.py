@@ -19,7 +19,7 @@ from corral.core.ports import Admission, JobGovernance, Operations
 from corral.domain import bounds
 from corral.domain.agents import PolicyEvaluation
 from corral.domain.errors import Backpressure, InvalidRequest
-from corral.domain.governance import Approval, ApprovalState, approval_digest
+from corral.domain.governance import Approval, ApprovalState
 from corral.domain.ids import new_id
 from corral.domain.models import (
     DEFAULT_PRIORITY,
@@ -286,14 +286,13 @@ class Submissions:
     async def _request_run_approval(self, job: Job, now: float) -> None:
         subject = RUN_SUBJECT
         await self.store.request_approval(
-            Approval(
+            Approval.asked(
                 id=new_id(int(now * 1000)),
                 job_id=job.id,
                 subject=subject,
-                digest=approval_digest(subject),
                 reason="role_requires_approval",
-                requested_at=now,
-                expires_at=now + self.settings.approval_ttl_s,
+                now=now,
+                ttl_s=self.settings.approval_ttl_s,
             )
         )
         await self.store.append_policy_evaluations(
