@@ -13,7 +13,7 @@ and its proposal is read again from its file.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +25,7 @@ from corral.domain.governance import Approval, ApprovalState, approval_digest
 from corral.domain.ids import new_id
 from corral.domain.models import Job
 from corral.domain.states import JobState
-from corral.services.waveparts import decompose_prompt, epic_root
+from corral.services.waveparts import decompose_prompt, epic_root, start_file, task_brief
 from corral.waves.decompose import PROPOSAL_FILE, ProposalError, replan
 from corral.waves.epic import DECOMPOSE, HUMAN, EpicSpec, TaskSpec
 from corral.workers import gitrepo
@@ -55,10 +55,16 @@ MAX_PROPOSAL_BYTES = 256 * 1024
 def exhausted(task: TaskSpec, record: dict[str, Any]) -> TaskState:
     """A failed try whose task's tries are spent: ESCALATED to its first step (written on
     `record`), or STRUCK when it has none."""
-    if not task.on_exhausted:
+    return _step_to(record, task.on_exhausted)
+
+
+def _step_to(record: dict[str, Any], steps: Sequence[str]) -> TaskState:
+    """ESCALATED to the first of `steps`, the rest kept for later (written on `record`), or
+    STRUCK when there is none."""
+    if not steps:
         return TaskState.STRUCK
-    record["escalation"] = task.on_exhausted[0]
-    record["steps"] = list(task.on_exhausted[1:])
+    record["escalation"] = steps[0]
+    record["steps"] = list(steps[1:])
     return TaskState.ESCALATED
 
 
@@ -128,13 +134,12 @@ class Escalations:
         v = t.verdict or {}
         folder.mkdir(parents=True, exist_ok=True)
         work = self.runner.work_dir(epic, t)
-        checks = "\n".join(f"- `{c}`" for c in task.checks) or "- (none)"
         (folder / "task.md").write_text(
-            f"# Task {task.id}\n\n{task.prompt}\n\nChecks:\n{checks}\n\n"
+            f"{task_brief(task)}\n"
             f"Its {t.attempts} tries failed; the last: {v.get('why', 'unknown')}\n"
             f"The last try's worktree: {work}\n"
         )
-        start = work.with_name(work.name + ".start")
+        start = start_file(work)
         if (work / ".git").exists() and start.exists():
             patch = await gitrepo.patch_of(work, start.read_text().strip())
             (folder / "diff.patch").write_bytes(patch)
@@ -169,11 +174,7 @@ class Escalations:
     async def _next_step(self, epic: EpicRecord, spec: EpicSpec, t: TaskRecord, why: str) -> None:
         """The step failed: the next one, or the task struck."""
         v = {**(t.verdict or {}), "why": why}
-        steps = [s for s in v.pop("steps", []) if isinstance(s, str)]
-        state = TaskState.STRUCK
-        if steps:
-            v.update(escalation=steps[0], steps=steps[1:])
-            state = TaskState.ESCALATED
+        state = _step_to(v, [s for s in v.pop("steps", []) if isinstance(s, str)])
         await self.store.save_task(
             t.with_(state=state, verdict=v, updated_at=self.runner.clock()),
             expect=TaskState.ESCALATED,

@@ -39,6 +39,17 @@ def worker_prompt(epic: EpicRecord, task: TaskSpec, attempt: int, work: Path) ->
     )
 
 
+def start_file(work: Path) -> Path:
+    """Beside a try's worktree: the commit it started from (written first, removed last)."""
+    return work.with_name(work.name + ".start")
+
+
+def task_brief(task: TaskSpec) -> str:
+    """The task as a judge or a decomposer reads it in task.md: its prompt and its checks."""
+    checks = "\n".join(f"- `{c}`" for c in task.checks) or "- (none)"
+    return f"# Task {task.id}\n\n{task.prompt}\n\nChecks:\n{checks}\n"
+
+
 def judge_prompt(task: TaskSpec, attempt: int, folder: Path) -> str:
     """A judge's prompt: what to read, and the verdict file to write with its schema."""
     return (

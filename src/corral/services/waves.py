@@ -52,6 +52,8 @@ from corral.services.waveparts import (
     epic_root,
     judge_prompt,
     known_secrets,
+    start_file,
+    task_brief,
     verdict_of,
     worker_prompt,
 )
@@ -304,12 +306,12 @@ class WaveRunner:
     async def _worktree(self, epic: EpicRecord, t: TaskRecord) -> tuple[Path, str]:
         """The try's worktree (made from the epic branch's head once) and its start commit."""
         work = self.work_dir(epic, t)
-        start_file = work.with_name(work.name + ".start")
-        if not start_file.exists():  # recorded first: a resumed try diffs against its own start
+        started = start_file(work)
+        if not started.exists():  # recorded first: a resumed try diffs against its own start
             work.parent.mkdir(parents=True, exist_ok=True)
             start = await gitrepo.commit_of(Path(epic.repo), epic.branch)
-            start_file.write_text(start)
-        start = start_file.read_text().strip()
+            started.write_text(start)
+        start = started.read_text().strip()
         await gitrepo.add_worktree(Path(epic.repo), work, self._branch(epic, t), start)
         return work, start
 
@@ -432,10 +434,7 @@ class WaveRunner:
             ids = []
             for n, d in enumerate(dirs):
                 d.mkdir(parents=True, exist_ok=True)
-                checks = "\n".join(f"- `{c}`" for c in task.checks) or "- (none)"
-                (d / "task.md").write_text(
-                    f"# Task {task.id}\n\n{task.prompt}\n\nChecks:\n{checks}\n"
-                )
+                (d / "task.md").write_text(task_brief(task))
                 (d / "diff.patch").write_bytes(patch)
                 role = spec.council.role_of(n)
                 prompt = judge_prompt(task, t.attempts, d)
@@ -561,7 +560,7 @@ class WaveRunner:
         for n in range(1, t.attempts + 1):
             try_ = t.with_(attempts=n)
             work = self.work_dir(epic, try_)
-            start = work.with_name(work.name + ".start")
+            start = start_file(work)
             if not (start.exists() or work.exists()):
                 continue
             repo = Path(epic.repo)
