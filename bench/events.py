@@ -9,8 +9,10 @@ jobs/s of each and their ratio (on / off: the drainer must not slow dispatch, so
 near 1; the aim is ≥ 0.95). After each run with sinks it says how many of the committed records
 reached JetStream (all of them: the engine publishes what is left as it stops). It also prints
 the engine process's CPU milliseconds per job (its own, not its core's nor the jobs'), steadier
-than the rates on a shared machine: what the sinks add to the engine's loop. Nothing is
-asserted: timing on a shared machine is for reading.
+than the rates on a shared machine: what the sinks add to the engine's loop; and the broker
+processes' CPU per job, which W1 shares the machine with. Both brokers are emptied before each
+round, so each round's events are new to JetStream (its ids restart with each round's store).
+Nothing is asserted: timing on a shared machine is for reading.
 
 `--drainer N` measures the drainer alone instead: N jobs submitted to a fresh SQLite store (one
 timeline record each), then the engine's drainer (every sink) run round after round in this
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import shutil
 import statistics
 import sys
@@ -31,7 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/brokers.py, bench/run.py
 
+import nats as nats_client
 from bench import run as w1
+from redis.asyncio import Redis
 from tests.brokers import Broker, jetstream_ids, nats_broker, redis_broker
 from tests.contract.test_store_contract import AGING, NOW, make_job
 
@@ -52,6 +58,52 @@ def _with_sinks(sinks: str) -> object:
         return load(data_dir=data, config_path=cfg.source)
 
     return write_config
+
+
+def _brokers_cpu(brokers: list[Broker]) -> float:
+    """CPU seconds the broker processes have used so far (they share the machine with W1)."""
+    total = 0.0
+    for b in brokers:
+        st = w1._stat(b.proc.pid) if b.proc is not None else None
+        if st is not None:
+            total += sum(int(x) for x in st[11:13]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _fresh_brokers(nats: Broker | None, redis: Broker | None) -> None:
+    """Empty both brokers between rounds: every round's events are new to JetStream (ids
+    restart with each round's store, and JetStream would drop a repeat as a duplicate, which
+    costs it less than storing it) and no round appends to streams another filled."""
+
+    async def reset() -> None:
+        if nats is not None:
+            nc = await nats_client.connect(f"nats://127.0.0.1:{nats.port}", connect_timeout=2)
+            try:
+                with contextlib.suppress(nats_client.js.errors.NotFoundError):
+                    await nc.jetstream(timeout=5).delete_stream("CORRAL")
+            finally:
+                await nc.close()
+        if redis is not None:
+            r = Redis(host="127.0.0.1", port=redis.port)
+            try:
+                await r.flushall()
+            finally:
+                await r.aclose()
+
+    asyncio.run(reset())
+
+
+def _say_published(nats: Broker, db: Path) -> None:
+    """How many of the round's committed records JetStream holds (waiting up to 2 minutes)."""
+    want = _committed(db)
+    t0 = time.monotonic()
+    while len(set(jetstream_ids(nats.port))) < want and time.monotonic() - t0 < 120:
+        time.sleep(0.2)
+    print(
+        f"  JetStream: {len(set(jetstream_ids(nats.port)))} of {want}"
+        " events (after the engine's final flush)",
+        flush=True,
+    )
 
 
 def _committed(db: Path) -> int:
@@ -145,6 +197,7 @@ def main() -> int:
     wl = w1.Workload("W1", args.jobs, 8, "/bin/true", w1._true)
     rates: dict[str, list[float]] = {"off": [], "on": []}
     cpu_ms: dict[str, list[float]] = {"off": [], "on": []}  # the engine's, per job
+    broker_ms: list[float] = []  # the brokers', per job, in the rounds with sinks
     try:
         for broker in brokers:
             broker.start()
@@ -153,7 +206,11 @@ def main() -> int:
                 work = root / f"{label}-{i}"
                 work.mkdir()
                 w1.write_config = _with_sinks(sinks) if label == "on" else _plain_config
+                _fresh_brokers(nats, redis)
+                at_start = _brokers_cpu(brokers)
                 stats = w1.run_corral_live(wl, work, w1.Options())
+                if label == "on":
+                    broker_ms.append((_brokers_cpu(brokers) - at_start) * 1000 / args.jobs)
                 rates[label].append(stats.jobs_per_s)
                 cpu_ms[label].append(stats.extra["cpu_s"]["engine"] * 1000 / args.jobs)
                 print(
@@ -163,17 +220,7 @@ def main() -> int:
                     flush=True,
                 )
                 if label == "on" and nats is not None:
-                    want = _committed(work / "data" / "corral.db")
-                    t0 = time.monotonic()
-                    while len(set(jetstream_ids(nats.port))) < want:
-                        if time.monotonic() - t0 > 120:
-                            break
-                        time.sleep(0.2)
-                    print(
-                        f"  JetStream: {len(set(jetstream_ids(nats.port)))} of {want}"
-                        " events (after the engine's final flush)",
-                        flush=True,
-                    )
+                    _say_published(nats, work / "data" / "corral.db")
     finally:
         w1.write_config = _plain_config
         for broker in brokers:
@@ -189,6 +236,8 @@ def main() -> int:
         f"engine CPU per job: sinks off {c_off:.2f} ms, sinks on {c_on:.2f} ms, "
         f"ratio off/on {c_off / c_on if c_on else 0:.3f}"
     )
+    if broker_ms:
+        print(f"brokers' CPU per job with sinks on: {statistics.median(broker_ms):.2f} ms")
     return 0
 
 

@@ -5,7 +5,9 @@ order, under stable ids; a failed publish moves no cursor; the overflow rule ski
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -23,7 +25,7 @@ from corral.trace.events import (
     subject_of,
     window,
 )
-from corral.trace.sinks import _Acks
+from corral.trace.sinks import NatsSink, SinkRefused, _Acks
 from tests.contract.test_store_contract import AGING, NOW, make_job
 
 SPEC = SinkSpec(name="fake", kind="nats", url="nats://127.0.0.1:1")
@@ -259,3 +261,51 @@ def test_a_jetstream_batch_is_published_once_every_message_is_acknowledged() -> 
     refused.answer(1, b"", "503")
     assert refused.done.is_set() and "expected stream does not match" in str(refused.error)
     assert _Acks(0).done.is_set()
+
+    for answer in (b"not json", b'{"seq":4}', b"[]"):  # anything but a stored message's answer
+        odd = _Acks(1)
+        odd.answer(0, answer, None)
+        assert odd.done.is_set() and odd.error is not None, answer
+
+
+def _hpub(frames: bytes) -> list[tuple[str, str, dict[str, str], bytes]]:
+    """NATS `HPUB` commands back into (subject, reply, headers, payload)."""
+    out = []
+    while frames:
+        line, _, frames = frames.partition(b"\r\n")
+        op, subject, reply, head_len, total = line.split(b" ")
+        assert op == b"HPUB"
+        body, frames = frames[: int(total)], frames[int(total) :]
+        assert frames[:2] == b"\r\n"
+        frames = frames[2:]
+        head, payload = body[: int(head_len)], body[int(head_len) :]
+        lines = head.decode().split("\r\n")
+        assert lines[0] == "NATS/1.0" and lines[-2:] == ["", ""]
+        headers = dict(h.split(": ", 1) for h in lines[1:-2])
+        out.append((subject.decode(), reply.decode(), headers, payload))
+    return out
+
+
+def test_a_jetstream_batch_is_framed_with_each_events_id_reply_and_stream() -> None:
+    """The batch goes out as one write of HPUB commands: each event on its subject, its reply
+    subject naming the batch and the message, its id and the stream in headers that stay one
+    line each, its body the event's JSON (keys sorted; what JSON cannot hold, as text)."""
+    sink = NatsSink(SinkSpec(name="js", kind="nats", url="nats://127.0.0.1:1", stream="CORRAL"))
+    sink._inbox = "_INBOX.abc"
+    events = [
+        record_event("job_events", {"seq": 1, "job_id": "j", "kind": "x", "to_state": "QUEUED"}),
+        Event(event_id="odd\r\nid", subject="mp.agent.events", body={"b": Decimal("1.5"), "a": 1}),
+    ]
+    sent = _hpub(sink._frames(events, 4, max_payload=1 << 20))
+    assert [(s, r) for s, r, _, _ in sent] == [
+        ("corral.jobs.queued", "_INBOX.abc.4.0"),
+        ("mp.agent.events", "_INBOX.abc.4.1"),
+    ]
+    assert [h for _, _, h, _ in sent] == [
+        {"Nats-Expected-Stream": "CORRAL", "Nats-Msg-Id": "job_events:1"},
+        {"Nats-Expected-Stream": "CORRAL", "Nats-Msg-Id": "odd  id"},
+    ]
+    assert json.loads(sent[0][3])["event_id"] == "job_events:1"
+    assert sent[1][3] == b'{"a":1,"b":"1.5"}'
+    with pytest.raises(SinkRefused, match="max_payload"):
+        sink._frames(events, 5, max_payload=64)

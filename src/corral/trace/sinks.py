@@ -34,6 +34,12 @@ MSG_ID = "Nats-Msg-Id"
 EXPECTED_STREAM = "Nats-Expected-Stream"  # JetStream refuses a message its stream does not take
 STATUS = "Status"
 NO_RESPONDERS = "503"
+_STORED = b'{"stream":'  # how JetStream's acknowledgement of a stored message begins
+
+
+def _header_value(text: str) -> bytes:
+    """A header value on the wire: one line (a line break would end the header early)."""
+    return text.strip().replace("\r", " ").replace("\n", " ").encode()
 
 
 class SinkRefused(Exception):
@@ -73,13 +79,15 @@ class _Acks:
         self.waiting.discard(index)
         if status == NO_RESPONDERS:
             self.error = self.error or "no stream listens on the subject (503 no responders)"
-        else:
+        elif not data.startswith(_STORED):  # else stored: `{"stream":…,"seq":…}`
             try:
                 body = json.loads(data)
             except ValueError:
-                body = {"error": {"description": data[:200].decode(errors="replace")}}
-            if isinstance(body, dict) and "error" in body:
-                self.error = self.error or f"JetStream refused a message: {body['error']}"
+                body = None
+            if not isinstance(body, dict) or "stream" not in body or "error" in body:
+                why = body.get("error") if isinstance(body, dict) else None
+                shown = why or data[:200].decode(errors="replace")
+                self.error = self.error or f"JetStream refused a message: {shown}"
         if not self.waiting:
             self.done.set()
 
@@ -91,7 +99,12 @@ class NatsSink:
     batch each acknowledgement is for; the batch counts as published once JetStream has
     acknowledged every message (a refusal, or no answer within `timeout_s`: it fails whole).
     nats-py's own `publish_async` made a future, a callback, a random token and a semaphore
-    turn per message, about a third of what the sinks cost the engine (bench/events.py)."""
+    turn per message, about a third of what the sinks cost the engine (bench/events.py).
+
+    The messages are framed here and handed to nats-py's connection as one write (its
+    `_send_command` and `_flush_pending`, which `publish` itself calls; nats-py is pinned to
+    one minor version in pyproject.toml, and tests/acceptance/test_events.py publishes through
+    a real server)."""
 
     def __init__(self, spec: SinkSpec) -> None:
         self.spec = spec
@@ -111,6 +124,9 @@ class NatsSink:
                 allow_reconnect=False,
                 connect_timeout=max(1, math.ceil(self.spec.timeout_s)),
                 error_cb=_quiet,
+                # the subjects are trace/events.py's (each token cleaned) and our inbox's: a
+                # check of both on every message was a fifth of what a publish cost
+                skip_subject_validation=True,
             )
             self._nc = nc
             js = nc.jetstream(timeout=self.spec.timeout_s)
@@ -133,16 +149,13 @@ class NatsSink:
         nc = await self._connect()
         batch = next(self._next)
         acks = self._batches[batch] = _Acks(len(events))
-        headers = {EXPECTED_STREAM: self.spec.stream}
         try:
             with anyio.fail_after(self.spec.timeout_s * 2):
-                for i, e in enumerate(events):
-                    await nc.publish(
-                        e.subject,
-                        e.payload(),
-                        reply=f"{self._inbox}.{batch}.{i}",
-                        headers={**headers, MSG_ID: e.event_id},
-                    )
+                # the whole batch as one protocol write, then one flush: nats-py's `publish`
+                # built each message's headers through a regex per key and queued a write per
+                # message, about half of what a record cost the engine (bench/events.py)
+                await nc._send_command(self._frames(events, batch, nc.max_payload))
+                await nc._flush_pending()
                 await acks.done.wait()
             if acks.error is not None:
                 raise SinkRefused(acks.error)
@@ -151,6 +164,36 @@ class NatsSink:
             raise
         finally:
             del self._batches[batch]
+
+    def _frames(self, events: Sequence[Event], batch: int, max_payload: int) -> bytes:
+        """The batch in NATS's wire protocol: one `HPUB <subject> <reply> <header bytes>
+        <total bytes>` per event, its headers naming the stream and the event's id."""
+        stream = _header_value(self.spec.stream)
+        reply = f"{self._inbox}.{batch}.".encode()
+        out = bytearray()
+        for i, e in enumerate(events):
+            payload = e.payload()
+            head = b"NATS/1.0\r\n%s: %s\r\n%s: %s\r\n\r\n" % (
+                EXPECTED_STREAM.encode(),
+                stream,
+                MSG_ID.encode(),
+                _header_value(e.event_id),
+            )
+            if len(head) + len(payload) > max_payload:
+                raise SinkRefused(
+                    f"event {e.event_id} is {len(payload)} bytes, over the server's "
+                    f"max_payload of {max_payload}"
+                )
+            out += b"HPUB %s %s%d %d %d\r\n%s%s\r\n" % (
+                e.subject.encode(),
+                reply,
+                i,
+                len(head),
+                len(head) + len(payload),
+                head,
+                payload,
+            )
+        return bytes(out)
 
     async def close(self) -> None:
         nc, self._nc = self._nc, None
@@ -206,7 +249,7 @@ class RedisSink:
         maxlen = "" if self.spec.maxlen is None else str(self.spec.maxlen)
         args: list[str | bytes] = [maxlen]
         for e in events:
-            args += (e.event_id, e.payload())
+            args += (e.event_id.encode(), e.payload())
         try:
             with anyio.fail_after(self.spec.timeout_s * 2):
                 await self._script(keys=[e.subject for e in events], args=args)
