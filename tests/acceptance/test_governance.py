@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -127,24 +128,17 @@ def test_pause_holds_new_runs_and_lets_running_ones_finish(corral: Corral) -> No
     assert corral.wait(running, until="running") == 0
     corral.ok("pause", "--reason", "maintenance")
     waiting = corral.submit("true")
-    assert corral.wait(running, timeout=10) == 0  # finished normally
-    eventually(
-        lambda: _held_at_dispatch(corral, waiting),
-        timeout=10,
-        what="a dispatch round to hold the new job",
-    )
+    assert corral.wait(running, timeout=10) == 0  # finished normally: a slot is free
+    time.sleep(1.5)  # dispatch rounds with the slot free (a poll_interval_s and more)
     assert corral.job(waiting)["state"] == "QUEUED"
     corral.ok("resume")
     assert corral.wait(waiting, timeout=10) == 0
     verdicts = [
         (e["verdict"], e["reason"]) for e in corral.json("trace", waiting)["policy_evaluations"]
     ]
-    # at submit, then at each dispatch round that saw a change
-    assert verdicts == [
-        ("pause", "runner_paused"),
-        ("pause", "runner_paused"),
-        ("allow", "allowed"),
-    ]
+    # held at submit; while the pause is global the dispatcher does not read the queue, so
+    # the next decision is the dispatch after the resume
+    assert verdicts == [("pause", "runner_paused"), ("allow", "allowed")]
 
 
 GATED = """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import anyio
 
-from corral.domain.governance import Pause, ScopeKind
+from corral.domain.governance import KillSwitch, Pause, ScopeKind
 from corral.domain.settings import RoleSpec, Settings
 from corral.runtime.gate import PrerunGate
 from corral.store.memory import MemoryStore
@@ -54,3 +54,45 @@ def test_a_waiting_job_is_recorded_once_per_attempt_and_decision() -> None:
         (1, "allow", "allowed"),  # the decision changed back
         (2, "allow", "allowed"),  # a new attempt
     ]
+
+
+def _pause(pid: str, scope: ScopeKind, target: str | None) -> Pause:
+    return Pause(
+        id=pid, scope=scope, target=target, reason="maintenance", created_at=NOW, created_by="op"
+    )
+
+
+async def _holds() -> list[bool]:
+    store = MemoryStore()
+    await store.open()
+    gate = PrerunGate(store, settings(), clock=lambda: NOW)
+    seen = [await gate.holds_everything(NOW)]  # nothing in force
+    await store.activate_pause(_pause("p-role", ScopeKind.ROLE, "r"))
+    gate.stale()
+    seen.append(await gate.holds_everything(NOW))  # a role's pause: another role may run
+    await store.activate_pause(_pause("p-all", ScopeKind.GLOBAL, None))
+    gate.stale()
+    seen.append(await gate.holds_everything(NOW))  # a global pause: nothing can start
+    await store.activate_kill_switch(
+        KillSwitch(
+            id="k1",
+            scope=ScopeKind.TENANT,
+            target="t",
+            reason="leak",
+            created_at=NOW,
+            created_by="op",
+        )
+    )
+    gate.stale()
+    seen.append(await gate.holds_everything(NOW))  # a switch denies before the pause holds
+    await store.lift_kill_switch("k1", at=NOW + 1, by="op")
+    await store.lift_pause("p-all", at=NOW + 1, by="op")
+    gate.stale()
+    seen.append(await gate.holds_everything(NOW + 2))  # resumed
+    return seen
+
+
+def test_only_a_global_pause_with_no_kill_switch_holds_every_job() -> None:
+    """What lets the dispatcher skip reading the queue (scheduler/dispatcher.py `_dispatch`):
+    no queued job can be admitted, whichever it is."""
+    assert anyio.run(_holds) == [False, False, True, False, False]

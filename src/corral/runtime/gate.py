@@ -302,3 +302,11 @@ class PrerunGate:
 
     def paused(self) -> list[Pause]:
         return list(self._pauses)
+
+    async def holds_everything(self, now: float) -> bool:
+        """Whether no queued job can be admitted, whichever it is: a global pause is in force
+        and no kill switch (the one step before the pause) could deny a job instead."""
+        await self._refresh(now)
+        return not any(s.active(now) for s in self._switches) and any(
+            p.active() and p.scope is ScopeKind.GLOBAL for p in self._pauses
+        )

@@ -300,9 +300,15 @@ class Dispatcher:
         capacity = sum(e.max_inflight for e in self.settings.environments.values())
         return max(0, min(BATCH, capacity - len(self._live)))
 
+    async def _held(self, now: float) -> bool:
+        """A global pause holds every job: the queue is not read (each submission wakes the
+        dispatcher, which re-judged the same head of the queue every time). A resume pokes the
+        engine, and the gate reads the pauses again at least every REFRESH_S anyway."""
+        return self.gate is not None and await self.gate.holds_everything(now)
+
     async def _dispatch(self, now: float) -> bool:
         free = self._free_slots()
-        if free == 0:
+        if free == 0 or await self._held(now):
             return False
         roles_full, envs_full = self.core.saturated
         where = QueueFilter(exclude_roles=roles_full, exclude_envs=envs_full)
