@@ -45,6 +45,8 @@ CREATE INDEX jobs_retry ON jobs (retry_at) WHERE state = 'RETRY_WAIT';
 CREATE INDEX jobs_waiting ON jobs (env_name) WHERE state IN ('QUEUED', 'RETRY_WAIT');
 CREATE INDEX jobs_by_workspace ON jobs (workspace, state, sort_at, id) WHERE workspace IS NOT NULL;
 CREATE INDEX jobs_by_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+-- waiting jobs in the world model's edges (world_sql.py world_jobs; migration 0030)
+CREATE INDEX jobs_linked ON jobs (state) WHERE parent_id IS NOT NULL OR deps_pending > 0;
 CREATE INDEX jobs_metrics ON jobs (role, env_name, priority, state, dlq_resolution);
 CREATE INDEX jobs_by_tenant ON jobs (tenant, id);
 CREATE INDEX jobs_ended ON jobs (updated_at)

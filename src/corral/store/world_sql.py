@@ -59,11 +59,19 @@ class SqlWorld:
 
     driver: Driver
 
+    @property
+    def _by_state(self) -> str:
+        """SQLite: go down the (state, id) index. Statistics taken while one state holds most
+        jobs (100,000 queued) say a state matches every row, and SQLite then scanned the whole
+        table for the few jobs in flight, a second's engine loop in 30 ms; PostgreSQL's
+        statistics keep each state's own share."""
+        return " INDEXED BY jobs_by_state" if self.driver.dialect == "sqlite" else ""
+
     async def world_jobs(self, *, finished: int) -> list[JobSketch]:
         async with self.driver.read() as tx:
             live: list[Row] = []
             for state in _NOT_WAITING:
-                live += await tx.fetchall(f"{_SKETCH} WHERE state = ?", (state,))
+                live += await tx.fetchall(f"{_SKETCH}{self._by_state} WHERE state = ?", (state,))
             live += await tx.fetchall(
                 f"{_SKETCH} WHERE state IN (?, ?) AND (parent_id IS NOT NULL OR deps_pending > 0)",
                 _WAITING,
@@ -74,7 +82,8 @@ class SqlWorld:
             for state in _ENDED_STATES:
                 if finished > 0:
                     ended += await tx.fetchall(
-                        f"{_SKETCH} WHERE state = ? ORDER BY id DESC LIMIT ?", (state, finished)
+                        f"{_SKETCH}{self._by_state} WHERE state = ? ORDER BY id DESC LIMIT ?",
+                        (state, finished),
                     )
         newest = sorted(ended, key=lambda r: str(r["id"]), reverse=True)[:finished]
         return [_sketch(r) for r in (*live, *newest)]
@@ -86,7 +95,7 @@ class SqlWorld:
                 rows += await tx.fetchall(
                     "SELECT j.id, j.state, j.role, j.worker, j.env_name, j.tenant, j.parent_id,"
                     " j.after_ids, j.deps_pending, j.exit_code, j.options,"
-                    " a.idx, a.started_at FROM jobs j JOIN attempts a"
+                    f" a.idx, a.started_at FROM jobs j{self._by_state} JOIN attempts a"
                     " ON a.job_id = j.id AND a.idx = j.attempts WHERE j.state = ?",
                     (state,),
                 )
