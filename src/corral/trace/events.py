@@ -72,6 +72,7 @@ def _plain(value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else str(value)
 
 
+@functools.lru_cache(maxsize=512)  # a few dozen states and kinds: built once each
 def _token(text: str) -> str:
     """A subject token: lower case, nothing a NATS subject treats specially."""
     return "".join(c if c.isalnum() or c in "_-" else "_" for c in text.lower()) or "none"
