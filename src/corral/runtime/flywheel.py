@@ -33,9 +33,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
-import os
 import shutil
-import stat
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -65,6 +63,7 @@ from corral.domain.knowledge import (
 from corral.domain.models import PRIORITY_BACKLOG, Claimed, Job, JobOptions, JobSpec
 from corral.domain.settings import Settings
 from corral.knowledge import agentextract, extract, lifecycle, retrieval, rubric
+from corral.workers.agentfiles import read_agent_file
 
 log = logging.getLogger("corral.knowledge")
 
@@ -136,17 +135,9 @@ def provenance_of(extract_of: str) -> tuple[str, int, str | None]:
 
 
 def read_output(folder: str) -> bytes:
-    """The extractor's file, a regular file of its working directory (never through a link it
-    made to somewhere else), at most one byte past the limit `agentextract.parse` refuses."""
-    path = Path(folder) / agentextract.OUTPUT
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(agentextract.MAX_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
+    """The extractor's file (an agent wrote it: workers/agentfiles.py), at most one byte past
+    the limit `agentextract.parse` refuses."""
+    return read_agent_file(Path(folder) / agentextract.OUTPUT, agentextract.MAX_FILE_BYTES)
 
 
 class Flywheel:

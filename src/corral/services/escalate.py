@@ -29,6 +29,7 @@ from corral.services.waveparts import decompose_prompt, epic_root, start_file, t
 from corral.waves.decompose import PROPOSAL_FILE, ProposalError, replan
 from corral.waves.epic import DECOMPOSE, HUMAN, EpicSpec, TaskSpec
 from corral.workers import gitrepo
+from corral.workers.agentfiles import read_agent_file
 
 
 class WaveRunner(Protocol):
@@ -69,11 +70,12 @@ def _step_to(record: dict[str, Any], steps: Sequence[str]) -> TaskState:
 
 
 def _proposal(path: Path) -> object:
-    """The decomposer's file as JSON (an agent wrote it: its size is bounded first)."""
+    """The decomposer's file as JSON (an agent wrote it: workers/agentfiles.py)."""
     try:
-        if path.stat().st_size > MAX_PROPOSAL_BYTES:
+        data = read_agent_file(path, MAX_PROPOSAL_BYTES)
+        if len(data) > MAX_PROPOSAL_BYTES:
             raise ProposalError(f"{PROPOSAL_FILE} is over {MAX_PROPOSAL_BYTES // 1024} KiB")
-        return json.loads(path.read_text())
+        return json.loads(data)
     except (OSError, ValueError) as err:
         raise ProposalError(f"no valid {PROPOSAL_FILE}: {err}") from None
 

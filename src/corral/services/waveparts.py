@@ -16,8 +16,10 @@ from corral.waves import rules
 from corral.waves.decompose import MAX_PROPOSED, PROPOSAL_FILE
 from corral.waves.epic import TaskSpec
 from corral.waves.rules import Confidence, JudgeVerdict, Verdict
+from corral.workers.agentfiles import read_agent_file
 
 VERDICT_FILE = "verdict.json"
+MAX_VERDICT_BYTES = 64 * 1024  # a verdict, a confidence and an insight: far less than this
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
 
 
@@ -91,7 +93,10 @@ def verdict_of(path: Path, job: Job) -> JudgeVerdict:
     """A judge's verdict file, or a FAIL saying why there is none (a judge that could not judge
     blocks the try: verify, then trust)."""
     try:
-        return rules.read_verdict(json.loads(path.read_text()), job.worker)
+        data = read_agent_file(path, MAX_VERDICT_BYTES)  # a judge wrote it
+        if len(data) > MAX_VERDICT_BYTES:
+            raise ValueError(f"over {MAX_VERDICT_BYTES // 1024} KiB")
+        return rules.read_verdict(json.loads(data), job.worker)
     except (OSError, ValueError, rules.VerdictError) as err:
         why = f"judge job {job.id} ({job.state.value}) left no valid {VERDICT_FILE}: {err}"
         return JudgeVerdict(
