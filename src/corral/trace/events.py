@@ -8,7 +8,6 @@ on every engine and after every restart, so a broker (JetStream's `Nats-Msg-Id`)
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -78,13 +77,19 @@ def _token(text: str) -> str:
     return "".join(c if c.isalnum() or c in "_-" else "_" for c in text.lower()) or "none"
 
 
+def _value(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # not JSON after all: published as text
+        return text
+
+
 def _decoded(row: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in row.items():
-        if key in _JSON_COLUMNS and isinstance(value, str):
-            with contextlib.suppress(orjson.JSONDecodeError):  # not JSON: published as text
-                value = orjson.loads(value)
-        out[key] = value
+    """The row with its JSON columns as values (only those: a row has a dozen columns)."""
+    out = dict(row)
+    for key in _JSON_COLUMNS.intersection(out):
+        if isinstance(value := out[key], str):
+            out[key] = _value(value)
     return out
 
 
