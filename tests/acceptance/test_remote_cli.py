@@ -1,7 +1,8 @@
 """The `corral` command against a remote engine (`--url` / `CORRAL_URL`, `CORRAL_TOKEN`): the
 job commands, kill switches, approvals and the dead-letter queue go through the HTTP API of a
 live `corral serve` and print what the same commands print locally, ending with the same exit
-codes (404 → 4, 409 → 5, 401/403 → 10, 429 → 75); a local-only command says so."""
+codes (404 → 4, 409 → 5, 401/403 → 10, 429 → 75); so do the epic commands but `epic run`;
+a local-only command says so."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
+from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState
+from corral.store.sqlite import SqliteStore
 from tests.acceptance.conftest import CONFIG, CORRAL, Corral
 from tests.acceptance.test_client import serve_http, token
 
@@ -184,3 +188,54 @@ def test_the_remote_cli_names_jobs_by_unique_prefix_or_suffix_like_the_local_one
         assert cancelled.returncode == 0 and json.loads(cancelled.stdout)["id"] == long
     finally:
         c.stop_all()
+
+
+def test_epic_status_show_and_cancel_against_a_remote_engine(tmp_path: Path) -> None:
+    """`corral epic status|show|cancel` with `--url` print what they print locally, for the
+    token's tenant only; cancelling an ended epic is a conflict (exit 5) there as here, and
+    `epic run` names a file and a repository of this machine, so it stays local."""
+    c = Corral(tmp_path, CONFIG)
+    try:
+        acme, globex = token(c, "acme"), token(c, "globex")
+        url = serve_http(c)
+        anyio.run(_seed_ended_epic, c.data / "corral.db")
+        for args in (("epic", "status", "--json"), ("epic", "show", "ep-remote", "--json")):
+            r = remote(c, url, acme, *args)
+            assert r.returncode == 0, r.stderr
+            assert json.loads(r.stdout) == json.loads(c.ok(*args)), args
+        assert remote(c, url, acme, "epic", "show", "ep-rem").stdout == c.ok(
+            "epic", "show", "ep-rem"
+        )  # a unique prefix, and the same table
+        other = remote(c, url, globex, "epic", "status", "--json")
+        assert (other.returncode, json.loads(other.stdout)) == (0, [])
+        assert remote(c, url, globex, "epic", "show", "ep-remote").returncode == 4
+        ended = remote(c, url, acme, "epic", "cancel", "ep-remote")
+        assert ended.returncode == c.run("epic", "cancel", "ep-remote").returncode == 5
+        refused = remote(c, url, acme, "epic", "run", "epic.yaml")
+        assert refused.returncode != 0 and "local data directory only" in refused.stderr
+    finally:
+        c.stop_all()
+
+
+async def _seed_ended_epic(db: Path) -> None:
+    """An epic of tenant acme that has ended (the engine leaves it as it is)."""
+    store = SqliteStore(db)
+    await store.open()
+    try:
+        record = EpicRecord(
+            id="ep-remote",
+            name="greet",
+            tenant="acme",
+            repo="/srv/repo",
+            base="abc",
+            branch="epic/greet",
+            spec={"name": "greet", "max_waves": 3, "tasks": [{"id": "a", "prompt": "hi"}]},
+            state=EpicState.DONE,
+            wave=1,
+            created_at=1.0,
+            updated_at=2.0,
+        )
+        task = TaskRecord(epic_id="ep-remote", task_id="a", position=0, state=TaskState.PASSED)
+        await store.create_epic(record, [task])
+    finally:
+        await store.close()

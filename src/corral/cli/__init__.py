@@ -184,6 +184,7 @@ REMOTE_COMMANDS = frozenset(
         "kill-switch",
         "dlq",
         "knowledge",
+        "epic",
         "version",
     }
 )

@@ -1,11 +1,14 @@
 """`corral epic run|status|show|cancel`: epics run as waves of fresh agents by the engine
-(services/epics.py, services/waves.py; docs/how-to/epics.md)."""
+(services/epics.py, services/waves.py; docs/how-to/epics.md). With `--url`, status, show and
+cancel ask the remote engine's API for the token's tenant's epics and print the same; `run`
+names a file and a repository on this machine, so it stays local."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,10 +18,13 @@ from corral.runtime.watch import engine_serving
 from corral.schemas.epics import Epic, EpicShow
 from corral.services import epics
 
-from .edge import config_or_fail, emit, waker, with_store
+from .edge import config_or_fail, emit, remote_url, waker, with_store
 from .exits import fail
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, new_table
+
+if TYPE_CHECKING:
+    from corral.client import AsyncClient
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -27,6 +33,15 @@ app = typer.Typer(
 )
 
 EpicArg = Annotated[str, typer.Argument(help="An epic (id, or a unique prefix).")]
+
+
+def _remote(call: Callable[[AsyncClient], Awaitable[Any]]) -> Any | None:
+    """With `--url`: the remote engine's answer (the token's tenant's); None: work locally."""
+    if (url := remote_url()) is None:
+        return None
+    from . import remote  # with its client: only when a URL is given
+
+    return remote.run(url, call)
 
 
 @app.command("run")
@@ -56,6 +71,10 @@ def run_cmd(
     on_exhausted steps (re-decomposed by an agent, or handed to a human), else it is struck;
     at most max_waves waves. Needs a running engine (`corral serve`). With --wait, exits 1 unless
     every task passed."""
+    if (url := remote_url()) is not None:  # the file and the repository are this machine's
+        from . import remote
+
+        fail(remote.local_only("`corral epic run`", url))
     try:
         text = file.read_text()
     except OSError as err:
@@ -97,12 +116,14 @@ def status_cmd(
     config: ConfigOpt = None,
 ) -> None:
     """Epics with their state, wave and tasks' states (one epic: its tasks)."""
-    cfg = config_or_fail(data_dir, config)
-    if epic is not None:
-        d = with_store(cfg, lambda st: epics.detail(st, epic))
-        found = [Epic.of(d.epic, d.tasks).dump()]
-    else:
-        found = [Epic.of(d.epic, d.tasks).dump() for d in with_store(cfg, epics.listing)]
+    found = _remote(lambda c: _remote_status(c, epic))
+    if found is None:
+        cfg = config_or_fail(data_dir, config)
+        if epic is not None:
+            d = with_store(cfg, lambda st: epics.detail(st, epic))
+            found = [Epic.of(d.epic, d.tasks).dump()]
+        else:
+            found = [Epic.of(d.epic, d.tasks).dump() for d in with_store(cfg, epics.listing)]
     if as_json:
         emit(found if epic is None else found[0])
         return
@@ -123,14 +144,24 @@ def status_cmd(
     console.print(table)
 
 
+async def _remote_status(c: AsyncClient, epic: str | None) -> list[dict[str, Any]]:
+    if epic is not None:  # the fields of `status` (an epic and its tasks), not `show`'s waves
+        shown = (await c.epic(epic)).dump()
+        return [Epic.model_validate(shown).dump()]
+    return [e.dump() for e in await c.epics()]
+
+
 @app.command("show")
 def show_cmd(
     epic: EpicArg, as_json: JsonOpt = False, data_dir: DataDir = None, config: ConfigOpt = None
 ) -> None:
     """One epic in full: each task's tries, failures, commit and last verdict (checks, the
     council's consensus and each judge's verdict), and every wave's checkpoint."""
-    cfg = config_or_fail(data_dir, config)
-    _show(cfg, epic, as_json)
+    shown = _remote(lambda c: c.epic(epic))
+    if shown is not None:
+        _print_show(shown.dump(), as_json)
+        return
+    _show(config_or_fail(data_dir, config), epic, as_json)
 
 
 @app.command("cancel")
@@ -145,6 +176,13 @@ def cancel_cmd(
 ) -> None:
     """Stop an epic: the engine cancels its live jobs and ends it; what passed stays committed
     on its branch."""
+    remote = _remote(lambda c: c.cancel_epic(epic, reason))
+    if remote is not None:
+        if as_json:
+            emit(remote.dump())
+        else:
+            typer.echo(f"{remote.id} cancel requested; the engine stops it")
+        return
     cfg = config_or_fail(data_dir, config)
     got = with_store(cfg, lambda st: epics.cancel(st, epic, reason=reason, wake=waker(cfg)))
     if as_json:
@@ -156,7 +194,10 @@ def cancel_cmd(
 
 def _show(cfg: Any, ref: str, as_json: bool) -> None:
     d = with_store(cfg, lambda st: epics.detail(st, ref))
-    shown = EpicShow.full(d.epic, d.tasks, d.waves).dump()
+    _print_show(EpicShow.full(d.epic, d.tasks, d.waves).dump(), as_json)
+
+
+def _print_show(shown: dict[str, Any], as_json: bool) -> None:
     if as_json:
         emit(shown)
         return

@@ -13,6 +13,7 @@ import httpx
 
 from corral.domain.ids import resolve
 from corral.schemas import api as bodies
+from corral.schemas import epics as ev
 from corral.schemas import knowledge as kv
 from corral.schemas import views
 
@@ -359,6 +360,26 @@ class AsyncClient:
         """Lift one active kill switch."""
         data = await self._call("POST", f"/api/v1/kill-switches/{switch_id}/lift")
         return views.KillSwitch.model_validate(data)
+
+    # ---- epics ----------------------------------------------------------------------------
+
+    async def epics(self, limit: int = 50) -> builtins.list[ev.Epic]:
+        """The tenant's epics, newest first, each with its tasks' states."""
+        data = await self._call("GET", "/api/v1/epics", params=_params(limit=limit))
+        return ev.EpicPage.model_validate(data).epics
+
+    async def epic(self, epic_id: str) -> ev.EpicShow:
+        """One epic (its id or a unique prefix): tasks, tries, verdicts and waves."""
+        data = await self._call("GET", f"/api/v1/epics/{epic_id}")
+        return ev.EpicShow.model_validate(data)
+
+    async def cancel_epic(self, epic_id: str, reason: str = "cancelled by operator") -> ev.Epic:
+        """Ask the engine to stop an epic (Conflict when it has ended); the reason recorded
+        names this token."""
+        data = await self._call(
+            "POST", f"/api/v1/epics/{epic_id}/cancel", json_body={"reason": reason}
+        )
+        return ev.Epic.model_validate(data)
 
     # ---- knowledge ------------------------------------------------------------------------
 

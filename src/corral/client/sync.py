@@ -13,6 +13,7 @@ from typing import Any, Literal, Self, TypeVar, overload
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from corral.schemas import api as bodies
+from corral.schemas import epics as ev
 from corral.schemas import knowledge as kv
 from corral.schemas import views
 
@@ -259,6 +260,15 @@ class Client:
 
     def knowledge_stats(self, role: str | None = None) -> kv.KnowledgeStats:
         return self._run(self._async.knowledge_stats, role)
+
+    def epics(self, limit: int = 50) -> builtins.list[ev.Epic]:
+        return self._run(self._async.epics, limit)
+
+    def epic(self, epic_id: str) -> ev.EpicShow:
+        return self._run(self._async.epic, epic_id)
+
+    def cancel_epic(self, epic_id: str, reason: str = "cancelled by operator") -> ev.Epic:
+        return self._run(self._async.cancel_epic, epic_id, reason)
 
 
 __all__ = ["Client"]
