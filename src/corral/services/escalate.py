@@ -12,7 +12,6 @@ and its proposal is read again from its file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,7 +28,7 @@ from corral.services.waveparts import decompose_prompt, epic_root, start_file, t
 from corral.waves.decompose import PROPOSAL_FILE, ProposalError, replan
 from corral.waves.epic import DECOMPOSE, HUMAN, EpicSpec, TaskSpec
 from corral.workers import gitrepo
-from corral.workers.agentfiles import read_agent_file
+from corral.workers.agentfiles import TooLarge, read_agent_json
 
 
 class WaveRunner(Protocol):
@@ -72,10 +71,9 @@ def _step_to(record: dict[str, Any], steps: Sequence[str]) -> TaskState:
 def _proposal(path: Path) -> object:
     """The decomposer's file as JSON (an agent wrote it: workers/agentfiles.py)."""
     try:
-        data = read_agent_file(path, MAX_PROPOSAL_BYTES)
-        if len(data) > MAX_PROPOSAL_BYTES:
-            raise ProposalError(f"{PROPOSAL_FILE} is over {MAX_PROPOSAL_BYTES // 1024} KiB")
-        return json.loads(data)
+        return read_agent_json(path, MAX_PROPOSAL_BYTES)
+    except TooLarge as err:
+        raise ProposalError(str(err)) from None
     except (OSError, ValueError) as err:
         raise ProposalError(f"no valid {PROPOSAL_FILE}: {err}") from None
 

@@ -4,7 +4,6 @@ output is cleaned of."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -16,7 +15,7 @@ from corral.waves import rules
 from corral.waves.decompose import MAX_PROPOSED, PROPOSAL_FILE
 from corral.waves.epic import TaskSpec
 from corral.waves.rules import Confidence, JudgeVerdict, Verdict
-from corral.workers.agentfiles import read_agent_file
+from corral.workers.agentfiles import read_agent_json
 
 VERDICT_FILE = "verdict.json"
 MAX_VERDICT_BYTES = 64 * 1024  # a verdict, a confidence and an insight: far less than this
@@ -93,10 +92,7 @@ def verdict_of(path: Path, job: Job) -> JudgeVerdict:
     """A judge's verdict file, or a FAIL saying why there is none (a judge that could not judge
     blocks the try: verify, then trust)."""
     try:
-        data = read_agent_file(path, MAX_VERDICT_BYTES)  # a judge wrote it
-        if len(data) > MAX_VERDICT_BYTES:
-            raise ValueError(f"over {MAX_VERDICT_BYTES // 1024} KiB")
-        return rules.read_verdict(json.loads(data), job.worker)
+        return rules.read_verdict(read_agent_json(path, MAX_VERDICT_BYTES), job.worker)
     except (OSError, ValueError, rules.VerdictError) as err:
         why = f"judge job {job.id} ({job.state.value}) left no valid {VERDICT_FILE}: {err}"
         return JudgeVerdict(

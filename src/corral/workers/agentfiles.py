@@ -6,9 +6,15 @@ forever; and no more is read than the caller can tell is too much."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
+
+
+class TooLarge(ValueError):
+    """The file holds more than its reader takes."""
 
 
 def read_agent_file(path: Path, limit: int) -> bytes:
@@ -22,3 +28,12 @@ def read_agent_file(path: Path, limit: int) -> bytes:
             return f.read(limit + 1)
     finally:
         os.close(fd)
+
+
+def read_agent_json(path: Path, limit: int) -> Any:
+    """The file as JSON: TooLarge over `limit` bytes, ValueError when it is not JSON; OSError
+    as `read_agent_file`."""
+    data = read_agent_file(path, limit)
+    if len(data) > limit:
+        raise TooLarge(f"{path.name} is over {limit // 1024} KiB")
+    return json.loads(data)
