@@ -17,6 +17,7 @@ from corral.workers import privacy
 from .exits import fail as fail  # re-exported: the command modules import it from here
 
 if TYPE_CHECKING:  # imported where used: a command pays only for what it runs
+    from corral.client import AsyncClient
     from corral.config import Config
     from corral.core.ports import Store
     from corral.services import Wake
@@ -35,6 +36,16 @@ def set_remote(url: str | None) -> None:
 def remote_url() -> str | None:
     """The remote engine's URL (`corral --url`, `CORRAL_URL`), or None: work locally."""
     return _remote[0] if _remote else None
+
+
+def through_api(call: Callable[[AsyncClient], Awaitable[T]]) -> T | None:
+    """With `--url`: the remote engine's answer to `call` (cli/remote.py: an error answer
+    ends the command); None: work locally."""
+    if (url := remote_url()) is None:
+        return None
+    from . import remote  # with its client: only when a URL is given
+
+    return remote.run(url, call)
 
 
 def load_config(data_dir: Path | None, config: Path | None) -> Config:

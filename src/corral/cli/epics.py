@@ -6,7 +6,6 @@ names a file and a repository on this machine, so it stays local."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,7 +17,7 @@ from corral.runtime.watch import engine_serving
 from corral.schemas.epics import Epic, EpicShow
 from corral.services import epics
 
-from .edge import config_or_fail, emit, remote_url, waker, with_store
+from .edge import config_or_fail, emit, remote_url, through_api, waker, with_store
 from .exits import fail
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, new_table
@@ -33,15 +32,6 @@ app = typer.Typer(
 )
 
 EpicArg = Annotated[str, typer.Argument(help="An epic (id, or a unique prefix).")]
-
-
-def _remote(call: Callable[[AsyncClient], Awaitable[Any]]) -> Any | None:
-    """With `--url`: the remote engine's answer (the token's tenant's); None: work locally."""
-    if (url := remote_url()) is None:
-        return None
-    from . import remote  # with its client: only when a URL is given
-
-    return remote.run(url, call)
 
 
 @app.command("run")
@@ -116,7 +106,7 @@ def status_cmd(
     config: ConfigOpt = None,
 ) -> None:
     """Epics with their state, wave and tasks' states (one epic: its tasks)."""
-    found = _remote(lambda c: _remote_status(c, epic))
+    found = through_api(lambda c: _remote_status(c, epic))
     if found is None:
         cfg = config_or_fail(data_dir, config)
         if epic is not None:
@@ -157,7 +147,7 @@ def show_cmd(
 ) -> None:
     """One epic in full: each task's tries, failures, commit and last verdict (checks, the
     council's consensus and each judge's verdict), and every wave's checkpoint."""
-    shown = _remote(lambda c: c.epic(epic))
+    shown = through_api(lambda c: c.epic(epic))
     if shown is not None:
         _print_show(shown.dump(), as_json)
         return
@@ -176,7 +166,7 @@ def cancel_cmd(
 ) -> None:
     """Stop an epic: the engine cancels its live jobs and ends it; what passed stays committed
     on its branch."""
-    remote = _remote(lambda c: c.cancel_epic(epic, reason))
+    remote = through_api(lambda c: c.cancel_epic(epic, reason))
     if remote is not None:
         if as_json:
             emit(remote.dump())

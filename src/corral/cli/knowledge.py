@@ -15,7 +15,7 @@ from corral.domain.errors import CorralError
 from corral.domain.ids import shortest
 from corral.services import knowledge
 
-from .edge import config_or_fail, emit, remote_url, with_store
+from .edge import config_or_fail, emit, remote_url, through_api, with_store
 from .exits import fail
 from .options import ConfigOpt, DataDir, JsonOpt
 from .views import console, id_column, new_table
@@ -56,13 +56,13 @@ def _out(text: str) -> None:
 def _remote(tenant: str | None, call: Callable[[AsyncClient], Awaitable[Any]]) -> Any:
     """With `--url`: the answer of the remote engine's API (the token's tenant), dumped to the
     local command's JSON shape; None without a URL."""
-    if (url := remote_url()) is None:
-        return None
-    from . import remote  # with its client: only when a URL is given
+    if tenant is not None and (url := remote_url()) is not None:
+        from . import remote
 
-    if tenant is not None:
         fail(remote.local_only("--tenant (the token's tenant is used)", url))
-    found = remote.run(url, call)
+    found = through_api(call)
+    if found is None:
+        return None
     return [x.dump() for x in found] if isinstance(found, list) else found.dump()
 
 
