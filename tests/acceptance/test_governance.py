@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -129,7 +128,8 @@ def test_pause_holds_new_runs_and_lets_running_ones_finish(corral: Corral) -> No
     corral.ok("pause", "--reason", "maintenance")
     waiting = corral.submit("true")
     assert corral.wait(running, timeout=10) == 0  # finished normally: a slot is free
-    time.sleep(1.5)  # dispatch rounds with the slot free (a poll_interval_s and more)
+    # held: it does not start within a poll_interval_s and more (124: the wait timed out)
+    assert corral.wait(waiting, until="running", timeout=1.5) == 124
     assert corral.job(waiting)["state"] == "QUEUED"
     corral.ok("resume")
     assert corral.wait(waiting, timeout=10) == 0

@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
-from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState
+from corral.domain.epics import EpicState, TaskRecord, TaskState
 from corral.store.sqlite import SqliteStore
 from tests.acceptance.conftest import CONFIG, CORRAL, Corral
 from tests.acceptance.test_client import serve_http, token
+from tests.unit.test_api_epics import epic
 
 RATED = CONFIG + "api:\n  rate_limit: {per_s: 0.01, burst: 200}\n"
 
@@ -222,19 +224,7 @@ async def _seed_ended_epic(db: Path) -> None:
     store = SqliteStore(db)
     await store.open()
     try:
-        record = EpicRecord(
-            id="ep-remote",
-            name="greet",
-            tenant="acme",
-            repo="/srv/repo",
-            base="abc",
-            branch="epic/greet",
-            spec={"name": "greet", "max_waves": 3, "tasks": [{"id": "a", "prompt": "hi"}]},
-            state=EpicState.DONE,
-            wave=1,
-            created_at=1.0,
-            updated_at=2.0,
-        )
+        record = replace(epic("ep-remote", "acme"), state=EpicState.DONE, wave=1)
         task = TaskRecord(epic_id="ep-remote", task_id="a", position=0, state=TaskState.PASSED)
         await store.create_epic(record, [task])
     finally:

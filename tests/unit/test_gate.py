@@ -18,6 +18,12 @@ def settings() -> Settings:
     return Settings(roles={"r": RoleSpec(name="r")}, environments={}, default_role="r")
 
 
+def _pause(pid: str, scope: ScopeKind, target: str | None) -> Pause:
+    return Pause(
+        id=pid, scope=scope, target=target, reason="maintenance", created_at=NOW, created_by="op"
+    )
+
+
 async def _rounds() -> list[tuple[int | None, str, str]]:
     store = MemoryStore()
     await store.open()
@@ -25,16 +31,7 @@ async def _rounds() -> list[tuple[int | None, str, str]]:
     waiting = job(attempts=0)
     for i in range(50):  # allowed, but the core refuses its permit (an open breaker): it waits
         await gate.admit([waiting], NOW + i)
-    await store.activate_pause(
-        Pause(
-            id="p1",
-            scope=ScopeKind.GLOBAL,
-            target=None,
-            reason="maintenance",
-            created_at=NOW,
-            created_by="op",
-        )
-    )
+    await store.activate_pause(_pause("p1", ScopeKind.GLOBAL, None))
     gate.stale()
     for i in range(50):
         await gate.admit([waiting], NOW + 100 + i)
@@ -54,12 +51,6 @@ def test_a_waiting_job_is_recorded_once_per_attempt_and_decision() -> None:
         (1, "allow", "allowed"),  # the decision changed back
         (2, "allow", "allowed"),  # a new attempt
     ]
-
-
-def _pause(pid: str, scope: ScopeKind, target: str | None) -> Pause:
-    return Pause(
-        id=pid, scope=scope, target=target, reason="maintenance", created_at=NOW, created_by="op"
-    )
 
 
 async def _holds() -> list[bool]:
