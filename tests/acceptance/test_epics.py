@@ -193,9 +193,13 @@ def test_an_epic_ratchets_passing_work_strikes_a_failing_task_and_survives_a_sig
     epic = c.ok("epic", "run", "epic.yaml", "--repo", str(repo)).strip()
 
     # Mid-wave 2: beta's retry has asked the model and waits; the engine dies with SIGKILL.
-    eventually(
-        lambda: mock.starts.get(("worker", "beta", "2")) == 1, timeout=120, what="beta's retry"
-    )
+    try:
+        eventually(
+            lambda: mock.starts.get(("worker", "beta", "2")) == 1, timeout=120, what="beta's retry"
+        )
+    except AssertionError as err:  # what the epic and the model saw, to tell why
+        shown = c.run("epic", "show", epic).stdout
+        raise AssertionError(f"{err}\nmodel starts: {mock.starts}\n{shown}") from None
     engine.send_signal(signal.SIGKILL)
     engine.wait()
     c.serve()

@@ -155,8 +155,8 @@ def test_the_ratchet_commits_a_tries_work_once(repo: Path, tmp_path: Path) -> No
         start = git(repo, "rev-parse", "HEAD")
         await gitrepo.create_branch(repo, "epic/x", start)
         work, lead = tmp_path / "work", tmp_path / "lead"
-        await gitrepo.add_worktree(repo, work, "epic/x--a-1", start)
-        await gitrepo.git(repo, "worktree", "add", str(lead), "epic/x")
+        await gitrepo.add_worktree(repo, work, start, "epic/x--a-1")
+        await gitrepo.add_worktree(repo, lead, "epic/x")
         (work / "a.txt").write_text("a\n")
         git(work, "add", "a.txt")  # a worker that commits against the rule: still one patch
         git(work, "-c", "user.name=W", "-c", "user.email=w@x", "commit", "-qm", "sneaky")
@@ -173,13 +173,36 @@ def test_the_ratchet_commits_a_tries_work_once(repo: Path, tmp_path: Path) -> No
         ]
         # A sibling of the same wave changed the same line: its work does not apply.
         other = tmp_path / "other"
-        await gitrepo.add_worktree(repo, other, "epic/x--c-1", start)
+        await gitrepo.add_worktree(repo, other, start, "epic/x--c-1")
         (other / "README").write_text("mine\n")
         (work / "README").write_text("theirs\n")
         await gitrepo.commit_patch(lead, await gitrepo.patch_of(work, start), "a2", "e/a/2")
         with pytest.raises(gitrepo.GitError, match="does not apply"):
             await gitrepo.commit_patch(lead, await gitrepo.patch_of(other, start), "c", "e/c/1")
         assert git(lead, "status", "--porcelain") == ""  # the lead's tree is left clean
+
+    anyio.run(main)
+
+
+def test_a_waves_worktrees_come_and_go_all_at_once(repo: Path, tmp_path: Path) -> None:
+    """A wave adds and removes its tries' worktrees concurrently: unserialised, one `git
+    worktree add` read another's half-made entry ("failed to read .../commondir") and the epic
+    failed."""
+    start = git(repo, "rev-parse", "HEAD")
+    tries = [(tmp_path / "work" / f"t{n}-1", f"epic/x--t{n}-1") for n in range(40)]
+
+    async def each(step: Callable[[Path, str], Awaitable[None]]) -> None:
+        async with anyio.create_task_group() as tg:
+            for where, branch in tries:
+                tg.start_soon(step, where, branch)
+
+    async def main() -> None:
+        await each(lambda where, branch: gitrepo.add_worktree(repo, where, start, branch))
+        assert len(git(repo, "worktree", "list").splitlines()) == 1 + len(tries)
+        await each(lambda where, branch: gitrepo.remove_worktree(repo, where, branch))
+        assert len(git(repo, "worktree", "list").splitlines()) == 1
+        assert git(repo, "branch", "--format=%(refname:short)") == "main"
+        assert not any(where.exists() for where, _ in tries)
 
     anyio.run(main)
 

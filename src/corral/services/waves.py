@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -312,7 +310,7 @@ class WaveRunner:
             start = await gitrepo.commit_of(Path(epic.repo), epic.branch)
             started.write_text(start)
         start = started.read_text().strip()
-        await gitrepo.add_worktree(Path(epic.repo), work, self._branch(epic, t), start)
+        await gitrepo.add_worktree(Path(epic.repo), work, start, self._branch(epic, t))
         return work, start
 
     def _branch(self, epic: EpicRecord, t: TaskRecord) -> str:
@@ -453,10 +451,7 @@ class WaveRunner:
     async def _lead(self, epic: EpicRecord) -> Path:
         """The lead's worktree on the epic branch (Corral's own, never a worker's)."""
         lead = epic_root(self.config, epic.id) / "lead"
-        if not (lead / ".git").exists():
-            lead.parent.mkdir(parents=True, exist_ok=True)
-            await gitrepo.git(Path(epic.repo), "worktree", "prune")
-            await gitrepo.git(Path(epic.repo), "worktree", "add", str(lead), epic.branch)
+        await gitrepo.add_worktree(Path(epic.repo), lead, epic.branch)
         return lead
 
     async def _drop_lead(self, epic: EpicRecord) -> None:
@@ -563,10 +558,5 @@ class WaveRunner:
             start = start_file(work)
             if not (start.exists() or work.exists()):
                 continue
-            repo = Path(epic.repo)
-            await gitrepo.remove_worktree(repo, work)
-            if work.exists():  # half made when its try was stopped: git may not know it
-                await anyio.to_thread.run_sync(partial(shutil.rmtree, work, ignore_errors=True))
-                await gitrepo.git(repo, "worktree", "prune", check=False)
-            await gitrepo.git(repo, "branch", "-D", self._branch(epic, try_), check=False)
+            await gitrepo.remove_worktree(Path(epic.repo), work, self._branch(epic, try_))
             start.unlink(missing_ok=True)

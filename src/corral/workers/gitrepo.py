@@ -6,12 +6,15 @@ the caller's GIT_* variables so no outer repository or identity leaks in."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 
 from corral.domain.errors import CorralError
 
@@ -78,20 +81,38 @@ async def create_branch(repo: Path, branch: str, base: str) -> None:
     await git(repo, "branch", branch, base)
 
 
-async def add_worktree(repo: Path, where: Path, branch: str, start: str) -> None:
-    """A worktree at `where` on a new branch `branch` from `start`; an existing one (a resumed
-    wave's) is kept as it is."""
+_ADMIN: dict[str, anyio.Lock] = {}  # by the repository's real path
+
+
+def _admin(repo: Path) -> anyio.Lock:
+    """The repository's lock for worktree and branch changes: two `git worktree add`s at once
+    read each other's half-made entries and fail, and a prune removes an entry being made, so
+    the tries of a wave (and every epic on the same repository) take turns."""
+    return _ADMIN.setdefault(os.path.realpath(repo), anyio.Lock())
+
+
+async def add_worktree(repo: Path, where: Path, start: str, branch: str | None = None) -> None:
+    """A worktree at `where`: on a new branch `branch` from `start`, or with no `branch` on
+    the existing branch `start`; an existing worktree (a resumed wave's) is kept as it is."""
     if (where / ".git").exists():
         return
     where.parent.mkdir(parents=True, exist_ok=True)
-    await git(repo, "worktree", "prune")
-    await git(repo, "worktree", "add", "-B", branch, str(where), start)
+    target = ["-B", branch, str(where), start] if branch is not None else [str(where), start]
+    async with _admin(repo):
+        await git(repo, "worktree", "prune")
+        await git(repo, "worktree", "add", *target)
 
 
 async def remove_worktree(repo: Path, where: Path, branch: str | None = None) -> None:
-    await git(repo, "worktree", "remove", "--force", str(where), check=False)
-    if branch is not None:
-        await git(repo, "branch", "-D", branch, check=False)
+    """The worktree at `where` gone, even one half made when its try was stopped (git may not
+    know it), then its branch."""
+    async with _admin(repo):
+        await git(repo, "worktree", "remove", "--force", str(where), check=False)
+        if where.exists():
+            await anyio.to_thread.run_sync(partial(shutil.rmtree, where, ignore_errors=True))
+            await git(repo, "worktree", "prune", check=False)
+        if branch is not None:
+            await git(repo, "branch", "-D", branch, check=False)
 
 
 async def patch_of(worktree: Path, start: str) -> bytes:
