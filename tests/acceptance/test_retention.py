@@ -22,7 +22,8 @@ RETAIN_ALL_ENDED = CONFIG.replace(
     requires_approval: true
   patient:
     concurrency: 2
-    retry: {base_s: 600, cap_s: 600}
+    # full jitter draws the wait from [0, cap): a cap of ~30 years keeps the job waiting
+    retry: {base_s: 1.0e9, cap_s: 1.0e9}
 environments:""",
 ) + (
     """\
