@@ -36,3 +36,10 @@ class Driver(Protocol):
         """A serialised read-write transaction, retried by the caller on a lost race."""
 
     def read(self) -> AbstractAsyncContextManager[Tx]: ...
+
+
+def indexed_by(driver: Driver, index: str) -> str:
+    """` INDEXED BY index` on SQLite, nothing elsewhere: a read held to the index it was built
+    for, whatever SQLite's statistics (or their absence) make its planner prefer; PostgreSQL's
+    planner keeps each value's own share and needs no hint."""
+    return f" INDEXED BY {index}" if driver.dialect == "sqlite" else ""

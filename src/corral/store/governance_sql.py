@@ -32,7 +32,7 @@ from corral.store import govrows as g
 from corral.store.admission import TERMINAL_SQL
 from corral.store.chain import CHAINS, AuditKey, Head, Mark
 from corral.store.chain_sql import ChainWriter, append_only_triggers, read_heads, verify_table
-from corral.store.driver import Driver, Row, Tx
+from corral.store.driver import Driver, Row, Tx, indexed_by
 from corral.store.migrate import current_schema, statements
 
 
@@ -173,6 +173,7 @@ class SqlGovernance:
                 )
             row = await chain.append(g.report_row(report))
             await chain.flush()
+            await tx.execute("UPDATE jobs SET reported = 1 WHERE id = ?", (report.job_id,))
             if incidents:
                 await self._append_incidents(tx, incidents)
         return g.report_from_row(row)
@@ -216,6 +217,11 @@ class SqlGovernance:
                 out.append(g.report_from_row(await reports.append(g.report_row(report))))
                 opened.extend(incidents)
             await reports.flush()
+            # written now, or before (by another engine): no longer waiting (`unreported`)
+            done = [i for i in ids if i in taken and i in states]
+            if done:
+                marks = ", ".join("?" * len(done))
+                await tx.execute(f"UPDATE jobs SET reported = 1 WHERE id IN ({marks})", done)
             if opened:
                 await self._append_incidents(tx, opened)
         return out
@@ -578,13 +584,24 @@ class SqlGovernance:
 
     async def unreported(self, limit: int = 100) -> list[str]:
         async with self.driver.read() as tx:
+            # down the jobs_unreported partial index: only the jobs still waiting, never the
+            # whole history (SQLite without statistics took the (state, id) index: every
+            # terminal job)
             rows = await tx.fetchall(
-                "SELECT j.id AS id FROM jobs j LEFT JOIN run_reports r ON r.job_id = j.id"
-                f" WHERE j.state IN {TERMINAL_SQL} AND r.id IS NULL"
+                "SELECT j.id AS id, EXISTS (SELECT 1 FROM run_reports r WHERE r.job_id = j.id)"
+                f" AS has FROM jobs j{indexed_by(self.driver, 'jobs_unreported')}"
+                f" WHERE j.reported = 0 AND j.state IN {TERMINAL_SQL}"
                 " ORDER BY j.updated_at, j.id LIMIT ?",
                 (limit,),
             )
-        return [str(r["id"]) for r in rows]
+        # A report without the flag: a version before it reported the job during a rolling
+        # upgrade. No job to report; flagged where it is met, so it leaves the index.
+        stale = [str(r["id"]) for r in rows if r["has"]]
+        if stale:
+            async with self.driver.write() as tx:
+                marks = ", ".join("?" * len(stale))
+                await tx.execute(f"UPDATE jobs SET reported = 1 WHERE id IN ({marks})", stale)
+        return [str(r["id"]) for r in rows if not r["has"]]
 
     async def verify_audit(self, marks: Sequence[Mark] = ()) -> AuditReport:
         checked, prechain, problems = 0, 0, []

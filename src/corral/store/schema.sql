@@ -37,8 +37,8 @@ CREATE TABLE jobs (
     dlq_resolution   TEXT,
     lease_owner      TEXT,
     lease_until      REAL
-    -- appended by migration 0004 (SQLite keeps ALTER TABLE's text verbatim)
-, max_tool_calls INTEGER NOT NULL DEFAULT 50, token_budget_in INTEGER NOT NULL DEFAULT 100000, token_budget_out INTEGER NOT NULL DEFAULT 10000);
+    -- appended by migrations 0004 and 0031 (SQLite keeps ALTER TABLE's text verbatim)
+, max_tool_calls INTEGER NOT NULL DEFAULT 50, token_budget_in INTEGER NOT NULL DEFAULT 100000, token_budget_out INTEGER NOT NULL DEFAULT 10000, reported INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX jobs_runnable ON jobs (sort_at, id) WHERE state = 'QUEUED' AND deps_pending = 0;
 CREATE INDEX jobs_by_state ON jobs (state, id);
 CREATE INDEX jobs_retry ON jobs (retry_at) WHERE state = 'RETRY_WAIT';
@@ -47,6 +47,8 @@ CREATE INDEX jobs_by_workspace ON jobs (workspace, state, sort_at, id) WHERE wor
 CREATE INDEX jobs_by_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 -- waiting jobs in the world model's edges (world_sql.py world_jobs; migration 0030)
 CREATE INDEX jobs_linked ON jobs (state) WHERE parent_id IS NOT NULL OR deps_pending > 0;
+-- terminal jobs waiting for their run report (governance_sql.py unreported; migration 0031)
+CREATE INDEX jobs_unreported ON jobs (updated_at, id) WHERE reported = 0 AND state IN ('CANCELLED', 'DEAD_LETTERED', 'DENIED', 'FAILED', 'KILLED', 'SUCCEEDED', 'TIMED_OUT');
 CREATE INDEX jobs_metrics ON jobs (role, env_name, priority, state, dlq_resolution);
 CREATE INDEX jobs_by_tenant ON jobs (tenant, id);
 CREATE INDEX jobs_ended ON jobs (updated_at)

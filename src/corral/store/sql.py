@@ -614,7 +614,8 @@ class SqlStore(
     async def active_runs(self, tenant: str) -> list[str]:
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
-                "SELECT id FROM jobs WHERE state IN ('STARTING', 'RUNNING') AND tenant = ?",
+                f"SELECT id FROM jobs{self._by_state} WHERE state IN ('STARTING', 'RUNNING')"
+                " AND tenant = ?",
                 (tenant,),
             )
         return [str(r["id"]) for r in rows]
@@ -624,7 +625,7 @@ class SqlStore(
         jcols = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
-                f"SELECT {jcols}, {cols} FROM jobs j JOIN attempts a"
+                f"SELECT {jcols}, {cols} FROM jobs j{self._by_state} JOIN attempts a"
                 " ON a.job_id = j.id AND a.idx = j.attempts"
                 " WHERE j.state IN ('STARTING', 'RUNNING')"
             )
@@ -819,7 +820,7 @@ class SqlStore(
     async def lane_counts(self) -> dict[tuple[str, str, str], int]:
         async with self.driver.read() as tx:
             rows = await tx.fetchall(
-                "SELECT role, env_name, state, COUNT(*) AS n FROM jobs"
+                f"SELECT role, env_name, state, COUNT(*) AS n FROM jobs{self._by_state}"
                 " WHERE state IN ('QUEUED', 'RETRY_WAIT', 'STARTING', 'RUNNING')"
                 " GROUP BY role, env_name, state"
             )

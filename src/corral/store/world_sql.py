@@ -15,7 +15,7 @@ from corral.domain.agents import Checkpoint
 from corral.domain.ids import id_floor
 from corral.domain.models import AttemptSketch, Baseline, JobEvent, JobSketch
 from corral.domain.states import ACTIVE, TERMINAL, JobState
-from corral.store.driver import Driver, Row
+from corral.store.driver import Driver, Row, indexed_by
 from corral.store.rows import event_from_row
 
 _SKETCH = (
@@ -61,11 +61,13 @@ class SqlWorld:
 
     @property
     def _by_state(self) -> str:
-        """SQLite: go down the (state, id) index. Statistics taken while one state holds most
-        jobs (100,000 queued) say a state matches every row, and SQLite then scanned the whole
-        table for the few jobs in flight, a second's engine loop in 30 ms; PostgreSQL's
-        statistics keep each state's own share."""
-        return " INDEXED BY jobs_by_state" if self.driver.dialect == "sqlite" else ""
+        """SQLite: go down the (state, id) index. Statistics taken while a few states hold
+        every job (100,000 queued, or a long history of ended ones) say a state matches a third
+        of the rows or more, and SQLite then scanned the whole table for the few jobs in flight:
+        the world watch's second in 30 ms, the dispatcher's look at its running jobs in 9 ms at
+        100,000 ended jobs; PostgreSQL's statistics keep each state's own share. Every read of
+        the jobs in a few live states uses it (store/sql.py too)."""
+        return indexed_by(self.driver, "jobs_by_state")
 
     async def world_jobs(self, *, finished: int) -> list[JobSketch]:
         async with self.driver.read() as tx:
