@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -437,7 +438,8 @@ def spawn(
         fresh = True
     except FileExistsError:
         fresh = False
-    env = {**env, ATTEMPT_ENV: str(attempt_dir.resolve())}
+    real = _real(attempt_dir)
+    env = {**env, ATTEMPT_ENV: real}
     options = _shim_options(
         grace_s=grace_s,
         term_signal=term_signal,
@@ -460,7 +462,7 @@ def spawn(
         for name in (RESULT, SHIM_PID, CHILD_PID, CGROUP) if not fresh else ():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(attempt_dir / name)
-        cgroup = _new_cgroup(attempt_dir)
+        cgroup = _new_cgroup(attempt_dir, real)
         if cgroup is not None:
             options += ["--cgroup", str(cgroup)]
         args = [exe, *options, str(attempt_dir), "--", *argv]
@@ -630,8 +632,22 @@ def probe(attempt_dir: Path) -> ProbeResult:
 # --------------------------------------------------------------------------- without the shim
 
 
+def _real(attempt_dir: Path) -> str:
+    """The attempt directory's real path: its parent's (the attempts root, resolved once per
+    process: a path resolved is a lstat per component, twice per spawn) and its own name."""
+    parent = os.fspath(attempt_dir.parent)
+    if not os.path.isabs(parent):  # relative to a working directory that may change
+        return os.path.realpath(attempt_dir)
+    return os.path.join(_real_dir(parent), attempt_dir.name)
+
+
+@functools.lru_cache(maxsize=16)
+def _real_dir(path: str) -> str:
+    return os.path.realpath(path)
+
+
 def _marker(attempt_dir: Path) -> bytes:
-    return os.fsencode(f"{ATTEMPT_ENV}={attempt_dir.resolve()}")
+    return os.fsencode(f"{ATTEMPT_ENV}={_real(attempt_dir)}")
 
 
 def attempt_processes(attempt_dir: Path) -> list[int]:
@@ -705,13 +721,13 @@ def _find_cgroup_base() -> Path | None:
     return base if (base / "cgroup.procs").exists() else None
 
 
-def _new_cgroup(attempt_dir: Path) -> Path | None:
-    """A fresh cgroup for the attempt, its path recorded in `<dir>/cgroup`; None without one."""
+def _new_cgroup(attempt_dir: Path, real: str) -> Path | None:
+    """A fresh cgroup for the attempt (`real`: its directory's real path), its path recorded in
+    `<dir>/cgroup`; None without one."""
     base = cgroup_base()
     if base is None:
         return None
-    path = str(attempt_dir.resolve())
-    name = f"{attempt_dir.name}-{hashlib.sha256(path.encode()).hexdigest()[:8]}"
+    name = f"{attempt_dir.name}-{hashlib.sha256(real.encode()).hexdigest()[:8]}"
     cgroup = base / name
     try:
         cgroup.mkdir(exist_ok=True)
