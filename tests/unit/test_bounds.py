@@ -43,6 +43,13 @@ def test_a_deep_json_text_is_refused_before_parsing() -> None:
         bounds.loads_bounded(line)
     ok = "[" * bounds.MAX_JSON_DEPTH + "]" * bounds.MAX_JSON_DEPTH
     assert bounds.loads_bounded(ok) is not None
+    # many brackets, shallow, or inside strings: what counts is the nesting
+    wide = "[" + ",".join(["[]"] * 1000) + "]"
+    assert len(bounds.loads_bounded(wide.encode())) == 1000
+    assert bounds.loads_bounded(f'["{"[" * 1000}"]') == ["[" * 1000]
+    over = "[" * (bounds.MAX_JSON_DEPTH + 1) + "]" * (bounds.MAX_JSON_DEPTH + 1)
+    with pytest.raises(BoundError, match=f"nested {bounds.MAX_JSON_DEPTH + 1} levels deep"):
+        bounds.loads_bounded(over.encode())
 
 
 def test_the_core_protocol_answers_a_deep_line_with_an_error() -> None:
