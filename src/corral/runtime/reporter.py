@@ -68,6 +68,8 @@ class Reporter:
         self.clock = clock
         self._wake = anyio.Event()
         self._marks: list[prerun.IncidentMark] = []  # incidents written here, by role
+        # jobs whose records this engine could not read into a report (said once each)
+        self._unreadable: set[str] = set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -96,14 +98,27 @@ class Reporter:
 
     async def flush(self) -> None:
         """Write every report that is due (an engine that drains does this before it exits)."""
-        while await self.store.unreported(1):
+        while await self._due():
             await self.catch_up()
+
+    async def _due(self) -> list[str]:
+        """Up to one batch of unreported jobs, less the ones this engine cannot read."""
+        found = await self.store.unreported(BATCH + len(self._unreadable))
+        return [i for i in found if i not in self._unreadable][:BATCH]
 
     async def catch_up(self) -> int:
         """Write the reports of up to one batch of unreported terminal jobs; how many. The
         batch's reports are written in one transaction (one commit, not one per job)."""
-        ids = await self.store.unreported(BATCH)
-        drafts = [await self._draft(job_id) for job_id in ids]
+        ids = await self._due()
+        drafts = []
+        for job_id in ids:
+            try:
+                drafts.append(await self._draft(job_id))
+            except CorralError:
+                raise  # the store's trouble: the next look tries again
+            except Exception:  # a record this version cannot read: one job, not the engine
+                log.exception("job %s: its records cannot be read; it gets no run report", job_id)
+                self._unreadable.add(job_id)
         if self.flywheel is not None:
             await self.flywheel.mark_due([(d.job, d.events) for d in drafts])
         try:
