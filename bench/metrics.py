@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from corral.domain.ids import new_id
@@ -108,6 +109,24 @@ def _attempt_row(job: dict[str, object], idx: int, state: str) -> dict[str, obje
     }
 
 
+def insert_rows(
+    conn: sqlite3.Connection,
+    jobs: Sequence[dict[str, object]],
+    attempts: Sequence[dict[str, object]] = (),
+) -> None:
+    """Job and attempt rows (as `_job_row` and `_attempt_row` make them) with plain INSERTs in
+    the store's own column order."""
+    conn.executemany(
+        f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})",
+        [tuple(j[c] for c in JOB_COLUMNS) for j in jobs],
+    )
+    columns = (*ATTEMPT_COLUMNS, "role", "submitted_at")  # as store/sql.py writes them
+    conn.executemany(
+        f"INSERT INTO attempts ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        [tuple(a[c] for c in columns) for a in attempts],
+    )
+
+
 def fill(path: Path, n: int) -> None:
     now = time.time()
     jobs, attempts, events, evals = [], [], [], []
@@ -121,12 +140,9 @@ def fill(path: Path, n: int) -> None:
         jobs.append(job)
         if state != "QUEUED":
             if i % 10 == 0:
-                attempts.append(_attempt_row(job, 1, "ENDED"))
-            attempts.append(
-                _attempt_row(
-                    job, 2 if i % 10 == 0 else 1, "RUNNING" if state == "RUNNING" else "ENDED"
-                )
-            )
+                attempts.append(_attempt_row(job, 1, "FAILED"))  # retried once
+            last = {"RUNNING": "RUNNING", "SUCCEEDED": "SUCCEEDED"}.get(state, "FAILED")
+            attempts.append(_attempt_row(job, 2 if i % 10 == 0 else 1, last))
         if i % 100 == 0:
             events.append((new_id(), job["id"], 1, now, 1000, 200, 0.01, "{}"))
             evals += [
@@ -135,16 +151,7 @@ def fill(path: Path, n: int) -> None:
             ]
     conn = sqlite3.connect(path)
     with conn:
-        conn.executemany(
-            f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES "
-            f"({', '.join('?' * len(JOB_COLUMNS))})",
-            [tuple(j[c] for c in JOB_COLUMNS) for j in jobs],
-        )
-        columns = (*ATTEMPT_COLUMNS, "role", "submitted_at")  # as store/sql.py writes them
-        conn.executemany(
-            f"INSERT INTO attempts ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-            [tuple(a[c] for c in columns) for a in attempts],
-        )
+        insert_rows(conn, jobs, attempts)
         conn.executemany(
             "INSERT INTO agent_events (event_id, job_id, attempt, at, tokens_in, "
             "tokens_out, cost_usd, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -56,7 +56,7 @@ STALL_S = 30.0  # give up on a run when no job ended for this long
 QUICK_STALL_S = 20.0  # --quick (the suite's smoke run): a loaded machine starts engines slowly
 STRAY_GRACE_S = 3.0  # how long the engine's children may outlive it before we call them strays
 W1_TARGET = 0.8
-SCENARIOS = ("LAT", "Q100K", "CLI")  # bench/scenarios.py, run after the workloads
+SCENARIOS = ("LAT", "Q100K", "CLI", "H100K")  # bench/scenarios.py, after the workloads
 DEFAULT_ONLY = ("W1", "W2", "W3", *SCENARIOS)
 MODES = ("live", "drain", "inprocess")
 CORES = ("default", "process", "inline")
@@ -442,17 +442,22 @@ class Submitter:
 
 
 async def _submit(
-    cfg: Config, specs: Sequence[JobSpec], poke_mode: str, engine: EngineProcess | None = None
+    cfg: Config,
+    specs: Sequence[JobSpec],
+    poke_mode: str,
+    engine: EngineProcess | None = None,
+    ended_before: int = 0,
 ) -> float:
     """Open one store, submit every spec and, given a serving engine, wait until every job
-    ended (or the engine stalls or exits). Returns the time of the first submission."""
+    ended (or the engine stalls or exits; `ended_before`: the store's ended jobs before the
+    submissions). Returns the time of the first submission."""
     store = build_store(cfg)
     await store.open()
     try:
         t0 = time.time()
         await Submitter(cfg, store, poke_mode).submit_all(specs)
         if engine is not None:
-            why = await _wait_terminal(store, len(specs), engine)
+            why = await _wait_terminal(store, ended_before + len(specs), engine)
             if why:
                 print(f"  gave up waiting: {why}\n{engine.tail()}", file=sys.stderr)
         return t0
@@ -841,11 +846,57 @@ def run_scenarios(only: Sequence[str], root: Path, quick: bool) -> dict[str, Any
             runs.append(scenarios.run_queued_one(work, n, cfg, _engine_starter, descendants, env))
             print(f"  {n:>7} queued: {runs[-1]}", flush=True)
         out["Q100K"] = scenarios.summarize_queued(runs[0], runs[1])
+    if "H100K" in only:
+        big = 10_000 if quick else 100_000
+        jobs = 200 if quick else 1000
+        print(f"H100K: {jobs} x /bin/true on stores holding 100 and {big:,} ended jobs")
+        runs = []
+        for n, analyze in ((100, False), (big, False), (big, True)):
+            work = root / "H100K" / f"{n}-{'stats' if analyze else 'nostats'}"
+            runs.append(run_history_one(work, n, jobs, analyze=analyze))
+            print(f"  {runs[-1]}", flush=True)
+        small = runs[0]
+        out["H100K"] = {
+            "runs": runs,
+            "engine_ms_per_job_ratio": [
+                round(r["engine_ms_per_job"] / small["engine_ms_per_job"], 2) for r in runs[1:]
+            ],
+            "rate_ratio": [round(r["jobs_per_s"] / small["jobs_per_s"], 2) for r in runs[1:]],
+        }
     if "CLI" in only:
         runs_cli = 5 if quick else 15
         print(f"CLI: {runs_cli} x `corral jobs --json` on an empty store")
         out["CLI"] = scenarios.run_cli(root / "CLI", runs_cli, env)
     return out
+
+
+def run_history_one(work: Path, history: int, n: int, *, analyze: bool) -> dict[str, Any]:
+    """n x /bin/true at concurrency 8 through a live engine whose store already holds `history`
+    ended, reported jobs: the rate and the engine's CPU per job (its start not counted)."""
+    cfg = write_config(work / "data", 8, "default")
+    anyio.run(scenarios._migrate, cfg.db_path)
+    t0 = time.perf_counter()
+    scenarios.fill_history(cfg.db_path, history, analyze=analyze)
+    filled_s = time.perf_counter() - t0
+    specs = [JobSpec(command=["/bin/true"], cwd=str(work)) for _ in range(n)]
+    engine = EngineProcess(cfg, drain=False, tag="history")
+    try:
+        engine.wait_ready()
+        at_ready = tree_cpu(engine.proc.pid)
+        started = anyio.run(_submit, cfg, specs, "coalesced", engine, history)
+        elapsed = time.time() - started
+        cpu = tree_cpu(engine.proc.pid)
+    finally:
+        engine.stop()
+    return {
+        "history": history,
+        "statistics": analyze,
+        "fill_s": round(filled_s, 1),
+        "jobs": n,
+        "jobs_per_s": round(n / elapsed, 1),
+        "engine_ms_per_job": round((cpu["engine"] - at_ready["engine"]) * 1000 / n, 2),
+        "core_ms_per_job": round((cpu["core"] - at_ready["core"]) * 1000 / n, 2),
+    }
 
 
 def print_scenarios(extra: dict[str, Any]) -> None:
@@ -866,6 +917,16 @@ def print_scenarios(extra: dict[str, Any]) -> None:
             f"(x{q['engine_ms_per_job_ratio']}); engine RSS {s['engine_rss_mb']} / "
             f"{b['engine_rss_mb']} MB, core {s['core_rss_mb']} / {b['core_rss_mb']} MB; "
             f"`corral jobs --json` {s['cli_jobs_json_p50_s']} / {b['cli_jobs_json_p50_s']} s"
+        )
+    if h := extra.get("H100K"):
+        line = ", ".join(
+            f"{r['history']:,} ended{' + ANALYZE' if r['statistics'] else ''}: "
+            f"{r['jobs_per_s']} jobs/s, engine {r['engine_ms_per_job']} ms/job"
+            for r in h["runs"]
+        )
+        print(
+            f"H100K {line}; engine CPU x{h['engine_ms_per_job_ratio']}, rate "
+            f"x{h['rate_ratio']} of the small store's"
         )
     if c := extra.get("CLI"):
         print(
@@ -893,7 +954,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         default=",".join(DEFAULT_ONLY),
-        help="comma-separated workloads (W1,W2,W3,W4) and scenarios (LAT,Q100K,CLI)",
+        help="comma-separated workloads (W1,W2,W3,W4) and scenarios (LAT,Q100K,CLI,H100K)",
     )
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON summary to write")
     p.add_argument(

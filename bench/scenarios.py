@@ -6,7 +6,10 @@
   engine's ms per job over its first 100 jobs, its peak RSS (and its core child's), and
   `corral jobs --json` (default page of 50) against the store;
 - `CLI`: `corral jobs --json` on an empty store against `python -c pass` (the interpreter's own
-  start), plus the import count of the command.
+  start), plus the import count of the command;
+- `H100K`: W1's jobs (/bin/true, concurrency 8) on a store that already holds 100 and 100,000
+  ended jobs with their run reports (a long-lived engine's history), with and without SQLite's
+  statistics (ANALYZE): the engine's CPU per job and the rate, each against the small store.
 
 Every figure has its baseline measured in the same run; bench/README.md says how to read them.
 """
@@ -29,15 +32,16 @@ import anyio
 
 from corral.config import Config
 from corral.core.ports import QueueFilter
+from corral.domain.governance import ReportOutcome, RunReport
+from corral.domain.ids import new_id
 from corral.domain.models import JobSpec
 from corral.runtime.control import poke
 from corral.services.submissions import submissions
-from corral.store.rows import JOB_COLUMNS
 from corral.store.sqlite import SqliteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.metrics import _job_row
+from bench.metrics import _attempt_row, _job_row, insert_rows
 
 LAT_COMMAND = ("sleep", "0.1")  # long enough that RUNNING is recorded before the end
 RSS_TARGET_MB = 300.0
@@ -175,36 +179,63 @@ def run_latency(
 def fill_queued(db: Path, n: int, work: Path) -> None:
     """`n` QUEUED command jobs (/bin/true) with plain INSERTs in the store's column order: the
     metrics bench's job rows (bench/metrics.py), made runnable here."""
-    from corral.domain.ids import new_id
-
     now = time.time()
     command = json.dumps(["/bin/true"])
     rows = []
     for i in range(n):
         at = now - n * 0.001 + i * 0.001
-        job = {
-            **_job_row(i, now, "QUEUED"),
-            "id": new_id(int(at * 1000)),
-            "role": "default",
-            "worker": "command",
-            "priority": 0,
-            "tenant": "default",
-            "command": command,
-            "cwd": str(work),
-            "max_attempts": 3,
-            "created_at": at,
-            "updated_at": at,
-            "sort_at": at,
-        }
-        rows.append(tuple(job[c] for c in JOB_COLUMNS))
-    with sqlite3.connect(db) as conn:
-        conn.executemany(
-            f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES "
-            f"({', '.join('?' * len(JOB_COLUMNS))})",
-            rows,
+        rows.append(
+            {
+                **_job_row(i, now, "QUEUED"),
+                "id": new_id(int(at * 1000)),
+                "role": "default",
+                "worker": "command",
+                "priority": 0,
+                "tenant": "default",
+                "command": command,
+                "cwd": str(work),
+                "max_attempts": 3,
+                "created_at": at,
+                "updated_at": at,
+                "sort_at": at,
+            }
         )
     with sqlite3.connect(db) as conn:
+        insert_rows(conn, rows)
+    with sqlite3.connect(db) as conn:
         conn.execute("ANALYZE")
+
+
+def fill_history(db: Path, n: int, *, analyze: bool) -> None:
+    """`n` ended jobs (SUCCEEDED, one attempt each, as the metrics bench writes them) with their
+    run reports written through the store (the chain stays whole), the oldest first."""
+    now = time.time()
+    jobs = [{**_job_row(i, now - 86400, "SUCCEEDED"), "tenant": "default"} for i in range(n)]
+    with sqlite3.connect(db) as conn:
+        insert_rows(conn, jobs, [_attempt_row(j, 1, "SUCCEEDED") for j in jobs])
+
+    def report(job: dict[str, Any]) -> RunReport:
+        at = float(job["updated_at"])
+        return RunReport(
+            id=new_id(int(at * 1000)), job_id=str(job["id"]), role=str(job["role"]),
+            tenant="default", workflow=None, outcome=ReportOutcome.SUCCESS, attempts=1,
+            steps=0, tool_calls=0, tokens_in=0, tokens_out=0, cost_usd=0.0, started_at=None,
+            ended_at=at, duration_ms=None, summary="", created_at=at,
+        )  # fmt: skip
+
+    async def reports() -> None:
+        store = SqliteStore(db)
+        await store.open()
+        try:
+            for i in range(0, n, 1000):
+                await store.record_reports([(report(j), []) for j in jobs[i : i + 1000]])
+        finally:
+            await store.close()
+
+    anyio.run(reports)
+    if analyze:
+        with sqlite3.connect(db) as conn:
+            conn.execute("ANALYZE")
 
 
 async def _claim_times(db: Path, rounds: int) -> list[float]:
