@@ -43,7 +43,7 @@ from corral.core.ports import JobQuery, Store
 from corral.domain.models import Job, JobSpec
 from corral.domain.states import JobState
 from corral.runtime.assembly import build_store
-from corral.runtime.control import poke
+from corral.runtime.control import poke, tell
 from corral.runtime.engine import Engine
 from corral.services.submissions import submissions
 
@@ -416,7 +416,7 @@ class EngineProcess:
 
 @dataclass(slots=True)
 class Submitter:
-    """Submits through the CLI's code path (`submissions(store, cfg).submit` + `poke`)."""
+    """Submits through the CLI's code path (`submissions(store, cfg).submit` + `tell`)."""
 
     cfg: Config
     store: Store
@@ -437,7 +437,7 @@ class Submitter:
             return
         now = time.monotonic()
         if final or self.poke_mode == "each" or now - self._last_poke >= POKE_EVERY_S:
-            poke(self.cfg.data_dir)
+            tell(self.cfg.data_dir, "submitted")
             self._last_poke = now
 
 

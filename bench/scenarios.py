@@ -35,7 +35,7 @@ from corral.core.ports import QueueFilter
 from corral.domain.governance import ReportOutcome, RunReport
 from corral.domain.ids import new_id
 from corral.domain.models import JobSpec
-from corral.runtime.control import poke
+from corral.runtime.control import tell
 from corral.services.submissions import submissions
 from corral.store.sqlite import SqliteStore
 
@@ -108,7 +108,7 @@ async def _corral_latency(cfg: Config, n: int) -> dict[str, list[float]]:
     try:
         for _ in range(n):
             job = (await svc.submit(JobSpec(command=LAT_COMMAND, cwd=str(cfg.data_dir)))).job
-            poke(cfg.data_dir)  # as `corral submit` does
+            tell(cfg.data_dir, "submitted")  # as `corral submit` does
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 created, claimed, started, state = _attempt_times(cfg.db_path, job.id)

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from corral import __version__
 from corral.config import Config
 from corral.core.ports import Store
-from corral.runtime.control import poke
+from corral.runtime.control import poke, waker
 from corral.schemas import api as bodies
 from corral.services import Wake
 
@@ -88,7 +88,7 @@ def create_app(
     app.state.corral = ApiState(
         store=store,
         config=config,
-        wake=wake or (lambda op: poke(config.data_dir, op)),
+        wake=wake or waker(config.data_dir),
         buckets=Buckets(rate.per_s, rate.burst),
         clock=clock,
     )

@@ -97,6 +97,6 @@ def note(text: str) -> None:
 
 def waker(cfg: Config) -> Wake:
     """Tell the engine serving `cfg`'s data directory to look now (a no-op when none runs)."""
-    from corral.runtime.control import poke
+    from corral.runtime import control
 
-    return lambda op: poke(cfg.data_dir, op)
+    return control.waker(cfg.data_dir)

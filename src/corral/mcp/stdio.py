@@ -14,7 +14,7 @@ from corral.config import Config
 from corral.core.ports import TokenStore
 from corral.domain.errors import NotPermitted
 from corral.runtime.assembly import build_store
-from corral.runtime.control import poke
+from corral.runtime.control import waker
 from corral.services import tokens
 
 from .tools import READ, WRITE, Caller, CallerOf, build_server, fixed
@@ -64,7 +64,7 @@ async def serve_stdio(
     await store.open()
     try:
         who = await caller_for(store, token, read_only=read_only, parent_job=parent_job)
-        server = build_server(store, config, lambda op: poke(config.data_dir, op), who)
+        server = build_server(store, config, waker(config.data_dir), who)
         await server.run_stdio_async()
     finally:
         await store.close()

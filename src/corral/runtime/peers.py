@@ -10,7 +10,8 @@ the process does to its environment, session or parent), or whose environment, a
 or its session leader's, names a job of this engine (`CORRAL_JOB_ID`, which every attempt
 starts with). A job may do what a job does — ask whether
 the engine is there, poke it after submitting children or a cancel of its own, read the core's
-state — but not operator commands (reset a breaker, clear an escalation). See
+state — but not operator commands (reset a breaker, clear an escalation). It is looked for
+(`identify`) only where the answer depends on it. See
 docs/explanation/governance.md for what this protects against and what it does not.
 """
 
@@ -75,8 +76,9 @@ def check_user(pid: int, uid: int, gid: int, *, group: int | None) -> None:
     raise Refused(f"pid {pid} runs as uid {uid}: only {allowed} may use this socket")
 
 
-async def admit(sock: socket.socket, *, group: int | None, is_job: IsJob, what: str) -> Peer:
-    """The peer of a new connection, with its capability; Refused (logged) for a stranger."""
+def admit(sock: socket.socket, *, group: int | None, what: str) -> Peer:
+    """The peer of a new connection if it may use the socket at all (its user); Refused
+    (logged) for a stranger. Whether it is one of the engine's jobs is `identify`'s to say."""
     try:
         pid, uid, gid = credentials(sock)
     except OSError as err:
@@ -87,10 +89,20 @@ async def admit(sock: socket.socket, *, group: int | None, is_job: IsJob, what: 
     except Refused as err:
         log.warning("%s: refused: %s", what, err)
         raise
-    for job in job_marks(pid):
-        if await is_job(job):
-            return Peer(pid, uid, gid, "job", job)
     return Peer(pid, uid, gid)
+
+
+async def identify(peer: Peer, is_job: IsJob) -> Peer:
+    """`peer` with its capability: a job's when a mark on it names one of the engine's jobs.
+    A caller gone before it could be looked at is Refused, not taken for the operator: its
+    marks went with it."""
+    marks = job_marks(peer.pid)
+    for job in marks:
+        if await is_job(job):
+            return Peer(peer.pid, peer.uid, peer.gid, "job", job)
+    if not marks and proctab.read_stat(peer.pid) is None:
+        raise Refused(f"pid {peer.pid} exited before it could be identified")
+    return peer
 
 
 def job_marks(pid: int) -> list[str]:
