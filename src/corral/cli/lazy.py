@@ -1,18 +1,30 @@
 """Commands whose module is imported when they are used: `corral jobs` loads the job commands,
 not the governance, guardrail, policy and world ones (and what they import). `corral --help`
 and completion still see every command: listing names costs nothing, and help loads them all
-to print their one-line summaries."""
+to print their one-line summaries.
+
+Their options are converted without pydantic where typer's conversion cannot differ (`light`):
+typer builds a pydantic TypeAdapter for each option it converts, even an unset one, and pydantic
+with its first adapter was a third of `corral jobs --json`'s start."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
+
+try:  # typer's conversion of a parameter's value (typer 0.2x); older ones convert without it
+    from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
+    from typer._param_types import coerce_cli_path
+except ImportError:  # pragma: no cover - another typer: its own conversion, unchanged
+    RuntimeParam = None  # type: ignore[assignment,misc]
 
 Register = Callable[[typer.Typer], object]  # adds a module's commands to an app
 
@@ -101,3 +113,54 @@ def lazy_module(name: str) -> ModuleType:
     if parent:  # as an import does: `corral.services.queries` is an attribute of its package
         setattr(sys.modules[parent], child, module)
     return module
+
+
+if RuntimeParam is not None:
+
+    @dataclass(frozen=True)
+    class _Light(RuntimeParam):
+        """A parameter's conversion by typer's own rules: an unset value (typer's `coerce`), a
+        default already of its type and in its range, a string for a `str`, a `Path` that
+        passes typer's own checks (`coerce_cli_path`) are converted here; anything else, and
+        every value typer would refuse (its message is typer's), by typer's adapter, built on
+        first use. tests/unit/test_cli_startup.py holds both to the same answers."""
+
+        descriptor: TypeDescriptor
+        full: list[Any] = field(default_factory=list, compare=False)  # typer's, once built
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            info, kind = self.parameter_info, self.annotation
+            if info.parser is None:
+                if kind is str and type(value) is str:
+                    return value
+                if kind in (int, float) and type(value) is kind and not info.clamp:
+                    low, high = info.min, info.max
+                    if (low is None or value >= low) and (high is None or value <= high):
+                        return value
+                if kind is Path and info.path_type is None and type(value) is str:
+                    try:  # typer's adapter turns the string into Path(value) first
+                        return coerce_cli_path(
+                            Path(value), info, path_type=Path, param=param, ctx=ctx
+                        )
+                    except typer.BadParameter:
+                        pass  # refused: typer's adapter says why, in its words
+            if not self.full:
+                self.full.append(build_runtime_param(self.descriptor))
+            return self.full[0]._coerce_value(value, param=param, ctx=ctx)
+
+
+def _light_or_full(descriptor: Any) -> Any:
+    """What typer converts a parameter with: `_Light`, or typer's own for files it opens."""
+    if descriptor.file_annotation is not None:
+        return build_runtime_param(descriptor)
+    return _Light(
+        parameter_info=descriptor.parameter_info,
+        annotation=descriptor.annotation,
+        descriptor=descriptor,
+    )
+
+
+# Every typer parameter of this process (the commands', their help and completion options')
+# asks typer.core for its conversion when it first converts a value.
+if RuntimeParam is not None and hasattr(typer.core, "build_runtime_param"):
+    typer.core.build_runtime_param = _light_or_full
