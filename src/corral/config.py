@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from corral import config_check
+from corral.config_paths import DB_NAME, SQLITE_BUSY_TIMEOUT_MS, data_dir_of, find_config
 from corral.domain import bounds
 from corral.domain.bounds import yaml_too_deep
 from corral.domain.errors import ConfigError
@@ -58,8 +59,6 @@ from corral.domain.settings import (
     WorkerSpec,
     WorkspacePolicy,
 )
-
-CONFIG_NAME = "corral.yaml"
 
 if TYPE_CHECKING:
     from corral.policy.guardrails import Guardrails
@@ -273,7 +272,7 @@ class SchedulerModel(_Strict):
 class StoreModel(_Strict):
     url: str | None = None  # None: SQLite file in the data dir; or postgresql://…
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL"
-    sqlite_busy_timeout_ms: int = Field(5000, ge=0)
+    sqlite_busy_timeout_ms: int = Field(SQLITE_BUSY_TIMEOUT_MS, ge=0)
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
@@ -533,7 +532,7 @@ class Config:
     store_url: str | None
     sqlite_synchronous: str
     source: Path | None
-    sqlite_busy_timeout_ms: int = 5000
+    sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS
     core: CoreModel = field(default_factory=CoreModel)
     secrets_key_file: Path | None = None  # None: <data dir>/secrets.key
     audit: AuditModel = field(default_factory=AuditModel)
@@ -544,7 +543,7 @@ class Config:
 
     @property
     def db_path(self) -> Path:
-        return self.data_dir / "corral.db"
+        return self.data_dir / DB_NAME
 
     @property
     def secrets_key(self) -> Path:
@@ -572,31 +571,6 @@ def group_id(name: str | None) -> int | None:
         if name.isdigit():
             return int(name)
         raise ValueError(f"no such group {name!r}") from None
-
-
-def default_data_dir() -> Path:
-    env = os.environ.get("CORRAL_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(xdg) / "corral"
-
-
-def find_config(explicit: Path | None, data_dir: Path) -> Path | None:
-    if explicit is not None:
-        if not explicit.is_file():
-            raise ConfigError(f"config file not found: {explicit}")
-        return explicit
-    env = os.environ.get("CORRAL_CONFIG")
-    if env:
-        p = Path(env).expanduser()
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p} (from CORRAL_CONFIG)")
-        return p
-    for p in (Path.cwd() / CONFIG_NAME, data_dir / CONFIG_NAME):
-        if p.is_file():
-            return p
-    return None
 
 
 def parse(text: str, source: str) -> ConfigModel:
@@ -1094,7 +1068,7 @@ def _mechanism(model: ConfigModel) -> _Mechanism:
 
 def load(*, data_dir: Path | None = None, config_path: Path | None = None) -> Config:
     """Read the configuration the way every `corral` command does."""
-    ddir = (data_dir or default_data_dir()).expanduser().resolve()
+    ddir = data_dir_of(data_dir)
     path = find_config(config_path, ddir)
     text = ""
     if path is None:
