@@ -13,7 +13,7 @@ from corral.core.ports import JobQuery, Store
 from corral.domain.states import JobState
 from corral.services import tenancy
 from corral.store.migrate import migrations
-from corral.store.sql import JOB_TEXT
+from corral.store.rows import JOB_TEXT
 from corral.store.sqlite import SqliteStore
 from tests.contract.test_governance_contract import evaluation, incident
 from tests.contract.test_store_contract import NOW, UseStore, submit

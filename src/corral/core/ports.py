@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from corral.core.jobquery import JobQuery as JobQuery  # re-exported: a port's query
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation
 from corral.domain.epics import EpicRecord, EpicState, TaskRecord, TaskState, WaveRecord
 from corral.domain.governance import (
@@ -69,26 +70,6 @@ class Finish:
     retry_at: float | None = None
     error: str | None = None
     events: Sequence[JobEvent] = field(default_factory=tuple)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobQuery:
-    """Which jobs `list_jobs` returns, newest first (None or empty: any)."""
-
-    state: JobState | None = None
-    role: str | None = None
-    limit: int = 100
-    dead_lettered_unresolved: bool = False
-    tenant: str | None = None
-    env_name: str | None = None
-    before: str | None = None  # only jobs whose id sorts before this one (the next page)
-    text: str | None = None  # a substring of the command (as stored, JSON) or the prompt;
-    # ASCII letters match either case
-    ended_since: float | None = None  # only jobs that ended (a terminal state) at or after
-    # this time, the latest to end first
-    parent_id: str | None = None  # only the jobs submitted from inside this one
-    ref: str | None = None  # only the jobs this names: the whole id, or a prefix or suffix of
-    # at least MIN_REF characters (domain/ids.py `matches`)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral.domain.ids import MIN_REF
 from corral.domain.models import Attempt, Job, JobEvent, JobOptions, Limits
 from corral.domain.states import AttemptState, DedupMode, JobState, Outcome
+
+if TYPE_CHECKING:
+    from corral.core.jobquery import JobQuery
 
 JOB_COLUMNS = (
     "id",
@@ -49,6 +52,15 @@ JOB_COLUMNS = (
     "token_budget_in",
     "token_budget_out",
 )
+JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
+# What a job's text search compares; on SQLite the index jobs_text (migration 0028) holds exactly
+# this expression after the tenant and the id, so a tenant's search never opens a job's row.
+JOB_TEXT = "LOWER(command || ' ' || COALESCE(prompt, ''))"
+_TERMINAL_IN = ", ".join(
+    f"'{s}'"
+    for s in ("SUCCEEDED", "FAILED", "DEAD_LETTERED", "TIMED_OUT", "CANCELLED", "KILLED", "DENIED")
+)  # as jobs_ended's predicate spells it, so that the planner takes the index
+
 ATTEMPT_COLUMNS = (
     "id",
     "job_id",
@@ -98,6 +110,45 @@ def ref_clause(column: str, ref: str) -> tuple[str, list[Any]]:
         return f"{column} = ?", [ref]
     whole = f"(substr({column}, 1, ?) = ? OR substr({column}, length({column}) - ? + 1) = ?)"
     return whole, [n, ref, n, ref]
+
+
+def job_list_sql(query: JobQuery) -> tuple[str, tuple[object, ...]]:
+    """The statement (and its parameters) of `list_jobs`: the SQL store's, and the one
+    store/peek.py reads a SQLite file with."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if query.state:
+        clauses.append("state = ?")
+        params.append(query.state.value)
+    if query.role:
+        clauses.append("role = ?")
+        params.append(query.role)
+    if query.dead_lettered_unresolved:
+        clauses.append("state = 'DEAD_LETTERED' AND dlq_resolution IS NULL")
+    for column, value in (("tenant", query.tenant), ("env_name", query.env_name)):
+        if value:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if query.before:
+        clauses.append("id < ?")
+        params.append(query.before)
+    if query.ended_since is not None:  # the partial index jobs_ended (migration 0019)
+        clauses.append(f"state IN ({_TERMINAL_IN}) AND updated_at >= ?")
+        params.append(query.ended_since)
+    if query.text:
+        clauses.append(f"{JOB_TEXT} LIKE ? ESCAPE '!'")
+        params.append("%" + like_escape(ascii_lower(query.text)) + "%")
+    if query.parent_id is not None:
+        clauses.append("parent_id = ?")
+        params.append(query.parent_id)
+    if query.ref is not None:
+        named, values = ref_clause("id", query.ref)
+        clauses.append(named)
+        params.extend(values)
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    # the ended ones by when they ended: what their index gives without reading every job
+    order = "updated_at DESC, id DESC" if query.ended_since is not None else "id DESC"
+    return f"{JOB_SELECT}{where} ORDER BY {order} LIMIT ?", (*params, query.limit)
 
 
 def job_params(job: Job) -> tuple[Any, ...]:

@@ -34,15 +34,14 @@ from corral.store.retention_sql import SqlRetention
 from corral.store.rows import (
     ATTEMPT_COLUMNS,
     JOB_COLUMNS,
-    ascii_lower,
+    JOB_SELECT,
     attempt_from_row,
     attempt_params,
     dumps,
     event_from_row,
     job_from_row,
+    job_list_sql,
     job_params,
-    like_escape,
-    ref_clause,
 )
 from corral.store.rules import (
     STOP_STATES,
@@ -57,10 +56,6 @@ from corral.store.rules import (
 from corral.store.tokens_sql import SqlTokens
 from corral.store.world_sql import SqlWorld
 
-# What a job's text search compares; on SQLite the index jobs_text (migration 0028) holds exactly
-# this expression after the tenant and the id, so a tenant's search never opens a job's row.
-JOB_TEXT = "LOWER(command || ' ' || COALESCE(prompt, ''))"
-_JOB_SELECT = "SELECT " + ", ".join(JOB_COLUMNS) + " FROM jobs"
 _JOB_INSERT = (
     f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) VALUES ({', '.join('?' * len(JOB_COLUMNS))})"
 )
@@ -73,12 +68,6 @@ _ATTEMPT_INSERT = (
 )
 # How long a PostgreSQL reservation keeps other engines off a queued job (seconds).
 LEASE_S = 5.0
-
-
-_TERMINAL_IN = ", ".join(
-    f"'{s}'"
-    for s in ("SUCCEEDED", "FAILED", "DEAD_LETTERED", "TIMED_OUT", "CANCELLED", "KILLED", "DENIED")
-)  # as jobs_ended's predicate spells it, so that the planner takes the index
 
 
 class _EventTx:
@@ -136,7 +125,7 @@ class SqlStore(
     # ---- helpers -------------------------------------------------------------------------
 
     async def _job(self, tx: Tx, job_id: str) -> Job | None:
-        row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (job_id,))
+        row = await tx.fetchone(JOB_SELECT + " WHERE id = ?", (job_id,))
         return job_from_row(row) if row else None
 
     async def _insert_events(self, tx: Tx, events: Sequence[JobEvent]) -> None:
@@ -173,7 +162,7 @@ class SqlStore(
     async def _settle_dependents(self, tx: Tx, job: Job, ended: JobState, now: float) -> None:
         """A dependency ended: count it off its dependents, or fail them if it did not succeed."""
         dependents = await tx.fetchall(
-            _JOB_SELECT + " WHERE id IN (SELECT job_id FROM job_deps WHERE dep_id = ?)"
+            JOB_SELECT + " WHERE id IN (SELECT job_id FROM job_deps WHERE dep_id = ?)"
             " AND state = 'QUEUED'",
             (job.id,),
         )
@@ -215,7 +204,7 @@ class SqlStore(
 
     async def _stop_children(self, tx: Tx, parent: Job, reason: str, kind: str, now: float) -> None:
         """Stop the jobs the parent submitted that have not ended (store/cascade.py)."""
-        rows = await tx.fetchall(_JOB_SELECT + " WHERE parent_id = ? ORDER BY id", (parent.id,))
+        rows = await tx.fetchall(JOB_SELECT + " WHERE parent_id = ? ORDER BY id", (parent.id,))
         for row in rows:
             child: Job | None = job_from_row(row)
             for _ in range(3):  # another engine may move it meanwhile (PostgreSQL): look again
@@ -383,7 +372,7 @@ class SqlStore(
         # the partial index jobs_runnable is already in queue order, so the scan stops at `limit`
         # (about 0.4 ms instead of 5 ms for 64 of 10,000 queued jobs).
         sql = (
-            f"{_JOB_SELECT} INDEXED BY jobs_runnable WHERE {' AND '.join(clauses)}"
+            f"{JOB_SELECT} INDEXED BY jobs_runnable WHERE {' AND '.join(clauses)}"
             " ORDER BY sort_at, id LIMIT ?"
         )
         async with self.driver.read() as tx:
@@ -643,7 +632,7 @@ class SqlStore(
 
     async def get_job(self, ref: str) -> Job:
         async with self.driver.read() as tx:
-            row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (ref,))
+            row = await tx.fetchone(JOB_SELECT + " WHERE id = ?", (ref,))
             if row is None and len(ref) >= MIN_REF:
                 # Not LIKE: `%`/`_` in user input are no wildcards, and case sensitivity would
                 # differ between SQLite and PostgreSQL.
@@ -653,49 +642,15 @@ class SqlStore(
                     (len(ref), ref, len(ref), ref),
                 )
                 found = resolve(ref, [r["id"] for r in rows])
-                row = await tx.fetchone(_JOB_SELECT + " WHERE id = ?", (found,))
+                row = await tx.fetchone(JOB_SELECT + " WHERE id = ?", (found,))
         if row is None:
             raise NotFound(f"no job {ref}")
         return job_from_row(row)
 
     async def list_jobs(self, query: JobQuery) -> list[Job]:
-        clauses: list[str] = []
-        params: list[object] = []
-        if query.state:
-            clauses.append("state = ?")
-            params.append(query.state.value)
-        if query.role:
-            clauses.append("role = ?")
-            params.append(query.role)
-        if query.dead_lettered_unresolved:
-            clauses.append("state = 'DEAD_LETTERED' AND dlq_resolution IS NULL")
-        for column, value in (("tenant", query.tenant), ("env_name", query.env_name)):
-            if value:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if query.before:
-            clauses.append("id < ?")
-            params.append(query.before)
-        if query.ended_since is not None:  # the partial index jobs_ended (migration 0019)
-            clauses.append(f"state IN ({_TERMINAL_IN}) AND updated_at >= ?")
-            params.append(query.ended_since)
-        if query.text:
-            clauses.append(f"{JOB_TEXT} LIKE ? ESCAPE '!'")
-            params.append("%" + like_escape(ascii_lower(query.text)) + "%")
-        if query.parent_id is not None:
-            clauses.append("parent_id = ?")
-            params.append(query.parent_id)
-        if query.ref is not None:
-            named, values = ref_clause("id", query.ref)
-            clauses.append(named)
-            params.extend(values)
-        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-        # the ended ones by when they ended: what their index gives without reading every job
-        order = "updated_at DESC, id DESC" if query.ended_since is not None else "id DESC"
+        sql, params = job_list_sql(query)
         async with self.driver.read() as tx:
-            rows = await tx.fetchall(
-                f"{_JOB_SELECT}{where} ORDER BY {order} LIMIT ?", (*params, query.limit)
-            )
+            rows = await tx.fetchall(sql, params)
         return [job_from_row(r) for r in rows]
 
     async def attempts(self, job_id: str) -> list[Attempt]:
