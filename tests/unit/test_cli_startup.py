@@ -1,19 +1,102 @@
-"""typer converts `corral`'s options without pydantic where its answer cannot differ
-(cli/lazy.py): it built a pydantic adapter for each option, even an unset one, and pydantic
-with its first adapter was a third of `corral jobs --json`'s start."""
+"""`corral jobs --json` on a store that exists builds and imports only what it uses: typer's
+options converted without pydantic (cli/lazy.py), the SQLite file read with sqlite3 alone
+(store/peek.py), no configuration models when there is no configuration file. It took 0.22 to
+0.30 s to start with them (bench/scenarios.py `CLI`); this holds the path, not a time."""
 
 from __future__ import annotations
 
+import json
+import os
+import sqlite3
+import subprocess
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 import pytest
 import typer
 import typer.core
 from typer.testing import CliRunner
 
 from corral.cli import lazy
+from corral.config import load
+from corral.config_paths import DB_NAME, SQLITE_BUSY_TIMEOUT_MS
+from corral.core.ports import JobQuery
+from corral.domain.states import JobState
+from corral.store import migrate, peek
+from corral.store.sqlite import SqliteStore
+from tests.contract.test_store_contract import AGING, NOW, make_job
+
+# What the steady `corral jobs --json` must not import: pydantic (typer's adapters, the
+# configuration's models), YAML, the async store and every port, the event loop, the store
+# drivers, the services, importlib.metadata.
+HEAVY = (
+    "pydantic",
+    "typer._adapters",
+    "corral.config",
+    "yaml",
+    "corral.core.ports",
+    "corral.store.sql",
+    "corral.store.sqlite",
+    "corral.store.postgres",
+    "corral.store.migrate",
+    "psycopg",
+    "asyncio",
+    "corral.runtime.assembly",
+    "corral.services.queries",
+    "importlib.metadata",
+)
+
+PROBE = """
+import json, sys
+sys.argv = ["corral", *sys.argv[1:]]
+from corral.main import main
+try:
+    main()
+except SystemExit as end:
+    code = end.code
+ran = sorted(n for n, m in sys.modules.items() if type(m).__name__ != "_LazyModule")
+sys.stderr.write("\\n" + json.dumps({"code": code, "modules": ran}) + "\\n")
+"""
+
+
+def _probe(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[str, dict]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**base, **(env or {})},
+        check=False,
+    )
+    return r.stdout, json.loads(r.stderr.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_listing_jobs_imports_none_of_the_heavy_modules(tmp_path: Path, how: str) -> None:
+    data = str(tmp_path / "data")
+    args, env = (["--data-dir", data], None) if how == "option" else ([], {"CORRAL_DATA_DIR": data})
+    first, probe = _probe(tmp_path, "jobs", "--json", *args, env=env)  # creates the store
+    assert probe["code"] == 0 and json.loads(first) == []
+    out, probe = _probe(tmp_path, "jobs", "--json", *args, env=env)
+    assert probe["code"] == 0 and json.loads(out) == []
+    assert [m for m in HEAVY if m in probe["modules"]] == []
+    table, probe = _probe(tmp_path, "jobs", *args, env=env)
+    assert probe["code"] == 0 and table.strip() == "no jobs"
+
+
+def test_a_configuration_file_is_still_loaded_and_validated(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _probe(tmp_path, "jobs", "--json", "--data-dir", str(data))
+    (tmp_path / "corral.yaml").write_text("scheduler: {max_queued: -1}\n")
+    out, probe = _probe(tmp_path, "jobs", "--json", "--data-dir", str(data))
+    assert probe["code"] == 2 and out == ""
+    assert "corral.config" in probe["modules"]
+
 
 # ---- typer's options without pydantic: the same answers as typer's own conversion
 
@@ -78,3 +161,65 @@ def test_options_convert_as_typer_converts_them(
 def test_the_light_conversion_is_the_one_typer_uses() -> None:
     pytest.importorskip("typer._coercion")
     assert typer.core.build_runtime_param is lazy._light_or_full
+
+
+# ---- the SQLite file read alone: the store's answers, or None
+
+
+def test_the_latest_migration_is_the_one_migrate_applies() -> None:
+    assert peek.latest_version() == migrate.migrations("sqlite")[-1][0]
+
+
+def test_the_defaults_are_the_configurations(tmp_path: Path) -> None:
+    cfg = load(data_dir=tmp_path)
+    assert cfg.source is None and cfg.store_url is None
+    assert cfg.db_path == tmp_path.resolve() / DB_NAME
+    assert cfg.sqlite_busy_timeout_ms == SQLITE_BUSY_TIMEOUT_MS
+
+
+def test_a_read_of_the_file_lists_what_the_store_lists(tmp_path: Path) -> None:
+    db = tmp_path / DB_NAME
+    queries = [
+        JobQuery(),
+        JobQuery(limit=2),
+        JobQuery(state=JobState.QUEUED),
+        JobQuery(role="r1"),
+        JobQuery(text="ECHO"),
+        JobQuery(ref="zzzzzzzz"),
+    ]
+
+    async def body() -> list[list[str]]:
+        store = SqliteStore(db)
+        await store.open()
+        try:
+            for i in range(5):
+                job = make_job(command=("ECHO", str(i)), role=f"r{i % 2}")
+                await store.submit(job, now=NOW, aging_s=AGING)
+            return [[j.id for j in await store.list_jobs(q)] for q in queries]
+        finally:
+            await store.close()
+
+    stored = anyio.run(body)
+    read = [peek.list_jobs(db, q, busy_timeout_ms=100) for q in queries]
+    assert [None if r is None else [j.id for j in r] for r in read] == stored
+
+
+def test_a_file_the_store_must_open_first_is_not_read(tmp_path: Path) -> None:
+    db = tmp_path / DB_NAME
+    assert peek.list_jobs(db, JobQuery(), busy_timeout_ms=100) is None  # no file
+    assert not db.exists()  # and none made
+    anyio.run(_open_and_close, db)
+    assert peek.list_jobs(db, JobQuery(), busy_timeout_ms=100) == []
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM schema_migrations WHERE version = ?", (peek.latest_version(),))
+    conn.commit()
+    conn.close()
+    assert peek.list_jobs(db, JobQuery(), busy_timeout_ms=100) is None  # behind: migrate first
+    db.write_bytes(b"not a database")
+    assert peek.list_jobs(db, JobQuery(), busy_timeout_ms=100) is None  # the store says why
+
+
+async def _open_and_close(db: Path) -> None:
+    store = SqliteStore(db)
+    await store.open()
+    await store.close()

@@ -5,6 +5,7 @@ CorralError turned into one line on stderr with its exit code (cli/exits.py)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,7 +20,9 @@ from .exits import fail as fail  # re-exported: the command modules import it fr
 if TYPE_CHECKING:  # imported where used: a command pays only for what it runs
     from corral.client import AsyncClient
     from corral.config import Config
+    from corral.core.jobquery import JobQuery
     from corral.core.ports import Store
+    from corral.domain.models import Job
     from corral.services import Wake
 
 T = TypeVar("T")
@@ -64,6 +67,26 @@ def config_or_fail(data_dir: Path | None, config: Path | None) -> Config:
         return load_config(data_dir, config)
     except CorralError as err:
         fail(err)
+
+
+def peek_jobs(data_dir: Path | None, config: Path | None, query: JobQuery) -> list[Job] | None:
+    """The jobs `query` selects, read from the SQLite file without loading the configuration
+    or opening the store: when no configuration file is found and no store URL is set, every
+    setting is the built-in default, so there is nothing to validate (store/peek.py). None:
+    load the configuration and open the store (config_or_fail, with_store)."""
+    from corral.config_paths import DB_NAME, SQLITE_BUSY_TIMEOUT_MS, data_dir_of, find_config
+    from corral.store import peek
+
+    try:  # what load_config does first, with the same errors
+        ddir = data_dir_of(data_dir)
+        if os.environ.get("CORRAL_STORE_URL") or find_config(config, ddir) is not None:
+            return None
+        warning = privacy.secure_data_dir(ddir)
+    except CorralError as err:
+        fail(err)
+    if warning:  # said once: a second look finds nothing left to narrow
+        typer.echo(f"corral: warning: {warning}", err=True)
+    return peek.list_jobs(ddir / DB_NAME, query, busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS)
 
 
 def with_store(cfg: Config, fn: Callable[[Store], Awaitable[T]]) -> T:

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from corral.core.ports import JobQuery
+from corral.core.jobquery import JobQuery
 from corral.domain import bounds
 from corral.domain.errors import InvalidRequest
 from corral.domain.models import Job
 from corral.domain.states import DedupMode, JobState
 
 from . import views
-from .edge import config_or_fail, emit, note, remote_url, waker, with_store
+from .edge import config_or_fail, emit, note, peek_jobs, remote_url, waker, with_store
 from .exits import fail
 from .options import ConfigOpt, DataDir, FollowOpt, JsonOpt, NoEngineOkOpt, QuietOpt
 
@@ -655,8 +655,15 @@ def jobs(
         else:
             views.print_jobs([remote.job(j) for j in page.jobs])
         return
-    cfg = config_or_fail(data_dir, config)
     query = JobQuery(state=state, role=role, limit=limit)
+    listed = peek_jobs(data_dir, config, query)
+    if listed is not None and (as_json or not listed):  # a table shows short ids: the store's
+        if as_json:
+            emit([views.job_json(j) for j in listed])
+        else:
+            views.print_jobs(listed, title=None, short={})
+        return
+    cfg = config_or_fail(data_dir, config)
     found = with_store(cfg, lambda st: queries.jobs(st, query, short=not as_json))
     if as_json:
         emit([views.job_json(j) for j in found.jobs])

@@ -18,8 +18,8 @@ from importlib import resources
 
 from corral.store.chain_sql import seal_legacy_evaluations
 from corral.store.driver import Driver, Tx
+from corral.store.peek import MIGRATION_NAME as _NAME
 
-_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 # One SQL source for both databases: PostgreSQL's is SQLite's with these type names. A migration
 # that needs more than that ships `NNNN_name.postgres.sql` beside it, which replaces it there.
 _POSTGRES_TYPES = (
