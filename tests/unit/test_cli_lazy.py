@@ -1,59 +1,15 @@
-"""The command modules load when one of their commands runs (cli/lazy.py): a short command does
-not import what the others need, and `--help` still lists every command."""
+"""The command modules load when one of their commands runs (cli/lazy.py), and `--help` still
+lists every command; what a short command imports is tests/unit/test_cli_startup.py's."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import typer
 from typer.testing import CliRunner
 
 from corral.cli import Commands, app
-
-# What `corral jobs --json` on an empty store must not import: the other command modules, the
-# engine, the guardrails and the schema models (nothing to dump).
-NOT_FOR_JOBS = (
-    "corral.cli.governance",
-    "corral.cli.guard",
-    "corral.cli.policy_cmds",
-    "corral.cli.world",
-    "corral.cli.waiting",
-    "corral.runtime.engine",
-    "corral.policy.guardrails",
-    "corral.schemas.views",
-    "corral.services.submissions",
-)
-
-PROBE = """
-import json, sys
-sys.argv = ["corral", "jobs", "--json", "--data-dir", sys.argv[1]]
-from corral.main import main
-try:
-    main()
-except SystemExit as end:
-    code = end.code
-# a module behind importlib's LazyLoader that nothing touched was never executed
-ran = sorted(n for n, m in sys.modules.items() if type(m).__name__ != "_LazyModule")
-sys.stderr.write("\\n" + json.dumps({"code": code, "modules": ran}) + "\\n")
-"""
-
-
-def test_jobs_on_an_empty_store_imports_only_what_it_uses(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [sys.executable, "-c", PROBE, str(tmp_path / "data")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        check=False,
-    )
-    probe = json.loads(r.stderr.strip().splitlines()[-1])
-    assert probe["code"] == 0 and json.loads(r.stdout) == []
-    assert "corral.cli.jobs" in probe["modules"]
-    assert [m for m in NOT_FOR_JOBS if m in probe["modules"]] == []
 
 
 def test_each_lazy_name_is_what_its_module_registers() -> None:
