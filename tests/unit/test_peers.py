@@ -8,13 +8,14 @@ import socket
 import stat
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from corral.runtime.control import job_may, serve_control, socket_path, tell
+from corral.runtime.control import job_may, serve_control, tell
 from corral.runtime.peers import Peer, Refused, check_user, credentials, identify, restrict
 
 
@@ -88,8 +89,11 @@ def test_a_told_engine_wakes_without_answering_and_looks_up_only_whom_it_must(
     seen: list[tuple[str, str]] = []
     looked_up: list[str] = []
 
+    told = anyio.Event()
+
     async def handle(request: dict[str, Any], peer: Peer) -> dict[str, Any]:
         seen.append((request["op"], peer.capability))
+        told.set()
         return {"ok": True, "capability": peer.capability}
 
     async def is_job(job: str) -> bool:
@@ -98,13 +102,10 @@ def test_a_told_engine_wakes_without_answering_and_looks_up_only_whom_it_must(
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: serve_control(tmp_path, handle, is_job=is_job))
+            await tg.start(partial(serve_control, tmp_path, handle, is_job=is_job))
             with anyio.fail_after(10):
-                while not socket_path(tmp_path).exists():
-                    await anyio.sleep(0.01)
                 assert await anyio.to_thread.run_sync(tell, tmp_path, "submitted")
-                while not seen:
-                    await anyio.sleep(0.01)
+                await told.wait()  # acted on, though nobody waited for the answer
                 # a process of job J-1 (its environment names it) pokes, then asks who it is
                 script = (
                     "import sys; from pathlib import Path; "

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
 from corral.domain.bounds import BoundError, loads_bounded
 from corral.domain.errors import NotPermitted
@@ -132,13 +132,19 @@ async def _no_jobs(job: str) -> bool:
 
 
 async def serve_control(
-    data_dir: Path, handle: Handler, *, group: int | None = None, is_job: IsJob = _no_jobs
+    data_dir: Path,
+    handle: Handler,
+    *,
+    group: int | None = None,
+    is_job: IsJob = _no_jobs,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Answer one JSON line per connection until cancelled."""
+    """Answer one JSON line per connection until cancelled (started: the socket listens)."""
     path = socket_path(data_dir)
     path.unlink(missing_ok=True)
     listener = await anyio.create_unix_listener(path)
     restrict(path, group)
+    task_status.started()
     try:
         await listener.serve(lambda stream: _answer(stream, handle, group, is_job))
     finally:
