@@ -4,7 +4,9 @@ A SIGKILLed shim leaves its job's processes behind: they are found by the attemp
 stopped before the attempt ends LOST, so its retry never runs beside them, and one such ghost
 does not isolate the whole worker kind. A SIGSTOPped shim cannot enforce its deadline or a
 cancel: the core does, killing the shim and the attempt's processes. A latest-wins submission
-starts only once the job it replaced has no process left.
+starts only once the job it replaced has no process left. The core's zygote, which forks the
+shims, may be killed or stopped: the shims it forked run on, and the next attempt starts anyway,
+once (workers/zygote.py).
 
 After every fault, `invariants` (tests/acceptance/invariants.py) checks what must hold
 whatever broke.
@@ -20,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from corral.workers.process import attempt_processes
-from corral.workers.proctab import alive
+from corral.workers.proctab import alive, read_stat
+from corral.workers.zygote import REPLY_S
 from tests.acceptance.conftest import CONFIG, Corral
 from tests.acceptance.invariants import RAN, invariants
 from tests.helpers import eventually
@@ -240,3 +243,67 @@ def test_latest_wins_starts_the_new_job_only_once_the_old_tree_is_gone(
     assert _lines(log) == ["old-started", "old-stopped", "new-started"], _lines(log)
     assert _live(_pids(pids)) == []
     invariants(c, runs)
+
+
+def _zygote_of(shim: int) -> int:
+    """The zygote that forked `shim` (its parent)."""
+    stat = read_stat(shim)
+    assert stat is not None, f"shim {shim} is gone"
+    cmdline = Path(f"/proc/{stat.ppid}/cmdline").read_bytes().split(b"\0")
+    assert b"--zygote" in cmdline, f"shim {shim} was not forked by a zygote: {cmdline}"
+    return stat.ppid
+
+
+def test_a_killed_zygote_leaves_its_shims_running_and_the_next_attempts_start(
+    corral: Corral, tmp_path: Path
+) -> None:
+    """SIGKILL the zygote while three jobs run: they end as they would have (their shims are
+    not its to stop), and jobs submitted after it start under a new zygote, each once."""
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
+    body = RAN + f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    opts = ("--setenv", f"RUNS={runs}")
+    first = [corral.submit("sh", "-c", body, opts=opts) for _ in range(3)]
+    corral.serve()
+    eventually(lambda: len(_lines(runs)) == 3, what="three jobs running")
+    shims = [_shim_pid(corral, j)[0] for j in first]
+    zygote = _zygote_of(shims[0])
+    os.kill(zygote, signal.SIGKILL)
+    eventually(lambda: not alive(zygote), what="the zygote gone")
+    assert _live(shims) == shims, "its shims run on"
+    later = [corral.submit("sh", "-c", RAN + "true", opts=opts) for _ in range(3)]
+    for job_id in later:
+        assert corral.wait(job_id) == 0, corral.engine_log()[-3000:]
+    gate.touch()
+    for job_id in first:
+        assert corral.wait(job_id) == 0, corral.engine_log()[-3000:]
+    ran = sorted(line.split()[0] for line in _lines(runs))
+    assert ran == sorted(first + later), "every job ran, and each once"
+    again = corral.submit("sh", "-c", RAN + "exec sleep 30", opts=opts)
+    new = _zygote_of(_shim_pid(corral, again)[0])
+    assert new != zygote and alive(new)
+    corral.ok("cancel", again)
+    corral.wait(again)
+    invariants(corral, runs)
+
+
+def test_a_stopped_zygote_holds_a_start_back_only_briefly(corral: Corral, tmp_path: Path) -> None:
+    """SIGSTOP the zygote: the next attempt waits for its answer at most REPLY_S, then the
+    core kills it and starts the shim itself; the job runs once."""
+    runs = tmp_path / "runs"
+    opts = ("--setenv", f"RUNS={runs}")
+    probe = corral.submit("sh", "-c", RAN + "exec sleep 30", opts=opts)
+    corral.serve()
+    zygote = _zygote_of(_shim_pid(corral, probe)[0])
+    corral.ok("cancel", probe)
+    corral.wait(probe)
+    os.kill(zygote, signal.SIGSTOP)
+    try:
+        job_id = corral.submit("sh", "-c", RAN + "true", opts=opts)
+        assert corral.wait(job_id, timeout=REPLY_S + 30) == 0, corral.engine_log()[-3000:]
+        eventually(lambda: not alive(zygote), what="the stopped zygote killed")
+    finally:
+        if alive(zygote):
+            os.kill(zygote, signal.SIGCONT)
+    assert [line.split()[0] for line in _lines(runs)] == [probe, job_id]
+    assert "the shims' zygote" in corral.engine_log()
+    invariants(corral, runs)

@@ -28,6 +28,7 @@ from corral.workers.process import (
     spawn,
 )
 from corral.workers.proctab import alive, descendants, read_stat
+from corral.workers.zygote import Zygote
 from tests.helpers import eventually
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
@@ -51,11 +52,14 @@ def comm(pid: int) -> str:
     return stat.comm if stat else ""
 
 
-@pytest.fixture
-def start(tmp_path: Path) -> Iterator[Start]:
-    """spawn() with test defaults; whatever is still running at teardown is killed and reaped."""
+@pytest.fixture(params=["exec", "zygote"])
+def start(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Start]:
+    """spawn() with test defaults, the shim exec'd or forked by a zygote (workers/zygote.py):
+    every test here holds for both; whatever is still running at teardown is killed and
+    reaped."""
     procs: list[ShimProcess] = []
     counter = iter(range(1000))
+    zygote = Zygote() if request.param == "zygote" else None
 
     def _start(*argv: str, **kw: Any) -> ShimProcess:
         kw.setdefault("attempt_dir", tmp_path / f"attempt-{next(counter)}")
@@ -63,11 +67,15 @@ def start(tmp_path: Path) -> Iterator[Start]:
         kw.setdefault("env", ENV)
         kw.setdefault("grace_s", 5.0)
         kw.setdefault("deadline_epoch_s", None)
-        proc = spawn(argv=argv, **kw)
+        proc = spawn(argv=argv, via=zygote, **kw)
+        if zygote is not None:
+            assert not proc.is_child  # forked by the zygote, not exec'd here
         procs.append(proc)
         return proc
 
     yield _start
+    if zygote is not None:
+        zygote.close()
     for proc in procs:
         if proc.poll() is None:  # a test may have stopped it (SIGSTOP)
             with contextlib.suppress(ProcessLookupError):

@@ -23,6 +23,7 @@ from corral.core import protocol as p
 from corral.core.server import CoreServer
 from corral.runtime.assembly import advertise, settle_heap
 from corral.runtime.engine import build_core
+from corral.workers.zygote import Zygote
 
 log = logging.getLogger("corral.core")
 
@@ -78,10 +79,14 @@ async def serve_stdio(config: Config) -> None:
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
 
-    server = CoreServer(build_core(config), send, time.time)
+    zygote = Zygote()
+    server = CoreServer(build_core(config, zygote), send, time.time)
     settle_heap()
-    with contextlib.suppress(ConnectionError):
-        await server.serve(_LineReader(reader))
+    try:
+        with contextlib.suppress(ConnectionError):
+            await server.serve(_LineReader(reader))
+    finally:
+        zygote.close()  # its shims run on; a new core forks its own
     log.info("scheduler closed the pipe; %d attempts keep running", len(server.running))
 
 

@@ -61,6 +61,7 @@ from corral.workers import credentials, privacy, rayauth, rayhealth
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
 from corral.workers.sealing import Keeper, revealer
+from corral.workers.zygote import Zygote
 
 log = logging.getLogger("corral.engine")
 
@@ -68,9 +69,10 @@ REVIVE_WAIT_S = 7.0  # how long clearing a crash loop waits for the new core (th
 SOLE_HOLDER = "sole-engine"  # who holds the sinks' leases on a store only one engine serves
 
 
-def build_core(config: Config) -> Core:
+def build_core(config: Config, zygote: Zygote | None = None) -> Core:
+    """The core of `config`; its shims are forked by `zygote` (the caller's to close)."""
     gate = PermitGate(config.settings)
-    launch = Launch(keeper=Keeper(config.secrets_key), settings=config.settings)
+    launch = Launch(keeper=Keeper(config.secrets_key), settings=config.settings, zygote=zygote)
     return Core(
         gate,
         {kind: build_worker(config, gate.validate, kind, launch) for kind in worker_kinds(config)},
@@ -455,7 +457,9 @@ class Engine:
         cfg = self.config.core
         if cfg.mode == "inline":
             advertise(self.config)
-            connect_local(self.link, build_core(self.config), tg, time.time)
+            zygote = Zygote()
+            connect_local(self.link, build_core(self.config, zygote), tg, time.time)
+            tg.start_soon(_closed_at_exit, zygote)
             return
         argv = [sys.executable, "-m", "corral", "core", "--data-dir", str(self.config.data_dir)]
         if self.config.source is not None:
@@ -636,3 +640,11 @@ def _first_leaf(group: BaseException) -> BaseException:
 async def _when_ready(ready: anyio.Event, callback: Callable[[], None]) -> None:
     await ready.wait()
     callback()
+
+
+async def _closed_at_exit(zygote: Zygote) -> None:
+    """Hold the inline core's zygote until the engine stops (its shims run on)."""
+    try:
+        await anyio.sleep_forever()
+    finally:
+        zygote.close()

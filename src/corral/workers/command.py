@@ -26,6 +26,7 @@ from corral.workers.faults import command_fault
 from corral.workers.notes import read_note
 from corral.workers.process import Output, ShimProcess, ShimResult
 from corral.workers.sealing import Keeper, reveal_job
+from corral.workers.zygote import Zygote
 
 # The environment a job starts from; everything else of the engine's own environment (database
 # URLs, tokens) stays out unless the job asks for it by name (`corral submit --setenv`).
@@ -66,11 +67,13 @@ OUTPUT_LIMIT = "output"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Launch:
     """What starting any attempt needs besides its permit: the key that opens the job's sealed
-    secrets, and the output bounds of its role."""
+    secrets, the output bounds of its role, and the zygote its shim is forked by (None: the
+    shim is exec'd)."""
 
     keeper: Keeper | None = None
     settings: Settings | None = None
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    zygote: Zygote | None = None
 
     def prepare(self, job: Job) -> tuple[Job, Output]:
         """The job as it really runs (its secrets back in), and how its output is kept."""
@@ -308,6 +311,7 @@ class CommandWorker:
             grace_s=permit.grace_s,
             deadline_epoch_s=permit.deadline_at,
             output=output,
+            via=self.launch.zygote,
         )
         return CommandAttempt(proc)
 

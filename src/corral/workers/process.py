@@ -41,6 +41,7 @@ import re2
 import corral
 from corral.domain.errors import WorkerError
 from corral.workers import native, privacy, proctab
+from corral.workers.zygote import Zygote, ZygoteLost
 
 __all__ = [
     "Output",
@@ -417,6 +418,7 @@ def spawn(
     term_signal: int = signal.SIGTERM,
     term_child_only: bool = False,
     output: Output | None = None,
+    via: Zygote | None = None,
 ) -> ShimProcess:
     """Start `argv` under a new shim for `attempt_dir` and return its handle.
 
@@ -424,20 +426,14 @@ def spawn(
     attempt's log files and the attempt lock at fd 3.  `deadline_epoch_s` (wall clock) is
     enforced by the shim itself, so it holds even if the engine dies.  The job's own output
     goes through the shim's pump (`output`), never straight to the logs; the job runs with the
-    umask Corral was started with (privacy.job_umask), not Corral's private one.
+    umask Corral was started with (privacy.job_umask), not Corral's private one. With `via`,
+    the shim is forked by that zygote instead of exec'd here (workers/zygote.py).
     """
     output = output or Output()
     if not argv:
         raise WorkerError("cannot spawn an empty command")
     exe = str(native.shim_path())
-    try:  # one mkdir in the common case: the attempt directory is new
-        attempt_dir.mkdir(mode=0o700)
-        fresh = True
-    except FileNotFoundError:
-        attempt_dir.mkdir(mode=0o700, parents=True)
-        fresh = True
-    except FileExistsError:
-        fresh = False
+    fresh = _make_dir(attempt_dir)
     real = _real(attempt_dir)
     env = {**env, ATTEMPT_ENV: real}
     options = _shim_options(
@@ -448,58 +444,122 @@ def spawn(
         deadline_epoch_s=deadline_epoch_s,
         output=output,
     )
-
-    fds: list[int] = []
+    fds: list[int] = []  # ours, closed once the shim holds its copies (and the lock)
     try:
-        lock_fd = _open_high(attempt_dir, os.O_RDONLY | os.O_DIRECTORY)
-        fds.append(lock_fd)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise WorkerError(f"attempt dir already in use: {attempt_dir}") from None
-        # No shim lives here (we hold the lock), so files left by an earlier one are stale; drop
-        # them so that result.json and shim.pid always belong to the shim we start now.
-        for name in (RESULT, SHIM_PID, CHILD_PID, CGROUP) if not fresh else ():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(attempt_dir / name)
-        cgroup = _new_cgroup(attempt_dir, real)
+        child_fds, cgroup = _claim(attempt_dir, real, fresh, output, fds)
         if cgroup is not None:
             options += ["--cgroup", str(cgroup)]
-        args = [exe, *options, str(attempt_dir), "--", *argv]
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        out_fd = _open_high(attempt_dir / STDOUT, flags)
-        fds.append(out_fd)
-        err_fd = _open_high(attempt_dir / STDERR, flags)
-        fds.append(err_fd)
-        # Every parent fd is O_CLOEXEC; dup2 clears the flag on the targets, so exactly 0-3 leak
-        # (and 4, the secrets, when there are any).
-        actions = [
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_DUP2, out_fd, 1),
-            (os.POSIX_SPAWN_DUP2, err_fd, 2),
-            (os.POSIX_SPAWN_DUP2, lock_fd, 3),
-        ]
-        if output.secrets:
-            secrets_fd = _secrets_memfd(output.secrets)
-            fds.append(secrets_fd)
-            actions.append((os.POSIX_SPAWN_DUP2, secrets_fd, SECRETS_FD))
-        pid = os.posix_spawn(
-            exe, args, env, file_actions=actions, setsid=True, setsigmask=_SHIM_SIGMASK
-        )
+        started = _start(exe, [exe, *options, str(attempt_dir), "--", *argv], env, child_fds, via)
     except OSError as exc:
         raise WorkerError(f"cannot start corral-shim for {attempt_dir}: {exc}") from exc
     finally:
-        for fd in fds:  # the shim holds its own copies (and the lock) now
+        for fd in fds:
             os.close(fd)
-    # Our child: its pid cannot be reused before we reap it, so this cannot race.
+    if started is None:  # the zygote went away after the request: did it fork the shim?
+        found = _after_lost_request(attempt_dir, deadline_epoch_s, grace_s)
+        if found is not None:
+            return found
+        return spawn(  # none was started: exec'd here this time
+            attempt_dir=attempt_dir,
+            argv=argv,
+            cwd=cwd,
+            env=env,
+            grace_s=grace_s,
+            deadline_epoch_s=deadline_epoch_s,
+            term_signal=term_signal,
+            term_child_only=term_child_only,
+            output=output,
+        )
+    pid, pidfd, ours = started
     return ShimProcess(
         pid=pid,
         attempt_dir=attempt_dir,
-        pidfd=_pidfd_open(pid),
-        is_child=True,
+        # Our child's pid cannot be reused before we reap it, so opening it now cannot race;
+        # a zygote's child comes with the pidfd the zygote opened before it could reap it.
+        pidfd=_pidfd_open(pid) if ours else pidfd,
+        is_child=ours,  # else watched by pidfd and lock, as an adopted shim
         deadline_at=deadline_epoch_s,
         grace_s=grace_s,
     )
+
+
+def _make_dir(attempt_dir: Path) -> bool:
+    """Create the attempt directory; whether it is new (one mkdir in the common case)."""
+    try:
+        attempt_dir.mkdir(mode=0o700)
+    except FileNotFoundError:
+        attempt_dir.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _claim(
+    attempt_dir: Path, real: str, fresh: bool, output: Output, fds: list[int]
+) -> tuple[list[int], Path | None]:
+    """Lock the attempt directory and open what the shim gets (appended to `fds`): its
+    descriptors for 1, 2, 3 (and 4, the secrets), and the attempt's cgroup if it has one."""
+    lock_fd = _open_high(attempt_dir, os.O_RDONLY | os.O_DIRECTORY)
+    fds.append(lock_fd)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise WorkerError(f"attempt dir already in use: {attempt_dir}") from None
+    # No shim lives here (we hold the lock), so files left by an earlier one are stale; drop
+    # them so that result.json and shim.pid always belong to the shim we start now.
+    for name in (RESULT, SHIM_PID, CHILD_PID, CGROUP) if not fresh else ():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(attempt_dir / name)
+    cgroup = _new_cgroup(attempt_dir, real)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    for name in (STDOUT, STDERR):
+        fds.append(_open_high(attempt_dir / name, flags))
+    child_fds = [fds[1], fds[2], lock_fd]
+    if output.secrets:
+        fds.append(_secrets_memfd(output.secrets))
+        child_fds.append(fds[-1])
+    return child_fds, cgroup
+
+
+def _start(
+    exe: str, args: list[str], env: Mapping[str, str], fds: list[int], via: Zygote | None
+) -> tuple[int, int | None, bool] | None:
+    """The shim's pid, the zygote's pidfd of it, and whether it is our child (exec'd here);
+    None when the zygote went away after the request left."""
+    if via is not None:
+        try:
+            forked = via.spawn(args, env, fds)
+        except ZygoteLost:
+            return None
+        if forked is not None:
+            return (*forked, False)
+    # Every parent fd is O_CLOEXEC; dup2 clears the flag on the targets, so exactly 0-3 leak
+    # (and 4, the secrets, when there are any).
+    actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    actions += [(os.POSIX_SPAWN_DUP2, fd, i + 1) for i, fd in enumerate(fds)]
+    mask = _SHIM_SIGMASK
+    pid = os.posix_spawn(exe, args, env, file_actions=actions, setsid=True, setsigmask=mask)
+    return pid, None, True
+
+
+def _after_lost_request(
+    attempt_dir: Path, deadline_epoch_s: float | None, grace_s: float
+) -> ShimProcess | None:
+    """The zygote went away after a request left (we hold no copy of the lock any more): a
+    shim it forked holds the lock or has left its pid behind; None when none was started."""
+    found = probe(attempt_dir)
+    if found.state == ProbeState.NOT_STARTED:
+        return None
+    proc = found.process
+    if proc is None:  # it ended already (its result, or none: lost), nobody to wait for
+        proc = ShimProcess(
+            pid=_read_pid(attempt_dir / SHIM_PID) or 0,
+            attempt_dir=attempt_dir,
+            pidfd=None,
+            is_child=False,
+        )
+    proc.deadline_at, proc.grace_s = deadline_epoch_s, grace_s
+    return proc
 
 
 def _shim_options(
@@ -652,8 +712,8 @@ def _marker(attempt_dir: Path) -> bytes:
 
 def attempt_processes(attempt_dir: Path) -> list[int]:
     """Every live process of the attempt, wherever it moved: in its cgroup, or carrying its
-    marker (`CORRAL_ATTEMPT_DIR`): the shim, its job, the output pump, `setsid` and double-fork
-    escapees."""
+    marker (`CORRAL_ATTEMPT_DIR`): its job, the output pump, `setsid` and double-fork escapees,
+    and an exec'd shim (a shim forked by the zygote shows the zygote's empty environment)."""
     found = set(proctab.marked(_marker(attempt_dir)))
     found.update(p for p in _cgroup_pids(attempt_dir) if proctab.alive(p))
     return sorted(found)

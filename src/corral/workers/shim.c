@@ -34,11 +34,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -523,7 +525,7 @@ static long long parse_num(const char *s, const char *what)
     return v;
 }
 
-int main(int argc, char **argv)
+static int shim_main(int argc, char **argv)
 {
     const char *cwd = NULL, *cgroup = NULL;
     long long grace_ms = 10000, deadline_ms = 0, term_sig = SIGTERM, child_only = 0;
@@ -723,4 +725,195 @@ int main(int argc, char **argv)
     free(procs);
     free(killed);
     return 0;
+}
+
+/* ---------------------------------------------------------------------------------- zygote
+ *
+ *   corral-shim --zygote FD
+ *
+ * Why: starting a shim costs an exec (a fresh process image, the dynamic loader) on top of the
+ * job's own, about as much CPU as the job's exec itself (bench/ W1).  The core instead keeps one
+ * zygote: this binary, waiting on FD (a SOCK_SEQPACKET socket) for requests, each a shim's
+ * command line and environment with its descriptors (stdout, stderr, the attempt lock, and the
+ * secrets when there are any) passed along.  It forks, and the child runs exactly what an
+ * exec'd shim runs (shim_main) in a new session: the attempt's supervision is the same code
+ * with the same guarantees, minus the exec.
+ *
+ * Request: two uint32 (argc, envc), then argc + envc NUL-terminated strings; SCM_RIGHTS with
+ * 3 or 4 descriptors, placed at 1, 2, 3 (and 4) in the child, /dev/null at 0.
+ * Reply: two int32 (pid, errno: pid < 0 when the fork failed); with a pid, a pidfd of the
+ * child (SCM_RIGHTS) opened before the child could be reaped, so it names that child only.
+ *
+ * The zygote reaps its children and holds nothing of theirs: killing it leaves every shim
+ * running (reparented), and the core starts another.  It exits when the core closes FD. */
+
+#define ZYGOTE_MAX_FDS 4
+
+/* The request's strings as argv and environ (each NULL-terminated, in one array), or NULL when
+ * the request is malformed. */
+static char **zygote_parse(char *buf, size_t len, uint32_t *argc)
+{
+    uint32_t counts[2];
+    if (len < sizeof counts)
+        return NULL;
+    memcpy(counts, buf, sizeof counts);
+    size_t total = (size_t)counts[0] + counts[1];
+    if (counts[0] < 1 || total > len)
+        return NULL;
+    char **strs = calloc(total + 2, sizeof *strs); /* argv's NULL, then environ's */
+    if (!strs)
+        return NULL;
+    char *p = buf + sizeof counts, *end = buf + len;
+    for (size_t k = 0, slot = 0; k < total; k++, slot++) {
+        char *nul = p < end ? memchr(p, '\0', (size_t)(end - p)) : NULL;
+        if (!nul) {
+            free(strs);
+            return NULL;
+        }
+        if (k == counts[0])
+            slot++; /* argv's terminating NULL */
+        strs[slot] = p;
+        p = nul + 1;
+    }
+    *argc = counts[0];
+    return strs;
+}
+
+static void zygote_child(char **strs, uint32_t argc, const int *fds, int nfds)
+{
+    if (setsid() < 0)
+        _exit(2);
+    int high[ZYGOTE_MAX_FDS];
+    for (int k = 0; k < nfds; k++) /* above 0-4 first, so the dup2s below cannot collide */
+        if ((high[k] = fcntl(fds[k], F_DUPFD_CLOEXEC, 10)) < 0)
+            _exit(2);
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null < 0 || dup2(null, 0) < 0)
+        _exit(2);
+    for (int k = 0; k < nfds; k++)
+        if (dup2(high[k], k + 1) < 0)
+            _exit(2);
+    extern char **environ;
+    environ = &strs[argc + 1];
+    /* shim_main closes every other descriptor (the zygote's socket and signalfd included) */
+    exit(shim_main((int)argc, strs));
+}
+
+static int zygote_reply(int sock, pid_t pid, int err, int pidfd)
+{
+    int32_t body[2] = {(int32_t)pid, (int32_t)err};
+    struct iovec iov = {.iov_base = body, .iov_len = sizeof body};
+    union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } ctl;
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (pidfd >= 0) {
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pidfd, sizeof(int));
+    }
+    return sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
+/* One request: 1 when served (or refused with a reply), 0 at EOF, -1 on a socket error. */
+static int zygote_serve_one(int sock)
+{
+    /* The size first (MSG_PEEK | MSG_TRUNC), so any request the socket could carry fits. */
+    char probe[8];
+    ssize_t size = recv(sock, probe, sizeof probe, MSG_PEEK | MSG_TRUNC);
+    if (size <= 0)
+        return size == 0 ? 0 : errno == EINTR || errno == EAGAIN ? 1 : -1;
+    char *buf = malloc((size_t)size + 1);
+    if (!buf)
+        return -1;
+    union { char buf[CMSG_SPACE(ZYGOTE_MAX_FDS * sizeof(int))]; struct cmsghdr align; } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = (size_t)size};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n <= 0) {
+        free(buf);
+        return n == 0 ? 0 : -1;
+    }
+    buf[n] = '\0';
+    int fds[ZYGOTE_MAX_FDS], nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        int got = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int k = 0; k < got; k++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof fd);
+            if (nfds < ZYGOTE_MAX_FDS)
+                fds[nfds++] = fd;
+            else
+                close(fd);
+        }
+    }
+    uint32_t argc = 0;
+    char **strs = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0 && nfds >= 3
+                      ? zygote_parse(buf, (size_t)n, &argc)
+                      : NULL;
+    pid_t pid = strs ? fork() : -1;
+    if (pid == 0)
+        zygote_child(strs, argc, fds, nfds); /* never returns */
+    int err = strs ? errno : EINVAL, pidfd = -1;
+    free(strs);
+    if (pid > 0) {
+        pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* -1 on old kernels: the core polls */
+        err = 0;
+    }
+    for (int k = 0; k < nfds; k++)
+        close(fds[k]); /* the child holds its copies (and so the attempt lock) now */
+    free(buf);
+    int sent = zygote_reply(sock, pid > 0 ? pid : -1, err, pidfd);
+    if (pidfd >= 0)
+        close(pidfd);
+    return sent < 0 ? -1 : 1;
+}
+
+static int zygote(int sock)
+{
+    /* Blocked for good: the mask every child starts with (an early stop request to a shim is
+     * queued for its signalfd, as the core's spawn does), and how we learn of our own. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    int blocked[] = {SIGCHLD, SIGTERM, SIGINT, SIGQUIT};
+    for (size_t k = 0; k < sizeof blocked / sizeof *blocked; k++)
+        sigaddset(&mask, blocked[k]);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGHUP, SIG_IGN);
+    int zfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (zfd < 0)
+        die("signalfd");
+    for (;;) {
+        struct pollfd p[2] = {{.fd = sock, .events = POLLIN}, {.fd = zfd, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            die("poll");
+        }
+        if (p[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            int stop = 0;
+            while (read(zfd, &si, sizeof si) == (ssize_t)sizeof si)
+                stop |= si.ssi_signo != SIGCHLD;
+            while (waitpid(-1, NULL, WNOHANG) > 0)
+                ;
+            if (stop)
+                return 0; /* our shims run on without us */
+        }
+        if (p[0].revents) {
+            int served = zygote_serve_one(sock);
+            if (served <= 0)
+                return served == 0 ? 0 : 1;
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--zygote"))
+        return zygote((int)parse_num(argv[2], "zygote fd"));
+    return shim_main(argc, argv);
 }

@@ -356,6 +356,7 @@ class AgentWorker(ABC):
             deadline_epoch_s=permit.deadline_at,
             term_child_only=True,
             output=output,
+            via=self.launch.zygote,
         )
         return AgentAttempt(proc, self, job)
 
