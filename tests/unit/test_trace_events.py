@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
+import anyio
 import pytest
 
 from corral.domain.agents import AgentEvent
@@ -36,6 +37,12 @@ class FakeSink:
         self.spec = SPEC
         self.published: list[Event] = []
         self.down = False
+        self.connects = 0
+
+    async def connect(self) -> None:
+        self.connects += 1
+        if self.down:
+            raise ConnectionError("broker down")
 
     async def publish(self, events: Sequence[Event]) -> None:
         if self.down:
@@ -126,6 +133,36 @@ def test_rows_are_published_in_order_and_the_cursor_moves_after() -> None:
         assert job.last_id == 3
 
     asyncio.run(main())
+
+
+def test_a_sink_is_reached_before_the_first_round_and_a_down_one_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The drainer connects its sink as it starts (the engine starts it beside the core), so
+    the first events do not wait for the broker; a broker that is down is logged, and the
+    rounds publish once it is back."""
+
+    async def main() -> None:
+        store, sink = await _store_with(2), FakeSink()
+        sink.down = True
+        d = _drainer(store, sink)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(d.run)
+            await wait_until(lambda: d.failures >= 1)
+            assert sink.connects == 1 and sink.published == []
+            sink.down = False
+            await wait_until(lambda: len(sink.published) == 2)
+            tg.cancel_scope.cancel()
+        assert caplog.text.count("cannot reach nats") == 1
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(main())
+
+
+async def wait_until(done: Callable[[], bool], timeout: float = 10.0) -> None:
+    with anyio.fail_after(timeout):
+        while not done():
+            await anyio.sleep(0.01)
 
 
 class CountingStore(MemoryStore):

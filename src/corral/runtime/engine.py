@@ -420,6 +420,8 @@ class Engine:
             self._tg = tg
             if self.modelgate.wanted():  # before the core: its workers read where it listens
                 await tg.start(self.modelgate.serve)
+            if self.drainer.sinks:  # its brokers are reached while the core starts
+                tg.start_soon(self.drainer.run)
             await self._start_core(tg)
             tg.start_soon(
                 partial(
@@ -439,8 +441,6 @@ class Engine:
             tg.start_soon(self._keep_core_state)
             tg.start_soon(self._record_core_events)
             tg.start_soon(self._signals, tg.cancel_scope)
-            if self.drainer.sinks:
-                tg.start_soon(self.drainer.run)
             tg.start_soon(self.retainer.run)
             for task in also:
                 tg.start_soon(task, self)

@@ -198,10 +198,28 @@ class SinkDrainer:
             out.append(record_event(source, row))
         return out
 
+    async def connect(self) -> None:
+        """Reach the broker before the first round (its client's modules, its connection, its
+        stream or script): what the first events would otherwise wait for. A broker that does
+        not answer is said once here; the rounds retry it with their backoff."""
+        try:
+            with anyio.fail_after(self.sink.spec.timeout_s * 2):
+                await self.sink.connect()
+        except Exception as err:
+            log.warning(
+                "events: sink %s: cannot reach %s (%s); committed records wait for it",
+                self.name,
+                self.sink.spec.kind,
+                err or type(err).__name__,
+            )
+        else:
+            log.info("events: sink %s connected (%s)", self.name, self.sink.spec.kind)
+
     async def run(self) -> None:
         """Round after round until cancelled: at once while there is more, `poll_s` apart when
         idle, and backing off (doubling up to `max_backoff_s`) while the broker or the store
         fails."""
+        await self.connect()
         pause = self.events.poll_s
         while True:
             try:

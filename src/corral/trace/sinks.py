@@ -51,6 +51,10 @@ class Sink(Protocol):
 
     spec: SinkSpec
 
+    async def connect(self) -> None:
+        """Reach the broker now (bounded by `spec.timeout_s`), or raise: an engine does this as
+        it starts, so that its first events do not wait for it."""
+
     async def publish(self, events: Sequence[Event]) -> None:
         """Publish every event, in order, or raise (then none counts as published)."""
 
@@ -137,6 +141,9 @@ class NatsSink:
             self._inbox = nc.new_inbox()
             await nc.subscribe(f"{self._inbox}.>", cb=self._on_ack)
         return nc
+
+    async def connect(self) -> None:
+        await self._connect()
 
     async def _on_ack(self, msg: Msg) -> None:
         batch, _, index = msg.subject[len(self._inbox) + 1 :].partition(".")
@@ -239,6 +246,16 @@ class RedisSink:
                 socket_connect_timeout=self.spec.timeout_s,
             )
         return self._redis
+
+    async def connect(self) -> None:
+        r = self._client()
+        try:
+            with anyio.fail_after(self.spec.timeout_s * 2):
+                self._script = r.register_script(_XADD_ALL)
+                await r.script_load(_XADD_ALL)  # the first batch's EVALSHA finds it
+        except BaseException:
+            await self.close()
+            raise
 
     async def publish(self, events: Sequence[Event]) -> None:
         if not events:
