@@ -24,6 +24,7 @@ import os
 import signal
 import socket
 import struct
+import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -94,6 +95,7 @@ class Zygote:
         self._pid = 0
         self._finalize: weakref.finalize[..., Zygote] | None = None
         self._down_until = 0.0  # monotonic: no zygote could be started; exec shims till then
+        self._turn = threading.Lock()
 
     @property
     def pid(self) -> int | None:
@@ -110,7 +112,13 @@ class Zygote:
         Raises OSError when the fork failed, ZygoteLost when the zygote went away after the
         request left."""
         body = _encode(argv, env)
-        sock = self._sent(body, fds) if body is not None else None
+        if body is None:
+            return None
+        with self._turn:  # one request at a time: each answer is the request's before it
+            return self._ask(body, fds)
+
+    def _ask(self, body: bytes, fds: Sequence[int]) -> tuple[int, int | None] | None:
+        sock = self._sent(body, fds)
         if sock is None:
             return None
         try:
@@ -157,7 +165,8 @@ class Zygote:
 
     def close(self) -> None:
         """Stop the zygote (the shims it started run on)."""
-        self._stop(kill=False, why=None)
+        with self._turn:
+            self._stop(kill=False, why=None)
 
     def _running(self) -> socket.socket | None:
         if self._sock is not None:
