@@ -73,6 +73,7 @@ STDERR = "stderr.log"
 
 _WAIT_FALLBACK_S = 0.02  # polling period when pidfds are unavailable
 _PROBE_PID_WAIT_S = 1.0  # how long a held lock may go without shim.pid before we give up
+_LOST_REQUEST_PID_WAIT_S = 10.0  # the same, for a shim whose zygote did not answer in time
 # Blocked from the very first instruction of the shim, so an early stop request is queued for its
 # signalfd instead of killing it by default action.
 _SHIM_SIGMASK = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
@@ -546,8 +547,10 @@ def _after_lost_request(
     attempt_dir: Path, deadline_epoch_s: float | None, grace_s: float
 ) -> ShimProcess | None:
     """The zygote went away after a request left (we hold no copy of the lock any more): a
-    shim it forked holds the lock or has left its pid behind; None when none was started."""
-    found = probe(attempt_dir)
+    shim it forked holds the lock or has left its pid behind; None when none was started. A
+    shim forked on a machine too loaded to answer in time may take as long to write its pid:
+    it is waited for longer than after a restart."""
+    found = probe(attempt_dir, pid_wait_s=_LOST_REQUEST_PID_WAIT_S)
     if found.state == ProbeState.NOT_STARTED:
         return None
     proc = found.process
@@ -665,10 +668,11 @@ def _adopt(attempt_dir: Path, pid: int) -> ShimProcess | None:
     return None
 
 
-def probe(attempt_dir: Path) -> ProbeResult:
-    """Find out, from the directory alone, what became of an attempt's shim (after a restart)."""
+def probe(attempt_dir: Path, *, pid_wait_s: float = _PROBE_PID_WAIT_S) -> ProbeResult:
+    """Find out, from the directory alone, what became of an attempt's shim (after a restart):
+    a held lock with no `shim.pid` yet is looked at again for up to `pid_wait_s`."""
     lock_path = attempt_dir
-    give_up = time.monotonic() + _PROBE_PID_WAIT_S
+    give_up = time.monotonic() + pid_wait_s
     while True:
         if not lock_path.is_dir():
             return ProbeResult(state=ProbeState.NOT_STARTED)
