@@ -663,7 +663,7 @@ def test_a_tool_call_the_hook_gave_up_on_is_recorded_as_what_happened(
     assert [x["denied"] for x in event["tool_calls"]] == [True]
 
 
-def test_cancel_interrupts_the_agent_first_so_it_can_write_its_result(
+def test_cancel_interrupts_the_agent_first_so_it_can_say_it_stopped(
     agents: tuple[Corral, AnthropicMock],
 ) -> None:
     c, mock = agents
@@ -690,17 +690,23 @@ def test_cancel_interrupts_the_agent_first_so_it_can_write_its_result(
     assert c.wait(job, timeout=30) != 0
     info = c.job(job)
     assert info["state"] == "CANCELLED"
-    # Claude Code got SIGINT (not SIGTERM): it aborted the tool and still wrote its result.
-    logs = Path(info["attempts"][0]["log_dir"])
+    # Claude Code got SIGINT (not SIGTERM, not SIGKILL): it aborted the tool, said so in its
+    # stream and exited on its own. Its result line usually follows, but Claude Code 2.1.330's
+    # print-mode SIGINT handler aborts the turn and starts its own shutdown at once, so under
+    # load the process can exit before the turn's loop writes the result (seen in CI): that line
+    # is the CLI's race, asserted only when it is there.
+    attempt = info["attempts"][0]
+    logs = Path(attempt["log_dir"])
     stream = (logs / "stdout.log").read_text()
-    results = [json.loads(line) for line in stream.splitlines() if '"type":"result"' in line]
-    # Seen once in a CI run under load and not since: say everything the attempt left.
     why = (
-        f"attempt: {info['attempts'][0]}\nstdout tail: {stream[-2000:]}\n"
+        f"attempt: {attempt}\nstdout tail: {stream[-2000:]}\n"
         f"stderr tail: {(logs / 'stderr.log').read_text()[-2000:]}\n"
         f"engine log tail: {c.engine_log()[-3000:]}"
     )
-    assert results and results[-1]["subtype"] == "error_during_execution", why
+    assert attempt["signal"] is None and attempt["exit_code"] == 0, why
+    assert "[Request interrupted by user" in stream, why
+    results = [json.loads(line) for line in stream.splitlines() if '"type":"result"' in line]
+    assert all(r["subtype"] == "error_during_execution" for r in results), why
     assert trace(c, job)["agent_events"][0]["outcome"] == "cancelled"
 
 

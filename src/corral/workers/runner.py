@@ -4,8 +4,9 @@
 
 A stop reaches the runner alone (the shim runs it with `--term-child-only`): the runner passes
 the CLI's own graceful signal to the CLI's process group (Claude Code: SIGINT, which makes it
-abort the running tool, kill the tool's processes and still print its `result`; the others:
-SIGTERM) and keeps relaying until the CLI has exited, so the CLI's last words reach the log.
+abort the running tool, kill the tool's processes, say so in its stream and usually print its
+`result`, unless its own shutdown, started at once, wins that race; the others: SIGTERM) and
+keeps relaying until the CLI has exited, so the CLI's last words reach the log.
 Tool processes are left to the CLI for the grace; then the shim kills whatever is left. The
 runner exits with the CLI's status (128 + signal when the CLI was killed by one). Being under
 the shim, it survives an engine crash like the CLI does.

@@ -22,7 +22,7 @@ class ClaudeCodeWorker(AgentWorker):
 
     adapter = "claude-code"
     default_binary = "claude"
-    graceful = "INT"  # aborts the running tool and still prints a `result`
+    graceful = "INT"  # aborts the running tool; usually still prints a `result`
     api_key_envs = ("ANTHROPIC_API_KEY",)
 
     def prepare(self, job: Job, ctx: Context) -> dict[str, str]:
