@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from corral.runtime.watch import engine_holds
+from corral.runtime.servelock import engine_holds
 
 ROOT = Path(__file__).resolve().parents[2]
 MARK = "__corral_rc__"

@@ -294,8 +294,7 @@ def serve(
     Attempts run in their own sessions: stopping (or crashing) the engine leaves them running,
     and the next engine on the same data directory re-adopts them and collects their results.
     """
-    from corral.runtime.engine import Engine  # the engine's machinery: only `serve` needs it
-    from corral.services.knowledge import extractor_jobs as knowledge_jobs
+    from corral.runtime.servelock import ServeLock
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
@@ -303,6 +302,13 @@ def serve(
     )
     try:
         cfg = load_config(data_dir, config)
+        # Taken before the engine's machinery is imported (a second or more on a busy machine):
+        # a `corral submit --wait` right after `corral serve &` finds the engine starting.
+        lock = ServeLock(cfg.data_dir)
+        lock.acquire()
+        from corral.runtime.engine import Engine
+        from corral.services.knowledge import extractor_jobs as knowledge_jobs
+
         listener = (
             None
             if no_http
@@ -310,7 +316,7 @@ def serve(
                 ctx.obj, http, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure_http
             )
         )
-        engine = Engine(cfg)
+        engine = Engine(cfg, lock)
         # an agent extractor's jobs are submitted as any edge submits (services/knowledge.py)
         engine.flywheel.submit = knowledge_jobs(engine.store, cfg, engine.wake)
 

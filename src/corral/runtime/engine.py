@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import shutil
@@ -13,8 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -27,7 +25,6 @@ from corral.core.ports import Store, WorkerAdapter
 from corral.domain.errors import (
     CorralError,
     EngineFenced,
-    EngineRunning,
     StoreError,
     WorkerMisconfigured,
 )
@@ -51,6 +48,7 @@ from corral.runtime.modelgate import ModelGateway
 from corral.runtime.peers import Peer
 from corral.runtime.reporter import Reporter
 from corral.runtime.retention import Retainer
+from corral.runtime.servelock import ServeLock
 from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.runtime.worldwatch import WorldWatch
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
@@ -158,44 +156,13 @@ def build_worker(
     return ADAPTERS[adapter](validate, spec, config.settings.roles, config.data_dir, launch)
 
 
-class ServeLock:
-    """At most one engine per data directory (an flock held for the engine's life)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "engine.lock"
-        self._file: IO[str] | None = None
-
-    def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = self.path.open("a+")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "?"
-            f.close()
-            raise EngineRunning(
-                f"another engine (pid {holder}) is already serving {self.path.parent}"
-            ) from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        self._file = f
-
-    def release(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
 class Engine:
     """The running engine: store, core, dispatcher and control socket in one task group."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, lock: ServeLock | None = None) -> None:
         self.config = config
         self.id = new_id()
-        self.lock = ServeLock(config.data_dir)
+        self.lock = lock or ServeLock(config.data_dir)  # `corral serve` takes it first
         self.store: Store = build_store(config)
         self.checkpointer = audit.Checkpointer(self.store, config)
         self.health = StoreHealth()  # the store's outages, ridden out (scheduler/outage.py)
@@ -381,7 +348,8 @@ class Engine:
         warning = privacy.secure_data_dir(self.config.data_dir)
         if warning:
             log.warning("%s", warning)
-        self.lock.acquire()
+        if not self.lock.held:
+            self.lock.acquire()
         try:
             await self.store.open()
             try:

@@ -3,8 +3,6 @@ engine serves it, and the facts of its wait (scheduler/waiting.py turns them int
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from corral.config import Config
@@ -14,6 +12,7 @@ from corral.domain.states import JobState
 from corral.policy.prerun import JobRef
 from corral.runtime.assembly import is_shared
 from corral.runtime.control import poke
+from corral.runtime.servelock import engine_holds
 from corral.scheduler.waiting import WaitFacts
 
 # An engine heart-beats every 5 s; one silent for three beats is gone (runtime/engine.py).
@@ -27,23 +26,6 @@ async def engine_serving(cfg: Config, store: EngineRegistry, now: float) -> bool
     if engine_holds(cfg.data_dir) or poke(cfg.data_dir, "ping") is not None:
         return True
     return is_shared(cfg) and bool(await store.live_engines(since=now - LIVE_ENGINE_S))
-
-
-def engine_holds(data_dir: Path) -> bool:
-    """Whether a process holds `<data dir>/engine.lock` (runtime/engine.py ServeLock), read
-    from /proc/locks: testing it by taking the lock, even shared, could make a starting engine
-    believe another one serves the directory."""
-    try:
-        st = os.stat(data_dir / "engine.lock")
-        with open("/proc/locks") as f:
-            table = f.read()
-    except OSError:
-        return False
-    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    return any(
-        len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == where
-        for parts in (line.split() for line in table.splitlines())
-    )
 
 
 class Watcher:
