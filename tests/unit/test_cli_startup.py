@@ -10,7 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -117,6 +117,11 @@ class Colour(Enum):
     BLUE = "blue"
 
 
+class Level(StrEnum):
+    LOW = "LOW"
+    HIGH = "HIGH"
+
+
 demo = typer.Typer()
 
 
@@ -130,8 +135,15 @@ def _show(
     colour: Annotated[Colour | None, typer.Option("--colour", case_sensitive=False)] = None,
     tags: Annotated[list[str] | None, typer.Option("--tag")] = None,
     flag: Annotated[bool, typer.Option("--flag")] = False,
+    limit: Annotated[float | None, typer.Option("--limit", min=0.5)] = None,
+    cap: Annotated[int | None, typer.Option("--cap", max=100)] = None,
+    shade: Annotated[Colour, typer.Option("--shade")] = Colour.BLUE,
+    level: Annotated[Level | None, typer.Option("--level", case_sensitive=False)] = None,
+    argv: Annotated[list[str] | None, typer.Argument()] = None,
 ) -> None:
-    typer.echo(repr((name, count, ratio, where, real, colour, tags, flag)))
+    typer.echo(
+        repr((name, count, ratio, where, real, colour, tags, flag, limit, cap, shade, level, argv))
+    )
 
 
 CASES = [
@@ -152,13 +164,25 @@ CASES = [
     ["--real", __file__],
     ["--colour", "RED"],
     ["--colour", "green"],
+    ["--colour", "red"],
+    ["--colour", "Blue"],
+    ["--shade", "red"],
+    ["--shade", "RED"],
+    ["--shade", "green"],
+    *(["--level", v] for v in ("low", "LOW", "High", "mid", "")),
     ["--tag", "a", "--tag", "b"],
     ["--flag"],
     ["--help"],
+    *(["--limit", v] for v in ("1", "0.5", "0.25", "-2", "007", "1.50", "1e3", " 2", "1_0")),
+    *(["--limit", v] for v in ("inf", "nan", "x", "", "1." + "0" * 20, "9" * 400)),
+    *(["--cap", v] for v in ("1", "-0", "007", "100", "101", "1.0", "+3", "9" * 5000)),
+    ["--", "echo", "hi"],
+    ["--", "sh", "-c", "exit 3", ""],
+    ["--tag", "a", "--", "x"],
 ]
 
 
-@pytest.mark.parametrize("args", CASES, ids=[" ".join(c) or "defaults" for c in CASES])
+@pytest.mark.parametrize("args", CASES, ids=[" ".join(c)[:40] or "defaults" for c in CASES])
 def test_options_convert_as_typer_converts_them(
     args: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,10 +9,13 @@ with its first adapter was a third of `corral jobs --json`'s start."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -115,15 +118,56 @@ def lazy_module(name: str) -> ModuleType:
     return module
 
 
+_STRS = list[str]
+# Plain numbers only, short enough to be exact: what int()/float() and typer's adapter read alike.
+_INT = re.compile(r"-?[0-9]{1,15}")
+_FLOAT = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,15})?")
+_TYPERS = object()  # "typer's adapter decides"
+
+
+@functools.cache
+def _values(kind: type[Enum]) -> frozenset[object]:
+    return frozenset(m.value for m in kind)
+
+
+def _plain(kind: Any, value: Any, info: Any) -> Any:
+    """A value whose conversion cannot differ from typer's, converted; else `_TYPERS`."""
+    if kind is str and type(value) is str:
+        return value
+    if kind == _STRS and type(value) is tuple and value and all(type(v) is str for v in value):
+        return list(value)  # an argv, an option given several times
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        if type(value) is kind:  # its default
+            return value
+        if type(value) is not str:
+            return _TYPERS
+        if value in _values(kind):  # a choice, exactly
+            return kind(value)
+        if info.case_sensitive:
+            return _TYPERS
+        alike = [m for m in kind if str(m.value).casefold() == value.casefold()]
+        return alike[0] if len(alike) == 1 else _TYPERS
+    if kind in (int, float) and type(value) is str:  # an optional number, as typed
+        value = kind(value) if (_INT if kind is int else _FLOAT).fullmatch(value) else value
+    if kind in (int, float) and type(value) is kind and not info.clamp:
+        low, high = info.min, info.max
+        if (low is None or value >= low) and (high is None or value <= high):
+            return value
+    return _TYPERS
+
+
 if RuntimeParam is not None:
 
     @dataclass(frozen=True)
     class _Light(RuntimeParam):
         """A parameter's conversion by typer's own rules: an unset value (typer's `coerce`), a
         default already of its type and in its range, a string for a `str`, a `Path` that
-        passes typer's own checks (`coerce_cli_path`) are converted here; anything else, and
-        every value typer would refuse (its message is typer's), by typer's adapter, built on
-        first use. tests/unit/test_cli_startup.py holds both to the same answers."""
+        passes typer's own checks (`coerce_cli_path`), a plain number given as a string (an
+        optional one), a non-empty tuple of strings for a `list[str]` (an argv), an enum's
+        default or one of its values (in any case where the option allows) are converted
+        here; anything else, and every value typer would refuse (its message is typer's), by
+        typer's adapter, built on first use. tests/unit/test_cli_startup.py holds both to the
+        same answers."""
 
         descriptor: TypeDescriptor
         full: list[Any] = field(default_factory=list, compare=False)  # typer's, once built
@@ -131,12 +175,8 @@ if RuntimeParam is not None:
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             info, kind = self.parameter_info, self.annotation
             if info.parser is None:
-                if kind is str and type(value) is str:
-                    return value
-                if kind in (int, float) and type(value) is kind and not info.clamp:
-                    low, high = info.min, info.max
-                    if (low is None or value >= low) and (high is None or value <= high):
-                        return value
+                if (done := _plain(kind, value, info)) is not _TYPERS:
+                    return done
                 if kind is Path and info.path_type is None and type(value) is str:
                     try:  # typer's adapter turns the string into Path(value) first
                         return coerce_cli_path(
