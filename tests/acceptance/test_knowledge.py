@@ -153,7 +153,10 @@ def test_an_agent_job_extracts_the_learnings_governed_like_any_job(
         c.serve()
         one = run(c, "fix the failing check")
 
-        [item] = eventually(lambda: c.json("knowledge", "list") or None, what="a learning")
+        # its extractor is a whole agent job of its own: a loaded machine takes its time
+        [item] = eventually(
+            lambda: c.json("knowledge", "list") or None, timeout=90, what="a learning"
+        )
         assert (item["kind"], item["title"]) == ("solution", "Touch ready.txt before the check")
         assert (item["role"], item["provenance"]["job_id"]) == ("learner", one)  # Corral's
         [extractor] = [j for j in c.json("jobs") if j["id"] != one]
