@@ -67,8 +67,14 @@ def test_a_killed_zygote_leaves_its_shim_running_and_is_replaced(
     os.kill(first, signal.SIGKILL)
     eventually(lambda: not alive(first), what="the zygote dead")
     assert alive(proc.pid), "the shim is not the zygote's to stop"
-    other = start(zygote, tmp_path / "b", "true")  # the dead one is noticed, a new one serves
+    # The dead one is noticed when the request cannot be sent (a new one serves it) or, when
+    # the kernel still had its socket open (seen once in CI: the request left and the answer
+    # was a reset), as a lost request: that attempt is exec'd, the next one has a new zygote.
+    other = start(zygote, tmp_path / "b", "true")
     assert wait(other).exit_code == 0
+    if zygote.pid is None:
+        other = start(zygote, tmp_path / "c", "true")
+        assert wait(other).exit_code == 0
     assert zygote.pid not in (None, first)
     gate.touch()
     assert wait(proc).exit_code == 0
