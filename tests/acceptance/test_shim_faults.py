@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from corral.workers.process import attempt_processes
-from corral.workers.proctab import alive, read_stat
+from corral.workers.proctab import alive, live_processes, read_stat
 from corral.workers.zygote import REPLY_S
 from tests.acceptance.conftest import CONFIG, Corral
 from tests.acceptance.invariants import RAN, invariants
@@ -144,8 +144,12 @@ def test_a_shim_killed_while_the_engine_is_down_leaves_nothing_for_the_retry(
     eventually(
         lambda: len(_pids(tmp_path / "pids")) == 3, what="the job and its two escapees running"
     )
+    core = [s.pid for s in live_processes() if s.ppid == engine.pid and s.pid != shim]
     engine.send_signal(signal.SIGKILL)
     engine.wait()
+    # Its core goes too, once it reads the end of its link; until then it still watches the
+    # shim and would stop the attempt's processes itself, with nobody to tell (seen in CI).
+    eventually(lambda: not any(alive(p) for p in core), what="the engine's core gone")
     os.kill(shim, signal.SIGKILL)
     eventually(lambda: not alive(shim), what="the shim gone")
     assert len(_live(_pids(tmp_path / "pids"))) == 3, "its job runs on without it"
