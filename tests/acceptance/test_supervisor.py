@@ -122,6 +122,33 @@ def test_sigkill_of_the_core_mid_run_loses_nothing_and_runs_nothing_twice(tmp_pa
         c.stop_all()
 
 
+def test_a_sigkilled_engine_takes_its_core_at_once_and_its_attempt_runs_on(
+    tmp_path: Path,
+) -> None:
+    """The core dies with its engine (`corral core --with-parent`), not when it reads the end of
+    its link: a core held stopped, which could never read it, is gone once its engine is. The
+    attempt runs on under its shim, and the next engine collects it."""
+    c = Corral(tmp_path)
+    core = 0
+    try:
+        started = tmp_path / "started"
+        job = c.submit("sh", "-c", f"touch {started}; sleep 2")
+        engine = c.serve()
+        eventually(started.exists, what="the attempt running")
+        core = eventually(lambda: _ping(c).get("core_pid"), what="the engine")
+        os.kill(core, signal.SIGSTOP)
+        engine.send_signal(signal.SIGKILL)
+        engine.wait()
+        eventually(lambda: not alive(core), what="the core gone with its engine")
+        c.serve()
+        assert c.wait(job) == 0
+        assert [a["state"] for a in c.job(job)["attempts"]] == ["SUCCEEDED"]
+    finally:
+        if core and alive(core):  # held stopped: nothing else would end it
+            os.kill(core, signal.SIGKILL)
+        c.stop_all()
+
+
 def test_a_stopped_core_misses_heartbeats_and_is_replaced(tmp_path: Path) -> None:
     c = Corral(tmp_path, FAST_CORE)
     try:

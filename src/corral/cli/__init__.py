@@ -368,10 +368,23 @@ def _http_listener(
 
 
 @app.command("core")
-def core_cmd(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
+def core_cmd(
+    data_dir: DataDir = None,
+    config: ConfigOpt = None,
+    with_parent: Annotated[
+        bool,
+        typer.Option(
+            "--with-parent",
+            help="Be killed (SIGKILL) the moment the process that started this one dies, "
+            "instead of when it reads the end of stdin. Linux delivers it when the starting "
+            "thread ends: start it from a thread that lives as long as the driver.",
+        ),
+    ] = False,
+) -> None:
     """Run the core alone, speaking JSON Lines on stdin/stdout (docs/reference/core-protocol.md).
 
-    `corral serve` starts and supervises one of these; another scheduler may drive one too.
+    `corral serve` starts and supervises one of these (with --with-parent); another scheduler
+    may drive one too.
     """
     from corral.runtime.coreproc import main as core_main
 
@@ -380,7 +393,7 @@ def core_cmd(data_dir: DataDir = None, config: ConfigOpt = None) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    core_main(config_or_fail(data_dir, config))
+    core_main(config_or_fail(data_dir, config), with_parent=with_parent)
 
 
 @app.command()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -26,6 +27,7 @@ from corral.runtime.engine import build_core
 from corral.workers.zygote import Zygote
 
 log = logging.getLogger("corral.core")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class _LineReader:
@@ -90,9 +92,28 @@ async def serve_stdio(config: Config) -> None:
     log.info("scheduler closed the pipe; %d attempts keep running", len(server.running))
 
 
-def main(config: Config) -> None:
+def main(config: Config, *, with_parent: bool = False) -> None:
     """Entry point of `corral core`."""
+    if with_parent:
+        _die_with_parent()
     advertise(config)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides when we stop
     anyio.run(serve_stdio, config)
+
+
+def _die_with_parent() -> None:
+    """SIGKILL when the engine that started this core dies. Left to the end of its link, a core
+    whose engine was SIGKILLed went on for a moment: it saw a shim die and stopped the attempt's
+    processes with nobody to tell, so the next engine's record of the attempt missed them. An
+    engine's death now takes its core at once, like a core crash (its shims run on)."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        failed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0
+    except (OSError, AttributeError):
+        failed = True
+    if failed:  # the end of stdin still ends it
+        log.warning("cannot ask to die with the engine; the end of its link will stop this core")
+    elif os.getppid() != parent:  # it died before we asked
+        os._exit(0)

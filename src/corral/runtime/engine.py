@@ -429,7 +429,8 @@ class Engine:
             connect_local(self.link, build_core(self.config, zygote), tg, time.time)
             tg.start_soon(_closed_at_exit, zygote)
             return
-        argv = [sys.executable, "-m", "corral", "core", "--data-dir", str(self.config.data_dir)]
+        argv = [sys.executable, "-m", "corral", "core", "--with-parent"]
+        argv += ["--data-dir", str(self.config.data_dir)]
         if self.config.source is not None:
             argv += ["--config", str(self.config.source)]
         self.supervisor = CoreSupervisor(
