@@ -62,21 +62,24 @@ def test_a_killed_zygote_leaves_its_shim_running_and_is_replaced(
 ) -> None:
     gate = tmp_path / "gate"
     proc = start(zygote, tmp_path / "a", "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done")
-    first = zygote.pid
-    assert first is not None
-    os.kill(first, signal.SIGKILL)
-    eventually(lambda: not alive(first), what="the zygote dead")
-    assert alive(proc.pid), "the shim is not the zygote's to stop"
-    # The dead one is noticed when the request cannot be sent (a new one serves it) or, when
-    # the kernel still had its socket open (seen once in CI: the request left and the answer
-    # was a reset), as a lost request: that attempt is exec'd, the next one has a new zygote.
-    other = start(zygote, tmp_path / "b", "true")
-    assert wait(other).exit_code == 0
-    if zygote.pid is None:
-        other = start(zygote, tmp_path / "c", "true")
+    try:
+        first = zygote.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        eventually(lambda: not alive(first), what="the zygote dead")
+        assert alive(proc.pid), "the shim is not the zygote's to stop"
+        # The dead one is noticed when the request cannot be sent (a new one serves it) or,
+        # when the kernel still had its socket open (seen once in CI: the request left and the
+        # answer was a reset), as a lost request: that attempt is exec'd, the next one has a
+        # new zygote.
+        other = start(zygote, tmp_path / "b", "true")
         assert wait(other).exit_code == 0
-    assert zygote.pid not in (None, first)
-    gate.touch()
+        if zygote.pid is None:
+            other = start(zygote, tmp_path / "c", "true")
+            assert wait(other).exit_code == 0
+        assert zygote.pid not in (None, first)
+    finally:
+        gate.touch()  # the shim and its job end, whatever failed above
     assert wait(proc).exit_code == 0
 
 
