@@ -187,7 +187,11 @@ def test_a_flood_of_six_keeps_four_in_ray_and_two_queued_in_corral(
         assert c.wait(j, timeout=90) == 0, c.engine_log()
     for j in jobs:  # one Ray job per Corral job: each ran exactly once
         assert [r.submission_id for r in head.jobs(j)] == [f"corral-{j}-1"]
-        assert c.ok("logs", j).splitlines()[-2:] == ["start", "done"]
+        # Ray's job supervisor writes its "Running entrypoint" line through a buffered file it
+        # flushes only after starting the job (ray 2.60 job_supervisor.py): on a loaded machine
+        # the job's first line comes before it (seen in CI). Each line once, in the job's order.
+        lines = [x for x in c.ok("logs", j).splitlines() if not x.startswith("Running entry")]
+        assert lines[-2:] == ["start", "done"], c.ok("logs", j)
 
 
 def test_cancel_of_a_running_ray_job_leaves_no_process(ray_corral: Corral, head: Head) -> None:
