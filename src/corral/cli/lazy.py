@@ -147,13 +147,17 @@ def _plain(kind: Any, value: Any, info: Any) -> Any:
             return _TYPERS
         alike = [m for m in kind if str(m.value).casefold() == value.casefold()]
         return alike[0] if len(alike) == 1 else _TYPERS
-    if kind in (int, float) and type(value) is str:  # an optional number, as typed
-        value = kind(value) if (_INT if kind is int else _FLOAT).fullmatch(value) else value
-    if kind in (int, float) and type(value) is kind and not info.clamp:
-        low, high = info.min, info.max
-        if (low is None or value >= low) and (high is None or value <= high):
-            return value
-    return _TYPERS
+    if kind not in (int, float) or info.clamp:
+        return _TYPERS
+    if type(value) is str:  # an optional number, as typed
+        if not (_INT if kind is int else _FLOAT).fullmatch(value):
+            return _TYPERS
+        value = kind(value)
+    if type(value) is not kind:
+        return _TYPERS
+    low, high = info.min, info.max
+    in_range = (low is None or value >= low) and (high is None or value <= high)
+    return value if in_range else _TYPERS
 
 
 if RuntimeParam is not None:
