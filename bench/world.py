@@ -25,8 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from corral.config import Settings
-from corral.domain.settings import EnvSpec, RoleSpec
+from corral.domain.settings import EnvSpec, RoleSpec, Settings
 from corral.services import world
 from corral.store.rows import ATTEMPT_COLUMNS, JOB_COLUMNS
 from corral.store.sqlite import SqliteStore

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from corral.config import parse as parse_config
-from corral.config import resolve
+from corral.config_models import parse as parse_config
+from corral.config_models import resolve
 from corral.domain.agents import ToolCallTrace
 from corral.domain.errors import ConfigError
 from corral.domain.knowledge import LearningKind, LearningStatus

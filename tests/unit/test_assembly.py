@@ -28,7 +28,8 @@ def test_a_short_command_imports_neither_the_engine_nor_rich_nor_the_mcp_sdk() -
 
 
 def test_a_max_turns_a_worker_cannot_honour_is_named_at_start(tmp_path: Path) -> None:
-    from corral.config import Config, parse, resolve
+    from corral.config import Config
+    from corral.config_models import parse, resolve
     from corral.runtime.engine import role_warnings
 
     text = """

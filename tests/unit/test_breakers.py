@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from corral.config import parse, resolve
+from corral.config_models import parse, resolve
 from corral.core.breakers import (
     CLOSED,
     HALF_OPEN,

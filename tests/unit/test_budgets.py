@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from corral.config import parse, resolve
+from corral.config_models import parse, resolve
 from corral.core.budgets import CostLedger, TokenBucket, period_bounds
 from corral.core.permits import BUDGET_EXHAUSTED, RATE_LIMIT
 from corral.domain.errors import ConfigError

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.config import load, parse, resolve
+from corral.config import load
+from corral.config_models import parse, resolve
 from corral.domain.errors import ConfigError
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "corral.yaml"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from corral.config import ConfigProblems, check, load, parse, resolve
+from corral.config import ConfigProblems, load
+from corral.config_models import check, parse, resolve
 from corral.domain.errors import Conflict
 from corral.services.configs import check_config, init_config, starter_text
 

@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from corral.config import check
+from corral.config_models import check
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "corral"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from corral.config import parse, resolve
+from corral.config_models import parse, resolve
 from corral.core.breakers import HALF_OPEN, OPEN
 from corral.core.escalation import Escalations
 from corral.core.gateway import Core, CoreOptions

@@ -13,7 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from corral.config import parse, resolve
+from corral.config_models import parse, resolve
 from corral.domain.agents import AgentEvent, ToolCallTrace
 from corral.domain.errors import ConfigError, StoreError
 from corral.domain.knowledge import Arm, LearningKind, LearningStatus, Maturity, Tier

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from corral.config import parse, resolve
+from corral.config_models import parse, resolve
 from corral.core.breakers import breaker_names, remote_envs
 from corral.domain.errors import ConfigError, InvalidRequest, WorkerMisconfigured
 from corral.domain.models import AttemptResult

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from corral.config import parse, resolve
+from corral.config_models import parse, resolve
 from corral.core.breakers import CLOSED, OPEN
 from corral.core.gateway import Core
 from corral.core.permits import BUDGET_EXHAUSTED, FATAL_MODE, GLOBAL_SHED, QUEUE_STALL

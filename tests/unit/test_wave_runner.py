@@ -15,7 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from corral.config import Config, parse, resolve
+from corral.config import Config
+from corral.config_models import parse, resolve
 from corral.core.ports import JobQuery
 from corral.domain.epics import EpicState, TaskState
 from corral.domain.governance import ApprovalState, KillSwitch, ScopeKind

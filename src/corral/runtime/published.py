@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from corral.config import Config, parse, resolve
+from corral.config import Config
 from corral.core.ports import EngineConfig, EngineRegistry
 from corral.domain.errors import ConfigError
 from corral.policy.redact import MARK, SECRET_NAME, Redactor
@@ -80,6 +80,8 @@ def effective(local: Config, active: EngineConfig | None) -> tuple[Config, str |
     if mine == active.hash:
         return local, None
     where = active.source or "the built-in defaults"
+    from corral.config_models import parse, resolve  # validated here: the engine's is another
+
     try:
         source = active.source or "(defaults)"
         settings = resolve(parse(active.text, source), source)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from corral.config import Config, check
+from corral.config import Config
+from corral.config_models import check
 from corral.config_paths import CONFIG_NAME, default_data_dir, find_config
 from corral.core.ports import EngineConfig, EngineRegistry
 from corral.domain.errors import Conflict, InvalidRequest
