@@ -11,8 +11,10 @@ is validated anew, so a cache can make a command faster and never different. A c
 with problems is never cached: its error comes every time.
 
 It holds what the configuration file holds, nothing from the environment (CORRAL_STORE_URL is
-read by every command). It is JSON, decoded only into the configuration's own frozen classes
-(never pickle), written 0600 in the private data directory and replaced atomically.
+read by every command), and never a secret: a configuration holding what `corral config show`
+redacts, a URL with a password or an MCP server's environment or headers is validated by every
+command instead. It is JSON, decoded only into the configuration's own frozen classes (never
+pickle), written 0600 in the private data directory and replaced atomically.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import enum
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,9 @@ _CODE = (
     "domain/settings.py",
     "domain/models.py",
 )
+
+
+_URL_PASSWORD = re.compile(r"://[^/\s@]*:[^/\s@]*@")  # postgresql://user:password@host
 
 
 class _Miss(Exception):
@@ -78,6 +84,8 @@ class Cache:
         tmp = self.file.with_name(f".{NAME}.{os.getpid()}")
         try:
             value = _encode(found)  # TypeError: a value JSON cannot hold (a YAML date)
+            if _holds_secret(value):
+                return
             reads = _stamps(value["f"]["reads"])
             entry = {"format": _FORMAT, "key": self.key, "reads": reads, "value": value}
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -86,6 +94,37 @@ class Cache:
             os.replace(tmp, self.file)
         except (OSError, ValueError, TypeError):
             tmp.unlink(missing_ok=True)
+
+
+def _holds_secret(value: Any) -> bool:
+    """Whether an encoded configuration holds what `corral config show` would redact (a string
+    under a secret-looking name in one of the file's own mappings, a string shaped like a
+    credential), a URL with a password, or an MCP server's environment or headers: a cache
+    never holds a secret."""
+    from corral.policy.redact import SECRET_NAME, Redactor
+
+    redactor = Redactor()
+
+    def walk(v: Any, mcp: bool = False) -> bool:
+        if isinstance(v, str):
+            return redactor.text(v) != v or _URL_PASSWORD.search(v) is not None
+        if isinstance(v, list):
+            return any(walk(x) for x in v)
+        if not isinstance(v, dict):
+            return False
+        if "@d" in v:  # a mapping of the file's own: its names are the user's
+            entries = v["@d"].items()
+            if mcp and any(k in ("env", "headers") and e != {"@d": {}} for k, e in entries):
+                return True
+            return any(
+                (isinstance(e, str) and SECRET_NAME.search(k) is not None)
+                or walk(e, mcp=mcp or k == "mcp_servers")
+                for k, e in entries
+            )
+        fields = v.get("f", v)
+        return any(walk(e, mcp=mcp or k == "mcp_servers") for k, e in fields.items())
+
+    return walk(value)
 
 
 def _key(text: str, path: Path | None) -> str:

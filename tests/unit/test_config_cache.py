@@ -225,3 +225,30 @@ def test_a_data_directory_others_may_read_gets_no_cache_until_it_is_private(
     data.chmod(0o700)
     load(data_dir=data, config_path=path)
     assert cached(data).exists()
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "workers: {mine: {adapter: codex, env: {OPENAI_API_KEY: abc123}}}",
+        "environments: {r: {kind: ray, address: 'http://127.0.0.1:1', "
+        "runtime_env: {env_vars: {HF_TOKEN: abc}}}}",
+        "roles: {a: {system_prompt: 'use ghp_" + "a" * 36 + "'}}",
+        "store: {url: 'postgresql://corral:pw@127.0.0.1/test'}",
+        "roles: {a: {mcp_config: mcp.json}}",  # its server has an env
+    ],
+    ids=["secret-name", "runtime-env", "credential-shape", "url-password", "mcp-env"],
+)
+def test_a_configuration_holding_a_secret_is_never_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secret: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    server = {"command": "srv", "env": {"PLAIN": "value"}}
+    (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"s": server}}))
+    path = tmp_path / "corral.yaml"
+    path.write_text(secret + "\n")
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    first = load(data_dir=data, config_path=path)
+    assert not cached(data).exists()
+    assert load(data_dir=data, config_path=path) == first
