@@ -474,9 +474,24 @@ def mcp_cmd(
         raise typer.Exit(130) from None
 
 
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")  # what typer's completion knows
+
+
+def _named_shell(argv: list[str]) -> None:
+    """`corral --show-completion bash` (or `--install-completion zsh`): typer looks for the
+    current shell among the command's parents and does not take a name, so a script run by `sh`
+    (a Dockerfile's RUN, CI) got "Shell sh not supported". Given a shell's name after the
+    option, typer is asked for the variant of its options that takes one (its switch is an
+    environment variable read when the command is built)."""
+    for option in ("--show-completion", "--install-completion"):
+        if option in argv[:-1] and argv[argv.index(option) + 1] in SHELLS:
+            os.environ["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
+
+
 def main(http: Listen | None = None) -> None:
     """Entry point of the `corral` command (corral/main.py passes the HTTP API's `listen`)."""
     privacy.make_private()  # every file Corral creates is its user's alone, whatever the umask
+    _named_shell(sys.argv[1:])
     try:
         code = app(standalone_mode=False, obj=http)  # returns the code of a `typer.Exit`
         sys.exit(code if isinstance(code, int) else 0)
