@@ -109,6 +109,33 @@ def test_a_configuration_file_is_still_loaded_and_validated(tmp_path: Path) -> N
     assert "corral.config" in probe["modules"]
 
 
+def test_with_a_configuration_file_and_jobs_short_commands_import_no_pydantic(
+    tmp_path: Path,
+) -> None:
+    """The file validated once and cached (config_cache.py), the jobs dumped without their
+    models (schemas/plain.py): pydantic only for what only it can do."""
+    (tmp_path / "corral.yaml").write_text("roles: {default: {concurrency: 2}}\n")
+    env = {"CORRAL_DATA_DIR": str(tmp_path / "data")}
+    for _ in range(2):  # the data directory, then the cache
+        out, probe = _probe(tmp_path, "submit", "-q", "--", "true", env=env)
+        assert probe["code"] == 0
+    job = out.strip()
+    for args in (
+        ("submit", "-q", "--", "true"),
+        ("show", job, "--json"),
+        ("jobs", "--json"),
+        ("cancel", job),
+    ):
+        out, probe = _probe(tmp_path, *args, env=env)
+        assert probe["code"] == 0, args
+        heavy = [m for m in probe["modules"] if m.split(".")[0] == "pydantic"]
+        assert heavy + [m for m in probe["modules"] if m == "corral.config_models"] == [], args
+        if args[0] == "show":
+            assert json.loads(out)["id"] == job and json.loads(out)["state"] == "QUEUED"
+        if args[0] == "jobs":
+            assert len(json.loads(out)) == 3
+
+
 # ---- typer's options without pydantic: the same answers as typer's own conversion
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.models import Attempt, Job, JobEvent
 from corral.domain.states import JobState
+from corral.schemas import plain
 from corral.trace.ids import trace_id_hex
 
 # The schema models (pydantic) are imported by the functions that dump them: a list that
@@ -64,10 +65,8 @@ STATE_STYLE = {
 
 
 def ts(t: float | None) -> str | None:
-    """The times of --json (schemas.views.iso_time), for the commands that print their own."""
-    from corral.schemas.views import iso_time
-
-    return iso_time(t)
+    """The times of --json (schemas.plain.iso_time), for the commands that print their own."""
+    return plain.iso_time(t)
 
 
 def short_time(t: float | None) -> str:
@@ -77,21 +76,28 @@ def short_time(t: float | None) -> str:
 
 
 def job_json(j: Job, *, detail: bool = False) -> dict[str, Any]:
-    from corral.schemas import views as schemas  # pydantic: on first use
-
-    return (schemas.JobDetail if detail else schemas.Job).of(j).dump()
+    fields = plain.job_detail(j) if detail else plain.job(j)
+    return _plain_json(fields, "JobDetail" if detail else "Job")
 
 
 def attempt_json(a: Attempt) -> dict[str, Any]:
-    from corral.schemas import views as schemas  # pydantic: on first use
-
-    return schemas.Attempt.of(a).dump()
+    return _plain_json(plain.attempt(a), "Attempt")
 
 
 def event_json(e: JobEvent) -> dict[str, Any]:
-    from corral.schemas import views as schemas  # pydantic: on first use
+    return _plain_json(plain.job_event(e), "JobEvent")
 
-    return schemas.JobEvent.of(e).dump()
+
+def _plain_json(fields: dict[str, Any], view: str) -> dict[str, Any]:
+    """The JSON of a view's fields (schemas/plain.py), or, for a value only its pydantic model
+    can say, the model's own dump (imported then: most commands never need pydantic)."""
+    try:
+        return plain.json(fields)
+    except plain.NotPlain:
+        from corral.schemas import views as schemas
+
+        model: Any = getattr(schemas, view)
+        return dict(model(**fields).dump())
 
 
 def event_subject(e: dict[str, Any]) -> str:
@@ -163,9 +169,7 @@ def evaluation_json(e: PolicyEvaluation) -> dict[str, Any]:
 
 
 def agent_event_json(e: AgentEvent) -> dict[str, Any]:
-    from corral.schemas import views as schemas  # pydantic: on first use
-
-    return schemas.AgentEvent.of(e).dump()
+    return _plain_json(plain.agent_event(e), "AgentEvent")
 
 
 def print_agent_events(events: Sequence[AgentEvent], *, full: bool = False) -> None:

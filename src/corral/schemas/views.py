@@ -9,7 +9,6 @@ runs every `--json` command and validates its output against it."""
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Self
@@ -22,14 +21,10 @@ from corral.domain import models as dm
 from corral.domain import tokens as dt_
 from corral.domain.states import AttemptState, DedupMode, JobState
 
+from . import plain
+from .plain import iso_time as iso_time  # re-exported: the other schemas' times
+
 IsoTime = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
-
-
-def iso_time(t: float | None) -> str | None:
-    """Epoch seconds as ISO 8601 UTC with milliseconds; None stays None."""
-    if t is None:
-        return None
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")
 
 
 class View(BaseModel):
@@ -66,23 +61,7 @@ class Job(View):
 
     @classmethod
     def fields_of(cls, j: dm.Job) -> dict[str, Any]:
-        return {
-            "id": j.id,
-            "state": j.state,
-            "role": j.role,
-            "priority": j.priority,
-            "attempts": j.attempts,
-            "worker": j.worker,
-            "env": j.env_name,
-            "tenant": j.tenant,
-            "command": list(j.command),
-            "key": j.key,
-            "created_at": iso_time(j.created_at),
-            "updated_at": iso_time(j.updated_at),
-            "exit_code": j.exit_code,
-            "last_error": j.last_error,
-            "limit_hit": j.limit_hit,
-        }
+        return plain.job(j)
 
     @classmethod
     def of(cls, j: dm.Job) -> Self:
@@ -121,35 +100,7 @@ class JobDetail(Job):
 
     @classmethod
     def fields_of(cls, j: dm.Job) -> dict[str, Any]:
-        lim = j.limits
-        nb = j.options.extra.get("notebook")
-        return {
-            **super().fields_of(j),
-            "max_attempts": lim.max_attempts,
-            "timeout_s": lim.timeout_s,
-            "grace_s": lim.grace_s,
-            "dedup": j.dedup,
-            "after": list(j.after),
-            "cwd": j.cwd,
-            "retry_at": iso_time(j.retry_at),
-            "cancel_requested": j.cancel_requested,
-            "stop_kind": j.stop_kind,
-            "requeued_from": j.requeued_from,
-            "dlq_resolution": j.dlq_resolution,
-            "parent_id": j.parent_id,
-            "depth": j.depth,
-            "workspace": j.workspace,
-            "deps_pending": j.deps_pending,
-            "prompt": j.prompt,
-            "max_tool_calls": lim.max_tool_calls,
-            "token_budget_in": lim.token_budget_in,
-            "token_budget_out": lim.token_budget_out,
-            "resume_from": j.options.resume_from,
-            "notebook": nb if isinstance(nb, dict) else None,
-            "training": tr if isinstance(tr := j.options.extra.get("training"), dict) else None,
-            "secret_env": list(j.options.secret_env),
-            "detached": j.options.detached,
-        }
+        return plain.job_detail(j)
 
 
 class Attempt(View):
@@ -172,22 +123,7 @@ class Attempt(View):
 
     @classmethod
     def of(cls, a: dm.Attempt) -> Attempt:
-        return cls(
-            index=a.index,
-            id=a.id,
-            state=a.state,
-            exit_code=a.exit_code,
-            signal=a.signal,
-            outcome=a.outcome.value if a.outcome else None,
-            started=iso_time(a.started_at),
-            ended=iso_time(a.ended_at),
-            pid=a.pid,
-            error=a.error,
-            limit_hit=a.limit_hit,
-            permit_id=a.permit_id,
-            deadline_at=iso_time(a.deadline_at),
-            log_dir=a.dir,
-        )
+        return cls(**plain.attempt(a))
 
 
 class JobEvent(View):
@@ -203,15 +139,7 @@ class JobEvent(View):
 
     @classmethod
     def of(cls, e: dm.JobEvent) -> JobEvent:
-        return cls(
-            at=iso_time(e.at),
-            kind=e.kind,
-            from_=e.from_state,
-            to=e.to_state,
-            attempt=e.attempt,
-            message=e.message,
-            data=dict(e.data),
-        )
+        return cls(**plain.job_event(e))
 
 
 class ToolCall(View):
@@ -255,7 +183,7 @@ class AgentEvent(View):
 
     @classmethod
     def of(cls, e: da.AgentEvent) -> AgentEvent:
-        return cls(**{**e.to_dict(), "at": iso_time(e.at)})
+        return cls(**plain.agent_event(e))
 
 
 class PolicyEvaluation(View):
