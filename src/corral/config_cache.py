@@ -2,10 +2,12 @@
 has not changed does not validate it again (config.py).
 
 One file, `<data dir>/config-cache.json`, holds the last configuration resolved there. It is
-used only when everything resolving read is as it was: the file's text and path, the working
-directory and home directory (relative paths), the files the configuration names (MCP configs,
-the guardrails file: what they hold) and the code that resolves it (its files' size, inode and
-modification time).
+used only when everything resolving read is as it was: the file's text and path, the home
+directory (`~` in paths), the files the configuration names (MCP configs, the guardrails file:
+what they hold, read again by the same paths) and the code that resolves it (its files' size,
+inode and modification time). The working directory is not in the key: a path the file gives
+relative stays relative to the file's own path, whatever the command's directory, so only what
+such a path reads can differ, and that is compared.
 Anything else, or a cache that is unreadable, damaged or not the user's own, is a miss: the file
 is validated anew, so a cache can make a command faster and never different. A configuration
 with problems is never cached: its error comes every time.
@@ -130,7 +132,7 @@ def _holds_secret(value: Any) -> bool:
 def _key(text: str, path: Path | None) -> str:
     here = Path(__file__).parent
     code = [_stamp(here / name) for name in _CODE]
-    parts = [_FORMAT, str(path) if path else None, text, os.getcwd(), os.environ.get("HOME"), code]
+    parts = [_FORMAT, str(path) if path else None, text, os.environ.get("HOME"), code]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 

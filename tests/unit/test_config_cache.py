@@ -124,8 +124,15 @@ def test_whatever_resolving_read_changes_is_read_anew(
         (tmp_path / "mcp.json").write_text(json.dumps({"mcpServers": {"other": {"command": "x"}}}))
     elif change == "guardrails":
         (tmp_path / "rules.yaml").write_text("rules: [\n")  # no longer loads
-    elif change == "cwd":
-        monkeypatch.chdir(data)
+    elif change == "cwd":  # the same relative path, the same text, in another directory
+        load(data_dir=data, config_path=Path("corral.yaml"))  # cached under that path
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "rules.yaml").write_text("version: 1\n")
+        (other / "mcp.json").write_text(json.dumps({"mcpServers": {"other": {"command": "x"}}}))
+        (other / "corral.yaml").write_text(RICH)
+        monkeypatch.chdir(other)
+        path = Path("corral.yaml")
     else:
         monkeypatch.setenv("HOME", str(data))
     if change == "guardrails":
@@ -136,7 +143,7 @@ def test_whatever_resolving_read_changes_is_read_anew(
     assert got.settings == file_settings(path.read_text(), path).settings
     if change == "text":
         assert got.settings.roles["a"].rate is not None and got.settings.roles["a"].rate.burst == 7
-    if change == "mcp":
+    if change in ("mcp", "cwd"):
         assert set(got.settings.roles["a"].mcp_servers) == {"other"}
 
 
