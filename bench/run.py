@@ -935,6 +935,11 @@ def print_scenarios(extra: dict[str, Any]) -> None:
             f"+{c['over_baseline_s']} s); {c['modules_imported']} modules imported; "
             f"target < {c['target_s']} s: {'meets' if c['meets_target'] else 'MISSED'}"
         )
+        print(
+            f"CLI  `corral show ID --json` with a configuration file p50 "
+            f"{c['show_cached_p50_s']} s cached, {c['show_validated_p50_s']} s validated anew "
+            f"(ratio {c['show_cached_ratio']})"
+        )
 
 
 def print_hotspots(profile_dir: Path, names: Sequence[str], top: int = 25) -> None:

@@ -6,7 +6,8 @@
   engine's ms per job over its first 100 jobs, its peak RSS (and its core child's), and
   `corral jobs --json` (default page of 50) against the store;
 - `CLI`: `corral jobs --json` on an empty store against `python -c pass` (the interpreter's own
-  start), plus the import count of the command;
+  start), plus the import count of the command; and `corral show ID --json` with a
+  configuration file, loaded from its cache against validated anew each time;
 - `H100K`: W1's jobs (/bin/true, concurrency 8) on a store that already holds 100 and 100,000
   ended jobs with their run reports (a long-lived engine's history), with and without SQLite's
   statistics (ANALYZE): the engine's CPU per job and the rate, each against the small store.
@@ -385,6 +386,7 @@ def run_cli(work: Path, runs: int, env: dict[str, str]) -> dict[str, Any]:
     p50 = statistics.median(corral)
     base = statistics.median(bare)
     return {
+        **_cli_configured(work, runs, env),
         "runs": runs,
         "p50_s": round(p50, 3),
         "p99_s": round(pct(corral, 99), 3),
@@ -394,6 +396,39 @@ def run_cli(work: Path, runs: int, env: dict[str, str]) -> dict[str, Any]:
         "modules_imported": imports - 1,
         "target_s": CLI_TARGET_S,
         "meets_target": p50 < CLI_TARGET_S,
+    }
+
+
+CLI_CONFIG = "scheduler: {poll_interval_s: 0.2}\nroles:\n  default: {concurrency: 4}\n"
+
+
+def _cli_configured(work: Path, runs: int, env: dict[str, str]) -> dict[str, Any]:
+    """`corral show ID --json` with a configuration file: loaded from its cache (the steady
+    case, config_cache.py) against the same command with the cache removed before each run, so
+    that the file is validated anew, alternated."""
+    from corral import config_cache
+
+    root = work / "cli-config"
+    data = root / "data"
+    root.mkdir(parents=True)
+    (root / "corral.yaml").write_text(CLI_CONFIG)
+    where = ["--data-dir", str(data), "--config", str(root / "corral.yaml")]
+    corral = [sys.executable, "-m", "corral"]
+    made = subprocess.run(
+        [*corral, "submit", "-q", *where, "--", "true"], capture_output=True, env=env, check=True
+    )
+    show = [*corral, "show", made.stdout.decode().strip(), "--json", *where]
+    _cli_times(show, 1, env)  # writes the cache
+    cached, validated = [], []
+    for _ in range(runs):
+        cached += _cli_times(show, 1, env)
+        (data / config_cache.NAME).unlink(missing_ok=True)
+        validated += _cli_times(show, 1, env)
+    hit, miss = statistics.median(cached), statistics.median(validated)
+    return {
+        "show_cached_p50_s": round(hit, 3),
+        "show_validated_p50_s": round(miss, 3),
+        "show_cached_ratio": round(hit / miss, 2),
     }
 
 
