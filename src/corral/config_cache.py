@@ -39,6 +39,8 @@ _FORMAT = 1
 _CODE = (
     "config.py",
     "config_models.py",
+    "config_sections.py",
+    "config_check.py",
     "config_cache.py",
     "domain/settings.py",
     "domain/models.py",
@@ -71,8 +73,8 @@ class Cache:
             if not isinstance(found, FileSettings):
                 raise _Miss
             return found
-        except (_Miss, OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
+        except (_Miss, OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return None  # read anew
 
     def put(self, found: FileSettings) -> None:
         """Keep `found` for the next command; when the data directory cannot hold it, the next

@@ -160,7 +160,15 @@ def test_a_configuration_with_problems_is_never_cached(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "damage",
-    ["garbage", "not an object", "unknown class", "missing field", "group-writable", "symlink"],
+    [
+        "garbage",
+        "not an object",
+        "unknown class",
+        "missing field",
+        "too deep",
+        "group-writable",
+        "symlink",
+    ],
 )
 def test_a_damaged_or_foreign_cache_is_a_miss_and_is_replaced(
     rich: tuple[Path, Path], damage: str, tmp_path: Path
@@ -179,6 +187,8 @@ def test_a_damaged_or_foreign_cache_is_a_miss_and_is_replaced(
     elif damage == "missing field":
         del entry["value"]["f"]["core"]["f"]["mode"]
         file.write_text(json.dumps(entry))
+    elif damage == "too deep":
+        file.write_text("[" * 100_000 + "]" * 100_000)
     elif damage == "group-writable":
         entry["value"]["f"]["core"]["f"]["mode"] = "tampered"
         file.write_text(json.dumps(entry))
