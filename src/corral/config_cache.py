@@ -67,7 +67,7 @@ class Cache:
             entry = _read(self.file)
             if entry.get("format") != _FORMAT or entry.get("key") != self.key:
                 raise _Miss
-            if entry.get("reads") != _stamps(entry["value"]["f"]["reads"]):
+            if entry.get("reads") != _digests(entry["value"]["f"]["reads"]):
                 raise _Miss
             found = _decode(entry["value"], _classes())
             if not isinstance(found, FileSettings):
@@ -90,7 +90,7 @@ class Cache:
             value = _encode(found)  # TypeError: a value JSON cannot hold (a YAML date)
             if _holds_secret(value):
                 return
-            reads = _stamps(value["f"]["reads"])
+            reads = _digests(value["f"]["reads"])
             entry = {"format": _FORMAT, "key": self.key, "reads": reads, "value": value}
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as out:
@@ -146,7 +146,7 @@ def _stamp(path: Path | str) -> list[int] | None:
     return [st.st_size, st.st_ino, st.st_mtime_ns]
 
 
-def _stamps(reads: Any) -> list[Any]:
+def _digests(reads: Any) -> list[Any]:
     """Each file resolving read, with a digest of what it holds now (None: unreadable)."""
     if not isinstance(reads, dict) or not isinstance(items := reads.get("@t"), list):
         raise _Miss

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from corral import config_cache
-from corral.config import file_settings, load
+from corral.config import load
+from corral.config_models import file_settings
 from corral.domain.errors import ConfigError
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "corral.yaml"

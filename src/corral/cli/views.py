@@ -15,8 +15,9 @@ from corral.domain.states import JobState
 from corral.schemas import plain
 from corral.trace.ids import trace_id_hex
 
-# The schema models (pydantic) are imported by the functions that dump them: a list that
-# finds nothing, and output for people, do not build them.
+# The schema models (pydantic) are imported by the functions that dump them, and a job, its
+# attempts, timeline and agent traces need them only for a value plain JSON cannot say
+# (schemas/plain.py): a list, a `show`, and output for people do not build them.
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
@@ -96,8 +97,8 @@ def _plain_json(fields: dict[str, Any], view: str) -> dict[str, Any]:
     except plain.NotPlain:
         from corral.schemas import views as schemas
 
-        model: Any = getattr(schemas, view)
-        return dict(model(**fields).dump())
+        model: type[schemas.View] = getattr(schemas, view)
+        return model(**fields).dump()
 
 
 def event_subject(e: dict[str, Any]) -> str:
