@@ -8,6 +8,7 @@ when the server does not answer, its tests fail with a message saying so (never 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -59,9 +60,26 @@ def new_store(store_kind: str, tmp_path: Path, pg_schemas: PgSchemas) -> Callabl
     return _factory(store_kind, tmp_path, pg_schemas)
 
 
+def waiting_as_kept(db: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """A SQLite store's waiting jobs per environment: as its triggers keep them (`queue_depth`,
+    migration 0032; environments with none left out) and as counted."""
+    with sqlite3.connect(db) as conn:
+        kept = dict(conn.execute("SELECT env_name, waiting FROM queue_depth WHERE waiting <> 0"))
+        counted = dict(
+            conn.execute(
+                "SELECT env_name, COUNT(*) FROM jobs"
+                " WHERE state IN ('QUEUED', 'RETRY_WAIT') GROUP BY env_name"
+            )
+        )
+    conn.close()
+    return kept, counted
+
+
 @pytest.fixture
-def use_store(new_store: Callable[[], Store]) -> UseStore:
-    """`use_store(body)`: run `await body(store)` on an opened store, then close it."""
+def use_store(new_store: Callable[[], Store], store_kind: str, tmp_path: Path) -> UseStore:
+    """`use_store(body)`: run `await body(store)` on an opened store, then close it. On SQLite
+    every test then also proves the kept queue depth equal to the count of waiting jobs, after
+    whatever lifecycle paths the test took."""
 
     def run(body: Body) -> None:
         async def main() -> None:
@@ -73,5 +91,8 @@ def use_store(new_store: Callable[[], Store]) -> UseStore:
                 await store.close()
 
         asyncio.run(main())
+        if store_kind == "sqlite":
+            kept, counted = waiting_as_kept(tmp_path / "corral.db")
+            assert kept == counted, "queue_depth drifted from the waiting jobs"
 
     return run

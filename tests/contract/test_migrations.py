@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from corral.core.ports import Admission
 from corral.domain.agents import PolicyEvaluation
+from corral.domain.errors import Backpressure
 from corral.domain.states import JobState
 from corral.store.chain import CHAINS, link
 from corral.store.chain_sql import append_only_triggers
@@ -22,7 +24,8 @@ from corral.store.rows import JOB_COLUMNS, job_params
 from corral.store.sql import SqlStore
 from corral.store.sqlite import SqliteDriver, SqliteStore
 from corral.workers.sealing import KeyFile
-from tests.contract.test_store_contract import make_job
+from tests.contract.conftest import waiting_as_kept
+from tests.contract.test_store_contract import AGING, NOW, make_job
 
 if TYPE_CHECKING:
     from conftest import PgSchemas  # tests/contract/conftest.py
@@ -155,8 +158,13 @@ async def _build(driver: Driver, *, fresh_from_schema: bool) -> tuple[Catalog, i
         await driver.close()
 
 
-KNOWLEDGE_TRIGGERS = {
+OTHER_TRIGGERS = {
     "sqlite": {
+        # migration 0032: the waiting jobs per environment, kept for the queue bounds
+        "queue_depth_insert",
+        "queue_depth_leave",
+        "queue_depth_enter",
+        "queue_depth_delete",
         "learnings_fts_insert",
         "learnings_text_fixed",
         "learning_events_no_update",
@@ -187,7 +195,8 @@ def _assert_same(migrated: Catalog, fresh: Catalog, dialect: str) -> None:
     }
     # every chained table refuses UPDATE and DELETE; beside them, only the knowledge tables'
     # own (migration 0023: the learnings' history is append-only, SQLite's FTS5 index follows)
-    assert triggers == set(append_only_triggers(dialect)) | KNOWLEDGE_TRIGGERS[dialect]
+    # and, on SQLite, the queue depth's (migration 0032)
+    assert triggers == set(append_only_triggers(dialect)) | OTHER_TRIGGERS[dialect]
     only_migrated = [e for e in migrated if e not in fresh]
     only_fresh = [e for e in fresh if e not in migrated]
     assert (only_migrated, only_fresh) == ([], []), (
@@ -415,3 +424,54 @@ def test_postgres_upgrade_keeps_the_plain_chain_and_keys_what_follows(
     asyncio.run(
         _upgrade_to_keyed(PostgresDriver(dsn), lambda: PostgresStore(dsn), tmp_path / "audit.key")
     )
+
+
+def test_sqlite_upgrade_counts_the_jobs_already_waiting(tmp_path: Path) -> None:
+    """Migration 0032 starts the kept queue depth from the jobs waiting when it runs; from
+    then on the triggers keep it, and a submission past the bound is refused by it."""
+    path = tmp_path / "v31.db"
+
+    async def main() -> None:
+        driver = SqliteDriver(path)
+        await driver.open()
+        try:
+            async with driver.write() as tx:
+                await tx.execute(
+                    "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+                    " name TEXT NOT NULL, applied_at REAL NOT NULL)"
+                )
+                for v, name, sql in [m for m in migrations("sqlite") if m[0] < 32]:
+                    for stmt in statements(sql):
+                        await tx.execute(stmt)
+                    await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v, name, 0))
+                jobs = [
+                    make_job(env_name="gpu"),
+                    make_job(env_name="gpu").with_(state=JobState.RETRY_WAIT),
+                    make_job(env_name="gpu").with_(state=JobState.RUNNING),
+                    make_job(env_name="local"),
+                    make_job(env_name="local").with_(state=JobState.SUCCEEDED),
+                ]
+                for job in jobs:
+                    await tx.execute(
+                        f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)})"
+                        f" VALUES ({', '.join('?' * len(JOB_COLUMNS))})",
+                        job_params(job),
+                    )
+        finally:
+            await driver.close()
+        store = SqliteStore(path)
+        await store.open()  # migrates 0032
+        try:
+            await store.submit(make_job(env_name="local"), now=NOW, aging_s=AGING)
+            # one job waited in local before the migration: with this one, local is at 2
+            with pytest.raises(Backpressure, match="2 jobs queued in environment local"):
+                await store.submit(
+                    make_job(env_name="local"), now=NOW, aging_s=AGING,
+                    admission=Admission(max_queued=100, env_max_queued=2),
+                )  # fmt: skip
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    kept, counted = waiting_as_kept(path)
+    assert kept == counted == {"gpu": 2, "local": 2}

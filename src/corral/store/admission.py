@@ -1,13 +1,16 @@
 """Queue bounds and workspace locks in SQL, run inside SqlStore's transactions.
 
-Backpressure: a submission counts the jobs waiting to run (QUEUED or RETRY_WAIT) in
-its environment and overall, then inserts, in one transaction. SQLite write transactions are
-serialised (BEGIN IMMEDIATE), so the bound is exact there. PostgreSQL runs submissions
-concurrently at READ COMMITTED, where two of them may both count one below the bound and both
-insert; within `PG_NEAR_BOUND` of a bound every submission therefore takes one advisory lock
-and counts again. The bound is then exact unless more than `PG_NEAR_BOUND` other submissions
-commit while one is in flight, and never overshot by more than the submit transactions open at
-once (each engine's pool holds at most 4 connections; each `corral submit` one).
+Backpressure: a submission reads how many jobs wait to run (QUEUED or RETRY_WAIT) in its
+environment and overall, then inserts, in one transaction. On SQLite the numbers are kept per
+environment by triggers on `jobs` (`queue_depth`, migration 0032), so the check costs the same
+at any depth; its write transactions are serialised (BEGIN IMMEDIATE), so the bound is exact.
+PostgreSQL counts the waiting jobs, up to the bound (a row every submission and claim updated
+would serialise the engines on its lock), and runs submissions concurrently at READ COMMITTED,
+where two of them may both count one below the bound and both insert; within `PG_NEAR_BOUND`
+of a bound every submission therefore takes one advisory lock and counts again. The bound is
+then exact unless more than `PG_NEAR_BOUND` other submissions commit while one is in flight,
+and never overshot by more than the submit transactions open at once (each engine's pool
+holds at most 4 connections; each `corral submit` one).
 
 Workspace locks: `workspace_locks` holds, per workspace, the one job
 that may run on it. `reject`/`coalesce` jobs take it at submission, `serialize` jobs in
@@ -78,8 +81,16 @@ _FIRST_ACTIVE = (
 # ---- queue bounds --------------------------------------------------------------------------
 
 
-async def _waiting(tx: Tx, env: str | None, limit: int) -> int:
-    """Jobs waiting to run (in `env`, or everywhere), counted up to `limit` (jobs_waiting)."""
+async def _waiting(tx: Tx, env: str | None, limit: int, *, kept: bool) -> int:
+    """Jobs waiting to run (in `env`, or everywhere): as the triggers keep them (`kept`,
+    SQLite), else counted up to `limit` (jobs_waiting)."""
+    if kept:
+        row = await tx.fetchone(
+            "SELECT COALESCE(SUM(waiting), 0) AS n FROM queue_depth"
+            + (" WHERE env_name = ?" if env else ""),
+            (env,) if env else (),
+        )
+        return int(row["n"]) if row else 0
     where = f"state IN {WAITING_SQL}" + (" AND env_name = ?" if env else "")
     params = (env, limit) if env else (limit,)
     row = await tx.fetchone(
@@ -103,21 +114,20 @@ async def _started_since(tx: Tx, env: str | None, since: float) -> int:
     return int(row["n"]) if row else 0
 
 
-async def check_bounds(
-    tx: Tx, job: Job, admission: Admission, now: float, *, serialise: bool
-) -> None:
+async def check_bounds(tx: Tx, job: Job, admission: Admission, now: float, *, dialect: str) -> None:
     """Backpressure past the environment's or the global bound (see the module docstring)."""
+    kept, serialise = dialect == "sqlite", dialect == "postgres"
     locked = False
     for bound, env in ((admission.env_max_queued, job.env_name), (admission.max_queued, None)):
         if bound is None:
             continue
-        queued = await _waiting(tx, env, bound)
+        queued = await _waiting(tx, env, bound, kept=kept)
         if serialise and not locked and queued >= bound - PG_NEAR_BOUND:
             await tx.execute(f"SELECT pg_advisory_xact_lock({_QUEUE_LOCK})")
             locked = True
-            queued = await _waiting(tx, env, bound)
+            queued = await _waiting(tx, env, bound, kept=kept)
         if queued >= bound:  # refused: count exactly for the message (this path only)
-            exact = await _waiting(tx, env, 2**62)
+            exact = await _waiting(tx, env, 2**62, kept=kept)
             started = await _started_since(tx, env, now - admission.rate_window_s)
             raise queue_full(
                 queued=exact, bound=bound, env=env, started=started, admission=admission

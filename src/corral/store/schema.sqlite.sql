@@ -30,3 +30,10 @@ CREATE TRIGGER learning_events_no_delete BEFORE DELETE ON learning_events BEGIN 
 -- v28: the text search of a tenant's jobs reads the expression it compares from this index
 -- (migrations/0028_jobs_text.sql; not on PostgreSQL, whose index entries are size-limited).
 CREATE INDEX jobs_text ON jobs (tenant, id, LOWER(command || ' ' || COALESCE(prompt, '')));
+-- v32: the number of jobs waiting to run in each environment, kept by triggers (the queue
+-- bounds read it instead of counting: migrations/0032_queue_depth.sql).
+CREATE TABLE queue_depth (env_name TEXT PRIMARY KEY, waiting INTEGER NOT NULL);
+CREATE TRIGGER queue_depth_insert AFTER INSERT ON jobs WHEN NEW.state IN ('QUEUED', 'RETRY_WAIT') BEGIN INSERT INTO queue_depth (env_name, waiting) VALUES (NEW.env_name, 1) ON CONFLICT (env_name) DO UPDATE SET waiting = waiting + 1; END;
+CREATE TRIGGER queue_depth_leave AFTER UPDATE OF state, env_name ON jobs WHEN OLD.state IN ('QUEUED', 'RETRY_WAIT') BEGIN UPDATE queue_depth SET waiting = waiting - 1 WHERE env_name = OLD.env_name; END;
+CREATE TRIGGER queue_depth_enter AFTER UPDATE OF state, env_name ON jobs WHEN NEW.state IN ('QUEUED', 'RETRY_WAIT') BEGIN INSERT INTO queue_depth (env_name, waiting) VALUES (NEW.env_name, 1) ON CONFLICT (env_name) DO UPDATE SET waiting = waiting + 1; END;
+CREATE TRIGGER queue_depth_delete AFTER DELETE ON jobs WHEN OLD.state IN ('QUEUED', 'RETRY_WAIT') BEGIN UPDATE queue_depth SET waiting = waiting - 1 WHERE env_name = OLD.env_name; END;

@@ -296,9 +296,7 @@ class SqlStore(
                 return SubmitResult(job=found[0], created=False, coalesced_on="workspace")
         job, failed_dep = await self._resolve_deps(tx, job, now)
         if not job.state.terminal:
-            await adm.check_bounds(
-                tx, job, admission, now, serialise=self.driver.dialect == "postgres"
-            )
+            await adm.check_bounds(tx, job, admission, now, dialect=self.driver.dialect)
         await tx.execute(_JOB_INSERT, job_params(job))
         events = submitted_events(job, now, superseded, failed_dep)
         if job.workspace and not job.state.terminal:

@@ -1,0 +1,4 @@
+-- Corral schema v32 (PostgreSQL): nothing. SQLite keeps the number of waiting jobs per
+-- environment in a row its triggers update; here every submission and every claim of any
+-- engine would wait on that row's lock, so a submission counts the waiting jobs instead
+-- (store/admission.py).
