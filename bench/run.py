@@ -912,7 +912,9 @@ def print_scenarios(extra: dict[str, Any]) -> None:
         s, b = q["small"], q["big"]
         print(
             f"Q100K {s['queued']} vs {b['queued']:,} queued: claim query p50 "
-            f"{s['claim_p50_ms']} / {b['claim_p50_ms']} ms (x{q['claim_ratio_p50']}); engine "
+            f"{s['claim_p50_ms']} / {b['claim_p50_ms']} ms (x{q['claim_ratio_p50']}); "
+            f"submission p50 {s['submit_p50_ms']} / {b['submit_p50_ms']} ms "
+            f"(x{q['submit_ratio_p50']}); engine "
             f"{s['engine_ms_per_job']} / {b['engine_ms_per_job']} ms per job "
             f"(x{q['engine_ms_per_job_ratio']}); engine RSS {s['engine_rss_mb']} / "
             f"{b['engine_rss_mb']} MB, core {s['core_rss_mb']} / {b['core_rss_mb']} MB; "

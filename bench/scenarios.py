@@ -32,7 +32,7 @@ from typing import Any
 import anyio
 
 from corral.config import Config
-from corral.core.ports import QueueFilter
+from corral.core.ports import Admission, QueueFilter
 from corral.domain.governance import ReportOutcome, RunReport
 from corral.domain.ids import new_id
 from corral.domain.models import JobSpec
@@ -43,6 +43,7 @@ from corral.store.sqlite import SqliteStore
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.metrics import _attempt_row, _job_row, insert_rows
+from tests.contract.test_store_contract import make_job  # a QUEUED job, as bench/events.py
 
 LAT_COMMAND = ("sleep", "0.1")  # long enough that RUNNING is recorded before the end
 RSS_TARGET_MB = 300.0
@@ -256,6 +257,26 @@ async def _claim_times(db: Path, rounds: int) -> list[float]:
         await store.close()
 
 
+async def _submit_times(db: Path, rounds: int, work: Path) -> list[float]:
+    """Milliseconds of a store submission with the queue as deep as it is, under a bound
+    above it (the bound is checked on every submission: migration 0032)."""
+    store = SqliteStore(db)
+    await store.open()
+    try:
+        out = []
+        for _ in range(rounds):
+            job = make_job(command=("/bin/true",), cwd=str(work))
+            t0 = time.perf_counter()
+            await store.submit(job, now=time.time(), aging_s=60.0, admission=_NO_BOUND)
+            out.append((time.perf_counter() - t0) * 1000)
+        return out
+    finally:
+        await store.close()
+
+
+_NO_BOUND = Admission(max_queued=10**9)
+
+
 def _vm_hwm_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -321,6 +342,7 @@ def run_queued_one(
         engine.stop()
         engine.kill()
     ended = _ended_times(cfg.db_path)[:FIRST_JOBS]
+    submit = anyio.run(_submit_times, cfg.db_path, 200, work)  # after the engine's run
     skip = 10  # the first jobs share the engine's start
     per_job = (
         (ended[-1] - ended[skip]) * 1000 / (len(ended) - 1 - skip)
@@ -332,6 +354,7 @@ def run_queued_one(
         "fill_s": round(filled_s, 2),
         "claim_p50_ms": round(pct(claim, 50), 3),
         "claim_p99_ms": round(pct(claim, 99), 3),
+        "submit_p50_ms": round(pct(submit, 50), 3),
         "engine_ms_per_job": round(per_job, 2) if per_job else None,
         "jobs_measured": len(ended),
         "engine_rss_mb": round(rss["engine_mb"], 1) if rss.get("engine_mb") else None,
@@ -355,6 +378,7 @@ def summarize_queued(small: dict[str, Any], big: dict[str, Any]) -> dict[str, An
         "small": small,
         "big": big,
         "claim_ratio_p50": ratio("claim_p50_ms"),
+        "submit_ratio_p50": ratio("submit_p50_ms"),
         "engine_ms_per_job_ratio": ratio("engine_ms_per_job"),
         "cli_ratio": ratio("cli_jobs_json_p50_s"),
         "rss_target_mb": RSS_TARGET_MB,
