@@ -192,6 +192,15 @@ def test_a_worse_run_than_its_baseline_is_a_metric_regression(trainer: Corral) -
     assert fine[0]["message"] == f"no regression against {base}"
 
 
+# a run that only waits, for the timeout: the clock and the stop are what is tested, and a real
+# training burning a core for the whole timeout slowed every other test of the suite
+WAIT_SCRIPT = """\
+import os, time
+open("train-pid", "w").write(str(os.getpid()))
+time.sleep(3600)
+"""
+
+
 def _long(c: Corral) -> str:
     script = c.work / "long.py"
     script.write_text(LONG_SCRIPT.format(examples=str(EXAMPLES), sft=str(EXAMPLES / "sft.py")))
@@ -218,7 +227,9 @@ def test_cancel_mid_training_stops_the_ray_job_and_its_processes(
 
 def test_a_training_job_past_its_timeout_is_timed_out(trainer: Corral, head: Head) -> None:
     c = trainer
-    job = _submit(c, "sft", _long(c), "--timeout", "30", "--max-attempts", "1")
+    script = c.work / "wait.py"
+    script.write_text(WAIT_SCRIPT)
+    job = _submit(c, "sft", str(script), "--timeout", "20", "--max-attempts", "1")
     c.serve()
     eventually((c.work / "train-pid").exists, timeout=90, what="the training script running")
     pid = int((c.work / "train-pid").read_text())
