@@ -4,7 +4,7 @@ idempotency, 409, 429 with Retry-After, and problem+json on every error path."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,9 @@ import httpx
 import pytest
 
 from corral.api import create_app
+from corral.api.app import MAX_BODY_BYTES
 from corral.config import Config, load
+from corral.domain import bounds
 from corral.domain.states import JobState
 from corral.services import tokens
 from corral.store.memory import MemoryStore
@@ -294,6 +296,40 @@ def test_bad_input_and_unknown_routes_are_problems_too(tmp_path: Path) -> None:
             )
             assert_problem(r, r.status_code, "invalid_request")
             assert r.status_code in (400, 422)
+
+    with_api(config(tmp_path), body)
+
+
+def test_a_body_over_the_limit_is_413_before_it_is_read_whole(tmp_path: Path) -> None:
+    """Said by its Content-Length or streamed without one, a body over MAX_BODY_BYTES is a
+    problem, with a token or without; the largest valid submission still goes through."""
+    over = MAX_BODY_BYTES + 1
+    read: list[int] = []
+
+    async def stream() -> AsyncIterator[bytes]:  # chunked: no Content-Length to refuse by
+        chunk = b" " * (1 << 16)
+        for _ in range(4 * over // len(chunk)):  # four times the limit, unless stopped
+            read.append(len(chunk))
+            yield chunk
+
+    async def body(api: Api) -> None:
+        json_h = {"Content-Type": "application/json"}
+        for who in ("writer", None):
+            r = await api.client.post(
+                "/api/v1/jobs", content=b" " * over, headers={**api.auth(who), **json_h}
+            )
+            assert_problem(r, 413, "content_too_large")
+        r = await api.client.post(
+            "/api/v1/jobs", content=stream(), headers={**api.auth("writer"), **json_h}
+        )
+        assert_problem(r, 413, "content_too_large")
+        assert sum(read) <= MAX_BODY_BYTES + (1 << 17)  # stopped at the limit, not the end
+        arg = "\u0001" * (bounds.MAX_PROMPT_BYTES // 2)  # six bytes of JSON a character
+        r = await api.client.post(
+            "/api/v1/jobs", json={"command": ["echo", arg]}, headers=api.auth("writer")
+        )
+        assert len(r.request.content) > 1 << 20
+        assert r.status_code == 201, r.text[:300]
 
     with_api(config(tmp_path), body)
 

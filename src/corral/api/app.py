@@ -44,6 +44,11 @@ from .ratelimit import Buckets
 from .state import ApiState
 
 READY_TIMEOUT_S = 1.0
+# The largest request body read, in bytes: a bigger one is 413 before it is read whole (without
+# a limit any caller, a token or none, could make the engine hold a body of any size in memory).
+# A job fits one core protocol line (1 MiB, core/protocol.py) and an epic's text 256 KiB; four
+# times the former leaves room for any valid body written out in escaped JSON.
+MAX_BODY_BYTES = 4 << 20
 # Builds an app mounted at /ui (the dashboard, corral/ui): given the configuration, the store,
 # the engine's wake and the clock. The API does not import the dashboard: corral/main.py hands
 # it over.
@@ -93,6 +98,7 @@ def create_app(
         clock=clock,
     )
     problems.install(app)
+    app.add_middleware(problems.BodyLimit, limit=MAX_BODY_BYTES)
     endpoint = mcp.McpEndpoint(app.state.corral)
     app.router.routes.append(Route(mcp.PATH, endpoint))  # an ASGI app: every method goes to it
     app.include_router(jobs.router)

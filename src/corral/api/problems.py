@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.domain.errors import Backpressure, CorralError
 
@@ -44,6 +45,7 @@ _TITLES = {
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
+    413: "Content Too Large",
     422: "Unprocessable Content",
     429: "Too Many Requests",
     500: "Internal Server Error",
@@ -68,6 +70,7 @@ def documented() -> dict[int | str, dict[str, Any]]:
         403: "A scope is missing.",
         404: "No such job (or another tenant's).",
         409: "Conflicts with the state.",
+        413: "The request's body is over the limit (4 MiB).",
         422: "Invalid input.",
         429: "Backpressure or the rate limit; see Retry-After.",
         500: "Internal error.",
@@ -129,6 +132,47 @@ def corral_problem(err: CorralError) -> JSONResponse:
     return problem(status, err.code, str(err), headers=headers)
 
 
+class BodyLimit:
+    """ASGI middleware: a request whose body is over `limit` bytes is a 413 problem, refused by
+    its Content-Length before anything is read, or, streamed without one, as soon as the bytes
+    read pass the limit (raised from `receive` into the route, answered by `install`'s handler).
+    Starlette's own limit answers in plain text, and replaces any answer to a request whose
+    Content-Length is over it with its own."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if value.isdigit() and int(value) > self.limit:
+                    await self._refuse(scope, receive, send)
+                    return
+                await self.app(scope, receive, send)  # the server reads no more than it says
+                return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise StarletteHTTPException(413, self._detail())
+            return message
+
+        await self.app(scope, counted, send)
+
+    def _detail(self) -> str:
+        return f"the request's body is over the {self.limit}-byte limit"
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await problem(413, "content_too_large", self._detail())(scope, receive, send)
+
+
 def install(app: FastAPI) -> None:
     """Answer every error of the app as a problem."""
 
@@ -149,9 +193,12 @@ def install(app: FastAPI) -> None:
 
     async def on_http(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, StarletteHTTPException)
-        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
-            err.status_code, "http_error"
-        )
+        code = {
+            400: "invalid_request",
+            404: "not_found",
+            405: "method_not_allowed",
+            413: "content_too_large",
+        }.get(err.status_code, "http_error")
         headers = dict(err.headers or {})
         if err.status_code == 405:  # every method of the path, not only the first route's
             headers["Allow"] = ", ".join(sorted(_methods(request)))
