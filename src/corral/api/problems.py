@@ -40,6 +40,7 @@ STATUS: Mapping[str, int] = {
 }
 INTERNAL = 500
 _TITLES = {
+    400: "Bad Request",
     401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
