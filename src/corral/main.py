@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral import cli
+from corral import codecache
+
+codecache.install()  # before the CLI's modules create their dataclasses (codecache.py)
+
+from corral import cli  # noqa: E402
 
 
 def listen(address: str, **options: Any) -> Any:
