@@ -189,6 +189,27 @@ class Distribution(NamedTuple):
     total: float
 
 
+# The histograms' bucket upper bounds (seconds) of attempt run time and submit → running
+# latency: the metrics (trace/metrics.py) and retention, which carries the histograms of the jobs
+# it archives forward (runtime/retention.py).
+METRIC_BOUNDS: tuple[float, ...] = (
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetFigures:
     """What every engine sharing the store has done, aggregated in the store when asked (so any

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -53,13 +53,16 @@ from corral.runtime.supervisor import CoreSupervisor, SupervisorOptions
 from corral.runtime.worldwatch import WorldWatch
 from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
-from corral.trace import spans
 from corral.trace.drain import Drainer
+from corral.trace.ids import OTLP_ENDPOINT_ENV
 from corral.workers import credentials, privacy, rayauth, rayhealth
 from corral.workers.agents import ADAPTERS
 from corral.workers.command import CommandWorker, Launch
 from corral.workers.sealing import Keeper, revealer
 from corral.workers.zygote import Zygote
+
+if TYPE_CHECKING:
+    from corral.trace.spans import JobSpans
 
 log = logging.getLogger("corral.engine")
 
@@ -189,7 +192,7 @@ class Engine:
             keeper=Keeper(config.secrets_key),
         )
         self.governor.socket_group = config.socket_group
-        self.spans = spans.from_env()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
+        self.spans = _otlp_spans()
         # The knowledge flywheel: learnings injected at dispatch, rewarded and extracted when a
         # run's report is written (runtime/flywheel.py)
         self.flywheel = Flywheel(
@@ -598,6 +601,17 @@ class Engine:
                 )
                 scope.cancel()
                 return
+
+
+def _otlp_spans() -> JobSpans | None:
+    """The exporter of jobs' spans when OTEL_EXPORTER_OTLP_ENDPOINT is set, else None: the
+    OpenTelemetry SDK (and psutil, which its resources import) costs an engine ~90 ms to
+    import, which only one that exports pays."""
+    if not os.environ.get(OTLP_ENDPOINT_ENV):
+        return None
+    from corral.trace import spans
+
+    return spans.from_env()
 
 
 def _first_leaf(group: BaseException) -> BaseException:

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -28,8 +29,10 @@ from corral.domain.settings import OversightSpec
 from corral.policy import prerun
 from corral.policy.reports import build_report, incidents_for
 from corral.runtime.flywheel import LOST_AFTER_S, Flywheel
-from corral.trace.spans import JobSpans
 from corral.world import anomaly
+
+if TYPE_CHECKING:  # the OpenTelemetry SDK: imported only by an engine that exports spans
+    from corral.trace.spans import JobSpans
 
 log = logging.getLogger("corral.reporter")
 

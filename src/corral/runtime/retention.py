@@ -31,12 +31,11 @@ from pathlib import Path
 import anyio
 
 from corral.config import Config
-from corral.core.ports import RetentionStore
+from corral.core.ports import METRIC_BOUNDS, RetentionStore
 from corral.domain.errors import Conflict, CorralError
 from corral.domain.ids import new_id
 from corral.runtime.audit import archive_dir
 from corral.store import archive
-from corral.trace.metrics import BOUNDS
 
 log = logging.getLogger("corral.retention")
 
@@ -129,7 +128,7 @@ async def collect(
     dry_run: bool = False,
     now: float | None = None,
     progress: Callable[[GcProgress], None] | None = None,
-    bounds: Sequence[float] = BOUNDS,
+    bounds: Sequence[float] = METRIC_BOUNDS,
 ) -> GcResult:
     """Run retention once: every batch until nothing past retention can go."""
     spec = config.settings.retention

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import hashlib
 
+# Spans are exported over OTLP/HTTP only when this is set (trace/spans.py `from_env`); an engine
+# imports the OpenTelemetry SDK only then.
+OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+
 
 def trace_id_of(job_id: str) -> int:
     """The job's trace id: the first 128 bits of sha256(job id), never 0."""

@@ -28,6 +28,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from corral.core.ports import METRIC_BOUNDS as BOUNDS
 from corral.core.ports import (
     BudgetStatus,
     ChainHead,
@@ -43,23 +44,6 @@ from corral.domain.states import TERMINAL, JobState
 from corral.policy import prerun
 from corral.trace.events import SOURCES
 
-# Histogram bucket upper bounds (seconds) of attempt run time and submit → running latency.
-BOUNDS: tuple[float, ...] = (
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,
-    1800.0,
-    3600.0,
-)
 WAITING = (JobState.QUEUED, JobState.RETRY_WAIT)
 BREAKER_STATES = ("CLOSED", "HALF_OPEN", "OPEN")
 # The watchdog's gauges (core/watchdog.py) under their own names, in base units: (gauge in the

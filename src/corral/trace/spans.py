@@ -33,12 +33,12 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, set_span_i
 from corral.core.ports import TOOL_CALL_STAGES
 from corral.domain.agents import AgentEvent, PolicyEvaluation, ToolCallTrace
 from corral.domain.models import Attempt, Job
+from corral.trace.ids import OTLP_ENDPOINT_ENV as ENDPOINT_ENV
 from corral.trace.ids import trace_id_hex, trace_id_of
 from corral.trace.metrics import provider_of
 
 __all__ = ["JobSpans", "from_env", "provider", "trace_id_hex", "trace_id_of"]
 
-ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 QUEUE_SPANS = 2048  # the export queue's bound: past it, spans are dropped, never waited for
 NS = 1_000_000_000
 _next_trace: contextvars.ContextVar[int | None] = contextvars.ContextVar(
