@@ -26,7 +26,7 @@ from corral.config import load
 from corral.domain.ids import new_id
 from corral.domain.models import Job, JobOptions, Limits, Permit
 from corral.domain.states import DedupMode, JobState
-from corral.runtime.engine import build_core
+from corral.runtime.corebuild import build_core
 from corral.workers import process
 
 

@@ -23,7 +23,7 @@ from corral.config import Config
 from corral.core import protocol as p
 from corral.core.server import CoreServer
 from corral.runtime.assembly import advertise, settle_heap
-from corral.runtime.engine import build_core
+from corral.runtime.corebuild import build_core
 from corral.workers.zygote import Zygote
 
 log = logging.getLogger("corral.core")

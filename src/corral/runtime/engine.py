@@ -18,19 +18,15 @@ import anyio
 from anyio.abc import TaskGroup
 
 from corral.config import Config, guardrails_of
-from corral.core.gateway import Core, CoreOptions
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
-from corral.core.permits import PermitGate
-from corral.core.ports import Store, WorkerAdapter
+from corral.core.ports import Store
 from corral.domain.errors import (
     CorralError,
     EngineFenced,
     StoreError,
-    WorkerMisconfigured,
 )
 from corral.domain.ids import new_id
-from corral.domain.models import Permit
-from corral.domain.settings import EnvSpec, WorkerSpec
+from corral.domain.settings import WorkerSpec
 from corral.runtime import audit, published
 from corral.runtime.assembly import (
     adapter_of,
@@ -38,9 +34,9 @@ from corral.runtime.assembly import (
     build_store,
     is_shared,
     settle_heap,
-    worker_kinds,
 )
 from corral.runtime.control import serve_control
+from corral.runtime.corebuild import build_core
 from corral.runtime.flywheel import Flywheel
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
@@ -55,9 +51,8 @@ from corral.scheduler.dispatcher import Dispatcher, DispatchOptions
 from corral.scheduler.outage import StoreHealth
 from corral.trace.drain import Drainer
 from corral.trace.ids import OTLP_ENDPOINT_ENV
-from corral.workers import credentials, privacy, rayauth, rayhealth
+from corral.workers import credentials, privacy
 from corral.workers.agents import ADAPTERS
-from corral.workers.command import CommandWorker, Launch
 from corral.workers.sealing import Keeper, revealer
 from corral.workers.zygote import Zygote
 
@@ -68,26 +63,6 @@ log = logging.getLogger("corral.engine")
 
 REVIVE_WAIT_S = 7.0  # how long clearing a crash loop waits for the new core (the CLI waits 10)
 SOLE_HOLDER = "sole-engine"  # who holds the sinks' leases on a store only one engine serves
-
-
-def build_core(config: Config, zygote: Zygote | None = None) -> Core:
-    """The core of `config`; its shims are forked by `zygote` (the caller's to close)."""
-    gate = PermitGate(config.settings)
-    launch = Launch(keeper=Keeper(config.secrets_key), settings=config.settings, zygote=zygote)
-    return Core(
-        gate,
-        {kind: build_worker(config, gate.validate, kind, launch) for kind in worker_kinds(config)},
-        CoreOptions(cluster_probe=cluster_probe),
-    )
-
-
-def cluster_probe(env: EnvSpec) -> str | None:
-    """Whether a Ray environment's job server answers, with its token (None: it does)."""
-    try:
-        token = rayauth.token(env)
-    except WorkerMisconfigured as err:
-        return str(err)
-    return rayhealth.reachable(str(env.address), token)
 
 
 def role_warnings(config: Config) -> list[str]:
@@ -147,16 +122,6 @@ def credential_warnings(config: Config, environ: Mapping[str, str] = os.environ)
                 f" home does not reach it): its jobs will fail, and are not retried"
             )
     return out
-
-
-def build_worker(
-    config: Config, validate: Callable[[Permit], None], kind: str, launch: Launch
-) -> WorkerAdapter:
-    adapter = adapter_of(config, kind)
-    if adapter == "command":
-        return CommandWorker(validate, kind, launch)
-    spec = config.settings.workers.get(kind) or WorkerSpec(name=kind, adapter=adapter)
-    return ADAPTERS[adapter](validate, spec, config.settings.roles, config.data_dir, launch)
 
 
 class Engine:
