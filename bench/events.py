@@ -6,13 +6,14 @@ Starts its own nats-server (JetStream) and redis-server on free loopback ports, 
 (`/bin/true` jobs, concurrency 8, the engine already serving: bench/run.py's `live` mode)
 alternately without sinks and with every sink on, `--repeat` times each, and prints the median
 jobs/s of each and their ratio (on / off: the drainer must not slow dispatch, so it should stay
-near 1; the aim is ≥ 0.95). After each run with sinks it says how many of the committed records
-reached JetStream (all of them: the engine publishes what is left as it stops). It also prints
-the engine process's CPU milliseconds per job (its own, not its core's nor the jobs'), steadier
-than the rates on a shared machine: what the sinks add to the engine's loop; and the broker
-processes' CPU per job, which W1 shares the machine with. Both brokers are emptied before each
-round, so each round's events are new to JetStream (its ids restart with each round's store).
-Nothing is asserted: timing on a shared machine is for reading.
+near 1; the aim is ≥ 0.95), and the median of the ratios within each round, which the
+machine's drift between rounds does not move. After each run with sinks it says how many of
+the committed records reached JetStream (all of them: the engine publishes what is left as it
+stops). It also prints the engine process's CPU milliseconds per job (its own, not its core's
+nor the jobs'), steadier than the rates on a shared machine: what the sinks add to the engine's
+loop; and the broker processes' CPU per job, which W1 shares the machine with. Both brokers are
+emptied before each round, so each round's events are new to JetStream (its ids restart with
+each round's store). Nothing is asserted: timing on a shared machine is for reading.
 
 `--drainer N` measures the drainer alone instead: N jobs submitted to a fresh SQLite store (one
 timeline record each), then the engine's drainer (every sink) run round after round in this
@@ -231,6 +232,14 @@ def main() -> int:
         f"W1 {args.jobs} jobs: sinks off {off:.1f} jobs/s, sinks on {on:.1f} jobs/s, "
         f"ratio on/off {on / off if off else 0:.3f}"
     )
+    # Each round ran both, back to back: the ratio within a round is not moved by the machine
+    # getting faster or slower between rounds (this one's rates varied by half on a quiet VM)
+    pairs = sorted(a / b for a, b in zip(rates["on"], rates["off"], strict=True) if b)
+    if pairs:
+        print(
+            f"ratio on/off within each round: median {statistics.median(pairs):.3f}"
+            f" (from {pairs[0]:.3f} to {pairs[-1]:.3f}, {len(pairs)} rounds)"
+        )
     c_off, c_on = statistics.median(cpu_ms["off"]), statistics.median(cpu_ms["on"])
     print(
         f"engine CPU per job: sinks off {c_off:.2f} ms, sinks on {c_on:.2f} ms, "
