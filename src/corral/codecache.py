@@ -3,14 +3,15 @@
 Every frozen dataclass costs its module's import about 0.8 ms in Python 3.11: `dataclasses`
 writes the source of its `__init__`, `__repr__`, `__eq__`, `__hash__`, `__setattr__` and
 `__delattr__` and compiles each with `exec`, at every import, in every process; the compiling is
-four fifths of it. A short `corral` command creates about 150 of them: a third of its CPU.
+four fifths of it. A short `corral` command creates about 150 of them: a fifth to a third of
+its CPU.
 Python caches a module's own bytecode in `__pycache__`; this does the same for that generated
 source: `dataclasses` is given an `exec` that looks the text up in a table of code objects kept
 beside the package's bytecode (`__pycache__/dataclasses.<cache tag>.bin`, marshal, as a .pyc),
 compiles only what is missing, and the table is written back once, at exit, when it grew.
 
 What runs is exactly what `exec` would have compiled from the same text (the table maps the
-whole text to its code). The table is trusted as the bytecode beside it is, and no more: it is
+text's 160-bit BLAKE2b digest to its code). The table is trusted as the bytecode beside it is, and no more: it is
 read only from the package's own `__pycache__`, not through a symlink, when it is owned by this
 user or root and not writable by group or others; a table that cannot be read, is damaged or was
 written by another Python is ignored (and replaced, where the directory is writable). Only the
