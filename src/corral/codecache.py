@@ -11,12 +11,12 @@ beside the package's bytecode (`__pycache__/dataclasses.<cache tag>.bin`, marsha
 compiles only what is missing, and the table is written back once, at exit, when it grew.
 
 What runs is exactly what `exec` would have compiled from the same text (the table maps the
-text's 160-bit BLAKE2b digest to its code). The table is trusted as the bytecode beside it is, and no more: it is
-read only from the package's own `__pycache__`, not through a symlink, when it is owned by this
-user or root and not writable by group or others; a table that cannot be read, is damaged or was
-written by another Python is ignored (and replaced, where the directory is writable). Only the
-`corral` command installs it (main.py), not a program that imports Corral's client; where
-`dataclasses` has no `_create_fn` (another Python), nothing changes.
+text's 160-bit BLAKE2b digest to its code). The table is trusted as the bytecode beside it is,
+and no more: it is read only from the package's own `__pycache__`, not through a symlink, when
+it is owned by this user or root and not writable by group or others; a table that cannot be
+read, is damaged or was written by another Python is ignored (and replaced, where the directory
+is writable). Only the `corral` command installs it (main.py), not a program that imports
+Corral's client; where `dataclasses` has no `_create_fn` (another Python), nothing changes.
 """
 
 from __future__ import annotations
