@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,3 +150,65 @@ def test_the_engines_wake_for_a_submission_dispatches_and_writes_no_report(
     assert engine.dispatcher._wake.is_set() and not engine.reporter._wake.is_set()
     assert engine.wake("wake")
     assert engine.reporter._wake.is_set()
+
+
+def test_a_request_must_arrive_whole_in_time_an_answer_may_take_its_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connection that sends part of a request (its head, or a body a byte at a time) is
+    closed once REQUEST_TIMEOUT_S passes; one whose answer takes longer is not."""
+    import uvicorn
+
+    from corral.api import server as srv
+
+    monkeypatch.setattr(srv, "REQUEST_TIMEOUT_S", 0.3)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await asyncio.sleep(0.8)  # longer than the deadline: an answer being written
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"14")]}
+        )
+        await send({"type": "http.response.body", "body": b"late but whole"})
+
+    async def closed_after(port: int, data: bytes) -> float | None:
+        """Seconds until the server closed the connection (None: it answered instead)."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(data)
+        t0 = asyncio.get_running_loop().time()
+        got = await asyncio.wait_for(reader.read(100), timeout=10)
+        writer.close()
+        return None if got else asyncio.get_running_loop().time() - t0
+
+    async def main() -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            app, lifespan="off", http=srv._CoalescingProtocol, log_level="error"
+        )
+        server = srv._EngineServer(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            while not server.started:
+                await asyncio.sleep(0.01)
+            head = b"POST / HTTP/1.1\r\nHost: x\r\n"
+            assert (await closed_after(port, head)) is not None  # a head that never ends
+            body = head + b"Content-Length: 10\r\n\r\n1"
+            assert (await closed_after(port, body)) is not None  # a body that never ends
+            whole = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+            assert (await closed_after(port, whole)) is None  # answered after 0.8 s
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(whole)
+            answer = await asyncio.wait_for(reader.readuntil(b"late but whole"), timeout=10)
+            assert answer.startswith(b"HTTP/1.1 200")
+            writer.write(head)  # then part of a second request on the same connection
+            assert await asyncio.wait_for(reader.read(100), timeout=10) == b""
+            writer.close()
+        finally:
+            server.should_exit = True
+            await task
+
+    asyncio.run(main())

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import anyio
 import uvicorn
-from uvicorn.protocols.http.auto import AutoHTTPProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from corral.domain.errors import InvalidRequest
 from corral.runtime.engine import Engine
@@ -26,6 +26,9 @@ from .app import UiMount, create_app
 
 log = logging.getLogger(__name__)
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8765
+# How long a request may take to arrive whole, head and body (`_CoalescingProtocol`): a body at
+# its 4 MiB limit over a link of 150 KB/s
+REQUEST_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,11 +184,50 @@ class _Coalescing:
         return getattr(self._transport, name)
 
 
-class _CoalescingProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
-    """uvicorn's HTTP/1.1 protocol (httptools when installed, else h11) over `_Coalescing`."""
+class _CoalescingProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol (httptools) over `_Coalescing`, with a deadline for each
+    request to arrive whole.
+
+    uvicorn times out a connection only while it idles between requests: one that sends part
+    of a request's head (or a body a byte at a time) and then nothing is held open for ever,
+    and enough of them take every descriptor the engine has (slowloris). A request must now
+    arrive whole, head and body, within REQUEST_TIMEOUT_S of the connection's start or of the
+    previous answer; otherwise the connection is closed. An answer being written (a long poll,
+    a followed log) is not a request arriving: no deadline runs then."""
+
+    _deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(_Coalescing(cast(asyncio.Transport, transport)))
+        coalescing = _Coalescing(cast(asyncio.Transport, transport))
+        super().connection_made(cast(asyncio.Transport, coalescing))  # the methods it calls
+        self._arm()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete):
+            self._arm()  # not when a pipelined request's answer has just started
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(REQUEST_TIMEOUT_S, self._late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _late(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 class _EngineServer(uvicorn.Server):
