@@ -17,7 +17,7 @@ from corral.domain.errors import Backpressure
 from corral.domain.states import JobState
 from corral.store.chain import CHAINS, link
 from corral.store.chain_sql import append_only_triggers
-from corral.store.driver import Driver
+from corral.store.driver import Driver, Tx
 from corral.store.migrate import migrate, migrations, statements
 from corral.store.postgres import PostgresDriver, PostgresStore
 from corral.store.rows import JOB_COLUMNS, job_params
@@ -228,21 +228,28 @@ def test_postgres_migrations_equal_the_schema_file(pg_schemas: PgSchemas) -> Non
     asyncio.run(main())
 
 
+async def _migrated_below(tx: Tx, dialect: str, version: int) -> None:
+    """Apply every migration before `version`, as a database that old holds them."""
+    await tx.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
+        " name TEXT NOT NULL, applied_at REAL NOT NULL)"
+    )
+    for v, name, sql in migrations(dialect):
+        if v >= version:
+            break
+        for stmt in statements(sql):
+            await tx.execute(stmt)
+        await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v, name, 0.0))
+
+
 async def _upgrade_from_v1(driver: Driver) -> list[tuple[str, str]]:
     """A v1 database with a job running on a workspace, migrated to the latest version."""
     await driver.open()
     try:
-        v1, name, sql = migrations(driver.dialect)[0]
         running = make_job(workspace="/repos/a").with_(state=JobState.RUNNING)
         queued = make_job(workspace="/repos/a")
         async with driver.write() as tx:
-            await tx.execute(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
-                " name TEXT NOT NULL, applied_at REAL NOT NULL)"
-            )
-            for stmt in statements(sql):
-                await tx.execute(stmt)
-            await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v1, name, 0.0))
+            await _migrated_below(tx, driver.dialect, 2)
             v1_columns = JOB_COLUMNS[:-3]  # the runtime budgets came with migration 0004
             for job in (running, queued):
                 await tx.execute(
@@ -273,14 +280,7 @@ async def _upgrade_from_v4(driver: Driver, reopen: Callable[[], SqlStore]) -> No
     await driver.open()
     try:
         async with driver.write() as tx:
-            await tx.execute(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
-                " name TEXT NOT NULL, applied_at REAL NOT NULL)"
-            )
-            for v, name, sql in migrations(driver.dialect)[:4]:
-                for stmt in statements(sql):
-                    await tx.execute(stmt)
-                await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v, name, 0.0))
+            await _migrated_below(tx, driver.dialect, 5)
             for n in range(3):
                 await tx.execute(
                     "INSERT INTO policy_evaluations (at, job_id, attempt, stage, subject,"
@@ -336,16 +336,7 @@ async def _upgrade_to_keyed(driver: Driver, reopen: Callable[[], SqlStore], key:
     await driver.open()
     try:
         async with driver.write() as tx:
-            await tx.execute(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
-                " name TEXT NOT NULL, applied_at REAL NOT NULL)"
-            )
-            for v, name, sql in migrations(driver.dialect):
-                if v >= 12:
-                    break
-                for stmt in statements(sql):
-                    await tx.execute(stmt)
-                await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v, name, 0.0))
+            await _migrated_below(tx, driver.dialect, 12)
             for n in range(2):
                 await tx.execute(
                     "INSERT INTO job_events (job_id, at, kind, message, data)"
@@ -436,14 +427,7 @@ def test_sqlite_upgrade_counts_the_jobs_already_waiting(tmp_path: Path) -> None:
         await driver.open()
         try:
             async with driver.write() as tx:
-                await tx.execute(
-                    "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,"
-                    " name TEXT NOT NULL, applied_at REAL NOT NULL)"
-                )
-                for v, name, sql in [m for m in migrations("sqlite") if m[0] < 32]:
-                    for stmt in statements(sql):
-                        await tx.execute(stmt)
-                    await tx.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (v, name, 0))
+                await _migrated_below(tx, "sqlite", 32)
                 jobs = [
                     make_job(env_name="gpu"),
                     make_job(env_name="gpu").with_(state=JobState.RETRY_WAIT),
