@@ -195,9 +195,9 @@ def test_a_worse_run_than_its_baseline_is_a_metric_regression(trainer: Corral) -
 # a run that only waits, for the timeout: the clock and the stop are what is tested, and a real
 # training burning a core for the whole timeout slowed every other test of the suite
 WAIT_SCRIPT = """\
-import os, time
+import os, signal
 open("train-pid", "w").write(str(os.getpid()))
-time.sleep(3600)
+signal.pause()  # until the timeout stops it
 """
 
 

@@ -162,11 +162,12 @@ def test_a_request_must_arrive_whole_in_time_an_answer_may_take_its_time(
     from corral.api import server as srv
 
     monkeypatch.setattr(srv, "REQUEST_TIMEOUT_S", 0.3)
+    release = asyncio.Event()  # the answer is held until a later connection's deadline passed
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         while (await receive()).get("more_body"):
             pass
-        await asyncio.sleep(0.8)  # longer than the deadline: an answer being written
+        await release.wait()
         await send(
             {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"14")]}
         )
@@ -184,7 +185,7 @@ def test_a_request_must_arrive_whole_in_time_an_answer_may_take_its_time(
     async def main() -> None:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
-        sock.listen(8)
+        sock.listen(8)  # connections wait in the backlog until the server accepts them
         port = sock.getsockname()[1]
         config = uvicorn.Config(
             app, lifespan="off", http=srv._CoalescingProtocol, log_level="error"
@@ -192,22 +193,21 @@ def test_a_request_must_arrive_whole_in_time_an_answer_may_take_its_time(
         server = srv._EngineServer(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         try:
-            while not server.started:
-                await asyncio.sleep(0.01)
             head = b"POST / HTTP/1.1\r\nHost: x\r\n"
+            whole = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(whole)  # arrives whole; its answer waits for `release`
             assert (await closed_after(port, head)) is not None  # a head that never ends
             body = head + b"Content-Length: 10\r\n\r\n1"
             assert (await closed_after(port, body)) is not None  # a body that never ends
-            whole = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
-            assert (await closed_after(port, whole)) is None  # answered after 0.8 s
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(whole)
+            release.set()  # two deadlines have passed since the first request arrived
             answer = await asyncio.wait_for(reader.readuntil(b"late but whole"), timeout=10)
             assert answer.startswith(b"HTTP/1.1 200")
             writer.write(head)  # then part of a second request on the same connection
             assert await asyncio.wait_for(reader.read(100), timeout=10) == b""
             writer.close()
         finally:
+            release.set()  # a failed check must not leave the answer held and the server up
             server.should_exit = True
             await task
 
