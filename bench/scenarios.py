@@ -257,6 +257,9 @@ async def _claim_times(db: Path, rounds: int) -> list[float]:
         await store.close()
 
 
+_NO_BOUND = Admission(max_queued=10**9)  # above any queue the scenario fills
+
+
 async def _submit_times(db: Path, rounds: int, work: Path) -> list[float]:
     """Milliseconds of a store submission with the queue as deep as it is, under a bound
     above it (the bound is checked on every submission: migration 0032)."""
@@ -272,9 +275,6 @@ async def _submit_times(db: Path, rounds: int, work: Path) -> list[float]:
         return out
     finally:
         await store.close()
-
-
-_NO_BOUND = Admission(max_queued=10**9)
 
 
 def _vm_hwm_mb(pid: int) -> float | None:

@@ -90,7 +90,7 @@ def test_submit_wait_logs_and_cancel_over_http(corral: Corral) -> None:
         assert again.headers["content-type"] == "application/problem+json"
 
 
-def _rss_kb(pid: int) -> int:
+def _peak_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):  # the most it ever held
             return int(line.split()[1])
@@ -104,7 +104,7 @@ def test_a_huge_body_without_a_token_costs_the_engine_no_memory(corral: Corral) 
     is read, or, streamed without one, once the limit is passed."""
     url, _ = live(corral)
     engine = corral.engines[-1].pid
-    before = _rss_kb(engine)
+    before = _peak_kb(engine)
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
         s.sendall(
@@ -126,7 +126,7 @@ def test_a_huge_body_without_a_token_costs_the_engine_no_memory(corral: Corral) 
         timeout=60,
     )
     assert r.status_code == 413 and r.json()["code"] == "content_too_large", r.text
-    assert _rss_kb(engine) - before < 32 << 10  # under 32 MB more, of 64 sent
+    assert _peak_kb(engine) - before < 32 << 10  # under 32 MB more, of 64 sent
 
 
 def test_a_busy_address_is_said_clearly(corral: Corral) -> None:
