@@ -115,3 +115,24 @@ async def tokens_for(api: Api, tenant: str, scopes: str) -> dict[str, str]:
 
     made = await tokens.create(api.store, tenant=tenant, scopes=scopes, by="test")
     return {"Authorization": f"Bearer {made.text}"}
+
+
+def test_the_next_submission_sees_a_kill_switch_made_through_the_api(tmp_path: Path) -> None:
+    """The API keeps its submission service, and what its pre-run gate read, between requests
+    (services/submissions.py KeptSubmissions); a kill switch made through the API still reaches
+    the very next submission, DENIED at once, and lifting it lets the one after queue."""
+
+    async def body(api: Api) -> None:
+        h = api.auth("admin")
+        first = await api.submit()
+        assert first.status_code == 201 and first.json()["job"]["state"] == "QUEUED"
+        made = await api.client.post("/api/v1/kill-switches", json={"reason": "halt"}, headers=h)
+        assert made.status_code == 201, made.text
+        denied = (await api.submit()).json()["job"]
+        assert denied["state"] == "DENIED"
+        assert denied["last_error"].startswith("kill_switch_active"), denied["last_error"]
+        lift = await api.client.post(f"/api/v1/kill-switches/{made.json()['id']}/lift", headers=h)
+        assert lift.status_code == 200
+        assert (await api.submit()).json()["job"]["state"] == "QUEUED"
+
+    with_api(config(tmp_path), body)

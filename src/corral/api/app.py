@@ -24,6 +24,7 @@ from corral.core.ports import Store
 from corral.runtime.control import poke, waker
 from corral.schemas import api as bodies
 from corral.services import Wake
+from corral.services.submissions import KeptSubmissions
 
 from . import (
     dlq,
@@ -90,12 +91,23 @@ def create_app(
         "(docs/reference/http-api.md).",
     )
     rate = config.api.rate_limit
+    kept = KeptSubmissions()
+    tell = wake or waker(config.data_dir)
+
+    def waking(op: str) -> object | None:
+        """The engine's wake; anything but a submission may have changed what the kept
+        submission service's gate read (a kill switch, a pause, a budget made here)."""
+        if op != "submitted":
+            kept.stale()
+        return tell(op)
+
     app.state.corral = ApiState(
         store=store,
         config=config,
-        wake=wake or waker(config.data_dir),
+        wake=waking,
         buckets=Buckets(rate.per_s, rate.burst),
         clock=clock,
+        submissions=kept,
     )
     problems.install(app)
     app.add_middleware(problems.BodyLimit, limit=MAX_BODY_BYTES)

@@ -35,7 +35,7 @@ async def create_intent(
         req = notebooks.intent_request(
             req, body.source, body.environment, body.parameters, body.copyback
         )
-    job = (await submit(st.store, st.config, req, st.wake)).result.job
+    job = (await submit(st.store, st.config, req, st.wake, services=st.submissions)).result.job
     where = await intents.placement(st.store, st.config, job)
     return JSONResponse(
         bodies.IntentAccepted(

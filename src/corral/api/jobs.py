@@ -101,7 +101,7 @@ async def create_job(
     `Idempotency-Key` coalesced into, 429 with Retry-After over a queue cap."""
     st = state_of(request)
     req = submit_request(body, token, idempotency_key)
-    done = await submit(st.store, st.config, req, st.wake)
+    done = await submit(st.store, st.config, req, st.wake, services=st.submissions)
     r = done.result
     out = bodies.JobCreated(
         created=r.created,

@@ -504,12 +504,16 @@ class Submitted:
 def submissions(store: JobGovernance, config: Config) -> Submissions:
     """The submission service over `config`: its worker kinds, the pre-run gate and the key
     that seals secrets."""
+    return _built(store, config)[0]
+
+
+def _built(store: JobGovernance, config: Config) -> tuple[Submissions, PrerunGate]:
     kinds = worker_kinds(config)
     keeper = Keeper(config.secrets_key)
     gate = PrerunGate(
         store, config.settings, guardrails_of(config.settings), reveal=revealer(keeper)
     )
-    return Submissions(
+    svc = Submissions(
         store,
         config.settings,
         time.time,
@@ -518,17 +522,47 @@ def submissions(store: JobGovernance, config: Config) -> Submissions:
         prerun=gate.at_submit,
         conceal=keeper.conceal,
     )
+    return svc, gate
+
+
+# Gives the submission service over a store and a configuration (`submissions`, or a kept one).
+Services = Callable[[JobGovernance, Config], Submissions]
+
+
+class KeptSubmissions:
+    """The submission service of a long-lived edge (the HTTP API and its MCP server), built
+    once per store and configuration instead of for every request. Its pre-run gate then keeps
+    what it read of the kill switches, pauses and budget ceilings for `gate.REFRESH_S`, as the
+    dispatcher's does: built anew, every API submission read all three and made a gate and a
+    sealing key, a seventh of the engine's CPU for it (bench/api.py). `stale()` once the edge
+    itself changed one of them, so its next submission reads them again."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[JobGovernance, Config, Submissions, PrerunGate] | None = None
+
+    def __call__(self, store: JobGovernance, config: Config) -> Submissions:
+        kept = self._kept
+        if kept is None or kept[0] is not store or kept[1] is not config:
+            kept = self._kept = (store, config, *_built(store, config))
+        return kept[2]
+
+    def stale(self) -> None:
+        if self._kept is not None:
+            self._kept[3].stale()
 
 
 async def active_submissions(
-    store: Operations, local: Config, notify: Notify | None = None
+    store: Operations,
+    local: Config,
+    notify: Notify | None = None,
+    services: Services = submissions,
 ) -> tuple[Submissions, Config]:
     """The submission service over the configuration the engine runs (runtime/published.py);
     `notify` hears a note when the local configuration is not that one."""
     cfg, note = await active_config(store, local)
     if note and notify is not None:
         notify(note)
-    return submissions(store, cfg), cfg
+    return services(store, cfg), cfg
 
 
 async def submit(
@@ -537,10 +571,12 @@ async def submit(
     request: SubmitRequest,
     wake: Wake,
     notify: Notify | None = None,
+    services: Services = submissions,
 ) -> Submitted:
     """Submit against the engine's configuration, wake the engine, and say whether one serves
-    the data directory (it does when the wake-up was answered)."""
-    svc, cfg = await active_submissions(store, local, notify)
+    the data directory (it does when the wake-up was answered). `services`: where the
+    submission service comes from (a long-lived edge keeps one: KeptSubmissions)."""
+    svc, cfg = await active_submissions(store, local, notify, services)
     result = await svc.submit(spec_for(request, cfg.settings))
     # A submission that ended a job (its own, denied or failed on a dependency at once, or the
     # one it superseded) is a "wake": the engine looks at its running jobs and writes the
