@@ -14,9 +14,17 @@ from typing import Any
 
 import pytest
 
-from corral.core.ports import AttemptRef, EngineConfig, Finish, JobQuery, QueueFilter, Store
+from corral.core.ports import (
+    Admission,
+    AttemptRef,
+    EngineConfig,
+    Finish,
+    JobQuery,
+    QueueFilter,
+    Store,
+)
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation, ToolCallTrace
-from corral.domain.errors import Conflict, DuplicateJob, InvalidRequest, NotFound
+from corral.domain.errors import Backpressure, Conflict, DuplicateJob, InvalidRequest, NotFound
 from corral.domain.ids import new_id
 from corral.domain.models import (
     DEFAULT_PRIORITY,
@@ -1195,6 +1203,41 @@ def test_checkpoints_and_policy_evaluations_are_appended_in_order(use_store: Use
             "max_tool_calls",
         ]
         assert len(await store.policy_evaluations(job.id, limit=1)) == 1
+
+    use_store(body)
+
+
+def test_a_submissions_evaluation_commits_with_its_job_or_not_at_all(use_store: UseStore) -> None:
+    """The pre-run evaluation handed to `submit` is written in the job's transaction: with a
+    created job; not for a submission coalesced into another (same key) nor for one a queue
+    bound refused, whose job does not exist either."""
+
+    def evaluation(job: Job) -> PolicyEvaluation:
+        return PolicyEvaluation(
+            at=NOW, job_id=job.id, attempt=1, stage="pre_run", subject="run",
+            verdict="allow", reason="allowed", message="", inputs={"step": "run"},
+        )  # fmt: skip
+
+    async def body(store: Store) -> None:
+        first = make_job(key="k1")
+        made = await store.submit(first, now=NOW, aging_s=AGING, evaluations=[evaluation(first)])
+        assert made.created
+        assert [e.reason for e in await store.policy_evaluations(first.id)] == ["allowed"]
+        again = make_job(key="k1")
+        twin = await store.submit(again, now=NOW, aging_s=AGING, evaluations=[evaluation(again)])
+        assert not twin.created and twin.job.id == first.id
+        assert await store.policy_evaluations(again.id) == []
+        refused = make_job()
+        with pytest.raises(Backpressure):
+            await store.submit(
+                refused,
+                now=NOW,
+                aging_s=AGING,
+                admission=Admission(max_queued=1),
+                evaluations=[evaluation(refused)],
+            )
+        assert await store.policy_evaluations(refused.id) == []
+        assert [e.job_id for e in await store.recent_policy_evaluations()] == [first.id]
 
     use_store(body)
 

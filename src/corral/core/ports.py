@@ -259,10 +259,18 @@ class JobStore(Protocol):
     attempts and their timeline. Every state change is a compare-and-set."""
 
     async def submit(
-        self, job: Job, *, now: float, aging_s: float, admission: Admission = UNBOUNDED
+        self,
+        job: Job,
+        *,
+        now: float,
+        aging_s: float,
+        admission: Admission = UNBOUNDED,
+        evaluations: Sequence[PolicyEvaluation] = (),
     ) -> SubmitResult:
         """Persist a new job, applying its idempotency key, workspace policy, queue bounds and
-        dependencies atomically; Backpressure past a bound, Conflict for a rejected workspace."""
+        dependencies atomically; Backpressure past a bound, Conflict for a rejected workspace.
+        `evaluations` (the pre-run policy's of the job) are appended in the same transaction
+        when the job is created, and not at all when it coalesces into another."""
 
     async def reserve(
         self, *, engine_id: str, now: float, limit: int, where: QueueFilter

@@ -221,10 +221,13 @@ class Submissions:
         if job.state is JobState.QUEUED:  # it would join its environment's queue
             await self._throttle(job, now)
         result = await self.store.submit(
-            job, now=now, aging_s=self.settings.scheduler.aging_s, admission=self.admission(job)
+            job,
+            now=now,
+            aging_s=self.settings.scheduler.aging_s,
+            admission=self.admission(job),
+            # with the job, or not at all: a crash cannot leave a job without its evaluation
+            evaluations=[verdict] if verdict is not None and not gated else (),
         )
-        if result.created and verdict is not None and not gated:
-            await self.store.append_policy_evaluations([verdict])
         if gated and result.created:
             await self._request_run_approval(job, now)
         return result

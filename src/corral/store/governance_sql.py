@@ -100,10 +100,16 @@ class SqlGovernance:
         if not evaluations:
             return
         async with self.driver.write() as tx:
-            chain = await ChainWriter.take(tx, "policy_evaluations", await self._chain_key(tx))
-            for e in evaluations:
-                await chain.append(g.evaluation_row(e))
-            await chain.flush()
+            await self._append_evaluations(tx, evaluations)
+
+    async def _append_evaluations(self, tx: Tx, evaluations: Sequence[PolicyEvaluation]) -> None:
+        """Chain `evaluations` in the caller's transaction (a submission's, with its job)."""
+        if not evaluations:
+            return
+        chain = await ChainWriter.take(tx, "policy_evaluations", await self._chain_key(tx))
+        for e in evaluations:
+            await chain.append(g.evaluation_row(e))
+        await chain.flush()
 
     async def policy_evaluations(
         self, job_id: str, *, attempt: int | None = None, limit: int = 1000

@@ -30,7 +30,7 @@ from corral.core.ports import (
     JobQuery,
     QueueFilter,
 )
-from corral.domain.agents import AgentEvent, Checkpoint
+from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation
 from corral.domain.epics import EpicRecord, TaskRecord, WaveRecord
 from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import matches, resolve
@@ -279,10 +279,19 @@ class MemoryStore(
     # ---- submission ----------------------------------------------------------------------
 
     async def submit(
-        self, job: Job, *, now: float, aging_s: float, admission: Admission = UNBOUNDED
+        self,
+        job: Job,
+        *,
+        now: float,
+        aging_s: float,
+        admission: Admission = UNBOUNDED,
+        evaluations: Sequence[PolicyEvaluation] = (),
     ) -> SubmitResult:
         with self._tx():
-            return self._submit(_normalise(job), now, admission)
+            result = self._submit(_normalise(job), now, admission)
+            if result.created:
+                await self.append_policy_evaluations(evaluations)
+            return result
 
     def _dedup(self, job: Job, now: float) -> tuple[Job | None, str | None]:
         """Apply the job's idempotency key: (the holder to coalesce into, the superseded job)."""

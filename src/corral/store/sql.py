@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from corral.core.ports import UNBOUNDED, Admission, AttemptRef, Finish, JobQuery, QueueFilter
-from corral.domain.agents import AgentEvent, Checkpoint
+from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation
 from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import MIN_REF, resolve
 from corral.domain.models import Attempt, Claimed, EngineInfo, Job, JobEvent, SubmitResult
@@ -249,12 +249,21 @@ class SqlStore(
     # ---- submission ----------------------------------------------------------------------
 
     async def submit(
-        self, job: Job, *, now: float, aging_s: float, admission: Admission = UNBOUNDED
+        self,
+        job: Job,
+        *,
+        now: float,
+        aging_s: float,
+        admission: Admission = UNBOUNDED,
+        evaluations: Sequence[PolicyEvaluation] = (),
     ) -> SubmitResult:
         for _ in range(5):
             try:
                 async with self._write() as tx:
-                    return await self._submit(tx, job, now, admission)
+                    result = await self._submit(tx, job, now, admission)
+                    if result.created:
+                        await self._append_evaluations(tx, evaluations)
+                    return result
             except StaleState:
                 continue  # a concurrent submission took the key or workspace first: look again
         raise Conflict(
