@@ -1207,6 +1207,28 @@ def test_checkpoints_and_policy_evaluations_are_appended_in_order(use_store: Use
     use_store(body)
 
 
+def test_the_allows_commit_with_the_attempts_they_let_in(use_store: UseStore) -> None:
+    """`start_attempts` appends the pre-run evaluations handed to it in its transaction,
+    whichever claims win (a claim that lost was still allowed)."""
+
+    async def body(store: Store) -> None:
+        job = await submit(store)
+        allow = PolicyEvaluation(
+            at=NOW, job_id=job.id, attempt=1, stage="pre_run", subject="run",
+            verdict="allow", reason="allowed", message="", inputs={},
+        )  # fmt: skip
+        won = await store.start_attempts([claim(job)], now=NOW, evaluations=[allow])
+        assert len(won) == 1
+        assert [(e.stage, e.verdict) for e in await store.policy_evaluations(job.id)] == [
+            ("pre_run", "allow")
+        ]
+        again = await store.start_attempts([claim(job)], now=NOW, evaluations=[allow])
+        assert again == []  # already started: the claim loses, the allow is written
+        assert len(await store.policy_evaluations(job.id)) == 2
+
+    use_store(body)
+
+
 def test_a_submissions_evaluation_commits_with_its_job_or_not_at_all(use_store: UseStore) -> None:
     """The pre-run evaluation handed to `submit` is written in the job's transaction: with a
     created job; not for a submission coalesced into another (same key) nor for one a queue

@@ -3,9 +3,15 @@ dispatch round (runtime/gate.py); the memory store and a fixed clock."""
 
 from __future__ import annotations
 
-import anyio
+from collections.abc import Sequence
 
+import anyio
+import pytest
+
+from corral.domain.agents import PolicyEvaluation
+from corral.domain.errors import StoreError
 from corral.domain.governance import KillSwitch, Pause, ScopeKind
+from corral.domain.models import Job
 from corral.domain.settings import RoleSpec, Settings
 from corral.runtime.gate import PrerunGate
 from corral.store.memory import MemoryStore
@@ -24,23 +30,29 @@ def _pause(pid: str, scope: ScopeKind, target: str | None) -> Pause:
     )
 
 
+async def _round(gate: PrerunGate, jobs: list[Job], at: float) -> None:
+    """A dispatch round whose jobs get no permit: the allows are written on their own."""
+    await gate.admit(jobs, at)
+    await gate.record(gate.take_allowed())
+
+
 async def _rounds() -> list[tuple[int | None, str, str]]:
     store = MemoryStore()
     await store.open()
     gate = PrerunGate(store, settings(), clock=lambda: NOW)
     waiting = job(attempts=0)
     for i in range(50):  # allowed, but the core refuses its permit (an open breaker): it waits
-        await gate.admit([waiting], NOW + i)
+        await _round(gate, [waiting], NOW + i)
     await store.activate_pause(_pause("p1", ScopeKind.GLOBAL, None))
     gate.stale()
     for i in range(50):
-        await gate.admit([waiting], NOW + 100 + i)
+        await _round(gate, [waiting], NOW + 100 + i)
     await store.lift_pause("p1", at=NOW + 200, by="op")
     gate.stale()
-    await gate.admit([waiting], NOW + 201)
+    await _round(gate, [waiting], NOW + 201)
     gate.dispatched([waiting.id])  # it started; its second attempt waits again
     for i in range(10):
-        await gate.admit([waiting.with_(attempts=1)], NOW + 300 + i)
+        await _round(gate, [waiting.with_(attempts=1)], NOW + 300 + i)
     return [(e.attempt, e.verdict, e.reason) for e in await store.policy_evaluations(waiting.id)]
 
 
@@ -51,6 +63,41 @@ def test_a_waiting_job_is_recorded_once_per_attempt_and_decision() -> None:
         (1, "allow", "allowed"),  # the decision changed back
         (2, "allow", "allowed"),  # a new attempt
     ]
+
+
+class _Down(MemoryStore):
+    """A store whose policy writes fail while `down`."""
+
+    down = False
+
+    async def append_policy_evaluations(self, evaluations: Sequence[PolicyEvaluation]) -> None:
+        if self.down:
+            raise StoreError("the store is away")
+        await super().append_policy_evaluations(evaluations)
+
+
+async def _allow_written() -> tuple[list[str], list[str], list[str]]:
+    store = _Down()
+    await store.open()
+    gate = PrerunGate(store, settings(), clock=lambda: NOW)
+    waiting = job(attempts=0)
+    await gate.admit([waiting], NOW)
+    allowed = gate.take_allowed()  # for the attempts' transaction
+    written_by_admit = [e.verdict for e in await store.policy_evaluations(waiting.id)]
+    store.down = True
+    with pytest.raises(StoreError):
+        await gate.record(allowed)  # no attempt started, and the write fails: forgotten
+    store.down = False
+    await _round(gate, [waiting], NOW + 1)  # so the next round writes it
+    await _round(gate, [waiting], NOW + 2)  # once
+    kept = [e.verdict for e in allowed]
+    return kept, written_by_admit, [e.verdict for e in await store.policy_evaluations(waiting.id)]
+
+
+def test_an_allow_is_left_to_the_attempts_write_and_kept_until_written() -> None:
+    kept, written_by_admit, finally_written = anyio.run(_allow_written)
+    assert kept == ["allow"] and written_by_admit == []
+    assert finally_written == ["allow"]
 
 
 async def _holds() -> list[bool]:

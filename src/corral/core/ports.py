@@ -280,11 +280,18 @@ class JobStore(Protocol):
         A job whose workspace is held by another job, or that is not the first runnable job on
         its free workspace, is not runnable (serialize: one at a time, in queue order)."""
 
-    async def start_attempts(self, claims: Sequence[Claimed], *, now: float) -> list[Claimed]:
+    async def start_attempts(
+        self,
+        claims: Sequence[Claimed],
+        *,
+        now: float,
+        evaluations: Sequence[PolicyEvaluation] = (),
+    ) -> list[Claimed]:
         """QUEUED → STARTING with a new attempt row, per claim; returns the ones that won.
 
         A job with a workspace takes its lock here (or holds it already); a claim whose workspace
-        another job holds loses."""
+        another job holds loses. `evaluations` (the pre-run policy's that let the jobs in) are
+        appended in the same transaction, whichever claims win."""
 
     async def mark_running(
         self, started: Sequence[tuple[Attempt, AttemptRef]], *, now: float

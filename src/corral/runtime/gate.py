@@ -72,6 +72,7 @@ class PrerunGate:
         self._read_at = float("-inf")
         # job id → (attempt, verdict, reason) last recorded, while the job waits
         self._recorded: dict[str, tuple[int, str, str]] = {}
+        self._allowed: list[PolicyEvaluation] = []  # admit's allows, for the attempts' write
 
     def stale(self) -> None:
         """Something may have changed (a poke): read again on the next look."""
@@ -154,7 +155,10 @@ class PrerunGate:
         return tenant.max_parallel_runs if tenant else None
 
     async def admit(self, jobs: Iterable[Job], now: float) -> dict[str, Admission]:
-        """The pre-run verdict of each job about to be dispatched."""
+        """The pre-run verdict of each job about to be dispatched. A deny or a hold is recorded
+        here, before anything acts on it; an allow is kept for `take_allowed`: the dispatcher
+        writes it in the transaction that starts the attempts it let in (one commit less per
+        dispatch round on the way to RUNNING: bench/run.py LAT)."""
         await self._refresh(now)
         jobs = list(jobs)
         active = await self._active_by_tenant(jobs)
@@ -168,10 +172,30 @@ class PrerunGate:
                 verdict=PrerunVerdict(e.verdict), reason=e.reason, message=e.message
             )
             if self._changed(job.id, e):
-                records.append(e)
+                (self._allowed if e.verdict == "allow" else records).append(e)
         if records:
             await self.store.append_policy_evaluations(records)
         return out
+
+    def take_allowed(self) -> list[PolicyEvaluation]:
+        """The allows `admit` decided and nobody has written yet (then none)."""
+        allowed, self._allowed = self._allowed, []
+        return allowed
+
+    async def record(self, evaluations: list[PolicyEvaluation]) -> None:
+        """Write allows whose jobs start no attempt this round (no permit yet, no core)."""
+        if not evaluations:
+            return
+        try:
+            await self.store.append_policy_evaluations(evaluations)
+        except BaseException:
+            self.unwritten(evaluations)
+            raise
+
+    def unwritten(self, evaluations: Iterable[PolicyEvaluation]) -> None:
+        """Their write failed: each is recorded again the next time its job is admitted."""
+        for e in evaluations:
+            self._recorded.pop(e.job_id, None)
 
     def _changed(self, job_id: str, e: PolicyEvaluation) -> bool:
         """Whether this decision differs from the last one recorded for the job's attempt."""

@@ -23,6 +23,7 @@ from anyio.abc import TaskGroup
 from corral.core.link import CoreLink, CoreUnavailable
 from corral.core.permits import Rejected
 from corral.core.ports import AttemptRef, EngineRegistry, Finish, JobStore, QueueFilter
+from corral.domain.agents import PolicyEvaluation
 from corral.domain.errors import CorralError, StoreError
 from corral.domain.ids import new_id
 from corral.domain.models import (
@@ -92,6 +93,12 @@ class RunGate(Protocol):
     async def holds_everything(self, now: float) -> bool: ...
 
     def dispatched(self, job_ids: Iterable[str]) -> None: ...
+
+    def take_allowed(self) -> list[PolicyEvaluation]: ...
+
+    async def record(self, evaluations: list[PolicyEvaluation]) -> None: ...
+
+    def unwritten(self, evaluations: Iterable[PolicyEvaluation]) -> None: ...
 
 
 class AgentHooks(Protocol):
@@ -320,24 +327,12 @@ class Dispatcher:
         )
         if self.gate is not None and jobs:
             jobs = await self._admit(jobs, now)
-        try:
-            claims = [c for c in await self._claim_all(jobs, now) if c is not None]
-        except CoreUnavailable:
-            return False  # the supervisor restarts the core and wakes us
-        finally:
-            await self._record_rejections()
+        # the pre-run allows go with the attempts they let in (or on their own if none starts)
+        allowed = self.gate.take_allowed() if self.gate is not None else []
+        claims = await self._claims(jobs, now, allowed)
         if not claims:
             return False
-        try:
-            won = await self.store.start_attempts(claims, now=now)
-        except StoreError:
-            # Nothing starts; the permits go back. Should the commit have reached the store
-            # after all (its answer lost with the connection), the attempts are ours, in
-            # flight and never started: `adopt_orphans` finds them and they are LOST, retried.
-            for c in claims:
-                with contextlib.suppress(CoreUnavailable):
-                    await self.core.release(c.permit)
-            raise
+        won = await self._start(claims, now, allowed)
         assert self._tg is not None
         for c in won:
             self._live[c.job.id] = _Live(claimed=c)
@@ -352,6 +347,38 @@ class Dispatcher:
         if any(c.job.workspace for c in won):
             await self._report_lock_waits(now)
         return len(jobs) == free and bool(won)
+
+    async def _claims(
+        self, jobs: list[Job], now: float, allowed: list[PolicyEvaluation]
+    ) -> list[Claimed]:
+        """The jobs the core granted a permit; when none, `allowed` is written on its own."""
+        claims: list[Claimed] = []
+        try:
+            claims = [c for c in await self._claim_all(jobs, now) if c is not None]
+        except CoreUnavailable:
+            pass  # the supervisor restarts the core and wakes us
+        finally:
+            await self._record_rejections()
+        if not claims and self.gate is not None:  # no attempt to write them with
+            await self.gate.record(allowed)
+        return claims
+
+    async def _start(
+        self, claims: list[Claimed], now: float, allowed: list[PolicyEvaluation]
+    ) -> list[Claimed]:
+        """The attempts of `claims`, recorded with the pre-run allows; the claims that won."""
+        try:
+            return await self.store.start_attempts(claims, now=now, evaluations=allowed)
+        except StoreError:
+            # Nothing starts; the permits go back. Should the commit have reached the store
+            # after all (its answer lost with the connection), the attempts are ours, in
+            # flight and never started: `adopt_orphans` finds them and they are LOST, retried.
+            if self.gate is not None:
+                self.gate.unwritten(allowed)
+            for c in claims:
+                with contextlib.suppress(CoreUnavailable):
+                    await self.core.release(c.permit)
+            raise
 
     async def _admit(self, jobs: list[Job], now: float) -> list[Job]:
         """The jobs the pre-run policy lets start now; denied ones end DENIED, paused ones wait."""

@@ -475,7 +475,13 @@ class MemoryStore(
         runnable.sort(key=lambda j: (j.sort_at, j.id))
         return [_out(j) for j in runnable[: max(limit, 0)]]
 
-    async def start_attempts(self, claims: Sequence[Claimed], *, now: float) -> list[Claimed]:
+    async def start_attempts(
+        self,
+        claims: Sequence[Claimed],
+        *,
+        now: float,
+        evaluations: Sequence[PolicyEvaluation] = (),
+    ) -> list[Claimed]:
         won: list[Claimed] = []
         with self._tx():
             for c in claims:
@@ -527,6 +533,7 @@ class MemoryStore(
                         permit=c.permit,
                     )
                 )
+            await self.append_policy_evaluations(evaluations)
         return won
 
     async def mark_running(

@@ -405,7 +405,13 @@ class SqlStore(
             )
         return sorted((job_from_row(r) for r in rows), key=lambda j: (j.sort_at, j.id))
 
-    async def start_attempts(self, claims: Sequence[Claimed], *, now: float) -> list[Claimed]:
+    async def start_attempts(
+        self,
+        claims: Sequence[Claimed],
+        *,
+        now: float,
+        evaluations: Sequence[PolicyEvaluation] = (),
+    ) -> list[Claimed]:
         won: list[Claimed] = []
         async with self._write() as tx:
             for c in claims:
@@ -419,6 +425,8 @@ class SqlStore(
                             permit=c.permit,
                         )
                     )
+            # after the jobs' rows, as a submission takes them: one order of locks (PostgreSQL)
+            await self._append_evaluations(tx, evaluations)
         return won
 
     async def _start_one(self, tx: Tx, c: Claimed, now: float) -> bool:
