@@ -9,12 +9,18 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
+from corral.config import load
+from corral.domain.governance import KillSwitch, ScopeKind
+from corral.runtime.assembly import build_store
+from corral.runtime.control import poke
 from tests.acceptance.conftest import Corral
 from tests.helpers import eventually
 
@@ -88,6 +94,35 @@ def test_submit_wait_logs_and_cancel_over_http(corral: Corral) -> None:
         again = api.post(f"/api/v1/jobs/{long['id']}/cancel")
         assert again.status_code == 409
         assert again.headers["content-type"] == "application/problem+json"
+
+
+def test_a_kill_switch_made_beside_the_api_reaches_its_next_submission(corral: Corral) -> None:
+    """The API keeps its submission service, and what its pre-run gate read, between requests;
+    a kill switch written by another process, which pokes the engine as `corral kill-switch
+    on` does, still denies the API's very next submission (the engine passes the poke on)."""
+    url, token = live(corral)
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as api:
+        first = api.post("/api/v1/jobs", json={"command": ["true"]})
+        assert first.status_code == 201 and first.json()["job"]["state"] == "QUEUED", first.text
+
+        async def switch_on() -> None:  # the CLI's write, without its start-up time
+            store = build_store(load(data_dir=corral.data, config_path=corral.config))
+            await store.open()
+            try:
+                await store.activate_kill_switch(
+                    KillSwitch(
+                        id="ks-beside", scope=ScopeKind.TENANT, target="acme",
+                        reason="beside the API", created_at=time.time(), created_by="test",
+                    )
+                )  # fmt: skip
+            finally:
+                await store.close()
+
+        anyio.run(switch_on)
+        assert poke(corral.data, "wake") is not None
+        denied = api.post("/api/v1/jobs", json={"command": ["true"]}).json()["job"]
+        assert denied["state"] == "DENIED", denied
+        assert denied["last_error"].startswith("kill_switch_active"), denied["last_error"]
 
 
 def _peak_kb(pid: int) -> int:

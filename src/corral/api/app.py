@@ -95,10 +95,9 @@ def create_app(
     tell = wake or waker(config.data_dir)
 
     def waking(op: str) -> object | None:
-        """The engine's wake; anything but a submission may have changed what the kept
-        submission service's gate read (a kill switch, a pause, a budget made here)."""
-        if op != "submitted":
-            kept.stale()
+        """The engine's wake, heard by the kept submission service first (a kill switch made
+        here reaches the next submission; an engine serving the app tells it of the CLI's)."""
+        kept.heard(op)
         return tell(op)
 
     app.state.corral = ApiState(

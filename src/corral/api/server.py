@@ -114,6 +114,9 @@ class Listener:
     async def serve(self, engine: Engine) -> None:
         """Serve the API over the engine's store until the engine's task group is cancelled."""
         app = create_app(engine.config, engine.store, wake=engine.wake, ui=self.ui)
+        # a kill switch, pause or budget made with the CLI pokes the engine: the API's kept
+        # submission service reads them again for its next submission
+        engine.wake_listeners.append(app.state.corral.submissions.heard)
         config = uvicorn.Config(
             app,
             lifespan="off",

@@ -158,6 +158,9 @@ class Engine:
         )
         self.governor.socket_group = config.socket_group
         self.spans = _otlp_spans()
+        # who else hears the engine's wake-ups: the HTTP API's kept submission service, whose
+        # pre-run gate must read again after a kill switch made with the CLI (api/server.py)
+        self.wake_listeners: list[Callable[[str], None]] = []
         # The knowledge flywheel: learnings injected at dispatch, rewarded and extracted when a
         # run's report is written (runtime/flywheel.py)
         self.flywheel = Flywheel(
@@ -261,6 +264,8 @@ class Engine:
         self.dispatcher.wake(stops=op == "wake")
         if op != "submitted":  # a cancel of a queued job ends it: its report is due
             self.reporter.wake()
+        for listener in self.wake_listeners:
+            listener(op)
         return True
 
     async def _core_control(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -553,6 +553,12 @@ class KeptSubmissions:
         if self._kept is not None:
             self._kept[3].stale()
 
+    def heard(self, op: str) -> None:
+        """An engine's wake-up (`Wake`'s op): anything but a submission's may have changed what
+        the gate read (a kill switch, a pause, a budget: their commands all poke "wake")."""
+        if op != "submitted":
+            self.stale()
+
 
 async def active_submissions(
     store: Operations,
