@@ -170,3 +170,21 @@ def test_the_dashboard_benchmark_renders_every_page(tmp_path: Path) -> None:
     assert {"knowledge", "knowledge, search", "learning detail"} <= set(pages)
     for timing in pages.values():
         assert 0 < timing["p50_ms"] <= timing["p99_ms"] <= timing["max_ms"] < 60_000
+
+
+def test_the_census_counts_one_commit_per_submission() -> None:
+    """bench/census.py runs; a submission is one write transaction (its pre-run evaluation goes
+    with the job), and an engine's run of a job costs at least one more (the attempt's end)."""
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "census.py"), "--jobs", "40"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    found = dict(line.split(": ") for line in r.stdout.splitlines() if ": " in line)
+    # one each, and the new store's own first write among 40: 2 each before (the job, then
+    # its evaluation)
+    assert 1.0 <= float(found["submission_write_transactions_per_job"]) < 1.1, r.stdout
+    assert float(found["engine_write_transactions_per_job"]) >= 1.0, r.stdout
