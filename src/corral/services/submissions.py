@@ -533,12 +533,13 @@ Services = Callable[[JobGovernance, Config], Submissions]
 
 
 class KeptSubmissions:
-    """The submission service of a long-lived edge (the HTTP API and its MCP server), built
-    once per store and configuration instead of for every request. Its pre-run gate then keeps
-    what it read of the kill switches, pauses and budget ceilings for `gate.REFRESH_S`, as the
-    dispatcher's does: built anew, every API submission read all three and made a gate and a
-    sealing key, a seventh of the engine's CPU for it (bench/api.py). `stale()` once the edge
-    itself changed one of them, so its next submission reads them again."""
+    """The submission service of a long-lived edge (the HTTP API), built once per store and
+    configuration instead of for every request. Its pre-run gate then keeps what it read of the
+    kill switches, pauses and budget ceilings for `gate.REFRESH_S`, as the dispatcher's does:
+    built anew, every API submission read all three and made a gate and a sealing key, a
+    seventh of the engine's CPU for it (bench/api.py). `heard` hears the engine's wake-ups
+    (the edge's own changes, and the CLI's pokes): after any but a submission's, the next
+    submission reads them again."""
 
     def __init__(self) -> None:
         self._kept: tuple[JobGovernance, Config, Submissions, PrerunGate] | None = None
