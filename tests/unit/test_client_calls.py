@@ -170,3 +170,42 @@ def test_the_clients_default_transport_gathers_writes_and_proxies_still_apply(
     proxied = AsyncClient("http://127.0.0.1:9", "t")
     assert isinstance(pool(proxied, "http://engine.example:8765/api"), httpcore.AsyncHTTPProxy)
     anyio.run(proxied.aclose)
+
+
+def test_a_call_goes_through_the_environments_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls go straight to the transport httpx picked for the API's URL (not through the httpx
+    client): the proxy the environment names gets the request, in absolute form."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    seen: list[bytes] = []
+    body = b'{"status":404,"code":"not_found","detail":"no job j1"}'
+    answer = (
+        b"HTTP/1.1 404 Not Found\r\ncontent-type: application/problem+json\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+    )
+
+    async def proxy(conn: anyio.abc.SocketStream) -> None:
+        async with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += await conn.receive()
+            seen.append(head.split(b"\r\n")[0])
+            await conn.send(answer)
+
+    async def main() -> ApiError:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        client = AsyncClient("http://engine.example:8765", "t", timeout_s=10)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, proxy)
+            with pytest.raises(ApiError) as caught:
+                await client.get("j1")
+            await client.aclose()
+            tg.cancel_scope.cancel()
+        return caught.value
+
+    err = anyio.run(main)
+    assert err.status == 404
+    assert seen == [b"GET http://engine.example:8765/api/v1/jobs/j1 HTTP/1.1"]
