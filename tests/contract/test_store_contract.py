@@ -1207,16 +1207,21 @@ def test_checkpoints_and_policy_evaluations_are_appended_in_order(use_store: Use
     use_store(body)
 
 
+def _allow(job: Job) -> PolicyEvaluation:
+    """The pre-run policy's allow of the job's first attempt."""
+    return PolicyEvaluation(
+        at=NOW, job_id=job.id, attempt=1, stage="pre_run", subject="run",
+        verdict="allow", reason="allowed", message="", inputs={"step": "run"},
+    )  # fmt: skip
+
+
 def test_the_allows_commit_with_the_attempts_they_let_in(use_store: UseStore) -> None:
     """`start_attempts` appends the pre-run evaluations handed to it in its transaction,
     whichever claims win (a claim that lost was still allowed)."""
 
     async def body(store: Store) -> None:
         job = await submit(store)
-        allow = PolicyEvaluation(
-            at=NOW, job_id=job.id, attempt=1, stage="pre_run", subject="run",
-            verdict="allow", reason="allowed", message="", inputs={},
-        )  # fmt: skip
+        allow = _allow(job)
         won = await store.start_attempts([claim(job)], now=NOW, evaluations=[allow])
         assert len(won) == 1
         assert [(e.stage, e.verdict) for e in await store.policy_evaluations(job.id)] == [
@@ -1234,19 +1239,13 @@ def test_a_submissions_evaluation_commits_with_its_job_or_not_at_all(use_store: 
     created job; not for a submission coalesced into another (same key) nor for one a queue
     bound refused, whose job does not exist either."""
 
-    def evaluation(job: Job) -> PolicyEvaluation:
-        return PolicyEvaluation(
-            at=NOW, job_id=job.id, attempt=1, stage="pre_run", subject="run",
-            verdict="allow", reason="allowed", message="", inputs={"step": "run"},
-        )  # fmt: skip
-
     async def body(store: Store) -> None:
         first = make_job(key="k1")
-        made = await store.submit(first, now=NOW, aging_s=AGING, evaluations=[evaluation(first)])
+        made = await store.submit(first, now=NOW, aging_s=AGING, evaluations=[_allow(first)])
         assert made.created
         assert [e.reason for e in await store.policy_evaluations(first.id)] == ["allowed"]
         again = make_job(key="k1")
-        twin = await store.submit(again, now=NOW, aging_s=AGING, evaluations=[evaluation(again)])
+        twin = await store.submit(again, now=NOW, aging_s=AGING, evaluations=[_allow(again)])
         assert not twin.created and twin.job.id == first.id
         assert await store.policy_evaluations(again.id) == []
         refused = make_job()
@@ -1256,7 +1255,7 @@ def test_a_submissions_evaluation_commits_with_its_job_or_not_at_all(use_store: 
                 now=NOW,
                 aging_s=AGING,
                 admission=Admission(max_queued=1),
-                evaluations=[evaluation(refused)],
+                evaluations=[_allow(refused)],
             )
         assert await store.policy_evaluations(refused.id) == []
         assert [e.job_id for e in await store.recent_policy_evaluations()] == [first.id]

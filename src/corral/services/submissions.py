@@ -542,17 +542,20 @@ class KeptSubmissions:
     submission reads them again."""
 
     def __init__(self) -> None:
-        self._kept: tuple[JobGovernance, Config, Submissions, PrerunGate] | None = None
+        self._store: JobGovernance | None = None  # what the service was built over (the
+        self._config: Config | None = None  # same objects: no comparison on every request)
+        self._service: Submissions | None = None
+        self._gate: PrerunGate | None = None
 
     def __call__(self, store: JobGovernance, config: Config) -> Submissions:
-        kept = self._kept
-        if kept is None or kept[0] is not store or kept[1] is not config:
-            kept = self._kept = (store, config, *_built(store, config))
-        return kept[2]
+        if self._service is None or store is not self._store or config is not self._config:
+            self._service, self._gate = _built(store, config)
+            self._store, self._config = store, config
+        return self._service
 
     def stale(self) -> None:
-        if self._kept is not None:
-            self._kept[3].stale()
+        if self._gate is not None:
+            self._gate.stale()
 
     def heard(self, op: str) -> None:
         """An engine's wake-up (`Wake`'s op): anything but a submission's may have changed what
