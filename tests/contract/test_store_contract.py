@@ -1313,3 +1313,61 @@ def test_live_engines_and_the_active_configuration(use_store: UseStore) -> None:
         assert await store.active_config() == new
 
     use_store(body)
+
+
+def test_run_records_read_a_batch_as_the_per_job_reads_do(use_store: UseStore) -> None:
+    """The reporter's one read per batch gives each job what its five reads of one job give."""
+
+    async def body(store: Store) -> None:
+        retried = await submit(store)
+
+        def ended(attempt: int, cost: float) -> tuple[JobEvent, ...]:
+            data = {"cost_usd": cost}
+            at = NOW + 2
+            return (
+                JobEvent(
+                    job_id=retried.id, at=at, kind="attempt_ended", attempt=attempt, data=data
+                ),
+            )
+
+        first = await start(store, retried)
+        await end_attempt(
+            store, first, JobState.RETRY_WAIT, exit_code=1, retry_at=NOW, events=ended(1, 0.5)
+        )
+        assert await store.promote_retries(now=NOW + 10, aging_s=AGING) == 1
+        done = await end(store, retried, JobState.SUCCEEDED, events=ended(2, 0.25))
+        await store.record_agent_event(
+            AgentEvent(
+                event_id=new_id(),
+                job_id=done.id,
+                attempt=2,
+                at=NOW + 4,
+                role="default",
+                worker="codex",
+                tenant="t1",
+                cost_usd=0.25,
+            )
+        )
+        await store.append_policy_evaluations([_allow(done), _allow(done)])
+        bare = await submit(store)
+        asked = [bare.id, "no-such-job", done.id, bare.id]
+
+        records = await store.run_records(asked)
+
+        assert [r.job.id for r in records] == [bare.id, done.id]  # as asked, once, known only
+        for r in records:
+            job_id = r.job.id
+            assert r.job == await store.get_job(job_id)
+            assert r.attempts == await store.attempts(job_id)
+            assert r.agent_events == await store.agent_events(job_id)
+            assert r.evaluations == await store.policy_evaluations(job_id, limit=1 << 31)
+            assert r.attempt_ends == [
+                e for _, e in await store.events(job_id) if e.kind == "attempt_ended"
+            ]
+        assert [a.index for a in records[1].attempts] == [1, 2]
+        assert [e.data["cost_usd"] for e in records[1].attempt_ends] == [0.5, 0.25]
+        assert len(records[1].evaluations) == 2
+        assert records[0].attempts == [] and records[0].attempt_ends == []
+        assert await store.run_records([]) == []
+
+    use_store(body)

@@ -26,6 +26,7 @@ from corral.core.ports import (
     MetricsReads,
     OutboxReads,
     RetentionStore,
+    RunReads,
     Store,
     StoreLifecycle,
     TokenStore,
@@ -39,6 +40,7 @@ from corral.store.sqlite import SqliteStore
 PORTS: tuple[type, ...] = (
     StoreLifecycle,
     JobStore,
+    RunReads,
     TraceStore,
     GovernanceStore,
     AuditStore,

@@ -609,6 +609,25 @@ class JobTraces(JobStore, TraceStore, Protocol):
     """Jobs with what their attempts recorded (agent events, checkpoints)."""
 
 
+@dataclass(frozen=True, slots=True)
+class RunRecords:
+    """What an ended job's run report is built from (runtime/reporter.py), read together."""
+
+    job: Job
+    attempts: list[Attempt]
+    agent_events: list[AgentEvent]
+    evaluations: list[PolicyEvaluation]
+    attempt_ends: list[JobEvent]  # its `attempt_ended` timeline lines, in order
+
+
+class RunReads(Protocol):
+    """The records a batch of run reports is built from (runtime/reporter.py)."""
+
+    async def run_records(self, job_ids: Sequence[str]) -> list[RunRecords]:
+        """The records of these jobs in one read, in the order asked; a job that is not in the
+        store is left out. A batch of reports reads its jobs once, not five reads per job."""
+
+
 class JobRecords(JobStore, TraceStore, GovernanceStore, Protocol):
     """Jobs, their traces and their governance records: what the tool-call governor and the
     reporter read and write of an attempt, and a job's trace."""
@@ -970,6 +989,7 @@ class KnowledgeStore(Protocol):
 class Store(
     StoreLifecycle,
     JobStore,
+    RunReads,
     TraceStore,
     GovernanceStore,
     AuditStore,

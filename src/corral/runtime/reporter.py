@@ -15,16 +15,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from corral.core.ports import BaselineStore, JobRecords
+from corral.core.ports import BaselineStore, JobRecords, RunReads, RunRecords
 from corral.domain.agents import AgentEvent, PolicyEvaluation
 from corral.domain.errors import Conflict, CorralError, NotFound
 from corral.domain.governance import Incident, Pause, RunReport, ScopeKind, Severity
 from corral.domain.ids import new_id
-from corral.domain.models import Attempt, Job
+from corral.domain.models import Attempt, Job, JobEvent
 from corral.domain.settings import OversightSpec
 from corral.policy import prerun
 from corral.policy.reports import build_report, incidents_for
@@ -38,6 +38,10 @@ log = logging.getLogger("corral.reporter")
 
 LOOK_EVERY_S = 1.0
 BATCH = 100
+
+
+class ReportedStore(JobRecords, RunReads, Protocol):
+    """What the reporter reads and writes: the jobs' records, read a batch at a time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +60,7 @@ class _Draft:
 class Reporter:
     def __init__(
         self,
-        store: JobRecords,
+        store: ReportedStore,
         oversight: OversightSpec | None = None,
         clock: Callable[[], float] = time.time,
         spans: JobSpans | None = None,
@@ -113,15 +117,7 @@ class Reporter:
         """Write the reports of up to one batch of unreported terminal jobs; how many. The
         batch's reports are written in one transaction (one commit, not one per job)."""
         ids = await self._due()
-        drafts = []
-        for job_id in ids:
-            try:
-                drafts.append(await self._draft(job_id))
-            except CorralError:
-                raise  # the store's trouble: the next look tries again
-            except Exception:  # a record this version cannot read: one job, not the engine
-                log.exception("job %s: its records cannot be read; it gets no run report", job_id)
-                self._unreadable.add(job_id)
+        drafts = [d for d in await self._drafts(ids) if d is not None]
         if self.flywheel is not None:
             await self.flywheel.mark_due([(d.job, d.events) for d in drafts])
         try:
@@ -135,7 +131,10 @@ class Reporter:
 
     async def write(self, job_id: str) -> None:
         """Write one job's report (and what follows it) unless it has one already."""
-        draft = await self._draft(job_id)
+        found = await self.store.run_records([job_id])
+        if not found:
+            raise NotFound(f"no job {job_id}")
+        draft = self._draft(found[0])
         if self.flywheel is not None:
             await self.flywheel.mark_due([(draft.job, draft.events)])
         if await self._record_one(draft) is not None:
@@ -161,24 +160,51 @@ class Reporter:
             await self.flywheel.settle(job, await self.store.agent_events(job_id))
         return len(ids)
 
-    async def _draft(self, job_id: str) -> _Draft:
-        job = await self.store.get_job(job_id)
-        attempts = await self.store.attempts(job_id)
-        events = await self.store.agent_events(job_id)
-        evaluations = await self.store.policy_evaluations(job_id, limit=1 << 31)
+    async def _drafts(self, ids: list[str]) -> list[_Draft | None]:
+        """The drafts of these jobs, from one read of their records; None for a job whose
+        records this version cannot read (one job, not the engine: it gets no report)."""
+        try:
+            found = await self.store.run_records(ids)
+        except CorralError:
+            raise  # the store's trouble: the next look tries again
+        except Exception:  # one job's records spoil the batch's read: find it, one by one
+            if len(ids) == 1:
+                log.exception("job %s: its records cannot be read; it gets no run report", ids[0])
+                self._unreadable.add(ids[0])
+                return [None]
+            return [d for i in ids for d in await self._drafts([i])]
+        drafts: list[_Draft | None] = []
+        for records in found:
+            try:
+                drafts.append(self._draft(records))
+            except Exception:
+                log.exception(
+                    "job %s: its records cannot be read; it gets no run report", records.job.id
+                )
+                self._unreadable.add(records.job.id)
+                drafts.append(None)
+        return drafts
+
+    def _draft(self, r: RunRecords) -> _Draft:
         now = self.clock()
         report = build_report(
-            job,
-            attempts,
-            events,
+            r.job,
+            r.attempts,
+            r.agent_events,
             now=now,
             report_id=new_id(),
-            attempt_costs=await self._attempt_costs(job_id),
+            attempt_costs=_attempt_costs(r.attempt_ends),
         )
         incidents = incidents_for(
-            job, attempts, events, evaluations, now=now, report_id=report.id, new_id=new_id
+            r.job,
+            r.attempts,
+            r.agent_events,
+            r.evaluations,
+            now=now,
+            report_id=report.id,
+            new_id=new_id,
         )
-        return _Draft(job, attempts, events, evaluations, report, incidents, now)
+        return _Draft(r.job, r.attempts, r.agent_events, r.evaluations, report, incidents, now)
 
     async def _record_one(self, d: _Draft) -> RunReport | None:
         try:  # the report and its incidents in one transaction
@@ -221,16 +247,6 @@ class Reporter:
         except CorralError as err:  # a report without its samples: the baseline waits for more
             log.warning("baselines of job %s: %s", job.id, err)
 
-    async def _attempt_costs(self, job_id: str) -> dict[int, float]:
-        """What each attempt's worker reported it cost (a command's result file, a foreign
-        scheduler's report), as its `attempt_ended` event recorded it."""
-        costs: dict[int, float] = {}
-        for _, e in await self.store.events(job_id):
-            cost = e.data.get("cost_usd") if e.kind == "attempt_ended" else None
-            if e.attempt is not None and isinstance(cost, int | float) and cost > 0:
-                costs[e.attempt] = float(cost)
-        return costs
-
     async def _oversee(self, now: float) -> None:
         """Human oversight: a role whose incident rate crosses the threshold stops
         getting new runs (a pause an operator lifts with `corral resume`)."""
@@ -261,3 +277,14 @@ class Reporter:
             )
             log.warning("paused %s %s: incident rate over the threshold", scope.value, target)
             self._marks = [m for m in self._marks if (m[1], m[2]) != (scope, target)]
+
+
+def _attempt_costs(attempt_ends: list[JobEvent]) -> dict[int, float]:
+    """What each attempt's worker reported it cost (a command's result file, a foreign
+    scheduler's report), as its `attempt_ended` event recorded it."""
+    costs: dict[int, float] = {}
+    for e in attempt_ends:
+        cost = e.data.get("cost_usd")
+        if e.attempt is not None and isinstance(cost, int | float) and cost > 0:
+            costs[e.attempt] = float(cost)
+    return costs

@@ -551,12 +551,15 @@ class SqlGovernance:
         return [g.approval_from_row(r) for r in rows]
 
     async def expire_approvals(self, now: float) -> list[Approval]:
+        due_sql = _LATEST_APPROVAL + " AND e.state = 'pending' AND e.expires_at <= ? ORDER BY e.seq"
+        # looked at first without the write lock: the reporter asks every second and after
+        # every batch of ends, and nearly always nothing is due
+        async with self.driver.read() as tx:
+            if not await tx.fetchall(due_sql, (now,)):
+                return []
         async with self.driver.write() as tx:
             chain = await ChainWriter.take(tx, "approval_events", await self._chain_key(tx))
-            due = await tx.fetchall(
-                _LATEST_APPROVAL + " AND e.state = 'pending' AND e.expires_at <= ? ORDER BY e.seq",
-                (now,),
-            )
+            due = await tx.fetchall(due_sql, (now,))
             out = [g.approval_from_row(await chain.append(g.expiry_row(r, now))) for r in due]
             await chain.flush()
         return out

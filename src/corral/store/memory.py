@@ -29,6 +29,7 @@ from corral.core.ports import (
     Finish,
     JobQuery,
     QueueFilter,
+    RunRecords,
 )
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation
 from corral.domain.epics import EpicRecord, TaskRecord, WaveRecord
@@ -753,6 +754,24 @@ class MemoryStore(
             for i, e in self._events.get(job_id, ())
             if i > after_id
         ]
+
+    async def run_records(self, job_ids: Sequence[str]) -> list[RunRecords]:
+        out = []
+        for job_id in dict.fromkeys(job_ids):
+            if job_id not in self._jobs:
+                continue
+            out.append(
+                RunRecords(
+                    job=await self.get_job(job_id),
+                    attempts=await self.attempts(job_id),
+                    agent_events=await self.agent_events(job_id),
+                    evaluations=await self.policy_evaluations(job_id, limit=1 << 31),
+                    attempt_ends=[
+                        e for _, e in await self.events(job_id) if e.kind == "attempt_ended"
+                    ],
+                )
+            )
+        return out
 
     async def append_events(self, events: Sequence[JobEvent]) -> None:
         with self._tx():

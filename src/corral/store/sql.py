@@ -12,7 +12,15 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from corral.core.ports import UNBOUNDED, Admission, AttemptRef, Finish, JobQuery, QueueFilter
+from corral.core.ports import (
+    UNBOUNDED,
+    Admission,
+    AttemptRef,
+    Finish,
+    JobQuery,
+    QueueFilter,
+    RunRecords,
+)
 from corral.domain.agents import AgentEvent, Checkpoint, PolicyEvaluation
 from corral.domain.errors import Conflict, NotFound, StaleState
 from corral.domain.ids import MIN_REF, resolve
@@ -22,6 +30,7 @@ from corral.scheduler.dedup import on_held_key
 from corral.scheduler.service import Seat, workspace_seat
 from corral.store import admission as adm
 from corral.store import cascade, rules
+from corral.store import govrows as g
 from corral.store.chain_sql import ChainWriter
 from corral.store.driver import Driver, Row, Tx
 from corral.store.epics_sql import SqlEpics
@@ -681,6 +690,49 @@ class SqlStore(
                 (job_id, after_id),
             )
         return [(int(r["id"]), event_from_row(r)) for r in rows]
+
+    async def run_records(self, job_ids: Sequence[str]) -> list[RunRecords]:
+        ids = list(dict.fromkeys(job_ids))
+        if not ids:
+            return []
+        among = f"job_id IN ({', '.join('?' * len(ids))})"
+        async with self.driver.read() as tx:
+            jobs = await tx.fetchall(
+                JOB_SELECT + f" WHERE id IN ({', '.join('?' * len(ids))})", ids
+            )
+            attempts = await tx.fetchall(
+                _ATTEMPT_SELECT + f" WHERE {among} ORDER BY job_id, idx", ids
+            )
+            agents = await tx.fetchall(
+                f"SELECT job_id, data FROM agent_events WHERE {among} ORDER BY job_id, attempt",
+                ids,
+            )
+            evaluations = await tx.fetchall(
+                "SELECT id, at, job_id, attempt, stage, subject, verdict, reason, message, inputs"
+                f" FROM policy_evaluations WHERE {among} ORDER BY id",
+                ids,
+            )
+            ends = await tx.fetchall(
+                "SELECT id, job_id, at, kind, from_state, to_state, attempt, message, data"
+                f" FROM job_events WHERE {among} AND kind = 'attempt_ended' ORDER BY id",
+                ids,
+            )
+        # SQLite reads each statement in a snapshot of its own: a row of a job the first read
+        # did not see (written since by another process) waits for the next report batch
+        found = {r["id"]: RunRecords(job_from_row(r), [], [], [], []) for r in jobs}
+        for r in attempts:
+            if (rec := found.get(r["job_id"])) is not None:
+                rec.attempts.append(attempt_from_row(r))
+        for r in agents:
+            if (rec := found.get(r["job_id"])) is not None:
+                rec.agent_events.append(AgentEvent.from_dict(json.loads(r["data"])))
+        for r in evaluations:
+            if (rec := found.get(r["job_id"])) is not None:
+                rec.evaluations.append(g.evaluation_from_row(r))
+        for r in ends:
+            if (rec := found.get(r["job_id"])) is not None:
+                rec.attempt_ends.append(event_from_row(r))
+        return [found[i] for i in ids if i in found]
 
     async def append_events(self, events: Sequence[JobEvent]) -> None:
         async with self._write() as tx:
