@@ -906,7 +906,9 @@ def print_scenarios(extra: dict[str, Any]) -> None:
             f"{lat['running_p50_ms']} / p99 {lat['running_p99_ms']} ms; bare loop p50 "
             f"{lat['baseline_p50_ms']} / p99 {lat['baseline_p99_ms']} ms (ratio "
             f"{lat['ratio_p50']}; target p50 < 5 ms: "
-            f"{'meets' if lat['meets_target'] else 'MISSED'})"
+            f"{'meets' if lat['meets_target'] else 'MISSED'})\n"
+            f"     submit -> end durable, less the command's run: p50 {lat['ended_p50_ms']} / "
+            f"p99 {lat['ended_p99_ms']} ms; bare loop p50 {lat['baseline_ended_p50_ms']} ms"
         )
     if q := extra.get("Q100K"):
         s, b = q["small"], q["big"]

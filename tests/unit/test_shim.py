@@ -401,15 +401,49 @@ def test_an_attempts_cgroup_is_removed_when_it_ends(start: Start) -> None:
         assert not Path(recorded.read_text()).exists()
 
 
-def test_the_shim_removes_its_cgroup_itself_when_nobody_waits(start: Start) -> None:
-    """An engine that died does not wait for its attempts: the shim leaves no empty cgroup."""
-    proc = start("sh", "-c", "sleep 0.2; exit 4")
+def test_the_job_runs_in_the_attempts_cgroup_and_the_waiter_removes_it(start: Start) -> None:
+    """The shim stays in its cgroup to its end while whoever started it lives (a move out
+    waits for the kernel, ~10 ms on an idle machine); the one that waits removes it."""
+    proc = start("sh", "-c", "cat /proc/self/cgroup; sleep 0.2; exit 4")
     recorded = proc.attempt_dir / "cgroup"
     assert recorded.exists() == (process.cgroup_base() is not None)
-    eventually(lambda: (proc.attempt_dir / "result.json").exists(), what="the job ended")
+    eventually(lambda: proc.poll() is not None, what="the shim ended")
     if recorded.exists():
-        assert not Path(recorded.read_text()).exists(), "removed before the result was written"
+        cgroup = Path(recorded.read_text())
+        lines = read(proc.attempt_dir / "stdout.log").splitlines()
+        own = next(line[3:] for line in lines if line.startswith("0::"))
+        assert cgroup.as_posix().endswith(own), "the job ran in the attempt's cgroup"
+        assert cgroup.exists(), "left for the waiter: the shim's parent lives"
     assert wait(proc).exit_code == 4
+    if recorded.exists():
+        assert not Path(recorded.read_text()).exists(), "removed once the shim was gone"
+
+
+def test_an_orphaned_shim_removes_its_cgroup_itself(tmp_path: Path) -> None:
+    """An engine that died (its core and the core's zygote with it) does not wait for its
+    attempts: the orphaned shim steps out of its cgroup and removes it before its result."""
+    zygote = Zygote()
+    proc = spawn(
+        argv=("sh", "-c", "sleep 0.3; exit 4"),
+        attempt_dir=tmp_path / "attempt",
+        cwd=None,
+        env=ENV,
+        grace_s=5.0,
+        deadline_epoch_s=None,
+        via=zygote,
+    )
+    try:
+        assert not proc.is_child
+        zygote.close()  # the shim runs on, reparented
+        recorded = proc.attempt_dir / "cgroup"
+        assert recorded.exists() == (process.cgroup_base() is not None)
+        eventually(lambda: (proc.attempt_dir / "result.json").exists(), what="the job ended")
+        if recorded.exists():
+            assert not Path(recorded.read_text()).exists(), "removed before the result"
+        assert wait(proc).exit_code == 4
+    finally:
+        proc.kill_now()
+        proc.close()
 
 
 def test_a_stopped_shim_is_killed_with_its_job_once_its_deadline_and_grace_are_past(

@@ -13,8 +13,9 @@ be found and stopped from outside (`sweep`): a process that left the tree (`sets
 fork, a parent that died) keeps its environment. Only a process that scrubs its environment
 before an exec escapes the marker — but not the attempt's cgroup: where a cgroup v2 hierarchy is
 writable (root, or a delegated subtree), each attempt also gets a cgroup of its own (its path in
-`<dir>/cgroup`), which the shim joins before it starts anything; no process leaves it on its
-own, and `sweep` empties it (cgroup.kill) before it removes it.
+`<dir>/cgroup`), which the shim is born in (the zygote's) or joins (an exec'd one) before it
+starts anything; no process leaves it on its own, and `sweep` empties it (cgroup.kill) before it
+removes it. The shim's waiter removes it after the shim ends (`ShimProcess.wait`).
 """
 
 from __future__ import annotations

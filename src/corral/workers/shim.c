@@ -25,7 +25,11 @@
  * Cgroup: with --cgroup (a cgroup v2 directory the engine made for this attempt) we move
  * ourselves into it before anything else starts, so the job and all it starts stay in it -- the
  * engine can find and kill them there even if we die.  A failure to join is not fatal: the
- * engine still finds the attempt's processes by the marker in their environment.
+ * engine still finds the attempt's processes by the marker in their environment.  A shim the
+ * zygote forks is born in it (clone3 with CLONE_INTO_CGROUP) and never moves: a move waits for
+ * the kernel's RCU grace period when none happened lately, ~10 ms on an idle machine, once as the
+ * attempt starts and again as it ends.  At the end we stay in it too while whoever started us
+ * waits (the core removes the cgroup once we are gone); an orphaned shim steps out and removes it.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -69,6 +73,8 @@ static int pipes[2] = {-1, -1};             /* read ends of the job's stdout and
 static int secrets_fd = -1;
 static pid_t pump_pid;
 static int pump_done, pump_status, output_capped;
+static int born_in_cgroup; /* the zygote forked us into the attempt's cgroup: no move needed */
+static pid_t born_ppid;    /* who waits for us: while it lives, it removes the cgroup after us */
 
 /* Move this process into the cgroup DIR (best effort; see the header). */
 static void join_cgroup(const char *dir)
@@ -568,7 +574,8 @@ static int shim_main(int argc, char **argv)
     }
     char **job_argv = &argv[i + 2];
     self_pid = getpid();
-    if (cgroup)
+    born_ppid = getppid();
+    if (cgroup && !born_in_cgroup)
         join_cgroup(cgroup); /* before the job, the pump or anything else is forked */
 
     /* fd 4 (the secrets) only when announced, and then for the pump alone */
@@ -719,8 +726,8 @@ static int shim_main(int argc, char **argv)
     }
     if (output_capped && reason == R_EXITED) /* it ended by itself, but not all of it was kept */
         reason = R_OUTPUT;
-    if (cgroup) /* before the result: whoever reads it finds the cgroup gone or in use */
-        leave_cgroup(cgroup);
+    if (cgroup && getppid() != born_ppid) /* orphaned: nobody removes the cgroup after us */
+        leave_cgroup(cgroup); /* before the result: a reader finds the cgroup gone or in use */
     write_result(reason, started_at_ms, error[0] ? error : NULL);
     free(procs);
     free(killed);
@@ -815,6 +822,52 @@ static int zygote_reply(int sock, pid_t pid, int err, int pidfd)
     return sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? -1 : 0;
 }
 
+/* The --cgroup of a shim's command line (its options come in pairs before the attempt dir). */
+static const char *shim_cgroup(char **argv, uint32_t argc)
+{
+    for (uint32_t i = 1; i + 1 < argc && strncmp(argv[i], "--", 2) == 0 && argv[i][2]; i += 2)
+        if (!strcmp(argv[i], "--cgroup"))
+            return argv[i + 1];
+    return NULL;
+}
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+
+/* The kernel's struct clone_args up to `cgroup` (CLONE_ARGS_SIZE_VER2). */
+struct clone_args_v2 {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+    uint64_t set_tid, set_tid_size, cgroup;
+};
+
+/* fork(), but born in the shim's cgroup when it has one and the kernel can (5.7+): a move
+ * after the fork is what the shim would otherwise pay (see the header).  The child runs on
+ * without glibc's fork bookkeeping, which a single-threaded zygote does not need. */
+static pid_t zygote_fork(char **argv, uint32_t argc)
+{
+    const char *cgroup = shim_cgroup(argv, argc);
+    int cfd = cgroup ? open(cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (cfd >= 0) {
+        struct clone_args_v2 args = {
+            .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)cfd};
+        long pid = syscall(SYS_clone3, &args, sizeof args);
+        if (pid == 0) {
+            born_in_cgroup = 1;
+            return 0;
+        }
+        close(cfd);
+        if (pid > 0)
+            return (pid_t)pid;
+        /* ENOSYS, E2BIG (older kernel), EOPNOTSUPP or EBUSY (not a usable cgroup): fork, and
+         * the shim joins it itself */
+    }
+    return fork();
+}
+
 /* One request: 1 when served (or refused with a reply), 0 at EOF, -1 on a socket error. */
 static int zygote_serve_one(int sock)
 {
@@ -854,7 +907,7 @@ static int zygote_serve_one(int sock)
     char **strs = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0 && nfds >= 3
                       ? zygote_parse(buf, (size_t)n, &argc)
                       : NULL;
-    pid_t pid = strs ? fork() : -1;
+    pid_t pid = strs ? zygote_fork(strs, argc) : -1;
     if (pid == 0)
         zygote_child(strs, argc, fds, nfds); /* never returns */
     int err = strs ? errno : EINVAL, pidfd = -1;
