@@ -10,9 +10,11 @@ single implementation of the encoding.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+import anyio
+import anyio.lowlevel
 from pydantic import ValidationError
 
 from corral.domain import bounds
@@ -56,6 +58,58 @@ class ProtocolError(CorralError):
     """A line that is not a valid message (malformed, oversized, unknown type)."""
 
     code = "protocol_error"
+
+
+class _Batch:
+    __slots__ = ("done", "error", "parts")
+
+    def __init__(self, first: bytes) -> None:
+        self.parts = [first]
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+
+
+class Coalescing:
+    """Writes lines to a pipe, the lines sent in one turn of the event loop in one write.
+
+    Every write to a pipe wakes its reader, a wake-up of another CPU that costs a virtual
+    machine dearly (bench/README.md, "One write per turn"), and a dispatch round sends several
+    messages at once: a permit request per job, then a submission per claim. The first sender
+    of a turn lets the loop turn once, then writes what the turn's senders added; each `send`
+    returns once its line is written and raises what the write raised (a writer cancelled
+    before it wrote: `anyio.BrokenResourceError`), as a write of its own would."""
+
+    def __init__(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+        self._write = write
+        self._open: _Batch | None = None  # the batch this turn's senders join
+        self._lock = anyio.Lock()  # one write at a time, in the order of the batches
+
+    async def send(self, line: bytes) -> None:
+        batch = self._open
+        if batch is not None:
+            batch.parts.append(line)
+            await batch.done.wait()
+            if batch.error is not None:
+                raise batch.error
+            return
+        batch = self._open = _Batch(line)
+        try:
+            await anyio.lowlevel.checkpoint()  # the other senders of this turn join
+            async with self._lock:
+                if self._open is batch:
+                    self._open = None
+                await self._write(b"".join(batch.parts))
+        except BaseException as err:
+            if self._open is batch:
+                self._open = None
+            batch.error = (
+                err
+                if isinstance(err, Exception)
+                else anyio.BrokenResourceError("the write of this line was cancelled")
+            )
+            raise
+        finally:
+            batch.done.set()
 
 
 def encode(msg: Mapping[str, Any]) -> bytes:

@@ -73,13 +73,16 @@ async def serve_stdio(config: Config) -> None:
     """Run one core until stdin closes."""
 
     reader, writer = await _stdio()
-    lock = anyio.Lock()
+
+    async def write(lines: bytes) -> None:
+        writer.write(lines)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    out = p.Coalescing(write)
 
     async def send(msg: dict[str, Any]) -> None:
-        async with lock:
-            writer.write(p.encode(msg))
-            with contextlib.suppress(ConnectionError):
-                await writer.drain()
+        await out.send(p.encode(msg))
 
     zygote = Zygote()
     server = CoreServer(build_core(config, zygote), send, time.time)

@@ -157,15 +157,13 @@ class CoreSupervisor:
         self.pid = proc.pid
         self.generation += 1
         assert proc.stdin is not None and proc.stdout is not None
-        lock = anyio.Lock()
-        stdin = proc.stdin
+        out = p.Coalescing(proc.stdin.send)
 
         async def send(msg: dict[str, Any]) -> None:
-            async with lock:
-                try:
-                    await stdin.send(p.encode(msg))
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError) as err:
-                    raise CoreUnavailable("the core's stdin is closed") from err
+            try:
+                await out.send(p.encode(msg))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError) as err:
+                raise CoreUnavailable("the core's stdin is closed") from err
 
         try:
             return await self._serve(proc, send)
