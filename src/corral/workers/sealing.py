@@ -198,6 +198,10 @@ def reveal_job(
     variable missing from `environ` is an error, else it is left out)."""
     environ = os.environ if environ is None else environ
     token = job.options.sealed
+    marked = job.options.secret_env
+    if not isinstance(token, str) and not marked:  # nothing sealed: the job as stored is real
+        stored = Parts(command=job.command, env=job.env, prompt=job.prompt)
+        return Revealed(job=job, secrets=tuple(secret_values(stored)))
     hidden: dict[str, Any] = {}
     if isinstance(token, str):
         if keeper is None:
@@ -205,7 +209,6 @@ def reveal_job(
         hidden = keeper.unseal(token)
     stored = Parts(command=job.command, env=job.env, prompt=job.prompt)
     real = reveal(stored, hidden)
-    marked = job.options.secret_env
     env = dict(real.env)
     for name in marked:
         if name in env:
