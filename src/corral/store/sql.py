@@ -717,8 +717,8 @@ class SqlStore(
                 f" FROM job_events WHERE {among} AND kind = 'attempt_ended' ORDER BY id",
                 ids,
             )
-        # SQLite reads each statement in a snapshot of its own: a row of a job the first read
-        # did not see (written since by another process) waits for the next report batch
+        # Each statement may read a snapshot of its own (SQLite outside a transaction): the jobs
+        # asked for have ended, so their records no longer change between the reads
         found = {r["id"]: RunRecords(job_from_row(r), [], [], [], []) for r in jobs}
         for r in attempts:
             if (rec := found.get(r["job_id"])) is not None:
