@@ -12,7 +12,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from corral.config import load
 from corral.core.link import CoreLink
+from corral.domain.errors import CorralError
+from corral.runtime.corestart import core_argv, spawn_core
+from corral.runtime.engine import Engine
 from corral.runtime.supervisor import DRAIN_S, CoreSupervisor, SupervisorOptions
 
 OPTS = SupervisorOptions(heartbeat_s=0.1, heartbeat_timeout_s=0.6, max_restarts=5)
@@ -79,3 +83,51 @@ async def test_a_stopped_core_is_still_restarted_within_the_timeout(tmp_path: Pa
         assert waited < bound, f"a stopped core was noticed after {waited:.2f}s"
         assert sup.pid != stuck and not escalations
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_core_started_ahead_is_the_supervisors_first(tmp_path: Path) -> None:
+    """`corral serve` starts its first core before it imports the engine; the supervisor
+    serves that one instead of starting another, and starts later ones itself."""
+    sup = _supervisor(tmp_path, [])
+    ahead = await spawn_core(sup.argv)
+    sup = CoreSupervisor(
+        sup.link, sup.argv, OPTS, on_restart=sup.on_restart, on_escalation=sup.on_escalation,
+        first=ahead,
+    )  # fmt: skip
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sup.run)
+        with anyio.fail_after(60):
+            await sup.wait_connected()
+        assert (sup.pid, sup.generation) == (ahead.pid, 1)
+        os.kill(ahead.pid, signal.SIGKILL)
+        with anyio.fail_after(60):
+            while sup.generation == 1 or not sup.connected:
+                await anyio.sleep(0.02)
+        assert sup.pid != ahead.pid
+        tg.cancel_scope.cancel()
+    assert ahead.returncode is not None
+
+
+def test_an_engine_that_stops_before_its_core_runs_stops_the_core_started_for_it(
+    tmp_path: Path,
+) -> None:
+    """The core `corral serve` started ahead never outlives an engine that failed before its
+    supervisor took the core (here: a store file that is not a database)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "corral.db").write_bytes(b"not a database, " * 512)
+    cfg = load(data_dir=data)
+    argv = core_argv(cfg)
+    assert argv is not None
+
+    async def main() -> int:
+        core = await spawn_core(argv)
+        with pytest.raises(CorralError, match=r"damaged|not a database"):
+            await Engine(cfg, None, core).run(drain=True)
+        assert core.returncode is not None, "the core was left running"
+        return core.pid
+
+    pid = anyio.run(main)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

@@ -6,6 +6,7 @@ dlq.py, governance.py, policy_cmds.py, mechanism.py, configs.py, guard.py."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -27,7 +28,9 @@ from .lazy import LazyGroup
 from .options import ConfigOpt, DataDir, JsonOpt
 
 if TYPE_CHECKING:
+    from corral.config import Config
     from corral.runtime.engine import Engine
+    from corral.runtime.servelock import ServeLock
 
 
 def _data_dir_of(data_dir: Path | None) -> Path:
@@ -306,28 +309,15 @@ def serve(
         # a `corral submit --wait` right after `corral serve &` finds the engine starting.
         lock = ServeLock(cfg.data_dir)
         lock.acquire()
-        from corral.runtime.engine import Engine
-        from corral.services.knowledge import extractor_jobs as knowledge_jobs
 
-        listener = (
-            None
-            if no_http
-            else _http_listener(
+        def bind() -> HttpListener | None:
+            if no_http:
+                return None
+            return _http_listener(
                 ctx.obj, http, tls_cert=tls_cert, tls_key=tls_key, insecure=insecure_http
             )
-        )
-        engine = Engine(cfg, lock)
-        # an agent extractor's jobs are submitted as any edge submits (services/knowledge.py)
-        engine.flywheel.submit = knowledge_jobs(engine.store, cfg, engine.wake)
 
-        def ready(e: Engine) -> None:
-            typer.echo(f"corral engine {e.id} serving {cfg.data_dir} (pid {os.getpid()})", err=True)
-            if listener is not None:
-                typer.echo(f"corral: HTTP API on {listener.url}", err=True)
-
-        also = [] if listener is None else [listener.serve]
-        also.append(_waves)  # the FIRE loop of every running epic (services/waves.py)
-        anyio.run(lambda: engine.run(drain=drain, on_ready=ready, also=also))
+        anyio.run(_serve_engine, cfg, lock, drain, bind)
     except CorralError as err:
         fail(err)
     except KeyboardInterrupt:
@@ -365,6 +355,41 @@ def _http_listener(
             raise
         typer.echo(f"corral: warning: {err}; serving without the HTTP API", err=True)
         return None
+
+
+async def _serve_engine(
+    cfg: Config, lock: ServeLock, drain: bool, bind: Callable[[], HttpListener | None]
+) -> None:
+    """Start the core child, then import (the engine, the HTTP API) and run the engine: the
+    core's start, about a quarter of a second of its own imports, runs beside the engine's
+    instead of after them."""
+    from corral.runtime.corestart import core_argv, spawn_core
+
+    argv = core_argv(cfg)
+    core = None if argv is None else await spawn_core(argv)
+    try:
+        listener = bind()
+        from corral.runtime.engine import Engine
+        from corral.services.knowledge import extractor_jobs as knowledge_jobs
+
+        engine = Engine(cfg, lock, core)  # from here the engine stops it if it must
+    except BaseException:
+        if core is not None:
+            with contextlib.suppress(ProcessLookupError):
+                core.kill()
+            await core.aclose()
+        raise
+    # an agent extractor's jobs are submitted as any edge submits (services/knowledge.py)
+    engine.flywheel.submit = knowledge_jobs(engine.store, cfg, engine.wake)
+
+    def ready(e: Engine) -> None:
+        typer.echo(f"corral engine {e.id} serving {cfg.data_dir} (pid {os.getpid()})", err=True)
+        if listener is not None:
+            typer.echo(f"corral: HTTP API on {listener.url}", err=True)
+
+    also = [] if listener is None else [listener.serve]
+    also.append(_waves)  # the FIRE loop of every running epic (services/waves.py)
+    await engine.run(drain=drain, on_ready=ready, also=also)
 
 
 @app.command("core")

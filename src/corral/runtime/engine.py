@@ -8,14 +8,13 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.abc import Process, TaskGroup
 
 from corral.config import Config, guardrails_of
 from corral.core.link import CoreLink, CoreUnavailable, connect_local
@@ -37,6 +36,7 @@ from corral.runtime.assembly import (
 )
 from corral.runtime.control import serve_control
 from corral.runtime.corebuild import build_core
+from corral.runtime.corestart import core_argv
 from corral.runtime.flywheel import Flywheel
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
@@ -127,8 +127,13 @@ def credential_warnings(config: Config, environ: Mapping[str, str] = os.environ)
 class Engine:
     """The running engine: store, core, dispatcher and control socket in one task group."""
 
-    def __init__(self, config: Config, lock: ServeLock | None = None) -> None:
+    def __init__(
+        self, config: Config, lock: ServeLock | None = None, core: Process | None = None
+    ) -> None:
         self.config = config
+        # the first core child, started with `core_argv` before the engine was imported (`corral
+        # serve`); the supervisor's once it starts, else stopped when the engine does
+        self._first_core = core
         self.id = new_id()
         self.lock = lock or ServeLock(config.data_dir)  # `corral serve` takes it first
         self.store: Store = build_store(config)
@@ -340,7 +345,21 @@ class Engine:
             finally:
                 await self.store.close()
         finally:
+            await self._stop_unused_core()
             self.lock.release()
+
+    async def _stop_unused_core(self) -> None:
+        """A core started for this engine that never reached its supervisor (the engine
+        stopped before: a store it could not open, a refused audit key) is not left behind."""
+        proc, self._first_core = self._first_core, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await proc.wait()
+        with contextlib.suppress(Exception):
+            await proc.aclose()
 
     async def _run(
         self,
@@ -402,10 +421,9 @@ class Engine:
             connect_local(self.link, build_core(self.config, zygote), tg, time.time)
             tg.start_soon(_closed_at_exit, zygote)
             return
-        argv = [sys.executable, "-m", "corral", "core", "--with-parent"]
-        argv += ["--data-dir", str(self.config.data_dir)]
-        if self.config.source is not None:
-            argv += ["--config", str(self.config.source)]
+        argv = core_argv(self.config)
+        assert argv is not None
+        first, self._first_core = self._first_core, None
         self.supervisor = CoreSupervisor(
             self.link,
             argv,
@@ -417,6 +435,7 @@ class Engine:
             ),
             on_restart=self._core_restarted,
             on_escalation=self._escalate,
+            first=first,
         )
         tg.start_soon(self.supervisor.run)
         with anyio.fail_after(30):

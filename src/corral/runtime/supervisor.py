@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -27,6 +26,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from corral.core import protocol as p
 from corral.core.link import CoreLink, CoreUnavailable
 from corral.domain.errors import CorralError
+from corral.runtime.corestart import spawn_core
 
 log = logging.getLogger("corral.supervisor")
 
@@ -94,9 +94,11 @@ class CoreSupervisor:
         *,
         on_restart: Callable[[], Coroutine[Any, Any, None]],
         on_escalation: Callable[[str, str], Awaitable[None]],
+        first: Process | None = None,
     ) -> None:
         self.link = link
         self.argv = list(argv)
+        self._first = first  # a core already started with `argv` (runtime/corestart.py)
         self.opts = options
         self.on_restart = on_restart
         self.on_escalation = on_escalation
@@ -147,13 +149,7 @@ class CoreSupervisor:
             await anyio.sleep(self.opts.backoff_s * len(self.restarts))
 
     async def _run_once(self) -> str:
-        proc = await anyio.open_process(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None,
-            start_new_session=True,
-        )
+        proc, self._first = self._first or await spawn_core(self.argv), None
         self.pid = proc.pid
         self.generation += 1
         assert proc.stdin is not None and proc.stdout is not None
