@@ -494,6 +494,25 @@ def test_probe_of_an_attempt_never_started(tmp_path: Path) -> None:
     assert read_result(tmp_path) is None
 
 
+def test_probe_of_an_attempt_never_started_removes_the_cgroup_made_for_it(
+    tmp_path: Path,
+) -> None:
+    """A core killed after it made the attempt's cgroup and before it started the shim."""
+    base = process.cgroup_base()
+    if base is None:  # no writable cgroup v2 here: nothing could be left behind
+        assert probe(tmp_path).state is ProbeState.NOT_STARTED
+        return
+    cgroup = base / f"never-started-{tmp_path.name}"
+    cgroup.mkdir()
+    try:
+        (tmp_path / "cgroup").write_text(str(cgroup))
+        assert probe(tmp_path).state is ProbeState.NOT_STARTED
+        assert not cgroup.exists()
+    finally:
+        if cgroup.exists():
+            cgroup.rmdir()
+
+
 # --------------------------------------------------------------------------- building
 
 

@@ -684,6 +684,8 @@ def probe(attempt_dir: Path, *, pid_wait_s: float = _PROBE_PID_WAIT_S) -> ProbeR
                 return ProbeResult(state=ProbeState.FINISHED, result=result)
             if (attempt_dir / SHIM_PID).exists():
                 return ProbeResult(state=ProbeState.VANISHED)
+            # a core that died between the attempt's cgroup and its shim left the cgroup empty
+            _drop_cgroup(attempt_dir)
             return ProbeResult(state=ProbeState.NOT_STARTED)
         pid = _read_pid(attempt_dir / SHIM_PID)
         if pid is not None and (proc := _adopt(attempt_dir, pid)) is not None:
