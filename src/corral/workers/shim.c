@@ -574,7 +574,8 @@ static int shim_main(int argc, char **argv)
     }
     char **job_argv = &argv[i + 2];
     self_pid = getpid();
-    born_ppid = getppid();
+    if (!born_ppid) /* a zygote's shim has its zygote's pid already: it may be gone by now */
+        born_ppid = getppid();
     if (cgroup && !born_in_cgroup)
         join_cgroup(cgroup); /* before the job, the pump or anything else is forked */
 
@@ -849,6 +850,7 @@ struct clone_args_v2 {
  * without glibc's fork bookkeeping, which a single-threaded zygote does not need. */
 static pid_t zygote_fork(char **argv, uint32_t argc)
 {
+    born_ppid = getpid(); /* the child's parent, whether it lives when the child looks or not */
     const char *cgroup = shim_cgroup(argv, argc);
     int cfd = cgroup ? open(cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     if (cfd >= 0) {
