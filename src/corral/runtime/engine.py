@@ -323,6 +323,17 @@ class Engine:
         """Serve until SIGTERM/SIGINT (or, with `drain`, until nothing is left to do); `also`
         are more tasks of the engine's task group (an edge such as the HTTP API), cancelled
         with it."""
+        try:
+            await self._serve(drain, on_ready, also)
+        finally:
+            await self._stop_unused_core()
+
+    async def _serve(
+        self,
+        drain: bool,
+        on_ready: Callable[[Engine], None] | None,
+        also: Sequence[Callable[[Engine], Coroutine[Any, Any, None]]],
+    ) -> None:
         warning = privacy.secure_data_dir(self.config.data_dir)
         if warning:
             log.warning("%s", warning)
@@ -345,7 +356,6 @@ class Engine:
             finally:
                 await self.store.close()
         finally:
-            await self._stop_unused_core()
             self.lock.release()
 
     async def _stop_unused_core(self) -> None:
