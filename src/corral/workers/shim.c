@@ -74,7 +74,8 @@ static int secrets_fd = -1;
 static pid_t pump_pid;
 static int pump_done, pump_status, output_capped;
 static int born_in_cgroup; /* the zygote forked us into the attempt's cgroup: no move needed */
-static pid_t born_ppid;    /* who waits for us: while it lives, it removes the cgroup after us */
+/* our parent (the core, or its zygote): while it lives, the core removes our cgroup after us */
+static pid_t born_ppid;
 
 /* Move this process into the cgroup DIR (best effort; see the header). */
 static void join_cgroup(const char *dir)
