@@ -174,7 +174,9 @@ def test_the_dashboard_benchmark_renders_every_page(tmp_path: Path) -> None:
 
 def test_the_census_counts_one_commit_per_submission() -> None:
     """bench/census.py runs; a submission is one write transaction (its pre-run evaluation goes
-    with the job), and an engine's run of a job costs at least one more (the attempt's end)."""
+    with the job), and the engine writes its jobs' starts, ends and reports in batches: some
+    transactions, and fewer than three per job (several ends share one commit, so fewer than
+    one per job is possible)."""
     r = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "census.py"), "--jobs", "40"],
         capture_output=True,
@@ -187,4 +189,4 @@ def test_the_census_counts_one_commit_per_submission() -> None:
     # one each, and the new store's own first write among 40: 2 each before (the job, then
     # its evaluation)
     assert 1.0 <= float(found["submission_write_transactions_per_job"]) < 1.1, r.stdout
-    assert float(found["engine_write_transactions_per_job"]) >= 1.0, r.stdout
+    assert 0.1 < float(found["engine_write_transactions_per_job"]) < 3.0, r.stdout
