@@ -6,7 +6,6 @@ dlq.py, governance.py, policy_cmds.py, mechanism.py, configs.py, guard.py."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -363,7 +362,7 @@ async def _serve_engine(
     """Start the core child, then import (the engine, the HTTP API) and run the engine: the
     core's start, about a quarter of a second of its own imports, runs beside the engine's
     instead of after them."""
-    from corral.runtime.corestart import core_argv, spawn_core
+    from corral.runtime.corestart import core_argv, spawn_core, stop_core
 
     argv = core_argv(cfg)
     core = None if argv is None else await spawn_core(argv)
@@ -375,9 +374,7 @@ async def _serve_engine(
         engine = Engine(cfg, lock, core)  # from here the engine stops it if it must
     except BaseException:
         if core is not None:
-            with contextlib.suppress(ProcessLookupError):
-                core.kill()
-            await core.aclose()
+            await stop_core(core)
         raise
     # an agent extractor's jobs are submitted as any edge submits (services/knowledge.py)
     engine.flywheel.submit = knowledge_jobs(engine.store, cfg, engine.wake)

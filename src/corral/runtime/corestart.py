@@ -8,6 +8,9 @@ as long, runs beside it on the machine's other CPU instead of after it. The supe
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -40,3 +43,13 @@ async def spawn_core(argv: Sequence[str]) -> Process:
         stderr=None,
         start_new_session=True,
     )
+
+
+async def stop_core(proc: Process) -> None:
+    """Make sure a core child is gone and reaped (SIGKILL reaches a stopped process too)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGKILL)
+    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+        await proc.wait()
+    with contextlib.suppress(Exception):
+        await proc.aclose()

@@ -36,7 +36,7 @@ from corral.runtime.assembly import (
 )
 from corral.runtime.control import serve_control
 from corral.runtime.corebuild import build_core
-from corral.runtime.corestart import core_argv
+from corral.runtime.corestart import core_argv, stop_core
 from corral.runtime.flywheel import Flywheel
 from corral.runtime.gate import PrerunGate
 from corral.runtime.governor import Governor
@@ -324,22 +324,11 @@ class Engine:
         are more tasks of the engine's task group (an edge such as the HTTP API), cancelled
         with it."""
         try:
-            await self._serve(drain, on_ready, also)
-        finally:
-            await self._stop_unused_core()
-
-    async def _serve(
-        self,
-        drain: bool,
-        on_ready: Callable[[Engine], None] | None,
-        also: Sequence[Callable[[Engine], Coroutine[Any, Any, None]]],
-    ) -> None:
-        warning = privacy.secure_data_dir(self.config.data_dir)
-        if warning:
-            log.warning("%s", warning)
-        if not self.lock.held:
-            self.lock.acquire()
-        try:
+            warning = privacy.secure_data_dir(self.config.data_dir)
+            if warning:
+                log.warning("%s", warning)
+            if not self.lock.held:
+                self.lock.acquire()
             await self.store.open()
             try:
                 await audit.refuse_without_triggers(self.store)
@@ -356,20 +345,12 @@ class Engine:
             finally:
                 await self.store.close()
         finally:
-            self.lock.release()
-
-    async def _stop_unused_core(self) -> None:
-        """A core started for this engine that never reached its supervisor (the engine
-        stopped before: a store it could not open, a refused audit key) is not left behind."""
-        proc, self._first_core = self._first_core, None
-        if proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await proc.wait()
-        with contextlib.suppress(Exception):
-            await proc.aclose()
+            # a core started for this engine that never reached its supervisor (the engine
+            # stopped before: a store it could not open, a refused audit key) goes with it
+            unused, self._first_core = self._first_core, None
+            if unused is not None:
+                await stop_core(unused)
+            self.lock.release()  # (a no-op for a lock it never took)
 
     async def _run(
         self,

@@ -9,10 +9,7 @@ a fresh budget (tests/acceptance/test_supervisor.py).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -26,7 +23,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from corral.core import protocol as p
 from corral.core.link import CoreLink, CoreUnavailable
 from corral.domain.errors import CorralError
-from corral.runtime.corestart import spawn_core
+from corral.runtime.corestart import spawn_core, stop_core
 
 log = logging.getLogger("corral.supervisor")
 
@@ -164,7 +161,7 @@ class CoreSupervisor:
         try:
             return await self._serve(proc, send)
         finally:  # also when the engine stops: no core outlives its supervisor
-            await self._reap(proc)
+            await stop_core(proc)
 
     async def _serve(self, proc: Process, send: Callable[[dict[str, Any]], Awaitable[None]]) -> str:
         reason = "exited"
@@ -240,12 +237,3 @@ class CoreSupervisor:
             except CoreUnavailable:
                 return "exited"
             beats.excuse(time.monotonic() - asked - timeout, asked)  # its deadline fired late
-
-    async def _reap(self, proc: Process) -> None:
-        """Make sure the old core is gone (SIGKILL reaches a stopped process too)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await proc.wait()
-        with contextlib.suppress(Exception):
-            await proc.aclose()
