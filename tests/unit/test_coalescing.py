@@ -10,14 +10,17 @@ from corral.core.protocol import Coalescing
 
 
 class Pipe:
-    def __init__(self, *, fail: BaseException | None = None, slow: bool = False) -> None:
+    def __init__(self, *, fail: BaseException | None = None, full: bool = False) -> None:
         self.writes: list[bytes] = []
         self.fail = fail
-        self.slow = slow
+        self.writing = anyio.Event()  # a write has begun
+        self.drained = anyio.Event()  # a full pipe's writes go on (its reader read)
+        if not full:
+            self.drained.set()
 
     async def write(self, data: bytes) -> None:
-        if self.slow:
-            await anyio.sleep(0.01)  # a full pipe: the next turn's senders wait their turn
+        self.writing.set()
+        await self.drained.wait()
         if self.fail is not None:
             raise self.fail
         self.writes.append(data)
@@ -49,13 +52,15 @@ def test_a_send_returns_once_its_line_is_written() -> None:
 
 def test_lines_sent_while_a_write_waits_follow_it_in_order() -> None:
     async def main() -> None:
-        pipe = Pipe(slow=True)
+        pipe = Pipe(full=True)
         out = Coalescing(pipe.write)
         async with anyio.create_task_group() as tg:
             tg.start_soon(out.send, b"first\n")
-            await anyio.sleep(0.002)  # the first write is under way
+            await pipe.writing.wait()  # the first write is under way, and waits
             for i in range(3):
                 tg.start_soon(out.send, b"%d\n" % i)
+            await anyio.wait_all_tasks_blocked()  # all three joined the next batch
+            pipe.drained.set()
         assert pipe.writes == [b"first\n", b"0\n1\n2\n"]
 
     anyio.run(main)

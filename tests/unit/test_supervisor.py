@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import Process
 
 from corral.config import load
 from corral.core.link import CoreLink
@@ -22,10 +23,10 @@ from corral.runtime.supervisor import DRAIN_S, CoreSupervisor, SupervisorOptions
 OPTS = SupervisorOptions(heartbeat_s=0.1, heartbeat_timeout_s=0.6, max_restarts=5)
 
 
-def _supervisor(tmp_path: Path, escalations: list[str]) -> CoreSupervisor:
+def _argv(tmp_path: Path) -> list[str]:
     config = tmp_path / "corral.yaml"
     config.write_text("roles:\n  default:\n    concurrency: 1\n")
-    argv = [
+    return [
         sys.executable,
         "-m",
         "corral",
@@ -36,13 +37,25 @@ def _supervisor(tmp_path: Path, escalations: list[str]) -> CoreSupervisor:
         str(config),
     ]
 
-    async def restarted() -> None:
-        return None
+
+def _supervisor(
+    tmp_path: Path,
+    escalations: list[str],
+    *,
+    first: Process | None = None,
+    restarted: anyio.Event | None = None,
+) -> CoreSupervisor:
+    async def on_restart() -> None:
+        if restarted is not None:
+            restarted.set()
 
     async def escalate(kind: str, message: str) -> None:
         escalations.append(f"{kind}: {message}")
 
-    return CoreSupervisor(CoreLink(), argv, OPTS, on_restart=restarted, on_escalation=escalate)
+    return CoreSupervisor(
+        CoreLink(), _argv(tmp_path), OPTS, on_restart=on_restart, on_escalation=escalate,
+        first=first,
+    )  # fmt: skip
 
 
 @pytest.mark.anyio
@@ -89,12 +102,9 @@ async def test_a_stopped_core_is_still_restarted_within_the_timeout(tmp_path: Pa
 async def test_a_core_started_ahead_is_the_supervisors_first(tmp_path: Path) -> None:
     """`corral serve` starts its first core before it imports the engine; the supervisor
     serves that one instead of starting another, and starts later ones itself."""
-    sup = _supervisor(tmp_path, [])
-    ahead = await spawn_core(sup.argv)
-    sup = CoreSupervisor(
-        sup.link, sup.argv, OPTS, on_restart=sup.on_restart, on_escalation=sup.on_escalation,
-        first=ahead,
-    )  # fmt: skip
+    ahead = await spawn_core(_argv(tmp_path))
+    restarted = anyio.Event()
+    sup = _supervisor(tmp_path, [], first=ahead, restarted=restarted)
     async with anyio.create_task_group() as tg:
         tg.start_soon(sup.run)
         with anyio.fail_after(60):
@@ -102,8 +112,7 @@ async def test_a_core_started_ahead_is_the_supervisors_first(tmp_path: Path) -> 
         assert (sup.pid, sup.generation) == (ahead.pid, 1)
         os.kill(ahead.pid, signal.SIGKILL)
         with anyio.fail_after(60):
-            while sup.generation == 1 or not sup.connected:
-                await anyio.sleep(0.02)
+            await restarted.wait()  # a new core said hello
         assert sup.pid != ahead.pid
         tg.cancel_scope.cancel()
     assert ahead.returncode is not None
